@@ -1,0 +1,4 @@
+from runner.cli import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""The ``campaign`` command line.  One module per command group; each module exposes
+``COMMANDS`` (a list of click commands) that is registered here.  Errors are caught
+only in ``main``."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from runner import __version__
+from runner.cli import offline
+from runner.cli.app import CAMPAIGNS_ROOT_ENV, App
+from runner.errors import CampaignError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="campaign")
+@click.option(
+    "--campaigns-root",
+    metavar="DIR",
+    default=None,
+    help=f"Where campaign directories live (env {CAMPAIGNS_ROOT_ENV}; default ./campaigns).",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Log every subprocess.")
+@click.pass_context
+def cli(ctx: click.Context, campaigns_root: str | None, verbose: bool) -> None:
+    """Run kernel-optimisation campaigns: baseline, validate rounds, gate, records."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING, format="%(name)s: %(message)s"
+    )
+    ctx.obj = App.from_env(campaigns_root, verbose)
+
+
+for _module in (offline,):
+    for _command in _module.COMMANDS:
+        cli.add_command(_command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: the only place a ``CampaignError`` is caught."""
+    try:
+        rc = cli.main(args=argv, prog_name="campaign", standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except CampaignError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.return_code)
+    sys.exit(rc if isinstance(rc, int) else 0)

@@ -1,0 +1,277 @@
+"""Typed results shared by scoring, the gate, the records and the rounds.
+
+Plain dataclasses (no pydantic): the worker side may import this module too.
+Every class has ``to_dict``/``from_dict`` so that results travel as JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Decision(str, Enum):
+    """The gate's verdict on a candidate."""
+
+    ACCEPTED = "ACCEPTED"
+    ACCEPTED_TRADEOFF = "ACCEPTED_TRADEOFF"
+    ROLLED_BACK = "ROLLED_BACK"
+    NEEDS_REMEASURE = "NEEDS_REMEASURE"
+
+    @property
+    def accepted(self) -> bool:
+        return self in (Decision.ACCEPTED, Decision.ACCEPTED_TRADEOFF)
+
+
+class Status(str, Enum):
+    """What a closed round is, as the records write it."""
+
+    BASELINE = "BASELINE"
+    ACCEPTED = "ACCEPTED"
+    ROLLED_BACK = "ROLLED BACK"
+    FAILED = "FAILED"
+
+
+@dataclass(frozen=True)
+class ShapeScore:
+    """One row of a pinned CSV, scored.  ``value`` is the primary metric (None when
+    the row FAILed); ``forward``/``backward`` are the diagnostics (None when absent)."""
+
+    label: str
+    check: str  # "PASS" or "FAIL" (ERROR is normalised to FAIL)
+    value: float | None
+    forward: float | None = None
+    backward: float | None = None
+    forward_ms: float | None = None
+    backward_ms: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ShapeScore:
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Score:
+    """A scored CSV: the primary metric's column name, the aggregate (geomean over
+    PASS shapes, 0 when any row FAILs) and the per-shape vector."""
+
+    metric: str
+    aggregate: float
+    shapes: tuple[ShapeScore, ...]
+    n_pass: int
+    n_fail: int
+
+    def by_label(self) -> dict[str, ShapeScore]:
+        return {s.label: s for s in self.shapes}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "aggregate": self.aggregate,
+            "shapes": [s.to_dict() for s in self.shapes],
+            "pass": self.n_pass,
+            "fail": self.n_fail,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Score:
+        return cls(
+            metric=d["metric"],
+            aggregate=float(d["aggregate"]),
+            shapes=tuple(ShapeScore.from_dict(s) for s in d["shapes"]),
+            n_pass=int(d["pass"]),
+            n_fail=int(d["fail"]),
+        )
+
+
+@dataclass(frozen=True)
+class ShapeDelta:
+    label: str
+    best: float | None
+    candidate: float | None
+    delta_pct: float | None
+    check: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The gate's output; ``to_dict`` is the ``campaign gate --json`` contract."""
+
+    decision: Decision
+    metric: str
+    best_aggregate: float
+    candidate_aggregate: float
+    delta_pct: float
+    shapes: tuple[ShapeDelta, ...]
+    regressed: tuple[str, ...]
+    reasons: tuple[str, ...]
+    threshold_pct: float | None = None
+    pairs_used: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "decision": self.decision.value,
+            "metric": self.metric,
+            "best_aggregate": self.best_aggregate,
+            "candidate_aggregate": self.candidate_aggregate,
+            "delta_pct": self.delta_pct,
+            "shapes": [s.to_dict() for s in self.shapes],
+            "regressed": list(self.regressed),
+            "reasons": list(self.reasons),
+            "threshold_pct": self.threshold_pct,
+            "pairs_used": self.pairs_used,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GateResult:
+        return cls(
+            decision=Decision(d["decision"]),
+            metric=d["metric"],
+            best_aggregate=float(d["best_aggregate"]),
+            candidate_aggregate=float(d["candidate_aggregate"]),
+            delta_pct=float(d["delta_pct"]),
+            shapes=tuple(ShapeDelta(**s) for s in d["shapes"]),
+            regressed=tuple(d["regressed"]),
+            reasons=tuple(d["reasons"]),
+            threshold_pct=d.get("threshold_pct"),
+            pairs_used=int(d.get("pairs_used", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class PairSample:
+    """One interleaved pass pair: the primary metric per shape for the incumbent and
+    the candidate, measured back to back on the same device (higher is better)."""
+
+    incumbent: dict[str, float]
+    candidate: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"incumbent": dict(self.incumbent), "candidate": dict(self.candidate)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PairSample:
+        return cls(incumbent=dict(d["incumbent"]), candidate=dict(d["candidate"]))
+
+
+@dataclass
+class TransferCheck:
+    """PROTOCOL.md section 8: the real-training transfer check of one round."""
+
+    bucket: str = "K1"
+    cache_key: str = "none"
+    id_audit: str = "no cache added; no id()-keyed state found"
+    hit_rate_trace: str = "n/a (no cache added)"
+    skew_robustness: str = "n/a (not a grouped GEMM)"
+    benchmark_gain_pct: float | None = None
+    estimated_real_gain_pct: float | None = None
+    decision: str = "ACCEPT-as-real"  # ACCEPT-as-real | ACCEPT-with-asterisk | REJECT-as-overfit
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TransferCheck:
+        return cls(**d)
+
+
+@dataclass
+class RollbackAnalysis:
+    change: str
+    expected: str
+    actual: str
+    root_cause: str
+    lesson: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class RoundResult:
+    """Everything the records need to close one round.  The only object the writers
+    (summary.md, optimize.md, performance_trend.md) consume."""
+
+    round: int
+    status: Status
+    level: str  # "quick" | "full"
+    hypothesis: str
+    change: str
+    description: str
+    started: str  # YYYY-MM-DD HH:MM
+    finished: str
+    test_command: str
+    benchmark_command: str
+    score: Score  # the candidate's (or baseline's) pinned-CSV score
+    baseline: Score  # round-1's score, for "vs baseline"
+    best: Score | None  # the current best before this round (None for round-1)
+    gate: GateResult | None = None
+    reasons: list[str] = field(default_factory=list)
+    artifacts: list[str] = field(default_factory=list)
+    attribution: str = ""
+    next_direction: str = ""
+    key_finding: str = ""
+    rollback: RollbackAnalysis | None = None
+    transfer: TransferCheck = field(default_factory=TransferCheck)
+    commit: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "status": self.status.value,
+            "level": self.level,
+            "hypothesis": self.hypothesis,
+            "change": self.change,
+            "description": self.description,
+            "started": self.started,
+            "finished": self.finished,
+            "test_command": self.test_command,
+            "benchmark_command": self.benchmark_command,
+            "score": self.score.to_dict(),
+            "baseline": self.baseline.to_dict(),
+            "best": self.best.to_dict() if self.best else None,
+            "gate": self.gate.to_dict() if self.gate else None,
+            "reasons": list(self.reasons),
+            "artifacts": list(self.artifacts),
+            "attribution": self.attribution,
+            "next_direction": self.next_direction,
+            "key_finding": self.key_finding,
+            "rollback": self.rollback.to_dict() if self.rollback else None,
+            "transfer": self.transfer.to_dict(),
+            "commit": self.commit,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RoundResult:
+        return cls(
+            round=int(d["round"]),
+            status=Status(d["status"]),
+            level=d["level"],
+            hypothesis=d["hypothesis"],
+            change=d["change"],
+            description=d["description"],
+            started=d["started"],
+            finished=d["finished"],
+            test_command=d["test_command"],
+            benchmark_command=d["benchmark_command"],
+            score=Score.from_dict(d["score"]),
+            baseline=Score.from_dict(d["baseline"]),
+            best=Score.from_dict(d["best"]) if d.get("best") else None,
+            gate=GateResult.from_dict(d["gate"]) if d.get("gate") else None,
+            reasons=list(d.get("reasons", [])),
+            artifacts=list(d.get("artifacts", [])),
+            attribution=d.get("attribution", ""),
+            next_direction=d.get("next_direction", ""),
+            key_finding=d.get("key_finding", ""),
+            rollback=RollbackAnalysis(**d["rollback"]) if d.get("rollback") else None,
+            transfer=TransferCheck.from_dict(d.get("transfer") or {}),
+            commit=d.get("commit"),
+        )
