@@ -1,0 +1,385 @@
+"""The gate: every branch, the calibration, and its invariants (hypothesis)."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runner.errors import ConfigError
+from runner.gate import calibrate_sigma, decide
+from runner.results import Decision, GateResult, PairSample, Score, ShapeScore
+from runner.stats import geomean
+
+METRIC = "Combined Step TFLOPS"
+BEST = {"small": 100.0, "mid": 200.0, "large": 400.0}
+
+
+def make_score(values: Mapping[str, float | None], metric: str = METRIC) -> Score:
+    """A Score from label -> value (None is a FAIL row)."""
+    shapes = tuple(
+        ShapeScore(label, "PASS" if v is not None else "FAIL", v) for label, v in values.items()
+    )
+    n_fail = sum(1 for v in values.values() if v is None)
+    aggregate = 0.0 if n_fail else geomean([v for v in values.values() if v is not None])
+    return Score(metric, aggregate, shapes, len(shapes) - n_fail, n_fail)
+
+
+def scaled(values: Mapping[str, float], **ratios: float) -> dict[str, float]:
+    """``values`` times a per-label ratio (default: the ``all`` ratio, else 1)."""
+    default = ratios.get("all", 1.0)
+    return {lb: v * ratios.get(lb, default) for lb, v in values.items()}
+
+
+def judge(cand: Mapping[str, float | None], **kw: object) -> GateResult:
+    return decide(make_score(BEST), make_score(cand), **kw)  # type: ignore[arg-type]
+
+
+def pairs_with_gains(gains: Sequence[float], per_shape: Mapping[str, float] | None = None):
+    """One PairSample per gain: the candidate is the incumbent times (1 + gain)."""
+    out = []
+    for g in gains:
+        cand = {lb: v * (1 + g) * (per_shape or {}).get(lb, 1.0) for lb, v in BEST.items()}
+        out.append(PairSample(incumbent=dict(BEST), candidate=cand))
+    return out
+
+
+# ---------------------------------------------------------------- immediate rejections
+
+
+def test_veto_rolls_back_even_a_great_candidate() -> None:
+    result = judge(scaled(BEST, all=1.5), vetoes=["build failed: hipcc error"])
+    assert result.decision is Decision.ROLLED_BACK
+    assert result.reasons == ("veto: build failed: hipcc error",)
+
+
+def test_veto_with_no_measurement() -> None:
+    result = decide(make_score(BEST), Score(METRIC, 0.0, (), 0, 0), vetoes=["tests failed"])
+    assert result.decision is Decision.ROLLED_BACK
+    assert [s.check for s in result.shapes] == ["-", "-", "-"]
+
+
+def test_candidate_fail_rolls_back() -> None:
+    cand: dict[str, float | None] = scaled(BEST, all=1.2)
+    cand["mid"] = None
+    result = judge(cand)
+    assert result.decision is Decision.ROLLED_BACK
+    assert result.candidate_aggregate == 0.0
+    assert result.delta_pct == -100.0
+    assert "mid" in result.reasons[0]
+    assert "FAIL" in result.reasons[0]
+    assert result.shapes[1].check == "FAIL"
+
+
+def test_equal_is_not_an_improvement() -> None:
+    result = judge(dict(BEST))
+    assert result.decision is Decision.ROLLED_BACK
+    assert "not improved" in result.reasons[0]
+    assert result.delta_pct == 0.0
+    assert result.regressed == ()
+
+
+def test_worse_aggregate_rolls_back() -> None:
+    result = judge(scaled(BEST, all=0.99))
+    assert result.decision is Decision.ROLLED_BACK
+    assert result.regressed == ("small", "mid", "large")
+    assert result.delta_pct == pytest.approx(-1.0)
+
+
+def test_severe_shape_regression_rolls_back() -> None:
+    result = judge(scaled(BEST, all=1.10, mid=0.94))
+    assert result.decision is Decision.ROLLED_BACK
+    assert result.regressed == ("mid",)
+    assert "mid -6.00%" in result.reasons[0]
+    assert "5% or more" in result.reasons[0]
+
+
+def test_severe_boundary_is_ln_1_05() -> None:
+    at = judge(scaled(BEST, all=1.10, mid=1 / 1.05 * (1 - 1e-12)))
+    assert at.decision is Decision.ROLLED_BACK
+    inside = judge(scaled(BEST, all=1.10, mid=1 / 1.05 * (1 + 1e-6)))
+    assert inside.decision is Decision.ACCEPTED_TRADEOFF
+
+
+# ---------------------------------------------------------------- direct accept
+
+
+def test_clear_gain_is_accepted() -> None:
+    result = judge(scaled(BEST, all=1.03))
+    assert result.decision is Decision.ACCEPTED
+    assert result.delta_pct == pytest.approx(3.0)
+    assert result.threshold_pct == pytest.approx(2.0)
+    assert result.regressed == ()
+    assert result.best_aggregate == pytest.approx(200.0)
+    assert result.candidate_aggregate == pytest.approx(206.0)
+    assert [s.label for s in result.shapes] == ["small", "mid", "large"]
+    assert result.shapes[0].delta_pct == pytest.approx(3.0)
+
+
+def test_gain_exactly_at_threshold_is_accepted() -> None:
+    assert judge(scaled(BEST, all=1.0201)).decision is Decision.ACCEPTED
+
+
+def test_small_regression_is_a_tradeoff() -> None:
+    result = judge(scaled(BEST, all=1.10, small=0.97))
+    assert result.decision is Decision.ACCEPTED_TRADEOFF
+    assert result.regressed == ("small",)
+    assert any("trade-off: small -3.00%" in r for r in result.reasons)
+    assert result.decision.accepted
+
+
+def test_sigma_raises_the_threshold() -> None:
+    cand = scaled(BEST, all=1.025)
+    assert judge(cand).decision is Decision.ACCEPTED
+    result = judge(cand, sigma_g=0.01)
+    assert result.threshold_pct == pytest.approx(3.0)
+    assert result.decision is Decision.NEEDS_REMEASURE
+
+
+def test_small_sigma_keeps_the_2pct_floor() -> None:
+    result = judge(scaled(BEST, all=1.019), sigma_g=0.001)
+    assert result.threshold_pct == pytest.approx(2.0)
+    assert result.decision is Decision.NEEDS_REMEASURE
+
+
+# ---------------------------------------------------------------- near noise
+
+
+def test_near_noise_without_pairs_needs_remeasure() -> None:
+    result = judge(scaled(BEST, all=1.015))
+    assert result.decision is Decision.NEEDS_REMEASURE
+    assert "measure 3 more fresh" in result.reasons[0]
+
+
+def test_volatile_sigma_needs_five_pairs() -> None:
+    result = judge(scaled(BEST, all=1.015), sigma_g=0.015, pairs=pairs_with_gains([0.015] * 3))
+    assert result.decision is Decision.NEEDS_REMEASURE
+    assert "measure 2 more fresh" in result.reasons[0]
+    assert "need 5, have 3" in result.reasons[0]
+
+
+def test_min_pairs_is_honoured() -> None:
+    result = judge(scaled(BEST, all=1.015), min_pairs=4, pairs=pairs_with_gains([0.015] * 3))
+    assert result.decision is Decision.NEEDS_REMEASURE
+    assert "measure 1 more fresh" in result.reasons[0]
+
+
+def test_consistent_pairs_accept() -> None:
+    result = judge(scaled(BEST, all=1.015), pairs=pairs_with_gains([0.014, 0.016, 0.015]))
+    assert result.decision is Decision.ACCEPTED
+    assert result.delta_pct == pytest.approx(1.5)
+    assert result.pairs_used == 3
+
+
+def test_consistent_pairs_with_a_small_regression_is_a_tradeoff() -> None:
+    result = judge(
+        scaled(BEST, all=1.03, small=0.99), pairs=pairs_with_gains([0.014, 0.016, 0.015])
+    )
+    assert result.decision is Decision.ACCEPTED_TRADEOFF
+    assert result.regressed == ("small",)
+
+
+@pytest.mark.parametrize(
+    "gains",
+    [
+        [0.005, 0.006, 0.007],  # mean below 1%
+        [0.001, 0.03, 0.014],  # mean 1.5%, stdev 1.45% >= half of it
+        [0.0, 0.0, 0.0],
+    ],
+)
+def test_noisy_pairs_roll_back(gains: list[float]) -> None:
+    result = judge(scaled(BEST, all=1.015), pairs=pairs_with_gains(gains))
+    assert result.decision is Decision.ROLLED_BACK
+    assert result.reasons[0].startswith("noise: mean gain")
+    assert result.pairs_used == 3
+
+
+def test_paired_shape_regression_rolls_back() -> None:
+    # mean pair gain ~ +3.5% with a tight spread, but "small" is down ~5% in every pair
+    pairs = pairs_with_gains([0.08, 0.081, 0.082], per_shape={"small": 0.88})
+    result = judge(scaled(BEST, all=1.015), pairs=pairs)
+    assert result.decision is Decision.ROLLED_BACK
+    assert "small" in result.reasons[0]
+    assert "5% or more" in result.reasons[0]
+
+
+def test_pairs_are_ignored_outside_the_noise_band() -> None:
+    noisy = pairs_with_gains([-0.5, 0.5, 0.0])
+    assert judge(scaled(BEST, all=1.05), pairs=noisy).decision is Decision.ACCEPTED
+    assert judge(scaled(BEST, all=0.99), pairs=noisy).decision is Decision.ROLLED_BACK
+
+
+# ---------------------------------------------------------------- targeted rounds
+
+
+def test_targeted_round_ignores_regressions_elsewhere() -> None:
+    result = judge(scaled(BEST, small=1.10, large=0.90), targeted_shapes=["small"])
+    assert result.decision is Decision.ACCEPTED_TRADEOFF
+    assert result.regressed == ("large",)
+    assert result.delta_pct == pytest.approx(10.0)
+    assert any("not gating, regressed by 5% or more: large -10.00%" in r for r in result.reasons)
+
+
+def test_without_target_the_same_change_rolls_back() -> None:
+    assert judge(scaled(BEST, small=1.10, large=0.90)).decision is Decision.ROLLED_BACK
+
+
+def test_targeted_shape_must_improve() -> None:
+    result = judge(scaled(BEST, small=0.99, large=1.2), targeted_shapes=["small"])
+    assert result.decision is Decision.ROLLED_BACK
+
+
+def test_unknown_targeted_shape() -> None:
+    with pytest.raises(ConfigError, match="huge"):
+        judge(scaled(BEST, all=1.1), targeted_shapes=["huge"])
+
+
+# ---------------------------------------------------------------- unusable input
+
+
+def test_different_shapes_are_a_config_error() -> None:
+    cand = scaled(BEST, all=1.1)
+    del cand["mid"]
+    cand["other"] = 1.0
+    with pytest.raises(ConfigError, match=r"missing \['mid'\], extra \['other'\]"):
+        judge(cand)
+
+
+def test_different_metric_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="same metric"):
+        decide(make_score(BEST), make_score(BEST, metric="Forward TFLOPS"))
+
+
+def test_best_with_fail_is_a_config_error() -> None:
+    best: dict[str, float | None] = dict(BEST)
+    best["mid"] = None
+    with pytest.raises(ConfigError, match="all PASS"):
+        decide(make_score(best), make_score(BEST))
+
+
+@pytest.mark.parametrize("sigma", [-0.1, math.nan, math.inf])
+def test_bad_sigma(sigma: float) -> None:
+    with pytest.raises(ConfigError, match="sigma_G"):
+        judge(scaled(BEST, all=1.1), sigma_g=sigma)
+
+
+def test_pairs_must_cover_the_shapes() -> None:
+    pairs = [PairSample({"small": 1.0}, {"small": 1.0})] * 3
+    with pytest.raises(ConfigError, match="pair 1"):
+        judge(scaled(BEST, all=1.015), pairs=pairs)
+
+
+# ---------------------------------------------------------------- calibration
+
+
+def test_calibrate_sigma() -> None:
+    passes = [dict(BEST), scaled(BEST, all=math.exp(0.01)), scaled(BEST, all=math.exp(0.02))]
+    sigma_g, per_shape = calibrate_sigma(passes)
+    assert sigma_g == pytest.approx(0.01)
+    assert per_shape == {lb: pytest.approx(0.01) for lb in BEST}
+
+
+def test_calibrate_sigma_per_shape_spread() -> None:
+    passes = [{"a": 1.0, "b": 1.0}, {"a": math.exp(0.02), "b": math.exp(-0.02)}]
+    sigma_g, per_shape = calibrate_sigma(passes)
+    assert sigma_g == pytest.approx(0.0, abs=1e-15)
+    assert per_shape == {
+        "a": pytest.approx(0.02 / math.sqrt(2)),
+        "b": pytest.approx(0.02 / math.sqrt(2)),
+    }
+
+
+def test_calibrate_sigma_needs_two_matching_passes() -> None:
+    with pytest.raises(ConfigError, match="at least 2 passes"):
+        calibrate_sigma([dict(BEST)])
+    with pytest.raises(ConfigError, match="calibration pass 2"):
+        calibrate_sigma([dict(BEST), {"small": 1.0}])
+
+
+# ---------------------------------------------------------------- invariants
+
+_value = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False)
+# Ratios on an offset grid: never exactly on a rule's boundary (0, +2%, -1/1.05, ...).
+_ratio = st.integers(min_value=-80, max_value=80).map(lambda i: 1 + i / 1000 + 0.000371)
+_jitter = st.integers(min_value=-3, max_value=3).map(lambda i: 1 + i / 1000)
+_sigma = st.one_of(st.none(), st.floats(min_value=0.0, max_value=0.03))
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> dict:
+    labels = [f"s{i}" for i in range(draw(st.integers(min_value=1, max_value=5)))]
+    best = {lb: draw(_value) for lb in labels}
+    cand = {lb: best[lb] * draw(_ratio) for lb in labels}
+    # Pairs share one drawn shift plus a small jitter, so the paired rule often accepts.
+    shift = draw(_ratio)
+    pairs = [
+        PairSample(
+            {lb: best[lb] for lb in labels},
+            {lb: best[lb] * shift * draw(_jitter) for lb in labels},
+        )
+        for _ in range(draw(st.integers(min_value=0, max_value=6)))
+    ]
+    targeted = draw(st.lists(st.sampled_from(labels), unique=True, max_size=2))
+    return {"best": best, "cand": cand, "pairs": pairs, "sigma": draw(_sigma), "targeted": targeted}
+
+
+def run(sc: dict, factor: float = 1.0, order: Sequence[str] | None = None) -> GateResult:
+    """Run the gate on a scenario, every value times ``factor``, shapes in ``order``."""
+    labels = list(order or sc["best"])
+
+    def view(values: Mapping[str, float]) -> dict[str, float]:
+        return {lb: values[lb] * factor for lb in labels}
+
+    pairs = [PairSample(view(p.incumbent), view(p.candidate)) for p in sc["pairs"]]
+    return decide(
+        make_score(view(sc["best"])),
+        make_score(view(sc["cand"])),
+        sigma_g=sc["sigma"],
+        pairs=pairs,
+        targeted_shapes=sc["targeted"],
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(sc=scenarios())
+def test_identical_candidate_is_never_accepted(sc: dict) -> None:
+    sc = {**sc, "cand": dict(sc["best"])}
+    assert not run(sc).decision.accepted
+    # ... nor by the paired rule when the pairs show no difference either
+    same = [PairSample(dict(p.incumbent), dict(p.incumbent)) for p in sc["pairs"]]
+    nudged = {**sc, "cand": scaled(sc["best"], all=1.005), "pairs": same, "targeted": []}
+    assert not run(nudged).decision.accepted
+
+
+@settings(max_examples=200, deadline=None)
+@given(sc=scenarios(), power=st.integers(min_value=-20, max_value=20))
+def test_power_of_two_scaling_is_exactly_invariant(sc: dict, power: int) -> None:
+    base, moved = run(sc), run(sc, factor=2.0**power)
+    assert moved.decision is base.decision
+    assert moved.regressed == base.regressed
+    assert moved.delta_pct == base.delta_pct
+
+
+@settings(max_examples=200, deadline=None)
+@given(sc=scenarios(), factor=st.floats(min_value=1e-3, max_value=1e3))
+def test_constant_scaling_never_changes_the_decision(sc: dict, factor: float) -> None:
+    base, moved = run(sc), run(sc, factor=factor)
+    assert moved.decision is base.decision
+    assert moved.regressed == base.regressed
+    assert moved.delta_pct == pytest.approx(base.delta_pct, rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(sc=scenarios(), seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_shape_order_does_not_matter(sc: dict, seed: int) -> None:
+    order = list(sc["best"])
+    random.Random(seed).shuffle(order)
+    base, moved = run(sc), run(sc, order=order)
+    assert moved.decision is base.decision
+    assert set(moved.regressed) == set(base.regressed)
+    assert moved.delta_pct == base.delta_pct
+    assert [s.label for s in moved.shapes] == order
