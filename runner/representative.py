@@ -1,0 +1,115 @@
+"""Choosing the representative shapes at BASELINE (PROTOCOL.md section 5).
+
+Only PASS rows of the baseline count.  The choice, deterministic (ties broken by
+label): the smallest shape by FLOPs (launch-overhead-bound), the largest (compute-
+or memory-bound), then the shapes with the highest relative stddev of the primary
+metric, up to k = 4 (3 when only 3 PASS rows exist; between ``k_min`` and ``k_max``).
+
+Grouped GEMM / MoE: the choice also covers the uniform distribution and every
+skewed distribution present (``topk2_cf1.0``, ``topk1_cf1.25``, ``degenerate``),
+each by its highest-variance row, before filling by variance.  A uniform row and at
+least one skewed row are required.  The result is ordered by FLOPs, then label.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runner.errors import ConfigError
+
+UNIFORM = "uniform"
+SKEWED = ("topk2_cf1.0", "topk1_cf1.25", "degenerate")
+DISTRIBUTIONS = (UNIFORM, *SKEWED)
+DEFAULT_K = 4
+
+
+@dataclass(frozen=True)
+class _Row:
+    label: str
+    flops: float
+    rel_std: float
+    distribution: str | None
+
+
+def _parse(rows: Sequence[Mapping[str, Any]], grouped: bool) -> list[_Row]:
+    out: list[_Row] = []
+    need = ("label", "check", "flops", "rel_std", *(("distribution",) if grouped else ()))
+    for i, r in enumerate(rows):
+        missing = [k for k in need if k not in r]
+        if missing:
+            raise ConfigError(f"baseline row {i} lacks {missing}; each row needs {list(need)}")
+        if str(r["check"]).upper() != "PASS":
+            continue
+        dist = str(r["distribution"]) if grouped else None
+        if grouped and dist not in DISTRIBUTIONS:
+            raise ConfigError(
+                f"row {r['label']!r}: distribution {dist!r} is unknown; use one of "
+                f"{', '.join(DISTRIBUTIONS)}"
+            )
+        rel = float(r["rel_std"])
+        out.append(_Row(str(r["label"]), float(r["flops"]), -1.0 if math.isnan(rel) else rel, dist))
+    labels = [r.label for r in out]
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise ConfigError(f"duplicate shape labels {dup}; labels must be unique")
+    return out
+
+
+def _by_variance(rows: Sequence[_Row]) -> list[_Row]:
+    return sorted(rows, key=lambda r: (-r.rel_std, r.label))
+
+
+def _target_k(n_pass: int, k_min: int, k_max: int) -> int:
+    if not 1 <= k_min <= k_max:
+        raise ConfigError(f"need 1 <= k_min <= k_max, got k_min={k_min}, k_max={k_max}")
+    if n_pass < max(3, k_min):
+        raise ConfigError(
+            f"only {n_pass} PASS shape(s) in the baseline; representative shapes need at "
+            f"least {max(3, k_min)}: fix the failing shapes or widen target_shapes"
+        )
+    return min(max(DEFAULT_K, k_min), k_max, n_pass)
+
+
+def _grouped_cover(rows: Sequence[_Row], chosen: list[_Row]) -> list[_Row]:
+    present = {r.distribution for r in rows}
+    if UNIFORM not in present or not present & set(SKEWED):
+        raise ConfigError(
+            "grouped GEMM representative shapes need a uniform and at least one skewed token "
+            f"distribution among the PASS rows (have: {sorted(d for d in present if d)}); "
+            f"add shapes with {', '.join(SKEWED)}"
+        )
+    for dist in DISTRIBUTIONS:
+        if dist in present and all(c.distribution != dist for c in chosen):
+            chosen.append(_by_variance([r for r in rows if r.distribution == dist])[0])
+    return chosen
+
+
+def select_representative(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    grouped: bool = False,
+    k_min: int = 3,
+    k_max: int = 5,
+) -> list[str]:
+    """Labels of the representative shapes (see the module docstring)."""
+    passed = _parse(rows, grouped)
+    k = _target_k(len(passed), k_min, k_max)
+    smallest = min(passed, key=lambda r: (r.flops, r.label))
+    largest = min(passed, key=lambda r: (-r.flops, r.label))
+    chosen = [smallest] + ([largest] if largest != smallest else [])
+    if grouped:
+        chosen = _grouped_cover(passed, chosen)
+        if len(chosen) > k_max:
+            raise ConfigError(
+                f"covering small, large and every distribution needs {len(chosen)} shapes "
+                f"but k_max is {k_max}; raise k_max to {len(chosen)}"
+            )
+    for r in _by_variance(passed):
+        if len(chosen) >= k:
+            break
+        if r not in chosen:
+            chosen.append(r)
+    return [r.label for r in sorted(chosen, key=lambda r: (r.flops, r.label))]

@@ -1,0 +1,149 @@
+"""``campaign init``: builds the manifest, creates the directory, refuses to overwrite."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runner.cli import main
+from runner.cli.init_cmd import build_manifest
+from runner.errors import ConfigError
+from runner.manifest import load_manifest
+
+pytestmark = pytest.mark.integration  # real git repositories
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    path = tmp_path / "target"
+    path.mkdir()
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    return path
+
+
+def invoke(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str, str]:
+    argv = ["--campaigns-root", str(root), "init", *args]
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    out, err = capsys.readouterr()
+    return int(info.value.code or 0), out, err
+
+
+BASIC = ("--test-command", "pytest tests -q", "--benchmark-command", "python bench.py")
+
+
+def test_init_creates_a_campaign(
+    tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "campaigns"
+    rc, out, err = invoke(
+        capsys, root, "--op", "gemm_fp8", "--granularity", "blockwise", "--backend", "triton",
+        "--gpu", "gfx942", "--source", str(repo / "."), "--shapes", "s1, s2,s3",
+        "--max-iterations", "20", "--performance-target", ">500 TFLOPS", *BASIC,
+    )  # fmt: skip
+    assert (rc, err) == (0, "")
+    name = Path(out.removeprefix("campaign: ").strip()).name
+    assert out == f"campaign: {root / name}\n"
+    m = load_manifest(root / name / "manifest.yaml")
+    assert name == f"gemm_fp8_blockwise_triton_gfx942_{m.created[:10].replace('-', '')}"
+    assert m.created[:10] in (str(dt.date.today()), str(dt.date.today() - dt.timedelta(days=1)))
+    assert m.campaign_name == name
+    assert m.source == str(repo.resolve())
+    assert (m.target_backend, m.target_lang, m.granularity) == ("TRITON", "TRITON", "blockwise")
+    assert m.target_shapes == ["s1", "s2", "s3"]
+    assert m.shape_set == "models"
+    assert m.max_iterations == 20
+    assert m.git_commit is True
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}", m.created)
+    assert m.quick_command == f"python {root / name / 'quick_test_bench.py'}"
+    assert (root / name / "logs" / "performance_trend.md").is_file()
+
+
+def test_init_with_name_and_options(
+    tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "campaigns"
+    rc, _, _ = invoke(
+        capsys, root, "--op", "quantize", "--backend", "TORCH", "--source", str(repo),
+        "--name", "q1", "--no-git-commit", "--git-branch", "none", "--cache-mode", "cold",
+        "--mode", "workspace", *BASIC,
+    )  # fmt: skip
+    assert rc == 0
+    m = load_manifest(root / "q1" / "manifest.yaml")
+    assert (m.target_lang, m.primary_metric, m.csv_schema) == ("PYTORCH", "Forward GB/s", "memory")
+    assert (m.git_commit, m.git_branch, m.cache_mode) == (False, "none", "cold")
+    assert (m.execution_mode, m.target_gpu, m.shape_set) == ("workspace", "cpu", "cpu")
+
+
+def test_init_refuses_to_overwrite(
+    tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "campaigns"
+    args = ("--op", "gemm", "--source", str(repo), "--name", "c1", *BASIC)
+    assert invoke(capsys, root, *args)[0] == 0
+    before = {p: p.read_bytes() for p in (root / "c1").rglob("*") if p.is_file()}
+    rc, out, err = invoke(capsys, root, *args[:-1], "other bench")
+    assert rc == 2
+    assert out == ""
+    assert "already exists" in err
+    assert {p: p.read_bytes() for p in (root / "c1").rglob("*") if p.is_file()} == before
+
+
+def test_source_must_be_a_git_work_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    rc, _, err = invoke(capsys, tmp_path / "c", "--op", "gemm", "--source", str(plain), *BASIC)
+    assert rc == 2
+    assert "is not a git work tree" in err
+    assert not (tmp_path / "c").exists()
+
+
+def test_bad_values_exit_2_with_the_fix(
+    tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, _, err = invoke(
+        capsys, tmp_path / "c", "--op", "gemm", "--source", str(repo),
+        "--performance-target", "fast", "--max-iterations", "500", *BASIC,
+    )  # fmt: skip
+    assert rc == 2
+    assert "performance_target = 'fast'" in err
+    assert "max_iterations = 500" in err
+    assert not (tmp_path / "c").exists()
+
+
+def test_commands_are_required_for_now(
+    tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, _, err = invoke(capsys, tmp_path / "c", "--op", "gemm", "--source", str(repo))
+    assert rc == 2
+    assert "--test-command is required" in err
+
+
+def test_build_manifest_derives_fields() -> None:
+    m = build_manifest(
+        target_op="grouped_gemm_fp8",
+        granularity="rowwise",
+        target_backend="ck",
+        target_gpu="gfx950",
+        source="/src/pt",
+        target="primus-turbo",
+        test_command="t",
+        benchmark_command="b",
+        created="2026-11-29 09:00",
+    )
+    assert m.campaign_name == "grouped_gemm_fp8_rowwise_ck_gfx950_20261129"
+    assert (m.target_backend, m.target_lang) == ("CK", "HIP")
+    assert (m.primary_metric, m.csv_schema, m.shape_set) == (
+        "Combined Step TFLOPS",
+        "gemm",
+        "models",
+    )
+    with pytest.raises(ConfigError, match="target_lang 'TRITON' does not follow"):
+        build_manifest(
+            target_op="gemm", target_backend="CK", target_lang="TRITON", source="/s",
+            test_command="t", benchmark_command="b",
+        )  # fmt: skip
