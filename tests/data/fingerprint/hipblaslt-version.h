@@ -1,0 +1,10 @@
+#ifndef _HIPBLASLT_VERSION_H_
+#define _HIPBLASLT_VERSION_H_
+
+// hipBLASLt version
+#define HIPBLASLT_VERSION_MAJOR     0
+#define HIPBLASLT_VERSION_MINOR     12
+#define HIPBLASLT_VERSION_PATCH     1
+#define HIPBLASLT_VERSION_TWEAK     e6da924
+
+#endif
