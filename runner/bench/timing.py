@@ -1,0 +1,124 @@
+"""The timing seam of the worker.
+
+``measure(fn, settings, device)`` times a zero-argument callable and returns a
+``Timing``.  On the CPU it is a host ``perf_counter`` batch loop (the only honest clock
+there).  On a GPU it hands over to ``runner.bench.gpu.measure_gpu`` (device events over
+back-to-back batches, graph replay where possible, stop-on-noise, cache modes).
+Worker-side: imports torch lazily, never pydantic.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from runner.stats import median, rel_stdev, stdev
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    """How to time one callable.  ``cache_mode`` is pinned in the manifest."""
+
+    warmup_s: float = 0.3  # at least this long of real work before timing
+    repeats: int = 3  # minimum number of timed batches
+    max_repeats: int = 30  # stop-on-noise upper bound
+    iters_per_repeat: int = 0  # 0 = size each batch to ``batch_s``
+    batch_s: float = 0.05  # target duration of one timed batch
+    target_rsd: float = 0.005  # stop when the relative stddev of the median is below
+    budget_s: float = 5.0  # time budget per callable (timed part)
+    cache_mode: str = "hot"  # "hot" | "cold"
+    engine: str = "auto"  # "auto" | "cpu" | "gpu"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TimingSettings:
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+@dataclass
+class Timing:
+    """Per-call times (ms) of each timed batch, their median and spread."""
+
+    samples_ms: list[float]
+    method: str  # "perf_counter" | "cuda_events" | "graph_replay"
+    stop_reason: str  # "converged" | "budget" | "max_repeats" | "fixed"
+    iters_per_sample: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def median_ms(self) -> float:
+        return median(self.samples_ms)
+
+    @property
+    def stddev_ms(self) -> float:
+        return stdev(self.samples_ms)
+
+    @property
+    def rsd_of_median(self) -> float:
+        """Relative standard error of the median (~1.2533 * rsd / sqrt(n))."""
+        n = len(self.samples_ms)
+        return 1.2533 * rel_stdev(self.samples_ms) / n**0.5 if n > 1 else float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "samples_ms": list(self.samples_ms),
+            "median_ms": self.median_ms,
+            "stddev_ms": self.stddev_ms,
+            "method": self.method,
+            "stop_reason": self.stop_reason,
+            "iters_per_sample": self.iters_per_sample,
+            "extra": dict(self.extra),
+        }
+
+
+def measure(fn: Callable[[], object], settings: TimingSettings, device: str) -> Timing:
+    """Time ``fn`` on ``device`` ("cpu" or "cuda:N"/"cuda")."""
+    use_gpu = settings.engine == "gpu" or (settings.engine == "auto" and device != "cpu")
+    if use_gpu:
+        from runner.bench.gpu import measure_gpu
+
+        return measure_gpu(fn, settings, device)
+    return measure_cpu(fn, settings)
+
+
+def measure_cpu(fn: Callable[[], object], settings: TimingSettings) -> Timing:
+    """Host-clock batches: warm up for ``warmup_s``, size batches to ``batch_s``, then
+    sample until the median's relative error is under target, or the budget ends."""
+    iters = _warm_up(fn, settings)
+    samples: list[float] = []
+    start = time.perf_counter()
+    stop_reason = "max_repeats"
+    while len(samples) < settings.max_repeats:
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        samples.append((time.perf_counter() - t0) * 1e3 / iters)
+        timing = Timing(samples, "perf_counter", "", iters)
+        if len(samples) >= settings.repeats and timing.rsd_of_median <= settings.target_rsd:
+            stop_reason = "converged"
+            break
+        if len(samples) >= settings.repeats and time.perf_counter() - start > settings.budget_s:
+            stop_reason = "budget"
+            break
+    return Timing(samples, "perf_counter", stop_reason, iters)
+
+
+def _warm_up(fn: Callable[[], object], settings: TimingSettings) -> int:
+    """Run ``fn`` for at least ``warmup_s`` (and at least twice); return the batch size."""
+    fn()
+    count, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        count += 1
+        elapsed = time.perf_counter() - t0
+        if elapsed >= settings.warmup_s and count >= 1:
+            break
+    if settings.iters_per_repeat > 0:
+        return settings.iters_per_repeat
+    per_call = elapsed / count
+    return max(1, min(1000, round(settings.batch_s / per_call)))

@@ -1,0 +1,157 @@
+"""GEMM op adapters: ``gemm`` (bf16) and ``gemm_fp8`` (tensorwise/rowwise/blockwise).
+
+Layout as Primus-Turbo's training call: ``out = op(a, b, trans_b=True)`` with a the
+(M, K) activation and b the (N, K) weight.  Forward FLOPs 2*M*N*K, backward 4*M*N*K
+(grad_a and grad_b).  Correctness against a float32 reference built from pristine
+copies of the inputs: SNR >= 25 dB (E4M3) / 20 dB (E5M2) for FP8, allclose
+rtol=atol=1e-2 for bf16.  Each check also verifies that the call left its inputs
+untouched and that two calls on the same input agree (a race shows as a mismatch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from runner.ops.base import Case, CheckResult, OpAdapter, snr_db
+
+SNR_THRESHOLDS = {"e4m3": 25.0, "e5m2": 20.0, "hybrid": 20.0}
+
+
+class GemmOp(OpAdapter):
+    name = "gemm"
+
+    def call(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.api.ops.gemm(a, b, trans_b=True)
+        return out
+
+    def inputs(
+        self, shape: Any, device: str, seed: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        a = torch.randn(shape.m, shape.k, generator=gen, dtype=torch.float32)
+        b = torch.randn(shape.n, shape.k, generator=gen, dtype=torch.float32)
+        g = torch.randn(shape.m, shape.n, generator=gen, dtype=torch.float32)
+        a, b, g = (t.to(device=device, dtype=torch.bfloat16) for t in (a, b, g))
+        return a.requires_grad_(True), b.requires_grad_(True), g
+
+    def case(self, shape: Any, device: str, seed: int) -> Case:
+        a, b, g = self.inputs(shape, device, seed)
+        out = self.call(a, b)
+
+        def forward() -> torch.Tensor:
+            return self.call(a, b)
+
+        def backward() -> Any:
+            return torch.autograd.grad(out, (a, b), g, retain_graph=True)
+
+        flops = 2.0 * shape.m * shape.n * shape.k
+        return Case(forward, backward, flops, 2.0 * flops)
+
+    def fresh_step(self, shape: Any, device: str, seed: int) -> Any:
+        """One training step as training runs it: a fresh activation and grad_out
+        object every call (all kept alive, so no id() can repeat), the same weight
+        whose ``_version`` advances each step as an optimiser update would."""
+        a0, w, g0 = self.inputs(shape, device, seed)
+        keep: list[torch.Tensor] = []
+
+        def step() -> Any:
+            a = a0.detach().clone().requires_grad_(True)
+            g = g0.clone()
+            keep.extend((a, g))
+            if len(keep) > 64:  # bound memory; ids of live tensors stay unique
+                keep.pop(0)
+                keep.pop(0)
+            out = self.call(a, w)
+            grads = torch.autograd.grad(out, (a, w), g)
+            with torch.no_grad():
+                w.add_(0.0)  # bumps w._version like an optimiser step
+            return grads
+
+        return step
+
+    def check(self, shape: Any, device: str, seed: int) -> CheckResult:
+        a, b, g = self.inputs(shape, device, seed)
+        pristine = [t.detach().clone() for t in (a, b, g)]
+        out = self.call(a, b)
+        da, db = torch.autograd.grad(out, (a, b), g)
+        ref_out, ref_da, ref_db = _reference(*pristine)
+        problems = _input_problems((a, b, g), pristine)
+        again = self.call(a.detach().clone().requires_grad_(True), b.detach().clone())
+        if not torch.equal(again, out.detach()):
+            problems.append("two calls on the same input differ (race or stale state)")
+        figures = {
+            "out_snr": snr_db(ref_out, out),
+            "da_snr": snr_db(ref_da, da),
+            "db_snr": snr_db(ref_db, db),
+        }
+        problems += self.judge(figures, (out, da, db), (ref_out, ref_da, ref_db))
+        return CheckResult(not problems, figures, problems)
+
+    def judge(
+        self,
+        figures: dict[str, float],
+        got: tuple[torch.Tensor, ...],
+        ref: tuple[torch.Tensor, ...],
+    ) -> list[str]:
+        problems = []
+        for name, x, r in zip(("out", "da", "db"), got, ref, strict=True):
+            if x.shape != r.shape:
+                problems.append(f"{name} has shape {tuple(x.shape)}, expected {tuple(r.shape)}")
+            elif not torch.allclose(x.float(), r.to(x.dtype).float(), rtol=1e-2, atol=1e-2):
+                problems.append(f"{name} not allclose (rtol=atol=1e-2); snr {figures}")
+        return problems
+
+
+class Fp8GemmOp(GemmOp):
+    name = "gemm_fp8"
+
+    def __init__(self, api: Any, options: dict[str, Any]) -> None:
+        super().__init__(api, options)
+        granularity = str(options.get("granularity", "blockwise")).upper()
+        fmt = str(options.get("format", "e4m3")).upper()
+        kwargs: dict[str, Any] = {
+            "format": getattr(api.Format, fmt),
+            "granularity": getattr(api.ScalingGranularity, granularity),
+        }
+        if granularity in ("BLOCKWISE", "MX_BLOCKWISE"):
+            kwargs["block_size"] = int(options.get("block_size", 128))
+        self.config = api.Float8QuantConfig(**kwargs)
+        self.threshold = SNR_THRESHOLDS[fmt.lower()]
+
+    def call(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.api.ops.gemm_fp8(a, b, trans_b=True, config=self.config)
+        return out
+
+    def judge(
+        self,
+        figures: dict[str, float],
+        got: tuple[torch.Tensor, ...],
+        ref: tuple[torch.Tensor, ...],
+    ) -> list[str]:
+        problems = []
+        for name, x, r in zip(("out", "da", "db"), got, ref, strict=True):
+            if x.shape != r.shape:
+                problems.append(f"{name} has shape {tuple(x.shape)}, expected {tuple(r.shape)}")
+        for key, value in figures.items():
+            if not value >= self.threshold:
+                problems.append(f"{key} {value:.2f} dB below {self.threshold:.0f} dB")
+        return problems
+
+
+def _reference(
+    a: torch.Tensor, b: torch.Tensor, g: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """float32 reference of out = a @ b^T and its gradients."""
+    a32, b32, g32 = a.float(), b.float(), g.float()
+    return a32 @ b32.t(), g32 @ b32, g32.t() @ a32
+
+
+def _input_problems(inputs: tuple[torch.Tensor, ...], pristine: list[torch.Tensor]) -> list[str]:
+    names = ("a", "b", "grad_out")
+    return [
+        f"the call wrote into its input {n}"
+        for n, t, p in zip(names, inputs, pristine, strict=True)
+        if not torch.equal(t.detach(), p)
+    ]

@@ -1,0 +1,88 @@
+"""Target adapters: what the kernel project is and how to build, test and import it.
+
+Host-side safe: nothing here imports torch or the target package at module level;
+``load_api`` is the only worker-side call and imports lazily.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from runner.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class TargetAPI:
+    """The target's user API as the op adapters call it (Primus-Turbo's names)."""
+
+    ops: ModuleType
+    Format: Any
+    ScalingGranularity: Any
+    Float8QuantConfig: Any
+
+
+@dataclass(frozen=True)
+class Target:
+    """One kernel project.  Subclasses fill the facts; methods derive commands."""
+
+    name: str
+    package: str  # import name, e.g. "primus_turbo"
+    api_modules: tuple[str, str]  # (ops module, low-precision config module)
+    backend_env: dict[str, str]  # op family -> selector variable
+    code_map: dict[tuple[str, str], tuple[str, ...]]  # (op, backend) -> kernel files
+    rebuild_globs: tuple[str, ...] = ()  # changed paths matching these need a rebuild
+    editable_install: bool = False
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def load_api(self) -> TargetAPI:
+        """Import the target package (worker side)."""
+        ops = importlib.import_module(self.api_modules[0])
+        lp = importlib.import_module(self.api_modules[1])
+        return TargetAPI(ops, lp.Format, lp.ScalingGranularity, lp.Float8QuantConfig)
+
+    def kernel_source(self, op: str, backend: str) -> list[str]:
+        try:
+            return list(self.code_map[(op, backend.upper())])
+        except KeyError:
+            known = ", ".join(f"{o}/{b}" for o, b in sorted(self.code_map))
+            raise ConfigError(
+                f"target {self.name} has no kernel source for op {op} backend {backend}; "
+                f"known: {known}"
+            ) from None
+
+    def selector_env(self, op: str, backend: str) -> dict[str, str]:
+        """The backend selector variable for the op family, e.g. PRIMUS_TURBO_GEMM_BACKEND."""
+        family = "grouped_gemm" if op.startswith("grouped_gemm") else op.split("_")[0]
+        var = self.backend_env.get(family)
+        return {var: backend.upper()} if var else {}
+
+    def needs_rebuild(self, changed: list[str]) -> bool:
+        return any(
+            Path(p).match(g) or p.startswith(g.rstrip("*"))
+            for p in changed
+            for g in self.rebuild_globs
+        )
+
+    # Commands a subclass must provide -------------------------------------------------
+    def test_command(self, op: str, granularity: str | None, backend: str) -> str:
+        raise NotImplementedError
+
+    def benchmark_command(self, op: str, granularity: str | None, backend: str) -> str:
+        raise NotImplementedError
+
+    def full_suite_command(self) -> str:
+        raise NotImplementedError
+
+    def install_commands(self, gpu_archs: str | None = None) -> list[list[str]]:
+        raise NotImplementedError
+
+    def job_env(self, source_dir: Path, op: str, backend: str) -> dict[str, str]:
+        raise NotImplementedError
+
+    def prepare_commands(self, changed: list[str], gpu_archs: str | None) -> list[list[str]]:
+        """Commands that make ``source_dir`` the imported code in a fresh environment."""
+        return []

@@ -1,0 +1,50 @@
+"""The bundled example kernel package (``examples/``, import ``turbo_kernels``).
+
+Pure Python + Triton: nothing needs a rebuild; the worker imports the measured tree
+through PYTHONPATH, so each fresh worktree is measured as it is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runner.targets.base import Target
+
+_FP8_KERNELS = ("turbo_kernels/triton/gemm_fp8_kernel.py",)
+_CPU_FP8 = ("turbo_kernels/cpu/gemm_fp8.py",)
+
+
+class ExampleTarget(Target):
+    def test_command(self, op: str, granularity: str | None, backend: str) -> str:
+        select = f" -k {granularity}" if granularity else ""
+        return f"python -m pytest tests/test_example_{op}.py -q -p no:cacheprovider{select}"
+
+    def benchmark_command(self, op: str, granularity: str | None, backend: str) -> str:
+        gran = f" --granularity {granularity}" if granularity else ""
+        var = next(iter(self.selector_env(op, backend)), "TURBO_KERNELS_GEMM_BACKEND")
+        return f"{var}={backend.upper()} python -m runner.fullbench --op {op}{gran}"
+
+    def full_suite_command(self) -> str:
+        return "python -m pytest tests -q"
+
+    def install_commands(self, gpu_archs: str | None = None) -> list[list[str]]:
+        return [["python", "-m", "pip", "install", "-e", "."]]
+
+    def job_env(self, source_dir: Path, op: str, backend: str) -> dict[str, str]:
+        env = {"PYTHONPATH": str(source_dir)}
+        env.update(self.selector_env(op, backend))
+        return env
+
+
+EXAMPLE = ExampleTarget(
+    name="example",
+    package="turbo_kernels",
+    api_modules=("turbo_kernels.pytorch.ops", "turbo_kernels.pytorch.core.low_precision"),
+    backend_env={"gemm": "TURBO_KERNELS_GEMM_BACKEND"},
+    code_map={
+        ("gemm", "TRITON"): ("turbo_kernels/triton/gemm_kernel.py",),
+        ("gemm", "TORCH"): ("turbo_kernels/cpu/gemm.py",),
+        ("gemm_fp8", "TRITON"): _FP8_KERNELS,
+        ("gemm_fp8", "TORCH"): _CPU_FP8,
+    },
+)

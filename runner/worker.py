@@ -1,0 +1,246 @@
+"""The worker: ``python -m runner.worker SPEC.json OUT_DIR``.
+
+Runs inside the isolated environment (a fresh subprocess, container or Slurm task).
+For every shape of the spec it checks correctness on fresh seeded inputs, times
+forward and backward with the timing engine, checks correctness again after timing,
+and writes into OUT_DIR: ``benchmark.csv`` (the pinned schema), ``samples.json`` (raw
+per-batch times and correctness figures), ``meta.json`` (device and versions) and
+``worker.log``.  A shape that raises still gets a row (Check=FAIL, numbers nan).
+Speaks to the host only through these files.  Imports torch; never pydantic.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from runner.bench.timing import Timing, measure
+from runner.shapes import Shape
+from runner.spec import RoundSpec, load_spec, write_json_atomic
+
+log = logging.getLogger("runner.worker")
+NAN = float("nan")
+
+
+def resolve_device(requested: str) -> str:
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return requested
+
+
+def tflops_stats(flops: float, timing: Timing) -> tuple[float, float]:
+    """TFLOPS of the median time and the stddev of the per-batch TFLOPS."""
+    values = [flops / (ms * 1e-3) / 1e12 for ms in timing.samples_ms]
+    from runner.stats import stdev
+
+    return flops / (timing.median_ms * 1e-3) / 1e12, stdev(values)
+
+
+def measure_shape(adapter: Any, shape: Shape, spec: RoundSpec, device: str) -> dict[str, Any]:
+    """Check, time, re-check one shape; return its CSV row and raw record."""
+    checks = [adapter.check(shape, device, spec.seed + 1000 * i) for i in range(spec.check_seeds)]
+    case = adapter.case(shape, device, spec.seed)
+    fwd = measure(case.forward, spec.timing, device)
+    bwd = measure(case.backward, spec.timing, device) if case.backward else None
+    del case
+    fresh = None
+    if spec.extra.get("fresh", True) and hasattr(adapter, "fresh_step"):
+        fresh = measure(adapter.fresh_step(shape, device, spec.seed), spec.timing, device)
+    checks.append(adapter.check(shape, device, spec.seed + 7919))
+    problems = [p for c in checks for p in c.problems]
+    figures = {k: min(c.figures[k] for c in checks) for k in checks[0].figures}
+    row = gemm_row(shape, fwd, bwd, adapter, figures, ok=not problems)
+    raw = {
+        "forward": fwd.to_dict(),
+        "backward": bwd.to_dict() if bwd else None,
+        "fresh_step": fresh.to_dict() if fresh else None,
+        "checks": [{"ok": c.ok, "figures": c.figures, "problems": c.problems} for c in checks],
+    }
+    return {"row": row, "raw": raw, "problems": problems}
+
+
+def gemm_row(
+    shape: Shape,
+    fwd: Timing,
+    bwd: Timing | None,
+    adapter: Any,
+    figures: dict[str, float],
+    *,
+    ok: bool,
+) -> dict[str, object]:
+    fwd_flops = shape.flops_fwd
+    f_tflops, f_std = tflops_stats(fwd_flops, fwd)
+    row: dict[str, object] = {
+        "label": shape.label,
+        "B": shape.b,
+        "M": shape.m,
+        "N": shape.n,
+        "K": shape.k,
+        "Check": "PASS" if ok else "FAIL",
+        "Forward TFLOPS": f_tflops,
+        "Forward TFLOPS_stddev": f_std,
+        "Backward TFLOPS": None,
+        "Backward TFLOPS_stddev": None,
+        "Forward Time (ms)": fwd.median_ms,
+        "Backward Time (ms)": None,
+    }
+    if bwd is not None:
+        b_tflops, b_std = tflops_stats(2.0 * fwd_flops, bwd)
+        row.update(
+            {
+                "Backward TFLOPS": b_tflops,
+                "Backward TFLOPS_stddev": b_std,
+                "Backward Time (ms)": bwd.median_ms,
+            }
+        )
+    for key in ("out_snr", "da_snr", "db_snr"):
+        value = figures.get(key)
+        row[key] = round(value, 3) if value is not None and math.isfinite(value) else value
+    return row
+
+
+def failed_row(shape: Shape, columns: tuple[str, ...]) -> dict[str, object]:
+    row: dict[str, object] = {c: NAN for c in columns}
+    row.update({"label": shape.label, "B": shape.b, "M": shape.m, "N": shape.n, "K": shape.k})
+    row["Check"] = "FAIL"
+    return row
+
+
+def _check_imported_from_source(api: Any) -> None:
+    """The target package must come from the measured tree, not from site-packages
+    (an editable install of the user's checkout would silently win otherwise)."""
+    import os
+
+    expected = os.environ.get("TURBO_CAMPAIGN_SOURCE")
+    origin = Path(api.ops.__file__).resolve()
+    if expected and Path(expected).resolve() not in origin.parents:
+        raise SystemExit(
+            f"the target was imported from {origin}, not from the measured tree {expected}; "
+            "uninstall the copy in site-packages or reinstall it editable from that tree"
+        )
+
+
+def environment_meta(device: str) -> dict[str, Any]:
+    import torch
+
+    meta: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_hip": getattr(torch.version, "hip", None),
+        "torch_cuda": torch.version.cuda,
+        "device": device,
+        "host": platform.node(),
+    }
+    if device != "cpu":
+        meta["gpu_name"] = torch.cuda.get_device_name(0)
+    return meta
+
+
+def run_spec(spec: RoundSpec, out_dir: Path) -> int:
+    """Measure every shape of ``spec`` into ``out_dir``; return the process exit code."""
+    from runner.ops.base import load_adapter
+    from runner.schema import get_schema, write_csv
+    from runner.targets.registry import get_target
+
+    device = resolve_device(spec.device)
+    api = get_target(spec.target).load_api()
+    _check_imported_from_source(api)
+    adapter = load_adapter(spec.op, api, spec.options)
+    schema = get_schema(adapter.info.schema)
+    rows: list[dict[str, object]] = []
+    raw: dict[str, Any] = {}
+    for shape in spec.shapes:
+        t0 = time.perf_counter()
+        try:
+            result = measure_shape(adapter, shape, spec, device)
+        except Exception as exc:  # a shape that raised still gets a FAIL row
+            log.error("shape %s raised: %s\n%s", shape.label, exc, traceback.format_exc())
+            rows.append(failed_row(shape, schema.columns))
+            raw[shape.label] = {"error": f"{type(exc).__name__}: {exc}"}
+            continue
+        rows.append(result["row"])
+        raw[shape.label] = result["raw"]
+        for problem in result["problems"]:
+            log.error("shape %s failed a check: %s", shape.label, problem)
+        log.info(
+            "shape %s: %s in %.1f s", shape.label, result["row"]["Check"], time.perf_counter() - t0
+        )
+    write_json_atomic(out_dir / "samples.json", {"spec": spec.to_dict(), "shapes": raw})
+    write_json_atomic(out_dir / "meta.json", environment_meta(device))
+    write_csv(out_dir / "benchmark.csv", schema, rows)
+    return 0
+
+
+def run_test(spec: RoundSpec, out_dir: Path) -> int:
+    """Test mode: run the target's focused test command in the current directory (the
+    measured tree) and record its exit code and output."""
+    import os
+    import subprocess
+
+    command = str(spec.extra["command"])
+    env = dict(os.environ)  # "python" in the command is this interpreter
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        command,
+        shell=True,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        check=False,
+        env=env,
+    )
+    (out_dir / "test.log").write_text(f"$ {command}\n{proc.stdout}", encoding="utf-8")
+    write_json_atomic(
+        out_dir / "test.json",
+        {
+            "command": command,
+            "returncode": proc.returncode,
+            "seconds": round(time.perf_counter() - t0, 3),
+        },
+    )
+    return proc.returncode
+
+
+def check_source() -> None:
+    """Refuse to measure anything but the tree the host asked for."""
+    import os
+
+    expected = os.environ.get("TURBO_CAMPAIGN_SOURCE")
+    if expected and Path.cwd().resolve() != Path(expected).resolve():
+        raise SystemExit(f"worker runs in {Path.cwd()}, expected {expected}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m runner.worker SPEC.json OUT_DIR", file=sys.stderr)
+        return 2
+    out_dir = Path(args[1])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
+        handlers=[logging.FileHandler(out_dir / "worker.log"), logging.StreamHandler()],
+    )
+    spec = load_spec(Path(args[0]))
+    check_source()
+    if spec.extra.get("mode") == "test":
+        return run_test(spec, out_dir)
+    log.info(
+        "worker: %s", json.dumps({k: spec.to_dict()[k] for k in ("round", "role", "pass_index")})
+    )
+    return run_spec(spec, out_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
