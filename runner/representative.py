@@ -113,3 +113,18 @@ def select_representative(
         if r not in chosen:
             chosen.append(r)
     return [r.label for r in sorted(chosen, key=lambda r: (r.flops, r.label))]
+
+
+def choose_heldout(flops_by_label: Mapping[str, float]) -> list[str]:
+    """Shapes set aside at BASELINE and never shown in quick validation (MEASUREMENT.md
+    "held-out shapes"): one per ten shapes, at least one from five shapes on, at most
+    three, taken from the middle of the FLOPs order so the smallest and the largest stay
+    available as representatives.  Deterministic."""
+    ordered = sorted(flops_by_label, key=lambda lb: (flops_by_label[lb], lb))
+    n = len(ordered)
+    count = 0 if n < 5 else min(3, max(1, n // 10))
+    if not count:
+        return []
+    middle = ordered[1:-1]
+    step = len(middle) / (count + 1)
+    return sorted({middle[int(step * (i + 1))] for i in range(count)})

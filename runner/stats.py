@@ -11,6 +11,8 @@ def geomean(values: Iterable[float]) -> float:
     vals = list(values)
     if not vals or any(v <= 0 or math.isnan(v) for v in vals):
         return 0.0
+    if len(vals) == 1:
+        return vals[0]  # one shape: its own value, exactly
     return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 

@@ -22,7 +22,22 @@ def repo(tmp_path: Path) -> Path:
     path = tmp_path / "target"
     path.mkdir()
     subprocess.run(["git", "init", "-q", str(path)], check=True)
+    (path / "README").write_text("target\n")
+    ident = ["-c", "user.name=t", "-c", "user.email=t@localhost"]
+    subprocess.run(["git", "-C", str(path), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(path), *ident, "commit", "-qm", "base"], check=True)
     return path
+
+
+def test_init_refuses_a_repository_without_commits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty"
+    subprocess.run(["git", "init", "-q", str(empty)], check=True)
+    rc, _, err = invoke(capsys, tmp_path / "c", "--op", "gemm", "--source", str(empty), *BASIC)
+    assert rc == 2
+    assert "has no commit yet" in err
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())
 
 
 def invoke(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str, str]:

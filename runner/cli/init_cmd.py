@@ -9,7 +9,6 @@ from typing import Any, get_args
 
 import click
 
-from runner.campaign import Campaign
 from runner.cli.app import App
 from runner.cmd import run
 from runner.errors import ConfigError
@@ -78,12 +77,6 @@ def parse_shapes(text: str) -> str | list[str]:
     return shapes
 
 
-def _require(value: str | None, option: str) -> str:
-    if not value:
-        raise ConfigError(f"{option} is required for now: pass the focused command explicitly")
-    return value
-
-
 @click.command("init")
 @click.option("--op", required=True, help="Operator, e.g. gemm_fp8, gemm, grouped_gemm.")
 @click.option("--granularity", type=click.Choice(get_args(Granularity)), default=None)
@@ -115,9 +108,14 @@ def _require(value: str | None, option: str) -> str:
 @click.option("--image", default=None, help="Container image (docker/slurm executors).")
 @click.pass_obj
 def init_cmd(app: App, **opts: Any) -> None:
-    """Create a campaign directory with a validated manifest.yaml."""
+    """Create a campaign directory with a validated manifest.yaml.  The kernel source,
+    focused test and benchmark commands default to the target adapter's; the base
+    commit is the source tree's HEAD."""
+    from runner.newcampaign import create_campaign
+
     source = git_toplevel(opts["source"].resolve())
-    manifest = build_manifest(
+    campaign = create_campaign(
+        app.campaigns_root,
         campaign_name=opts["name"],
         target=opts["target"],
         source=str(source),
@@ -131,8 +129,8 @@ def init_cmd(app: App, **opts: Any) -> None:
         target_shapes=parse_shapes(opts["shapes"]),
         shape_set=opts["shape_set"],
         kernel_source=list(opts["kernel_source"]),
-        test_command=_require(opts["test_command"], "--test-command"),
-        benchmark_command=_require(opts["benchmark_command"], "--benchmark-command"),
+        test_command=opts["test_command"],
+        benchmark_command=opts["benchmark_command"],
         git_commit=not opts["no_git_commit"],
         git_branch=opts["git_branch"],
         max_iterations=opts["max_iterations"],
@@ -140,7 +138,6 @@ def init_cmd(app: App, **opts: Any) -> None:
         executor=opts["executor"],
         image=opts["image"],
     )
-    campaign = Campaign.init(app.campaigns_root, manifest)
     click.echo(f"campaign: {campaign.root}")
 
 

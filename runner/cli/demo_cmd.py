@@ -1,0 +1,27 @@
+"""``campaign demo``: the whole loop on the bundled example package."""
+
+from __future__ import annotations
+
+import click
+
+from runner.cli.app import App
+from runner.demo import run_demo
+
+
+@click.command("demo")
+@click.option("--passes", default=3, show_default=True, help="Baseline calibration passes.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.pass_obj
+def demo_cmd(app: App, passes: int, device: str) -> None:
+    """Baseline, a slow-down (ROLLED BACK) and a speed-up (ACCEPTED) on a fresh copy."""
+    campaign, results = run_demo(
+        app.campaigns_root, lambda m: click.echo(m, err=True), device=device, passes=passes
+    )
+    for r in results:
+        gate = r.gate
+        delta = f" ({gate.delta_pct:+.2f}% vs incumbent)" if gate else ""
+        click.echo(f"round-{r.round}: {r.status.value}{delta}")
+    click.echo(f"campaign: {campaign.root}")
+
+
+COMMANDS: list[click.Command] = [demo_cmd]

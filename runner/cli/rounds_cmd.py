@@ -1,0 +1,146 @@
+"""``campaign baseline`` and ``campaign validate``: the rounds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runner.campaign import Campaign
+from runner.cli.app import App
+from runner.errors import ConfigError, InfrastructureError, RolledBack
+from runner.executors.factory import make_executor
+from runner.results import RoundResult, Status
+from runner.rounds import Request, run_baseline, validate_round
+
+
+def echo_progress(message: str) -> None:
+    click.echo(f"  .. {message}", err=True)
+
+
+def find_campaign(app: App, name: str | None) -> Campaign:
+    return Campaign.find(app.campaigns_root, name)
+
+
+def _new_campaign(app: App, opts: dict[str, Any]) -> Campaign:
+    from runner.newcampaign import create_campaign, fresh_example_copy
+
+    source = opts["source"]
+    if source is None:
+        if opts["target"] != "example":
+            raise ConfigError("--source is required for the primus-turbo target (your checkout)")
+        stamp = click.get_current_context().meta.setdefault("stamp", _stamp())
+        source = fresh_example_copy(app.campaigns_root / "sources" / f"example-{stamp}")
+    return create_campaign(
+        app.campaigns_root,
+        target=opts["target"],
+        source=str(source),
+        target_op=opts["op"],
+        granularity=opts["granularity"],
+        target_backend=opts["backend"],
+        target_gpu=opts["gpu"],
+        campaign_name=opts["name"],
+    )
+
+
+def _stamp() -> str:
+    from datetime import datetime
+
+    return datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def print_result(result: RoundResult, campaign: Campaign) -> None:
+    gate = result.gate
+    click.echo(f"round-{result.round}: {result.status.value}")
+    if gate is not None:
+        click.echo(
+            f"  {gate.metric}: {gate.best_aggregate:.3f} -> "
+            f"{gate.candidate_aggregate:.3f} ({gate.delta_pct:+.3f}%)"
+        )
+    else:
+        click.echo(f"  {result.score.metric} geomean {result.score.aggregate:.3f}")
+    for reason in result.reasons:
+        click.echo(f"  - {reason.splitlines()[0] if reason else reason}")
+    click.echo(f"  summary: {campaign.summary_path(result.round)}")
+
+
+@click.command("baseline")
+@click.option("--campaign", "name", default=None, help="Campaign name (default: the only one).")
+@click.option("--op", default=None, help="Create the campaign first: operator, e.g. gemm_fp8.")
+@click.option("--granularity", default=None, help="tensorwise, rowwise or blockwise (fp8).")
+@click.option("--backend", default="TRITON", show_default=True)
+@click.option("--target", default="example", show_default=True, help="example or primus-turbo.")
+@click.option(
+    "--source",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Target git repo (default for example: a fresh copy).",
+)
+@click.option("--gpu", default="cpu", show_default=True, help="gfx942, gfx950, sm90 or cpu.")
+@click.option("--passes", default=5, show_default=True, help="Calibration passes (>= 2).")
+@click.option("--executor", default=None, help="Override the manifest: local or docker.")
+@click.pass_obj
+def baseline_cmd(
+    app: App, name: str | None, passes: int, executor: str | None, **opts: Any
+) -> None:
+    """Round-1: full validation, noise calibration, representative shapes, records."""
+    if opts["op"]:
+        campaign = _new_campaign(app, {**opts, "name": name})
+        click.echo(f"created campaign {campaign.name}", err=True)
+    else:
+        campaign = find_campaign(app, name)
+    result = run_baseline(
+        campaign, make_executor(campaign.manifest, executor), passes=passes, progress=echo_progress
+    )
+    print_result(result, campaign)
+    click.echo(f"representative shapes: {', '.join(campaign.manifest.representative_shapes)}")
+    click.echo(f"campaign: {campaign.root}")
+
+
+@click.command("validate")
+@click.option("--campaign", "name", default=None, help="Campaign name (default: the only one).")
+@click.option("--round", "round_n", type=int, required=True, help="The next round number.")
+@click.option("--hypothesis", required=True, help="The one hypothesis this change tests.")
+@click.option(
+    "--patch",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Candidate patch (default: the source tree's diff).",
+)
+@click.option("--level", type=click.Choice(["quick", "full"]), default="quick", show_default=True)
+@click.option("--restore", is_flag=True, help="On rollback, reset the touched files to the head.")
+@click.option("--bucket", default="K1", show_default=True, help="Section 8 bucket: K1-K4, W1.")
+@click.option("--pairs", type=int, default=None, help="B C C B blocks (default: manifest).")
+@click.option("--executor", default=None, help="Override the manifest: local or docker.")
+@click.pass_obj
+def validate_cmd(
+    app: App,
+    name: str | None,
+    round_n: int,
+    hypothesis: str,
+    patch: Path | None,
+    level: str,
+    restore: bool,
+    bucket: str,
+    pairs: int | None,
+    executor: str | None,
+) -> None:
+    """VALIDATE round N: the candidate against the last accepted round, paired."""
+    campaign = find_campaign(app, name)
+    text = patch.read_text(encoding="utf-8") if patch else None
+    request = Request(round_n, hypothesis, text, level, restore, bucket, pairs)
+    result = validate_round(
+        campaign, make_executor(campaign.manifest, executor), request, progress=echo_progress
+    )
+    print_result(result, campaign)
+    if result.status is Status.ROLLED_BACK:
+        raise RolledBack(f"round-{round_n} rolled back; the lineage is unchanged")
+    if result.status is Status.FAILED:
+        raise InfrastructureError(
+            f"round-{round_n} failed to measure (recorded as FAILED; the lineage is "
+            "unchanged); fix the crash shown in its summary and validate the next round"
+        )
+
+
+COMMANDS: list[click.Command] = [baseline_cmd, validate_cmd]

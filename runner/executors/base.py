@@ -1,0 +1,56 @@
+"""The executor seam: run one worker job in an isolated environment.
+
+A job is a round spec (JSON) plus the source tree to measure; the worker writes its
+artifacts into a folder the host owns.  Local, docker and slurm executors implement
+``Executor.run_job`` and are otherwise interchangeable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """One worker invocation.
+
+    ``source_dir`` is a fresh worktree of the target at the code to measure (never the
+    user's checkout).  ``prepare`` are the commands (argv lists, run with cwd =
+    source_dir) that make that tree importable in the environment (e.g. an editable
+    reinstall after a ``csrc/**`` change); ``env`` the extra environment for the
+    worker (backend selector, PYTHONPATH for pure-Python targets).  The worker runs as
+    ``python -m runner.worker <spec>`` and must leave ``benchmark.csv`` in ``out_dir``.
+    """
+
+    name: str  # e.g. "pass-03-candidate"
+    spec_path: Path
+    source_dir: Path
+    out_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    prepare: tuple[tuple[str, ...], ...] = ()
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    name: str
+    returncode: int
+    out_dir: Path
+    log_path: Path
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and (self.out_dir / "benchmark.csv").is_file()
+
+
+class Executor(Protocol):
+    """Runs worker jobs in fresh, isolated environments."""
+
+    name: str
+
+    def run_job(self, job: WorkerJob) -> JobOutcome:
+        """Run the job to completion; never raises for a worker failure (the outcome
+        says it), raises InfrastructureError when the environment itself broke."""
+        ...

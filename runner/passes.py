@@ -1,0 +1,122 @@
+"""Several worker passes of the same code, merged into the round's pinned CSV.
+
+Per shape: the median forward and backward time across passes (TFLOPS recomputed
+from it), the stddev of the per-pass TFLOPS as the ``*_stddev`` columns, the worst
+SNR, and FAIL when any pass FAILed.  The raw per-pass CSVs stay in ``artifacts/``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from runner.errors import ConfigError
+from runner.results import PairSample
+from runner.schema import BenchCSV, Row, Schema, read_csv, write_csv
+from runner.scoring import score
+from runner.stats import geomean, median, stdev
+
+_FWD_T, _BWD_T = "Forward Time (ms)", "Backward Time (ms)"
+
+
+def read_passes(paths: Sequence[Path], pinned: str | None) -> list[BenchCSV]:
+    csvs = [read_csv(p, pinned=pinned) for p in paths]
+    labels = csvs[0].labels()
+    for csv in csvs[1:]:
+        if csv.labels() != labels:
+            raise ConfigError(f"pass {csv.path} covers other shapes than {csvs[0].path}")
+    return csvs
+
+
+def merge_rows(csvs: Sequence[BenchCSV]) -> list[dict[str, object]]:
+    """One row per shape from several passes (see the module docstring)."""
+    columns = zip(*(c.rows for c in csvs), strict=True)
+    return [_merge_one(list(rows), csvs[0].schema) for rows in columns]
+
+
+def _merge_one(rows: list[Row], schema: Schema) -> dict[str, object]:
+    first = rows[0]
+    out: dict[str, object] = dict(first.values)
+    if any(not r.passed for r in rows):
+        out.update({c: "nan" for c in schema.columns if c not in ("label", "B", "M", "N", "K")})
+        out["Check"] = "FAIL"
+        return out
+    out["Check"] = "PASS"
+    for time_col, metric, std in _time_columns(schema):
+        times = [r.number(time_col) for r in rows]
+        if any(t is None or math.isnan(t) for t in times):
+            continue
+        values = [r.number(metric) for r in rows]
+        work = [v * t for v, t in zip(values, times, strict=True) if v is not None and t]
+        med_t = median([t for t in times if t is not None])
+        out[time_col] = med_t
+        out[metric] = median(work) / med_t if work else out[metric]
+        per_pass = [v for v in values if v is not None]
+        out[std] = stdev(per_pass) if len(per_pass) > 1 else first.number(std)
+    for col in schema.columns:
+        if col.endswith("_snr") or col == "max_abs_err":
+            nums = [r.number(col) for r in rows]
+            finite = [n for n in nums if n is not None and not math.isnan(n)]
+            if finite:
+                out[col] = min(finite) if col.endswith("_snr") else max(finite)
+    return out
+
+
+def _time_columns(schema: Schema) -> list[tuple[str, str, str]]:
+    unit = "GB/s" if schema.kind == "memory" else "TFLOPS"
+    return [
+        (_FWD_T, f"Forward {unit}", f"Forward {unit}_stddev"),
+        (_BWD_T, f"Backward {unit}", f"Backward {unit}_stddev"),
+    ]
+
+
+def write_merged(path: Path, csvs: Sequence[BenchCSV]) -> BenchCSV:
+    write_csv(path, csvs[0].schema, merge_rows(csvs))
+    return read_csv(path, pinned=csvs[0].header)
+
+
+def per_pass_metric(csvs: Sequence[BenchCSV], metric: str) -> list[dict[str, float]]:
+    """The primary metric per shape for each pass (PASS rows only)."""
+    result = []
+    for csv in csvs:
+        s = score(csv, metric)
+        result.append({x.label: x.value for x in s.shapes if x.value is not None})
+    return result
+
+
+def pair_samples(
+    incumbent: Sequence[BenchCSV], candidate: Sequence[BenchCSV], metric: str
+) -> list[PairSample]:
+    """Pass i of the incumbent paired with pass i of the candidate (same block)."""
+    inc = per_pass_metric(incumbent, metric)
+    cand = per_pass_metric(candidate, metric)
+    return [PairSample(i, c) for i, c in zip(inc, cand, strict=True) if i and c]
+
+
+def fresh_step_ms(csv_path: Path) -> dict[str, float]:
+    """Median fresh-tensor training-step time per shape of one pass (from the
+    ``samples.json`` beside its CSV); empty when the pass did not measure it."""
+    samples = csv_path.parent / "samples.json"
+    if not samples.exists():
+        return {}
+    data = json.loads(samples.read_text(encoding="utf-8"))
+    out = {}
+    for label, raw in data.get("shapes", {}).items():
+        fresh = raw.get("fresh_step") if isinstance(raw, dict) else None
+        if fresh:
+            out[label] = float(fresh["median_ms"])
+    return out
+
+
+def fresh_gain(incumbent: Sequence[Path], candidate: Sequence[Path]) -> float | None:
+    """Geomean over shapes of incumbent/candidate fresh-step time, minus one (a
+    fraction); None when either side lacks fresh-mode samples."""
+    inc = [fresh_step_ms(p) for p in incumbent]
+    cand = [fresh_step_ms(p) for p in candidate]
+    labels = set.intersection(*(set(d) for d in inc + cand)) if inc and cand else set()
+    if not labels:
+        return None
+    ratios = [median([d[lb] for d in inc]) / median([d[lb] for d in cand]) for lb in labels]
+    return geomean(ratios) - 1.0

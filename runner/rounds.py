@@ -1,0 +1,695 @@
+"""Rounds end to end: the baseline (round-1) and each VALIDATE round.
+
+Flow: refuse bad requests before writing anything -> fresh worktrees of the incumbent
+(the lineage head) and the candidate (head + patch) -> focused test -> interleaved
+worker passes (B C C B) through the executor into a temporary folder -> merged pinned
+CSVs -> the gate (more paired passes when it asks) -> artifacts copied into the round
+folder -> kernel snapshot -> records (summary, both logs, result.json last) -> on
+ACCEPTED the lineage commit and ref update, after the records.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+
+from runner.audit import AuditReport, audit_patch, check_declared_bucket
+from runner.bench.timing import TimingSettings
+from runner.campaign import Campaign
+from runner.errors import ConfigError
+from runner.executors.base import Executor, JobOutcome, WorkerJob
+from runner.gate import calibrate_sigma, decide
+from runner.lineage import Lineage, snapshot
+from runner.manifest import Manifest, branch_name, validate_manifest
+from runner.ops.info import op_info
+from runner.passes import (
+    fresh_gain,
+    pair_samples,
+    per_pass_metric,
+    read_passes,
+    write_merged,
+)
+from runner.quickscript import write_quick_script
+from runner.records import close_round
+from runner.representative import choose_heldout, select_representative
+from runner.results import (
+    Decision,
+    GateResult,
+    RollbackAnalysis,
+    RoundResult,
+    Score,
+    ShapeScore,
+    Status,
+    TransferCheck,
+)
+from runner.schema import BenchCSV
+from runner.scoring import score
+from runner.shapes import Shape, shape_set
+from runner.spec import RoundSpec, save_spec, write_json_atomic
+from runner.stats import rel_stdev
+from runner.targets.base import Target
+from runner.targets.registry import get_target
+
+Progress = Callable[[str], None]
+MIN_SIGMA = 1e-6
+
+
+def now() -> str:
+    return datetime.now().strftime("%Y-%m-%d %H:%M")
+
+
+@dataclass
+class Round:
+    """What one round needs while it runs."""
+
+    campaign: Campaign
+    executor: Executor
+    progress: Progress
+    tmp: Path
+    round: int
+    level: str
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.campaign.manifest
+
+    @property
+    def target(self) -> Target:
+        return get_target(self.manifest.target)
+
+    @property
+    def lineage(self) -> Lineage:
+        m = self.manifest
+        return Lineage(Path(m.source), m.campaign_name, branch_name(m))
+
+    def timing(self) -> TimingSettings:
+        fields = self.manifest.timing.model_dump()
+        return TimingSettings(cache_mode=self.manifest.cache_mode, **fields)
+
+    def spec(self, role: str, index: int, shapes: list[Shape], **extra: object) -> RoundSpec:
+        m = self.manifest
+        options = {"granularity": m.granularity, "backend": m.target_backend}
+        return RoundSpec(
+            campaign=m.campaign_name,
+            round=self.round,
+            role=role,
+            pass_index=index,
+            level=self.level,
+            target=m.target,
+            op=m.target_op,
+            options=options,
+            shapes=tuple(shapes),
+            timing=self.timing(),
+            extra=dict(extra),
+        )
+
+    def job(self, name: str, spec: RoundSpec, tree: Path) -> JobOutcome:
+        spec_path = self.tmp / "specs" / f"{name}.json"
+        save_spec(spec_path, spec)
+        m = self.manifest
+        env = self.target.job_env(tree, m.target_op, m.target_backend)
+        job = WorkerJob(name, spec_path, tree, self.tmp / name, env=env)
+        self.progress(f"round-{self.round}: {name}")
+        return self.executor.run_job(job)
+
+
+# ---- shapes --------------------------------------------------------------------------
+def all_shapes(m: Manifest) -> list[Shape]:
+    shapes = shape_set(m.shape_set)
+    if m.target_shapes == "all":
+        return shapes
+    by_label = {s.label: s for s in shapes}
+    missing = [label for label in m.target_shapes if label not in by_label]
+    if missing:
+        raise ConfigError(f"target_shapes not in shape set {m.shape_set}: {missing}")
+    return [by_label[label] for label in m.target_shapes]
+
+
+def level_shapes(m: Manifest, level: str) -> list[Shape]:
+    shapes = all_shapes(m)
+    if level == "full":
+        return shapes
+    if level != "quick":
+        raise ConfigError(f"--level must be quick or full, not {level!r}")
+    if not m.representative_shapes:
+        raise ConfigError("no representative shapes yet: run `campaign baseline` first")
+    chosen = set(m.representative_shapes)
+    return [s for s in shapes if s.label in chosen]
+
+
+# ---- passes --------------------------------------------------------------------------
+def run_pass(rnd: Round, role: str, index: int, tree: Path, shapes: list[Shape]) -> Path:
+    """One worker pass; returns its CSV or raises RoundFailed with the log tail."""
+    name = f"pass-{index:02d}-{role}"
+    outcome = rnd.job(name, rnd.spec(role, index, shapes), tree)
+    if not outcome.ok:
+        raise RoundFailed(f"worker {name} failed (exit {outcome.returncode})", outcome.log_path)
+    return outcome.out_dir / "benchmark.csv"
+
+
+def run_focused_test(rnd: Round, role: str, tree: Path) -> tuple[bool, str]:
+    m = rnd.manifest
+    spec = rnd.spec(role, 0, [], mode="test", command=m.test_command)
+    outcome = rnd.job(f"test-{role}", spec, tree)
+    log = outcome.out_dir / "test.log"
+    tail = log.read_text(encoding="utf-8")[-1500:] if log.exists() else ""
+    return outcome.returncode == 0, tail
+
+
+class RoundFailed(Exception):
+    """A worker crashed: the round is recorded as FAILED and nothing else changes."""
+
+    def __init__(self, message: str, log_path: Path | None = None) -> None:
+        tail = ""
+        if log_path and log_path.exists():
+            tail = log_path.read_text(encoding="utf-8", errors="replace")[-1500:]
+        super().__init__(message + (f"\n{tail}" if tail else ""))
+        self.message = message
+
+
+def _guarded_read(paths: list[Path], pinned: str | None) -> list[BenchCSV]:
+    return read_passes(paths, pinned)
+
+
+# ---- baseline ------------------------------------------------------------------------
+def run_baseline(
+    campaign: Campaign, executor: Executor, *, passes: int = 5, progress: Progress = print
+) -> RoundResult:
+    """Round-1: full validation over every target shape in ``passes`` fresh processes,
+    noise calibration, representative shapes, the quick script, records."""
+    if passes < 2:
+        raise ConfigError("the baseline needs at least 2 passes to calibrate noise (use 5)")
+    with campaign.lock():
+        if campaign.closed_rounds():
+            raise ConfigError(
+                f"campaign {campaign.name} already has a baseline; the next round is "
+                f"{campaign.next_round()}: campaign validate --round {campaign.next_round()}"
+            )
+        m = campaign.manifest
+        if not m.base_commit:
+            raise ConfigError("manifest has no base_commit; re-create the campaign")
+        started = now()
+        with tempfile.TemporaryDirectory(prefix="turbo-campaign-") as tmp:
+            rnd = Round(campaign, executor, progress, Path(tmp), 1, "full")
+            result = _baseline_in(rnd, passes, started)
+        return result
+
+
+def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:
+    m, campaign = rnd.manifest, rnd.campaign
+    lineage = rnd.lineage
+    lineage.start(m.base_commit or "")
+    shapes = all_shapes(m)
+    with lineage.worktree(m.base_commit or "") as tree:
+        ok, tail = run_focused_test(rnd, "baseline", tree)
+        if not ok:
+            raise ConfigError(f"the focused test fails on the base commit:\n{tail}")
+        paths = [run_pass(rnd, "baseline", i, tree, shapes) for i in range(1, passes + 1)]
+        csvs = _guarded_read(paths, None)
+        merged = write_merged(rnd.tmp / "benchmark.csv", csvs)
+        base_score = score(merged, m.primary_metric)
+        per_pass = per_pass_metric(csvs, base_score.metric)
+        sigma_g, _ = calibrate_sigma(per_pass)
+        heldout = m.heldout_shapes or choose_heldout({s.label: s.flops_fwd for s in shapes})
+        rep = _representative(m, merged, per_pass, exclude=set(heldout))
+        campaign.manifest = validate_manifest(
+            {
+                **m.model_dump(),
+                "pinned_header": merged.header,
+                "representative_shapes": rep,
+                "heldout_shapes": heldout,
+                "sigma_g": max(sigma_g, MIN_SIGMA),
+            },
+            "baseline",
+        )
+        write_quick_script(campaign)
+        quick_log = _quick_baseline(rnd, tree)
+        snapshot(tree, m.kernel_source, campaign.snapshot_dir(1))
+    _store_artifacts(rnd, campaign.artifacts_dir(1), extra={"quick_baseline.log": quick_log})
+    campaign.save_manifest()
+    result = RoundResult(
+        round=1,
+        status=Status.BASELINE,
+        level="full",
+        hypothesis="Baseline: no code changed; measure the base commit.",
+        change="none (baseline: no code changed)",
+        description="baseline",
+        started=started,
+        finished=now(),
+        test_command=m.test_command,
+        benchmark_command=m.benchmark_command,
+        score=base_score,
+        baseline=base_score,
+        best=None,
+        reasons=[f"noise calibration over {passes} passes: sigma_G = {100 * sigma_g:.3f}%"],
+        artifacts=_artifact_list(campaign, 1),
+        attribution="No code changed; the baseline is the reference for every later round.",
+        next_direction="Profile the representative shapes and state the first hypothesis.",
+        key_finding=f"sigma_G {100 * sigma_g:.3f}%; representative: {', '.join(rep)}",
+        commit=m.base_commit,
+    )
+    close_round(campaign, result)
+    return result
+
+
+def _representative(
+    m: Manifest, merged: BenchCSV, per_pass: list[dict[str, float]], exclude: set[str]
+) -> list[str]:
+    shapes = {s.label: s for s in all_shapes(m)}
+    rows = []
+    for row in merged.rows:
+        if row.label in exclude:
+            continue
+        values = [p[row.label] for p in per_pass if row.label in p]
+        rows.append(
+            {
+                "label": row.label,
+                "check": row.check,
+                "flops": shapes[row.label].flops_fwd,
+                "rel_std": rel_stdev(values),
+            }
+        )
+    grouped = m.target_op.startswith("grouped_gemm")
+    return select_representative(rows, grouped=grouped)
+
+
+def _quick_baseline(rnd: Round, tree: Path) -> str:
+    """Run the generated quick script on the baseline tree; its output is the log."""
+    m = rnd.manifest
+    spec = rnd.spec(
+        "baseline",
+        0,
+        [],
+        mode="test",
+        command=f"python {rnd.campaign.quick_script} --summary-csv quick.csv",
+    )
+    outcome = rnd.job("quick-baseline", spec, tree)
+    log = outcome.out_dir / "test.log"
+    text = log.read_text(encoding="utf-8") if log.exists() else ""
+    if outcome.returncode != 0:
+        raise RoundFailed(f"the quick script failed on the baseline ({m.quick_command})", log)
+    return text
+
+
+# ---- validate ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Request:
+    round: int
+    hypothesis: str
+    patch: str | None  # None: the user's working-tree diff
+    level: str = "quick"
+    restore: bool = False
+    bucket: str = "K1"
+    pairs: int | None = None
+
+
+def validate_round(
+    campaign: Campaign, executor: Executor, request: Request, *, progress: Progress = print
+) -> RoundResult:
+    """One VALIDATE round; refuses bad requests before writing anything."""
+    with campaign.lock():
+        expected = campaign.next_round()
+        if expected == 1:
+            raise ConfigError("no baseline yet: run `campaign baseline` first")
+        if request.round != expected:
+            raise ConfigError(
+                f"round {request.round} is not the next round: round-{expected - 1} is the last "
+                f"closed one, so run `campaign validate --round {expected}` (round numbers "
+                "are never reused)"
+            )
+        if not request.hypothesis.strip():
+            raise ConfigError("state the hypothesis before the change: --hypothesis TEXT")
+        lineage = Lineage(
+            Path(campaign.manifest.source), campaign.name, branch_name(campaign.manifest)
+        )
+        patch = request.patch if request.patch is not None else lineage.working_tree_patch()
+        touched = lineage.check_patch(patch)
+        started = now()
+        with tempfile.TemporaryDirectory(prefix="turbo-campaign-") as tmp:
+            rnd = Round(campaign, executor, progress, Path(tmp), request.round, request.level)
+            return _validate_in(rnd, request, patch, touched, started)
+
+
+def _validate_in(
+    rnd: Round, request: Request, patch: str, touched: list[str], started: str
+) -> RoundResult:
+    campaign, m = rnd.campaign, rnd.manifest
+    round_dir = campaign.round_dir(rnd.round)
+    shutil.rmtree(round_dir, ignore_errors=True)  # an interrupted, unclosed attempt
+    round_dir.mkdir(parents=True)
+    (round_dir / "candidate.patch").write_text(patch, encoding="utf-8")
+    lineage = rnd.lineage
+    head = lineage.head()
+    best = _current_best(campaign)
+    shapes = level_shapes(m, request.level)
+    try:
+        with lineage.worktree(head) as inc_tree, lineage.worktree(head, patch) as cand_tree:
+            snapshot(cand_tree, m.kernel_source, campaign.snapshot_dir(rnd.round))
+            vetoes, transfer, report = audit_candidate(
+                patch, touched, inc_tree, cand_tree, request.bucket
+            )
+            write_json_atomic(rnd.tmp / "audit.json", report.to_dict())
+            gate, inc_score, cand_score = _measure_and_judge(
+                rnd, request, inc_tree, cand_tree, shapes, vetoes
+            )
+    except RoundFailed as exc:
+        return _close_failed(rnd, request, patch, touched, started, best, str(exc))
+    commit = None
+    message = ""
+    if gate.decision.accepted:
+        message = commit_message(m, rnd.round, request.hypothesis, gate)
+        commit = lineage.make_commit(head, patch, message)
+    result = _round_result(
+        rnd, request, patch, touched, started, gate, cand_score, inc_score, best, commit
+    )
+    transfer.benchmark_gain_pct = round(gate.delta_pct, 3)
+    transfer.estimated_real_gain_pct = 0.0 if report.rejects else round(gate.delta_pct, 3)
+    result.transfer = transfer
+    close_round(campaign, result)
+    if commit:
+        lineage.advance(commit, head, move_branch=m.git_commit)
+    elif request.restore:
+        lineage.restore_user_tree(touched)
+    return result
+
+
+def audit_candidate(
+    patch: str, touched: list[str], inc_tree: Path, cand_tree: Path, bucket: str
+) -> tuple[list[str], TransferCheck, AuditReport]:
+    """The static audit (PROTOCOL.md section 8): vetoes and the transfer-check record."""
+    py = [p for p in touched if p.endswith(".py")]
+    new = {p: (cand_tree / p).read_text(encoding="utf-8") for p in py if (cand_tree / p).exists()}
+    old = {p: (inc_tree / p).read_text(encoding="utf-8") for p in py if (inc_tree / p).exists()}
+    report = audit_patch(patch, new, old)
+    vetoes = [
+        f"over-fitting audit: {f.bucket} {f.path}:{f.line}: {f.message}"
+        for f in report.findings
+        if f.severity == "reject"
+    ]
+    vetoes += [f"declared bucket: {p}" for p in check_declared_bucket(report, bucket)]
+    cache = report.adds_cache
+    transfer = TransferCheck(
+        bucket=bucket.upper(),
+        cache_key="; ".join(f.message for f in report.findings if f.bucket == "W1") or "none",
+        id_audit=report.id_audit(),
+        hit_rate_trace="8-step simulation required (a cache was added)"
+        if cache
+        else "n/a (no cache added)",
+        decision="REJECT-as-overfit"
+        if report.rejects
+        else ("ACCEPT-with-asterisk" if cache else "ACCEPT-as-real"),
+    )
+    return vetoes, transfer, report
+
+
+def _measure_and_judge(
+    rnd: Round,
+    request: Request,
+    inc_tree: Path,
+    cand_tree: Path,
+    shapes: list[Shape],
+    vetoes: list[str],
+) -> tuple[GateResult, Score, Score]:
+    m = rnd.manifest
+    ok, tail = run_focused_test(rnd, "candidate", cand_tree)
+    if not ok:
+        vetoes.append(f"focused test failed on the candidate ({m.test_command}):\n{tail}")
+    blocks = request.pairs or m.pairs
+    inc_paths: list[Path] = []
+    cand_paths: list[Path] = []
+    index = 0
+    if not vetoes:
+        for _ in range(blocks):  # B C C B
+            for role, tree in (
+                ("incumbent", inc_tree),
+                ("candidate", cand_tree),
+                ("candidate", cand_tree),
+                ("incumbent", inc_tree),
+            ):
+                index += 1
+                path = run_pass(rnd, role, index, tree, shapes)
+                (inc_paths if role == "incumbent" else cand_paths).append(path)
+    if vetoes:
+        return _veto_only(rnd, vetoes, shapes)
+    gate, inc_score, cand_score = _judge(rnd, inc_paths, cand_paths, vetoes)
+    extra_needed = _extra_pairs(m, gate, len(cand_paths))
+    for _ in range(extra_needed):
+        index += 1
+        cand_paths.append(run_pass(rnd, "candidate", index, cand_tree, shapes))
+        index += 1
+        inc_paths.append(run_pass(rnd, "incumbent", index, inc_tree, shapes))
+    if extra_needed:
+        gate, inc_score, cand_score = _judge(rnd, inc_paths, cand_paths, vetoes)
+    return gate, inc_score, cand_score
+
+
+def _extra_pairs(m: Manifest, gate: GateResult, have: int) -> int:
+    if gate.decision is not Decision.NEEDS_REMEASURE:
+        return 0
+    need = 5 if (m.sigma_g or 0) > 0.01 else 3
+    return max(need - have, 1)
+
+
+def _judge(
+    rnd: Round, inc_paths: list[Path], cand_paths: list[Path], vetoes: list[str]
+) -> tuple[GateResult, Score, Score]:
+    m = rnd.manifest
+    pinned = m.pinned_header
+    inc = read_passes(inc_paths, pinned)
+    cand = read_passes(cand_paths, pinned)
+    inc_csv = write_merged(rnd.tmp / "incumbent.csv", inc)
+    cand_csv = write_merged(rnd.tmp / "benchmark.csv", cand)
+    inc_score = score(inc_csv, m.primary_metric)
+    cand_score = score(cand_csv, inc_score.metric)
+    pairs = pair_samples(inc, cand, inc_score.metric) if inc_score.n_fail == 0 else []
+    if inc_score.n_fail:
+        raise RoundFailed("the incumbent FAILed a correctness check: the lineage head is broken")
+    gate = decide(inc_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=vetoes)
+    gate = heldout_flag(gate, m.heldout_shapes)
+    inflated = inflation_veto(gate, fresh_gain(inc_paths, cand_paths), m.sigma_g or 0.0)
+    if inflated:
+        gate = decide(
+            inc_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=[*vetoes, inflated]
+        )
+    return gate, inc_score, cand_score
+
+
+INFLATION_LIMIT_PCT = 1.0
+
+
+def heldout_flag(gate: GateResult, heldout: list[str]) -> GateResult:
+    """At --level full the held-out shapes are measured too: a gain that does not hold
+    on them is flagged in the reasons (over-fitting to the shape set)."""
+    deltas = [s.delta_pct for s in gate.shapes if s.label in heldout and s.delta_pct is not None]
+    if not deltas or not gate.decision.accepted:
+        return gate
+    mean = sum(deltas) / len(deltas)
+    if mean > 0:
+        note = f"held-out shapes confirm the gain (mean {mean:+.3f}%)"
+    else:
+        note = (
+            f"FLAG: the gain does not hold on the held-out shapes (mean {mean:+.3f}%): "
+            "possible over-fitting to the representative shapes"
+        )
+    return replace(gate, reasons=(*gate.reasons, note))
+
+
+def inflation_veto(gate: GateResult, fresh: float | None, sigma_g: float) -> str | None:
+    """MEASUREMENT.md: a gain in the benchmark idiom (same tensors every call) that
+    exceeds the fresh-tensor training-step gain by more than 1% is inflated.
+
+    The fresh step also pays for making fresh tensors, which dilutes a real gain a
+    little, and each side carries its noise: so the gap must exceed max(1%, 3 sigma_G)
+    and the fresh gain must also fall below three quarters of the idiom gain.  A gain
+    that lives on tensor identity (a cache) shows a fresh gain near zero: caught."""
+    if fresh is None or not gate.decision.accepted:
+        return None
+    gap = gate.delta_pct - 100.0 * fresh
+    limit = max(INFLATION_LIMIT_PCT, 300.0 * sigma_g)
+    if gap > limit and 100.0 * fresh < 0.75 * gate.delta_pct:
+        return (
+            f"over-fit: benchmark-idiom gain {gate.delta_pct:+.3f}% exceeds the "
+            f"fresh-tensor step gain {100.0 * fresh:+.3f}% by {gap:.3f} points (> 1%)"
+        )
+    return None
+
+
+def _veto_only(
+    rnd: Round, vetoes: list[str], shapes: list[Shape]
+) -> tuple[GateResult, Score, Score]:
+    metric = rnd.manifest.primary_metric
+    empty = Score(
+        metric, 0.0, tuple(ShapeScore(s.label, "FAIL", None) for s in shapes), 0, len(shapes)
+    )
+    gate = GateResult(Decision.ROLLED_BACK, metric, 0.0, 0.0, 0.0, (), (), tuple(vetoes))
+    return gate, empty, empty
+
+
+def _current_best(campaign: Campaign) -> RoundResult:
+    best = campaign.last_accepted()
+    if best is None:
+        raise ConfigError("no accepted round (not even the baseline) is recorded")
+    return best
+
+
+def _baseline_score(campaign: Campaign) -> Score:
+    return campaign.load_result(1).score
+
+
+def commit_message(m: Manifest, n: int, hypothesis: str, gate: GateResult) -> str:
+    """PROTOCOL.md section 6: the lineage commit message of an accepted round."""
+    summary = hypothesis.strip().splitlines()[0][:72]
+    change = (
+        f"geomean {gate.best_aggregate:.3f} -> {gate.candidate_aggregate:.3f} "
+        f"{_unit(gate.metric)} ({gate.delta_pct:+.1f}%)"
+    )
+    return (
+        f"[optimize] {m.target_op} {m.target_backend} round-{n}: {summary}\n\n"
+        f"Hypothesis: {hypothesis.strip()}\n"
+        f"Result: {change}\n"
+        f"Details: {Path(m.quick_command.split()[-1]).parent / 'logs' / 'optimize.md'}\n"
+    )
+
+
+def _unit(metric: str) -> str:
+    return "GB/s" if "GB/s" in metric else "TFLOPS"
+
+
+def _round_result(
+    rnd: Round,
+    request: Request,
+    patch: str,
+    touched: list[str],
+    started: str,
+    gate: GateResult,
+    cand: Score,
+    inc: Score,
+    best: RoundResult,
+    commit: str | None,
+) -> RoundResult:
+    campaign, m = rnd.campaign, rnd.manifest
+    _store_artifacts(rnd, campaign.artifacts_dir(rnd.round), gate=gate)
+    status = Status.ACCEPTED if gate.decision.accepted else Status.ROLLED_BACK
+    change = describe_patch(patch, touched)
+    rollback = None
+    if status is Status.ROLLED_BACK:
+        rollback = RollbackAnalysis(
+            change=change,
+            expected=request.hypothesis,
+            actual=f"{gate.delta_pct:+.3f}% geomean vs the incumbent; " + "; ".join(gate.reasons),
+            root_cause="the measured effect did not support the hypothesis (see Results)",
+            lesson="record the direction as ineffective unless a profile shows otherwise",
+        )
+    return RoundResult(
+        round=rnd.round,
+        status=status,
+        level=request.level,
+        hypothesis=request.hypothesis,
+        change=change,
+        description=request.hypothesis.strip().splitlines()[0][:80],
+        started=started,
+        finished=now(),
+        test_command=m.test_command,
+        benchmark_command=m.benchmark_command,
+        score=cand,
+        baseline=_baseline_score(campaign),
+        best=inc,
+        gate=gate,
+        reasons=list(gate.reasons),
+        artifacts=_artifact_list(campaign, rnd.round),
+        attribution=f"single change to {', '.join(touched)}; incumbent and candidate measured "
+        "paired (B C C B) in fresh processes on the same device",
+        next_direction="continue along this direction"
+        if status is Status.ACCEPTED
+        else "diagnose and try another approach to the same bottleneck",
+        key_finding=f"{gate.decision.value}: geomean {gate.delta_pct:+.3f}% vs incumbent",
+        rollback=rollback,
+        commit=commit,
+    )
+
+
+def _close_failed(
+    rnd: Round,
+    request: Request,
+    patch: str,
+    touched: list[str],
+    started: str,
+    best: RoundResult,
+    why: str,
+) -> RoundResult:
+    campaign, m = rnd.campaign, rnd.manifest
+    _store_artifacts(rnd, campaign.artifacts_dir(rnd.round))
+    labels = [s.label for s in best.score.shapes]
+    empty = Score(
+        m.primary_metric, 0.0, tuple(ShapeScore(lb, "FAIL", None) for lb in labels), 0, len(labels)
+    )
+    result = RoundResult(
+        round=rnd.round,
+        status=Status.FAILED,
+        level=request.level,
+        hypothesis=request.hypothesis,
+        change=describe_patch(patch, touched),
+        description=request.hypothesis.strip().splitlines()[0][:80],
+        started=started,
+        finished=now(),
+        test_command=m.test_command,
+        benchmark_command=m.benchmark_command,
+        score=empty,
+        baseline=_baseline_score(campaign),
+        best=best.score,
+        gate=None,
+        reasons=[why],
+        artifacts=_artifact_list(campaign, rnd.round),
+        key_finding="worker failed; nothing in the lineage changed",
+        rollback=RollbackAnalysis(
+            describe_patch(patch, touched),
+            request.hypothesis,
+            "the measurement did not complete",
+            why.splitlines()[0],
+            "fix the crash before measuring again",
+        ),
+    )
+    close_round(campaign, result)
+    return result
+
+
+def describe_patch(patch: str, touched: list[str]) -> str:
+    added = sum(1 for ln in patch.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
+    removed = sum(1 for ln in patch.splitlines() if ln.startswith("-") and not ln.startswith("---"))
+    return f"{', '.join(touched) or '(no files)'} (+{added} -{removed} lines)"
+
+
+def _store_artifacts(
+    rnd: Round, dest: Path, *, gate: GateResult | None = None, extra: dict[str, str] | None = None
+) -> None:
+    """Copy the finished run's outputs from the temporary folder into the round."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("benchmark.csv", "incumbent.csv", "audit.json"):
+        if (rnd.tmp / name).exists():
+            shutil.copy2(rnd.tmp / name, dest / name)
+    passes = dest / "passes"
+    for sub in sorted(rnd.tmp.iterdir()):
+        if sub.is_dir() and sub.name != "specs":
+            shutil.copytree(sub, passes / sub.name, dirs_exist_ok=True)
+    if (rnd.tmp / "specs").exists():
+        shutil.copytree(rnd.tmp / "specs", dest / "specs", dirs_exist_ok=True)
+    if gate is not None:
+        import json
+
+        (dest / "gate.json").write_text(
+            json.dumps(gate.to_dict(), indent=2) + "\n", encoding="utf-8"
+        )
+    for name, text in (extra or {}).items():
+        (dest / name).write_text(text, encoding="utf-8")
+
+
+def _artifact_list(campaign: Campaign, n: int) -> list[str]:
+    root = campaign.artifacts_dir(n)
+    return sorted(str(p.relative_to(campaign.root)) for p in root.glob("*") if p.is_file())
+
+
+__all__ = ["Request", "RoundFailed", "op_info", "replace", "run_baseline", "validate_round"]
