@@ -1,0 +1,400 @@
+"""The Slurm executor: exact sbatch argv and scripts (pure), outcome rules, and real
+jobs on the one-node cluster that ``scripts/slurm-setup.sh`` starts (marked slurm).
+
+The real tests skip only when ``sinfo`` fails and CI is unset; under CI they try the
+setup script once and fail when the cluster still does not answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from runner import cmd
+from runner.bench.timing import TimingSettings
+from runner.errors import ConfigError, InfrastructureError
+from runner.executors import slurm
+from runner.executors.base import WorkerJob
+from runner.executors.slurm import (
+    LOST_RC,
+    NO_CSV_RC,
+    STATE_RC,
+    SlurmExecutor,
+    SlurmSettings,
+    array_script,
+    docker_run_line,
+    sbatch_args,
+    task_returncode,
+    task_script,
+)
+from runner.executors.slurm_parse import (
+    all_final,
+    parse_job_id,
+    parse_scontrol,
+    safe_name,
+    state_by_task,
+)
+from runner.shapes import Shape
+from runner.spec import RoundSpec, save_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---- pure ----------------------------------------------------------------------------
+def test_sbatch_args_exact() -> None:
+    settings = SlurmSettings(partition="mi300", account="perf", gres="gpu:1", extra_args=("-N1",))
+    args = sbatch_args(
+        Path("/s/t.sh"), job_name="tc-x", output="/o/slurm-%j.out", settings=settings
+    )
+    assert args == [
+        "sbatch", "--parsable", "--job-name=tc-x", "--output=/o/slurm-%j.out",
+        "--export=NONE", "--ntasks=1", "--time=00:30:00", "--partition=mi300",
+        "--account=perf", "--gres=gpu:1", "-N1", "/s/t.sh",
+    ]  # fmt: skip
+
+
+def test_sbatch_args_array_and_timeout() -> None:
+    settings = SlurmSettings(array_limit=2)
+    args = sbatch_args(
+        Path("a.sh"), job_name="n", output="o", settings=settings, timeout_s=61, array_size=4
+    )
+    assert args == [
+        "sbatch", "--parsable", "--job-name=n", "--output=o", "--export=NONE",
+        "--ntasks=1", "--time=2", "--array=0-3%2", "a.sh",
+    ]  # fmt: skip
+
+
+def _job(tmp: Path, **kw: object) -> WorkerJob:
+    fields: dict[str, object] = {
+        "name": "pass-01-candidate",
+        "spec_path": tmp / "spec.json",
+        "source_dir": tmp / "tree",
+        "out_dir": tmp / "out dir",
+        "env": {"PYTHONPATH": str(tmp / "tree"), "SEL": "TORCH"},
+    }
+    fields.update(kw)
+    return WorkerJob(**fields)  # type: ignore[arg-type]
+
+
+def test_task_script_native(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(slurm, "clean_env", lambda job: {"PATH": "/bin", **job.env})
+    job = _job(Path("/shared/r"), prepare=(("pip", "install", "-e", "."),))
+    text = task_script(job, python="/venv/bin/python")
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    assert "out='/shared/r/out dir'" in lines
+    assert 'exec >"$out/job.log" 2>&1' in lines
+    assert lines[lines.index("cd /shared/r/tree || finish 1") + 1 :] == [
+        "export PATH=/bin",
+        "export PYTHONPATH=/shared/r/tree",
+        "export SEL=TORCH",
+        "echo '$ ''pip install -e .'",
+        'pip install -e . || finish "$?"',
+        "echo '$ ''/venv/bin/python -m runner.worker /shared/r/spec.json "
+        "'\"'\"'/shared/r/out dir'\"'\"''",
+        "/venv/bin/python -m runner.worker /shared/r/spec.json '/shared/r/out dir'",
+        'finish "$?"',
+    ]  # fmt: skip
+
+
+def test_task_env_drops_the_submitters_gpu_visibility(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "3")
+    env = slurm.task_env(_job(Path("/s"), env={"HIP_VISIBLE_DEVICES": "0"}))
+    assert "CUDA_VISIBLE_DEVICES" not in env and "ROCR_VISIBLE_DEVICES" not in env
+    assert env["HIP_VISIBLE_DEVICES"] == "0" and env["TURBO_CAMPAIGN_SOURCE"] == "/s/tree"
+
+
+def test_docker_run_line_mounts_read_only_and_translates_paths() -> None:
+    line = docker_run_line(_job(Path("/s")), "turbo-campaign/rocm:1", "amd")
+    assert line.startswith('docker run --rm --name "tc-${SLURM_JOB_ID:-0}-$$" --device /dev/kfd')
+    assert "-v /s/tree:/workspace/target:ro -v /s/spec.json:/workspace/spec.json:ro" in line
+    assert "'-v' '/s/out dir:/out'" in line or "-v '/s/out dir:/out'" in line
+    assert "-e PYTHONPATH=/workspace/target" in line
+    assert "-e TURBO_CAMPAIGN_SOURCE=/workspace/target" in line
+    assert "--network none" in line and "--pull never" in line
+    assert line.endswith(
+        "turbo-campaign/rocm:1 sh -c 'set -e\nmkdir -p /workspace/target\n"
+        "exec python3 -m runner.worker /workspace/spec.json /out'"
+    )
+
+
+def test_docker_run_line_copies_the_tree_when_prepare_writes() -> None:
+    job = _job(Path("/s"), prepare=(("make",),))
+    line = docker_run_line(job, "img")
+    assert "-v /s/tree:/workspace/src:ro" in line
+    assert "cp -a /workspace/src/. /workspace/target/ && cd /workspace/target\nmake\n" in line
+
+
+def test_array_script_picks_its_line() -> None:
+    text = array_script(Path("/s/m.manifest"))
+    assert 'line=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" /s/m.manifest)' in text
+    assert "IFS=$'\\t' read -r -a tasks <<<\"$line\"" in text
+    assert text.rstrip().endswith('for task in "${tasks[@]}"; do /bin/bash "$task"; done')
+
+
+@pytest.mark.parametrize(
+    ("exit_text", "state", "has_csv", "needs_csv", "want"),
+    [
+        ("0\n", "COMPLETED", True, True, 0),
+        ("0\n", None, True, True, 0),  # scontrol forgot the job: the exit record decides
+        ("3\n", "FAILED", False, True, 3),
+        (None, "CANCELLED", False, True, LOST_RC),  # killed before it wrote a record
+        (None, None, True, True, LOST_RC),
+        ("0\n", "CANCELLED by 0", True, True, STATE_RC),
+        ("0\n", "TIMEOUT", True, True, STATE_RC),
+        ("0\n", "NODE_FAIL", True, True, STATE_RC),
+        ("143\n", "CANCELLED", False, True, 143),
+        ("0\n", "COMPLETED", False, True, NO_CSV_RC),  # a partial CSV is never gated
+        ("0\n", "COMPLETED", False, False, 0),  # a test-mode job writes no CSV
+        ("garbage", "COMPLETED", True, True, LOST_RC),
+    ],
+)
+def test_task_returncode(
+    exit_text: str | None, state: str | None, has_csv: bool, needs_csv: bool, want: int
+) -> None:
+    assert task_returncode(exit_text, state, has_csv, needs_csv) == want
+
+
+def test_parsers() -> None:
+    assert parse_job_id("sbatch: warning: x\n1234\n") == "1234"
+    assert parse_job_id("77;cluster\n") == "77"
+    assert parse_job_id("sbatch: error: invalid partition\n") is None
+    text = (
+        "JobId=3 ArrayJobId=2 ArrayTaskId=0 JobName=a JobState=COMPLETED ExitCode=0:0\n"
+        "JobId=2 ArrayJobId=2 ArrayTaskId=1 JobName=a JobState=FAILED ExitCode=1:0\n"
+    )
+    jobs = parse_scontrol(text)
+    assert state_by_task(jobs) == {"0": "COMPLETED", "1": "FAILED"}
+    assert state_by_task(parse_scontrol("JobId=9 JobState=CANCELLED Reason=x\n")) == {
+        None: "CANCELLED"
+    }
+    assert safe_name("pass-01/cand idate") == "pass-01-cand-idate"
+
+
+def test_shared_root_is_checked(tmp_path: Path) -> None:
+    executor = SlurmExecutor(shared_root=tmp_path / "shared")
+    with pytest.raises(ConfigError, match="not under the shared filesystem"):
+        executor.run_job(_job(tmp_path))
+
+
+def test_ctrl_c_cancels_the_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[str]] = []
+
+    def fake_run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        calls.append(list(argv))
+        if argv[0] == "sbatch":
+            raise KeyboardInterrupt
+        return subprocess.CompletedProcess(argv, 0, "")
+
+    monkeypatch.setattr(cmd, "run", fake_run)
+    with pytest.raises(KeyboardInterrupt):
+        SlurmExecutor().run_job(_job(tmp_path))
+    job_name = next(a for a in calls[0] if a.startswith("--job-name="))
+    assert calls[1] == ["scancel", "--name=" + job_name.split("=", 1)[1]]
+
+
+def test_ctrl_c_while_waiting_cancels_by_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[list[str]] = []
+
+    def fake_run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        calls.append(list(argv))
+        if argv[0] == "scontrol":
+            raise KeyboardInterrupt
+        return subprocess.CompletedProcess(argv, 0, "42\n")
+
+    monkeypatch.setattr(cmd, "run", fake_run)
+    with pytest.raises(KeyboardInterrupt):
+        SlurmExecutor().run_job(_job(tmp_path))
+    assert calls[1] == ["scontrol", "show", "job", "-o", "42"]
+    assert calls[2] == ["scancel", "42"]
+
+
+def test_polls_until_final_and_survives_a_purged_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    replies = iter(
+        [
+            (0, "JobId=7 JobState=PENDING Reason=None"),
+            (0, "JobId=7 JobState=RUNNING Reason=None"),
+            (0, "JobId=7 JobState=COMPLETING Reason=None"),
+            (1, "slurm_load_jobs error: Invalid job id specified"),
+        ]
+    )
+
+    def fake_run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        if argv[0] == "sbatch":
+            return subprocess.CompletedProcess(argv, 0, "7\n")
+        rc, out = next(replies)
+        return subprocess.CompletedProcess(argv, rc, out)
+
+    monkeypatch.setattr(cmd, "run", fake_run)
+    job = _job(tmp_path)
+    outcome = SlurmExecutor(poll_s=0).run_job(job)
+    assert outcome.returncode == LOST_RC  # the task never wrote its exit record
+    record = json.loads((job.out_dir / "slurm.json").read_text())
+    assert record["submitted_job_id"] == "7" and record["state"] is None
+
+
+def test_all_final() -> None:
+    assert all_final({None: "COMPLETED"}) and all_final({"0": "FAILED", "1": "CANCELLED by 0"})
+    assert not all_final({"0": "COMPLETED", "1": "RUNNING"}) and not all_final({})
+    assert not all_final({None: "COMPLETING"})
+
+
+def test_failed_submission_is_an_infrastructure_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fake_run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(argv, 1, "sbatch: error: invalid partition")
+
+    monkeypatch.setattr(cmd, "run", fake_run)
+    with pytest.raises(InfrastructureError, match="invalid partition"):
+        SlurmExecutor(partition="nope").run_job(_job(tmp_path))
+
+
+# ---- real jobs on the one-node cluster -----------------------------------------------
+def _sinfo_ok() -> bool:
+    if shutil.which("sinfo") is None:
+        return False
+    proc = subprocess.run(["sinfo", "-h"], capture_output=True, text=True, check=False)
+    return proc.returncode == 0 and bool(proc.stdout.strip())
+
+
+@pytest.fixture(scope="session")
+def cluster() -> None:
+    if _sinfo_ok():
+        return
+    if not os.environ.get("CI"):
+        pytest.skip("no Slurm cluster (sinfo missing or failing); run scripts/slurm-setup.sh")
+    setup = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "slurm-setup.sh")], capture_output=True, text=True
+    )
+    assert setup.returncode == 0 and _sinfo_ok(), (
+        "CI is set but Slurm does not answer after scripts/slurm-setup.sh:\n"
+        + setup.stdout
+        + setup.stderr
+    )
+
+
+def _worker_job(tmp: Path, name: str, shape: Shape, **kw: object) -> WorkerJob:
+    tree = tmp / "tree"
+    if not tree.exists():
+        import runner.cli  # noqa: F401  (newcampaign imported first hits an import cycle)
+        from runner.newcampaign import fresh_example_copy
+
+        fresh_example_copy(tree)
+    spec = RoundSpec(
+        campaign="slurm-test", round=1, role="baseline", pass_index=1, level="full",
+        target="example", op="gemm", options={"backend": "TORCH", "granularity": None},
+        shapes=(shape,), device="cpu",
+        timing=TimingSettings(warmup_s=0.01, repeats=2, max_repeats=3, budget_s=0.05,
+                              batch_s=0.005),
+    )  # fmt: skip
+    save_spec(tmp / "specs" / f"{name}.json", spec)
+    env = {"PYTHONPATH": str(tree), "TURBO_KERNELS_GEMM_BACKEND": "TORCH"}
+    fields: dict[str, object] = {"env": env, "timeout_s": 600, **kw}
+    return WorkerJob(name, tmp / "specs" / f"{name}.json", tree, tmp / name, **fields)  # type: ignore[arg-type]
+
+
+TINY = Shape("tiny", 16, 64, 64)
+
+
+@pytest.mark.slurm
+def test_real_worker_job(cluster: None, tmp_path: Path) -> None:
+    job = _worker_job(tmp_path, "pass-01-baseline", TINY)
+    outcome = SlurmExecutor(shared_root=tmp_path).run_job(job)
+    assert outcome.ok, outcome.log_path.read_text()
+    rows = (job.out_dir / "benchmark.csv").read_text().splitlines()
+    assert rows[1].startswith("tiny,1,16,64,64,PASS")
+    record = json.loads((job.out_dir / "slurm.json").read_text())
+    assert record["node"] == "localhost" and record["job_id"] == record["submitted_job_id"]
+    assert record["state"] == "COMPLETED" and record["returncode"] == 0
+    assert (job.out_dir / "slurm-task.sh").is_file()
+
+
+@pytest.mark.slurm
+def test_real_array_of_two_shards(cluster: None, tmp_path: Path) -> None:
+    jobs = [
+        _worker_job(tmp_path, "pass-01-incumbent-gpu0", TINY),
+        _worker_job(tmp_path, "pass-01-incumbent-gpu1", Shape("small", 32, 64, 64)),
+    ]
+    outcomes = SlurmExecutor().submit_array(jobs)
+    assert [o.name for o in outcomes] == [j.name for j in jobs]
+    for i, (job, outcome) in enumerate(zip(jobs, outcomes, strict=True)):
+        assert outcome.ok, outcome.log_path.read_text()
+        record = json.loads((job.out_dir / "slurm.json").read_text())
+        assert record["array_task_id"] == str(i) and record["node"] == "localhost"
+        assert record["array_job_id"] == record["submitted_job_id"]
+    labels = [(j.out_dir / "benchmark.csv").read_text().splitlines()[1][:5] for j in jobs]
+    assert labels == ["tiny,", "small"]
+
+
+@pytest.mark.slurm
+def test_real_sequences_keep_a_shards_passes_in_one_task(cluster: None, tmp_path: Path) -> None:
+    """Shard 0 runs two passes in order in one array task; a failure stops its shard."""
+    first = _worker_job(tmp_path, "pass-01-incumbent-gpu0", TINY)
+    second = _worker_job(tmp_path, "pass-02-candidate-gpu0", TINY)
+    bad = _worker_job(tmp_path, "pass-01-incumbent-gpu1", TINY, prepare=(("false",),))
+    never = _worker_job(tmp_path, "pass-02-candidate-gpu1", TINY)
+    (a, b), (c, d) = SlurmExecutor().submit_sequences([[first, second], [bad, never]])
+    assert a.ok and b.ok
+    ids = [json.loads((j.out_dir / "slurm.json").read_text())["job_id"] for j in (first, second)]
+    assert ids[0] == ids[1]  # the same Slurm task (one allocation) ran both passes
+    t0 = json.loads((first.out_dir / "slurm.json").read_text())["started"]
+    t1 = json.loads((second.out_dir / "slurm.json").read_text())["started"]
+    assert t0 <= t1
+    assert c.returncode == 1 and d.returncode == LOST_RC
+
+
+@pytest.mark.slurm
+def test_real_failing_task(cluster: None, tmp_path: Path) -> None:
+    job = _worker_job(tmp_path, "fails", TINY, prepare=(("sh", "-c", "echo broken; exit 3"),))
+    outcome = SlurmExecutor().run_job(job)
+    assert outcome.returncode == 3 and not outcome.ok
+    assert "broken" in outcome.log_path.read_text()
+    assert json.loads((job.out_dir / "slurm.json").read_text())["state"] == "FAILED"
+
+
+@pytest.mark.slurm
+def test_real_array_with_one_failing_shard(cluster: None, tmp_path: Path) -> None:
+    jobs = [
+        _worker_job(tmp_path, "ok", TINY),
+        _worker_job(tmp_path, "bad", TINY, prepare=(("false",),)),
+    ]
+    ok, bad = SlurmExecutor().submit_array(jobs)
+    assert ok.ok and ok.returncode == 0
+    assert bad.returncode == 1 and not bad.ok
+
+
+@pytest.mark.slurm
+def test_real_cancelled_job(cluster: None, tmp_path: Path) -> None:
+    job = _worker_job(tmp_path, "cancelled", TINY, prepare=(("sleep", "120"),))
+    result: list[object] = []
+    thread = threading.Thread(target=lambda: result.append(SlurmExecutor().run_job(job)))
+    thread.start()
+    record = job.out_dir / "slurm.json"
+    deadline = time.monotonic() + 60
+    while not record.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    job_id = json.loads(record.read_text())["job_id"]
+    subprocess.run(["scancel", job_id], check=True)
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    (outcome,) = result
+    assert outcome.returncode != 0 and not outcome.ok  # type: ignore[attr-defined]
+    assert json.loads(record.read_text())["state"].startswith("CANCELLED")
+
+
+def test_python_is_this_interpreter_by_default() -> None:
+    assert SlurmExecutor().python == sys.executable
