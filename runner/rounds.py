@@ -10,9 +10,10 @@ ACCEPTED the lineage commit and ref update, after the records.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +24,7 @@ from runner.campaign import Campaign
 from runner.errors import ConfigError
 from runner.executors.base import Executor, JobOutcome, WorkerJob
 from runner.gate import calibrate_sigma, decide
+from runner.leases import acquire
 from runner.lineage import Lineage, snapshot
 from runner.manifest import Manifest, branch_name, validate_manifest
 from runner.ops.info import op_info
@@ -49,6 +51,7 @@ from runner.results import (
 from runner.schema import BenchCSV
 from runner.scoring import score
 from runner.shapes import Shape, shape_set
+from runner.sharding import BCCB, ShardFailed, detect_vendor, gpu_env, measure_sharded
 from runner.spec import RoundSpec, save_spec, write_json_atomic
 from runner.stats import rel_stdev
 from runner.targets.base import Target
@@ -72,6 +75,7 @@ class Round:
     tmp: Path
     round: int
     level: str
+    gpus: tuple[int, ...] = ()
 
     @property
     def manifest(self) -> Manifest:
@@ -107,14 +111,27 @@ class Round:
             extra=dict(extra),
         )
 
-    def job(self, name: str, spec: RoundSpec, tree: Path) -> JobOutcome:
+    def job(
+        self, name: str, spec: RoundSpec, tree: Path, env: Mapping[str, str] | None = None
+    ) -> JobOutcome:
         spec_path = self.tmp / "specs" / f"{name}.json"
         save_spec(spec_path, spec)
         m = self.manifest
-        env = self.target.job_env(tree, m.target_op, m.target_backend)
-        job = WorkerJob(name, spec_path, tree, self.tmp / name, env=env)
+        job_env = {**self.target.job_env(tree, m.target_op, m.target_backend), **(env or {})}
+        if len(self.gpus) == 1 and not env:
+            job_env.update(gpu_env(self.gpus[0], detect_vendor()))
+        job = WorkerJob(name, spec_path, tree, self.tmp / name, env=job_env)
         self.progress(f"round-{self.round}: {name}")
         return self.executor.run_job(job)
+
+
+def gpu_lease(
+    gpus: Sequence[int], campaign: Campaign, n: int
+) -> contextlib.AbstractContextManager[object]:
+    """Exclusive leases on the GPUs a round measures on (none: nothing to lease)."""
+    if not gpus:
+        return contextlib.nullcontext()
+    return acquire(list(gpus), campaign.name, round=n)
 
 
 # ---- shapes --------------------------------------------------------------------------
@@ -177,7 +194,12 @@ def _guarded_read(paths: list[Path], pinned: str | None) -> list[BenchCSV]:
 
 # ---- baseline ------------------------------------------------------------------------
 def run_baseline(
-    campaign: Campaign, executor: Executor, *, passes: int = 5, progress: Progress = print
+    campaign: Campaign,
+    executor: Executor,
+    *,
+    passes: int = 5,
+    progress: Progress = print,
+    gpus: Sequence[int] = (),
 ) -> RoundResult:
     """Round-1: full validation over every target shape in ``passes`` fresh processes,
     noise calibration, representative shapes, the quick script, records."""
@@ -193,8 +215,11 @@ def run_baseline(
         if not m.base_commit:
             raise ConfigError("manifest has no base_commit; re-create the campaign")
         started = now()
-        with tempfile.TemporaryDirectory(prefix="turbo-campaign-") as tmp:
-            rnd = Round(campaign, executor, progress, Path(tmp), 1, "full")
+        with (
+            gpu_lease(gpus, campaign, 1),
+            tempfile.TemporaryDirectory(prefix="turbo-campaign-") as tmp,
+        ):
+            rnd = Round(campaign, executor, progress, Path(tmp), 1, "full", tuple(gpus))
             result = _baseline_in(rnd, passes, started)
         return result
 
@@ -208,7 +233,7 @@ def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:
         ok, tail = run_focused_test(rnd, "baseline", tree)
         if not ok:
             raise ConfigError(f"the focused test fails on the base commit:\n{tail}")
-        paths = [run_pass(rnd, "baseline", i, tree, shapes) for i in range(1, passes + 1)]
+        paths = measure_roles(rnd, {"baseline": tree}, shapes, ("baseline",), passes, 0)["baseline"]
         csvs = _guarded_read(paths, None)
         merged = write_merged(rnd.tmp / "benchmark.csv", csvs)
         base_score = score(merged, m.primary_metric)
@@ -305,6 +330,7 @@ class Request:
     restore: bool = False
     bucket: str = "K1"
     pairs: int | None = None
+    gpus: tuple[int, ...] = ()
 
 
 def validate_round(
@@ -329,8 +355,14 @@ def validate_round(
         patch = request.patch if request.patch is not None else lineage.working_tree_patch()
         touched = lineage.check_patch(patch)
         started = now()
-        with tempfile.TemporaryDirectory(prefix="turbo-campaign-") as tmp:
-            rnd = Round(campaign, executor, progress, Path(tmp), request.round, request.level)
+        with (
+            gpu_lease(request.gpus, campaign, request.round),
+            tempfile.TemporaryDirectory(prefix="turbo-campaign-") as tmp,
+        ):
+            rnd = Round(
+                campaign, executor, progress, Path(tmp), request.round, request.level,
+                tuple(request.gpus),
+            )  # fmt: skip
             return _validate_in(rnd, request, patch, touched, started)
 
 
@@ -418,33 +450,55 @@ def _measure_and_judge(
     ok, tail = run_focused_test(rnd, "candidate", cand_tree)
     if not ok:
         vetoes.append(f"focused test failed on the candidate ({m.test_command}):\n{tail}")
-    blocks = request.pairs or m.pairs
-    inc_paths: list[Path] = []
-    cand_paths: list[Path] = []
-    index = 0
-    if not vetoes:
-        for _ in range(blocks):  # B C C B
-            for role, tree in (
-                ("incumbent", inc_tree),
-                ("candidate", cand_tree),
-                ("candidate", cand_tree),
-                ("incumbent", inc_tree),
-            ):
-                index += 1
-                path = run_pass(rnd, role, index, tree, shapes)
-                (inc_paths if role == "incumbent" else cand_paths).append(path)
     if vetoes:
         return _veto_only(rnd, vetoes, shapes)
+    blocks = request.pairs or m.pairs
+    trees = {"incumbent": inc_tree, "candidate": cand_tree}
+    got = measure_roles(rnd, trees, shapes, BCCB, blocks, 0)
+    inc_paths, cand_paths = got["incumbent"], got["candidate"]
     gate, inc_score, cand_score = _judge(rnd, inc_paths, cand_paths, vetoes)
     extra_needed = _extra_pairs(m, gate, len(cand_paths))
-    for _ in range(extra_needed):
-        index += 1
-        cand_paths.append(run_pass(rnd, "candidate", index, cand_tree, shapes))
-        index += 1
-        inc_paths.append(run_pass(rnd, "incumbent", index, inc_tree, shapes))
     if extra_needed:
+        more = measure_roles(rnd, trees, shapes, ("candidate", "incumbent"), extra_needed,
+                             4 * blocks)  # fmt: skip
+        inc_paths += more["incumbent"]
+        cand_paths += more["candidate"]
         gate, inc_score, cand_score = _judge(rnd, inc_paths, cand_paths, vetoes)
     return gate, inc_score, cand_score
+
+
+def measure_roles(
+    rnd: Round,
+    trees: Mapping[str, Path],
+    shapes: list[Shape],
+    pattern: Sequence[str],
+    blocks: int,
+    start_index: int,
+) -> dict[str, list[Path]]:
+    """``blocks`` repetitions of ``pattern`` (e.g. B C C B), each pass a fresh worker.
+    With several GPUs the shapes are sharded and every GPU runs the whole pattern for
+    its own shapes, so each comparison stays paired on one device."""
+    if len(rnd.gpus) > 1:
+        try:
+            return measure_sharded(
+                rnd,
+                trees,
+                shapes,
+                rnd.gpus,
+                pattern=pattern,
+                blocks=blocks,
+                start_index=start_index,
+                pinned=rnd.manifest.pinned_header,
+            )
+        except ShardFailed as exc:
+            raise RoundFailed(exc.message, exc.log_path) from exc
+    paths: dict[str, list[Path]] = {role: [] for role in trees}
+    index = start_index
+    for _ in range(blocks):
+        for role in pattern:
+            index += 1
+            paths[role].append(run_pass(rnd, role, index, trees[role], shapes))
+    return paths
 
 
 def _extra_pairs(m: Manifest, gate: GateResult, have: int) -> int:

@@ -118,7 +118,7 @@ def cpu_gemm_shapes() -> list[Shape]:
     that a CPU baseline pass takes seconds on two cores."""
     model = DENSE_MODELS["Llama-2-7B"]
     m = model.seqlen // 64
-    shapes = [Shape("cpu-small-16x256x512", 16, 256, 512, params={"role": "small"})]
+    shapes = [Shape("cpu-small-16x256x1024", 16, 256, 1024, params={"role": "small"})]
     for role, (n, k) in layer_gemms(model).items():
         n_s, k_s = n // 8, _round_up(k // 4, 128)
         label = f"cpu-llama2-7b-{role}-{m}x{n_s}x{k_s}"
@@ -130,9 +130,16 @@ def _round_up(x: int, mult: int) -> int:
     return ((x + mult - 1) // mult) * mult
 
 
+def tiny_gemm_shapes() -> list[Shape]:
+    """Five tiny shapes for the test suite: a whole pass in about a second."""
+    dims = [(16, 128, 1024), (32, 128, 1024), (32, 256, 1024), (48, 256, 1024), (64, 256, 1024)]
+    return [Shape(f"tiny-{m}x{n}x{k}", m, n, k) for m, n, k in dims]
+
+
 SHAPE_SETS = {
     "models": model_gemm_shapes,
     "cpu": cpu_gemm_shapes,
+    "tiny": tiny_gemm_shapes,
 }
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from runner.cli import main
-from runner.cli.init_cmd import build_manifest
+from runner.newcampaign import build_manifest
 from runner.errors import ConfigError
 from runner.manifest import load_manifest
 

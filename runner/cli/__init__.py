@@ -45,8 +45,11 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(2)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo(
+            "interrupted: an unfinished round records nothing; run the same round again",
+            err=True,
+        )
         sys.exit(130)
     except CampaignError as exc:
         click.echo(f"error: {exc}", err=True)

@@ -3,69 +3,19 @@ create the campaign directory (section 3)."""
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 from typing import Any, get_args
 
 import click
 
 from runner.cli.app import App
-from runner.cmd import run
 from runner.errors import ConfigError
 from runner.manifest import (
-    MANIFEST_SCHEMA_VERSION,
     Backend,
     Granularity,
-    Manifest,
     PrimaryMetric,
-    campaign_name,
-    lang_for_backend,
-    validate_manifest,
 )
-
-MEMORY_BOUND_OPS = ("quantize",)
-
-
-def default_metric(op: str) -> str:
-    """Memory-bound ops score on Forward GB/s; the GEMM-class training ops on the
-    combined forward+backward step."""
-    return "Forward GB/s" if op.startswith(MEMORY_BOUND_OPS) else "Combined Step TFLOPS"
-
-
-def now_minute() -> str:
-    return dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-
-
-def build_manifest(**fields: Any) -> Manifest:
-    """A validated manifest from manifest fields; derives what follows from others:
-    target_lang (backend), primary_metric (op), csv_schema (metric), shape_set (gpu),
-    created (now) and campaign_name (op, granularity, backend, gpu, today)."""
-    data = {k: v for k, v in fields.items() if v is not None}
-    op = str(data.get("target_op", ""))
-    backend = str(data.get("target_backend", "TRITON")).upper()
-    gpu = str(data.get("target_gpu", "cpu"))
-    data.update(target_backend=backend, target_gpu=gpu)
-    data.setdefault("schema_version", MANIFEST_SCHEMA_VERSION)
-    data.setdefault("target_lang", lang_for_backend(backend))
-    data.setdefault("primary_metric", default_metric(op))
-    data.setdefault("csv_schema", "memory" if data["primary_metric"] == "Forward GB/s" else "gemm")
-    data.setdefault("shape_set", "cpu" if gpu == "cpu" else "models")
-    data.setdefault("created", now_minute())
-    if "campaign_name" not in data and op:
-        day = dt.datetime.strptime(str(data["created"])[:10], "%Y-%m-%d").date()
-        data["campaign_name"] = campaign_name(op, backend, gpu, day, data.get("granularity"))
-    return validate_manifest(data, "campaign init")
-
-
-def git_toplevel(source: Path) -> Path:
-    """The top of the git work tree holding ``source``; ConfigError when none."""
-    proc = run(["git", "-C", str(source), "rev-parse", "--show-toplevel"], check=False)
-    if proc.returncode != 0:
-        raise ConfigError(
-            f"--source {source} is not a git work tree; point it at a clone of the target "
-            "repository (git clone ...) or run `git init` there"
-        )
-    return Path(proc.stdout.strip()).resolve()
+from runner.newcampaign import git_toplevel
 
 
 def parse_shapes(text: str) -> str | list[str]:

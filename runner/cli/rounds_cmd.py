@@ -11,6 +11,7 @@ from runner.campaign import Campaign
 from runner.cli.app import App
 from runner.errors import ConfigError, InfrastructureError, RolledBack
 from runner.executors.factory import make_executor
+from runner.leases import parse_gpus
 from runner.results import RoundResult, Status
 from runner.rounds import Request, run_baseline, validate_round
 
@@ -113,6 +114,7 @@ def baseline_cmd(
 @click.option("--bucket", default="K1", show_default=True, help="Section 8 bucket: K1-K4, W1.")
 @click.option("--pairs", type=int, default=None, help="B C C B blocks (default: manifest).")
 @click.option("--executor", default=None, help="Override the manifest: local or docker.")
+@click.option("--gpus", default="", help="Lease and shard over these GPUs, e.g. 0,1.")
 @click.pass_obj
 def validate_cmd(
     app: App,
@@ -125,11 +127,21 @@ def validate_cmd(
     bucket: str,
     pairs: int | None,
     executor: str | None,
+    gpus: str,
 ) -> None:
     """VALIDATE round N: the candidate against the last accepted round, paired."""
     campaign = find_campaign(app, name)
     text = patch.read_text(encoding="utf-8") if patch else None
-    request = Request(round_n, hypothesis, text, level, restore, bucket, pairs)
+    request = Request(
+        round_n,
+        hypothesis,
+        text,
+        level,
+        restore,
+        bucket,
+        pairs,
+        tuple(parse_gpus(gpus)) if gpus else (),
+    )
     result = validate_round(
         campaign, make_executor(campaign.manifest, executor), request, progress=echo_progress
     )

@@ -1,0 +1,229 @@
+"""Rounds end to end against real git repositories and real worker subprocesses.
+
+Each test builds its own small campaign (the ``tiny`` shape set, two baseline passes)
+on a fresh git copy of the example package, so the tests are independent.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.appendlog import verify
+from runner.campaign import Campaign
+from runner.errors import ConfigError, NothingToDo
+from runner.executors.local import LocalExecutor
+from runner.lineage import Lineage
+from runner.newcampaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
+from runner.results import Status
+from runner.rounds import Request, run_baseline, validate_round
+from runner.schema import GEMM_SCHEMA, read_csv
+
+pytestmark = pytest.mark.integration
+
+PATCHES = EXAMPLES_DIR / "demo_patches"
+KERNEL = "turbo_kernels/cpu/gemm_fp8.py"
+QUIET = {"repeats": 3, "warmup_s": 0.02, "batch_s": 0.01, "max_repeats": 4, "budget_s": 0.1}
+
+
+def make_campaign(root: Path) -> Campaign:
+    source = fresh_example_copy(root / "src")
+    campaign = create_campaign(
+        root / "campaigns",
+        target="example",
+        source=str(source),
+        target_op="gemm_fp8",
+        granularity="blockwise",
+        target_backend="TORCH",
+        target_gpu="cpu",
+        shape_set="tiny",
+        campaign_name="t",
+        timing=QUIET,
+    )
+    run_baseline(campaign, LocalExecutor(), passes=2, progress=lambda _m: None)
+    return Campaign.load(campaign.root)
+
+
+@pytest.fixture
+def campaign(tmp_path: Path) -> Campaign:
+    return make_campaign(tmp_path)
+
+
+def snapshot_records(c: Campaign) -> dict[str, bytes]:
+    files = [c.optimize_log, c.trend_log, c.manifest_path]
+    return {str(p): p.read_bytes() for p in files}
+
+
+def lineage(c: Campaign) -> Lineage:
+    return Lineage(Path(c.manifest.source), c.name, "optimize/t")
+
+
+def test_baseline_writes_every_record(campaign: Campaign) -> None:
+    m = campaign.manifest
+    assert m.pinned_header == GEMM_SCHEMA.header
+    assert 3 <= len(m.representative_shapes) <= 5
+    assert len(m.heldout_shapes) == 1
+    assert not set(m.heldout_shapes) & set(m.representative_shapes)
+    assert m.sigma_g is not None and m.sigma_g > 0
+    csv = read_csv(campaign.benchmark_csv(1), pinned=m.pinned_header)
+    assert [r.check for r in csv.rows] == ["PASS"] * 5
+    art = campaign.artifacts_dir(1)
+    assert (art / "quick_baseline.log").read_text().startswith("$ python ")
+    assert (campaign.snapshot_dir(1) / KERNEL).is_file()
+    assert campaign.quick_script.is_file()
+    summary = campaign.summary_path(1).read_text()
+    assert "no code changed" in summary and "BASELINE" in summary
+    assert campaign.closed_rounds() == [1]
+    assert lineage(campaign).head() == m.base_commit
+
+
+def test_accept_commits_and_rollback_changes_nothing(campaign: Campaign) -> None:
+    lin = lineage(campaign)
+    base = lin.head()
+    slow = (PATCHES / "slowdown_fp64_accumulate.patch").read_text()
+    r2 = validate_round(campaign, LocalExecutor(), Request(2, "fp64 accumulate", slow),
+                        progress=lambda _m: None)  # fmt: skip
+    assert r2.status is Status.ROLLED_BACK
+    assert r2.gate is not None and r2.gate.delta_pct < 0
+    assert lin.head() == base
+    assert (campaign.round_dir(2) / "candidate.patch").read_text() == slow
+    assert (campaign.snapshot_dir(2) / KERNEL).read_text() != (
+        campaign.snapshot_dir(1) / KERNEL
+    ).read_text()
+    fast = (PATCHES / "speedup_fold_scales.patch").read_text()
+    r3 = validate_round(campaign, LocalExecutor(), Request(3, "fold scales", fast),
+                        progress=lambda _m: None)  # fmt: skip
+    assert r3.status is Status.ACCEPTED, r3.reasons
+    head = lin.head()
+    assert head == r3.commit and lin.parent(head) == base
+    message = subprocess.run(
+        ["git", "log", "-1", "--format=%B", head], cwd=campaign.manifest.source,
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert message.startswith("[optimize] gemm_fp8 TORCH round-3: fold scales\n\n")
+    assert "Hypothesis: fold scales\nResult: geomean " in message
+    branch = subprocess.run(
+        ["git", "rev-parse", "optimize/t"], cwd=campaign.manifest.source,
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert branch == head
+    trend = campaign.trend_log.read_text()
+    assert "| round-2 | ROLLED BACK |" in trend and "| round-3 | ACCEPTED |" in trend
+    for log in (campaign.optimize_log, campaign.trend_log):
+        verify(log)
+
+
+def test_working_tree_diff_is_the_default_patch_and_restore_resets_it(
+    campaign: Campaign,
+) -> None:
+    source = Path(campaign.manifest.source)
+    kernel = source / KERNEL
+    original = kernel.read_text()
+    kernel.write_text(
+        original.replace("ACCUM_DTYPE = torch.float32", "ACCUM_DTYPE = torch.float64")
+    )
+    r2 = validate_round(
+        campaign, LocalExecutor(), Request(2, "fp64 via working tree", None, restore=True),
+        progress=lambda _m: None,
+    )  # fmt: skip
+    assert r2.status is Status.ROLLED_BACK
+    assert "ACCUM_DTYPE = torch.float64" in (campaign.round_dir(2) / "candidate.patch").read_text()
+    assert kernel.read_text() == original
+
+
+def test_refusals_write_nothing(campaign: Campaign) -> None:
+    before = snapshot_records(campaign)
+    fast = (PATCHES / "speedup_fold_scales.patch").read_text()
+    cases = [
+        (Request(3, "wrong number", fast), ConfigError, "validate --round 2"),
+        (Request(1, "reuse baseline number", fast), ConfigError, "never reused"),
+        (Request(2, "empty", ""), NothingToDo, "patch is empty"),
+        (Request(2, "no apply", fast.replace("acc = torch.zeros", "acc = torch.ones")),
+         ConfigError, "does not apply"),
+        (Request(2, "   ", fast), ConfigError, "hypothesis"),
+    ]  # fmt: skip
+    for request, error, words in cases:
+        with pytest.raises(error, match=words):
+            validate_round(campaign, LocalExecutor(), request, progress=lambda _m: None)
+    assert snapshot_records(campaign) == before
+    assert not campaign.round_dir(2).exists()
+    assert campaign.next_round() == 2
+
+
+def test_a_crashing_worker_records_a_failed_round_and_nothing_else(campaign: Campaign) -> None:
+    source = Path(campaign.manifest.source)
+    kernel = source / KERNEL
+    original = kernel.read_text()
+    crash = 'import os\nimport sys\n\nif sys.argv[0].endswith("worker.py"):\n    os._exit(3)\n'
+    kernel.write_text(original.replace("import torch\n", "import torch\n" + crash, 1))
+    patch = Lineage(source, campaign.name, None).working_tree_patch()
+    kernel.write_text(original)
+    head = lineage(campaign).head()
+    r2 = validate_round(campaign, LocalExecutor(), Request(2, "crash", patch),
+                        progress=lambda _m: None)  # fmt: skip
+    assert r2.status is Status.FAILED
+    assert "failed (exit 3)" in r2.reasons[0]
+    assert lineage(campaign).head() == head
+    assert "| round-2 | FAILED |" in campaign.trend_log.read_text()
+    assert campaign.next_round() == 3
+
+
+def test_an_interrupt_mid_round_records_nothing_and_the_round_can_run_again(
+    campaign: Campaign, tmp_path: Path
+) -> None:
+    before = snapshot_records(campaign)
+    patch_file = PATCHES / "speedup_fold_scales.patch"
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner",
+        "--campaigns-root",
+        str(campaign.root.parent),
+        "validate",
+        "--round",
+        "2",
+        "--hypothesis",
+        "fold scales",
+        "--patch",
+        str(patch_file),
+    ]
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env=env)  # fmt: skip
+    deadline = time.time() + 120
+    while "pass-01-incumbent" not in _peek(tmp) and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert snapshot_records(campaign) == before
+    assert not campaign.result_path(2).exists()
+    assert campaign.next_round() == 2
+    leftover = subprocess.run(["git", "worktree", "list"], cwd=campaign.manifest.source,
+                              capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert leftover.count("\n") == 1, leftover
+    assert not list(tmp.glob("turbo-campaign-*")), "temporary folders left behind"
+    again = validate_round(campaign, LocalExecutor(),
+                           Request(2, "fold scales", patch_file.read_text()),
+                           progress=lambda _m: None)  # fmt: skip
+    assert again.status in (Status.ACCEPTED, Status.ROLLED_BACK)
+    assert campaign.closed_rounds() == [1, 2]
+
+
+def _peek(root: Path) -> str:
+    """Which worker passes have started (their folders in the round's temp folder)."""
+    names = []
+    for tmp in root.glob("turbo-campaign-*"):
+        if tmp.is_dir():
+            names += [p.name for p in tmp.iterdir()]
+    return " ".join(names)
