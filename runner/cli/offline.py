@@ -3,23 +3,23 @@
 They read pinned CSVs that already exist (no GPU, no campaign directory) and print a
 score or a verdict; ``--json`` prints exactly one JSON object.  Exit codes: 0 accepted
 (or a score printed), 3 rolled back, 4 needs re-measuring, 2 unusable input (raised as
-ConfigError and mapped in ``runner.cli.main``).
+ConfigError and mapped in ``runner.cli.main``).  The JSON objects come from
+``runner.contract``, which the MCP tools (``runner.mcp_server``) share.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import click
 from tabulate import tabulate
 
-from runner.errors import ConfigError, NeedsRemeasure, RolledBack
-from runner.gate import decide
+from runner.contract import gate_csvs, gate_json, score_csv, score_json
+from runner.errors import NeedsRemeasure, RolledBack
 from runner.results import Decision, GateResult, Score
-from runner.schema import read_csv
-from runner.scoring import Metric, score
+from runner.scoring import Metric
 
 EXIT_CODES = {
     Decision.ACCEPTED: 0,
@@ -39,23 +39,7 @@ _metric_option = click.option(
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 
 
-def read_pinned_header(path: str) -> str:
-    """The first line of ``path`` (a header file or a pinned CSV), byte for byte (a BOM
-    or a carriage return is kept so that the comparison reports it)."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(
-            f"{path}: cannot read the pinned header ({exc.strerror or exc}); pass the "
-            "BASELINE CSV or a file holding its header line"
-        ) from None
-    try:
-        return raw.decode("utf-8").partition("\n")[0]
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 ({exc}); re-save it as UTF-8") from None
-
-
-def _dump(obj: dict[str, Any]) -> None:
+def _dump(obj: Mapping[str, Any]) -> None:
     click.echo(json.dumps(obj, allow_nan=False))
 
 
@@ -64,17 +48,6 @@ def _num(value: float | None) -> str:
 
 
 # ---------------------------------------------------------------- score
-
-
-def score_json(sc: Score) -> dict[str, Any]:
-    """The ``campaign score --json`` contract: label/value/check per shape."""
-    return {
-        "metric": sc.metric,
-        "aggregate": sc.aggregate,
-        "shapes": [{"label": s.label, "value": s.value, "check": s.check} for s in sc.shapes],
-        "pass": sc.n_pass,
-        "fail": sc.n_fail,
-    }
 
 
 def _print_score(sc: Score) -> None:
@@ -108,8 +81,7 @@ def _print_score(sc: Score) -> None:
 @_json_option
 def score_cmd(csv_path: str, metric: str, pinned_header: str | None, as_json: bool) -> None:
     """Score a pinned benchmark CSV: per-shape primary metric and their geomean."""
-    pinned = read_pinned_header(pinned_header) if pinned_header else None
-    sc = score(read_csv(csv_path, pinned=pinned), metric)
+    sc = score_csv(csv_path, metric, pinned_header)
     if as_json:
         _dump(score_json(sc))
     else:
@@ -173,13 +145,9 @@ def gate_cmd(
 ) -> None:
     """Judge a candidate CSV against the best one; exit 0 accepted, 3 rolled back,
     4 needs re-measuring, 2 unusable input."""
-    best_csv = read_csv(best_path)
-    cand_csv = read_csv(cand_path, pinned=best_csv.header)
-    best_score = score(best_csv, metric)
-    cand_score = score(cand_csv, best_score.metric)
-    result = decide(best_score, cand_score, sigma_g=sigma_g, targeted_shapes=targeted)
+    result = gate_csvs(best_path, cand_path, metric, sigma_g, targeted)
     if as_json:
-        _dump(result.to_dict())
+        _dump(gate_json(result))
     else:
         _print_gate(result)
     ctx.exit(EXIT_CODES[result.decision])
