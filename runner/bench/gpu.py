@@ -1,0 +1,329 @@
+"""GPU timing engine behind ``runner.bench.timing.measure`` (MEASUREMENT.md, "Timing engine").
+
+``measure_gpu(fn, settings, device)``:
+
+* warms up with the same work it times until the clocks have ramped: at least ``warmup_s``
+  and until three successive ~50 ms windows agree within 1% (capped at max(2 s, 4 *
+  ``warmup_s``)), after one call for JIT/autotune;
+* hot mode: device events around batches of back-to-back calls sized to ``batch_s``; the
+  batch is a replayed CUDA/HIP graph when the callable can be captured (``graph_replay``),
+  else plain launches (``cuda_events``);
+* cold mode: before each call a buffer larger than the last-level cache is written
+  (outside the timed region) and each call is timed on its own;
+* every timed region ends with a full device synchronize, so work left running on a side
+  stream is counted (see ``_Region``);
+* stops on noise: samples until ``Timing.rsd_of_median <= target_rsd`` or ``budget_s`` runs
+  out (``stop_reason`` says which);
+* records the clocks and throttle reasons before and after (``runner.bench.clocks``).
+
+Works on ROCm torch too (``torch.cuda`` is HIP there).  Never touches clocks or modes.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from runner.bench.clocks import sample_clocks
+from runner.bench.timing import Timing, TimingSettings
+from runner.stats import median
+
+WINDOW_S = 0.05  # warm-up window length
+WARMUP_AGREE = 0.01  # successive windows agree within this (relative)
+WARMUP_WINDOWS = 3  # ... this many of them
+WARMUP_CAP_MIN_S = 2.0  # warm-up never runs longer than max(this, 4 * warmup_s)
+MAX_ITERS = 100_000  # calls per batch at most
+GRAPH_CHUNK = 200  # calls captured in one graph; a batch replays it several times
+COLD_SAMPLE_FACTOR = 10  # cold mode: each sample is one call, so allow more of them
+SIDE_STREAM_SLACK = 1.10  # a region is "hidden work" when the device-wide end is this late
+SIDE_STREAM_ABS_MS = 0.005
+
+MIB = 1 << 20
+# Last-level cache -> flush buffer (written before each cold call).  Sizes from the vendors'
+# datasheets: H100/H200 50-60 MB L2; MI300X/MI325X 256 MB Infinity Cache; MI350X/MI355X
+# 256 MB Infinity Cache.  The buffer is about 4x (NVIDIA) / 2x (AMD) the LLC.
+FLUSH_BYTES: tuple[tuple[str, int], ...] = (
+    ("H200", 256 * MIB),
+    ("H100", 256 * MIB),
+    ("H800", 256 * MIB),
+    ("A100", 256 * MIB),
+    ("MI300", 512 * MIB),
+    ("MI325", 512 * MIB),
+    ("MI350", 512 * MIB),
+    ("MI355", 512 * MIB),
+    ("GFX942", 512 * MIB),
+    ("GFX950", 512 * MIB),
+)
+DEFAULT_FLUSH_BYTES = 512 * MIB
+
+
+def flush_bytes_for(name: str, l2_bytes: int = 0) -> int:
+    """Bytes to write to evict the last-level cache of the GPU called ``name``."""
+    upper = name.upper().replace(" ", "")
+    for key, size in FLUSH_BYTES:
+        if key in upper:
+            return max(size, 4 * l2_bytes)
+    return max(DEFAULT_FLUSH_BYTES, 4 * l2_bytes)
+
+
+def batch_iters(per_call_ms: float, settings: TimingSettings) -> int:
+    """Calls per timed batch: ``iters_per_repeat`` if set, else enough to last ``batch_s``."""
+    if settings.iters_per_repeat > 0:
+        return settings.iters_per_repeat
+    if per_call_ms <= 0:
+        return MAX_ITERS
+    return max(1, min(MAX_ITERS, round(settings.batch_s * 1e3 / per_call_ms)))
+
+
+def stop_reason(
+    samples: list[float], settings: TimingSettings, elapsed_s: float, cap: int
+) -> str | None:
+    """Why sampling stops now (``converged``/``budget``/``max_repeats``), or None to go on."""
+    n = len(samples)
+    enough = n >= max(1, settings.repeats)
+    if enough and Timing(list(samples), "", "").rsd_of_median <= settings.target_rsd:
+        return "converged"
+    if n >= cap:
+        return "max_repeats"
+    if enough and elapsed_s > settings.budget_s:
+        return "budget"
+    return None
+
+
+def measure_gpu(fn: Callable[[], object], settings: TimingSettings, device: str) -> Timing:
+    """Time ``fn`` on ``device`` ("cuda", "cuda:N"; also HIP devices under ROCm torch)."""
+    import torch
+
+    if settings.cache_mode not in ("hot", "cold"):
+        raise ValueError(f"cache_mode must be 'hot' or 'cold', got {settings.cache_mode!r}")
+    dev = torch.device("cuda" if device in ("gpu", "auto") else device)
+    with torch.cuda.device(dev):
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        before = sample_clocks(index)
+        region = _Region(torch)
+        t0 = time.perf_counter()
+        fn()  # JIT compilation, autotuning, library handles
+        torch.cuda.synchronize()
+        if settings.cache_mode == "cold":
+            warm = _warm_up(_Unit(fn, 1, "cuda_events"), settings, region, t0)
+            timing = _measure_cold(fn, settings, region, props)
+        else:
+            unit = _hot_unit(fn, settings, region)
+            warm = _warm_up(unit, settings, region, t0)
+            timing = _measure_hot(unit, settings, region, warm.per_call_ms)
+        timing.extra.update(
+            {
+                "device": props.name,
+                "cache_mode": settings.cache_mode,
+                "warmup": warm.to_dict(),
+                "sync_overhead_ms": region.overhead_ms,
+                "side_stream_regions": region.hidden,
+                "clocks_before": before,
+                "clocks_after": sample_clocks(index),
+            }
+        )
+    return timing
+
+
+@dataclass
+class _Unit:
+    """What one step of warm-up or of a batch runs: a graph replay of ``calls`` calls, or
+    ``calls`` plain calls."""
+
+    run: Callable[[], object]
+    calls: int
+    method: str  # "graph_replay" | "cuda_events"
+    error: str = ""
+
+
+def _hot_unit(fn: Callable[[], object], settings: TimingSettings, region: _Region) -> _Unit:
+    """Capture a graph of back-to-back calls (about ``batch_s`` long, at most GRAPH_CHUNK
+    calls); fall back to plain launches when the callable cannot be captured."""
+    estimate = region.time(functools.partial(_repeat, fn, 3)) / 3
+    chunk = min(batch_iters(estimate, settings), GRAPH_CHUNK)
+    if _leaves_work_behind(fn, region):
+        # A capture would record only the current stream's part and the rest would run
+        # once, eagerly, during capture: plain launches with device-wide ends time it all.
+        why = "work left running on another stream: plain launches, device-wide ends"
+        return _Unit(functools.partial(_repeat, fn, chunk), chunk, "cuda_events", why)
+    graph, error = _capture(fn, chunk, region.torch)
+    if graph is not None:
+        return _Unit(graph.replay, chunk, "graph_replay")
+    return _Unit(functools.partial(_repeat, fn, chunk), chunk, "cuda_events", error)
+
+
+class _Region:
+    """One timed region: start event, work, end event on the stream, device synchronize,
+    a second end event.  The stream-order end is the reading unless the device-wide end
+    (less the measured cost of a synchronize) is clearly later: then work was hidden on
+    another stream and the device-wide end counts."""
+
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+        self.hidden = 0
+        self.overhead_ms = 0.0
+        self.overhead_ms = median([self._empty() for _ in range(7)])
+
+    def _empty(self) -> float:
+        t = self.torch
+        start, end = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+        t.cuda.synchronize()
+        start.record()
+        t.cuda.synchronize()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end))
+
+    def time(self, work: Callable[[], object]) -> float:
+        """Milliseconds of ``work`` (the whole region, not per call)."""
+        t = self.torch
+        ev = [t.cuda.Event(enable_timing=True) for _ in range(3)]
+        ev[0].record()
+        work()
+        ev[1].record()
+        t.cuda.synchronize()
+        ev[2].record()
+        ev[2].synchronize()
+        stream_ms = float(ev[0].elapsed_time(ev[1]))
+        device_ms = float(ev[0].elapsed_time(ev[2])) - self.overhead_ms
+        if device_ms > stream_ms * SIDE_STREAM_SLACK + SIDE_STREAM_ABS_MS:
+            self.hidden += 1
+            return device_ms
+        return stream_ms
+
+
+@dataclass
+class _WarmUp:
+    seconds: float
+    windows_ms: list[float]  # per-call ms of each window
+    converged: bool
+
+    @property
+    def per_call_ms(self) -> float:
+        return self.windows_ms[-1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seconds": round(self.seconds, 4),
+            "windows": len(self.windows_ms),
+            "first_window_ms": self.windows_ms[0],
+            "last_window_ms": self.windows_ms[-1],
+            "converged": self.converged,
+        }
+
+
+def _leaves_work_behind(fn: Callable[[], object], region: _Region) -> bool:
+    """True when every one of three short regions of ``fn`` ended on the device clearly
+    after its stream (work launched on a side stream and never joined)."""
+    before = region.hidden
+    for _ in range(3):
+        region.time(functools.partial(_repeat, fn, 3))
+    return region.hidden - before == 3
+
+
+def _warm_up(unit: _Unit, settings: TimingSettings, region: _Region, t0: float) -> _WarmUp:
+    """~50 ms windows of the same work as the timed batches until the clocks have ramped:
+    at least ``warmup_s`` since ``t0`` and three successive windows within 1%, capped."""
+    per_call = region.time(unit.run) / unit.calls
+    cap_s = max(WARMUP_CAP_MIN_S, 4 * settings.warmup_s)
+    windows: list[float] = []
+    while True:
+        window_calls = min(MAX_ITERS, round(WINDOW_S * 1e3 / max(per_call, 1e-6)))
+        reps = max(1, window_calls // unit.calls)
+        per_call = region.time(functools.partial(_repeat, unit.run, reps)) / (reps * unit.calls)
+        windows.append(per_call)
+        elapsed = time.perf_counter() - t0
+        last = windows[-WARMUP_WINDOWS:]
+        agree = len(last) == WARMUP_WINDOWS and max(last) - min(last) <= WARMUP_AGREE * min(last)
+        if elapsed >= settings.warmup_s and agree:
+            return _WarmUp(elapsed, windows, True)
+        if elapsed >= cap_s:
+            return _WarmUp(elapsed, windows, False)
+
+
+def _repeat(fn: Callable[[], object], n: int) -> None:
+    for _ in range(n):
+        fn()
+
+
+def _sample(run_batch: Callable[[], float], settings: TimingSettings, cap: int) -> tuple:
+    samples: list[float] = []
+    t0 = time.perf_counter()
+    while True:
+        samples.append(run_batch())
+        reason = stop_reason(samples, settings, time.perf_counter() - t0, cap)
+        if reason:
+            return samples, reason
+
+
+def _measure_hot(
+    unit: _Unit, settings: TimingSettings, region: _Region, per_call_ms: float
+) -> Timing:
+    replays = max(1, round(batch_iters(per_call_ms, settings) / unit.calls))
+    calls = replays * unit.calls
+    run = functools.partial(_repeat, unit.run, replays)
+    samples, reason = _sample(lambda: region.time(run) / calls, settings, settings.max_repeats)
+    extra = {"graph_error": unit.error} if unit.error else {}
+    return Timing(samples, unit.method, reason, calls, extra)
+
+
+def _capture(fn: Callable[[], object], n: int, torch: Any) -> tuple[Any, str]:
+    """A graph of ``n`` back-to-back calls, replayed once; (None, why) if capture fails."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            _repeat(fn, 2)  # library handles/workspaces are made on the capture stream
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            _repeat(fn, n)
+        graph.replay()
+        torch.cuda.synchronize()
+        return graph, ""
+    except Exception as exc:  # any capture failure -> plain launches
+        _repair_rng(torch)
+        try:
+            torch.cuda.synchronize()
+        except Exception as sync_exc:  # the context is broken: nothing will time
+            raise RuntimeError(f"graph capture broke the device: {sync_exc}") from exc
+        return None, f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def _repair_rng(torch: Any) -> None:
+    """A failed capture leaves the default CUDA generator in capture mode (``capture_end``
+    raised before the generator's epilogue), and every later random op fails with "Offset
+    increment outside graph capture".  Give the generator a fresh state, same seed and
+    offset where they can be read."""
+    try:
+        index = torch.cuda.current_device()
+        gen = torch.cuda.default_generators[index]
+        fresh = torch.Generator(device=f"cuda:{index}")
+        try:
+            fresh.set_state(gen.get_state())
+        except Exception:
+            fresh.manual_seed(gen.initial_seed())
+        gen.graphsafe_set_state(fresh)
+    except Exception:  # older torch without graph-safe generator states
+        return
+
+
+def _measure_cold(
+    fn: Callable[[], object], settings: TimingSettings, region: _Region, props: Any
+) -> Timing:
+    torch = region.torch
+    nbytes = flush_bytes_for(props.name, int(getattr(props, "L2_cache_size", 0)))
+    flush = torch.empty(nbytes // 4, dtype=torch.int32, device="cuda")
+
+    def one() -> float:
+        flush.zero_()  # stream order: done before the start event
+        return region.time(fn)
+
+    cap = max(settings.max_repeats, settings.repeats) * COLD_SAMPLE_FACTOR
+    samples, reason = _sample(one, settings, cap)
+    return Timing(samples, "cuda_events", reason, 1, {"flush_bytes": nbytes})

@@ -1,0 +1,50 @@
+"""The canary band (CPU) and the CPU canary workload."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.bench.canary import CanaryBand, canary_drifted
+
+
+def _r(gemm: float, copy: float) -> dict[str, float]:
+    return {"gemm_ms": gemm, "copy_ms": copy}
+
+
+def test_band_floor_and_sigma() -> None:
+    band = CanaryBand.calibrate([_r(1.0, 2.0), _r(1.001, 2.002), _r(0.999, 1.998)])
+    assert band.limit("gemm_ms") == pytest.approx(0.02)  # 3 sigma ~0.3% < the 2% floor
+    assert not canary_drifted(_r(1.015, 2.0), band)
+    assert canary_drifted(_r(1.03, 2.0), band)
+    assert canary_drifted(_r(1.0, 1.9), band)  # faster counts as moved too
+
+
+def test_band_wide_noise() -> None:
+    band = CanaryBand.calibrate([_r(1.0, 1.0), _r(1.1, 1.0), _r(0.9, 1.0)])
+    assert band.limit("gemm_ms") == pytest.approx(0.3)
+    assert not canary_drifted(_r(1.2, 1.0), band)
+
+
+def test_band_round_trips_as_dict() -> None:
+    band = CanaryBand.calibrate([_r(1.0, 2.0), _r(1.02, 2.04)])
+    again = CanaryBand.from_dict(band.to_dict())
+    assert again == band
+    assert canary_drifted(_r(1.5, 2.0), band.to_dict())
+
+
+def test_band_needs_two_readings() -> None:
+    with pytest.raises(ValueError):
+        CanaryBand.calibrate([_r(1.0, 1.0)])
+
+
+def test_cpu_canary_runs() -> None:
+    pytest.importorskip("torch")
+    from runner.bench.canary import run_canary
+    from runner.bench.timing import TimingSettings
+
+    fast = TimingSettings(warmup_s=0.02, batch_s=0.005, budget_s=0.2, target_rsd=0.05)
+    r = run_canary("cpu", fast)
+    assert r["gemm_ms"] > 0 and r["copy_ms"] > 0
+    assert r["gemm_shape"] == [256, 256, 256]
+    assert r["gemm_method"] == "perf_counter"
+    assert not canary_drifted(r, CanaryBand.calibrate([r, r]))

@@ -1,0 +1,75 @@
+"""The speed-of-light table and check."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.errors import CampaignError
+from runner.peaks import PEAKS, SpeedOfLightError, check_speed_of_light, peak_for, resolve_gpu
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA H200 NVL", "H200 NVL"),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("AMD Instinct MI300X", "MI300X"),
+        ("AMD Instinct MI300X VF", "MI300X"),
+        ("AMD Instinct MI325X", "MI325X"),
+        ("AMD Instinct MI355X", "MI355X"),
+        ("gfx942", "MI300X"),
+        ("gfx942:sramecc+:xnack-", "MI300X"),
+        ("gfx950", "MI355X"),
+        ("sm_90", "H100 SXM"),
+    ],
+)
+def test_resolve(name: str, key: str) -> None:
+    assert resolve_gpu(name) == key
+
+
+def test_unknown_gpu_and_dtype() -> None:
+    assert resolve_gpu("NVIDIA GeForce RTX 4090") is None
+    assert peak_for("NVIDIA GeForce RTX 4090", "bf16") is None
+    assert peak_for("NVIDIA H200", "int4") is None
+
+
+def test_values() -> None:
+    assert peak_for("NVIDIA H200", "bf16") == pytest.approx(989.5)
+    assert peak_for("NVIDIA H200", "torch.bfloat16") == pytest.approx(989.5)
+    assert peak_for("NVIDIA H200", "fp8") == pytest.approx(1979.0)
+    assert peak_for("NVIDIA H200", "hbm") == 4800.0
+    assert peak_for("AMD Instinct MI300X", "float8_e4m3fnuz") == pytest.approx(2614.9)
+    assert peak_for("AMD Instinct MI355X", "bf16") == 2500.0
+
+
+def test_arch_family_takes_highest_peak() -> None:
+    # gfx942 covers MI300X (5.3 TB/s) and MI325X (6.0 TB/s): never call 5.5 TB/s impossible
+    assert peak_for("gfx942", "hbm") == 6000.0
+    assert peak_for("gfx942", "bf16") == pytest.approx(1307.4)
+
+
+def test_table_is_sane() -> None:
+    for bf16, fp8, hbm in PEAKS.values():
+        assert 0 < bf16 < fp8 <= 2.001 * bf16
+        assert hbm > 1000
+
+
+def test_check_passes_below_peak_and_unknown() -> None:
+    check_speed_of_light(790.0, "NVIDIA H200", "bf16")
+    check_speed_of_light(1e9, "unknown gpu", "bf16")
+
+
+def test_check_raises_above_peak() -> None:
+    with pytest.raises(SpeedOfLightError, match="exceeds the bf16 peak") as info:
+        check_speed_of_light(1200.0, "NVIDIA H200", "bf16", label="8192x8192x8192")
+    assert isinstance(info.value, CampaignError)
+    assert info.value.return_code == 6
+    assert "8192x8192x8192" in str(info.value)
+    with pytest.raises(SpeedOfLightError, match="GB/s"):
+        check_speed_of_light(5000.0, "NVIDIA H200", "hbm")
+
+
+def test_tolerance() -> None:
+    check_speed_of_light(1000.0, "NVIDIA H200", "bf16", tolerance=0.02)
