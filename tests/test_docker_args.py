@@ -1,0 +1,295 @@
+"""Exact argv of the docker executor and of ``campaign image`` (pure: no daemon)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from runner.cli import cli
+from runner.errors import CommandFailed, ConfigError, InfrastructureError
+from runner.executors import docker as dx
+from runner.executors.base import WorkerJob
+from runner.images import ImageRequest, rocm_build_args
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = "set -e\nmkdir -p /out\nexec python3 -m runner.worker /workspace/spec.json /out"
+COMMON = ["--init", "--pull", "never", "--network", "none", "--workdir", "/workspace/target"]
+CACHES = [
+    "--mount",
+    "type=volume,source=turbo-campaign-c1-triton,target=/cache/triton",
+    "--mount",
+    "type=volume,source=turbo-campaign-c1-ccache,target=/cache/ccache",
+]
+SOURCE_ENV = ["-e", "TURBO_CAMPAIGN_SOURCE=/workspace/target"]
+CACHE_ENV = ["-e", "TRITON_CACHE_DIR=/cache/triton", "-e", "CCACHE_DIR=/cache/ccache"]
+
+
+def make_job(tmp_path: Path, **kw: object) -> WorkerJob:
+    src = tmp_path / "wt"
+    src.mkdir(exist_ok=True)
+    fields: dict[str, object] = {
+        "name": "pass-01-candidate",
+        "spec_path": tmp_path / "spec.json",
+        "source_dir": src,
+        "out_dir": tmp_path / "out",
+    }
+    fields.update(kw)
+    return WorkerJob(**fields)  # type: ignore[arg-type]
+
+
+def labels(job: WorkerJob) -> list[str]:
+    return ["--label", "turbo-campaign.campaign=c1", "--label", f"turbo-campaign.job={job.name}"]
+
+
+def test_cpu_job_argv_mounts_the_tree_read_only(tmp_path: Path) -> None:
+    job = make_job(tmp_path, env={"PYTHONPATH": f"{tmp_path}/wt/src"})
+    args = dx.docker_create_args(job, "img:1", None, name="ctr", campaign="c1")
+    assert args == [
+        "docker", "create", "--name", "ctr", *COMMON, *labels(job), *CACHES,
+        "--mount", f"type=bind,source={tmp_path}/wt,target=/workspace/target,readonly",
+        *CACHE_ENV, "-e", "PYTHONDONTWRITEBYTECODE=1", *SOURCE_ENV,
+        "-e", "PYTHONPATH=/workspace/target/src",
+        "img:1", "sh", "-c", SCRIPT,
+    ]  # fmt: skip
+    assert "--privileged" not in args
+
+
+def test_amd_job_with_prepare_copies_the_tree_and_passes_only_its_render_node(
+    tmp_path: Path,
+) -> None:
+    gpu = dx.GpuRequest("amd", (1,), (129,))
+    job = make_job(
+        tmp_path,
+        prepare=(("pip", "install", "--no-build-isolation", "-e", "."),),
+        env={"PRIMUS_TURBO_GEMM_BACKEND": "TRITON"},
+    )
+    args = dx.docker_create_args(job, "rocm:1", gpu, name="ctr", campaign="c1", caches=False)
+    script = (
+        "set -e\nmkdir -p /out\npip install --no-build-isolation -e .\n"
+        "exec python3 -m runner.worker /workspace/spec.json /out"
+    )
+    assert args == [
+        "docker", "create", "--name", "ctr", *COMMON, *labels(job),
+        "--device", "/dev/kfd", "--device", "/dev/dri/renderD129", *SOURCE_ENV,
+        "-e", "PRIMUS_TURBO_GEMM_BACKEND=TRITON",
+        "rocm:1", "sh", "-c", script,
+    ]  # fmt: skip
+    assert not any("seccomp" in a or a == "--group-add" for a in args)
+
+
+@pytest.mark.parametrize(("indices", "value"), [((0,), "device=0"), ((2, 3), '"device=2,3"')])
+def test_nvidia_job_argv(tmp_path: Path, indices: tuple[int, ...], value: str) -> None:
+    job = make_job(tmp_path)
+    gpu = dx.GpuRequest("nvidia", indices)
+    args = dx.docker_create_args(
+        job, "img", gpu, name="ctr", campaign="c1", caches=False, source_mode="copy"
+    )
+    assert args == [
+        "docker", "create", "--name", "ctr", *COMMON, *labels(job), "--gpus", value, *SOURCE_ENV,
+        "img", "sh", "-c", SCRIPT,
+    ]  # fmt: skip
+
+
+def test_env_translation_rewrites_every_host_path(tmp_path: Path) -> None:
+    job = make_job(
+        tmp_path,
+        env={
+            "PYTHONPATH": f"{tmp_path}/wt/src:{tmp_path}/wt:/opt/other",
+            "SPEC": f"{tmp_path}/spec.json",
+            "OUT": f"{tmp_path}/out/x.csv",
+            "NOT_A_PREFIX": f"{tmp_path}/wtx",
+        },
+    )
+    assert dx.translate_env(job) == {
+        "PYTHONPATH": "/workspace/target/src:/workspace/target:/opt/other",
+        "SPEC": "/workspace/spec.json",
+        "OUT": "/out/x.csv",
+        "NOT_A_PREFIX": f"{tmp_path}/wtx",
+    }
+
+
+def test_custom_command_and_quoted_prepare(tmp_path: Path) -> None:
+    job = make_job(tmp_path, prepare=(("sh", "-c", "echo 'a b' > f"),))
+    assert dx.job_script(job, ["python3", "/x y.py"]) == [
+        "sh",
+        "-c",
+        "set -e\nmkdir -p /out\nsh -c 'echo '\"'\"'a b'\"'\"' > f'\nexec python3 '/x y.py'",
+    ]
+
+
+def test_prepare_with_a_read_only_mount_is_refused(tmp_path: Path) -> None:
+    job = make_job(tmp_path, prepare=(("make",),))
+    with pytest.raises(ConfigError, match="source_mode='copy'"):
+        dx.docker_create_args(job, "img", None, name="c", campaign="c1", source_mode="mount")
+
+
+def test_names_are_unique_and_docker_safe() -> None:
+    a, b = dx.container_name("pass 01/cand"), dx.container_name("pass 01/cand")
+    assert a != b
+    assert a.startswith("turbo-campaign-pass-01-cand-") and len(a) == len(b)
+    assert dx.cache_volumes("gemm_fp8 x") == {
+        "turbo-campaign-gemm_fp8-x-triton": "/cache/triton",
+        "turbo-campaign-gemm_fp8-x-ccache": "/cache/ccache",
+    }
+
+
+def test_gpu_request_validation() -> None:
+    with pytest.raises(ConfigError, match="render node"):
+        dx.GpuRequest("amd", (0, 1), (128,))
+    with pytest.raises(ConfigError, match="at least one"):
+        dx.GpuRequest("nvidia", ())
+
+
+def test_keep_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(dx.KEEP_ENV, raising=False)
+    assert dx.DockerExecutor("i", gpu=None, campaign="c").keep is False
+    assert dx.DockerExecutor("i", gpu=None, campaign="c", keep=True).keep is True
+    monkeypatch.setenv(dx.KEEP_ENV, "1")
+    assert dx.DockerExecutor("i", gpu=None, campaign="c").keep is True
+
+
+def test_image_build_argv_turbo(tmp_path: Path) -> None:
+    req = ImageRequest(
+        gpu_archs="gfx942;GFX950", turbo_src=tmp_path, max_jobs="32", turbo_commit="abc"
+    )
+    assert rocm_build_args(req, ROOT) == [
+        "docker", "build", "--file", f"{ROOT}/Dockerfile.rocm", "--target", "turbo",
+        "--build-context", f"turbo={tmp_path}",
+        "--build-arg", "GPU_ARCHS=gfx942;gfx950",
+        "--build-arg", "TURBO_COMMIT=abc",
+        "--build-arg", "MAX_JOBS=32",
+        "--tag", "turbo-campaign/rocm:gfx942-gfx950", str(ROOT),
+    ]  # fmt: skip
+
+
+def test_image_build_argv_workspace() -> None:
+    assert rocm_build_args(ImageRequest(workspace=True, tag="ws:1"), ROOT) == [
+        "docker", "build", "--file", f"{ROOT}/Dockerfile.rocm", "--target", "workspace",
+        "--tag", "ws:1", str(ROOT),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("archs", "match"), [(None, "required"), ("gfx90a", "unsupported")])
+def test_image_build_needs_valid_archs(tmp_path: Path, archs: str | None, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        rocm_build_args(ImageRequest(gpu_archs=archs, turbo_src=tmp_path), ROOT)
+
+
+def test_cli_image_print(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    result = CliRunner().invoke(
+        cli, ["image", "--print", "--gpu-archs", "gfx942", "--turbo-src", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output == (
+        f"docker build --file {ROOT}/Dockerfile.rocm --target turbo --build-context "
+        f"turbo={tmp_path} --build-arg GPU_ARCHS=gfx942 --build-arg TURBO_COMMIT=unknown "
+        f"--tag turbo-campaign/rocm:gfx942 {ROOT}\n"
+    )
+
+
+def test_cli_image_print_reads_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("GPU_ARCHS", "gfx950")
+    monkeypatch.setenv("TURBO_SRC", str(tmp_path))
+    monkeypatch.setenv("MAX_JOBS", "8")
+    result = CliRunner().invoke(cli, ["image", "--print", "--tag", "t:1"])
+    assert result.exit_code == 0, result.output
+    assert "--build-arg GPU_ARCHS=gfx950 " in result.output
+    assert "--build-arg MAX_JOBS=8 --tag t:1 " in result.output
+
+
+def test_find_rocm_order(tmp_path: Path) -> None:
+    """find-rocm.sh prefers `rocm-sdk path --root`, then `hipconfig --rocmpath`."""
+    bin_dir, therock, hip = tmp_path / "bin", tmp_path / "venv-rocm", tmp_path / "hip-rocm"
+    for d in (bin_dir, therock, hip):
+        d.mkdir()
+    tool = bin_dir / "hipconfig"
+    tool.write_text(f"#!/bin/sh\necho {hip}\n")
+    tool.chmod(0o755)
+    script = str(ROOT / "docker" / "find-rocm.sh")
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    out = subprocess.run(["sh", script], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(hip)
+    sdk = bin_dir / "rocm-sdk"
+    sdk.write_text(f'#!/bin/sh\n[ "$1 $2" = "path --root" ] && echo {therock}\n')
+    sdk.chmod(0o755)
+    out = subprocess.run(["sh", script], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(therock)
+
+
+@pytest.mark.skipif(Path("/opt/rocm").is_dir(), reason="this host has /opt/rocm")
+def test_find_rocm_fails_with_the_fix(tmp_path: Path) -> None:
+    script = str(ROOT / "docker" / "find-rocm.sh")
+    out = subprocess.run(
+        ["sh", script], env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, capture_output=True, text=True
+    )
+    assert out.returncode == 1 and out.stdout == ""
+    assert "set ROCM_PATH" in out.stderr
+
+
+class FakeDocker:
+    """Records every ``runner.cmd.run`` call and answers like a docker CLI."""
+
+    def __init__(self, fail_on: str | None = None, output: str = "") -> None:
+        self.calls: list[list[str]] = []
+        self.fail_on = fail_on
+        self.output = output
+
+    def __call__(self, cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        args = [str(c) for c in cmd]
+        self.calls.append(args)
+        if self.fail_on and args[1] == self.fail_on:
+            raise CommandFailed(args, 1, self.output)
+        stdout = "0\n" if args[1] == "inspect" else "log line\n"
+        return subprocess.CompletedProcess(args, 0, stdout, None)
+
+
+def test_run_job_sequence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeDocker()
+    monkeypatch.setattr(dx.cmd, "run", fake)
+    monkeypatch.delenv(dx.KEEP_ENV, raising=False)
+    job = make_job(tmp_path, prepare=(("make",),))
+    outcome = dx.DockerExecutor("img", gpu=None, campaign="c1").run_job(job)
+    name = fake.calls[0][3]
+    assert [c[1:] for c in fake.calls[1:]] == [
+        ["cp", str(job.spec_path), f"{name}:/workspace/spec.json"],
+        ["cp", f"{job.source_dir}/.", f"{name}:/workspace/target"],
+        ["start", "--attach", name],
+        ["inspect", "--format", "{{.State.ExitCode}}", name],
+        ["logs", name],
+        ["cp", f"{name}:/out/.", str(job.out_dir)],
+        ["rm", "--force", "--volumes", name],
+    ]
+    assert outcome.returncode == 0
+    assert (job.out_dir / "container.log").read_text() == "log line\n"
+
+
+def test_daemon_down_is_an_infrastructure_error_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = "Cannot connect to the Docker daemon at unix:///var/run/docker.sock."
+    fake = FakeDocker(fail_on="create", output=out)
+    monkeypatch.setattr(dx.cmd, "run", fake)
+    with pytest.raises(InfrastructureError, match=r"docker/ci-setup\.sh does it"):
+        dx.DockerExecutor("img", gpu=None, campaign="c1").run_job(make_job(tmp_path))
+    assert fake.calls[-1][1:4] == ["rm", "--force", "--volumes"]  # cleanup on failed create
+
+
+def test_interrupt_during_the_run_still_removes_the_container(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeDocker()
+
+    def interrupted(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        if cmd[1] == "start":
+            raise KeyboardInterrupt
+        return fake(cmd, **kw)
+
+    monkeypatch.setattr(dx.cmd, "run", interrupted)
+    monkeypatch.delenv(dx.KEEP_ENV, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        dx.DockerExecutor("img", gpu=None, campaign="c1").run_job(make_job(tmp_path))
+    assert fake.calls[-1][1:3] == ["rm", "--force"]

@@ -1,0 +1,270 @@
+"""The docker executor against the REAL daemon and the CPU test image.
+
+Skipped only when ``docker info`` fails and CI is not set; under CI they must run
+(.ci/run calls docker/ci-setup.sh first).  The session fixture runs ci-setup.sh, which
+is idempotent: it (re)builds the CPU image from the current tree in seconds when the
+base image and the wheelhouse exist.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runner.bench.timing import TimingSettings
+from runner.errors import InfrastructureError
+from runner.executors.base import WorkerJob
+from runner.executors.docker import CONTAINER_OUT, DockerExecutor, image_digest
+from runner.shapes import Shape
+from runner.spec import RoundSpec, save_spec
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGE = os.environ.get("CPU_IMAGE", "turbo-campaign/cpu:py311")
+
+
+def _docker(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
+
+
+@pytest.fixture(scope="session")
+def cpu_image() -> str:
+    if _docker("info").returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(
+                "CI is set but the Docker daemon is not reachable: .ci/run must run "
+                "docker/ci-setup.sh before pytest"
+            )
+        pytest.skip("no Docker daemon (docker info failed); run docker/ci-setup.sh")
+    setup = subprocess.run(
+        ["bash", str(ROOT / "docker" / "ci-setup.sh")], capture_output=True, text=True
+    )
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    return IMAGE
+
+
+@pytest.fixture
+def campaign() -> Iterator[str]:
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    yield name
+    for kind in ("triton", "ccache"):
+        _docker("volume", "rm", "-f", f"turbo-campaign-{name}-{kind}")
+
+
+def leftover(job_name: str) -> list[str]:
+    proc = _docker("ps", "-a", "--filter", f"name=turbo-campaign-{job_name}-", "-q")
+    return proc.stdout.split()
+
+
+def make_job(tmp_path: Path, name: str, **kw: object) -> WorkerJob:
+    src = tmp_path / "tree"
+    src.mkdir(exist_ok=True)
+    spec = tmp_path / "spec.json"
+    if not spec.exists():
+        spec.write_text('{"hello": "spec"}\n')
+    fields: dict[str, object] = {"name": name, "spec_path": spec, "source_dir": src}
+    fields["out_dir"] = tmp_path / "out"
+    fields.update(kw)
+    return WorkerJob(**fields)  # type: ignore[arg-type]
+
+
+def py(code: str) -> list[str]:
+    return ["python3", "-c", code]
+
+
+WRITE_CSV = (
+    "import pathlib, sys; print('hello from', sys.version.split()[0]); "
+    "pathlib.Path('/out/benchmark.csv').write_text(open('/workspace/spec.json').read())"
+)
+
+
+def test_artifacts_copied_out_and_container_removed(
+    cpu_image: str, campaign: str, tmp_path: Path
+) -> None:
+    job = make_job(tmp_path, "artifacts")
+    outcome = DockerExecutor(cpu_image, gpu=None, campaign=campaign, command=py(WRITE_CSV)).run_job(
+        job
+    )
+    assert outcome.returncode == 0 and outcome.ok
+    assert (job.out_dir / "benchmark.csv").read_text() == '{"hello": "spec"}\n'
+    assert "hello from 3.11" in (job.out_dir / "container.log").read_text()
+    assert outcome.log_path == job.out_dir / "container.log"
+    assert leftover("artifacts") == []
+    volumes = _docker("volume", "ls", "-q", "--filter", f"name=turbo-campaign-{campaign}-")
+    assert sorted(volumes.stdout.split()) == [
+        f"turbo-campaign-{campaign}-ccache",
+        f"turbo-campaign-{campaign}-triton",
+    ]
+
+
+def test_network_is_off_and_tree_is_read_only(
+    cpu_image: str, campaign: str, tmp_path: Path
+) -> None:
+    code = (
+        "import os, pathlib; out = pathlib.Path('/out'); "
+        "(out / 'net.txt').write_text(' '.join(sorted(os.listdir('/sys/class/net')))); "
+        "(out / 'cwd.txt').write_text(os.getcwd() + ' ' + os.environ['PYTHONPATH']); "
+        "import probe; (out / 'probe.txt').write_text(probe.VALUE)\n"
+        "try:\n  open('/workspace/target/x', 'w')\nexcept OSError as e:\n"
+        "  (out / 'ro.txt').write_text(str(e.errno))"
+    )
+    job = make_job(tmp_path, "netoff")
+    (job.source_dir / "probe.py").write_text("VALUE = 'from-the-tree'\n")
+    job = make_job(tmp_path, "netoff", env={"PYTHONPATH": str(job.source_dir)})
+    DockerExecutor(cpu_image, gpu=None, campaign=campaign, command=py(code)).run_job(job)
+    assert (job.out_dir / "net.txt").read_text() == "lo"
+    assert (job.out_dir / "cwd.txt").read_text() == "/workspace/target /workspace/target"
+    assert (job.out_dir / "probe.txt").read_text() == "from-the-tree"
+    assert (job.out_dir / "ro.txt").read_text() == "30"  # EROFS
+    assert not (job.source_dir / "x").exists()
+
+
+def test_prepare_runs_on_a_copy_not_on_the_host_tree(
+    cpu_image: str, campaign: str, tmp_path: Path
+) -> None:
+    job = make_job(tmp_path, "prepare", prepare=(("sh", "-c", "echo built > artifact.so"),))
+    (job.source_dir / "src.py").write_text("x = 1\n")
+    code = "import shutil; shutil.copy('artifact.so', '/out/benchmark.csv')"
+    outcome = DockerExecutor(cpu_image, gpu=None, campaign=campaign, command=py(code)).run_job(job)
+    assert outcome.ok
+    assert (job.out_dir / "benchmark.csv").read_text() == "built\n"
+    assert sorted(p.name for p in job.source_dir.iterdir()) == ["src.py"]
+
+
+def test_failing_job_gives_a_returncode_and_cleans_up(
+    cpu_image: str, campaign: str, tmp_path: Path
+) -> None:
+    code = "import sys; print('about to fail'); sys.exit(3)"
+    job = make_job(tmp_path, "failing")
+    outcome = DockerExecutor(cpu_image, gpu=None, campaign=campaign, command=py(code)).run_job(job)
+    assert outcome.returncode == 3 and not outcome.ok
+    assert "about to fail" in outcome.log_path.read_text()
+    assert leftover("failing") == []
+
+
+def test_failing_prepare_stops_before_the_worker(
+    cpu_image: str, campaign: str, tmp_path: Path
+) -> None:
+    job = make_job(tmp_path, "badprep", prepare=(("sh", "-c", "echo compile error; exit 7"),))
+    outcome = DockerExecutor(cpu_image, gpu=None, campaign=campaign, command=py(WRITE_CSV)).run_job(
+        job
+    )
+    assert outcome.returncode == 7
+    assert "compile error" in outcome.log_path.read_text()
+    assert not (job.out_dir / "benchmark.csv").exists()
+    assert leftover("badprep") == []
+
+
+def test_timeout_kills_and_cleans_up(cpu_image: str, campaign: str, tmp_path: Path) -> None:
+    job = make_job(tmp_path, "slow", timeout_s=3)
+    code = "import time; print('sleeping', flush=True); time.sleep(60)"
+    outcome = DockerExecutor(cpu_image, gpu=None, campaign=campaign, command=py(code)).run_job(job)
+    assert outcome.returncode == 124
+    assert "sleeping" in outcome.log_path.read_text()
+    assert leftover("slow") == []
+
+
+def test_keep_leaves_the_container(cpu_image: str, campaign: str, tmp_path: Path) -> None:
+    job = make_job(tmp_path, "kept")
+    executor = DockerExecutor(
+        cpu_image, gpu=None, campaign=campaign, keep=True, command=py(WRITE_CSV)
+    )
+    try:
+        assert executor.run_job(job).ok
+        assert len(leftover("kept")) == 1
+    finally:
+        for ctr in leftover("kept"):
+            _docker("rm", "-f", ctr)
+    assert leftover("kept") == []
+
+
+def test_missing_image_is_an_infrastructure_error(campaign: str, tmp_path: Path) -> None:
+    if _docker("info").returncode != 0:
+        pytest.skip("no Docker daemon")
+    job = make_job(tmp_path, "noimage")
+    executor = DockerExecutor("turbo-campaign/does-not-exist:0", gpu=None, campaign=campaign)
+    with pytest.raises(InfrastructureError, match="never pulled"):
+        executor.run_job(job)
+    assert leftover("noimage") == []
+
+
+def test_image_digest(cpu_image: str) -> None:
+    digest = image_digest(cpu_image)
+    assert digest.startswith("sha256:") and len(digest) == 71
+
+
+def test_real_worker_on_the_example_package(cpu_image: str, campaign: str, tmp_path: Path) -> None:
+    """``python -m runner.worker`` in the container measures the mounted example tree."""
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "examples", tree, ignore=shutil.ignore_patterns("__pycache__"))
+    spec = RoundSpec(
+        campaign=campaign, round=1, role="baseline", pass_index=0, level="quick",
+        target="example", op="gemm", options={"backend": "TORCH", "granularity": None},
+        shapes=(Shape("tiny", 64, 64, 64),), device="cpu",
+        timing=TimingSettings(warmup_s=0.01, repeats=3, max_repeats=3, budget_s=0.2, batch_s=0.01),
+    )  # fmt: skip
+    save_spec(tmp_path / "spec.json", spec)
+    env = {"PYTHONPATH": str(tree), "TURBO_KERNELS_GEMM_BACKEND": "TORCH"}
+    job = make_job(tmp_path, "worker", env=env, timeout_s=300)
+    outcome = DockerExecutor(cpu_image, gpu=None, campaign=campaign).run_job(job)
+    log = outcome.log_path.read_text()
+    assert outcome.ok, log
+    names = {p.name for p in job.out_dir.iterdir()}
+    assert {"benchmark.csv", "samples.json", "worker.log", "container.log"} <= names
+    rows = (job.out_dir / "benchmark.csv").read_text().splitlines()
+    assert rows[0].startswith("label,B,M,N,K,Check,") and rows[1].startswith("tiny,1,64,64,64,PASS")
+    assert CONTAINER_OUT == "/out" and leftover("worker") == []
+
+
+FAKE_ROCM = """FROM {base}
+RUN mkdir -p /opt/rocm/lib/llvm/bin \\
+ && printf '#!/bin/sh\\necho fake-clang "$@"\\n' > /opt/rocm/lib/llvm/bin/clang++ \\
+ && cp /opt/rocm/lib/llvm/bin/clang++ /opt/rocm/lib/llvm/bin/clang \\
+ && chmod +x /opt/rocm/lib/llvm/bin/*
+"""
+
+
+def test_rocm_dockerfile_on_a_fake_rocm_base(cpu_image: str, tmp_path: Path) -> None:
+    """Dockerfile.rocm for real, on the CPU image plus a fake /opt/rocm: the workspace
+    stage builds, the entrypoint finds ROCm and wires ccache for hipcc, and the turbo
+    stage stops at once without GPU_ARCHS."""
+    tag = f"turbo-campaign/test-fake-rocm:{uuid.uuid4().hex[:8]}"
+    env = dict(os.environ, DOCKER_BUILDKIT="0")
+    build = ["docker", "build", "--force-rm", "-f", str(ROOT / "Dockerfile.rocm"), "--build-arg"]
+    try:
+        fake = subprocess.run(
+            ["docker", "build", "--force-rm", "-t", f"{tag}-base", "-"],
+            input=FAKE_ROCM.format(base=cpu_image), env=env, capture_output=True, text=True,
+        )  # fmt: skip
+        assert fake.returncode == 0, fake.stdout + fake.stderr
+        args = [*build, f"BASE_IMAGE={tag}-base"]
+        ws = subprocess.run(
+            [*args, "--target", "workspace", "-t", tag, str(ROOT)],
+            env=env, capture_output=True, text=True,
+        )  # fmt: skip
+        assert ws.returncode == 0, ws.stdout[-3000:] + ws.stderr
+        probe = (
+            "echo $ROCM_PATH $HIP_CLANG_PATH; $HIP_CLANG_PATH/clang++ -v; "
+            'python3 -c "import runner.worker"'
+        )
+        run = _docker(
+            "run", "--rm", "--network", "none", "-e", "CCACHE_DIR=/tmp/cc", tag, "sh", "-c", probe
+        )
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert run.stdout.startswith("/opt/rocm /opt/ccache/llvm\nfake-clang -v\n")
+        turbo = subprocess.run(
+            [*args, "--target", "turbo", str(ROOT)], env=env, capture_output=True, text=True
+        )
+        assert turbo.returncode != 0
+        assert "GPU_ARCHS is empty" in turbo.stdout + turbo.stderr
+    finally:
+        _docker("rmi", "-f", tag, f"{tag}-base")
+        for kind in ("turbo", "workspace"):  # the classic builder's dangling stage images
+            _docker("image", "prune", "-f", "--filter", f"label=turbo-campaign.kind={kind}")
