@@ -10,8 +10,9 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
 OP ?= gemm_fp8
-GRANULARITY ?= blockwise
-BACKEND ?= TRITON
+GPU ?= cpu
+GRANULARITY ?= $(if $(filter gemm_fp8 grouped_gemm_fp8 quantize,$(OP)),blockwise,)
+BACKEND ?= $(if $(filter cpu,$(GPU)),TORCH,TRITON)
 TARGET ?= example
 SOURCE ?=
 LEVEL ?= quick
@@ -19,7 +20,7 @@ CAMPAIGN ?=
 CAMPAIGN_ARG := $(if $(CAMPAIGN),--campaign $(CAMPAIGN),)
 
 .PHONY: install test lint format typecheck demo baseline validate status report accept \
-        image image-workspace image-cpu reproduce mcp clean
+        image image-workspace image-cpu export reproduce mcp clean
 
 install: $(STAMP)
 
@@ -50,8 +51,8 @@ demo: install
 	$(BIN)/python -m runner demo
 
 baseline: install
-	$(CAMPAIGN_CMD) baseline $(CAMPAIGN_ARG) --op $(OP) --granularity $(GRANULARITY) \
-	  --backend $(BACKEND) --target $(TARGET) $(if $(SOURCE),--source $(SOURCE),)
+	$(CAMPAIGN_CMD) baseline $(CAMPAIGN_ARG) --op $(OP) $(if $(GRANULARITY),--granularity $(GRANULARITY),) \
+	  --backend $(BACKEND) --target $(TARGET) --gpu $(GPU) $(if $(SOURCE),--source $(SOURCE),)
 
 validate: install
 	@test -n "$(ROUND)" || { echo "make validate needs ROUND=N HYPOTHESIS='...'"; exit 2; }
@@ -66,6 +67,30 @@ report: install
 
 accept: install
 	$(CAMPAIGN_CMD) accept $(CAMPAIGN_ARG)
+
+GPU_ARCHS ?=
+TURBO_SRC ?=
+image: install
+	@test -n "$(GPU_ARCHS)" || { echo "make image needs GPU_ARCHS=gfx942|gfx950|'gfx942;gfx950'"; exit 2; }
+	@test -n "$(TURBO_SRC)" || { echo "make image needs TURBO_SRC=<your Primus-Turbo checkout>"; exit 2; }
+	$(CAMPAIGN_CMD) image --gpu-archs "$(GPU_ARCHS)" --turbo-src "$(TURBO_SRC)"
+
+image-workspace: install
+	$(CAMPAIGN_CMD) image --workspace
+
+image-cpu:
+	bash docker/ci-setup.sh
+
+export: install
+	$(CAMPAIGN_CMD) export $(CAMPAIGN_ARG) $(if $(OUT),--out $(OUT),)
+
+reproduce: install
+	@test -n "$(BUNDLE)" || { echo "make reproduce needs BUNDLE=<file> SOURCE=<target checkout>"; exit 2; }
+	@test -n "$(SOURCE)" || { echo "make reproduce needs SOURCE=<target checkout>"; exit 2; }
+	$(CAMPAIGN_CMD) reproduce "$(BUNDLE)" --source "$(SOURCE)" $(if $(ROUND),--round $(ROUND),)
+
+mcp: install
+	$(CAMPAIGN_CMD) mcp
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

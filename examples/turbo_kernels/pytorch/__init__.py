@@ -1,0 +1,1 @@
+"""PyTorch front end: ``core`` (configs), ``ops`` (user API), ``kernels`` (dispatch)."""
