@@ -1,0 +1,120 @@
+"""``campaign status``, ``campaign report``, ``campaign accept`` and ``campaign tip``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from runner.campaign import Campaign
+from runner.cli.app import App
+from runner.tips import TIPS_ROOT_ENV, Tip, append_tip, resolve_tips_root
+
+_campaign_option = click.option(
+    "--campaign", "name", default=None, help="Campaign name (default: the only one)."
+)
+
+
+def _find(app: App, name: str | None) -> Campaign:
+    return Campaign.find(app.campaigns_root, name)
+
+
+def _progress(message: str) -> None:
+    click.echo(f"  .. {message}", err=True)
+
+
+@click.command("status")
+@_campaign_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_obj
+def status_cmd(app: App, name: str | None, as_json: bool) -> None:
+    """Current best, round counts, escalation step, next round, chain integrity."""
+    from runner.status import collect_status, render_status
+
+    status = collect_status(_find(app, name))
+    if as_json:
+        click.echo(json.dumps(status.to_dict(), allow_nan=False))
+    else:
+        click.echo(render_status(status))
+
+
+@click.command("report")
+@_campaign_option
+@click.option("--stop", "user_stop", is_flag=True, help="T4: the user asked to stop.")
+@click.pass_obj
+def report_cmd(app: App, name: str | None, user_stop: bool) -> None:
+    """Append the Termination Check and the Final Report to logs/optimize.md and write
+    report/index.html with its pictures."""
+    from runner.report import write_report
+
+    outcome = write_report(_find(app, name), user_stop=user_stop)
+    click.echo(f"appended the report to {outcome.optimize_log}")
+    click.echo(f"html: {outcome.html}")
+    for picture in outcome.pictures:
+        click.echo(f"picture: {picture}")
+
+
+@click.command("accept")
+@_campaign_option
+@click.option("--passes", default=2, show_default=True, help="B C C B blocks per side.")
+@click.option("--executor", default=None, help="Override the manifest: local or docker.")
+@click.pass_obj
+def accept_cmd(app: App, name: str | None, passes: int, executor: str | None) -> None:
+    """Final acceptance of the lineage head: full validation against the base commit,
+    the full benchmark, the full test suite, the branch check.  Exit 0 ACCEPTED,
+    3 NOT ACCEPTED, 2 bad input."""
+    from runner.accept import NotAccepted, acceptance_dir, run_acceptance
+    from runner.executors.factory import make_executor
+
+    campaign = _find(app, name)
+    result = run_acceptance(
+        campaign,
+        make_executor(campaign.manifest, executor),
+        passes=passes,
+        progress=_progress,
+    )
+    verdict = "ACCEPTED" if result.accepted else "NOT ACCEPTED"
+    click.echo(f"final acceptance: {verdict}")
+    for check in result.checks:
+        click.echo(f"  {'PASS' if check.ok else 'FAIL'} {check.name}: {check.detail}")
+    click.echo(f"record: {acceptance_dir(campaign) / 'acceptance.md'}")
+    if not result.accepted:
+        raise NotAccepted(
+            "the final best is NOT ACCEPTED: fix the failed checks above, then run "
+            "`campaign accept` again"
+        )
+
+
+@click.command("tip")
+@_campaign_option
+@click.option("--round", "round_n", type=int, required=True, help="A closed round.")
+@click.option("--text", required=True, help="The takeaway: what to do or avoid next time.")
+@click.option("--context", default="", help="Default: the round's hypothesis.")
+@click.option("--signal", default="", help="Default: the round's key finding.")
+@click.option("--applicability", default="", help="Default: this op, backend and GPU.")
+@click.option(
+    "--tips-root",
+    default=None,
+    type=click.Path(file_okay=False, path_type=Path),
+    help=f"Tips root (env {TIPS_ROOT_ENV}; default <campaigns-root>/tips).",
+)
+@click.pass_obj
+def tip_cmd(
+    app: App,
+    name: str | None,
+    round_n: int,
+    text: str,
+    context: str,
+    signal: str,
+    applicability: str,
+    tips_root: Path | None,
+) -> None:
+    """Append a historical tip learnt in a closed round (PROTOCOL.md section 6)."""
+    campaign = _find(app, name)
+    root = resolve_tips_root(app.campaigns_root, tips_root)
+    path = append_tip(campaign, root, Tip(round_n, text, context, signal, applicability))
+    click.echo(f"appended a tip for round-{round_n} to {path}")
+
+
+COMMANDS: list[click.Command] = [status_cmd, report_cmd, accept_cmd, tip_cmd]

@@ -1,0 +1,231 @@
+"""``campaign accept``: the outcome and its records (unit), the branch check on a real git
+repository, exit codes, and the whole acceptance on the real demo campaign (integration)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner import accept as accept_mod
+from runner.accept import (
+    Acceptance,
+    Check,
+    acceptance_shapes,
+    benchmark_check,
+    extract_csv,
+    lineage_check,
+    load_acceptance,
+    render_acceptance,
+    suite_check,
+    write_acceptance,
+)
+from runner.campaign import Campaign
+from runner.cli import main
+from runner.errors import ConfigError
+from runner.lineage import Lineage
+from runner.manifest import Manifest, branch_name, validate_manifest
+from runner.results import Score, ShapeScore, Status
+from runner.shapes import shape_set
+
+METRIC = "Combined Step TFLOPS"
+
+
+def manifest(**over: Any) -> Manifest:
+    data: dict[str, Any] = {
+        "campaign_name": "gemm_triton_cpu_20261129",
+        "source": "/src/example",
+        "target_op": "gemm",
+        "target_backend": "TRITON",
+        "target_lang": "TRITON",
+        "target_gpu": "cpu",
+        "primary_metric": METRIC,
+        "shape_set": "cpu",
+        "test_command": "pytest tests -q",
+        "benchmark_command": "python bench.py",
+        "created": "2026-11-29 14:05",
+    }
+    data.update(over)
+    return validate_manifest(data, "test")
+
+
+def score(**values: float) -> Score:
+    shapes = tuple(ShapeScore(k, "PASS", v, v, v) for k, v in values.items())
+    return Score(METRIC, 1.0, shapes, len(shapes), 0)
+
+
+def test_outcome_follows_the_checks(tmp_path: Path) -> None:
+    a = Acceptance("c", "2026-11-29 10:00", finished="2026-11-29 10:30", heldout=["b"])
+    assert not a.accepted  # no check ran: nothing is accepted
+    a.checks = [Check("full validation", True, "ok"), Check("branch", True, "linear")]
+    assert a.accepted and a.reasons == []
+    a.checks.append(Check("full test suite", False, "2 failed"))
+    assert not a.accepted
+    assert a.reasons == ["full test suite: 2 failed"]
+    a.baseline, a.final = score(a=100.0, b=50.0), score(a=120.0, b=49.0)
+    write_acceptance(tmp_path, a)
+    data = json.loads((tmp_path / "acceptance.json").read_text("utf-8"))
+    assert data["outcome"] == "NOT ACCEPTED" and data["schema_version"] == 1
+    md = (tmp_path / "acceptance.md").read_text("utf-8")
+    assert "Outcome: **NOT ACCEPTED**" in md
+    assert "- full test suite: 2 failed" in md
+    assert "| b       | held-out | 50.000" in md
+    assert "+20.000%" in md
+    assert render_acceptance(a) == md
+
+
+def test_benchmark_and_suite_checks() -> None:
+    assert not benchmark_check({"returncode": 1}).ok
+    assert not benchmark_check({"returncode": 0, "csv": None}).ok
+    assert not benchmark_check({"returncode": 0, "csv": "x.csv", "fail": 2, "command": "c"}).ok
+    assert benchmark_check({"returncode": 0, "csv": "x.csv", "fail": 0, "command": "c"}).ok
+    ok = suite_check({"command": "pytest", "returncode": 0, "tail": "3 passed in 1s\n"})
+    assert ok.ok and "3 passed" in ok.detail
+    assert not suite_check({"command": "pytest", "returncode": 1, "tail": ""}).ok
+
+
+def test_extract_csv_from_a_benchmark_log() -> None:
+    log = (
+        "loading...\nlabel,M,N,K,Check,Forward TFLOPS\n a,1,2,3,PASS,10.5\n"
+        "b,1,2,3,ERROR,nan\ndone, in, 3, s\n"
+    )
+    text, fail = extract_csv(log)
+    assert text is not None and text.startswith("label,M,N,K,Check,Forward TFLOPS\na,1")
+    assert fail == 1
+    assert extract_csv("no table here\n") == (None, 0)
+
+
+def test_acceptance_shapes_adds_heldout() -> None:
+    labels = [s.label for s in shape_set("cpu")]
+    m = manifest(target_shapes=labels[:2], heldout_shapes=[labels[-1]])
+    shapes, heldout = acceptance_shapes(m)
+    assert [s.label for s in shapes] == [*labels[:2], labels[-1]]
+    assert heldout == [labels[-1]]
+    with pytest.raises(ConfigError, match="heldout_shapes not in shape set"):
+        acceptance_shapes(manifest(heldout_shapes=["nope"]))
+
+
+def test_load_acceptance_absent_and_bad(tmp_path: Path) -> None:
+    c = Campaign.init(tmp_path / "campaigns", manifest())
+    assert load_acceptance(c) is None
+    (c.root / "acceptance").mkdir()
+    (c.root / "acceptance" / "acceptance.json").write_text('{"schema_version": 9}')
+    with pytest.raises(ConfigError, match="run `campaign accept` again"):
+        load_acceptance(c)
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
+    env |= {"GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
+    )
+    return proc.stdout.strip()
+
+
+def repo_with(tmp_path: Path, *messages: str) -> tuple[Path, str, list[str]]:
+    src = tmp_path / "src"
+    src.mkdir()
+    git(src, "init", "-q", "-b", "main")
+    (src / "k.py").write_text("0\n")
+    git(src, "add", "-A")
+    git(src, "commit", "-q", "-m", "base")
+    base = git(src, "rev-parse", "HEAD")
+    commits = []
+    for i, msg in enumerate(messages, 1):
+        (src / "k.py").write_text(f"{i}\n")
+        git(src, "commit", "-q", "-am", msg)
+        commits.append(git(src, "rev-parse", "HEAD"))
+    return src, base, commits
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("messages", "ok", "why"),
+    [
+        (["[optimize] gemm TRITON round-3: fold"], True, "linear, 1 [optimize] commit"),
+        (["wip: try something"], False, "does not start with '[optimize] '"),
+    ],
+)
+def test_lineage_check(tmp_path: Path, messages: list[str], ok: bool, why: str) -> None:
+    src, base, commits = repo_with(tmp_path, *messages)
+    m = manifest(source=str(src), base_commit=base)
+    lineage = Lineage(src, m.campaign_name, branch_name(m))
+    git(src, "update-ref", lineage.ref, commits[-1])
+    git(src, "update-ref", f"refs/heads/{branch_name(m)}", commits[-1])
+    check, found = lineage_check(lineage, m, commits)
+    assert check.ok is ok and why in check.detail
+    assert found == commits
+
+
+@pytest.mark.integration
+def test_lineage_check_counts_commits_and_branch(tmp_path: Path) -> None:
+    src, base, commits = repo_with(tmp_path, "[optimize] a", "[optimize] b")
+    m = manifest(source=str(src), base_commit=base)
+    lineage = Lineage(src, m.campaign_name, branch_name(m))
+    git(src, "update-ref", lineage.ref, commits[-1])
+    check, _ = lineage_check(lineage, m, commits[:1])
+    assert not check.ok
+    assert "2 commit(s) but 1 round(s) were accepted" in check.detail
+    assert "is at nothing, not the lineage head" in check.detail
+
+
+def test_exit_codes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    Campaign.init(tmp_path / "campaigns", manifest())
+    root = ["--campaigns-root", str(tmp_path / "campaigns")]
+    with pytest.raises(SystemExit) as exc:
+        main([*root, "accept"])  # no baseline: bad input
+    assert exc.value.code == 2
+
+    def fake(*_: object, **__: object) -> Acceptance:
+        return Acceptance("c", "t", checks=[Check("full test suite", False, "1 failed")])
+
+    monkeypatch.setattr(accept_mod, "run_acceptance", fake)
+    with pytest.raises(SystemExit) as exc:
+        main([*root, "accept"])
+    assert exc.value.code == 3
+
+
+# ---- integration: the whole acceptance on the demo -------------------------------------------
+@pytest.mark.integration
+def test_accept_end_to_end_then_report(demo_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The full-validation verdict depends on the machine's noise (and on whether the
+    demo accepted its speed-up); everything else is deterministic."""
+    root = ["--campaigns-root", str(demo_copy.parent)]
+    with pytest.raises(SystemExit) as exc:
+        main([*root, "accept", "--passes", "1"])
+    out = capsys.readouterr().out
+    folder = demo_copy / "acceptance"
+    data = json.loads((folder / "acceptance.json").read_text("utf-8"))
+    assert exc.value.code == (0 if data["outcome"] == "ACCEPTED" else 3), out
+    assert f"final acceptance: {data['outcome']}" in out
+    checks = {c["name"]: c for c in data["checks"]}
+    assert list(checks) == ["full validation", "full benchmark", "full test suite", "branch"]
+    assert checks["full benchmark"]["ok"] and checks["full test suite"]["ok"], checks
+    assert checks["branch"]["ok"], checks["branch"]
+    gate = data["gate"]
+    assert gate is not None and len(data["final_score"]["shapes"]) == len(data["shapes"])
+    results = Campaign.load(demo_copy).results()
+    accepted_rounds = [r for r in results if r.status is Status.ACCEPTED]
+    if not accepted_rounds:
+        assert "no round was accepted" in checks["full validation"]["detail"]
+    assert checks["full validation"]["ok"] == (
+        bool(accepted_rounds) and gate["decision"] in ("ACCEPTED", "ACCEPTED_TRADEOFF")
+    )
+    assert len(data["commits"]) == len(accepted_rounds)
+    assert data["full_suite"]["command"] == "python -m pytest tests -q"
+    assert "passed" in (folder / "artifacts" / "full_suite.log").read_text("utf-8")
+    header = (folder / "artifacts" / "full_benchmark.csv").read_text("utf-8").splitlines()[0]
+    assert header.startswith("label,B,M,N,K,Check,")
+    for name in ("baseline.csv", "final.csv"):
+        assert (folder / "artifacts" / name).is_file()
+    assert f"Outcome: **{data['outcome']}**" in (folder / "acceptance.md").read_text("utf-8")
+    with pytest.raises(SystemExit) as exc:
+        main([*root, "report"])
+    assert exc.value.code == 0
+    log = (demo_copy / "logs" / "optimize.md").read_text("utf-8")
+    assert "Source: full validation by `campaign accept`" in log
+    assert f"Final acceptance: **{data['outcome']}**" in log

@@ -1,0 +1,211 @@
+"""``campaign report``: the S/W/R split, directions, next steps, the Termination Check and
+the Final Report on synthetic rounds (unit); twice on the real demo campaign: the log
+grows and the first report's bytes stay intact (integration)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from runner.appendlog import verify
+from runner.campaign import Campaign
+from runner.cli import cli
+from runner.manifest import validate_manifest
+from runner.report import (
+    effective_directions,
+    ineffective_directions,
+    next_steps,
+    render_report,
+    transfer_split,
+    write_report,
+)
+from runner.results import (
+    Decision,
+    GateResult,
+    RollbackAnalysis,
+    RoundResult,
+    Score,
+    ShapeScore,
+    Status,
+    TransferCheck,
+)
+from runner.stats import geomean
+
+METRIC = "Combined Step TFLOPS"
+
+
+def score(**values: float) -> Score:
+    shapes = tuple(ShapeScore(k, "PASS", v, v, v) for k, v in values.items())
+    return Score(METRIC, geomean(values.values()), shapes, len(shapes), 0)
+
+
+BASE = score(a=100.0, b=200.0)
+
+
+def rnd(
+    n: int, status: Status, delta: float = 0.0, transfer: TransferCheck | None = None
+) -> RoundResult:
+    factor = 1 + delta / 100
+    gate = None
+    if n > 1:
+        decision = Decision.ACCEPTED if status is Status.ACCEPTED else Decision.ROLLED_BACK
+        gate = GateResult(decision, METRIC, 1.0, factor, delta, (), (), ())
+    rollback = None
+    if status is Status.ROLLED_BACK:
+        rollback = RollbackAnalysis("c", "e", "a", "r", f"lesson {n}")
+    return RoundResult(
+        round=n,
+        status=status,
+        level="full" if n == 1 else "quick",
+        hypothesis=f"h{n}",
+        change="k.py",
+        description=f"idea {n}",
+        started="2026-11-29 10:00",
+        finished="2026-11-29 10:05",
+        test_command="t",
+        benchmark_command="b",
+        score=score(a=100.0 * factor, b=200.0 * factor) if status is Status.ACCEPTED else BASE,
+        baseline=BASE,
+        best=None if n == 1 else BASE,
+        gate=gate,
+        rollback=rollback,
+        next_direction=f"next after {n}",
+        transfer=transfer or TransferCheck(),
+    )
+
+
+def w1(estimate: float | None) -> TransferCheck:
+    return TransferCheck(bucket="W1", estimated_real_gain_pct=estimate)
+
+
+def test_split_all_kernel_internal_has_no_gap() -> None:
+    split = transfer_split([rnd(1, Status.BASELINE), rnd(2, Status.ACCEPTED, 10.0)])
+    assert split.s_real_pct == pytest.approx(10.0)
+    assert split.w_real_pct == 0 and split.r_real_pct == 0
+    assert split.gap_pct == pytest.approx(0.0)
+    assert not split.inflated
+
+
+def test_split_weight_cache_capped_and_overfit_counted_as_r() -> None:
+    results = [
+        rnd(1, Status.BASELINE),
+        rnd(2, Status.ACCEPTED, 10.0),
+        rnd(3, Status.ROLLED_BACK, -3.0),
+        rnd(4, Status.ACCEPTED, 5.0, w1(2.0)),
+        rnd(5, Status.ACCEPTED, 4.0, TransferCheck(bucket="W2")),
+    ]
+    split = transfer_split(results)
+    assert [x.share for x in split.rows] == ["S", "W", "R"]
+    assert split.s_real_pct == pytest.approx(10.0)
+    assert split.w_real_pct == pytest.approx(2.0)
+    assert split.r_real_pct == pytest.approx(4.0)
+    assert split.headline_pct == pytest.approx((1.1 * 1.05 * 1.04 - 1) * 100)
+    assert split.real_pct == pytest.approx((1.1 * 1.02 - 1) * 100)
+    assert split.inflated  # 20.1% headline vs 12.2% real
+
+
+def test_split_small_gap_is_not_called_out() -> None:
+    results = [rnd(1, Status.BASELINE), rnd(2, Status.ACCEPTED, 5.0, w1(4.5))]
+    split = transfer_split(results)
+    assert split.gap_pct == pytest.approx(0.5)
+    assert not split.inflated
+
+
+def test_directions_and_next_steps() -> None:
+    results = [rnd(1, Status.BASELINE), rnd(2, Status.ACCEPTED, 4.0), rnd(3, Status.ROLLED_BACK)]
+    assert effective_directions(results) == ["round-2: idea 2 (+4.000% vs incumbent)"]
+    assert ineffective_directions(results) == [
+        "round-3: idea 3 (+0.000% vs incumbent); lesson: lesson 3"
+    ]
+    steps = next_steps(results, None, (BASE, results[1].score))
+    assert len(steps) == 3
+    assert "campaign accept" in steps[0]
+    assert steps[1].startswith("Escalation step 1")
+
+
+def manifest_campaign(tmp_path: Path, **over: Any) -> Campaign:
+    data: dict[str, Any] = {
+        "campaign_name": "gemm_triton_gfx942_20261129",
+        "source": "/src/example",
+        "target_op": "gemm",
+        "target_backend": "TRITON",
+        "target_lang": "TRITON",
+        "target_gpu": "gfx942",
+        "primary_metric": METRIC,
+        "shape_set": "cpu",
+        "test_command": "pytest tests -q",
+        "benchmark_command": "python bench.py",
+        "created": "2026-11-29 14:05",
+        "sigma_g": 0.004,
+        "representative_shapes": [],
+    }
+    data.update(over)
+    return Campaign.init(tmp_path / "campaigns", validate_manifest(data, "test"))
+
+
+def termination_lines(text: str) -> list[str]:
+    block = text.split("## Termination Check\n\n", 1)[1].split("\n\n", 1)[0]
+    return block.splitlines()
+
+
+def test_termination_check_t1_to_t4(tmp_path: Path) -> None:
+    c = manifest_campaign(tmp_path, performance_target=">200 TFLOPS", max_iterations=2)
+    results = [rnd(1, Status.BASELINE), rnd(2, Status.ACCEPTED, 10.0), rnd(3, Status.ROLLED_BACK)]
+    text = render_report(c, results, None, when="2026-11-29 18:00", user_stop=True)
+    lines = termination_lines(text)
+    assert [ln[:4] for ln in lines] == ["- T1", "- T2", "- T3", "- T4", "- Ve"]
+    assert "T1 performance target (>200 TFLOPS): NOT MET" in lines[0]
+    assert "T2 fraction of hardware peak: NOT MET" in lines[1]  # 155.6 of 1307.4 bf16
+    assert "T3 max_iterations: MET — 2 of 2" in lines[2]
+    assert lines[3] == "- T4 user asked to stop: YES"
+    assert "may end (T3, T4 holds)" in lines[4]
+
+
+def test_final_report_sections_without_acceptance(tmp_path: Path) -> None:
+    c = manifest_campaign(tmp_path)
+    results = [rnd(1, Status.BASELINE), rnd(2, Status.ACCEPTED, 10.0)]
+    text = render_report(c, results, None, when="2026-11-29 18:00")
+    assert text.index("## Termination Check") < text.index("## Final Report (2026-11-29 18:00)")
+    for heading in (
+        "Baseline vs final best",
+        "Cumulative gain",
+        "Effective directions",
+        "Ineffective directions",
+        "Top three next steps",
+        "Round summaries",
+        "Real-training audit",
+    ):
+        assert f"### {heading}" in text
+    assert "full validation has not been run" in text
+    assert "[rounds/round-2/summary.md](../rounds/round-2/summary.md)" in text
+    assert "S_real (K1-K4, counted 1:1): +10.000%" in text
+    assert not re.search(r"^### round-", text, flags=re.M)  # never a history marker
+
+
+# ---- integration ---------------------------------------------------------------------------
+@pytest.mark.integration
+def test_report_twice_appends_and_keeps_the_first(demo_copy: Path) -> None:
+    campaign = Campaign.load(demo_copy)
+    log = campaign.optimize_log
+    before = log.read_bytes()
+    write_report(campaign, when="2026-11-29 18:00")
+    first = log.read_bytes()
+    assert first.startswith(before) and len(first) > len(before)
+    res = CliRunner().invoke(cli, ["--campaigns-root", str(demo_copy.parent), "report"])
+    assert res.exit_code == 0, res.output
+    second = log.read_bytes()
+    assert second.startswith(first) and len(second) > len(first)
+    verify(log)
+    text = second.decode("utf-8")
+    assert text.count("## Final Report (") == 2
+    assert text.count("## Termination Check") == 2
+    assert "full validation has not been run" in text
+    html = demo_copy / "report" / "index.html"
+    assert html.is_file() and "data:image/png;base64," in html.read_text("utf-8")
+    for name in ("rounds.png", "shapes.png", "roofline.png"):
+        assert (demo_copy / "report" / name).stat().st_size > 5000
+    assert "html: " in res.output

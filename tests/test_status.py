@@ -1,0 +1,164 @@
+"""``campaign status``: counts, escalation steps, gain, unclosed rounds, JSON (unit), and
+the command on the real demo campaign (integration)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from runner.campaign import Campaign
+from runner.cli import cli
+from runner.results import (
+    Decision,
+    GateResult,
+    RoundResult,
+    Score,
+    ShapeScore,
+    Status,
+)
+from runner.stats import geomean
+from runner.status import (
+    ESCALATION,
+    consecutive_rollbacks,
+    escalation_step,
+    render_status,
+    summarise,
+)
+
+METRIC = "Combined Step TFLOPS"
+
+
+def score(**values: float) -> Score:
+    shapes = tuple(ShapeScore(k, "PASS", v, v, v) for k, v in values.items())
+    return Score(METRIC, geomean(values.values()), shapes, len(shapes), 0)
+
+
+BASE = score(a=100.0, b=200.0)
+
+
+def result(n: int, status: Status, sc: Score | None = None) -> RoundResult:
+    sc = sc or BASE
+    gate = None
+    if status is not Status.BASELINE:
+        gate = GateResult(Decision.ACCEPTED, METRIC, 1.0, 1.0, 0.0, (), (), ())
+    return RoundResult(
+        round=n,
+        status=status,
+        level="full" if n == 1 else "quick",
+        hypothesis=f"h{n}",
+        change="x",
+        description=f"round {n}",
+        started="2026-11-29 10:00",
+        finished="2026-11-29 10:05",
+        test_command="t",
+        benchmark_command="b",
+        score=sc,
+        baseline=BASE,
+        best=None if n == 1 else BASE,
+        gate=gate,
+    )
+
+
+def chain(*statuses: Status) -> list[RoundResult]:
+    return [result(1, Status.BASELINE)] + [result(i, s) for i, s in enumerate(statuses, 2)]
+
+
+R, A, F = Status.ROLLED_BACK, Status.ACCEPTED, Status.FAILED
+
+
+@pytest.mark.parametrize(
+    ("statuses", "expected"),
+    [((), 0), ((A,), 0), ((R,), 1), ((R, R), 2), ((A, R, R, R), 3), ((R, F), 2), ((R, A), 0)],
+)
+def test_consecutive_rollbacks(statuses: tuple[Status, ...], expected: int) -> None:
+    assert consecutive_rollbacks(chain(*statuses)) == expected
+
+
+def test_escalation_steps_follow_protocol_section_7() -> None:
+    assert escalation_step(0) is None
+    assert escalation_step(1) == (1, ESCALATION[1])
+    assert "another approach" in ESCALATION[1]
+    assert "rocprofv3" in ESCALATION[2] and "rocprof-compute" in ESCALATION[2]
+    assert "ISA" in ESCALATION[3]
+    assert "state-of-the-art" in ESCALATION[4]
+    assert escalation_step(7) == (4, ESCALATION[4])
+
+
+def test_summarise_counts_best_and_next() -> None:
+    better = score(a=110.0, b=220.0)
+    results = [*chain(R, A, F, R)]
+    results[2] = result(3, A, better)
+    s = summarise("c", "/c", results, unclosed=[7])
+    assert (s.accepted, s.rolled_back, s.failed) == (1, 2, 1)
+    assert s.best_round == 3
+    assert s.gain_pct == pytest.approx(10.0)
+    assert s.consecutive_rollbacks == 2
+    assert s.escalation is not None and s.escalation[0] == 2
+    assert s.next_round == 6
+    assert s.unclosed == [7]
+    assert s.chain_problems == []
+    text = render_status(s)
+    assert "rounds: 1 accepted, 2 rolled back, 1 failed" in text
+    assert "escalation: step 2: stagnation review" in text
+    assert "round-7 is unclosed" in text
+    assert "chain integrity: OK" in text
+
+
+def test_summarise_flags_a_broken_chain() -> None:
+    worse = score(a=90.0, b=180.0)
+    results = chain(A)
+    results[1] = result(2, A, worse)
+    s = summarise("c", "/c", results)
+    assert s.chain_problems and "round-2" in s.chain_problems[0]
+    assert "chain integrity: BROKEN" in render_status(s)
+    assert s.to_dict()["chain_ok"] is False
+
+
+def test_status_json_is_one_object() -> None:
+    s = summarise("c", "/c", chain(R))
+    data = json.loads(json.dumps(s.to_dict()))
+    assert data["rounds"] == {"accepted": 0, "rolled_back": 1, "failed": 0}
+    assert data["escalation"]["step"] == 1
+    assert data["next_round"] == 3
+    assert data["extra"] == {}
+
+
+def test_empty_campaign_status() -> None:
+    s = summarise("c", "/c", [])
+    assert s.next_round == 1 and s.best_round is None
+    assert "no baseline yet" in render_status(s)
+
+
+# ---- integration: the real demo campaign ---------------------------------------------------
+@pytest.mark.integration
+def test_status_command_on_demo(demo_campaign: Path) -> None:
+    """The demo's verdicts depend on the machine's noise, so the expectations are read
+    from its records."""
+    results = Campaign.load(demo_campaign).results()
+    expected = summarise("x", "x", results)
+    root = demo_campaign.parent
+    runner = CliRunner()
+    res = runner.invoke(cli, ["--campaigns-root", str(root), "status"])
+    assert res.exit_code == 0, res.output
+    counts = (expected.accepted, expected.rolled_back, expected.failed)
+    assert "rounds: {} accepted, {} rolled back, {} failed".format(*counts) in res.output
+    assert expected.accepted + expected.rolled_back + expected.failed == 2
+    assert "next: round-4" in res.output
+    assert "chain integrity: OK" in res.output
+    res = runner.invoke(cli, ["--campaigns-root", str(root), "status", "--json"])
+    data = json.loads(res.output)
+    assert data["next_round"] == 4 and data["unclosed_rounds"] == []
+    assert data["best_round"] == expected.best_round
+    assert data["consecutive_rollbacks"] == consecutive_rollbacks(results)
+
+
+@pytest.mark.integration
+def test_status_reports_an_unclosed_round(demo_copy: Path) -> None:
+    copy = demo_copy
+    (copy / "rounds" / "round-4").mkdir()
+    res = CliRunner().invoke(cli, ["--campaigns-root", str(copy.parent), "status", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["unclosed_rounds"] == [4]
