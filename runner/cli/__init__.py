@@ -10,7 +10,16 @@ import sys
 import click
 
 from runner import __version__
-from runner.cli import demo_cmd, image_cmd, init_cmd, mcp_cmd, offline, report_cmd, rounds_cmd
+from runner.cli import (
+    bundle_cmd,
+    demo_cmd,
+    image_cmd,
+    init_cmd,
+    mcp_cmd,
+    offline,
+    report_cmd,
+    rounds_cmd,
+)
 from runner.cli.app import CAMPAIGNS_ROOT_ENV, App
 from runner.errors import CampaignError
 
@@ -33,7 +42,16 @@ def cli(ctx: click.Context, campaigns_root: str | None, verbose: bool) -> None:
     ctx.obj = App.from_env(campaigns_root, verbose)
 
 
-for _module in (offline, init_cmd, rounds_cmd, demo_cmd, image_cmd, mcp_cmd, report_cmd):
+for _module in (
+    offline,
+    init_cmd,
+    rounds_cmd,
+    demo_cmd,
+    image_cmd,
+    mcp_cmd,
+    report_cmd,
+    bundle_cmd,
+):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

@@ -1,0 +1,238 @@
+"""Export a small real campaign and reproduce it from a fresh ``git clone`` of its
+source, the way a user does on another host; tampered bundles are refused and a
+different environment is reported.
+
+One campaign (tiny shapes, baseline + one round with the fold-scales speed-up) is
+built for the module; its fingerprints are written with ``record_fingerprint`` the
+way the round hook does.  Whatever that round's verdict on this machine (accepted or
+rolled back), reproduce compares against what was recorded.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from runner.bundle import BUNDLE_YAML, CHECKSUMS, open_bundle
+from runner.campaign import Campaign
+from runner.cli import main
+from runner.errors import ConfigError
+from runner.executors.local import LocalExecutor
+from runner.fingerprint import FingerprintMismatch
+from runner.fingerprint_hook import (
+    OVERRIDE_NAME,
+    check_round_comparable,
+    fingerprint_path,
+    record_fingerprint,
+)
+from runner.newcampaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
+from runner.reproduce import find_base
+from runner.rounds import Request, run_baseline, validate_round
+
+pytestmark = pytest.mark.integration
+
+QUIET = {"repeats": 3, "warmup_s": 0.02, "batch_s": 0.01, "max_repeats": 4, "budget_s": 0.1}
+FAST = (EXAMPLES_DIR / "demo_patches" / "speedup_fold_scales.patch").read_text()
+
+
+def quiet(_message: str) -> None:
+    pass
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory: pytest.TempPathFactory) -> Campaign:
+    root = tmp_path_factory.mktemp("bundle")
+    source = fresh_example_copy(root / "src")
+    c = create_campaign(
+        root / "campaigns",
+        target="example",
+        source=str(source),
+        target_op="gemm_fp8",
+        granularity="blockwise",
+        target_backend="TORCH",
+        target_gpu="cpu",
+        shape_set="tiny",
+        campaign_name="t",
+        timing=QUIET,
+    )
+    run_baseline(c, LocalExecutor(), passes=2, progress=quiet)
+    record_fingerprint(c, 1, target_commit=c.manifest.base_commit)
+    c = Campaign.load(c.root)
+    validate_round(c, LocalExecutor(), Request(2, "fold scales", FAST), progress=quiet)
+    record_fingerprint(c, 2)
+    return Campaign.load(c.root)
+
+
+@pytest.fixture(scope="module")
+def bundle(campaign: Campaign, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("export") / "t.bundle.tar.gz"
+    cli(["--campaigns-root", str(campaign.root.parent), "export", "--out", str(out)], 0)
+    return out
+
+
+def cli(argv: list[str], code: int) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == code
+
+
+def clone(campaign: Campaign, dest: Path) -> Path:
+    subprocess.run(["git", "clone", "-q", campaign.manifest.source, str(dest)], check=True)
+    return dest
+
+
+def retar(bundle: Path, dest: Path, edit: str, how: str) -> Path:
+    """Extract ``bundle``, change the file ``edit`` (``how``: csv or patch), re-tar."""
+    work = dest / "x"
+    with tarfile.open(bundle) as tar:
+        tar.extractall(work, filter="data")
+    target = work / "t" / edit
+    text = target.read_text()
+    target.write_text(text.replace("PASS", "PASS ", 1) if how == "csv" else text + "\n")
+    out = dest / "tampered.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        tar.add(work / "t", arcname="t")
+    return out
+
+
+def test_export_holds_everything_with_checksums(bundle: Path, tmp_path: Path) -> None:
+    b = open_bundle(bundle, tmp_path)
+    info = yaml.safe_load((b.root / BUNDLE_YAML).read_text())
+    assert info["campaign"] == "t" and info["sigma_g"] > 0
+    assert [r["round"] for r in info["rounds"]] == [1, 2]
+    for rel in (
+        "manifest.yaml",
+        "schema/header.csv",
+        "recipe/recipe.yaml",
+        "rounds/round-1/result.json",
+        "rounds/round-1/artifacts/benchmark.csv",
+        "rounds/round-1/artifacts/fingerprint.yaml",
+        "rounds/round-2/candidate.patch",
+        "rounds/round-2/artifacts/incumbent.csv",
+        "logs/performance_trend.md",
+    ):
+        assert (b.root / rel).is_file(), rel
+    assert list(b.root.glob("rounds/round-2/artifacts/passes/*/samples.json"))
+    listed = (b.root / CHECKSUMS).read_text()
+    assert "  rounds/round-2/artifacts/benchmark.csv\n" in listed
+    assert b.recipe["executor"] == "local" and b.recipe["python"]
+    accepted = info["rounds"][1]["status"] == "ACCEPTED"
+    assert len(b.lineage_patches()) == (1 if accepted else 0)
+
+
+def test_reproduce_from_a_fresh_clone(
+    campaign: Campaign, bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = clone(campaign, tmp_path / "clone")
+    before = subprocess.run(["git", "status", "--porcelain"], cwd=source, capture_output=True,
+                            text=True, check=True).stdout  # fmt: skip
+    accepted = campaign.load_result(2).status.value == "ACCEPTED"
+    assert open_bundle(bundle, tmp_path / "b").default_round() == (2 if accepted else 1)
+    out = tmp_path / "repro"
+    cli(["reproduce", str(bundle), "--source", str(source), "--out", str(out)], 0)
+    printed = capsys.readouterr().out
+    assert "REPRODUCED" in printed and f"report: {out / 'reproduction.md'}" in printed
+    report = (out / "reproduction.md").read_text()
+    assert ": REPRODUCED" in report and "sigma_D = sigma_G * sqrt(" in report
+    assert "found by hash" in report
+    replayed = "(identical tree)" if accepted else "no patches: round-N is the base commit"
+    assert replayed in report
+    after = subprocess.run(["git", "status", "--porcelain"], cwd=source, capture_output=True,
+                           text=True, check=True).stdout  # fmt: skip
+    assert after == before
+
+
+def test_tampered_csv_and_patch_are_refused(
+    bundle: Path, campaign: Campaign, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = clone(campaign, tmp_path / "clone")
+    cases = [
+        ("rounds/round-1/artifacts/benchmark.csv", "csv"),
+        ("rounds/round-2/candidate.patch", "patch"),
+    ]
+    for i, (rel, how) in enumerate(cases):
+        bad = retar(bundle, tmp_path / f"t{i}", rel, how)
+        cli(["reproduce", str(bad), "--source", str(source), "--out", str(tmp_path / f"o{i}")], 2)
+        err = capsys.readouterr().err
+        assert f"checksum mismatch for {rel}" in err, err
+        assert not (tmp_path / f"o{i}" / "reproduction.md").exists()
+
+
+def test_missing_base_commit_says_fetch(
+    bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=other, check=True)
+    (other / "x").write_text("x")
+    subprocess.run(["git", "add", "x"], cwd=other, check=True)
+    subprocess.run(["git", "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "x"],
+                   cwd=other, check=True)  # fmt: skip
+    cli(["reproduce", str(bundle), "--source", str(other), "--out", str(tmp_path / "o")], 2)
+    err = capsys.readouterr().err
+    assert "is not in" in err and "fetch it" in err
+
+
+def test_different_environment_is_reported(
+    campaign: Campaign, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy_root = tmp_path / "campaigns"
+    shutil.copytree(campaign.root, copy_root / "t", ignore=shutil.ignore_patterns(".lock"))
+    copy = Campaign.load(copy_root / "t")
+    for n in (1, 2):
+        fp_path = fingerprint_path(copy, n)
+        fp = yaml.safe_load(fp_path.read_text())
+        fp["gpu"]["model"] = "AMD Instinct MI300X"
+        fp["software"]["torch_version"] = "0.0.1+elsewhere"
+        fp_path.write_text(yaml.safe_dump(fp))
+    bundle = tmp_path / "env.tar.gz"
+    cli(["--campaigns-root", str(copy_root), "export", "--out", str(bundle)], 0)
+    source = clone(campaign, tmp_path / "clone")
+    out = tmp_path / "repro"
+    argv = ["reproduce", str(bundle), "--source", str(source), "--round", "2", "--out", str(out)]
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code in (0, 3)  # the verdict depends on this machine's noise
+    printed = capsys.readouterr().out
+    assert "environments differ in: gpu.model, software.torch_version" in printed
+    report = (out / "reproduction.md").read_text()
+    assert "**the environments differ**" in report and "`gpu.model`" in report
+    assert "not comparable: the environments differ in gpu.model" in report
+    accepted = campaign.load_result(2).status.value == "ACCEPTED"
+    replayed = "(identical tree)" if accepted else "(ROLLED BACK): applied its candidate.patch"
+    assert replayed in report
+    with pytest.raises(FingerprintMismatch, match=r"gpu\.model"):
+        check_round_comparable(copy, 1)
+    check_round_comparable(copy, 1, "moved to a new host", record_in=2)
+    assert "moved to a new host" in (copy.artifacts_dir(2) / OVERRIDE_NAME).read_text()
+
+
+def test_fingerprint_is_recorded_per_round(campaign: Campaign) -> None:
+    for n in (1, 2):
+        fp = yaml.safe_load(fingerprint_path(campaign, n).read_text())
+        assert fp["extra"]["measured_in"] == "host" and fp["software"]["python"]
+    assert check_round_comparable(campaign, 2) is not None
+
+
+def test_bad_round_and_out_are_refused(bundle: Path, campaign: Campaign, tmp_path: Path) -> None:
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "x").write_text("")
+    for extra, where in ((["--round", "9"], tmp_path / "o"), ([], out)):
+        with pytest.raises(SystemExit) as exc:
+            main(["reproduce", str(bundle), "--source", campaign.manifest.source,
+                  "--out", str(where), *extra])  # fmt: skip
+        assert exc.value.code == ConfigError.return_code
+
+
+def test_base_found_by_tree_in_an_unrelated_copy(bundle: Path, tmp_path: Path) -> None:
+    """A fresh copy of the example package has another base hash but the same tree."""
+    b = open_bundle(bundle, tmp_path / "b")
+    copy = fresh_example_copy(tmp_path / "copy")
+    commit, note = find_base(copy, b)
+    assert commit != b.info["base_commit"] and "has the same tree" in note
