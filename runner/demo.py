@@ -11,11 +11,12 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+from runner.baseline import run_baseline
 from runner.campaign import Campaign
 from runner.executors.local import LocalExecutor
 from runner.newcampaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
 from runner.results import RoundResult
-from runner.rounds import Request, run_baseline, validate_round
+from runner.rounds import Request, validate_round
 
 PATCHES = EXAMPLES_DIR / "demo_patches"
 SLOWDOWN = (

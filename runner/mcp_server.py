@@ -31,7 +31,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from runner import __version__, rounds
+from runner import __version__, baseline, rounds
 from runner.campaign import Campaign
 from runner.contract import GateJSON, ScoreJSON, gate_csvs, gate_json, score_csv, score_json
 from runner.errors import CampaignError, ConfigError
@@ -361,7 +361,7 @@ class TurboTools:
             found = self._campaign(campaign)
             executor = make_executor(found.manifest)
             result = await run_in_worker(
-                ctx, lambda p: rounds.run_baseline(found, executor, passes=passes, progress=p)
+                ctx, lambda p: baseline.run_baseline(found, executor, passes=passes, progress=p)
             )
             return round_report(found, result.round)
 

@@ -21,6 +21,7 @@ from runner.manifest import (
     validate_manifest,
 )
 from runner.ops.info import op_info
+from runner.shapes import shape_set
 from runner.targets.registry import get_target
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
@@ -69,8 +70,6 @@ def git_toplevel(source: Path) -> Path:
     return Path(proc.stdout.strip()).resolve()
 
 
-
-
 def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
     """Fill target facts into ``fields`` (anything given wins), validate, create."""
     target = get_target(fields.get("target") or "example")
@@ -90,10 +89,27 @@ def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
         op, gran, backend
     )
     fields["base_commit"] = fields.get("base_commit") or head_commit(source)
+    fields["target_shapes"] = pin_shapes(fields.get("target_shapes"), fields)
     manifest = build_manifest(**fields)
     campaign = Campaign.init(campaigns_root, manifest)
     Lineage(source, manifest.campaign_name, None).resolve(manifest.base_commit or "HEAD")
     return campaign
+
+
+def pin_shapes(wanted: Any, fields: dict[str, Any]) -> list[str]:
+    """``all`` becomes the explicit label list of the shape set now, so the campaign's
+    shapes cannot change under it when the runner's default sets change later (labels
+    carry the dimensions)."""
+    gpu = str(fields.get("target_gpu") or "cpu")
+    name = fields.get("shape_set") or ("cpu" if gpu == "cpu" else "models")
+    fields["shape_set"] = name
+    labels = [s.label for s in shape_set(name)]
+    if wanted in (None, "all"):
+        return labels
+    unknown = [w for w in wanted if w not in labels]
+    if unknown:
+        raise ConfigError(f"shapes not in shape set {name}: {unknown}; known: {labels}")
+    return list(wanted)
 
 
 def head_commit(source: Path) -> str:

@@ -14,30 +14,27 @@ import contextlib
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from runner.audit import AuditReport, audit_patch, check_declared_bucket
 from runner.bench.timing import TimingSettings
 from runner.campaign import Campaign
-from runner.errors import ConfigError
+from runner.errors import ConfigError, InfrastructureError
 from runner.executors.base import Executor, JobOutcome, WorkerJob
-from runner.gate import calibrate_sigma, decide
+from runner.fingerprint import FingerprintDiff
+from runner.fingerprint_hook import check_round_comparable, record_override
+from runner.gate import decide
 from runner.leases import acquire
 from runner.lineage import Lineage, snapshot
-from runner.manifest import Manifest, branch_name, validate_manifest
-from runner.ops.info import op_info
+from runner.manifest import Manifest, branch_name
 from runner.passes import (
     fresh_gain,
     pair_samples,
-    per_pass_metric,
     read_passes,
     write_merged,
 )
-from runner.quickscript import write_quick_script
 from runner.records import close_round
-from runner.representative import choose_heldout, select_representative
 from runner.results import (
     Decision,
     GateResult,
@@ -46,16 +43,16 @@ from runner.results import (
     Score,
     ShapeScore,
     Status,
-    TransferCheck,
 )
+from runner.roundfiles import artifact_list, commit_message, describe_patch, store_artifacts
 from runner.schema import BenchCSV
 from runner.scoring import score
 from runner.shapes import Shape, shape_set
 from runner.sharding import BCCB, ShardFailed, detect_vendor, gpu_env, measure_sharded
 from runner.spec import RoundSpec, save_spec, write_json_atomic
-from runner.stats import rel_stdev
 from runner.targets.base import Target
 from runner.targets.registry import get_target
+from runner.verdict import audit_candidate, heldout_flag, inflation_veto
 
 Progress = Callable[[str], None]
 MIN_SIGMA = 1e-6
@@ -177,8 +174,9 @@ def run_focused_test(rnd: Round, role: str, tree: Path) -> tuple[bool, str]:
     return outcome.returncode == 0, tail
 
 
-class RoundFailed(Exception):
-    """A worker crashed: the round is recorded as FAILED and nothing else changes."""
+class RoundFailed(InfrastructureError):
+    """A worker crashed: a VALIDATE round is recorded as FAILED and nothing else
+    changes; at the baseline it stops the command (nothing is recorded)."""
 
     def __init__(self, message: str, log_path: Path | None = None) -> None:
         tail = ""
@@ -192,134 +190,6 @@ def _guarded_read(paths: list[Path], pinned: str | None) -> list[BenchCSV]:
     return read_passes(paths, pinned)
 
 
-# ---- baseline ------------------------------------------------------------------------
-def run_baseline(
-    campaign: Campaign,
-    executor: Executor,
-    *,
-    passes: int = 5,
-    progress: Progress = print,
-    gpus: Sequence[int] = (),
-) -> RoundResult:
-    """Round-1: full validation over every target shape in ``passes`` fresh processes,
-    noise calibration, representative shapes, the quick script, records."""
-    if passes < 2:
-        raise ConfigError("the baseline needs at least 2 passes to calibrate noise (use 5)")
-    with campaign.lock():
-        if campaign.closed_rounds():
-            raise ConfigError(
-                f"campaign {campaign.name} already has a baseline; the next round is "
-                f"{campaign.next_round()}: campaign validate --round {campaign.next_round()}"
-            )
-        m = campaign.manifest
-        if not m.base_commit:
-            raise ConfigError("manifest has no base_commit; re-create the campaign")
-        started = now()
-        with (
-            gpu_lease(gpus, campaign, 1),
-            tempfile.TemporaryDirectory(prefix="turbo-campaign-") as tmp,
-        ):
-            rnd = Round(campaign, executor, progress, Path(tmp), 1, "full", tuple(gpus))
-            result = _baseline_in(rnd, passes, started)
-        return result
-
-
-def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:
-    m, campaign = rnd.manifest, rnd.campaign
-    lineage = rnd.lineage
-    lineage.start(m.base_commit or "")
-    shapes = all_shapes(m)
-    with lineage.worktree(m.base_commit or "") as tree:
-        ok, tail = run_focused_test(rnd, "baseline", tree)
-        if not ok:
-            raise ConfigError(f"the focused test fails on the base commit:\n{tail}")
-        paths = measure_roles(rnd, {"baseline": tree}, shapes, ("baseline",), passes, 0)["baseline"]
-        csvs = _guarded_read(paths, None)
-        merged = write_merged(rnd.tmp / "benchmark.csv", csvs)
-        base_score = score(merged, m.primary_metric)
-        per_pass = per_pass_metric(csvs, base_score.metric)
-        sigma_g, _ = calibrate_sigma(per_pass)
-        heldout = m.heldout_shapes or choose_heldout({s.label: s.flops_fwd for s in shapes})
-        rep = _representative(m, merged, per_pass, exclude=set(heldout))
-        campaign.manifest = validate_manifest(
-            {
-                **m.model_dump(),
-                "pinned_header": merged.header,
-                "representative_shapes": rep,
-                "heldout_shapes": heldout,
-                "sigma_g": max(sigma_g, MIN_SIGMA),
-            },
-            "baseline",
-        )
-        write_quick_script(campaign)
-        quick_log = _quick_baseline(rnd, tree)
-        snapshot(tree, m.kernel_source, campaign.snapshot_dir(1))
-    _store_artifacts(rnd, campaign.artifacts_dir(1), extra={"quick_baseline.log": quick_log})
-    campaign.save_manifest()
-    result = RoundResult(
-        round=1,
-        status=Status.BASELINE,
-        level="full",
-        hypothesis="Baseline: no code changed; measure the base commit.",
-        change="none (baseline: no code changed)",
-        description="baseline",
-        started=started,
-        finished=now(),
-        test_command=m.test_command,
-        benchmark_command=m.benchmark_command,
-        score=base_score,
-        baseline=base_score,
-        best=None,
-        reasons=[f"noise calibration over {passes} passes: sigma_G = {100 * sigma_g:.3f}%"],
-        artifacts=_artifact_list(campaign, 1),
-        attribution="No code changed; the baseline is the reference for every later round.",
-        next_direction="Profile the representative shapes and state the first hypothesis.",
-        key_finding=f"sigma_G {100 * sigma_g:.3f}%; representative: {', '.join(rep)}",
-        commit=m.base_commit,
-    )
-    close_round(campaign, result)
-    return result
-
-
-def _representative(
-    m: Manifest, merged: BenchCSV, per_pass: list[dict[str, float]], exclude: set[str]
-) -> list[str]:
-    shapes = {s.label: s for s in all_shapes(m)}
-    rows = []
-    for row in merged.rows:
-        if row.label in exclude:
-            continue
-        values = [p[row.label] for p in per_pass if row.label in p]
-        rows.append(
-            {
-                "label": row.label,
-                "check": row.check,
-                "flops": shapes[row.label].flops_fwd,
-                "rel_std": rel_stdev(values),
-            }
-        )
-    grouped = m.target_op.startswith("grouped_gemm")
-    return select_representative(rows, grouped=grouped)
-
-
-def _quick_baseline(rnd: Round, tree: Path) -> str:
-    """Run the generated quick script on the baseline tree; its output is the log."""
-    m = rnd.manifest
-    spec = rnd.spec(
-        "baseline",
-        0,
-        [],
-        mode="test",
-        command=f"python {rnd.campaign.quick_script} --summary-csv quick.csv",
-    )
-    outcome = rnd.job("quick-baseline", spec, tree)
-    log = outcome.out_dir / "test.log"
-    text = log.read_text(encoding="utf-8") if log.exists() else ""
-    if outcome.returncode != 0:
-        raise RoundFailed(f"the quick script failed on the baseline ({m.quick_command})", log)
-    return text
-
-
 # ---- validate ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Request:
@@ -331,6 +201,7 @@ class Request:
     bucket: str = "K1"
     pairs: int | None = None
     gpus: tuple[int, ...] = ()
+    allow_env_mismatch: str | None = None  # compare despite a fingerprint difference (why)
 
 
 def validate_round(
@@ -354,6 +225,8 @@ def validate_round(
         )
         patch = request.patch if request.patch is not None else lineage.working_tree_patch()
         touched = lineage.check_patch(patch)
+        best = _current_best(campaign)
+        diffs = check_round_comparable(campaign, best.round, request.allow_env_mismatch)
         started = now()
         with (
             gpu_lease(request.gpus, campaign, request.round),
@@ -363,20 +236,28 @@ def validate_round(
                 campaign, executor, progress, Path(tmp), request.round, request.level,
                 tuple(request.gpus),
             )  # fmt: skip
-            return _validate_in(rnd, request, patch, touched, started)
+            return _validate_in(rnd, request, patch, touched, started, diffs)
 
 
 def _validate_in(
-    rnd: Round, request: Request, patch: str, touched: list[str], started: str
+    rnd: Round,
+    request: Request,
+    patch: str,
+    touched: list[str],
+    started: str,
+    diffs: Sequence[FingerprintDiff],
 ) -> RoundResult:
     campaign, m = rnd.campaign, rnd.manifest
     round_dir = campaign.round_dir(rnd.round)
     shutil.rmtree(round_dir, ignore_errors=True)  # an interrupted, unclosed attempt
     round_dir.mkdir(parents=True)
     (round_dir / "candidate.patch").write_text(patch, encoding="utf-8")
+    best = _current_best(campaign)
+    blocking = [d for d in diffs if d.perf_relevant]
+    if request.allow_env_mismatch and blocking:
+        record_override(campaign, rnd.round, request.allow_env_mismatch, blocking, best.round)
     lineage = rnd.lineage
     head = lineage.head()
-    best = _current_best(campaign)
     shapes = level_shapes(m, request.level)
     try:
         with lineage.worktree(head) as inc_tree, lineage.worktree(head, patch) as cand_tree:
@@ -407,35 +288,6 @@ def _validate_in(
     elif request.restore:
         lineage.restore_user_tree(touched)
     return result
-
-
-def audit_candidate(
-    patch: str, touched: list[str], inc_tree: Path, cand_tree: Path, bucket: str
-) -> tuple[list[str], TransferCheck, AuditReport]:
-    """The static audit (PROTOCOL.md section 8): vetoes and the transfer-check record."""
-    py = [p for p in touched if p.endswith(".py")]
-    new = {p: (cand_tree / p).read_text(encoding="utf-8") for p in py if (cand_tree / p).exists()}
-    old = {p: (inc_tree / p).read_text(encoding="utf-8") for p in py if (inc_tree / p).exists()}
-    report = audit_patch(patch, new, old)
-    vetoes = [
-        f"over-fitting audit: {f.bucket} {f.path}:{f.line}: {f.message}"
-        for f in report.findings
-        if f.severity == "reject"
-    ]
-    vetoes += [f"declared bucket: {p}" for p in check_declared_bucket(report, bucket)]
-    cache = report.adds_cache
-    transfer = TransferCheck(
-        bucket=bucket.upper(),
-        cache_key="; ".join(f.message for f in report.findings if f.bucket == "W1") or "none",
-        id_audit=report.id_audit(),
-        hit_rate_trace="8-step simulation required (a cache was added)"
-        if cache
-        else "n/a (no cache added)",
-        decision="REJECT-as-overfit"
-        if report.rejects
-        else ("ACCEPT-with-asterisk" if cache else "ACCEPT-as-real"),
-    )
-    return vetoes, transfer, report
 
 
 def _measure_and_judge(
@@ -532,46 +384,6 @@ def _judge(
     return gate, inc_score, cand_score
 
 
-INFLATION_LIMIT_PCT = 1.0
-
-
-def heldout_flag(gate: GateResult, heldout: list[str]) -> GateResult:
-    """At --level full the held-out shapes are measured too: a gain that does not hold
-    on them is flagged in the reasons (over-fitting to the shape set)."""
-    deltas = [s.delta_pct for s in gate.shapes if s.label in heldout and s.delta_pct is not None]
-    if not deltas or not gate.decision.accepted:
-        return gate
-    mean = sum(deltas) / len(deltas)
-    if mean > 0:
-        note = f"held-out shapes confirm the gain (mean {mean:+.3f}%)"
-    else:
-        note = (
-            f"FLAG: the gain does not hold on the held-out shapes (mean {mean:+.3f}%): "
-            "possible over-fitting to the representative shapes"
-        )
-    return replace(gate, reasons=(*gate.reasons, note))
-
-
-def inflation_veto(gate: GateResult, fresh: float | None, sigma_g: float) -> str | None:
-    """MEASUREMENT.md: a gain in the benchmark idiom (same tensors every call) that
-    exceeds the fresh-tensor training-step gain by more than 1% is inflated.
-
-    The fresh step also pays for making fresh tensors, which dilutes a real gain a
-    little, and each side carries its noise: so the gap must exceed max(1%, 3 sigma_G)
-    and the fresh gain must also fall below three quarters of the idiom gain.  A gain
-    that lives on tensor identity (a cache) shows a fresh gain near zero: caught."""
-    if fresh is None or not gate.decision.accepted:
-        return None
-    gap = gate.delta_pct - 100.0 * fresh
-    limit = max(INFLATION_LIMIT_PCT, 300.0 * sigma_g)
-    if gap > limit and 100.0 * fresh < 0.75 * gate.delta_pct:
-        return (
-            f"over-fit: benchmark-idiom gain {gate.delta_pct:+.3f}% exceeds the "
-            f"fresh-tensor step gain {100.0 * fresh:+.3f}% by {gap:.3f} points (> 1%)"
-        )
-    return None
-
-
 def _veto_only(
     rnd: Round, vetoes: list[str], shapes: list[Shape]
 ) -> tuple[GateResult, Score, Score]:
@@ -594,25 +406,6 @@ def _baseline_score(campaign: Campaign) -> Score:
     return campaign.load_result(1).score
 
 
-def commit_message(m: Manifest, n: int, hypothesis: str, gate: GateResult) -> str:
-    """PROTOCOL.md section 6: the lineage commit message of an accepted round."""
-    summary = hypothesis.strip().splitlines()[0][:72]
-    change = (
-        f"geomean {gate.best_aggregate:.3f} -> {gate.candidate_aggregate:.3f} "
-        f"{_unit(gate.metric)} ({gate.delta_pct:+.1f}%)"
-    )
-    return (
-        f"[optimize] {m.target_op} {m.target_backend} round-{n}: {summary}\n\n"
-        f"Hypothesis: {hypothesis.strip()}\n"
-        f"Result: {change}\n"
-        f"Details: {Path(m.quick_command.split()[-1]).parent / 'logs' / 'optimize.md'}\n"
-    )
-
-
-def _unit(metric: str) -> str:
-    return "GB/s" if "GB/s" in metric else "TFLOPS"
-
-
 def _round_result(
     rnd: Round,
     request: Request,
@@ -626,7 +419,7 @@ def _round_result(
     commit: str | None,
 ) -> RoundResult:
     campaign, m = rnd.campaign, rnd.manifest
-    _store_artifacts(rnd, campaign.artifacts_dir(rnd.round), gate=gate)
+    store_artifacts(rnd, campaign.artifacts_dir(rnd.round), gate=gate)
     status = Status.ACCEPTED if gate.decision.accepted else Status.ROLLED_BACK
     change = describe_patch(patch, touched)
     rollback = None
@@ -654,7 +447,7 @@ def _round_result(
         best=inc,
         gate=gate,
         reasons=list(gate.reasons),
-        artifacts=_artifact_list(campaign, rnd.round),
+        artifacts=artifact_list(campaign, rnd.round),
         attribution=f"single change to {', '.join(touched)}; incumbent and candidate measured "
         "paired (B C C B) in fresh processes on the same device",
         next_direction="continue along this direction"
@@ -676,7 +469,7 @@ def _close_failed(
     why: str,
 ) -> RoundResult:
     campaign, m = rnd.campaign, rnd.manifest
-    _store_artifacts(rnd, campaign.artifacts_dir(rnd.round))
+    store_artifacts(rnd, campaign.artifacts_dir(rnd.round))
     labels = [s.label for s in best.score.shapes]
     empty = Score(
         m.primary_metric, 0.0, tuple(ShapeScore(lb, "FAIL", None) for lb in labels), 0, len(labels)
@@ -697,7 +490,7 @@ def _close_failed(
         best=best.score,
         gate=None,
         reasons=[why],
-        artifacts=_artifact_list(campaign, rnd.round),
+        artifacts=artifact_list(campaign, rnd.round),
         key_finding="worker failed; nothing in the lineage changed",
         rollback=RollbackAnalysis(
             describe_patch(patch, touched),
@@ -711,39 +504,4 @@ def _close_failed(
     return result
 
 
-def describe_patch(patch: str, touched: list[str]) -> str:
-    added = sum(1 for ln in patch.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
-    removed = sum(1 for ln in patch.splitlines() if ln.startswith("-") and not ln.startswith("---"))
-    return f"{', '.join(touched) or '(no files)'} (+{added} -{removed} lines)"
-
-
-def _store_artifacts(
-    rnd: Round, dest: Path, *, gate: GateResult | None = None, extra: dict[str, str] | None = None
-) -> None:
-    """Copy the finished run's outputs from the temporary folder into the round."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in ("benchmark.csv", "incumbent.csv", "audit.json"):
-        if (rnd.tmp / name).exists():
-            shutil.copy2(rnd.tmp / name, dest / name)
-    passes = dest / "passes"
-    for sub in sorted(rnd.tmp.iterdir()):
-        if sub.is_dir() and sub.name != "specs":
-            shutil.copytree(sub, passes / sub.name, dirs_exist_ok=True)
-    if (rnd.tmp / "specs").exists():
-        shutil.copytree(rnd.tmp / "specs", dest / "specs", dirs_exist_ok=True)
-    if gate is not None:
-        import json
-
-        (dest / "gate.json").write_text(
-            json.dumps(gate.to_dict(), indent=2) + "\n", encoding="utf-8"
-        )
-    for name, text in (extra or {}).items():
-        (dest / name).write_text(text, encoding="utf-8")
-
-
-def _artifact_list(campaign: Campaign, n: int) -> list[str]:
-    root = campaign.artifacts_dir(n)
-    return sorted(str(p.relative_to(campaign.root)) for p in root.glob("*") if p.is_file())
-
-
-__all__ = ["Request", "RoundFailed", "op_info", "replace", "run_baseline", "validate_round"]
+__all__ = ["Request", "RoundFailed", "validate_round"]

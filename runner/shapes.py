@@ -106,7 +106,7 @@ def model_gemm_shapes(
                 if (m, n, k) in seen:
                     continue
                 seen.add((m, n, k))
-                label = f"{name}-{role}-mb{mb}"
+                label = f"{name}-{role}-mb{mb}-{m}x{n}x{k}"
                 shapes.append(Shape(label, m, n, k, params={"model": name, "role": role}))
     return shapes
 

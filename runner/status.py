@@ -9,18 +9,18 @@ round number, any unclosed round (a ``rounds/round-N`` folder without
 A FAILED round (the measurement did not complete) counts toward the consecutive
 rollbacks: the lineage did not move, and the escalation ladder starts with "diagnose".
 
-Other features add lines through ``STATUS_HOOKS`` (e.g. GPU leases): each hook takes
-the campaign and returns ``(key, line)`` pairs, printed as ``key: line`` and placed
-under ``"extra"`` in ``--json``.
+GPU leases held on this host (by any campaign) are listed as ``gpu leases`` lines,
+placed under ``"extra"`` in ``--json``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from runner.campaign import Campaign
+from runner.leases import list_leases
 from runner.logs import aggregate_over, fmt_num, fmt_pct, passing, pct_change
 from runner.records import check_chain
 from runner.results import RoundResult, Status
@@ -34,14 +34,10 @@ ESCALATION: dict[int, str] = {
     4: "compare with the state-of-the-art kernel for this op and consider a different approach",
 }
 
-StatusHook = Callable[[Campaign], list[tuple[str, str]]]
-STATUS_HOOKS: list[StatusHook] = []
 
-
-def register_status_hook(hook: StatusHook) -> StatusHook:
-    """Add a line provider to ``campaign status`` (usable as a decorator)."""
-    STATUS_HOOKS.append(hook)
-    return hook
+def lease_lines() -> list[tuple[str, str]]:
+    """One line per GPU that has a lease file on this host (free or held)."""
+    return [("gpu lease", info.describe()) for info in list_leases()]
 
 
 def consecutive_rollbacks(results: Sequence[RoundResult]) -> int:
@@ -164,8 +160,7 @@ def collect_status(campaign: Campaign) -> CampaignStatus:
     status = summarise(
         campaign.name, str(campaign.root), campaign.results(), unclosed_rounds(campaign)
     )
-    for hook in STATUS_HOOKS:
-        status.extra.extend(hook(campaign))
+    status.extra.extend(lease_lines())
     return status
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from runner.baseline import run_baseline
 from runner.bundle import BUNDLE_YAML, CHECKSUMS, open_bundle
 from runner.campaign import Campaign
 from runner.cli import main
@@ -32,7 +33,7 @@ from runner.fingerprint_hook import (
 )
 from runner.newcampaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
 from runner.reproduce import find_base
-from runner.rounds import Request, run_baseline, validate_round
+from runner.rounds import Request, validate_round
 
 pytestmark = pytest.mark.integration
 

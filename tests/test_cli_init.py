@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from runner.cli import main
-from runner.newcampaign import build_manifest
 from runner.errors import ConfigError
 from runner.manifest import load_manifest
+from runner.newcampaign import build_manifest
 
 pytestmark = pytest.mark.integration  # real git repositories
 

@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 
 from runner.appendlog import verify
+from runner.baseline import run_baseline
 from runner.campaign import Campaign
 from runner.errors import ConfigError, NothingToDo
 from runner.executors.local import LocalExecutor
 from runner.lineage import Lineage
 from runner.newcampaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
 from runner.results import Status
-from runner.rounds import Request, run_baseline, validate_round
+from runner.rounds import Request, validate_round
 from runner.schema import GEMM_SCHEMA, read_csv
 
 pytestmark = pytest.mark.integration

