@@ -151,7 +151,7 @@ class Manifest(BaseModel):
     shape_set: str
     heldout_shapes: list[str] = Field(default_factory=list)
     pinned_header: str | None = None
-    csv_schema: Literal["gemm", "memory"] = "gemm"
+    csv_schema: Literal["gemm", "memory", "attention"] = "gemm"
     cache_mode: Literal["hot", "cold"] = "hot"
     timing: Timing = Field(default_factory=Timing)
     sigma_g: float | None = Field(default=None, gt=0)

@@ -21,7 +21,7 @@ from runner.manifest import (
     validate_manifest,
 )
 from runner.ops.info import op_info
-from runner.shapes import shape_set
+from runner.shapes import default_shape_set, shape_set
 from runner.targets.registry import get_target
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
@@ -32,6 +32,17 @@ def default_metric(op: str) -> str:
     """Memory-bound ops score on Forward GB/s; the GEMM-class training ops on the
     combined forward+backward step."""
     return "Forward GB/s" if op.startswith(MEMORY_BOUND_OPS) else "Combined Step TFLOPS"
+
+
+def _default_schema(op: str, metric: str) -> str:
+    """The op's own CSV schema (the attention schema for attention); otherwise the one
+    the metric implies."""
+    if metric == "Forward GB/s":
+        return "memory"
+    try:
+        return op_info(op).schema
+    except ConfigError:  # an unknown op fails later, in validate_manifest
+        return "gemm"
 
 
 def now_minute() -> str:
@@ -50,8 +61,8 @@ def build_manifest(**fields: Any) -> Manifest:
     data.setdefault("schema_version", MANIFEST_SCHEMA_VERSION)
     data.setdefault("target_lang", lang_for_backend(backend))
     data.setdefault("primary_metric", default_metric(op))
-    data.setdefault("csv_schema", "memory" if data["primary_metric"] == "Forward GB/s" else "gemm")
-    data.setdefault("shape_set", "cpu" if gpu == "cpu" else "models")
+    data.setdefault("csv_schema", _default_schema(op, str(data["primary_metric"])))
+    data.setdefault("shape_set", default_shape_set(op, gpu))
     data.setdefault("created", now_minute())
     if "campaign_name" not in data and op:
         day = dt.datetime.strptime(str(data["created"])[:10], "%Y-%m-%d").date()
@@ -101,7 +112,7 @@ def pin_shapes(wanted: Any, fields: dict[str, Any]) -> list[str]:
     shapes cannot change under it when the runner's default sets change later (labels
     carry the dimensions)."""
     gpu = str(fields.get("target_gpu") or "cpu")
-    name = fields.get("shape_set") or ("cpu" if gpu == "cpu" else "models")
+    name = fields.get("shape_set") or default_shape_set(str(fields.get("target_op") or ""), gpu)
     fields["shape_set"] = name
     labels = [s.label for s in shape_set(name)]
     if wanted in (None, "all"):

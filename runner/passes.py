@@ -14,7 +14,7 @@ from pathlib import Path
 
 from runner.errors import ConfigError
 from runner.results import PairSample
-from runner.schema import BenchCSV, Row, Schema, read_csv, write_csv
+from runner.schema import SHAPE_COLUMNS, BenchCSV, Row, Schema, read_csv, write_csv
 from runner.scoring import score
 from runner.stats import geomean, median, stdev
 
@@ -40,7 +40,7 @@ def _merge_one(rows: list[Row], schema: Schema) -> dict[str, object]:
     first = rows[0]
     out: dict[str, object] = dict(first.values)
     if any(not r.passed for r in rows):
-        out.update({c: "nan" for c in schema.columns if c not in ("label", "B", "M", "N", "K")})
+        out.update({c: "nan" for c in schema.columns if c not in SHAPE_COLUMNS})
         out["Check"] = "FAIL"
         return out
     out["Check"] = "PASS"

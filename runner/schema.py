@@ -63,10 +63,36 @@ MEMORY_COLUMNS: tuple[str, ...] = (
     "max_abs_err",
 )
 
+# Attention (flash-attention forward + backward): the GEMM-class metrics with the
+# attention dimensions (B batch, H query heads, S sequence length, D head dim, causal
+# 0/1) and one SNR per output (out, dq, dk, dv).  Scoring derives the step's FLOPs from
+# the dimensions (runner/scoring.py).
+ATTENTION_COLUMNS: tuple[str, ...] = (
+    "label",
+    "B",
+    "H",
+    "S",
+    "D",
+    "causal",
+    "Check",
+    "Forward TFLOPS",
+    "Forward TFLOPS_stddev",
+    "Backward TFLOPS",
+    "Backward TFLOPS_stddev",
+    "Forward Time (ms)",
+    "Backward Time (ms)",
+    "out_snr",
+    "dq_snr",
+    "dk_snr",
+    "dv_snr",
+)
+
 LABEL = "label"
 CHECK = "Check"
 BACKWARD_TIME = "Backward Time (ms)"
-DIMENSIONS = frozenset({"B", "M", "N", "K"})
+DIMENSIONS = frozenset({"B", "M", "N", "K", "H", "S", "D"})
+# columns that describe the shape, not a measurement: kept in a merged FAIL row
+SHAPE_COLUMNS = frozenset({LABEL, "causal", *DIMENSIONS})
 ABSENT = frozenset({"-", ""})
 CHECK_VALUES = ("PASS", "FAIL", "ERROR")
 
@@ -112,7 +138,8 @@ class Schema:
 
 GEMM_SCHEMA = Schema("gemm", GEMM_COLUMNS)
 MEMORY_SCHEMA = Schema("memory", MEMORY_COLUMNS)
-SCHEMAS: dict[str, Schema] = {s.name: s for s in (GEMM_SCHEMA, MEMORY_SCHEMA)}
+ATTENTION_SCHEMA = Schema("attention", ATTENTION_COLUMNS)
+SCHEMAS: dict[str, Schema] = {s.name: s for s in (GEMM_SCHEMA, MEMORY_SCHEMA, ATTENTION_SCHEMA)}
 
 
 def get_schema(name: str) -> Schema:

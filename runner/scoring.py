@@ -5,6 +5,9 @@ their geometric mean.
 * forward+backward GEMM-class op: Combined Step TFLOPS, computed from the two *times*
   (``6*B*M*N*K / (fwd_ms + bwd_ms)``), which equals ``6 / (2/F + 4/B)``; a shape
   without a backward pass scores its forward TFLOPS;
+* attention (the attention schema: B, H, S, D, causal): the same from the times with
+  the step's FLOPs ``3.5 * 4*B*H*S*S*D`` (forward 4*B*H*S^2*D, backward 2.5x forward,
+  both halved when causal);
 * memory-bound op: ``Forward GB/s``.
 
 Any FAIL row sets the aggregate to 0 (the candidate is rejected).
@@ -48,6 +51,15 @@ def combined_step_tflops(
     """Training-step TFLOPS: forward (2BMNK) plus backward (4BMNK) FLOPs over the sum
     of both times."""
     return 6.0 * b * m * n * k / ((fwd_ms + bwd_ms) * 1e-3) / 1e12
+
+
+ATTENTION_BWD_RATIO = 2.5  # backward FLOPs / forward FLOPs (the flash-attention convention)
+
+
+def attention_fwd_flops(b: float, h: float, s: float, d: float, causal: bool) -> float:
+    """Forward FLOPs of self-attention: QK^T and PV, 2*B*H*S*S*D each; causal halves."""
+    full = 4.0 * b * h * s * s * d
+    return full / 2.0 if causal else full
 
 
 def combined_from_tflops(fwd_tflops: float, bwd_tflops: float) -> float:
@@ -117,8 +129,13 @@ def _combined(row: Row) -> float | None:
     """Combined Step TFLOPS from the times; forward TFLOPS when there is no backward."""
     if not has_backward(row):
         return row.number(FORWARD_TFLOPS)
-    b, m, n, k = (_required(row, c) if c in row.values else 1.0 for c in ("B", "M", "N", "K"))
     fwd, bwd = _required(row, FORWARD_TIME), _required(row, BACKWARD_TIME)
+    if "S" in row.values and "H" in row.values:  # the attention schema
+        b, h, s, d = (_required(row, c) for c in ("B", "H", "S", "D"))
+        causal = bool(_required(row, "causal")) if "causal" in row.values else False
+        step = (1.0 + ATTENTION_BWD_RATIO) * attention_fwd_flops(b, h, s, d, causal)
+        return step / ((fwd + bwd) * 1e-3) / 1e12
+    b, m, n, k = (_required(row, c) if c in row.values else 1.0 for c in ("B", "M", "N", "K"))
     return combined_step_tflops(m, n, k, fwd, bwd, b)
 
 

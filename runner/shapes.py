@@ -29,9 +29,15 @@ class Shape:
 
     @property
     def flops_fwd(self) -> float:
-        """Forward FLOPs: 2*M*N*K per group (grouped GEMM counts real group sizes)."""
+        """Forward FLOPs: 2*M*N*K per group (grouped GEMM counts real group sizes);
+        attention (``params["heads"]``, m = query length, n = key length, k = head dim):
+        4*B*H*Sq*Sk*D for the two matmuls, halved when causal; quantisation
+        (``params["op"] == "quantize"``): 2*M*N, a size figure for ordering only."""
         if self.group_sizes is not None:
             return float(sum(2 * g * self.n * self.k for g in self.group_sizes))
+        if "heads" in self.params:
+            full = 4.0 * self.b * int(self.params["heads"]) * self.m * self.n * self.k
+            return full / 2.0 if self.params.get("causal") else full
         return float(2 * self.b * self.m * self.n * self.k)
 
     def to_dict(self) -> dict[str, Any]:
@@ -136,11 +142,195 @@ def tiny_gemm_shapes() -> list[Shape]:
     return [Shape(f"tiny-{m}x{n}x{k}", m, n, k) for m, n, k in dims]
 
 
+# ---------------------------------------------------------------- MoE (grouped GEMM)
+
+
+@dataclass(frozen=True)
+class MoeModel:
+    experts: int
+    hidden: int
+    moe_ffn: int  # moe_intermediate_size (per expert)
+
+
+MOE_MODELS: dict[str, MoeModel] = {
+    "DeepSeek-V3": MoeModel(256, 7168, 2048),
+    "Qwen3-30B-A3B": MoeModel(128, 2048, 768),
+    "Mixtral-8x7B": MoeModel(8, 4096, 14336),
+}
+# expert-parallel size per model: experts per rank B = experts / EP (Primus-Turbo's
+# benchmark takes such slices)
+MOE_EP: dict[str, int] = {"DeepSeek-V3": 32, "Qwen3-30B-A3B": 16, "Mixtral-8x7B": 1}
+MOE_TOKENS = (4096, 16384)
+
+
+def moe_gemms(model: MoeModel) -> dict[str, tuple[int, int]]:
+    """(N, K) of the two grouped GEMMs of an MoE layer's experts (b is (G, N, K))."""
+    return {"GateUP": (2 * model.moe_ffn, model.hidden), "Down": (model.hidden, model.moe_ffn)}
+
+
+def grouped_shape(
+    prefix: str, groups: int, tokens: int, n: int, k: int, dist: str, seed: int = 0
+) -> Shape:
+    """One grouped-GEMM shape: ``tokens`` routed rows over ``groups`` experts with the
+    token distribution ``dist``; m = the rows actually kept (sum of the group sizes)."""
+    from runner.routing import group_sizes
+
+    sizes = group_sizes(dist, tokens, groups, seed)
+    params = {"distribution": dist, "routed_tokens": tokens, "seed": seed}
+    label = f"{prefix}-B{groups}-M{tokens}-{dist}"
+    return Shape(label, sum(sizes), n, k, b=groups, group_sizes=sizes, params=params)
+
+
+def moe_shapes(tokens: tuple[int, ...] = MOE_TOKENS) -> list[Shape]:
+    """Grouped GEMMs of the MoE models' experts, every token distribution."""
+    from runner.routing import DISTRIBUTIONS
+
+    shapes = []
+    for name, model in MOE_MODELS.items():
+        ep = MOE_EP[name]
+        for role, (n, k) in moe_gemms(model).items():
+            for m in tokens:
+                for dist in DISTRIBUTIONS:
+                    prefix = f"{name}-{role}-ep{ep}"
+                    shapes.append(grouped_shape(prefix, model.experts // ep, m, n, k, dist))
+    return shapes
+
+
+def cpu_moe_shapes() -> list[Shape]:
+    """CPU-scaled grouped GEMMs: DeepSeek-V3's expert GEMMs (ep32: 8 groups) with N and
+    K divided by 8 and 14 (K a multiple of 128 for blockwise FP8), 512 routed tokens,
+    every distribution: a pass takes seconds on two cores."""
+    shapes = []
+    for role, (n, k) in {"GateUP": (512, 512), "Down": (512, 256)}.items():
+        for dist in _distributions():
+            shapes.append(grouped_shape(f"cpu-DeepSeek-V3-{role}-ep32", 8, 512, n, k, dist))
+    return shapes
+
+
+def tiny_moe_shapes() -> list[Shape]:
+    """Eight tiny grouped shapes (two per distribution) for the test suite."""
+    shapes = []
+    for role, (n, k) in {"GateUP": (128, 128), "Down": (64, 128)}.items():
+        for dist in _distributions():
+            shapes.append(grouped_shape(f"tiny-{role}", 4, 64, n, k, dist))
+    return shapes
+
+
+def _distributions() -> tuple[str, ...]:
+    from runner.routing import DISTRIBUTIONS
+
+    return DISTRIBUTIONS
+
+
+# ---------------------------------------------------------------- quantisation
+
+
+def quant_shapes() -> list[Shape]:
+    """FP8 quantisation of the dense models' activations: (micro_batch * seqlen) tokens
+    x hidden, micro-batch 1 and 2, deduplicated."""
+    seen: set[tuple[int, int]] = set()
+    shapes = []
+    for name, model in DENSE_MODELS.items():
+        for mb in (1, 2):
+            m = mb * model.seqlen
+            if (m, model.hidden) not in seen:
+                seen.add((m, model.hidden))
+                shapes.append(
+                    _quant_shape(f"{name}-act-mb{mb}-{m}x{model.hidden}", m, model.hidden)
+                )
+    return shapes
+
+
+def cpu_quant_shapes() -> list[Shape]:
+    """CPU-scaled activations: Llama-2-7B's hidden / 4 and Qwen2.5-7B's hidden / 4."""
+    dims = [(64, 1024), (256, 1024), (1024, 1024), (512, 896), (2048, 896)]
+    return [_quant_shape(f"cpu-act-{m}x{n}", m, n) for m, n in dims]
+
+
+def tiny_quant_shapes() -> list[Shape]:
+    dims = [(16, 256), (32, 256), (64, 384), (96, 256), (128, 512)]
+    return [_quant_shape(f"tiny-act-{m}x{n}", m, n) for m, n in dims]
+
+
+def _quant_shape(label: str, m: int, n: int) -> Shape:
+    return Shape(label, m, n, 1, params={"op": "quantize"})
+
+
+# ---------------------------------------------------------------- attention
+
+
+def attention_shape(
+    prefix: str, batch: int, heads: int, kv_heads: int, seqlen: int, head_dim: int, causal: bool
+) -> Shape:
+    """Self-attention: q (B, S, H, D), k and v (B, S, H_kv, D); m = n = S, k = D."""
+    mask = "causal" if causal else "full"
+    label = f"{prefix}-B{batch}-H{heads}-KV{kv_heads}-S{seqlen}-D{head_dim}-{mask}"
+    params = {"heads": heads, "kv_heads": kv_heads, "causal": causal}
+    return Shape(label, seqlen, seqlen, head_dim, b=batch, params=params)
+
+
+def attention_shapes() -> list[Shape]:
+    """Attention of the dense models (and the GQA of Qwen2.5), micro-batch 1 and 2,
+    causal and not."""
+    shapes = []
+    for name in ("Llama-2-7B", "Llama-3.1-8B", "Qwen2.5-7B", "Llama-3.1-70B"):
+        model = DENSE_MODELS[name]
+        for mb in (1, 2):
+            for causal in (True, False):
+                shapes.append(
+                    attention_shape(
+                        name, mb, model.heads, model.kv_heads, model.seqlen, model.head_dim, causal
+                    )
+                )
+    return shapes
+
+
+def cpu_attention_shapes() -> list[Shape]:
+    """CPU-scaled attention: 8 heads (GQA over 2 KV heads), head dim 64."""
+    return [
+        attention_shape("cpu-attn", 1, 8, 2, s, 64, causal)
+        for s in (128, 256, 512)
+        for causal in (True, False)
+    ]
+
+
+def tiny_attention_shapes() -> list[Shape]:
+    return [
+        attention_shape("tiny-attn", b, 4, kv, s, 32, causal)
+        for b, kv, s, causal in [(1, 2, 32, True), (1, 4, 64, False), (2, 2, 48, True),
+                                 (1, 1, 96, False), (2, 4, 64, True)]
+    ]  # fmt: skip
+
+
 SHAPE_SETS = {
     "models": model_gemm_shapes,
     "cpu": cpu_gemm_shapes,
     "tiny": tiny_gemm_shapes,
+    "moe": moe_shapes,
+    "moe-cpu": cpu_moe_shapes,
+    "moe-tiny": tiny_moe_shapes,
+    "quant": quant_shapes,
+    "quant-cpu": cpu_quant_shapes,
+    "quant-tiny": tiny_quant_shapes,
+    "attn": attention_shapes,
+    "attn-cpu": cpu_attention_shapes,
+    "attn-tiny": tiny_attention_shapes,
 }
+
+# op family -> (GPU shape set, CPU shape set)
+_DEFAULT_SETS = {
+    "grouped_gemm": ("moe", "moe-cpu"),
+    "quantize": ("quant", "quant-cpu"),
+    "attention": ("attn", "attn-cpu"),
+}
+
+
+def default_shape_set(op: str, gpu: str) -> str:
+    """The shape set a campaign of ``op`` uses unless told otherwise: the op family's
+    model set on a GPU, its CPU-scaled set on ``cpu``."""
+    family = "grouped_gemm" if op.startswith("grouped_gemm") else op
+    gpu_set, cpu_set = _DEFAULT_SETS.get(family, ("models", "cpu"))
+    return cpu_set if gpu == "cpu" else gpu_set
 
 
 def shape_set(name: str) -> list[Shape]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import platform
 import sys
 import time
@@ -21,7 +20,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from runner.bench.timing import Timing, measure
+from runner.bench.timing import measure
+from runner.rows import ROW_BUILDERS, failed_row
 from runner.shapes import Shape
 from runner.spec import RoundSpec, load_spec, write_json_atomic
 
@@ -37,12 +37,13 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
-def tflops_stats(flops: float, timing: Timing) -> tuple[float, float]:
-    """TFLOPS of the median time and the stddev of the per-batch TFLOPS."""
-    values = [flops / (ms * 1e-3) / 1e12 for ms in timing.samples_ms]
-    from runner.stats import stdev
+def pin_cpu_threads(spec: RoundSpec) -> None:
+    """CPU passes run single-threaded (``extra.cpu_threads`` overrides): the CPU-time
+    clock then measures exactly the work of the op, and two workers never fight over
+    the same cores."""
+    import torch
 
-    return flops / (timing.median_ms * 1e-3) / 1e12, stdev(values)
+    torch.set_num_threads(int(spec.extra.get("cpu_threads", 1)))
 
 
 def measure_shape(adapter: Any, shape: Shape, spec: RoundSpec, device: str) -> dict[str, Any]:
@@ -51,14 +52,16 @@ def measure_shape(adapter: Any, shape: Shape, spec: RoundSpec, device: str) -> d
     case = adapter.case(shape, device, spec.seed)
     fwd = measure(case.forward, spec.timing, device)
     bwd = measure(case.backward, spec.timing, device) if case.backward else None
-    del case
+    moved = {"fwd_bytes": case.fwd_bytes, "bwd_bytes": case.bwd_bytes}
+    del case  # free the timed tensors before the fresh-step measurement
     fresh = None
     if spec.extra.get("fresh", True) and hasattr(adapter, "fresh_step"):
         fresh = measure(adapter.fresh_step(shape, device, spec.seed), spec.timing, device)
     checks.append(adapter.check(shape, device, spec.seed + 7919))
     problems = [p for c in checks for p in c.problems]
-    figures = {k: min(c.figures[k] for c in checks) for k in checks[0].figures}
-    row = gemm_row(shape, fwd, bwd, adapter, figures, ok=not problems)
+    figures = {k: _worst(k, [c.figures[k] for c in checks]) for k in checks[0].figures}
+    build = ROW_BUILDERS[adapter.info.schema]
+    row = build(shape, fwd, bwd, moved, figures, not problems)
     raw = {
         "forward": fwd.to_dict(),
         "backward": bwd.to_dict() if bwd else None,
@@ -68,51 +71,9 @@ def measure_shape(adapter: Any, shape: Shape, spec: RoundSpec, device: str) -> d
     return {"row": row, "raw": raw, "problems": problems}
 
 
-def gemm_row(
-    shape: Shape,
-    fwd: Timing,
-    bwd: Timing | None,
-    adapter: Any,
-    figures: dict[str, float],
-    *,
-    ok: bool,
-) -> dict[str, object]:
-    fwd_flops = shape.flops_fwd
-    f_tflops, f_std = tflops_stats(fwd_flops, fwd)
-    row: dict[str, object] = {
-        "label": shape.label,
-        "B": shape.b,
-        "M": shape.m,
-        "N": shape.n,
-        "K": shape.k,
-        "Check": "PASS" if ok else "FAIL",
-        "Forward TFLOPS": f_tflops,
-        "Forward TFLOPS_stddev": f_std,
-        "Backward TFLOPS": None,
-        "Backward TFLOPS_stddev": None,
-        "Forward Time (ms)": fwd.median_ms,
-        "Backward Time (ms)": None,
-    }
-    if bwd is not None:
-        b_tflops, b_std = tflops_stats(2.0 * fwd_flops, bwd)
-        row.update(
-            {
-                "Backward TFLOPS": b_tflops,
-                "Backward TFLOPS_stddev": b_std,
-                "Backward Time (ms)": bwd.median_ms,
-            }
-        )
-    for key in ("out_snr", "da_snr", "db_snr"):
-        value = figures.get(key)
-        row[key] = round(value, 3) if value is not None and math.isfinite(value) else value
-    return row
-
-
-def failed_row(shape: Shape, columns: tuple[str, ...]) -> dict[str, object]:
-    row: dict[str, object] = {c: NAN for c in columns}
-    row.update({"label": shape.label, "B": shape.b, "M": shape.m, "N": shape.n, "K": shape.k})
-    row["Check"] = "FAIL"
-    return row
+def _worst(key: str, values: list[float]) -> float:
+    """The worst figure over the checks: the lowest SNR, the largest error."""
+    return max(values) if key == "max_abs_err" else min(values)
 
 
 def _check_imported_from_source(api: Any) -> None:
@@ -152,6 +113,8 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
     from runner.targets.registry import get_target
 
     device = resolve_device(spec.device)
+    if device == "cpu":
+        pin_cpu_threads(spec)
     api = get_target(spec.target).load_api()
     _check_imported_from_source(api)
     adapter = load_adapter(spec.op, api, spec.options)
@@ -164,7 +127,7 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
             result = measure_shape(adapter, shape, spec, device)
         except Exception as exc:  # a shape that raised still gets a FAIL row
             log.error("shape %s raised: %s\n%s", shape.label, exc, traceback.format_exc())
-            rows.append(failed_row(shape, schema.columns))
+            rows.append(failed_row(shape, schema.name, schema.columns))
             raw[shape.label] = {"error": f"{type(exc).__name__}: {exc}"}
             continue
         rows.append(result["row"])

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from runner.errors import ConfigError, CsvValueError, SchemaDriftError
 from runner.schema import (
+    ATTENTION_SCHEMA,
     GEMM_COLUMNS,
     GEMM_SCHEMA,
     MEMORY_COLUMNS,
@@ -91,7 +92,8 @@ def test_schema_kinds_and_lookup() -> None:
     assert GEMM_SCHEMA.kind == "gemm"
     assert MEMORY_SCHEMA.kind == "memory"
     assert get_schema("gemm") is GEMM_SCHEMA
-    assert SCHEMAS == {"gemm": GEMM_SCHEMA, "memory": MEMORY_SCHEMA}
+    assert SCHEMAS == {"gemm": GEMM_SCHEMA, "memory": MEMORY_SCHEMA, "attention": ATTENTION_SCHEMA}
+    assert ATTENTION_SCHEMA.kind == "gemm"  # TFLOPS metrics; scoring reads its B, H, S, D
 
 
 def test_unknown_schema_lists_valid_names() -> None:

@@ -11,7 +11,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from turbo_kernels.pytorch.kernels import GEMM_BACKEND_ENV, set_gemm_backend
+from turbo_kernels.pytorch.kernels import set_gemm_backend
+from turbo_kernels.pytorch.kernels.backend import BACKEND_ENVS
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -31,7 +32,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def _clean_backend(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv(GEMM_BACKEND_ENV, raising=False)
+    for var in BACKEND_ENVS:
+        monkeypatch.delenv(var, raising=False)
     set_gemm_backend(None)
     yield
     set_gemm_backend(None)

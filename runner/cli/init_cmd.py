@@ -48,7 +48,11 @@ def parse_shapes(text: str) -> str | list[str]:
 @click.option("--git-branch", default="auto", show_default=True, help="auto, none or a name.")
 @click.option("--no-git-commit", is_flag=True, help="Do not commit accepted rounds.")
 @click.option("--shapes", default="all", show_default=True, help="'all' or a comma list.")
-@click.option("--shape-set", default=None, help="Default shape set (cpu on cpu, else models).")
+@click.option(
+    "--shape-set",
+    default=None,
+    help="Shape set (default: the op's own, e.g. moe-cpu on cpu, moe on a GPU).",
+)
 @click.option("--cache-mode", type=click.Choice(["hot", "cold"]), default="hot")
 @click.option("--primary-metric", type=click.Choice(get_args(PrimaryMetric)), default=None)
 @click.option("--test-command", default=None, help="The focused test command.")

@@ -11,7 +11,7 @@ from runner.errors import ConfigError
 @dataclass(frozen=True)
 class OpInfo:
     name: str
-    schema: str  # "gemm" | "memory"
+    schema: str  # "gemm" | "memory" | "attention"
     has_backward: bool
     precision: str  # "bf16" | "fp8"
     adapter: str  # "module:Class" of the worker-side adapter
@@ -66,4 +66,34 @@ register_info(
         COMBINED,
         granularities=("tensorwise", "rowwise", "blockwise"),
     )
+)
+
+_FP8_GRANULARITIES = ("tensorwise", "rowwise", "blockwise")
+register_info(
+    OpInfo("grouped_gemm", "gemm", True, "bf16", "runner.ops.grouped_gemm:GroupedGemmOp", COMBINED)
+)
+register_info(
+    OpInfo(
+        "grouped_gemm_fp8",
+        "gemm",
+        True,
+        "fp8",
+        "runner.ops.grouped_gemm:Fp8GroupedGemmOp",
+        COMBINED,
+        granularities=_FP8_GRANULARITIES,
+    )
+)
+register_info(
+    OpInfo(
+        "quantize",
+        "memory",
+        False,
+        "fp8",
+        "runner.ops.quantize:QuantizeOp",
+        "Forward GB/s",
+        granularities=_FP8_GRANULARITIES,
+    )
+)
+register_info(
+    OpInfo("attention", "attention", True, "bf16", "runner.ops.attention:AttentionOp", COMBINED)
 )

@@ -12,6 +12,8 @@ from runner.targets.base import Target
 
 _FP8_KERNELS = ("turbo_kernels/triton/gemm_fp8_kernel.py",)
 _CPU_FP8 = ("turbo_kernels/cpu/gemm_fp8.py",)
+_GROUPED = ("turbo_kernels/triton/grouped_gemm_kernel.py",)
+_CPU_GROUPED = ("turbo_kernels/cpu/grouped_gemm.py",)
 
 
 class ExampleTarget(Target):
@@ -40,11 +42,27 @@ EXAMPLE = ExampleTarget(
     name="example",
     package="turbo_kernels",
     api_modules=("turbo_kernels.pytorch.ops", "turbo_kernels.pytorch.core.low_precision"),
-    backend_env={"gemm": "TURBO_KERNELS_GEMM_BACKEND"},
+    backend_env={
+        "gemm": "TURBO_KERNELS_GEMM_BACKEND",
+        "grouped_gemm": "TURBO_KERNELS_GROUPED_GEMM_BACKEND",
+        "quantize": "TURBO_KERNELS_QUANTIZE_BACKEND",
+        "attention": "TURBO_KERNELS_ATTENTION_BACKEND",
+    },
     code_map={
         ("gemm", "TRITON"): ("turbo_kernels/triton/gemm_kernel.py",),
         ("gemm", "TORCH"): ("turbo_kernels/cpu/gemm.py",),
         ("gemm_fp8", "TRITON"): _FP8_KERNELS,
         ("gemm_fp8", "TORCH"): _CPU_FP8,
+        ("grouped_gemm", "TRITON"): _GROUPED,
+        ("grouped_gemm", "TORCH"): _CPU_GROUPED,
+        ("grouped_gemm_fp8", "TRITON"): (
+            *_FP8_KERNELS,
+            "turbo_kernels/pytorch/ops/grouped_gemm_fp8.py",
+        ),
+        ("grouped_gemm_fp8", "TORCH"): (*_CPU_FP8, "turbo_kernels/pytorch/ops/grouped_gemm_fp8.py"),
+        ("quantize", "TRITON"): ("turbo_kernels/triton/quantize_kernel.py",),
+        ("quantize", "TORCH"): ("turbo_kernels/pytorch/kernels/quantization.py",),
+        ("attention", "TRITON"): ("turbo_kernels/triton/attention_kernel.py",),
+        ("attention", "TORCH"): ("turbo_kernels/cpu/attention.py",),
     },
 )

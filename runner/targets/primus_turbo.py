@@ -29,13 +29,20 @@ _BENCH_SCRIPT = {
     "grouped_gemm_fp8": "bench_grouped_gemm_turbo.py",
     "attention": "bench_attention_turbo.py",
 }
+# The focused test file per op (tests/pytorch/ops/): grouped GEMM's FP8 path and the
+# attention op have their own names upstream.
+_TEST_FILE = {
+    "quantize": "test_quantization.py",
+    "attention": "test_attention.py",
+}
 
 
 class PrimusTurboTarget(Target):
     def test_command(self, op: str, granularity: str | None, backend: str) -> str:
         terms = [t for t in (granularity, backend.upper()) if t]
         select = f' -k "{" and ".join(terms)}"' if terms else ""
-        return f"pytest tests/pytorch/ops/test_{op}.py -v{select}"
+        test_file = _TEST_FILE.get(op, f"test_{op}.py")
+        return f"pytest tests/pytorch/ops/{test_file} -v{select}"
 
     def benchmark_command(self, op: str, granularity: str | None, backend: str) -> str:
         script = _BENCH_SCRIPT.get(op)
@@ -136,7 +143,9 @@ PRIMUS_TURBO = PrimusTurboTarget(
         ("grouped_gemm", "CK"): ("csrc/kernels/grouped_gemm/",),
         ("grouped_gemm_fp8", "CK"): ("csrc/kernels/grouped_gemm/",),
         ("attention", "TRITON"): ("primus_turbo/triton/attention/attention_kernel.py",),
+        ("attention", "CK"): ("csrc/kernels/attention/",),
         ("quantize", "TRITON"): ("primus_turbo/triton/quantization/quant_blockwise.py",),
+        ("quantize", "CK"): ("csrc/kernels/quantization/",),
     },
     rebuild_globs=("csrc/**", "setup.py", "CMakeLists.txt"),
     editable_install=True,

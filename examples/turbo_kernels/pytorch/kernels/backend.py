@@ -19,17 +19,28 @@ from enum import Enum
 import torch
 
 __all__ = [
+    "ATTENTION_BACKEND_ENV",
+    "BACKEND_ENVS",
     "GEMM_BACKEND_ENV",
+    "GROUPED_GEMM_BACKEND_ENV",
+    "QUANTIZE_BACKEND_ENV",
     "BackendType",
     "BackendUnavailableError",
     "PrecisionType",
     "default_gemm_backend",
+    "get_backend",
     "get_gemm_backend",
     "parse_backend_spec",
     "set_gemm_backend",
 ]
 
 GEMM_BACKEND_ENV = "TURBO_KERNELS_GEMM_BACKEND"
+# one selector variable per op family, as Primus-Turbo's PRIMUS_TURBO_*_BACKEND
+GROUPED_GEMM_BACKEND_ENV = "TURBO_KERNELS_GROUPED_GEMM_BACKEND"
+QUANTIZE_BACKEND_ENV = "TURBO_KERNELS_QUANTIZE_BACKEND"
+ATTENTION_BACKEND_ENV = "TURBO_KERNELS_ATTENTION_BACKEND"
+BACKEND_ENVS = (GEMM_BACKEND_ENV, GROUPED_GEMM_BACKEND_ENV, QUANTIZE_BACKEND_ENV,
+                ATTENTION_BACKEND_ENV)  # fmt: skip
 
 
 class BackendType(Enum):
@@ -130,12 +141,22 @@ def get_gemm_backend(
 ) -> BackendType:
     """The backend for ``precision``: setter, then environment variable, then default
     (for tensors on ``device``)."""
+    return get_backend(GEMM_BACKEND_ENV, precision, device)
+
+
+def get_backend(
+    env_var: str,
+    precision: PrecisionType = PrecisionType.OTHER,
+    device: torch.device | None = None,
+) -> BackendType:
+    """The backend of the op family whose selector variable is ``env_var``: the code
+    setter (shared by every family), then ``env_var``, then the default."""
     if precision in _code_backend:
         backend, source = _code_backend[precision], "set_gemm_backend"
     else:
-        env = os.environ.get(GEMM_BACKEND_ENV, "").strip()
-        source = f"{GEMM_BACKEND_ENV}={env}"
-        from_env = parse_backend_spec(env, GEMM_BACKEND_ENV) if env else {}
+        env = os.environ.get(env_var, "").strip()
+        source = f"{env_var}={env}"
+        from_env = parse_backend_spec(env, env_var) if env else {}
         if precision in from_env:
             backend = from_env[precision]
         else:

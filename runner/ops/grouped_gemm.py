@@ -1,0 +1,174 @@
+"""Grouped GEMM op adapters: ``grouped_gemm`` (bf16) and ``grouped_gemm_fp8``.
+
+Layout and call as Primus-Turbo's MoE expert GEMMs:
+``out = ops.grouped_gemm(a, b, group_lens, trans_b=True)`` and
+``ops.grouped_gemm_fp8(a, b, group_lens, trans_b=True, config=cfg)`` with a the
+(sum(group_lens), K) token rows sorted by expert, b the (G, N, K) expert weights and
+``group_lens`` the tokens per expert as a RUNTIME int64 tensor on the device (never a
+layout constant: the sizes come from runner/routing.py and may be skewed or zero).
+
+FLOPs from the real group sizes (``Shape.flops_fwd``: sum of 2*g*N*K); backward 2x
+forward (grad_a and grad_b).  Correctness against a float32 per-group reference built
+from pristine copies of the inputs, with the thresholds of runner/ops/gemm.py (SNR for
+FP8, normalised allclose for bf16), plus: the inputs (group_lens included) untouched,
+and two calls on the same input agree.  A kernel that assumes uniform groups fails on
+the skewed shapes (wrong rows per expert: a low SNR or a shape mismatch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from runner.ops.base import Case, CheckResult, snr_db
+from runner.ops.gemm import Fp8GemmOp, GemmOp, _allclose_normalised
+
+Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+class GroupedGemmOp(GemmOp):
+    name = "grouped_gemm"
+
+    def grouped_call(self, a: torch.Tensor, b: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.api.ops.grouped_gemm(a, b, lens, trans_b=True)
+        return out
+
+    def grouped_inputs(self, shape: Any, device: str, seed: int) -> Inputs:
+        """a (M, K), b (G, N, K), grad_out (M, N) in bf16; group_lens int64 (G,)."""
+        sizes = _sizes(shape)
+        rows = sum(sizes)
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        a = torch.randn(rows, shape.k, generator=gen)
+        b = torch.randn(len(sizes), shape.n, shape.k, generator=gen)
+        g = torch.randn(rows, shape.n, generator=gen)
+        a, b, g = (t.to(device=device, dtype=torch.bfloat16) for t in (a, b, g))
+        lens = torch.tensor(sizes, dtype=torch.int64, device=device)
+        return a.requires_grad_(True), b.requires_grad_(True), lens, g
+
+    def case(self, shape: Any, device: str, seed: int) -> Case:
+        a, b, lens, g = self.grouped_inputs(shape, device, seed)
+        out = self.grouped_call(a, b, lens)
+
+        def forward() -> torch.Tensor:
+            return self.grouped_call(a, b, lens)
+
+        def backward() -> Any:
+            return torch.autograd.grad(out, (a, b), g, retain_graph=True)
+
+        flops = shape.flops_fwd
+        return Case(forward, backward, flops, 2.0 * flops)
+
+    def fresh_step(self, shape: Any, device: str, seed: int) -> Any:
+        """As GemmOp.fresh_step: fresh activation and grad_out objects every step, the
+        same expert weights whose ``_version`` advances each step."""
+        a0, w, lens, g0 = self.grouped_inputs(shape, device, seed)
+        keep: list[torch.Tensor] = []
+
+        def step() -> Any:
+            a = a0.detach().clone().requires_grad_(True)
+            g = g0.clone()
+            keep.extend((a, g))
+            if len(keep) > 64:
+                del keep[:2]
+            out = self.grouped_call(a, w, lens)
+            grads = torch.autograd.grad(out, (a, w), g)
+            with torch.no_grad():
+                w.add_(0.0)
+            return grads
+
+        return step
+
+    def check(self, shape: Any, device: str, seed: int) -> CheckResult:
+        a, b, lens, g = self.grouped_inputs(shape, device, seed)
+        pristine = [t.detach().clone() for t in (a, b, lens, g)]
+        out = self.grouped_call(a, b, lens)
+        da, db = torch.autograd.grad(out, (a, b), g)
+        ref = grouped_reference(*pristine)
+        names = ("a", "b", "group_lens", "grad_out")
+        problems = [
+            f"the call wrote into its input {n}"
+            for n, t, p in zip(names, (a, b, lens, g), pristine, strict=True)
+            if not torch.equal(t.detach(), p)
+        ]
+        again = self.grouped_call(
+            a.detach().clone().requires_grad_(True), b.detach().clone(), lens.clone()
+        )
+        if not torch.equal(again, out.detach()):
+            problems.append("two calls on the same input differ (race or stale state)")
+        got = (out, da, db)
+        figures = {
+            f"{n}_snr": snr_db(r, x) if x.shape == r.shape else float("-inf")
+            for n, x, r in zip(("out", "da", "db"), got, ref, strict=True)
+        }
+        problems += self.judge(figures, got, ref)
+        return CheckResult(not problems, figures, problems)
+
+    def judge(
+        self,
+        figures: dict[str, float],
+        got: tuple[torch.Tensor, ...],
+        ref: tuple[torch.Tensor, ...],
+    ) -> list[str]:
+        problems = []
+        for name, x, r in zip(("out", "da", "db"), got, ref, strict=True):
+            if x.shape != r.shape:
+                problems.append(f"{name} has shape {tuple(x.shape)}, expected {tuple(r.shape)}")
+            elif r.numel() and not _allclose_normalised(x, r):
+                problems.append(f"{name} not allclose (rtol=atol=1e-2); snr {figures}")
+        return problems
+
+
+class Fp8GroupedGemmOp(GroupedGemmOp):
+    name = "grouped_gemm_fp8"
+
+    def __init__(self, api: Any, options: dict[str, Any]) -> None:
+        super().__init__(api, options)
+        fp8 = Fp8GemmOp(api, options)  # builds the Float8QuantConfig and the threshold
+        self.config, self.threshold = fp8.config, fp8.threshold
+
+    def grouped_call(self, a: torch.Tensor, b: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.api.ops.grouped_gemm_fp8(
+            a, b, lens, trans_b=True, config=self.config
+        )
+        return out
+
+    def judge(
+        self,
+        figures: dict[str, float],
+        got: tuple[torch.Tensor, ...],
+        ref: tuple[torch.Tensor, ...],
+    ) -> list[str]:
+        problems = []
+        for name, x, r in zip(("out", "da", "db"), got, ref, strict=True):
+            if x.shape != r.shape:
+                problems.append(f"{name} has shape {tuple(x.shape)}, expected {tuple(r.shape)}")
+        for key, value in figures.items():
+            if not value >= self.threshold:
+                problems.append(f"{key} {value:.2f} dB below {self.threshold:.0f} dB")
+        return problems
+
+
+def _sizes(shape: Any) -> tuple[int, ...]:
+    if shape.group_sizes is None:  # a plain batched shape: B equal groups of M rows
+        return (shape.m,) * shape.b
+    return tuple(shape.group_sizes)
+
+
+def grouped_reference(
+    a: torch.Tensor, b: torch.Tensor, lens: torch.Tensor, g: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """float32 out[rows of e] = a[rows of e] @ b[e]^T, and its gradients, group by group
+    (an empty group contributes no rows and a zero weight gradient)."""
+    a32, b32, g32 = a.float(), b.float(), g.float()
+    out = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float32, device=a.device)
+    da = torch.zeros_like(a32)
+    db = torch.zeros_like(b32)
+    start = 0
+    for e, rows in enumerate(lens.tolist()):
+        sl = slice(start, start + rows)
+        out[sl] = a32[sl] @ b32[e].t()
+        da[sl] = g32[sl] @ b32[e]
+        db[e] = g32[sl].t() @ a32[sl]
+        start += rows
+    return out, da, db
