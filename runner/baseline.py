@@ -140,6 +140,7 @@ def _representative(
                 "check": row.check,
                 "flops": shapes[row.label].flops_fwd,
                 "rel_std": rel_stdev(values),
+                "distribution": shapes[row.label].params.get("distribution"),
             }
         )
     grouped = m.target_op.startswith("grouped_gemm")

@@ -25,10 +25,11 @@ SLOWDOWN = (
     "need and should cost about 2x on the CPU (expected: slower, rolled back).",
 )
 SPEEDUP = (
-    "speedup_fold_scales.patch",
-    "Folding the block scales into the dequantised operands and issuing one matmul "
-    "instead of K/128 partial matmuls removes per-block launch and accumulation overhead "
-    "(expected: faster).",
+    "speedup_reuse_fp8_weight.patch",
+    "The backward pass quantises the weight to FP8 a second time although 128x128 block "
+    "scales do not depend on the reduction direction; reusing the forward's FP8 weight "
+    "(save_for_backward, bucket K4) removes one weight quantisation per step (expected: "
+    "faster).",
 )
 
 

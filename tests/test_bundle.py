@@ -2,7 +2,7 @@
 source, the way a user does on another host; tampered bundles are refused and a
 different environment is reported.
 
-One campaign (tiny shapes, baseline + one round with the fold-scales speed-up) is
+One campaign (tiny shapes, baseline + one round with the reuse-FP8-weight speed-up) is
 built for the module; its fingerprints are written with ``record_fingerprint`` the
 way the round hook does.  Whatever that round's verdict on this machine (accepted or
 rolled back), reproduce compares against what was recorded.
@@ -38,7 +38,7 @@ from runner.rounds import Request, validate_round
 pytestmark = pytest.mark.integration
 
 QUIET = {"repeats": 3, "warmup_s": 0.02, "batch_s": 0.01, "max_repeats": 4, "budget_s": 0.1}
-FAST = (EXAMPLES_DIR / "demo_patches" / "speedup_fold_scales.patch").read_text()
+FAST = (EXAMPLES_DIR / "demo_patches" / "speedup_reuse_fp8_weight.patch").read_text()
 
 
 def quiet(_message: str) -> None:
@@ -64,7 +64,7 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Campaign:
     run_baseline(c, LocalExecutor(), passes=2, progress=quiet)
     record_fingerprint(c, 1, target_commit=c.manifest.base_commit)
     c = Campaign.load(c.root)
-    validate_round(c, LocalExecutor(), Request(2, "fold scales", FAST), progress=quiet)
+    validate_round(c, LocalExecutor(), Request(2, "reuse fp8 weight", FAST), progress=quiet)
     record_fingerprint(c, 2)
     return Campaign.load(c.root)
 

@@ -97,8 +97,8 @@ def test_accept_commits_and_rollback_changes_nothing(campaign: Campaign) -> None
     assert (campaign.snapshot_dir(2) / KERNEL).read_text() != (
         campaign.snapshot_dir(1) / KERNEL
     ).read_text()
-    fast = (PATCHES / "speedup_fold_scales.patch").read_text()
-    r3 = validate_round(campaign, LocalExecutor(), Request(3, "fold scales", fast),
+    fast = (PATCHES / "speedup_reuse_fp8_weight.patch").read_text()
+    r3 = validate_round(campaign, LocalExecutor(), Request(3, "reuse fp8 weight", fast),
                         progress=lambda _m: None)  # fmt: skip
     assert r3.status is Status.ACCEPTED, r3.reasons
     head = lin.head()
@@ -107,8 +107,8 @@ def test_accept_commits_and_rollback_changes_nothing(campaign: Campaign) -> None
         ["git", "log", "-1", "--format=%B", head], cwd=campaign.manifest.source,
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    assert message.startswith("[optimize] gemm_fp8 TORCH round-3: fold scales\n\n")
-    assert "Hypothesis: fold scales\nResult: geomean " in message
+    assert message.startswith("[optimize] gemm_fp8 TORCH round-3: reuse fp8 weight\n\n")
+    assert "Hypothesis: reuse fp8 weight\nResult: geomean " in message
     branch = subprocess.run(
         ["git", "rev-parse", "optimize/t"], cwd=campaign.manifest.source,
         capture_output=True, text=True, check=True,
@@ -140,7 +140,7 @@ def test_working_tree_diff_is_the_default_patch_and_restore_resets_it(
 
 def test_refusals_write_nothing(campaign: Campaign) -> None:
     before = snapshot_records(campaign)
-    fast = (PATCHES / "speedup_fold_scales.patch").read_text()
+    fast = (PATCHES / "speedup_reuse_fp8_weight.patch").read_text()
     cases = [
         (Request(3, "wrong number", fast), ConfigError, "validate --round 2"),
         (Request(1, "reuse baseline number", fast), ConfigError, "never reused"),
@@ -179,7 +179,7 @@ def test_an_interrupt_mid_round_records_nothing_and_the_round_can_run_again(
     campaign: Campaign, tmp_path: Path
 ) -> None:
     before = snapshot_records(campaign)
-    patch_file = PATCHES / "speedup_fold_scales.patch"
+    patch_file = PATCHES / "speedup_reuse_fp8_weight.patch"
     cmd = [
         sys.executable,
         "-m",
@@ -190,7 +190,7 @@ def test_an_interrupt_mid_round_records_nothing_and_the_round_can_run_again(
         "--round",
         "2",
         "--hypothesis",
-        "fold scales",
+        "reuse fp8 weight",
         "--patch",
         str(patch_file),
     ]
@@ -215,7 +215,7 @@ def test_an_interrupt_mid_round_records_nothing_and_the_round_can_run_again(
     assert leftover.count("\n") == 1, leftover
     assert not list(tmp.glob("turbo-campaign-*")), "temporary folders left behind"
     again = validate_round(campaign, LocalExecutor(),
-                           Request(2, "fold scales", patch_file.read_text()),
+                           Request(2, "reuse fp8 weight", patch_file.read_text()),
                            progress=lambda _m: None)  # fmt: skip
     assert again.status in (Status.ACCEPTED, Status.ROLLED_BACK)
     assert campaign.closed_rounds() == [1, 2]
