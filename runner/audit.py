@@ -388,7 +388,11 @@ class _ModuleAudit:
         if not args or not TOKENS_RE.match(last_name(recv) or ""):
             return
         what = ast.unparse(node)
-        if func.attr in ("split", "tensor_split") and fixed_size(args[0]):
+        size = args[0]
+        uniform_local = isinstance(size, ast.Name) and any(  # `rows = M // G`, then split
+            uniform_div(v) for v, _ in scope.assigns.get(size.id, [])
+        )
+        if func.attr in ("split", "tensor_split") and (fixed_size(size) or uniform_local):
             msg = f"`{what}` splits tokens into fixed-size groups"
         elif func.attr == "chunk":
             msg = f"`{what}` splits tokens into equal groups"

@@ -297,3 +297,30 @@ def test_changed_lines_reads_content_that_looks_like_headers() -> None:
         " a = 1\n+++ b/evil.py\n+--- a/evil.py\n b = 2\n"
     )
     assert changed_lines(patch) == {"x.py": {2, 3}}
+
+
+def test_a_uniform_split_through_a_neutral_local_name_is_caught() -> None:
+    """`rows = M // G` then `torch.split(a, rows)`: the name says nothing, the value does."""
+    before = (
+        "import torch\n\n\ndef grouped_gemm(a, b, group_lens):\n"
+        "    outs = []\n    start = 0\n"
+        "    for g, n in enumerate(group_lens.tolist()):\n"
+        "        outs.append(a[start : start + n] @ b[g].t())\n        start += n\n"
+        "    return torch.cat(outs)\n"
+    )
+    after = (
+        "import torch\n\n\ndef grouped_gemm(a, b, group_lens):\n"
+        "    rows = a.shape[0] // len(group_lens)\n"
+        "    parts = torch.split(a, rows)\n"
+        "    return torch.cat([p @ b[g].t() for g, p in enumerate(parts)])\n"
+    )
+    path = "pkg/grouped_gemm.py"
+    patch = "".join(
+        difflib.unified_diff(
+            before.splitlines(keepends=True), after.splitlines(keepends=True),
+            f"a/{path}", f"b/{path}",
+        )
+    )  # fmt: skip
+    report = audit_patch(f"diff --git a/{path} b/{path}\n" + patch, {path: after}, {path: before})
+    assert report.rejects
+    assert any(f.bucket == "GG-UNIFORM" and "split" in f.message for f in report.findings)
