@@ -13,6 +13,7 @@ from runner.cli import main
 from runner.errors import ConfigError
 from runner.manifest import load_manifest
 from runner.newcampaign import build_manifest
+from runner.shapes import shape_set
 
 pytestmark = pytest.mark.integration  # real git repositories
 
@@ -49,6 +50,16 @@ def invoke(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[
 
 
 BASIC = ("--test-command", "pytest tests -q", "--benchmark-command", "python bench.py")
+S1, S2, S3 = (s.label for s in shape_set("models")[:3])
+
+
+def test_init_refuses_shapes_outside_the_shape_set(
+    tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, _, err = invoke(capsys, tmp_path / "c", "--op", "gemm", "--gpu", "gfx942",
+                        "--source", str(repo), "--shapes", "s1,s2,s3", *BASIC)  # fmt: skip
+    assert rc == 2
+    assert "shapes not in shape set models: ['s1', 's2', 's3']" in err
 
 
 def test_init_creates_a_campaign(
@@ -57,7 +68,7 @@ def test_init_creates_a_campaign(
     root = tmp_path / "campaigns"
     rc, out, err = invoke(
         capsys, root, "--op", "gemm_fp8", "--granularity", "blockwise", "--backend", "triton",
-        "--gpu", "gfx942", "--source", str(repo / "."), "--shapes", "s1, s2,s3",
+        "--gpu", "gfx942", "--source", str(repo / "."), "--shapes", f"{S1}, {S2},{S3}",
         "--max-iterations", "20", "--performance-target", ">500 TFLOPS", *BASIC,
     )  # fmt: skip
     assert (rc, err) == (0, "")
@@ -69,7 +80,7 @@ def test_init_creates_a_campaign(
     assert m.campaign_name == name
     assert m.source == str(repo.resolve())
     assert (m.target_backend, m.target_lang, m.granularity) == ("TRITON", "TRITON", "blockwise")
-    assert m.target_shapes == ["s1", "s2", "s3"]
+    assert m.target_shapes == [S1, S2, S3]
     assert m.shape_set == "models"
     assert m.max_iterations == 20
     assert m.git_commit is True
@@ -83,7 +94,8 @@ def test_init_with_name_and_options(
 ) -> None:
     root = tmp_path / "campaigns"
     rc, _, _ = invoke(
-        capsys, root, "--op", "quantize", "--backend", "TORCH", "--source", str(repo),
+        capsys, root, "--op", "quantize", "--granularity", "rowwise", "--backend", "TORCH",
+        "--source", str(repo),
         "--name", "q1", "--no-git-commit", "--git-branch", "none", "--cache-mode", "cold",
         "--mode", "workspace", *BASIC,
     )  # fmt: skip
@@ -91,7 +103,7 @@ def test_init_with_name_and_options(
     m = load_manifest(root / "q1" / "manifest.yaml")
     assert (m.target_lang, m.primary_metric, m.csv_schema) == ("PYTORCH", "Forward GB/s", "memory")
     assert (m.git_commit, m.git_branch, m.cache_mode) == (False, "none", "cold")
-    assert (m.execution_mode, m.target_gpu, m.shape_set) == ("workspace", "cpu", "cpu")
+    assert (m.execution_mode, m.target_gpu, m.shape_set) == ("workspace", "cpu", "quant-cpu")
 
 
 def test_init_refuses_to_overwrite(
@@ -130,12 +142,23 @@ def test_bad_values_exit_2_with_the_fix(
     assert not (tmp_path / "c").exists()
 
 
-def test_commands_are_required_for_now(
+def test_commands_default_to_the_target_adapter(
     tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    rc, _, err = invoke(capsys, tmp_path / "c", "--op", "gemm", "--source", str(repo))
-    assert rc == 2
-    assert "--test-command is required" in err
+    rc, out, _ = invoke(capsys, tmp_path / "c", "--op", "gemm_fp8", "--granularity",
+                        "blockwise", "--target", "primus-turbo", "--gpu", "gfx942",
+                        "--source", str(repo))  # fmt: skip
+    assert rc == 0
+    m = load_manifest(Path(out.removeprefix("campaign: ").strip()) / "manifest.yaml")
+    assert m.test_command == (
+        'pytest tests/pytorch/ops/test_gemm_fp8.py -v -k "blockwise and TRITON"'
+    )
+    assert m.benchmark_command == (
+        "PRIMUS_TURBO_GEMM_BACKEND=TRITON python benchmark/ops/bench_gemm_turbo.py "
+        "--dtype fp8 --granularity blockwise"
+    )
+    assert m.kernel_source == ["primus_turbo/triton/gemm/gemm_fp8_kernel.py"]
+    assert m.base_commit is not None and len(m.base_commit) == 40
 
 
 def test_build_manifest_derives_fields() -> None:
@@ -155,7 +178,7 @@ def test_build_manifest_derives_fields() -> None:
     assert (m.primary_metric, m.csv_schema, m.shape_set) == (
         "Combined Step TFLOPS",
         "gemm",
-        "models",
+        "moe",
     )
     with pytest.raises(ConfigError, match="target_lang 'TRITON' does not follow"):
         build_manifest(

@@ -145,8 +145,7 @@ def test_refusals_write_nothing(campaign: Campaign) -> None:
         (Request(3, "wrong number", fast), ConfigError, "validate --round 2"),
         (Request(1, "reuse baseline number", fast), ConfigError, "never reused"),
         (Request(2, "empty", ""), NothingToDo, "patch is empty"),
-        (Request(2, "no apply", fast.replace("acc = torch.zeros", "acc = torch.ones")),
-         ConfigError, "does not apply"),
+        (Request(2, "no apply", _break_context(fast)), ConfigError, "does not apply"),
         (Request(2, "   ", fast), ConfigError, "hypothesis"),
     ]  # fmt: skip
     for request, error, words in cases:
@@ -219,6 +218,16 @@ def test_an_interrupt_mid_round_records_nothing_and_the_round_can_run_again(
                            progress=lambda _m: None)  # fmt: skip
     assert again.status in (Status.ACCEPTED, Status.ROLLED_BACK)
     assert campaign.closed_rounds() == [1, 2]
+
+
+def _break_context(patch: str) -> str:
+    """The same patch with its first context line changed: it no longer applies."""
+    lines = patch.splitlines(keepends=True)
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("@@"))
+    context = next(i for i in range(first + 1, len(lines)) if lines[i].startswith(" "))
+    lines[context] = " # not in the file" + lines[context][1:]
+    assert "".join(lines) != patch
+    return "".join(lines)
 
 
 def _peek(root: Path) -> str:
