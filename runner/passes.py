@@ -120,3 +120,23 @@ def fresh_gain(incumbent: Sequence[Path], candidate: Sequence[Path]) -> float | 
         return None
     ratios = [median([d[lb] for d in inc]) / median([d[lb] for d in cand]) for lb in labels]
     return geomean(ratios) - 1.0
+
+
+def check_problems(csv_paths: Sequence[Path], limit: int = 5) -> list[str]:
+    """The correctness problems the worker recorded (``samples.json`` beside each
+    pass's CSV): why a shape FAILed, for the round's reasons.  At most ``limit``."""
+    found: list[str] = []
+    for path in csv_paths:
+        samples = path.parent / "samples.json"
+        if not samples.exists():
+            continue
+        shapes = json.loads(samples.read_text(encoding="utf-8")).get("shapes", {})
+        for label, raw in shapes.items():
+            problems = [p for c in raw.get("checks", []) for p in c.get("problems", [])]
+            if raw.get("error"):
+                problems.append(str(raw["error"]))
+            for problem in problems:
+                line = f"{label}: {problem.splitlines()[0]}"
+                if line not in found:
+                    found.append(line)
+    return found[:limit]

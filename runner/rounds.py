@@ -14,7 +14,7 @@ import contextlib
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from runner.leases import acquire
 from runner.lineage import Lineage, snapshot
 from runner.manifest import Manifest, branch_name
 from runner.passes import (
+    check_problems,
     fresh_gain,
     pair_samples,
     read_passes,
@@ -388,6 +389,9 @@ def _judge(
     if inc_score.n_fail:
         raise RoundFailed("the incumbent FAILed a correctness check: the lineage head is broken")
     gate = decide(inc_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=vetoes)
+    if cand_score.n_fail:
+        why = tuple(f"candidate check: {p}" for p in check_problems(cand_paths))
+        gate = replace(gate, reasons=(*gate.reasons, *why))
     gate = heldout_flag(gate, m.heldout_shapes)
     inflated = inflation_veto(gate, fresh_gain(inc_paths, cand_paths), m.sigma_g or 0.0)
     if inflated:

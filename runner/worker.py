@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from runner.bench.timing import measure
+from runner.bench.timing import ClockTampered, check_clocks, measure
 from runner.rows import ROW_BUILDERS, failed_row
 from runner.shapes import Shape
 from runner.spec import RoundSpec, load_spec, write_json_atomic
@@ -90,6 +90,16 @@ def _check_imported_from_source(api: Any) -> None:
         )
 
 
+def _refuse_patched_clocks() -> None:
+    """Importing the target must not replace a clock of the ``time`` module (the clocks
+    were captured when ``runner.bench.timing`` was imported, before the target)."""
+    try:
+        check_clocks()
+    except ClockTampered as exc:
+        log.error("%s", exc)
+        raise SystemExit(f"refusing to measure: {exc}") from None
+
+
 def environment_meta(device: str) -> dict[str, Any]:
     import torch
 
@@ -117,6 +127,7 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
         pin_cpu_threads(spec)
     api = get_target(spec.target).load_api()
     _check_imported_from_source(api)
+    _refuse_patched_clocks()
     adapter = load_adapter(spec.op, api, spec.options)
     schema = get_schema(adapter.info.schema)
     rows: list[dict[str, object]] = []
@@ -143,6 +154,9 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
     return 0
 
 
+OUT_ENV = "TURBO_CAMPAIGN_OUT"
+
+
 def run_test(spec: RoundSpec, out_dir: Path) -> int:
     """Test mode: run the target's focused test command in the current directory (the
     measured tree) and record its exit code and output."""
@@ -151,6 +165,13 @@ def run_test(spec: RoundSpec, out_dir: Path) -> int:
 
     command = str(spec.extra["command"])
     env = dict(os.environ)  # "python" in the command is this interpreter
+    # Files the command needs that live on the host (the quick script): written into
+    # out_dir, which the command reaches as $TURBO_CAMPAIGN_OUT in any executor.
+    files = spec.extra.get("files") or {}
+    assert isinstance(files, dict)
+    for name, text in files.items():
+        (out_dir / Path(str(name)).name).write_text(str(text), encoding="utf-8")
+    env[OUT_ENV] = str(out_dir.resolve())
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     t0 = time.perf_counter()
     proc = subprocess.run(

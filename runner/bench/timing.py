@@ -16,6 +16,42 @@ from typing import Any
 
 from runner.stats import median, rel_stdev, stdev
 
+# The clocks as they were when the runner was imported, before any target code ran
+# (the worker imports this module before it imports the target).  The CPU engine
+# reads these bindings, not ``time.<clock>``, and ``check_clocks`` refuses to go on
+# when the target replaced a clock in the ``time`` module (MEASUREMENT.md: timer
+# patching is a known way to cheat a harness).
+_CLOCK_NAMES = (
+    "perf_counter",
+    "perf_counter_ns",
+    "process_time",
+    "process_time_ns",
+    "monotonic",
+    "monotonic_ns",
+    "time",
+    "time_ns",
+    "thread_time",
+    "thread_time_ns",
+)
+_REAL_CLOCKS = {name: getattr(time, name) for name in _CLOCK_NAMES if hasattr(time, name)}
+perf_counter = time.perf_counter
+process_time = time.process_time
+
+
+class ClockTampered(RuntimeError):
+    """The measured code replaced a clock of the ``time`` module."""
+
+
+def check_clocks() -> None:
+    """Raise ``ClockTampered`` if any clock of ``time`` is not the one seen at import."""
+    changed = [name for name, real in _REAL_CLOCKS.items() if getattr(time, name, None) is not real]
+    if changed:
+        raise ClockTampered(
+            "the measured code replaced time."
+            + ", time.".join(changed)
+            + ": timer patching, refusing to time it"
+        )
+
 
 @dataclass(frozen=True)
 class TimingSettings:
@@ -82,8 +118,11 @@ def measure(fn: Callable[[], object], settings: TimingSettings, device: str) -> 
     if use_gpu:
         from runner.bench.gpu import measure_gpu
 
-        return measure_gpu(fn, settings, device)
-    return measure_cpu(fn, settings)
+        timing = measure_gpu(fn, settings, device)
+    else:
+        timing = measure_cpu(fn, settings)
+    check_clocks()  # a clock replaced during the timed calls voids this timing
+    return timing
 
 
 def measure_cpu(fn: Callable[[], object], settings: TimingSettings) -> Timing:
@@ -96,18 +135,18 @@ def measure_cpu(fn: Callable[[], object], settings: TimingSettings) -> Timing:
     The worker runs CPU passes single-threaded, where the two agree on an idle host."""
     iters = _warm_up(fn, settings)
     samples: list[float] = []
-    start = time.perf_counter()
+    start = perf_counter()
     stop_reason = "max_repeats"
     while len(samples) < settings.max_repeats:
-        t0 = time.process_time()
+        t0 = process_time()
         for _ in range(iters):
             fn()
-        samples.append((time.process_time() - t0) * 1e3 / iters)
+        samples.append((process_time() - t0) * 1e3 / iters)
         timing = Timing(samples, CPU_CLOCK, "", iters)
         if len(samples) >= settings.repeats and timing.rsd_of_median <= settings.target_rsd:
             stop_reason = "converged"
             break
-        if len(samples) >= settings.repeats and time.perf_counter() - start > settings.budget_s:
+        if len(samples) >= settings.repeats and perf_counter() - start > settings.budget_s:
             stop_reason = "budget"
             break
     return Timing(samples, CPU_CLOCK, stop_reason, iters)
@@ -119,11 +158,11 @@ CPU_CLOCK = "process_time"
 def _warm_up(fn: Callable[[], object], settings: TimingSettings) -> int:
     """Run ``fn`` for at least ``warmup_s`` (and at least twice); return the batch size."""
     fn()
-    count, t0 = 0, time.perf_counter()
+    count, t0 = 0, perf_counter()
     while True:
         fn()
         count += 1
-        elapsed = time.perf_counter() - t0
+        elapsed = perf_counter() - t0
         if elapsed >= settings.warmup_s and count >= 1:
             break
     if settings.iters_per_repeat > 0:

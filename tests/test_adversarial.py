@@ -1,0 +1,314 @@
+"""Planted cheats (MEASUREMENT.md "Guarding against gains that are not real").
+
+Each test plants one known way of cheating a benchmark harness into the example
+package, runs it through ``validate_round`` on a shared small campaign, and checks that
+the guard meant for it caught it and that the round's result and ``summary.md`` say
+why.  A vetoed or rolled-back round leaves the lineage where it was, so every cheat
+applies to the same base; the honest speed-up runs last (it may be accepted).
+
+Work on a side stream (GPU only) is covered by
+``tests/test_gpu_engine.py::test_side_stream_work_is_timed``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.baseline import run_baseline
+from runner.bench import timing
+from runner.campaign import Campaign
+from runner.executors.local import LocalExecutor
+from runner.lineage import Lineage
+from runner.newcampaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
+from runner.results import RoundResult, Status
+from runner.rounds import Request, validate_round
+
+pytestmark = pytest.mark.integration
+
+QUIET = {"repeats": 3, "warmup_s": 0.02, "batch_s": 0.01, "max_repeats": 4, "budget_s": 0.1}
+OPS_FP8 = "turbo_kernels/pytorch/ops/gemm_fp8.py"
+CPU_GROUPED = "turbo_kernels/cpu/grouped_gemm.py"
+PACKAGE_INIT = "turbo_kernels/__init__.py"
+
+
+def make_campaign(root: Path, op: str, shape_set: str, granularity: str | None) -> Campaign:
+    source = fresh_example_copy(root / "src")
+    campaign = create_campaign(
+        root / "campaigns",
+        target="example",
+        source=str(source),
+        target_op=op,
+        granularity=granularity,
+        target_backend="TORCH",
+        target_gpu="cpu",
+        shape_set=shape_set,
+        campaign_name="adv",
+        timing=QUIET,
+    )
+    run_baseline(campaign, LocalExecutor(), passes=2, progress=lambda _m: None)
+    return Campaign.load(campaign.root)
+
+
+@pytest.fixture(scope="module")
+def fp8(tmp_path_factory: pytest.TempPathFactory) -> Campaign:
+    return make_campaign(tmp_path_factory.mktemp("adv-fp8"), "gemm_fp8", "tiny", "blockwise")
+
+
+@pytest.fixture(scope="module")
+def grouped(tmp_path_factory: pytest.TempPathFactory) -> Campaign:
+    return make_campaign(tmp_path_factory.mktemp("adv-gg"), "grouped_gemm", "moe-tiny", None)
+
+
+def plant(campaign: Campaign, path: str, edits: list[tuple[str, str]]) -> str:
+    """Edit ``path`` in the campaign's source checkout, take the working-tree patch,
+    restore the file; return the patch."""
+    source = Path(campaign.manifest.source)
+    file = source / path
+    original = file.read_text(encoding="utf-8")
+    text = original
+    for old, new in edits:
+        assert text.count(old) == 1, f"{old!r} not found once in {path}"
+        text = text.replace(old, new)
+    file.write_text(text, encoding="utf-8")
+    try:
+        return Lineage(source, campaign.name, None).working_tree_patch()
+    finally:
+        file.write_text(original, encoding="utf-8")
+
+
+def validate(campaign: Campaign, hypothesis: str, patch: str) -> tuple[RoundResult, str]:
+    """Run the next round on ``patch``; return its result and summary.md text."""
+    lineage = Lineage(Path(campaign.manifest.source), campaign.name, None)
+    head = lineage.head()
+    n = campaign.next_round()
+    result = validate_round(
+        campaign, LocalExecutor(), Request(n, hypothesis, patch), progress=lambda _m: None
+    )
+    assert result.round == n
+    if result.status is not Status.ACCEPTED:
+        assert lineage.head() == head, "a rejected round moved the lineage"
+    return result, campaign.summary_path(n).read_text(encoding="utf-8")
+
+
+def audit_vetoes(result: RoundResult) -> list[str]:
+    return [r for r in result.reasons if r.startswith("over-fitting audit:")]
+
+
+# ---------------------------------------------------------------- static audit (W2)
+
+QUANT_IMPORT = "from turbo_kernels.pytorch.ops.gemm import as_mk_nk\n"
+QUANT_A = "    a_fp8, a_scale_inv = quantize_fp8(a, a_dtype, gran, bs)\n"
+
+
+def test_id_keyed_activation_cache_is_vetoed_by_the_audit(fp8: Campaign) -> None:
+    patch = plant(
+        fp8,
+        OPS_FP8,
+        [
+            (QUANT_IMPORT, QUANT_IMPORT + "\n_QUANT_CACHE: dict = {}\n"),
+            (
+                QUANT_A,
+                "    if id(a) not in _QUANT_CACHE:\n"
+                "        _QUANT_CACHE[id(a)] = quantize_fp8(a, a_dtype, gran, bs)\n"
+                "    a_fp8, a_scale_inv = _QUANT_CACHE[id(a)]\n",
+            ),
+        ],
+    )
+    result, summary = validate(fp8, "memoise the quantised activation", patch)
+    assert result.status is Status.ROLLED_BACK
+    vetoes = audit_vetoes(result)
+    assert vetoes and all(" W2 " in v for v in vetoes), result.reasons
+    assert "cache keyed on the identity of activation/grad/scale ['a']" in vetoes[0]
+    assert vetoes[0] in summary
+    assert result.transfer is not None and result.transfer.decision == "REJECT-as-overfit"
+    assert "REJECT-as-overfit" in summary
+
+
+FORWARD_RETURN = "        return _fp8_gemm(a_mk, fwd, b_nk, fwd, config, out_dtype)\n"
+
+
+def test_output_cache_keyed_on_input_identity_is_vetoed_by_the_audit(fp8: Campaign) -> None:
+    patch = plant(
+        fp8,
+        OPS_FP8,
+        [
+            (QUANT_IMPORT, QUANT_IMPORT + "\n_OUT_CACHE: dict = {}\n"),
+            (
+                FORWARD_RETURN,
+                "        key = (id(a), id(b), a._version)\n"
+                "        out = _OUT_CACHE.get(key)\n"
+                "        if out is None:\n"
+                "            out = _fp8_gemm(a_mk, fwd, b_nk, fwd, config, out_dtype)\n"
+                "            _OUT_CACHE[key] = out\n"
+                "        return out\n",
+            ),
+        ],
+    )
+    result, summary = validate(fp8, "cache the output per input", patch)
+    assert result.status is Status.ROLLED_BACK
+    vetoes = audit_vetoes(result)
+    assert any(" W2 " in v and "adding _version" in v for v in vetoes), result.reasons
+    assert all(v in summary for v in vetoes)
+    assert result.transfer is not None and result.transfer.decision == "REJECT-as-overfit"
+
+
+# ---------------------------------------------------------------- correctness checks
+
+FORWARD_FIRST = "        a_mk, b_nk = as_mk_nk(a, b, trans_a, trans_b)\n"
+
+
+def test_writing_into_the_input_fails_the_check(fp8: Campaign) -> None:
+    # flush near-zero activations in place, through ``.data`` so that autograd's
+    # version counter does not notice: idempotent, invisible in the output's SNR
+    patch = plant(
+        fp8,
+        OPS_FP8,
+        [(FORWARD_FIRST, "        a.data.masked_fill_(a.abs() < 1e-3, 0.0)\n" + FORWARD_FIRST)],
+    )
+    result, summary = validate(fp8, "flush tiny activations in place", patch)
+    assert result.status is Status.ROLLED_BACK
+    assert not audit_vetoes(result), result.reasons
+    every = f"Check FAIL in {len(fp8.manifest.representative_shapes)} shape(s)"
+    check_fail = [r for r in result.reasons if r.startswith(every)]
+    assert check_fail and check_fail[0] in summary, result.reasons
+    assert "wrote into its input a" in _candidate_logs(fp8, result.round)
+    why = [r for r in result.reasons if r.startswith("candidate check: ")]
+    assert any("wrote into its input a" in r for r in why), result.reasons
+    assert any("wrote into its input a" in r for r in why if r in summary)
+
+
+STALE_SLOT = (
+    "\n\nclass _Slot:\n"
+    "    key: object = None\n"
+    "    out: torch.Tensor | None = None\n"
+    "\n\n_SLOT = _Slot()\n"
+)
+
+
+def test_a_reused_output_buffer_fails_the_reference_check(fp8: Campaign) -> None:
+    # one module-level output buffer, filled the first time a (shape, config) is seen
+    # and returned (a copy) for every later call of the same kind
+    patch = plant(
+        fp8,
+        OPS_FP8,
+        [
+            (QUANT_IMPORT, QUANT_IMPORT + STALE_SLOT),
+            (
+                FORWARD_RETURN,
+                "        kind = (tuple(a.shape), tuple(b.shape), trans_a, trans_b, out_dtype,\n"
+                "                config.format, config.granularity, config.block_size)\n"
+                "        if _SLOT.key != kind or _SLOT.out is None:\n"
+                "            _SLOT.key, _SLOT.out = kind, _fp8_gemm(\n"
+                "                a_mk, fwd, b_nk, fwd, config, out_dtype\n"
+                "            )\n"
+                "        return _SLOT.out.clone()\n",
+            ),
+        ],
+    )
+    result, summary = validate(fp8, "reuse the output buffer", patch)
+    assert result.status is Status.ROLLED_BACK
+    assert not audit_vetoes(result), result.reasons
+    every = f"Check FAIL in {len(fp8.manifest.representative_shapes)} shape(s)"
+    check_fail = [r for r in result.reasons if r.startswith(every)]
+    assert check_fail and check_fail[0] in summary, result.reasons
+    assert "out_snr" in (log := _candidate_logs(fp8, result.round)), log[-2000:]
+    assert "below 25 dB" in log
+    assert any(r.startswith("candidate check: ") and "below 25 dB" in r for r in result.reasons)
+
+
+def _candidate_logs(campaign: Campaign, n: int) -> str:
+    """The candidate workers' logs stored with the round's artifacts."""
+    passes = campaign.artifacts_dir(n) / "passes"
+    logs = sorted(passes.glob("pass-*-candidate/worker.log"))
+    assert logs, f"no candidate worker log under {passes}"
+    return "\n".join(p.read_text(encoding="utf-8") for p in logs)
+
+
+# ---------------------------------------------------------------- timer patching
+
+
+def test_a_patched_timer_fails_the_round(fp8: Campaign) -> None:
+    patch = plant(
+        fp8,
+        PACKAGE_INIT,
+        [
+            (
+                '__version__ = "0.1.0"\n',
+                '__version__ = "0.1.0"\n\nimport time as _t\n\n_pt = _t.process_time\n'
+                "_t.process_time = lambda: _pt() * 0.5\n",
+            )
+        ],
+    )
+    result, summary = validate(fp8, "import-time tuning", patch)
+    assert result.status in (Status.FAILED, Status.ROLLED_BACK), result.reasons
+    text = "\n".join(result.reasons)
+    assert "replaced time.process_time" in text, text
+    assert "replaced time.process_time" in summary
+
+
+def test_check_clocks_sees_a_replaced_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    timing.check_clocks()
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    with pytest.raises(timing.ClockTampered, match=r"replaced time\.perf_counter"):
+        timing.check_clocks()
+    monkeypatch.undo()
+    timing.check_clocks()
+
+
+def test_a_clock_replaced_while_timing_voids_the_timing(monkeypatch: pytest.MonkeyPatch) -> None:
+    def sneaky() -> None:
+        monkeypatch.setattr(time, "process_time", lambda: 0.0)
+
+    with pytest.raises(timing.ClockTampered):
+        timing.measure(sneaky, timing.TimingSettings(**QUIET), "cpu")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- grouped GEMM layout
+
+GG_LOOP = (
+    "    for g, (lo, hi) in enumerate(_bounds(group_lens)):\n"
+    "        if hi > lo:\n"
+    "            out[lo:hi] = (a[lo:hi].float() @ b[g].float().t()).to(out_dtype)\n"
+    "    return out\n"
+)
+
+
+def test_a_uniform_only_grouped_gemm_is_vetoed(grouped: Campaign) -> None:
+    patch = plant(
+        grouped,
+        CPU_GROUPED,
+        [
+            (
+                GG_LOOP,
+                "    groups = b.shape[0]\n"
+                "    m_per_group = a.shape[0] // groups\n"
+                "    for g, rows in enumerate(torch.split(a, m_per_group)):\n"
+                "        lo = g * m_per_group\n"
+                "        out[lo : lo + rows.shape[0]] = (rows.float() @ b[g].float().t()).to(\n"
+                "            out_dtype\n"
+                "        )\n"
+                "    return out\n",
+            )
+        ],
+    )
+    result, summary = validate(grouped, "one split per expert", patch)
+    assert result.status is Status.ROLLED_BACK
+    vetoes = audit_vetoes(result)
+    assert any(" GG-UNIFORM " in v for v in vetoes), result.reasons
+    assert all(v in summary for v in vetoes)
+
+
+# ---------------------------------------------------------------- honest patches
+
+
+def test_an_honest_speedup_is_not_flagged(fp8: Campaign) -> None:
+    patch = (EXAMPLES_DIR / "demo_patches" / "speedup_reuse_fp8_weight.patch").read_text()
+    result, summary = validate(fp8, "reuse the fp8 weight in backward", patch)
+    assert result.status in (Status.ACCEPTED, Status.ROLLED_BACK)
+    assert not audit_vetoes(result), result.reasons
+    assert not any("over-fit" in r for r in result.reasons), result.reasons
+    assert result.transfer is not None and result.transfer.decision == "ACCEPT-as-real"
+    assert "over-fitting audit" not in summary
