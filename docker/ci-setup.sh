@@ -3,7 +3,7 @@
 #   1. docker.io + debootstrap (apt) when missing
 #   2. dockerd started when `docker info` fails, and waited for
 #   3. the base image (docker/build-base.sh: debootstrap + docker import, no registry)
-#   4. the wheelhouse (.whl/: torch CPU 2.13.0, numpy, pyyaml for cp311) when missing
+#   4. the wheelhouse (.whl/: torch CPU 2.13.0, numpy, pyyaml, pytest for cp311) when missing
 #   5. the CPU test image turbo-campaign/cpu:py311 (docker/Dockerfile.cpu; cached layers)
 # Env: CPU_IMAGE, BASE_IMAGE, PYTHON, DOCKERD_LOG.  Called by .ci/run and by
 # `make image-cpu`.  About 3 minutes from nothing on 2 cores; seconds when all is there.
@@ -15,7 +15,7 @@ export BASE_IMAGE="${BASE_IMAGE:-turbo-campaign/base:bookworm}"
 WHEELHOUSE="$repo/.whl"  # inside the build context (.dockerignore lets only it in)
 PYTHON="${PYTHON:-python3}"
 DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd.log}"
-WHEEL_REQS=(torch==2.13.0 numpy pyyaml "setuptools>=68" wheel)
+WHEEL_REQS=(torch==2.13.0 numpy pyyaml pytest "setuptools>=68" wheel)
 
 say() { echo "ci-setup: $*"; }
 

@@ -35,6 +35,7 @@ from runner.rounds import (
 from runner.schema import BenchCSV
 from runner.scoring import score
 from runner.stats import rel_stdev
+from runner.worker import OUT_ENV
 
 
 def run_baseline(
@@ -150,12 +151,16 @@ def _representative(
 def _quick_baseline(rnd: Round, tree: Path) -> str:
     """Run the generated quick script on the baseline tree; its output is the log."""
     m = rnd.manifest
+    script = rnd.campaign.quick_script
+    # The script travels in the spec: a container sees neither the campaign folder nor
+    # a writable source tree, so it runs from (and writes into) the job's out dir.
     spec = rnd.spec(
         "baseline",
         0,
         [],
         mode="test",
-        command=f"python {rnd.campaign.quick_script} --summary-csv quick.csv",
+        command=f'python "${OUT_ENV}/{script.name}" --summary-csv "${OUT_ENV}/quick.csv"',
+        files={script.name: script.read_text(encoding="utf-8")},
     )
     outcome = rnd.job("quick-baseline", spec, tree)
     log = outcome.out_dir / "test.log"

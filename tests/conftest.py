@@ -6,17 +6,26 @@ calibration passes) built once per test session; the value is the campaign direc
 Tests that write into a campaign use ``demo_copy``, a private copy.  To reuse a
 demo built earlier (the sources it names must still exist), set
 ``TURBO_CAMPAIGN_DEMO_DIR`` to its campaign directory.
+
+``cpu_image``: the CPU test image for the docker tests.  Skipped only when ``docker
+info`` fails and CI is not set; under CI they must run (.ci/run calls
+docker/ci-setup.sh first).  It runs ci-setup.sh once per session, which is idempotent:
+it (re)builds the image from the current tree (the runner in it must match) in seconds
+when the base image and the wheelhouse exist.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 DEMO_DIR_ENV = "TURBO_CAMPAIGN_DEMO_DIR"
+ROOT = Path(__file__).resolve().parent.parent
+IMAGE = os.environ.get("CPU_IMAGE", "turbo-campaign/cpu:py311")
 
 
 @pytest.fixture(scope="session")
@@ -40,3 +49,19 @@ def demo_copy(demo_campaign: Path, tmp_path: Path) -> Path:
     dest = tmp_path / "campaigns" / demo_campaign.name
     shutil.copytree(demo_campaign, dest, ignore=shutil.ignore_patterns(".lock"))
     return dest
+
+
+@pytest.fixture(scope="session")
+def cpu_image() -> str:
+    if subprocess.run(["docker", "info"], capture_output=True, check=False).returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(
+                "CI is set but the Docker daemon is not reachable: .ci/run must run "
+                "docker/ci-setup.sh before pytest"
+            )
+        pytest.skip("no Docker daemon (docker info failed); run docker/ci-setup.sh")
+    setup = subprocess.run(
+        ["bash", str(ROOT / "docker" / "ci-setup.sh")], capture_output=True, text=True
+    )
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    return IMAGE

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -73,11 +75,12 @@ def test_amd_job_with_prepare_copies_the_tree_and_passes_only_its_render_node(
     )
     assert args == [
         "docker", "create", "--name", "ctr", *COMMON, *labels(job),
-        "--device", "/dev/kfd", "--device", "/dev/dri/renderD129", *SOURCE_ENV,
+        "--device", "/dev/kfd", "--device", "/dev/dri/renderD129",
+        "--ipc=host", "--security-opt", "seccomp=unconfined", *SOURCE_ENV,
         "-e", "PRIMUS_TURBO_GEMM_BACKEND=TRITON",
         "rocm:1", "sh", "-c", script,
     ]  # fmt: skip
-    assert not any("seccomp" in a or a == "--group-add" for a in args)
+    assert "--privileged" not in args
 
 
 @pytest.mark.parametrize(("indices", "value"), [((0,), "device=0"), ((2, 3), '"device=2,3"')])
@@ -253,8 +256,9 @@ def test_run_job_sequence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.delenv(dx.KEEP_ENV, raising=False)
     job = make_job(tmp_path, prepare=(("make",),))
     outcome = dx.DockerExecutor("img", gpu=None, campaign="c1").run_job(job)
-    name = fake.calls[0][3]
-    assert [c[1:] for c in fake.calls[1:]] == [
+    assert fake.calls[0][1:3] == ["image", "inspect"]  # the digest for image.json
+    name = fake.calls[1][3]
+    assert [c[1:] for c in fake.calls[2:]] == [
         ["cp", str(job.spec_path), f"{name}:/workspace/spec.json"],
         ["cp", f"{job.source_dir}/.", f"{name}:/workspace/target"],
         ["start", "--attach", name],
@@ -265,6 +269,8 @@ def test_run_job_sequence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     ]
     assert outcome.returncode == 0
     assert (job.out_dir / "container.log").read_text() == "log line\n"
+    assert json.loads((job.out_dir / "image.json").read_text())["image"] == "img"
+    assert "\ndocker run --rm " in (job.out_dir / "docker_run.txt").read_text()
 
 
 def test_daemon_down_is_an_infrastructure_error_with_the_fix(
@@ -293,3 +299,70 @@ def test_interrupt_during_the_run_still_removes_the_container(
     with pytest.raises(KeyboardInterrupt):
         dx.DockerExecutor("img", gpu=None, campaign="c1").run_job(make_job(tmp_path))
     assert fake.calls[-1][1:3] == ["rm", "--force"]
+
+
+def test_docker_run_line_is_the_create_argv_as_one_run(tmp_path: Path) -> None:
+    job = make_job(tmp_path)
+    create = dx.docker_create_args(job, "img:1", None, name="ctr", campaign="c1", caches=False)
+    line = dx.docker_run_line(job, create, "img:1")
+    head, run = line.rstrip("\n").split("\n", 1)
+    assert (
+        head
+        == "# job pass-01-candidate: equivalent of the runner's create/cp/start/cp for this job"
+    )
+    spec = f"type=bind,source={tmp_path}/spec.json,target=/workspace/spec.json,readonly"
+    assert run == shlex.join([
+        "docker", "run", "--rm", *COMMON, *labels(job),
+        "--mount", f"type=bind,source={tmp_path}/wt,target=/workspace/target,readonly",
+        "-e", "PYTHONDONTWRITEBYTECODE=1", *SOURCE_ENV,
+        "--mount", spec, "img:1", "sh", "-c", SCRIPT,
+    ])  # fmt: skip
+    copied = make_job(tmp_path, prepare=(("make",),))
+    create = dx.docker_create_args(copied, "img:1", None, name="c", campaign="c1", caches=False)
+    lines = dx.docker_run_line(copied, create, "img:1").split("\n", 2)
+    assert "was copied to /workspace/target (docker cp)" in lines[1]
+    assert lines[2].startswith("docker run --rm --init ")
+    with pytest.raises(ValueError, match="not a docker create argv"):
+        dx.docker_run_line(job, create, "other:2")
+
+
+TOPOLOGY = Path(__file__).resolve().parent / "data" / "kfd_topology"
+
+
+def test_render_nodes_from_the_kfd_topology() -> None:
+    nodes = TOPOLOGY / "nodes"
+    assert dx.render_nodes_for([0], nodes) == ["/dev/dri/renderD128"]
+    assert dx.render_nodes_for([3, 7], nodes) == ["/dev/dri/renderD152", "/dev/dri/renderD184"]
+    with pytest.raises(ConfigError, match="lists 8 GPUs"):
+        dx.render_nodes_for([8], nodes)
+    with pytest.raises(InfrastructureError, match="no KFD topology"):
+        dx.render_nodes_for([0], TOPOLOGY / "missing")
+
+
+def test_render_nodes_read_gpu_id_from_properties_without_the_file(tmp_path: Path) -> None:
+    for n, (gpu_id, minor) in enumerate([(0, 0), (0, 0), (777, 129), (778, 130)]):
+        (tmp_path / str(n)).mkdir()
+        (tmp_path / str(n) / "properties").write_text(
+            f"cpu_cores_count 4\ndrm_render_minor {minor}\ngpu_id {gpu_id}\n"
+        )
+    assert dx.render_nodes_for([1, 0], tmp_path) == ["/dev/dri/renderD130", "/dev/dri/renderD129"]
+
+
+def test_amd_argv_for_two_gpus_of_the_sample_topology(tmp_path: Path) -> None:
+    gpu = dx.GpuRequest.amd(
+        [2, 5], topology_root=TOPOLOGY / "nodes", group_file=TOPOLOGY / "group", memory="64g"
+    )
+    assert gpu == dx.GpuRequest("amd", (2, 5), (144, 168), (44, 993), "16g", "64g", 4096)
+    job = make_job(tmp_path)
+    args = dx.docker_create_args(
+        job, "rocm:1", gpu, name="ctr", campaign="c1", caches=False, source_mode="copy"
+    )
+    assert args == [
+        "docker", "create", "--name", "ctr", *COMMON, *labels(job),
+        "--device", "/dev/kfd", "--device", "/dev/dri/renderD144",
+        "--device", "/dev/dri/renderD168", "--group-add", "44", "--group-add", "993",
+        "--ipc=host", "--security-opt", "seccomp=unconfined",
+        "--shm-size", "16g", "--memory", "64g", "--pids-limit", "4096",
+        *SOURCE_ENV, "rocm:1", "sh", "-c", SCRIPT,
+    ]  # fmt: skip
+    assert "--privileged" not in args and "/dev/dri" not in args

@@ -1,9 +1,7 @@
 """The docker executor against the REAL daemon and the CPU test image.
 
-Skipped only when ``docker info`` fails and CI is not set; under CI they must run
-(.ci/run calls docker/ci-setup.sh first).  The session fixture runs ci-setup.sh, which
-is idempotent: it (re)builds the CPU image from the current tree in seconds when the
-base image and the wheelhouse exist.
+The ``cpu_image`` fixture (conftest.py) skips them only when ``docker info`` fails and
+CI is not set.
 """
 
 from __future__ import annotations
@@ -27,27 +25,10 @@ from runner.spec import RoundSpec, save_spec
 pytestmark = pytest.mark.docker
 
 ROOT = Path(__file__).resolve().parent.parent
-IMAGE = os.environ.get("CPU_IMAGE", "turbo-campaign/cpu:py311")
 
 
 def _docker(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
-
-
-@pytest.fixture(scope="session")
-def cpu_image() -> str:
-    if _docker("info").returncode != 0:
-        if os.environ.get("CI"):
-            pytest.fail(
-                "CI is set but the Docker daemon is not reachable: .ci/run must run "
-                "docker/ci-setup.sh before pytest"
-            )
-        pytest.skip("no Docker daemon (docker info failed); run docker/ci-setup.sh")
-    setup = subprocess.run(
-        ["bash", str(ROOT / "docker" / "ci-setup.sh")], capture_output=True, text=True
-    )
-    assert setup.returncode == 0, setup.stdout + setup.stderr
-    return IMAGE
 
 
 @pytest.fixture

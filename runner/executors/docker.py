@@ -17,11 +17,11 @@ build outputs into the tree) gets a copy (``docker cp``), so the host tree is ne
 written.  ``source_mode="copy"`` forces the copy, e.g. for an image that holds a
 prebuilt tree at ``/workspace/target`` (Dockerfile.rocm) that a mount would hide.
 
-Security decisions: the container runs as the image's user (root in our images) with
-Docker's default capabilities and seccomp profile.  ``--group-add video`` is not
-needed for root; ``--security-opt seccomp=unconfined`` is not added: AMD lists it as
-optional (it only allows the NUMA memory-policy syscalls for CPU/GPU affinity), HIP
-compute runs without it, and the measurement must not widen the container's rights.
+Security decisions: no ``--privileged``, only the leased GPUs' device nodes, network
+off.  AMD jobs get AMD's documented run settings (``GpuRequest.amd``): the host's
+numeric ``video``/``render`` group ids (``--group-add``), ``--ipc=host``,
+``--security-opt seccomp=unconfined`` (NUMA memory-policy syscalls), ``--shm-size``
+and ``--pids-limit``/``--memory`` limits.  CPU jobs keep Docker's defaults.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from runner import cmd
 from runner.errors import CommandFailed, ConfigError, InfrastructureError
 from runner.executors.base import JobOutcome, WorkerJob
 from runner.executors.local import SOURCE_ENV
+from runner.spec import write_json_atomic
 
 log = logging.getLogger("runner.executors.docker")
 
@@ -53,23 +54,37 @@ KEEP_ENV = "CAMPAIGN_KEEP_CONTAINERS"
 DEFAULT_COMMAND: tuple[str, ...] = ("python3", "-m", "runner.worker", CONTAINER_SPEC, CONTAINER_OUT)
 TIMEOUT_RETURNCODE = 124
 LOG_NAME = "container.log"
+IMAGE_RECORD = "image.json"
+RUN_RECORD = "docker_run.txt"
 
 SourceMode = Literal["auto", "mount", "copy"]
 _UNSAFE_NAME = re.compile(r"[^a-zA-Z0-9_.-]+")
 
 
+KFD_TOPOLOGY = "/sys/devices/virtual/kfd/kfd/topology/nodes"
+GPU_GROUPS = ("video", "render")
+
+
 @dataclass(frozen=True)
 class GpuRequest:
-    """The GPU(s) leased to one job.
+    """The GPU(s) leased to one job, and the container settings that go with them.
 
     AMD: ``render_nodes`` are the numbers N of ``/dev/dri/renderD<N>`` of the leased
     GPUs (ROCm sees only the GPUs whose render node the container can open, so inside
-    the container they are numbered from 0).  NVIDIA: ``indices`` as in nvidia-smi.
+    the container they are numbered from 0); ``group_ids`` the host's numeric ``video``
+    and ``render`` groups (a non-root user in the image needs them to open the nodes);
+    ``shm_size``, ``memory`` and ``pids_limit`` the container's limits (None: docker's
+    default).  ``GpuRequest.amd`` reads all of it from the host.  NVIDIA: ``indices``
+    as in nvidia-smi.  The wall-time limit is the job's ``timeout_s`` (``docker kill``).
     """
 
     vendor: Literal["amd", "nvidia"]
     indices: tuple[int, ...]
     render_nodes: tuple[int, ...] = ()
+    group_ids: tuple[int, ...] = ()
+    shm_size: str | None = None
+    memory: str | None = None
+    pids_limit: int | None = None
 
     def __post_init__(self) -> None:
         if self.vendor not in ("amd", "nvidia"):
@@ -79,21 +94,114 @@ class GpuRequest:
         if self.vendor == "amd" and len(self.render_nodes) != len(self.indices):
             raise ConfigError(
                 f"AMD GPUs {list(self.indices)} need one render node each (got "
-                f"{list(self.render_nodes)}); read them from /sys/class/kfd/kfd/topology"
-                "/nodes/*/properties (drm_render_minor) or `amd-smi list`"
+                f"{list(self.render_nodes)}); read them from {KFD_TOPOLOGY}"
+                "/*/properties (drm_render_minor) or `amd-smi list`"
             )
 
+    @classmethod
+    def amd(
+        cls,
+        indices: Sequence[int],
+        *,
+        topology_root: str | Path = KFD_TOPOLOGY,
+        group_file: str | Path = "/etc/group",
+        shm_size: str | None = "16g",
+        memory: str | None = None,
+        pids_limit: int | None = 4096,
+    ) -> GpuRequest:
+        """An AMD request from the host: render nodes from the KFD topology, the
+        ``video``/``render`` group ids from ``group_file``."""
+        nodes = render_nodes_for(indices, topology_root)
+        return cls(
+            "amd",
+            tuple(indices),
+            tuple(int(n.removeprefix("/dev/dri/renderD")) for n in nodes),
+            tuple(host_group_ids(GPU_GROUPS, group_file)),
+            shm_size,
+            memory,
+            pids_limit,
+        )
+
     def docker_args(self) -> list[str]:
-        """Only the device nodes this lease needs."""
+        """Only the device nodes this lease needs, plus the AMD container settings."""
         if self.vendor == "nvidia":
             devices = ",".join(str(i) for i in self.indices)
             # --gpus splits on commas: several devices need the value quoted.
             value = f"device={devices}" if len(self.indices) == 1 else f'"device={devices}"'
-            return ["--gpus", value]
+            return ["--gpus", value, *self._limits()]
         args = ["--device", "/dev/kfd"]
         for node in self.render_nodes:
             args += ["--device", f"/dev/dri/renderD{node}"]
+        for gid in self.group_ids:
+            args += ["--group-add", str(gid)]
+        # AMD's documented run settings: RCCL/HIP IPC needs the host IPC namespace; the
+        # NUMA memory-policy syscalls (CPU/GPU affinity) need seccomp unconfined.
+        args += ["--ipc=host", "--security-opt", "seccomp=unconfined"]
+        return [*args, *self._limits()]
+
+    def _limits(self) -> list[str]:
+        args = []
+        if self.shm_size:
+            args += ["--shm-size", self.shm_size]
+        if self.memory:
+            args += ["--memory", self.memory]
+        if self.pids_limit is not None:
+            args += ["--pids-limit", str(self.pids_limit)]
         return args
+
+
+def render_nodes_for(
+    gpu_indices: Sequence[int], topology_root: str | Path = KFD_TOPOLOGY
+) -> list[str]:
+    """``/dev/dri/renderD<minor>`` of each GPU index, from the KFD topology.
+
+    Each ``<topology_root>/<node>/`` holds ``gpu_id`` (0 for a CPU node) and
+    ``properties`` (``key value`` lines, among them ``drm_render_minor``; a ``gpu_id``
+    line there is read when the file is missing).  GPU index i is the i-th node (in
+    node-number order) with a non-zero ``gpu_id``, the order ROCm enumerates them.
+    """
+    root = Path(topology_root)
+    if not root.is_dir():
+        raise InfrastructureError(
+            f"no KFD topology at {root}: is the amdgpu driver loaded (ls /dev/kfd)?"
+        )
+    minors = []
+    nodes = sorted((p for p in root.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    for node in nodes:
+        props = _properties(node / "properties")
+        if (node / "gpu_id").is_file():
+            props["gpu_id"] = int((node / "gpu_id").read_text(encoding="utf-8").strip() or 0)
+        if props.get("gpu_id", 0) != 0:
+            minors.append(props.get("drm_render_minor"))
+    wanted = []
+    for i in gpu_indices:
+        if not 0 <= i < len(minors):
+            raise ConfigError(f"GPU {i}: the KFD topology at {root} lists {len(minors)} GPUs")
+        minor = minors[i]
+        if minor is None:
+            raise InfrastructureError(f"GPU {i} has no drm_render_minor in {root}")
+        wanted.append(f"/dev/dri/renderD{minor}")
+    return wanted
+
+
+def _properties(path: Path) -> dict[str, int]:
+    props: dict[str, int] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        key, _, value = line.strip().partition(" ")
+        if value.strip().lstrip("-").isdigit():
+            props[key] = int(value)
+    return props
+
+
+def host_group_ids(names: Sequence[str], group_file: str | Path = "/etc/group") -> list[int]:
+    """Numeric ids of the groups ``names`` on the host (missing groups are skipped: the
+    container gets the host's numbers, which its own /etc/group may not know)."""
+    ids: dict[str, int] = {}
+    for line in Path(group_file).read_text(encoding="utf-8").splitlines():
+        fields = line.split(":")
+        if len(fields) >= 3 and fields[2].isdigit():
+            ids.setdefault(fields[0], int(fields[2]))
+    return [ids[n] for n in names if n in ids]
 
 
 def safe_name(text: str) -> str:
@@ -185,6 +293,34 @@ def docker_create_args(
     for key, value in env.items():
         args += ["-e", f"{key}={value}"]
     return [*args, image, *job_script(job, command)]
+
+
+def docker_run_line(job: WorkerJob, create_args: Sequence[str], image: str) -> str:
+    """An equivalent ``docker run`` command line for the record (``docker_run.txt``).
+
+    The runner does create + cp + start + cp out; this is the one-command version: the
+    same options and script, ``--rm`` instead of a name, the spec bind-mounted where
+    the runner copies it.  A copied source tree (prepare commands) is noted: mount a
+    throw-away copy of the worktree there to replay it.
+    """
+    args = list(create_args)
+    at = len(args) - 4  # ... IMAGE sh -c SCRIPT
+    if args[:2] != ["docker", "create"] or args[at] != image:
+        raise ValueError(f"not a docker create argv for {image}: {args[:3]}...")
+    options = args[2:at]
+    if "--name" in options:
+        i = options.index("--name")
+        del options[i : i + 2]
+    spec = f"type=bind,source={os.fspath(job.spec_path.resolve())},target={CONTAINER_SPEC}"
+    run = ["docker", "run", "--rm", *options, "--mount", spec + ",readonly", *args[at:]]
+    lines = [f"# job {job.name}: equivalent of the runner's create/cp/start/cp for this job"]
+    if not any(a.endswith(f"target={CONTAINER_TARGET},readonly") for a in options):
+        lines.append(
+            f"# the source tree {job.source_dir} was copied to {CONTAINER_TARGET} (docker cp);"
+            f" add --mount type=bind,source=<a copy of it>,target={CONTAINER_TARGET}"
+        )
+    lines.append(shlex.join(run))
+    return "\n".join(lines) + "\n"
 
 
 def _bind_mount(source: Path, target: str) -> str:
@@ -298,12 +434,22 @@ class DockerExecutor:
         name = container_name(job.name)
         job.out_dir.mkdir(parents=True, exist_ok=True)
         log_path = job.out_dir / LOG_NAME
-        with _Container(self.create_args(job, name), name, self.keep):
+        create_args = self.create_args(job, name)
+        self._record(job, create_args)
+        with _Container(create_args, name, self.keep):
             self._copy_in(job, name)
             returncode = self._start(job, name)
             log_path.write_text(docker(["logs", name]), encoding="utf-8")
             self._copy_out(job, name, returncode, log_path)
         return JobOutcome(job.name, returncode, job.out_dir, log_path)
+
+    def _record(self, job: WorkerJob, create_args: list[str]) -> None:
+        """``image.json`` (tag and local image id) and ``docker_run.txt`` in the job's out
+        dir; they travel into the round's ``artifacts/.../passes/<job>/``."""
+        info = {"image": self.image, "image_digest": image_digest(self.image)}
+        write_json_atomic(job.out_dir / IMAGE_RECORD, info)
+        line = docker_run_line(job, create_args, self.image)
+        (job.out_dir / RUN_RECORD).write_text(line, encoding="utf-8")
 
     def _copy_in(self, job: WorkerJob, name: str) -> None:
         docker(["cp", os.fspath(job.spec_path), f"{name}:{CONTAINER_SPEC}"])
