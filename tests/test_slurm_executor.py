@@ -398,3 +398,17 @@ def test_real_cancelled_job(cluster: None, tmp_path: Path) -> None:
 
 def test_python_is_this_interpreter_by_default() -> None:
     assert SlurmExecutor().python == sys.executable
+
+
+def test_the_manifest_selects_the_slurm_executor() -> None:
+    from runner.executors.factory import make_executor
+    from runner.executors.slurm import SlurmExecutor
+    from runner.newcampaign import build_manifest
+
+    m = build_manifest(
+        target_op="gemm", target_backend="TORCH", source="/s", test_command="t",
+        benchmark_command="b", executor="slurm", image="img:1",
+    )  # fmt: skip
+    executor = make_executor(m)
+    assert isinstance(executor, SlurmExecutor)
+    assert executor.image == "img:1"

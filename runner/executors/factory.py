@@ -23,4 +23,11 @@ def make_executor(m: Manifest, override: str | None = None) -> Executor:
         # that sees one GPU (numbered 0) would hide it.  Per-job GPU selection
         # (GpuRequest.amd(index) and index 0 in the environment) must come together.
         return DockerExecutor(m.image, gpu=None, campaign=m.campaign_name)
-    raise ConfigError(f"executor {kind!r} is not available; use local or docker")
+    if kind == "slurm":
+        from runner.executors.slurm import SlurmExecutor
+
+        # Each task runs the same worker (inside the image when one is named); the
+        # round's temporary folder must be on a filesystem the compute nodes share
+        # (on a one-node cluster, as in the tests, it always is).
+        return SlurmExecutor(image=m.image)
+    raise ConfigError(f"executor {kind!r} is not available; use local, docker or slurm")
