@@ -130,14 +130,25 @@ class Fp8GemmOp(GemmOp):
         got: tuple[torch.Tensor, ...],
         ref: tuple[torch.Tensor, ...],
     ) -> list[str]:
-        problems = []
-        for name, x, r in zip(("out", "da", "db"), got, ref, strict=True):
-            if x.shape != r.shape:
-                problems.append(f"{name} has shape {tuple(x.shape)}, expected {tuple(r.shape)}")
-        for key, value in figures.items():
-            if not value >= self.threshold:
-                problems.append(f"{key} {value:.2f} dB below {self.threshold:.0f} dB")
-        return problems
+        return snr_judge(figures, got, ref, self.threshold)
+
+
+def snr_judge(
+    figures: dict[str, float],
+    got: tuple[torch.Tensor, ...],
+    ref: tuple[torch.Tensor, ...],
+    threshold: float,
+) -> list[str]:
+    """FP8 correctness: every output has the reference's shape and every SNR figure
+    reaches ``threshold`` dB."""
+    problems = []
+    for name, x, r in zip(("out", "da", "db"), got, ref, strict=True):
+        if x.shape != r.shape:
+            problems.append(f"{name} has shape {tuple(x.shape)}, expected {tuple(r.shape)}")
+    for key, value in figures.items():
+        if not value >= threshold:
+            problems.append(f"{key} {value:.2f} dB below {threshold:.0f} dB")
+    return problems
 
 
 def _allclose_normalised(x: torch.Tensor, ref: torch.Tensor) -> bool:

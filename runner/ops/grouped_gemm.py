@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from runner.ops.base import Case, CheckResult, snr_db
-from runner.ops.gemm import Fp8GemmOp, GemmOp, _allclose_normalised
+from runner.ops.gemm import Fp8GemmOp, GemmOp, _allclose_normalised, snr_judge
 
 Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -139,14 +139,7 @@ class Fp8GroupedGemmOp(GroupedGemmOp):
         got: tuple[torch.Tensor, ...],
         ref: tuple[torch.Tensor, ...],
     ) -> list[str]:
-        problems = []
-        for name, x, r in zip(("out", "da", "db"), got, ref, strict=True):
-            if x.shape != r.shape:
-                problems.append(f"{name} has shape {tuple(x.shape)}, expected {tuple(r.shape)}")
-        for key, value in figures.items():
-            if not value >= self.threshold:
-                problems.append(f"{key} {value:.2f} dB below {self.threshold:.0f} dB")
-        return problems
+        return snr_judge(figures, got, ref, self.threshold)
 
 
 def _sizes(shape: Any) -> tuple[int, ...]:
