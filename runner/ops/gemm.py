@@ -99,7 +99,7 @@ class GemmOp(OpAdapter):
         for name, x, r in zip(("out", "da", "db"), got, ref, strict=True):
             if x.shape != r.shape:
                 problems.append(f"{name} has shape {tuple(x.shape)}, expected {tuple(r.shape)}")
-            elif not _allclose_normalised(x, r):
+            elif not allclose_normalised(x, r):
                 problems.append(f"{name} not allclose (rtol=atol=1e-2); snr {figures}")
         return problems
 
@@ -151,7 +151,7 @@ def snr_judge(
     return problems
 
 
-def _allclose_normalised(x: torch.Tensor, ref: torch.Tensor) -> bool:
+def allclose_normalised(x: torch.Tensor, ref: torch.Tensor) -> bool:
     """allclose with rtol=atol=1e-2 on values divided by the reference's RMS.
 
     The absolute tolerance is meant for O(1) values; a GEMM over a long reduction

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from runner.ops.base import Case, CheckResult, snr_db
-from runner.ops.gemm import Fp8GemmOp, GemmOp, _allclose_normalised, snr_judge
+from runner.ops.gemm import Fp8GemmOp, GemmOp, allclose_normalised, snr_judge
 
 Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -114,7 +114,7 @@ class GroupedGemmOp(GemmOp):
         for name, x, r in zip(("out", "da", "db"), got, ref, strict=True):
             if x.shape != r.shape:
                 problems.append(f"{name} has shape {tuple(x.shape)}, expected {tuple(r.shape)}")
-            elif r.numel() and not _allclose_normalised(x, r):
+            elif r.numel() and not allclose_normalised(x, r):
                 problems.append(f"{name} not allclose (rtol=atol=1e-2); snr {figures}")
         return problems
 
