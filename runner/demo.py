@@ -21,11 +21,13 @@ from runner.rounds import Request, validate_round
 PATCHES = EXAMPLES_DIR / "demo_patches"
 SLOWDOWN = (
     "slowdown_fp64_accumulate.patch",
+    "K1",
     "Accumulating the per-block partial products in float64 buys precision we do not "
     "need and should cost about 2x on the CPU (expected: slower, rolled back).",
 )
 SPEEDUP = (
     "speedup_reuse_fp8_weight.patch",
+    "K4",
     "The backward pass quantises the weight to FP8 a second time although 128x128 block "
     "scales do not depend on the reduction direction; reusing the forward's FP8 weight "
     "(save_for_backward, bucket K4) removes one weight quantisation per step (expected: "
@@ -65,10 +67,12 @@ def run_demo(
     executor = LocalExecutor()
     results = [run_baseline(campaign, executor, passes=passes, progress=say)]
     campaign = Campaign.load(campaign.root)
-    for n, (patch, hypothesis) in enumerate((SLOWDOWN, SPEEDUP), start=2):
+    for n, (patch, bucket, hypothesis) in enumerate((SLOWDOWN, SPEEDUP), start=2):
         text = (PATCHES / patch).read_text(encoding="utf-8")
         results.append(
-            validate_round(campaign, executor, Request(n, hypothesis, text), progress=say)
+            validate_round(
+                campaign, executor, Request(n, hypothesis, text, bucket=bucket), progress=say
+            )
         )
         campaign = Campaign.load(campaign.root)
     return campaign, results
