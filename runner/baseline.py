@@ -14,7 +14,7 @@ from runner.executors.base import Executor
 from runner.gate import calibrate_sigma
 from runner.lineage import snapshot
 from runner.manifest import Manifest, validate_manifest
-from runner.passes import per_pass_metric, write_merged
+from runner.passes import per_pass_metric, read_passes, write_merged
 from runner.quickscript import write_quick_script
 from runner.records import close_round
 from runner.representative import choose_heldout, select_representative
@@ -25,7 +25,6 @@ from runner.rounds import (
     Progress,
     Round,
     RoundFailed,
-    _guarded_read,
     all_shapes,
     gpu_lease,
     measure_roles,
@@ -79,7 +78,7 @@ def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:
         if not ok:
             raise ConfigError(f"the focused test fails on the base commit:\n{tail}")
         paths = measure_roles(rnd, {"baseline": tree}, shapes, ("baseline",), passes, 0)["baseline"]
-        csvs = _guarded_read(paths, None)
+        csvs = read_passes(paths, None)
         merged = write_merged(rnd.tmp / "benchmark.csv", csvs)
         base_score = score(merged, m.primary_metric)
         per_pass = per_pass_metric(csvs, base_score.metric)

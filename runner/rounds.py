@@ -46,7 +46,6 @@ from runner.results import (
     Status,
 )
 from runner.roundfiles import artifact_list, commit_message, describe_patch, store_artifacts
-from runner.schema import BenchCSV
 from runner.scoring import score
 from runner.shapes import Shape, shape_set
 from runner.sharding import BCCB, ShardFailed, detect_vendor, gpu_env, measure_sharded
@@ -198,10 +197,6 @@ class RoundFailed(InfrastructureError):
             tail = log_path.read_text(encoding="utf-8", errors="replace")[-1500:]
         super().__init__(message + (f"\n{tail}" if tail else ""))
         self.message = message
-
-
-def _guarded_read(paths: list[Path], pinned: str | None) -> list[BenchCSV]:
-    return read_passes(paths, pinned)
 
 
 # ---- validate ------------------------------------------------------------------------
