@@ -38,10 +38,11 @@ def _grouped_fwd_kernel(
     tile = tl.program_id(0)
     pid_n = tl.program_id(1)
     # find the group holding row tile `tile` (tiles counted group after group)
-    group = -1
-    row0 = 0
-    rows = 0
-    seen = 0
+    # loop-carried values keep one type: group ids int32, row offsets int64 (group_offs)
+    group = tl.full((), -1, tl.int32)
+    row0 = tl.zeros((), tl.int64)
+    rows = tl.zeros((), tl.int64)
+    seen = tl.zeros((), tl.int64)
     for g in range(0, G):
         lo = tl.load(offs_ptr + g)
         hi = tl.load(offs_ptr + g + 1)
