@@ -65,7 +65,9 @@ def quantize_fp8_triton(
     q = torch.empty((m, n), dtype=out_dtype, device=x.device)
     cfg = QUANT_CONFIG
     if granularity == "tensorwise":
-        scale = (x.abs().amax().float().clamp(min=1e-12) / fp8_max).reshape(())
+        amax = x.abs().amax().float().clamp(min=1e-12)
+        # a tensor divisor: correctly rounded, as the torch path (see quantization.py)
+        scale = (amax / torch.tensor(fp8_max, device=x.device)).reshape(())
         block = cfg["ROW_BLOCK"]
         _quant_tensor_kernel[(triton.cdiv(m * n, block),)](
             x, q, scale, m * n, FP8_MAX=fp8_max, BLOCK=block, num_warps=cfg["num_warps"]

@@ -89,12 +89,17 @@ def quantize_fp8(
         blocks = _blocks(xf, _block_size(granularity, block_size), two_d)
         amax = blocks.abs().amax(dim=(1, 3) if two_d else 2)
     amax = amax.clamp(min=_AMAX_EPS)
+    # Divide by a tensor, not a Python float: on CUDA, torch turns division by a host
+    # scalar into multiplication by its reciprocal, which can round the scale 1 ULP away
+    # from amax / fp8_max (and then move an FP8 code).  Tensor division is correctly
+    # rounded on every device, as the Triton kernels' div_rn.
+    max_t = torch.tensor(fp8_max, dtype=torch.float32, device=amax.device)
     if granularity is ScalingGranularity.MX_BLOCKWISE:
         # Power-of-two scale rounded up (as NVIDIA's MXFP8 recipe), so nothing saturates;
         # the OCP spec's floor(log2(amax)) - emax can clip a block's largest values.
-        scale_inv = torch.exp2(torch.ceil(torch.log2(amax / fp8_max)))
+        scale_inv = torch.exp2(torch.ceil(torch.log2(amax / max_t)))
     else:
-        scale_inv = amax / fp8_max
+        scale_inv = amax / max_t
     scale_inv = scale_inv.to(torch.float32).contiguous()
     if blocks is None:
         scaled = xf / expand_scales(scale_inv, x.shape, granularity)
