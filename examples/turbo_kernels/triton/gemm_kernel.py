@@ -1,8 +1,9 @@
 """BF16 GEMM Triton kernel: ``c = a @ b.T`` with a (M, K), b (N, K), any strides.
 
 No autotuning: the launch configuration is ``GEMM_CONFIG`` below, so a campaign round
-changes it by editing this dict. Defaults are for an NVIDIA H200 (228 KiB shared memory);
-on MI300 (64 KiB LDS) use num_stages=2.
+changes it by editing this dict. Defaults are for an NVIDIA H200 (228 KiB shared memory):
+the best of eight configurations swept by ``benchmarks/kernel_tuning.py`` (docs/benchmarks.md).
+On MI300 (64 KiB LDS) the launch runs with num_stages=2 (``turbo_kernels.triton.arch``).
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ import torch
 import triton
 import triton.language as tl
 
+from turbo_kernels.triton.arch import launch_config
+
 __all__ = ["GEMM_CONFIG", "gemm_triton"]
 
 GEMM_CONFIG: dict[str, int] = {
-    "BLOCK_M": 128,
+    "BLOCK_M": 256,
     "BLOCK_N": 128,
     "BLOCK_K": 64,
     "GROUP_M": 8,
@@ -85,7 +88,7 @@ def gemm_triton(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> tor
     n, k_b = b.shape
     if k != k_b:
         raise ValueError(f"K mismatch: a {tuple(a.shape)}, b {tuple(b.shape)}")
-    cfg = GEMM_CONFIG
+    cfg = launch_config(GEMM_CONFIG)
     c = torch.empty((m, n), dtype=out_dtype, device=a.device)
     grid = (triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"]),)
     _gemm_kernel[grid](
