@@ -12,7 +12,8 @@ float8_e5m2 -> tl.float8e5, float8_e5m2fnuz -> tl.float8e5b16 (see
   blockwise with 1x128 activation and 128x128 weight blocks; 32 with per-row b scales
   for mxfp8). BLOCK_K must divide SCALE_BLOCK_K.
 
-No autotuning: ``GEMM_CONFIG`` is the launch configuration (H200 defaults).
+No autotuning: ``GEMM_CONFIG`` is the launch configuration (H200 defaults; at most two
+pipeline stages on MI300, ``turbo_kernels.triton.arch``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
+from turbo_kernels.triton.arch import launch_config
 from turbo_kernels.triton.gemm_kernel import _tile_ids
 
 __all__ = ["GEMM_CONFIG", "gemm_fp8_blockwise_triton", "gemm_fp8_scaled_triton"]
@@ -159,7 +161,7 @@ def gemm_fp8_scaled_triton(
 ) -> torch.Tensor:
     """Tensorwise (scales of shape ()) or rowwise (a_scale_inv (M,), b_scale_inv (N,))."""
     m, n, k = _check_shapes(a, b)
-    cfg = GEMM_CONFIG
+    cfg = launch_config(GEMM_CONFIG)
     c = torch.empty((m, n), dtype=out_dtype, device=a.device)
     grid = (triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"]),)
     _gemm_fp8_scaled_kernel[grid](
@@ -183,7 +185,7 @@ def gemm_fp8_blockwise_triton(
 ) -> torch.Tensor:
     """a_scale_inv (M, ceil(K/block_k)); b_scale_inv (ceil(N/b_block_n), ceil(K/block_k))."""
     m, n, k = _check_shapes(a, b)
-    cfg = GEMM_CONFIG
+    cfg = launch_config(GEMM_CONFIG)
     tile_k = min(cfg["BLOCK_K"], block_k)
     if block_k % tile_k:
         raise ValueError(f"BLOCK_K {tile_k} must divide the scale block {block_k}")
