@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import importlib.metadata
 import io
 import platform
 import shutil
@@ -39,6 +38,7 @@ from runner import __version__
 from runner.campaign import Campaign
 from runner.cmd import run
 from runner.errors import CommandFailed, ConfigError
+from runner.fingerprint import dist_version
 from runner.images import DOCKERFILE, REPO_ROOT
 from runner.lineage import Lineage
 from runner.manifest import Manifest, load_manifest
@@ -189,28 +189,27 @@ def environment_recipe(campaign: Campaign) -> dict[str, Any]:
         "executor": m.executor,
         "environment": "local" if m.executor == "local" else "image",
         "image": m.image,
-        "image_id": _image_id(m.image) if m.executor == "docker" and m.image else None,
+        "image_id": image_id(m.image) if m.executor == "docker" and m.image else None,
         "dockerfile": DOCKERFILE if (REPO_ROOT / DOCKERFILE).is_file() else None,
         "build_args": {"GPU_ARCHS": m.target_gpu} if m.target_gpu.startswith("gfx") else {},
-        "python": platform.python_version(),
-        "torch": _version("torch"),
-        "triton": _version("triton", "pytorch-triton-rocm"),
+        **host_versions(),
     }
     return recipe
 
 
-def _image_id(image: str) -> str | None:
+def host_versions() -> dict[str, str | None]:
+    """The versions a local-executor bundle records and a reproduction compares."""
+    return {
+        "python": platform.python_version(),
+        "torch": dist_version("torch"),
+        "triton": dist_version("triton", "pytorch-triton-rocm"),
+    }
+
+
+def image_id(image: str) -> str | None:
+    """The local image's id (``docker image inspect``); None when it is not built here."""
     proc = run(["docker", "image", "inspect", "--format", "{{.Id}}", image], check=False)
     return proc.stdout.strip() if proc.returncode == 0 else None
-
-
-def _version(*names: str) -> str | None:
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
 
 
 # ---------------------------------------------------------------- checksums

@@ -264,7 +264,7 @@ def _software(tools: dict[str, str]) -> dict[str, Any]:
         ),
         "cuda_version": _cuda_version(tools),
         **_torch(),
-        "triton_version": _dist_version("triton", "pytorch-triton-rocm", "pytorch-triton"),
+        "triton_version": dist_version("triton", "pytorch-triton-rocm", "pytorch-triton"),
         "python": platform.python_version(),
     }
 
@@ -302,7 +302,8 @@ def _cuda_version(tools: dict[str, str]) -> str | None:
     ]
 
 
-def _dist_version(*names: str) -> str | None:
+def dist_version(*names: str) -> str | None:
+    """The installed version of the first of ``names`` that is installed; None if none."""
     for name in names:
         try:
             return importlib.metadata.version(name)

@@ -13,15 +13,13 @@ the verdict of ``runner.reproduce_report.judge`` -> ``reproduction.md``.
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import math
-import platform
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.bundle import Bundle, BundleError, open_bundle
+from runner.bundle import Bundle, BundleError, host_versions, image_id, open_bundle
 from runner.campaign import Campaign
 from runner.cmd import run
 from runner.errors import CampaignError, CommandFailed, ConfigError, InfrastructureError
@@ -185,11 +183,7 @@ def _recipe_notes(bundle: Bundle, executor: str) -> list[str]:
     recipe = bundle.recipe
     if executor == "docker":
         return [_docker_note(bundle, recipe)]
-    here = {
-        "python": platform.python_version(),
-        "torch": _version("torch"),
-        "triton": _version("triton", "pytorch-triton-rocm"),
-    }
+    here = host_versions()
     return [
         f"{key} {recipe.get(key)} recorded, {value} here"
         for key, value in here.items()
@@ -220,19 +214,9 @@ def _image_id(image: str | None) -> str | None:
     if not image:
         return None
     try:
-        proc = run(["docker", "image", "inspect", "--format", "{{.Id}}", image], check=False)
-    except InfrastructureError:
+        return image_id(image)
+    except InfrastructureError:  # no docker here: nothing to compare against
         return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
-
-
-def _version(*names: str) -> str | None:
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
 
 
 # ---------------------------------------------------------------- campaign and replay
