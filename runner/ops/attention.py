@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from runner.ops.base import Case, CheckResult, OpAdapter, snr_db
+from runner.ops.base import Case, CheckResult, OpAdapter, input_problems, snr_db
 
 SNR_THRESHOLD = 30.0
 BWD_RATIO = 2.5
@@ -87,11 +87,7 @@ class AttentionOp(OpAdapter):
         got = (out, *torch.autograd.grad(out, (q, k, v), g))
         ref = attention_reference(pristine[0], pristine[1], pristine[2], pristine[3], causal)
         names = ("out", "dq", "dk", "dv")
-        problems = [
-            f"the call wrote into its input {n}"
-            for n, t, p in zip(("q", "k", "v", "grad_out"), (q, k, v, g), pristine, strict=True)
-            if not torch.equal(t.detach(), p)
-        ]
+        problems = input_problems(("q", "k", "v", "grad_out"), (q, k, v, g), pristine)
         fq, fk, fv = (p.clone().requires_grad_(True) for p in pristine[:3])
         if not torch.equal(self.call(fq, fk, fv, causal).detach(), out.detach()):
             problems.append("two calls on the same input differ (race or stale state)")

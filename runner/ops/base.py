@@ -48,6 +48,17 @@ def snr_db(ref: torch.Tensor, out: torch.Tensor) -> float:
     return 10.0 * torch.log10(torch.tensor(signal / noise)).item()
 
 
+def input_problems(
+    names: tuple[str, ...], inputs: tuple[torch.Tensor, ...], pristine: list[torch.Tensor]
+) -> list[str]:
+    """One problem per input the call wrote into (compared with its pristine copy)."""
+    return [
+        f"the call wrote into its input {n}"
+        for n, t, p in zip(names, inputs, pristine, strict=True)
+        if not torch.equal(t.detach(), p)
+    ]
+
+
 class OpAdapter:
     """Base class; subclasses set ``name`` and implement the hooks."""
 

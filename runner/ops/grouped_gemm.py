@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from runner.ops.base import Case, CheckResult, snr_db
-from runner.ops.gemm import Fp8GemmOp, GemmOp, allclose_normalised, snr_judge
+from runner.ops.base import Case, CheckResult, input_problems, snr_db
+from runner.ops.gemm import Fp8GemmOp, GemmOp, snr_judge
 
 Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -86,11 +86,7 @@ class GroupedGemmOp(GemmOp):
         da, db = torch.autograd.grad(out, (a, b), g)
         ref = grouped_reference(*pristine)
         names = ("a", "b", "group_lens", "grad_out")
-        problems = [
-            f"the call wrote into its input {n}"
-            for n, t, p in zip(names, (a, b, lens, g), pristine, strict=True)
-            if not torch.equal(t.detach(), p)
-        ]
+        problems = input_problems(names, (a, b, lens, g), pristine)
         again = self.grouped_call(
             a.detach().clone().requires_grad_(True), b.detach().clone(), lens.clone()
         )
@@ -103,20 +99,6 @@ class GroupedGemmOp(GemmOp):
         }
         problems += self.judge(figures, got, ref)
         return CheckResult(not problems, figures, problems)
-
-    def judge(
-        self,
-        figures: dict[str, float],
-        got: tuple[torch.Tensor, ...],
-        ref: tuple[torch.Tensor, ...],
-    ) -> list[str]:
-        problems = []
-        for name, x, r in zip(("out", "da", "db"), got, ref, strict=True):
-            if x.shape != r.shape:
-                problems.append(f"{name} has shape {tuple(x.shape)}, expected {tuple(r.shape)}")
-            elif r.numel() and not allclose_normalised(x, r):
-                problems.append(f"{name} not allclose (rtol=atol=1e-2); snr {figures}")
-        return problems
 
 
 class Fp8GroupedGemmOp(GroupedGemmOp):
