@@ -39,7 +39,7 @@ from runner.passes import pair_samples, read_passes, write_merged
 from runner.results import Decision, GateResult, Score, Status
 from runner.rounds import Progress, Round, RoundFailed, all_shapes, run_pass
 from runner.scoring import score
-from runner.shapes import Shape, shape_set
+from runner.shapes import Shape, shapes_by_label
 from runner.status import unclosed_rounds
 
 ACCEPTANCE_SCHEMA_VERSION = 1
@@ -146,13 +146,8 @@ def acceptance_shapes(m: Manifest) -> tuple[list[Shape], list[str]]:
     """Every target shape, then the held-out shapes; and the held-out labels."""
     shapes = all_shapes(m)
     have = {s.label for s in shapes}
-    by_label = {s.label: s for s in shape_set(m.shape_set)}
-    missing = [lb for lb in m.heldout_shapes if lb not in by_label]
-    if missing:
-        raise ConfigError(
-            f"heldout_shapes not in shape set {m.shape_set}: {missing}; fix manifest.yaml"
-        )
-    heldout = [by_label[lb] for lb in m.heldout_shapes if lb not in have]
+    listed = shapes_by_label(m.shape_set, m.heldout_shapes, "heldout_shapes", "; fix manifest.yaml")
+    heldout = [s for s in listed if s.label not in have]
     return shapes + heldout, [s.label for s in heldout]
 
 

@@ -21,20 +21,15 @@ from pathlib import Path
 from runner.bench.timing import TimingSettings
 from runner.errors import ConfigError
 from runner.ops.info import op_info
-from runner.shapes import Shape, default_shape_set, shape_set
+from runner.shapes import Shape, default_shape_set, shape_set, shapes_by_label
 from runner.spec import RoundSpec
 
 
 def pick(set_name: str, labels: str | None) -> tuple[Shape, ...]:
-    shapes = shape_set(set_name)
     if not labels:
-        return tuple(shapes)
+        return tuple(shape_set(set_name))
     wanted = [w.strip() for w in labels.split(",") if w.strip()]
-    known = {s.label: s for s in shapes}
-    unknown = [w for w in wanted if w not in known]
-    if unknown:
-        raise ConfigError(f"shapes not in shape set {set_name}: {unknown}; known: {list(known)}")
-    return tuple(known[w] for w in wanted)
+    return tuple(shapes_by_label(set_name, wanted, known=True))
 
 
 def build_spec(args: argparse.Namespace, device: str) -> RoundSpec:

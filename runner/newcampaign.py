@@ -21,7 +21,7 @@ from runner.manifest import (
     validate_manifest,
 )
 from runner.ops.info import op_info
-from runner.shapes import default_shape_set, shape_set
+from runner.shapes import default_shape_set, shape_set, shapes_by_label
 from runner.targets.registry import get_target
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
@@ -114,13 +114,9 @@ def pin_shapes(wanted: Any, fields: dict[str, Any]) -> list[str]:
     gpu = str(fields.get("target_gpu") or "cpu")
     name = fields.get("shape_set") or default_shape_set(str(fields.get("target_op") or ""), gpu)
     fields["shape_set"] = name
-    labels = [s.label for s in shape_set(name)]
     if wanted in (None, "all"):
-        return labels
-    unknown = [w for w in wanted if w not in labels]
-    if unknown:
-        raise ConfigError(f"shapes not in shape set {name}: {unknown}; known: {labels}")
-    return list(wanted)
+        return [s.label for s in shape_set(name)]
+    return [s.label for s in shapes_by_label(name, list(wanted), known=True)]
 
 
 def head_commit(source: Path) -> str:

@@ -47,7 +47,7 @@ from runner.results import (
 )
 from runner.roundfiles import artifact_list, commit_message, describe_patch, store_artifacts
 from runner.scoring import score
-from runner.shapes import Shape, shape_set
+from runner.shapes import Shape, shape_set, shapes_by_label
 from runner.sharding import BCCB, ShardFailed, detect_vendor, gpu_env, measure_sharded
 from runner.spec import RoundSpec, save_spec, write_json_atomic
 from runner.targets.base import Target
@@ -146,14 +146,9 @@ def gpu_lease(
 
 # ---- shapes --------------------------------------------------------------------------
 def all_shapes(m: Manifest) -> list[Shape]:
-    shapes = shape_set(m.shape_set)
     if m.target_shapes == "all":
-        return shapes
-    by_label = {s.label: s for s in shapes}
-    missing = [label for label in m.target_shapes if label not in by_label]
-    if missing:
-        raise ConfigError(f"target_shapes not in shape set {m.shape_set}: {missing}")
-    return [by_label[label] for label in m.target_shapes]
+        return shape_set(m.shape_set)
+    return shapes_by_label(m.shape_set, m.target_shapes, "target_shapes")
 
 
 def level_shapes(m: Manifest, level: str) -> list[Shape]:

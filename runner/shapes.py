@@ -8,6 +8,7 @@ KV heads, head dim, sequence length) are the public model configurations.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -344,6 +345,20 @@ def shape_set(name: str) -> list[Shape]:
         valid = ", ".join(sorted(SHAPE_SETS))
         raise ConfigError(f"unknown shape set {name!r}; choose one of: {valid}") from None
     return factory()
+
+
+def shapes_by_label(
+    name: str, labels: Sequence[str], what: str = "shapes", hint: str = "", known: bool = False
+) -> list[Shape]:
+    """The shapes of set ``name`` with these labels, in their order.  A label the set
+    lacks is a ConfigError naming ``what``, the missing labels, then ``hint``, and with
+    ``known`` the set's labels."""
+    by_label = {s.label: s for s in shape_set(name)}
+    missing = [label for label in labels if label not in by_label]
+    if missing:
+        listed = f"; known: {list(by_label)}" if known else ""
+        raise ConfigError(f"{what} not in shape set {name}: {missing}{hint}{listed}")
+    return [by_label[label] for label in labels]
 
 
 def parse_shape(text: str) -> Shape:
