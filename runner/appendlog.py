@@ -19,44 +19,13 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.core.files import write_atomic as write_atomic  # re-exported
 from runner.errors import AppendOnlyViolation
 
 LEDGER_SUFFIX = ".sha256"
-
-
-def write_atomic(path: Path, content: str | bytes) -> None:
-    """Replace ``path`` with ``content``: temp file in the same dir, fsync, rename."""
-    data = content.encode("utf-8") if isinstance(content, str) else content
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True)

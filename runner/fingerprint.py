@@ -35,7 +35,6 @@ import platform
 import re
 import shutil
 import socket
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +44,7 @@ import yaml
 
 from runner import fingerprint_parsers as fpp
 from runner.cmd import run
+from runner.core.files import write_atomic
 from runner.errors import CampaignError, ConfigError
 
 log = logging.getLogger("runner.fingerprint")
@@ -338,7 +338,7 @@ def _torch() -> dict[str, Any]:
 
 
 def write_fingerprint(path: str | os.PathLike[str], fp: Mapping[str, Any]) -> None:
-    """Write ``fp`` as YAML, atomically (temp file + ``os.replace``)."""
+    """Write ``fp`` as YAML, atomically (``runner.core.files.write_atomic``)."""
     p = Path(path)
     try:
         text = yaml.safe_dump(dict(fp), sort_keys=False, default_flow_style=False)
@@ -347,17 +347,7 @@ def write_fingerprint(path: str | os.PathLike[str], fp: Mapping[str, Any]) -> No
             f"cannot write fingerprint {p}: {exc}; pass only plain values "
             "(str, int, float, bool, None, lists, dicts) in extra"
         ) from exc
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(p, text)
 
 
 def load_fingerprint(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -23,11 +23,11 @@ import csv
 import io
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.core.files import write_atomic
 from runner.errors import ConfigError, CsvValueError, SchemaDriftError
 
 GEMM_COLUMNS: tuple[str, ...] = (
@@ -487,7 +487,7 @@ def write_csv(
     for row in rows:
         _check_keys(row, schema)
         writer.writerow([format_value(row[c]) for c in schema.columns])
-    _atomic_write(p, buf.getvalue())
+    write_atomic(p, buf.getvalue())
 
 
 def _check_keys(row: Mapping[str, object], schema: Schema) -> None:
@@ -498,16 +498,3 @@ def _check_keys(row: Mapping[str, object], schema: Schema) -> None:
             f"row {row.get(LABEL)!r} does not match schema {schema.name!r}: "
             f"missing {missing}, extra {extra}; pass exactly the schema's columns"
         )
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -8,13 +8,12 @@ older runner is refused with the fix.  Worker-side safe (no pydantic, no torch).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from runner.bench.timing import TimingSettings
+from runner.core.files import write_json_atomic as write_json_atomic  # re-exported
 from runner.errors import ConfigError
 from runner.shapes import Shape
 
@@ -88,20 +87,6 @@ class RoundSpec:
             canary=bool(d.get("canary", False)),
             extra=dict(d.get("extra") or {}),
         )
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON via a temp file in the same folder and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_spec(path: Path, spec: RoundSpec) -> None:

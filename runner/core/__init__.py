@@ -1,0 +1,1 @@
+"""Basics both sides share: files, timestamps, versioned records."""

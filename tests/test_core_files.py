@@ -1,0 +1,36 @@
+"""runner.core.files: the one atomic writer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runner.core.files import write_atomic, write_json_atomic
+
+
+def test_text_is_written_byte_for_byte(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "a.csv"
+    write_atomic(path, "a,b\r\n1,2\n")
+    assert path.read_bytes() == b"a,b\r\n1,2\n"
+    write_atomic(path, b"\x00\x01")
+    assert path.read_bytes() == b"\x00\x01"
+    assert [p.name for p in path.parent.iterdir()] == ["a.csv"]
+
+
+def test_json_keeps_key_order(tmp_path: Path) -> None:
+    path = tmp_path / "spec.json"
+    write_json_atomic(path, {"z": 1, "a": [1, 2]})
+    text = path.read_text(encoding="utf-8")
+    assert text.endswith("}\n") and text.index('"z"') < text.index('"a"')
+    assert json.loads(text) == {"z": 1, "a": [1, 2]}
+
+
+def test_a_failed_write_keeps_the_old_file_and_no_temp(tmp_path: Path) -> None:
+    path = tmp_path / "keep.txt"
+    write_atomic(path, "old\n")
+    with pytest.raises(TypeError):
+        write_atomic(path, 42)  # type: ignore[arg-type]
+    assert path.read_text(encoding="utf-8") == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
