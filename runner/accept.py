@@ -24,12 +24,12 @@ import json
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from runner.appendlog import write_atomic
 from runner.campaign import Campaign
+from runner.core.timestamps import now_minute
 from runner.errors import CampaignError, ConfigError, InfrastructureError
 from runner.executors.base import Executor
 from runner.gate import decide
@@ -115,7 +115,7 @@ class Acceptance:
 
 
 def now() -> str:
-    return datetime.now().strftime("%Y-%m-%d %H:%M")
+    return now_minute()
 
 
 def acceptance_dir(campaign: Campaign) -> Path:

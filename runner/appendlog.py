@@ -16,13 +16,13 @@ entry is a prefix of the file, which still verifies.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from runner.core.files import write_atomic as write_atomic  # re-exported
+from runner.core.timestamps import now_minute
 from runner.errors import AppendOnlyViolation
 
 LEDGER_SUFFIX = ".sha256"
@@ -141,7 +141,7 @@ def append(path: str | os.PathLike[str], text: str, *, expected_prefix: str | No
 
 def render_correction(text: str, when: str | None = None) -> str:
     """A clearly marked correction block (markdown blockquote)."""
-    stamp = when or dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    stamp = when or now_minute()
     body = "\n".join(f"> {line}" if line else ">" for line in text.strip().splitlines())
     return (
         f"\n> **CORRECTION ({stamp})** — this corrects an entry above; the entry stays.\n{body}\n"

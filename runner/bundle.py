@@ -21,7 +21,6 @@ through another channel when that matters.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import io
 import platform
@@ -37,6 +36,7 @@ import yaml
 from runner import __version__
 from runner.campaign import Campaign
 from runner.cmd import run
+from runner.core.timestamps import now_minute
 from runner.errors import CommandFailed, ConfigError
 from runner.fingerprint import dist_version
 from runner.images import DOCKERFILE, REPO_ROOT
@@ -146,7 +146,7 @@ def bundle_info(campaign: Campaign, lineage: Lineage, head: str) -> dict[str, An
         "sigma_g": m.sigma_g,
         "pairs": m.pairs,
         "rounds": rounds,
-        "created": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "created": now_minute(),
         "turbo_campaign": __version__,
     }
 

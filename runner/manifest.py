@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runner.appendlog import write_atomic
+from runner.core.timestamps import is_minute_stamp
 from runner.errors import ConfigError
 
 MANIFEST_SCHEMA_VERSION = 1
@@ -64,7 +65,6 @@ SECTION2_FIELDS = (
 
 _GPU_RE = re.compile(r"^(gfx\d+[a-z]?|sm\d+|cpu)$")
 _HEX40_RE = re.compile(r"^[0-9a-f]{40}$")
-_CREATED_RE = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}$")
 _TARGET_RE = re.compile(r"^(>=|>)\s*(\d+(?:\.\d+)?)\s*(TFLOPS|GB/s)$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _OP_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -252,11 +252,7 @@ class Manifest(BaseModel):
     @field_validator("created")
     @classmethod
     def _created(cls, v: str) -> str:
-        try:
-            ok = bool(_CREATED_RE.match(v)) and bool(dt.datetime.strptime(v, "%Y-%m-%d %H:%M"))
-        except ValueError:
-            ok = False
-        if not ok:
+        if not is_minute_stamp(v):
             raise ValueError("must be local time 'YYYY-MM-DD HH:MM' (minute precision)")
         return v
 

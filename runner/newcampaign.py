@@ -11,6 +11,7 @@ from typing import Any
 
 from runner.campaign import Campaign
 from runner.cmd import run
+from runner.core.timestamps import now_minute
 from runner.errors import ConfigError
 from runner.lineage import Lineage
 from runner.manifest import (
@@ -43,10 +44,6 @@ def _default_schema(op: str, metric: str) -> str:
         return op_info(op).schema
     except ConfigError:  # an unknown op fails later, in validate_manifest
         return "gemm"
-
-
-def now_minute() -> str:
-    return dt.datetime.now().strftime("%Y-%m-%d %H:%M")
 
 
 def build_manifest(**fields: Any) -> Manifest:

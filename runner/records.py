@@ -11,13 +11,13 @@ before each append it looks for the round's marker line in that log
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
 
 from runner.appendlog import append, verify, write_atomic
 from runner.campaign import Campaign
+from runner.core.timestamps import now_minute
 from runner.errors import ConfigError
 from runner.logs import (
     BASELINE_MARKER,
@@ -116,7 +116,7 @@ def append_trend_correction(campaign: Campaign, n: int, note: str) -> None:
     """Correct round-N's trend row by appending a correction row (never an edit)."""
     if n not in campaign.closed_rounds():
         raise ConfigError(f"round {n} of {campaign.name} is not closed; nothing to correct")
-    when = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    when = now_minute()
     with campaign.lock():
         append(
             campaign.trend_log,

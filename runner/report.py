@@ -18,13 +18,13 @@ import html
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from runner.accept import load_acceptance
 from runner.appendlog import append
 from runner.campaign import Campaign
+from runner.core.timestamps import now_minute
 from runner.errors import ConfigError
 from runner.logs import (
     fmt_num,
@@ -353,7 +353,7 @@ def write_report(
     campaign: Campaign, *, user_stop: bool = False, when: str | None = None
 ) -> ReportOutcome:
     """Append the report to optimize.md and write ``report/index.html``."""
-    stamp = when or datetime.now().strftime("%Y-%m-%d %H:%M")
+    stamp = when or now_minute()
     with campaign.lock():
         results = campaign.results()
         if not any(r.status is Status.BASELINE for r in results):

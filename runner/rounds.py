@@ -15,11 +15,11 @@ import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
 from pathlib import Path
 
 from runner.bench.timing import TimingSettings
 from runner.campaign import Campaign
+from runner.core.timestamps import now_minute
 from runner.errors import ConfigError, InfrastructureError
 from runner.executors.base import Executor, JobOutcome, WorkerJob
 from runner.fingerprint import FingerprintDiff
@@ -68,7 +68,7 @@ MIN_SIGMA = 1e-6
 
 
 def now() -> str:
-    return datetime.now().strftime("%Y-%m-%d %H:%M")
+    return now_minute()
 
 
 @dataclass

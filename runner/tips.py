@@ -15,7 +15,6 @@ ones with a keyword check.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import re
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from runner.appendlog import append
 from runner.campaign import Campaign
+from runner.core.timestamps import now_minute
 from runner.errors import ConfigError
 from runner.manifest import Manifest
 from runner.results import RoundResult
@@ -163,7 +163,7 @@ def append_tip(campaign: Campaign, root: Path, tip: Tip, *, when: str | None = N
         )
     check_tip_text(tip.takeaway, tip.context, tip.signal, tip.applicability)
     result = campaign.load_result(tip.round)
-    stamp = when or dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    stamp = when or now_minute()
     path = tips_path(campaign.manifest, root)
     path.parent.mkdir(parents=True, exist_ok=True)
     title = tips_title(campaign.manifest)

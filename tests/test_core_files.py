@@ -34,3 +34,12 @@ def test_a_failed_write_keeps_the_old_file_and_no_temp(tmp_path: Path) -> None:
         write_atomic(path, 42)  # type: ignore[arg-type]
     assert path.read_text(encoding="utf-8") == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+def test_minute_stamps() -> None:
+    from runner.core.timestamps import is_minute_stamp, now_minute
+
+    assert is_minute_stamp(now_minute())
+    assert is_minute_stamp("2026-11-30 09:05")
+    for bad in ("2026-11-30 9:05", "2026-11-30 09:05:00", "2026-02-30 09:05", "", "x"):
+        assert not is_minute_stamp(bad), bad
