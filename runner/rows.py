@@ -19,11 +19,10 @@ import math
 from collections.abc import Callable
 
 from runner.bench.timing import Timing
-from runner.shapes import Shape
+from runner.shapes import ATTENTION_BWD_RATIO, Shape
 from runner.stats import stdev
 
 NAN = float("nan")
-ATTENTION_BWD_RATIO = 2.5
 
 
 def rate_stats(work: float, timing: Timing, unit: float) -> tuple[float, float]:

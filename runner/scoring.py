@@ -21,6 +21,7 @@ from enum import Enum
 from runner.errors import ConfigError
 from runner.results import Score, ShapeScore
 from runner.schema import BACKWARD_TIME, BenchCSV, Row
+from runner.shapes import ATTENTION_BWD_RATIO, attention_fwd_flops
 from runner.stats import geomean
 
 FORWARD_TFLOPS = "Forward TFLOPS"
@@ -51,15 +52,6 @@ def combined_step_tflops(
     """Training-step TFLOPS: forward (2BMNK) plus backward (4BMNK) FLOPs over the sum
     of both times."""
     return 6.0 * b * m * n * k / ((fwd_ms + bwd_ms) * 1e-3) / 1e12
-
-
-ATTENTION_BWD_RATIO = 2.5  # backward FLOPs / forward FLOPs (the flash-attention convention)
-
-
-def attention_fwd_flops(b: float, h: float, s: float, d: float, causal: bool) -> float:
-    """Forward FLOPs of self-attention: QK^T and PV, 2*B*H*S*S*D each; causal halves."""
-    full = 4.0 * b * h * s * s * d
-    return full / 2.0 if causal else full
 
 
 def combined_from_tflops(fwd_tflops: float, bwd_tflops: float) -> float:
@@ -133,7 +125,7 @@ def _combined(row: Row) -> float | None:
     if "S" in row.values and "H" in row.values:  # the attention schema
         b, h, s, d = (_required(row, c) for c in ("B", "H", "S", "D"))
         causal = bool(_required(row, "causal")) if "causal" in row.values else False
-        step = (1.0 + ATTENTION_BWD_RATIO) * attention_fwd_flops(b, h, s, d, causal)
+        step = (1.0 + ATTENTION_BWD_RATIO) * attention_fwd_flops(b, h, s, s, d, causal)
         return step / ((fwd + bwd) * 1e-3) / 1e12
     b, m, n, k = (_required(row, c) if c in row.values else 1.0 for c in ("B", "M", "N", "K"))
     return combined_step_tflops(m, n, k, fwd, bwd, b)

@@ -14,6 +14,14 @@ from typing import Any
 
 from runner.errors import ConfigError
 
+ATTENTION_BWD_RATIO = 2.5  # backward FLOPs / forward FLOPs (the flash-attention convention)
+
+
+def attention_fwd_flops(b: float, h: float, sq: float, sk: float, d: float, causal: bool) -> float:
+    """Forward FLOPs of attention: Q K^T and P V, 2*B*H*Sq*Sk*D each; causal halves."""
+    full = 4.0 * b * h * sq * sk * d
+    return full / 2.0 if causal else full
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -37,8 +45,9 @@ class Shape:
         if self.group_sizes is not None:
             return float(sum(2 * g * self.n * self.k for g in self.group_sizes))
         if "heads" in self.params:
-            full = 4.0 * self.b * int(self.params["heads"]) * self.m * self.n * self.k
-            return full / 2.0 if self.params.get("causal") else full
+            heads = int(self.params["heads"])
+            causal = bool(self.params.get("causal"))
+            return attention_fwd_flops(self.b, heads, self.m, self.n, self.k, causal)
         return float(2 * self.b * self.m * self.n * self.k)
 
     def to_dict(self) -> dict[str, Any]:
