@@ -30,6 +30,7 @@ from typing import Any
 from runner.appendlog import write_atomic
 from runner.campaign import Campaign
 from runner.core.timestamps import now_minute
+from runner.core.versions import require_schema_version
 from runner.errors import CampaignError, ConfigError, InfrastructureError
 from runner.executors.base import Executor
 from runner.gate import decide
@@ -133,11 +134,14 @@ def load_acceptance(campaign: Campaign) -> dict[str, Any] | None:
         raise ConfigError(
             f"{path} is not valid JSON ({exc}); run `campaign accept` again"
         ) from None
-    if data.get("schema_version") != ACCEPTANCE_SCHEMA_VERSION:
-        raise ConfigError(
-            f"{path}: schema_version {data.get('schema_version')!r}, this turbo-campaign reads "
-            f"{ACCEPTANCE_SCHEMA_VERSION}; run `campaign accept` again"
-        )
+    require_schema_version(
+        data.get("schema_version"),
+        ACCEPTANCE_SCHEMA_VERSION,
+        str(path),
+        older="run `campaign accept` again",
+        newer="upgrade turbo-campaign (pip install -U turbo-campaign) to read it, or run "
+        "`campaign accept` again",
+    )
     return data
 
 

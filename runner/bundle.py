@@ -37,6 +37,7 @@ from runner import __version__
 from runner.campaign import Campaign
 from runner.cmd import run
 from runner.core.timestamps import now_minute
+from runner.core.versions import require_schema_version
 from runner.errors import CommandFailed, ConfigError
 from runner.fingerprint import dist_version
 from runner.images import DOCKERFILE, REPO_ROOT
@@ -356,11 +357,14 @@ def open_bundle(path: Path, dest: Path) -> Bundle:
     verify_checksums(root)
     info = _yaml(root / BUNDLE_YAML)
     version = info.get("schema_version")
-    if version != BUNDLE_SCHEMA_VERSION:
-        raise BundleError(
-            f"bundle schema_version {version!r}; this turbo-campaign reads "
-            f"{BUNDLE_SCHEMA_VERSION}: use the turbo-campaign release that exported it"
-        )
+    require_schema_version(
+        version,
+        BUNDLE_SCHEMA_VERSION,
+        f"bundle {path}",
+        older="reproduce it with the turbo-campaign release that exported it",
+        newer="upgrade turbo-campaign (pip install -U turbo-campaign) to read it",
+        error=BundleError,
+    )
     manifest = load_manifest(root / "manifest.yaml")
     return Bundle(path.resolve(), root, info, Campaign(root=root, manifest=manifest))
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.appendlog import append, write_atomic
+from runner.core.versions import require_schema_version
 from runner.errors import ConfigError
 from runner.logs import optimize_title, trend_header
 from runner.manifest import Manifest, load_manifest, manifest_yaml, save_manifest, validate_manifest
@@ -231,11 +232,13 @@ class Campaign:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path} is not valid JSON ({exc}); restore it") from None
         version = data.pop("schema_version", None)
-        if version != RESULT_SCHEMA_VERSION:
-            raise ConfigError(
-                f"{path}: schema_version {version!r}, this turbo-campaign reads "
-                f"{RESULT_SCHEMA_VERSION}; use the turbo-campaign version that wrote it"
-            )
+        require_schema_version(
+            version,
+            RESULT_SCHEMA_VERSION,
+            str(path),
+            older="read it with the turbo-campaign release that wrote it",
+            newer="upgrade turbo-campaign (pip install -U turbo-campaign) to read it",
+        )
         try:
             return RoundResult.from_dict(data)
         except (KeyError, TypeError, ValueError) as exc:

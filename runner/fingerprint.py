@@ -45,6 +45,7 @@ import yaml
 from runner import fingerprint_parsers as fpp
 from runner.cmd import run
 from runner.core.files import write_atomic
+from runner.core.versions import require_schema_version
 from runner.errors import CampaignError, ConfigError
 
 log = logging.getLogger("runner.fingerprint")
@@ -369,23 +370,14 @@ def load_fingerprint(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _check_version(p: Path, version: Any) -> None:
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise ConfigError(
-            f"fingerprint {p} has no integer schema_version (got {version!r}); "
-            "it was not written by turbo-campaign: delete it and re-collect"
-        )
-    if version < SCHEMA_VERSION:
-        raise ConfigError(
-            f"fingerprint {p} has schema_version {version}, older than {SCHEMA_VERSION} "
-            "which this turbo-campaign reads; re-collect it on the machine that measured, "
-            "or read it with the turbo-campaign release that wrote it"
-        )
-    if version > SCHEMA_VERSION:
-        raise ConfigError(
-            f"fingerprint {p} has schema_version {version}, newer than {SCHEMA_VERSION} "
-            "which this turbo-campaign reads; upgrade turbo-campaign "
-            "(pip install -U turbo-campaign) to read it"
-        )
+    require_schema_version(
+        version,
+        SCHEMA_VERSION,
+        f"fingerprint {p}",
+        older="re-collect it on the machine that measured, or read it with the "
+        "turbo-campaign release that wrote it",
+        newer="upgrade turbo-campaign (pip install -U turbo-campaign) to read it",
+    )
 
 
 # --------------------------------------------------------------------------- compare

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from runner.appendlog import write_atomic
 from runner.core.timestamps import is_minute_stamp
+from runner.core.versions import require_schema_version
 from runner.errors import ConfigError
 
 MANIFEST_SCHEMA_VERSION = 1
@@ -310,20 +311,15 @@ def _check_shapes(m: Manifest) -> None:
 
 def check_schema_version(version: Any) -> None:
     """Raise ValueError (with the fix) unless ``version`` is the supported one."""
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise ValueError(f"schema_version must be the integer {MANIFEST_SCHEMA_VERSION}")
-    if version > MANIFEST_SCHEMA_VERSION:
-        raise ValueError(
-            f"schema_version {version} is newer than this turbo-campaign supports "
-            f"({MANIFEST_SCHEMA_VERSION}); upgrade turbo-campaign to read this campaign"
-        )
-    if version < MANIFEST_SCHEMA_VERSION:
-        raise ValueError(
-            f"schema_version {version} is older than this turbo-campaign's "
-            f"({MANIFEST_SCHEMA_VERSION}); re-create the campaign with `campaign init`, or "
-            f"update the file to PROTOCOL.md section 2 and set schema_version: "
-            f"{MANIFEST_SCHEMA_VERSION}"
-        )
+    require_schema_version(
+        version,
+        MANIFEST_SCHEMA_VERSION,
+        "",
+        older="re-create the campaign with `campaign init`, or update the file to "
+        f"PROTOCOL.md section 2 and set schema_version: {MANIFEST_SCHEMA_VERSION}",
+        newer="upgrade turbo-campaign to read this campaign",
+        error=ValueError,
+    )
 
 
 def branch_name(m: Manifest) -> str | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from runner.bench.timing import TimingSettings
 from runner.core.files import write_json_atomic as write_json_atomic  # re-exported
+from runner.core.versions import require_schema_version
 from runner.errors import ConfigError
 from runner.shapes import Shape
 
@@ -64,12 +65,11 @@ class RoundSpec:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RoundSpec:
         version = d.get("schema_version")
-        if version != SPEC_SCHEMA_VERSION:
-            raise ConfigError(
-                f"round spec schema_version {version!r} is not {SPEC_SCHEMA_VERSION}: the "
-                "worker and the host runner differ; install the same turbo-campaign "
-                "version in the measurement environment (rebuild the image)"
-            )
+        fix = (
+            "the worker and the host runner differ; install the same turbo-campaign "
+            "version in the measurement environment (rebuild the image)"
+        )
+        require_schema_version(version, SPEC_SCHEMA_VERSION, "round spec", older=fix, newer=fix)
         return cls(
             campaign=d["campaign"],
             round=int(d["round"]),

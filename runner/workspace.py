@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from runner import cmd
+from runner.core.versions import require_schema_version
 from runner.errors import CommandFailed, ConfigError
 
 SCHEMA_VERSION = 1
@@ -97,11 +98,13 @@ def load_record(dest: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise ConfigError(f"{path} not found: {dest} is not an extracted workspace") from None
     version = record.get("schema_version") if isinstance(record, dict) else None
-    if version != SCHEMA_VERSION:
-        raise ConfigError(
-            f"{path}: schema_version {version!r}, this runner reads {SCHEMA_VERSION}; "
-            "re-extract the workspace with this runner version"
-        )
+    require_schema_version(
+        version,
+        SCHEMA_VERSION,
+        str(path),
+        older="re-extract the workspace with this turbo-campaign",
+        newer="upgrade turbo-campaign, or re-extract the workspace with this one",
+    )
     return record
 
 

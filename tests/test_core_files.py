@@ -43,3 +43,22 @@ def test_minute_stamps() -> None:
     assert is_minute_stamp("2026-11-30 09:05")
     for bad in ("2026-11-30 9:05", "2026-11-30 09:05:00", "2026-02-30 09:05", "", "x"):
         assert not is_minute_stamp(bad), bad
+
+
+def test_schema_version_check_says_which_way_and_the_fix() -> None:
+    from runner.core.versions import require_schema_version
+    from runner.errors import ConfigError
+
+    def check(found: object) -> None:
+        require_schema_version(found, 2, "x.json", older="OLD-FIX", newer="NEW-FIX")
+
+    check(2)
+    with pytest.raises(ConfigError, match=r"x.json: schema_version 1 is older .*OLD-FIX"):
+        check(1)
+    with pytest.raises(ConfigError, match=r"schema_version 3 is newer .*NEW-FIX"):
+        check(3)
+    for bad in (None, "2", True, 2.0):
+        with pytest.raises(ConfigError, match="is not the integer 2"):
+            check(bad)
+    with pytest.raises(ValueError, match=r"^schema_version 1 is older"):
+        require_schema_version(1, 2, "", older="o", newer="n", error=ValueError)

@@ -258,8 +258,8 @@ def test_write_refuses_unrepresentable_extra(tmp_path: Path) -> None:
     [
         (2, "newer than 1.*upgrade turbo-campaign"),
         (0, "older than 1.*re-collect"),
-        ("1", "no integer schema_version"),
-        (None, "no integer schema_version"),
+        ("1", "schema_version .1. is not the integer 1"),
+        (None, "schema_version None is not the integer 1"),
     ],
 )
 def test_load_rejects_other_schema_versions(tmp_path: Path, version: Any, message: str) -> None:
