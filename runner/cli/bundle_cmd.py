@@ -10,6 +10,7 @@ import click
 from runner.bundle import export_bundle, sha256_file
 from runner.campaign import Campaign
 from runner.cli.app import App
+from runner.cli.options import campaign_option, executor_override_option
 from runner.reproduce import NotReproduced, ReproduceRequest, reproduce
 
 
@@ -18,7 +19,7 @@ def echo_progress(message: str) -> None:
 
 
 @click.command("export")
-@click.option("--campaign", "name", default=None, help="Campaign name (default: the only one).")
+@campaign_option
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -44,7 +45,7 @@ def export_cmd(app: App, name: str | None, out: Path | None) -> None:
     help="A clone of the campaign's target repository holding its base commit.",
 )
 @click.option("--round", "round_n", type=int, default=None, help="Default: last accepted round.")
-@click.option("--executor", type=click.Choice(["local", "docker"]), default=None)
+@executor_override_option
 @click.option(
     "--tolerance",
     "tolerance_pct",

@@ -9,6 +9,7 @@ from typing import Any, get_args
 import click
 
 from runner.cli.app import App
+from runner.cli.options import executor_init_option
 from runner.errors import ConfigError
 from runner.manifest import (
     Backend,
@@ -58,7 +59,7 @@ def parse_shapes(text: str) -> str | list[str]:
 @click.option("--test-command", default=None, help="The focused test command.")
 @click.option("--benchmark-command", default=None, help="The focused benchmark command.")
 @click.option("--kernel-source", multiple=True, help="Kernel file under optimisation (repeat).")
-@click.option("--executor", type=click.Choice(["local", "docker", "slurm"]), default="local")
+@executor_init_option
 @click.option("--image", default=None, help="Container image (docker/slurm executors).")
 @click.pass_obj
 def init_cmd(app: App, **opts: Any) -> None:

@@ -9,11 +9,8 @@ import click
 
 from runner.campaign import Campaign
 from runner.cli.app import App
+from runner.cli.options import campaign_option, executor_override_option
 from runner.tips import TIPS_ROOT_ENV, Tip, append_tip, resolve_tips_root
-
-_campaign_option = click.option(
-    "--campaign", "name", default=None, help="Campaign name (default: the only one)."
-)
 
 
 def _find(app: App, name: str | None) -> Campaign:
@@ -25,7 +22,7 @@ def _progress(message: str) -> None:
 
 
 @click.command("status")
-@_campaign_option
+@campaign_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_obj
 def status_cmd(app: App, name: str | None, as_json: bool) -> None:
@@ -40,7 +37,7 @@ def status_cmd(app: App, name: str | None, as_json: bool) -> None:
 
 
 @click.command("report")
-@_campaign_option
+@campaign_option
 @click.option("--stop", "user_stop", is_flag=True, help="T4: the user asked to stop.")
 @click.pass_obj
 def report_cmd(app: App, name: str | None, user_stop: bool) -> None:
@@ -56,9 +53,9 @@ def report_cmd(app: App, name: str | None, user_stop: bool) -> None:
 
 
 @click.command("accept")
-@_campaign_option
+@campaign_option
 @click.option("--passes", default=2, show_default=True, help="B C C B blocks per side.")
-@click.option("--executor", default=None, help="Override the manifest: local or docker.")
+@executor_override_option
 @click.pass_obj
 def accept_cmd(app: App, name: str | None, passes: int, executor: str | None) -> None:
     """Final acceptance of the lineage head: full validation against the base commit,
@@ -87,7 +84,7 @@ def accept_cmd(app: App, name: str | None, passes: int, executor: str | None) ->
 
 
 @click.command("tip")
-@_campaign_option
+@campaign_option
 @click.option("--round", "round_n", type=int, required=True, help="A closed round.")
 @click.option("--text", required=True, help="The takeaway: what to do or avoid next time.")
 @click.option("--context", default="", help="Default: the round's hypothesis.")

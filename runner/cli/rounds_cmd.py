@@ -10,6 +10,7 @@ import click
 from runner.baseline import run_baseline
 from runner.campaign import Campaign
 from runner.cli.app import App
+from runner.cli.options import campaign_option, executor_override_option
 from runner.errors import ConfigError, InfrastructureError, RolledBack
 from runner.executors.factory import make_executor
 from runner.leases import parse_gpus
@@ -69,7 +70,7 @@ def print_result(result: RoundResult, campaign: Campaign) -> None:
 
 
 @click.command("baseline")
-@click.option("--campaign", "name", default=None, help="Campaign name (default: the only one).")
+@campaign_option
 @click.option("--op", default=None, help="Create the campaign first: operator, e.g. gemm_fp8.")
 @click.option("--granularity", default=None, help="tensorwise, rowwise or blockwise (fp8).")
 @click.option("--backend", default="TRITON", show_default=True)
@@ -82,7 +83,7 @@ def print_result(result: RoundResult, campaign: Campaign) -> None:
 )
 @click.option("--gpu", default="cpu", show_default=True, help="gfx942, gfx950, sm90 or cpu.")
 @click.option("--passes", default=5, show_default=True, help="Calibration passes (>= 2).")
-@click.option("--executor", default=None, help="Override the manifest: local or docker.")
+@executor_override_option
 @click.pass_obj
 def baseline_cmd(
     app: App, name: str | None, passes: int, executor: str | None, **opts: Any
@@ -105,7 +106,7 @@ def baseline_cmd(
 
 
 @click.command("validate")
-@click.option("--campaign", "name", default=None, help="Campaign name (default: the only one).")
+@campaign_option
 @click.option("--round", "round_n", type=int, required=True, help="The next round number.")
 @click.option("--hypothesis", required=True, help="The one hypothesis this change tests.")
 @click.option(
@@ -118,7 +119,7 @@ def baseline_cmd(
 @click.option("--restore", is_flag=True, help="On rollback, reset the touched files to the head.")
 @click.option("--bucket", default="K1", show_default=True, help="Section 8 bucket: K1-K4, W1.")
 @click.option("--pairs", type=int, default=None, help="B C C B blocks (default: manifest).")
-@click.option("--executor", default=None, help="Override the manifest: local or docker.")
+@executor_override_option
 @click.option("--gpus", default="", help="Lease and shard over these GPUs, e.g. 0,1.")
 @click.option(
     "--allow-env-mismatch",

@@ -1,0 +1,38 @@
+"""Options several commands share, declared once so their names, defaults and help
+cannot drift apart."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# The executors a manifest may name (``Manifest.executor``; a test keeps the two equal).
+EXECUTOR_NAMES = ("local", "docker", "slurm")
+_EXECUTORS_TEXT = "local, docker or slurm"
+
+campaign_option: Callable[[F], F] = click.option(
+    "--campaign",
+    "name",
+    metavar="NAME",
+    default=None,
+    help="Campaign name (default: the only campaign under the campaigns root).",
+)
+
+executor_override_option: Callable[[F], F] = click.option(
+    "--executor",
+    type=click.Choice(EXECUTOR_NAMES),
+    default=None,
+    help=f"Run the passes on another executor than the manifest's: {_EXECUTORS_TEXT}.",
+)
+
+executor_init_option: Callable[[F], F] = click.option(
+    "--executor",
+    type=click.Choice(EXECUTOR_NAMES),
+    default="local",
+    show_default=True,
+    help=f"Where the passes run: {_EXECUTORS_TEXT} (docker and slurm take --image).",
+)
