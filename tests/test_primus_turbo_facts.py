@@ -210,3 +210,51 @@ def test_upstream_csv_maps_onto_the_pinned_schema(tmp_path: Path) -> None:
 def test_upstream_csv_with_other_columns_is_refused() -> None:
     with pytest.raises(ConfigError, match="lacks"):
         to_pinned("TestID,Case,M\n1,x,2\n", "gemm")
+
+
+# ---- MX blockwise config and quantize's benchmark ---------------------------------------
+def test_mx_blockwise_config_has_block_32_and_e8m0_scales() -> None:
+    """A stand-in config with upstream's two MX checks (block 32, E8M0 scales)."""
+    import dataclasses
+    import enum
+
+    from turbo_kernels.pytorch.core import low_precision as lp
+
+    from runner.ops.gemm import Fp8GemmOp
+    from runner.targets.base import TargetAPI
+
+    class ScaleDtype(enum.Enum):
+        FP32 = enum.auto()
+        E8M0 = enum.auto()
+
+    @dataclasses.dataclass
+    class Config:
+        format: object
+        granularity: object
+        block_size: int | None = None
+        scale_dtype: ScaleDtype = ScaleDtype.FP32
+
+        def __post_init__(self) -> None:
+            if self.granularity is lp.ScalingGranularity.MX_BLOCKWISE:
+                assert self.block_size == 32 and self.scale_dtype is ScaleDtype.E8M0
+
+    api = TargetAPI(None, lp.Format, lp.ScalingGranularity, Config, ScaleDtype)
+    op = Fp8GemmOp(api, {"granularity": "mx_blockwise"})
+    assert (op.config.block_size, op.config.scale_dtype) == (32, ScaleDtype.E8M0)
+    example = TargetAPI(None, lp.Format, lp.ScalingGranularity, lp.Float8QuantConfig)
+    assert Fp8GemmOp(example, {"granularity": "mx_blockwise"}).config.block_size == 32
+
+
+def test_fullbench_measures_the_named_target() -> None:
+    import argparse
+
+    from runner.fullbench import build_spec
+
+    args = argparse.Namespace(
+        op="quantize", granularity="rowwise", backend="TURBO", shape_set=None, shapes=None,
+        budget_s=1.0, cache_mode="hot", target="primus-turbo",
+    )  # fmt: skip
+    spec = build_spec(args, "cpu")
+    assert (spec.target, spec.op, spec.options["granularity"]) == (
+        "primus-turbo", "quantize", "rowwise",
+    )  # fmt: skip

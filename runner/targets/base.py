@@ -23,6 +23,7 @@ class TargetAPI:
     Format: Any
     ScalingGranularity: Any
     Float8QuantConfig: Any
+    ScaleDtype: Any = None  # Primus-Turbo's scale dtypes (FP32, E8M0); None where absent
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,13 @@ class Target:
         """Import the target package (worker side)."""
         ops = importlib.import_module(self.api_modules[0])
         lp = importlib.import_module(self.api_modules[1])
-        return TargetAPI(ops, lp.Format, lp.ScalingGranularity, lp.Float8QuantConfig)
+        return TargetAPI(
+            ops,
+            lp.Format,
+            lp.ScalingGranularity,
+            lp.Float8QuantConfig,
+            getattr(lp, "ScaleDtype", None),
+        )
 
     def kernel_source(self, op: str, backend: str, granularity: str | None = None) -> list[str]:
         b = backend.upper()
