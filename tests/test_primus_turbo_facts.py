@@ -258,3 +258,44 @@ def test_fullbench_measures_the_named_target() -> None:
     assert (spec.target, spec.op, spec.options["granularity"]) == (
         "primus-turbo", "quantize", "rowwise",
     )  # fmt: skip
+
+
+BENCH_SCRIPT = """\
+import os, sys
+rows = open(sys.argv[1]).read()
+out = os.path.join(os.environ.get("TURBO_CAMPAIGN_OUT", "."), "upstream_benchmark.csv")
+open(out, "w").write(rows)
+print("+------+ a table, not CSV +------+")
+print("Results saved to", out)
+"""
+
+
+def test_accept_reads_the_csv_the_benchmark_writes(tmp_path: Path) -> None:
+    """The full benchmark's CSV comes from the file the script writes (its --output),
+    through a real worker job, and lands in the pinned schema next to the raw file."""
+    from runner import accept
+    from runner.executors.local import LocalExecutor
+    from runner.newcampaign import fresh_example_copy
+    from runner.rounds import Round
+
+    source = fresh_example_copy(tmp_path / "src")
+    sample = tmp_path / "sample.csv"
+    sample.write_text(UPSTREAM_GEMM_FP8, encoding="utf-8")
+    script = tmp_path / "bench_like_upstream.py"
+    script.write_text(BENCH_SCRIPT, encoding="utf-8")
+    command = f"python {script} {sample}"
+    campaign = create_campaign(
+        tmp_path / "campaigns", source=str(source), target_op="gemm", target_gpu="cpu",
+        benchmark_command=command,
+    )  # fmt: skip
+    art = tmp_path / "art"
+    art.mkdir()
+    rnd = Round(campaign, LocalExecutor(), print, tmp_path / "tmp", 0, "full")
+    info = accept._command_full_benchmark(rnd, source, command, art / "full_benchmark.csv")
+    assert info["returncode"] == 0 and info["csv"] == "full_benchmark.csv"
+    assert (art / "upstream_benchmark.csv").read_text() == UPSTREAM_GEMM_FP8
+    assert info["fail"] == 2  # the FAIL and the ERROR row
+    rows = read_csv(art / "full_benchmark.csv", GEMM_SCHEMA).rows
+    assert rows[0].label == "1-Llama-2-7B-B1-4096x4096x4096"
+    check = accept.benchmark_check(info)
+    assert not check.ok and "2 row(s) FAIL or ERROR" in check.detail
