@@ -9,7 +9,9 @@ Four checks, each recorded, none skipped:
    ``acceptance/artifacts/full_benchmark.csv`` (never compared with the quick CSV:
    another engine).  For the example target it is the worker at level full with the
    campaign's pinned timing; for a real target it is ``benchmark_command`` run in the
-   head's worktree (its log is kept, CSV lines it prints are extracted);
+   head's worktree (its log is kept; the CSV it writes to
+   ``$TURBO_CAMPAIGN_OUT/upstream_benchmark.csv`` is kept and mapped onto the pinned
+   schema, else CSV lines it prints are extracted);
 3. the target's full test suite in a fresh worktree of the head (worker test mode);
 4. the optimisation branch: linear from base_commit, one ``[optimize] `` commit per
    accepted round, the branch (when committing) at the lineage head.
@@ -39,9 +41,11 @@ from runner.manifest import Manifest, branch_name
 from runner.passes import pair_samples, read_passes, write_merged
 from runner.results import Decision, GateResult, Score, Status
 from runner.rounds import Progress, Round, RoundFailed, all_shapes, run_pass
+from runner.schema import get_schema, read_csv
 from runner.scoring import score
 from runner.shapes import Shape, shapes_by_label
 from runner.status import unclosed_rounds
+from runner.targets.upstream_csv import BENCH_CSV_NAME, to_pinned
 
 ACCEPTANCE_SCHEMA_VERSION = 1
 ACCEPT_ROUND = 0  # the spec's round number: acceptance is not a round
@@ -256,26 +260,55 @@ def extract_csv(log: str) -> tuple[str | None, int]:
 
 
 def _command_full_benchmark(rnd: Round, tree: Path, command: str, dest: Path) -> dict[str, Any]:
-    code, log = run_command(rnd, "full-benchmark", tree, command)
+    """``command`` in the head's worktree.  A Primus-Turbo training benchmark writes its
+    CSV to ``$TURBO_CAMPAIGN_OUT/upstream_benchmark.csv`` (its ``--output``): that file
+    is kept as written and mapped onto the pinned schema; a command that writes no such
+    file is read for the CSV lines it prints instead."""
+    code, log, out_dir = run_command_in(rnd, "full-benchmark", tree, command)
     (dest.parent / "full_benchmark.log").write_text(log, encoding="utf-8")
-    text, fail = extract_csv(log)
-    if text is not None:
-        dest.write_text(text, encoding="utf-8")
-    return {
+    info: dict[str, Any] = {
         "command": command,
         "engine": "the target's own benchmark",
         "returncode": code,
-        "csv": dest.name if text is not None else None,
+        "csv": None,
         "log": "full_benchmark.log",
-        "fail": fail,
+        "fail": 0,
     }
+    written = out_dir / BENCH_CSV_NAME
+    if written.is_file():
+        raw = dest.parent / BENCH_CSV_NAME
+        shutil.copy2(written, raw)
+        info["upstream_csv"] = raw.name
+        try:
+            pinned, skipped = to_pinned(
+                written.read_text(encoding="utf-8"), rnd.manifest.csv_schema
+            )
+            dest.write_text(pinned, encoding="utf-8")
+            rows = read_csv(dest, get_schema(rnd.manifest.csv_schema)).rows
+            info["fail"] = sum(1 for r in rows if not r.passed)
+        except CampaignError as exc:
+            info["csv_error"] = str(exc)
+            return info
+        info.update(csv=dest.name, skipped=skipped)
+        return info
+    text, fail = extract_csv(log)
+    if text is not None:
+        dest.write_text(text, encoding="utf-8")
+        info.update(csv=dest.name, fail=fail)
+    return info
 
 
 def benchmark_check(info: dict[str, Any]) -> Check:
     if info.get("returncode") != 0:
         return Check("full benchmark", False, f"exit {info.get('returncode')}: see its log")
+    if info.get("csv_error"):
+        return Check("full benchmark", False, f"its CSV is unusable: {info['csv_error']}")
     if info.get("csv") is None:
-        return Check("full benchmark", False, "it printed no CSV; see full_benchmark.log")
+        return Check(
+            "full benchmark",
+            False,
+            f"it wrote no {BENCH_CSV_NAME} and printed no CSV; see full_benchmark.log",
+        )
     if info.get("fail"):
         return Check("full benchmark", False, f"{info['fail']} row(s) FAIL or ERROR")
     return Check("full benchmark", True, f"ran ({info['command']}); CSV artifacts/{info['csv']}")
@@ -284,13 +317,19 @@ def benchmark_check(info: dict[str, Any]) -> Check:
 # ---- 3. the full test suite ------------------------------------------------------------
 def run_command(rnd: Round, name: str, tree: Path, command: str) -> tuple[int, str]:
     """``command`` in ``tree`` through the worker's test mode: (exit code, log)."""
+    code, text, _ = run_command_in(rnd, name, tree, command)
+    return code, text
+
+
+def run_command_in(rnd: Round, name: str, tree: Path, command: str) -> tuple[int, str, Path]:
+    """As ``run_command``, with the job's output folder ($TURBO_CAMPAIGN_OUT there)."""
     spec = rnd.spec("final", 0, [], mode="test", command=command)
     outcome = rnd.job(name, spec, tree)
     log = outcome.out_dir / "test.log"
     text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
     if not text and outcome.log_path.exists():
         text = outcome.log_path.read_text(encoding="utf-8", errors="replace")
-    return outcome.returncode, text
+    return outcome.returncode, text, outcome.out_dir
 
 
 def full_suite(rnd: Round, tree: Path, dest: Path) -> dict[str, Any]:

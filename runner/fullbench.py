@@ -1,11 +1,12 @@
-"""The example target's full benchmark: ``python -m runner.fullbench --op OP``.
+"""Our full benchmark: ``python -m runner.fullbench [--target T] --op OP``.
 
 Every shape of a shape set through the worker's own measuring code (correctness check,
 then the timing engine), in this process, printing the pinned CSV of the op's schema on
-stdout (and writing it to ``--out``).  It is the command a campaign of the example
-target records as its benchmark command; run it in the example source tree (or with
-``turbo_kernels`` importable), with the backend chosen by the target's selector variable,
-e.g. ``TURBO_KERNELS_GEMM_BACKEND=TRITON``.  Worker-side: no pydantic.
+stdout (and writing it to ``--out``).  It is the benchmark command of every example-target
+campaign (run in the example source tree, or with ``turbo_kernels`` importable, the
+backend chosen by the target's selector variable, e.g. ``TURBO_KERNELS_GEMM_BACKEND=
+TRITON``) and of Primus-Turbo quantize campaigns (``--target primus-turbo``: upstream
+has no training benchmark for ``quantize_fp8``).  Worker-side: no pydantic.
 
 Exit status: 0 when every shape passed its check, 1 when one failed, 2 on bad input.
 """
@@ -39,7 +40,7 @@ def build_spec(args: argparse.Namespace, device: str) -> RoundSpec:
     timing = TimingSettings(budget_s=args.budget_s, cache_mode=args.cache_mode)
     options = {"granularity": args.granularity, "backend": args.backend}
     return RoundSpec(
-        "fullbench", 0, "baseline", 0, "full", "example", args.op, options,
+        "fullbench", 0, "baseline", 0, "full", args.target, args.op, options,
         pick(set_name, args.shapes), timing, device=device,
     )  # fmt: skip
 
@@ -47,6 +48,13 @@ def build_spec(args: argparse.Namespace, device: str) -> RoundSpec:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runner.fullbench", description=__doc__)
     parser.add_argument("--op", required=True, help="gemm, gemm_fp8, grouped_gemm, ...")
+    parser.add_argument(
+        "--target",
+        default="example",
+        choices=("example", "primus-turbo"),
+        help="whose package to measure: example (turbo_kernels) or primus-turbo "
+        "(primus_turbo, e.g. its quantize_fp8, which has no upstream training benchmark)",
+    )
     parser.add_argument("--granularity", help="FP8 ops: tensorwise, rowwise, blockwise, ...")
     parser.add_argument("--backend", help="recorded in the options (the selector decides)")
     parser.add_argument("--shape-set", help="default: the op's set for the device")

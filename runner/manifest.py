@@ -30,7 +30,7 @@ from runner.errors import ConfigError
 
 MANIFEST_SCHEMA_VERSION = 1
 
-Backend = Literal["TRITON", "CK", "HIPBLASLT", "TURBO", "FLYDSL", "TORCH"]
+Backend = Literal["TRITON", "CK", "HIPBLASLT", "TURBO", "FLYDSL", "AITER", "HIPKITTENS", "TORCH"]
 Lang = Literal["TRITON", "HIP", "FLYDSL", "PYTORCH"]
 Granularity = Literal["tensorwise", "rowwise", "blockwise", "mx_blockwise"]
 PrimaryMetric = Literal["Combined Step TFLOPS", "Forward TFLOPS", "Forward GB/s"]
@@ -41,6 +41,8 @@ BACKEND_LANG: dict[str, str] = {
     "HIPBLASLT": "HIP",
     "TURBO": "HIP",
     "FLYDSL": "FLYDSL",
+    "AITER": "HIP",  # AITER's kernels (CK/assembly), called through the target's wrapper
+    "HIPKITTENS": "HIP",
     "TORCH": "PYTORCH",
 }
 # PROTOCOL.md section 2, in order; save_manifest writes these keys first.

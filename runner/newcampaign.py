@@ -84,12 +84,17 @@ def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
     op = fields["target_op"]
     info = op_info(op)
     info.check_granularity(fields.get("granularity"))
-    backend = str(fields.get("target_backend") or "TRITON").upper()
+    gran = fields.get("granularity")
+    backend = str(fields.get("target_backend") or target.default_backend(op, gran)).upper()
+    target.check_request(op, gran, backend)
     source = git_toplevel(Path(fields["source"]).resolve())
     fields.update(source=str(source), target=target.name, target_backend=backend)
+    named = target.upstream_files(op, gran, backend)
+    defaulted = [k for k in ("test_command", "benchmark_command", "kernel_source")
+                 if not fields.get(k)]  # fmt: skip
+    check_upstream_files(source, [f for k in defaulted for f in named.get(k, [])], target.name)
     if not fields.get("kernel_source"):
-        fields["kernel_source"] = target.kernel_source(op, backend)
-    gran = fields.get("granularity")
+        fields["kernel_source"] = target.kernel_source(op, backend, gran)
     fields.setdefault("test_command", None)
     fields["test_command"] = fields["test_command"] or target.test_command(op, gran, backend)
     fields.setdefault("benchmark_command", None)
@@ -102,6 +107,19 @@ def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
     campaign = Campaign.init(campaigns_root, manifest)
     Lineage(source, manifest.campaign_name, None).resolve(manifest.base_commit or "HEAD")
     return campaign
+
+
+def check_upstream_files(source: Path, files: list[str], target: str) -> None:
+    """Every file the target's commands name must exist in the checkout ``source``
+    (a ``/``-terminated name: a folder); ConfigError naming each path looked at."""
+    missing = [f for f in files if not (source / f).exists()]
+    if missing:
+        listed = "\n".join(f"  {source / f}" for f in missing)
+        raise ConfigError(
+            f"--source {source} is not a {target} checkout these commands fit: not found\n"
+            f"{listed}\ncheck out a matching revision, or pass --test-command, "
+            "--benchmark-command and --kernel-source yourself"
+        )
 
 
 def pin_shapes(wanted: Any, fields: dict[str, Any]) -> list[str]:

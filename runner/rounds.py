@@ -25,6 +25,7 @@ from runner.executors.base import Executor, JobOutcome, WorkerJob
 from runner.fingerprint import FingerprintDiff
 from runner.fingerprint_hook import check_round_comparable, record_override
 from runner.gate import decide
+from runner.judge.import_cause import explain_failure
 from runner.leases import acquire
 from runner.lineage import Lineage, snapshot
 from runner.manifest import Manifest, branch_name
@@ -178,8 +179,8 @@ def run_focused_test(rnd: Round, role: str, tree: Path) -> tuple[bool, str]:
     spec = rnd.spec(role, 0, [], mode="test", command=m.test_command)
     outcome = rnd.job(f"test-{role}", spec, tree)
     log = outcome.out_dir / "test.log"
-    tail = log.read_text(encoding="utf-8")[-1500:] if log.exists() else ""
-    return outcome.returncode == 0, tail
+    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+    return outcome.returncode == 0, explain_failure(text[-1500:], text)
 
 
 class RoundFailed(InfrastructureError):
@@ -189,7 +190,8 @@ class RoundFailed(InfrastructureError):
     def __init__(self, message: str, log_path: Path | None = None) -> None:
         tail = ""
         if log_path and log_path.exists():
-            tail = log_path.read_text(encoding="utf-8", errors="replace")[-1500:]
+            text = log_path.read_text(encoding="utf-8", errors="replace")
+            tail = explain_failure(text[-1500:], text)
         super().__init__(message + (f"\n{tail}" if tail else ""))
         self.message = message
 

@@ -32,7 +32,10 @@ def parse_shapes(text: str) -> str | list[str]:
 @click.option("--op", required=True, help="Operator, e.g. gemm_fp8, gemm, grouped_gemm.")
 @click.option("--granularity", type=click.Choice(get_args(Granularity)), default=None)
 @click.option(
-    "--backend", type=click.Choice(get_args(Backend), case_sensitive=False), default="TRITON"
+    "--backend",
+    type=click.Choice(get_args(Backend), case_sensitive=False),
+    default=None,
+    help="Kernel backend (default: TRITON where the op has it, else the op's only one).",
 )
 @click.option("--gpu", default="cpu", show_default=True, help="gfx942, gfx950, sm90, cpu...")
 @click.option("--target", type=click.Choice(["example", "primus-turbo"]), default="example")

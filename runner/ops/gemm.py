@@ -104,6 +104,9 @@ class GemmOp(OpAdapter):
         return problems
 
 
+MX_BLOCK_SIZE = 32
+
+
 class Fp8GemmOp(GemmOp):
     name = "gemm_fp8"
 
@@ -115,8 +118,14 @@ class Fp8GemmOp(GemmOp):
             "format": getattr(api.Format, fmt),
             "granularity": getattr(api.ScalingGranularity, granularity),
         }
-        if granularity in ("BLOCKWISE", "MX_BLOCKWISE"):
+        if granularity == "BLOCKWISE":
             kwargs["block_size"] = int(options.get("block_size", 128))
+        elif granularity == "MX_BLOCKWISE":
+            # MXFP8: 1 x 32 blocks with E8M0 (power-of-two) scales; Primus-Turbo's
+            # Float8QuantConfig asserts both (checked upstream at a6a16cdc)
+            kwargs["block_size"] = MX_BLOCK_SIZE
+            if api.ScaleDtype is not None:
+                kwargs["scale_dtype"] = api.ScaleDtype.E8M0
         self.config = api.Float8QuantConfig(**kwargs)
         self.threshold = SNR_THRESHOLDS[fmt.lower()]
 

@@ -64,7 +64,7 @@ register_info(
         "fp8",
         "runner.ops.gemm:Fp8GemmOp",
         COMBINED,
-        granularities=("tensorwise", "rowwise", "blockwise"),
+        granularities=("tensorwise", "rowwise", "blockwise", "mx_blockwise"),
     )
 )
 

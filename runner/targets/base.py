@@ -23,6 +23,7 @@ class TargetAPI:
     Format: Any
     ScalingGranularity: Any
     Float8QuantConfig: Any
+    ScaleDtype: Any = None  # Primus-Turbo's scale dtypes (FP32, E8M0); None where absent
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,8 @@ class Target:
     package: str  # import name, e.g. "primus_turbo"
     api_modules: tuple[str, str]  # (ops module, low-precision config module)
     backend_env: dict[str, str]  # op family -> selector variable
-    code_map: dict[tuple[str, str], tuple[str, ...]]  # (op, backend) -> kernel files
+    # (op, backend) or (op, backend, granularity) -> kernel files (the latter wins)
+    code_map: dict[tuple[str, ...], tuple[str, ...]]
     rebuild_globs: tuple[str, ...] = ()  # changed paths matching these need a rebuild
     editable_install: bool = False
     notes: dict[str, str] = field(default_factory=dict)
@@ -42,17 +44,41 @@ class Target:
         """Import the target package (worker side)."""
         ops = importlib.import_module(self.api_modules[0])
         lp = importlib.import_module(self.api_modules[1])
-        return TargetAPI(ops, lp.Format, lp.ScalingGranularity, lp.Float8QuantConfig)
+        return TargetAPI(
+            ops,
+            lp.Format,
+            lp.ScalingGranularity,
+            lp.Float8QuantConfig,
+            getattr(lp, "ScaleDtype", None),
+        )
 
-    def kernel_source(self, op: str, backend: str) -> list[str]:
-        try:
-            return list(self.code_map[(op, backend.upper())])
-        except KeyError:
-            known = ", ".join(f"{o}/{b}" for o, b in sorted(self.code_map))
-            raise ConfigError(
-                f"target {self.name} has no kernel source for op {op} backend {backend}; "
-                f"known: {known}"
-            ) from None
+    def kernel_source(self, op: str, backend: str, granularity: str | None = None) -> list[str]:
+        b = backend.upper()
+        keys: list[tuple[str, ...]] = [(op, b, granularity)] if granularity else []
+        for key in [*keys, (op, b)]:
+            if key in self.code_map:
+                return list(self.code_map[key])
+        known = ", ".join(sorted({f"{k[0]}/{k[1]}" for k in self.code_map}))
+        raise ConfigError(
+            f"target {self.name} has no kernel source for op {op} backend {backend}"
+            + (f" granularity {granularity}" if granularity else "")
+            + f"; known: {known}"
+        )
+
+    def default_backend(self, op: str, granularity: str | None) -> str:
+        """The backend a campaign gets when ``--backend`` is not given."""
+        return "TRITON"
+
+    def check_request(self, op: str, granularity: str | None, backend: str) -> None:
+        """Refuse an op/granularity/backend the target does not have (ConfigError)."""
+
+    def upstream_files(
+        self, op: str, granularity: str | None, backend: str
+    ) -> dict[str, list[str]]:
+        """Files (a trailing ``/``: folders) of the source tree that the default
+        ``test_command``, ``benchmark_command`` and ``kernel_source`` name, keyed by
+        those field names; ``campaign init`` checks that the ones it uses exist."""
+        return {}
 
     def selector_env(self, op: str, backend: str) -> dict[str, str]:
         """The backend selector variable for the op family, e.g. PRIMUS_TURBO_GEMM_BACKEND."""

@@ -1,11 +1,11 @@
 """Primus-Turbo (AMD-AGI/Primus-Turbo), the real target.  Needs ROCm to run.
 
-Facts used (PROTOCOL.md section 9): package ``primus_turbo``; user API in
-``primus_turbo/pytorch/ops/``; Triton kernels in ``primus_turbo/triton/``; HIP/CK
-kernels in ``csrc/kernels/`` (edits there need the editable install re-run); tests in
-``tests/pytorch/``; benchmarks in ``benchmark/ops/``; backend selectors
-``PRIMUS_TURBO_GEMM_BACKEND``, ``PRIMUS_TURBO_GROUPED_GEMM_BACKEND``,
-``PRIMUS_TURBO_ATTENTION_BACKEND``.
+Every upstream fact below (paths, benchmark flags, selector variables, the backends each
+op registers, which files run for each op and backend, the MX config) was checked
+against AMD-AGI/Primus-Turbo at commit ``a6a16cdce46bd2235a248b41f501fb363c215b9b``
+(2026-08-21); docs/primus-turbo.md ("Upstream facts, checked at a6a16cdc") says where
+each comes from.  ``campaign init`` refuses anything these tables do not list, and with
+a checkout as ``--source`` it checks that the named files exist there.
 """
 
 from __future__ import annotations
@@ -16,43 +16,234 @@ from pathlib import Path
 from runner.cmd import run
 from runner.errors import ConfigError
 from runner.targets.base import Target
+from runner.targets.upstream_csv import BENCH_CSV_NAME
+
+UPSTREAM_COMMIT = "a6a16cdce46bd2235a248b41f501fb363c215b9b"
 
 REINSTALL_HINT = (
     "pip uninstall -y primus_turbo && pip install -r requirements.txt && "
     "GPU_ARCHS={archs} pip install --no-build-isolation -e . -v"
 )
 
-_BENCH_SCRIPT = {
+# The selector variables upstream reads (primus_turbo/common/constants.py): one for
+# GEMM (bf16 and FP8 alike, optionally per precision "FP8:CK,other:TRITON"), one for
+# grouped GEMM, one for dense/varlen flash attention.  Quantisation has none: its
+# granularity decides the kernel.
+GEMM_ENV = "PRIMUS_TURBO_GEMM_BACKEND"
+GROUPED_GEMM_ENV = "PRIMUS_TURBO_GROUPED_GEMM_BACKEND"
+ATTN_ENV = "PRIMUS_TURBO_ATTN_BACKEND"
+
+# (op, granularity) -> the backends upstream registers for it (the dispatcher tables in
+# primus_turbo/pytorch/kernels/*/..._impl.py, filtered by each backend's
+# SUPPORTED_GRANULARITIES).  Quantize's "backend" names the kernel family the
+# granularity runs on (TURBO: the HIP kernels in csrc/kernels/quantization/).
+BACKENDS: dict[tuple[str, str | None], tuple[str, ...]] = {
+    ("gemm", None): ("HIPBLASLT", "TRITON"),
+    ("gemm_fp8", "tensorwise"): ("HIPBLASLT", "CK", "TRITON", "FLYDSL"),
+    ("gemm_fp8", "rowwise"): ("CK", "TRITON"),
+    ("gemm_fp8", "blockwise"): ("CK", "TRITON"),
+    ("gemm_fp8", "mx_blockwise"): ("HIPBLASLT", "TURBO", "FLYDSL"),
+    ("grouped_gemm", None): ("CK", "HIPBLASLT", "TRITON"),
+    ("grouped_gemm_fp8", "tensorwise"): ("CK", "HIPBLASLT", "TRITON", "FLYDSL"),
+    ("grouped_gemm_fp8", "rowwise"): ("CK", "TRITON"),
+    ("grouped_gemm_fp8", "blockwise"): ("TRITON",),
+    ("quantize", "tensorwise"): ("TURBO",),
+    ("quantize", "rowwise"): ("TURBO",),
+    ("quantize", "blockwise"): ("TRITON",),
+    ("attention", None): ("FLYDSL", "AITER", "HIPKITTENS"),
+}
+
+# MX blockwise (MXFP8): Float8QuantConfig(granularity=ScalingGranularity.MX_BLOCKWISE,
+# block_size=MXFP8_BLOCK_SIZE, scale_dtype=ScaleDtype.E8M0); any other block size or
+# scale dtype fails upstream's __post_init__ assertion.  Runs on gfx950 only.
+MX_BLOCK_SIZE = 32
+MX_SCALE_DTYPE = "E8M0"
+
+_HIPBLASLT_GEMM = ("csrc/kernels/gemm/hipblaslt_gemm.cu", "csrc/pytorch/gemm/hipblaslt_gemm.cpp")
+_CK_GEMM = (
+    "csrc/kernels/gemm/ck_gemm.cu",
+    "csrc/kernels/gemm/ck/",
+    "csrc/pytorch/gemm/ck_gemm.cpp",
+)
+_CK_GROUPED = (
+    "csrc/kernels/grouped_gemm/ck_grouped_gemm.cu",
+    "csrc/kernels/grouped_gemm/ck/",
+    "csrc/pytorch/grouped_gemm/ck_grouped_gemm.cpp",
+)
+_HIPBLASLT_GROUPED = (
+    "csrc/kernels/grouped_gemm/hipblaslt_grouped_gemm.cu",
+    "csrc/pytorch/grouped_gemm/hipblaslt_grouped_gemm.cpp",
+)
+_QUANT_CPP = "csrc/pytorch/quantization/quantization.cpp"
+
+# (op, backend[, granularity]) -> the files that run: the kernels the backend's
+# KernelBackend.execute launches, and the binding between.  A granularity-specific
+# entry wins over the op-wide one.
+CODE_MAP: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("gemm", "HIPBLASLT"): _HIPBLASLT_GEMM,
+    ("gemm", "TRITON"): ("primus_turbo/triton/gemm/gemm_kernel.py",),
+    ("gemm_fp8", "HIPBLASLT"): _HIPBLASLT_GEMM,
+    ("gemm_fp8", "CK"): _CK_GEMM,
+    ("gemm_fp8", "TRITON"): ("primus_turbo/triton/gemm/gemm_fp8_kernel.py",),
+    ("gemm_fp8", "TURBO"): (
+        "csrc/kernels/gemm/turbo_gemm.cu",
+        "csrc/kernels/gemm/turbo/turbo_gemm_mxfp8_kernel.h",
+        "csrc/pytorch/gemm/turbo_gemm.cpp",
+    ),
+    ("gemm_fp8", "FLYDSL", "tensorwise"): ("primus_turbo/flydsl/gemm/gemm_fp8_kernel.py",),
+    ("gemm_fp8", "FLYDSL", "mx_blockwise"): ("primus_turbo/flydsl/gemm/gemm_mxfp8_kernel.py",),
+    ("grouped_gemm", "CK"): _CK_GROUPED,
+    ("grouped_gemm", "HIPBLASLT"): _HIPBLASLT_GROUPED,
+    ("grouped_gemm", "TRITON"): ("primus_turbo/triton/grouped_gemm/grouped_gemm_kernel.py",),
+    ("grouped_gemm_fp8", "CK"): _CK_GROUPED,
+    ("grouped_gemm_fp8", "HIPBLASLT"): _HIPBLASLT_GROUPED,
+    ("grouped_gemm_fp8", "TRITON"): (
+        "primus_turbo/triton/grouped_gemm/grouped_gemm_fp8_kernel.py",
+    ),
+    ("grouped_gemm_fp8", "FLYDSL"): (
+        "primus_turbo/flydsl/grouped_gemm/grouped_gemm_fp8_kernel.py",
+    ),
+    ("quantize", "TURBO", "tensorwise"): (
+        "csrc/kernels/quantization/quantization_tensorwise.cu",
+        _QUANT_CPP,
+    ),
+    ("quantize", "TURBO", "rowwise"): (
+        "csrc/kernels/quantization/quantization_rowwise.cu",
+        _QUANT_CPP,
+    ),
+    ("quantize", "TRITON", "blockwise"): ("primus_turbo/triton/quantization/quant_blockwise.py",),
+    ("attention", "FLYDSL"): (
+        "primus_turbo/flydsl/attention/flash_attn_fwd.py",
+        "primus_turbo/flydsl/attention/flash_attn_bwd.py",
+        "primus_turbo/pytorch/kernels/attention/attention_flydsl_impl.py",
+    ),
+    # AITER's kernels live in the aiter package, outside this tree: only the wrapper
+    # that calls them can be optimised here.
+    ("attention", "AITER"): ("primus_turbo/pytorch/kernels/attention/attention_aiter_impl.py",),
+    ("attention", "HIPKITTENS"): (
+        "csrc/kernels/attention/hipkittens/",
+        "csrc/pytorch/attention/hk_attn.cpp",
+        "primus_turbo/pytorch/kernels/attention/attention_hipkittens_impl.py",
+    ),
+}
+
+# The focused test file per op (tests/pytorch/ops/) and the -k term per granularity.
+TEST_FILES = {
+    "gemm": "test_gemm.py",
+    "gemm_fp8": "test_gemm_fp8.py",
+    "grouped_gemm": "test_grouped_gemm.py",
+    "grouped_gemm_fp8": "test_grouped_gemm_fp8.py",
+    "quantize": "test_quantization.py",
+    "attention": "test_attention.py",
+}
+_GRANULARITY_K = {
+    "tensorwise": "tensorwise",
+    "rowwise": "rowwise",
+    "blockwise": "blockwise and not mx_blockwise",
+    "mx_blockwise": "mx_blockwise",
+}
+# Upstream tests parametrise the backend as a BackendType member (test ids
+# "BackendType.CK"); the focused test drops the other backends' cases and keeps the
+# backend=None ones, which follow the selector variable set on the command.
+_ALL_BACKENDS = ("CK", "HIPBLASLT", "AITER", "TRITON", "TURBO", "FLYDSL", "HIPKITTENS")
+
+# The training benchmarks (benchmark/ops/training/, moved there from benchmark/ops/ in
+# June 2026): script, and its --dtype / --granularity flags.  Each writes its CSV to the
+# file named by --output (it prints only a table).  Quantisation has no upstream
+# training benchmark: its campaigns measure with runner.fullbench.
+BENCH_DIR = "benchmark/ops/training"
+BENCH_SCRIPTS = {
     "gemm": "bench_gemm_turbo.py",
     "gemm_fp8": "bench_gemm_turbo.py",
     "grouped_gemm": "bench_grouped_gemm_turbo.py",
     "grouped_gemm_fp8": "bench_grouped_gemm_turbo.py",
     "attention": "bench_attention_turbo.py",
 }
-# The focused test file per op (tests/pytorch/ops/): grouped GEMM's FP8 path and the
-# attention op have their own names upstream.
-_TEST_FILE = {
-    "quantize": "test_quantization.py",
-    "attention": "test_attention.py",
+# our granularity -> the benchmark's --granularity choice
+BENCH_GRANULARITY = {
+    "tensorwise": "tensorwise",
+    "rowwise": "rowwise",
+    "blockwise": "blockwise",
+    "mx_blockwise": "mxfp8",  # bench_gemm_turbo.py only; the grouped one has no MX
 }
+BENCH_OUTPUT = f'"${{TURBO_CAMPAIGN_OUT:-.}}/{BENCH_CSV_NAME}"'
+
+
+def valid_backends(op: str, granularity: str | None) -> tuple[str, ...]:
+    """The backends upstream has for ``op`` at ``granularity``; ConfigError otherwise."""
+    key = (op, granularity)
+    if key not in BACKENDS:
+        grans = sorted(str(g) for o, g in BACKENDS if o == op)
+        if not grans:
+            ops = ", ".join(sorted({o for o, _ in BACKENDS}))
+            raise ConfigError(f"Primus-Turbo has no campaign op {op!r}; choose one of: {ops}")
+        raise ConfigError(
+            f"Primus-Turbo's {op} has no granularity {granularity!r} with an upstream "
+            f"benchmark and test; choose one of: {', '.join(grans)}"
+        )
+    return BACKENDS[key]
+
+
+def check_backend(op: str, granularity: str | None, backend: str) -> None:
+    valid = valid_backends(op, granularity)
+    if backend.upper() not in valid:
+        what = f"{op} ({granularity})" if granularity else op
+        raise ConfigError(
+            f"Primus-Turbo's {what} has no backend {backend.upper()} (checked upstream at "
+            f"{UPSTREAM_COMMIT[:8]}); choose one of: {', '.join(valid)}"
+        )
 
 
 class PrimusTurboTarget(Target):
+    def default_backend(self, op: str, granularity: str | None) -> str:
+        valid = valid_backends(op, granularity)
+        return "TRITON" if "TRITON" in valid else valid[0]
+
+    def check_request(self, op: str, granularity: str | None, backend: str) -> None:
+        check_backend(op, granularity, backend)
+
+    def upstream_files(
+        self, op: str, granularity: str | None, backend: str
+    ) -> dict[str, list[str]]:
+        bench = [f"{BENCH_DIR}/{BENCH_SCRIPTS[op]}"] if op in BENCH_SCRIPTS else []
+        return {
+            "test_command": [f"tests/pytorch/ops/{TEST_FILES[op]}"],
+            "benchmark_command": bench,
+            "kernel_source": self.kernel_source(op, backend, granularity),
+        }
+
     def test_command(self, op: str, granularity: str | None, backend: str) -> str:
-        terms = [t for t in (granularity, backend.upper()) if t]
+        check_backend(op, granularity, backend)
+        b = backend.upper()
+        terms = [f"test_quantize_fp8_{granularity}"] if op == "quantize" and granularity else []
+        if op != "quantize" and granularity:
+            terms.append(_GRANULARITY_K[granularity])
+        if op == "attention":
+            terms.append("test_attention_16bit")
+        terms += [f"not BackendType.{o}" for o in _ALL_BACKENDS if o != b and op != "quantize"]
+        env = " ".join(f"{k}={v}" for k, v in self.selector_env(op, backend).items())
         select = f' -k "{" and ".join(terms)}"' if terms else ""
-        test_file = _TEST_FILE.get(op, f"test_{op}.py")
-        return f"pytest tests/pytorch/ops/{test_file} -v{select}"
+        command = f"python -m pytest tests/pytorch/ops/{TEST_FILES[op]} -q{select}"
+        return f"{env} {command}".strip()
 
     def benchmark_command(self, op: str, granularity: str | None, backend: str) -> str:
-        script = _BENCH_SCRIPT.get(op)
-        if script is None:
-            raise ConfigError(f"no Primus-Turbo benchmark known for op {op}")
+        check_backend(op, granularity, backend)
         env = " ".join(f"{k}={v}" for k, v in self.selector_env(op, backend).items())
-        args = ""
-        if op.endswith("fp8"):
-            args = " --dtype fp8" + (f" --granularity {granularity}" if granularity else "")
-        return f"{env} python benchmark/ops/{script}{args}".strip()
+        if op == "quantize":
+            return (
+                f"python -m runner.fullbench --target primus-turbo --op quantize "
+                f"--granularity {granularity} --backend {backend.upper()} --out {BENCH_OUTPUT}"
+            )
+        script = f"{BENCH_DIR}/{BENCH_SCRIPTS[op]}"
+        if op == "attention":
+            args = f" --backend {backend.lower()}"
+        elif op.endswith("_fp8"):
+            if op == "grouped_gemm_fp8" and granularity == "mx_blockwise":
+                raise ConfigError("bench_grouped_gemm_turbo.py has no MX granularity")
+            args = f" --dtype fp8 --granularity {BENCH_GRANULARITY[str(granularity)]}"
+        else:
+            args = " --dtype bf16"
+        return f"{env} python {script}{args} --output {BENCH_OUTPUT}".strip()
 
     def full_suite_command(self) -> str:
         return "pytest tests/pytorch/ -v"
@@ -125,28 +316,11 @@ PRIMUS_TURBO = PrimusTurboTarget(
     package="primus_turbo",
     api_modules=("primus_turbo.pytorch.ops", "primus_turbo.pytorch.core.low_precision"),
     backend_env={
-        "gemm": "PRIMUS_TURBO_GEMM_BACKEND",
-        "grouped_gemm": "PRIMUS_TURBO_GROUPED_GEMM_BACKEND",
-        "attention": "PRIMUS_TURBO_ATTENTION_BACKEND",
+        "gemm": GEMM_ENV,
+        "grouped_gemm": GROUPED_GEMM_ENV,
+        "attention": ATTN_ENV,
     },
-    code_map={
-        ("gemm", "TRITON"): ("primus_turbo/triton/gemm/gemm_kernel.py",),
-        ("gemm_fp8", "TRITON"): ("primus_turbo/triton/gemm/gemm_fp8_kernel.py",),
-        ("gemm", "CK"): ("csrc/kernels/gemm/",),
-        ("gemm_fp8", "CK"): ("csrc/kernels/gemm/",),
-        ("gemm", "HIPBLASLT"): ("csrc/kernels/gemm/",),
-        ("gemm_fp8", "HIPBLASLT"): ("csrc/kernels/gemm/",),
-        ("grouped_gemm", "TRITON"): ("primus_turbo/triton/grouped_gemm/grouped_gemm_kernel.py",),
-        ("grouped_gemm_fp8", "TRITON"): (
-            "primus_turbo/triton/grouped_gemm/grouped_gemm_fp8_kernel.py",
-        ),
-        ("grouped_gemm", "CK"): ("csrc/kernels/grouped_gemm/",),
-        ("grouped_gemm_fp8", "CK"): ("csrc/kernels/grouped_gemm/",),
-        ("attention", "TRITON"): ("primus_turbo/triton/attention/attention_kernel.py",),
-        ("attention", "CK"): ("csrc/kernels/attention/",),
-        ("quantize", "TRITON"): ("primus_turbo/triton/quantization/quant_blockwise.py",),
-        ("quantize", "CK"): ("csrc/kernels/quantization/",),
-    },
+    code_map=CODE_MAP,
     rebuild_globs=("csrc/**", "setup.py", "CMakeLists.txt"),
     editable_install=True,
 )
