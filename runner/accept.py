@@ -1,4 +1,4 @@
-"""``campaign accept``: final acceptance of the lineage head (PROTOCOL.md section 1).
+"""``campaign accept``: final acceptance of the lineage head (docs/protocol.md §1.4).
 
 Four checks, each recorded, none skipped:
 

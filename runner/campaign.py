@@ -1,4 +1,4 @@
-"""The campaign directory (PROTOCOL.md section 3): layout, init, load, an exclusive
+"""The campaign directory (docs/protocol.md §3): layout, init, load, an exclusive
 lock, round directories and the closed rounds' ``result.json``.
 
 A round is closed when its ``summary.md``, its ``kernel_snapshot/`` and both logs
@@ -39,7 +39,7 @@ class Campaign:
     manifest: Manifest
     _lock_depth: int = field(default=0, init=False, repr=False, compare=False)
 
-    # -- layout (PROTOCOL.md section 3) ------------------------------------------
+    # -- layout (docs/protocol.md §3.1) ----------------------------------------
     @property
     def name(self) -> str:
         return self.manifest.campaign_name

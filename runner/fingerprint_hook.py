@@ -2,7 +2,7 @@
 measured on different environments.
 
 ``record_fingerprint`` writes ``rounds/round-N/artifacts/fingerprint.yaml``.  It must
-describe the environment the MEASUREMENT ran in.  For the local executor that is this
+describe the environment the measurement ran in.  For the local executor that is this
 host.  For docker it would be the inside of the container; for now the host's
 fingerprint is recorded together with the image digest (``image_digest``), and
 ``extra.measured_in`` says which of the two it is.

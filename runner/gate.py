@@ -1,4 +1,4 @@
-"""The gate (PROTOCOL.md section 5, with MEASUREMENT.md "The decision" on top): a pure
+"""The gate (docs/protocol.md §6, computed as in docs/measurement.md §4): a pure
 function from the best and the candidate scores to a verdict.  No I/O.
 
 Order of the rules, all on the primary metric (higher is better), d(s) = ln(cand/best):
@@ -16,9 +16,8 @@ Order of the rules, all on the primary metric (higher is better), d(s) = ln(cand
    accept only if m > 1%, s < m/2 and no shape's mean d over the pairs is at or below
    -ln(1.05); otherwise ROLLED_BACK (noise).
 
-Targeted-shape round (``targeted_shapes`` non-empty), our reading of PROTOCOL.md's
-"unless the round is declared a targeted-shape round": rules 3-6 are judged on the
-targeted shapes only (their geomean ratio and their per-shape regressions); shapes
+Targeted-shape round (``targeted_shapes`` non-empty; docs/protocol.md §6.4): rules 3-6
+are judged on the targeted shapes only (their geomean ratio and their per-shape regressions); shapes
 outside the target that regressed by 5% or more are reported in ``reasons`` and listed
 in ``regressed`` but do not reject; an acceptance with any regressed shape is
 ACCEPTED_TRADEOFF.  ``delta_pct`` is the gain the verdict was judged on: the
@@ -350,7 +349,7 @@ def calibrate_sigma(passes: Sequence[Mapping[str, float]]) -> tuple[float, dict[
     if len(passes) < 2:
         raise ConfigError(
             f"calibration needs at least 2 passes of the same code, got {len(passes)}; "
-            "measure more passes (PROTOCOL asks for 5)"
+            "measure more passes (at least 5, docs/measurement.md §4.1)"
         )
     labels = list(passes[0])
     if not labels:

@@ -1,8 +1,8 @@
-"""The campaign manifest (``manifest.yaml``, PROTOCOL.md section 2): versioned and
+"""The campaign manifest (``manifest.yaml``, docs/protocol.md §2): versioned and
 validated on every load.
 
 Field order in the model (and therefore in the written YAML) is the order of
-PROTOCOL.md section 2 first, then the runner's own fields.  Any validation failure
+docs/protocol.md §2.1 first, then the runner's own fields.  Any validation failure
 becomes a ``ConfigError`` whose message names each bad field, its value and the fix.
 
 Campaign names: ``<op>_<backend lower>_<gpu>_<YYYYMMDD>``.  When a granularity is set
@@ -45,7 +45,7 @@ BACKEND_LANG: dict[str, str] = {
     "HIPKITTENS": "HIP",
     "TORCH": "PYTORCH",
 }
-# PROTOCOL.md section 2, in order; save_manifest writes these keys first.
+# docs/protocol.md §2.1, in order; save_manifest writes these keys first.
 SECTION2_FIELDS = (
     "target_op",
     "target_backend",
@@ -75,7 +75,7 @@ _BAD_BRANCH_RE = re.compile(r"(\.\.|[\s~^:?*\[\\]|@\{|//)")
 
 
 def lang_for_backend(backend: str) -> str:
-    """The ``target_lang`` that ``backend`` implies (PROTOCOL.md section 2)."""
+    """The ``target_lang`` that ``backend`` implies (docs/protocol.md §2.1)."""
     try:
         return BACKEND_LANG[backend.upper()]
     except KeyError:
@@ -122,11 +122,11 @@ class Timing(BaseModel):
 
 
 class Manifest(BaseModel):
-    """``manifest.yaml``.  Fields of PROTOCOL.md section 2 come first."""
+    """``manifest.yaml``.  Fields of docs/protocol.md §2.1 come first."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    # PROTOCOL.md section 2, in its order.
+    # docs/protocol.md §2.1, in its order.
     target_op: str
     target_backend: Backend
     target_lang: Lang
@@ -318,7 +318,7 @@ def check_schema_version(version: Any) -> None:
         MANIFEST_SCHEMA_VERSION,
         "",
         older="re-create the campaign with `campaign init`, or update the file to "
-        f"PROTOCOL.md section 2 and set schema_version: {MANIFEST_SCHEMA_VERSION}",
+        f"docs/protocol.md §2.1 and set schema_version: {MANIFEST_SCHEMA_VERSION}",
         newer="upgrade turbo-campaign to read this campaign",
         error=ValueError,
     )
@@ -346,7 +346,7 @@ def _describe(err: Any, where: str) -> str:
     kind = err["type"]
     msg = str(err["msg"]).removeprefix("Value error, ")
     if kind == "missing":
-        return f"{loc}: missing; add `{loc}: <value>` to {where} (PROTOCOL.md section 2)"
+        return f"{loc}: missing; add `{loc}: <value>` to {where} (docs/protocol.md §2.1)"
     if kind == "extra_forbidden":
         valid = ", ".join(Manifest.model_fields)
         return f"{loc} = {err['input']!r}: unknown field; remove it (valid fields: {valid})"
@@ -393,7 +393,7 @@ def manifest_yaml(m: Manifest) -> str:
     ordered.update((k, v) for k, v in data.items() if k not in ordered)
     head = (
         f"# turbo-campaign manifest (schema_version {MANIFEST_SCHEMA_VERSION}); "
-        "validated on every load, see PROTOCOL.md section 2\n"
+        "validated on every load, see docs/protocol.md §2.1\n"
     )
     return head + yaml.safe_dump(ordered, sort_keys=False, allow_unicode=True, width=1000)
 

@@ -379,7 +379,9 @@ class TurboTools:
             Field(description="quick: representative shapes; full: every target shape."),
         ] = "quick",
         campaign: CampaignName = None,
-        bucket: Annotated[str, Field(description="Section 8 bucket: K1-K4 or W1.")] = "K1",
+        bucket: Annotated[
+            str, Field(description="Transfer bucket (docs/protocol.md §9.2): K1-K4 or W1.")
+        ] = "K1",
         restore: Annotated[
             bool, Field(description="On rollback, reset the touched files to the head.")
         ] = False,

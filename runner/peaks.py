@@ -1,8 +1,8 @@
 """Speed of light: per-GPU peak dense matrix throughput and memory bandwidth.
 
-MEASUREMENT.md: "a per-shape number above the GPU's peak (a table per GPU and dtype) is an
-error, not a record".  Host-safe (no torch).  Numbers are the vendors' datasheet figures
-for DENSE math (no 2:4 sparsity) at boost clock, in TFLOPS, and HBM bandwidth in GB/s:
+docs/measurement.md §2.7: a per-shape number above the GPU's peak is a measuring error,
+not a record.  Host-safe (no torch).  Numbers are the vendors' datasheet figures for
+DENSE math (no 2:4 sparsity) at boost clock, in TFLOPS, and HBM bandwidth in GB/s:
 
 * NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100, "H100 Tensor Core GPU
   Datasheet"): SXM5 BF16 1,979 / FP8 3,958 TFLOPS *with sparsity* -> 989.5 / 1,979

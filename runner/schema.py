@@ -1,4 +1,4 @@
-"""The pinned benchmark CSV (PROTOCOL.md section 4): its headers, a strict reader and an
+"""The pinned benchmark CSV (docs/protocol.md §4): its headers, a strict reader and an
 atomic writer.
 
 The header is frozen at BASELINE and compared byte for byte in every round.  Upstream, a
@@ -97,7 +97,7 @@ ABSENT = frozenset({"-", ""})
 CHECK_VALUES = ("PASS", "FAIL", "ERROR")
 
 _WHAT_NEXT = (
-    "The header is frozen at BASELINE (PROTOCOL.md section 4): restore it byte for byte "
+    "The header is frozen at BASELINE (docs/protocol.md §4.4): restore it byte for byte "
     "in the benchmark script, or start a new campaign if the change is deliberate."
 )
 
@@ -115,7 +115,7 @@ class Schema:
             raise ConfigError(
                 f"schema {self.name!r} needs the columns 'label', 'Check' and one of "
                 f"'Forward TFLOPS' / 'Forward GB/s'; it has {list(self.columns)}. "
-                "Pin a header that follows PROTOCOL.md section 4."
+                "Pin a header that follows docs/protocol.md §4."
             )
 
     @property

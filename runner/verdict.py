@@ -1,6 +1,6 @@
 """What can veto or flag a candidate beyond its measured speed: the static audit of
-the patch (PROTOCOL.md section 8), a gain that does not survive fresh tensors, and a
-gain that does not hold on the held-out shapes (MEASUREMENT.md)."""
+the patch (docs/protocol.md §9), a gain that does not survive fresh tensors, and a
+gain that does not hold on the held-out shapes (docs/measurement.md §5)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from runner.results import GateResult, TransferCheck
 def audit_candidate(
     patch: str, touched: list[str], inc_tree: Path, cand_tree: Path, bucket: str
 ) -> tuple[list[str], TransferCheck, AuditReport]:
-    """The static audit (PROTOCOL.md section 8): vetoes and the transfer-check record."""
+    """The static audit (docs/protocol.md §9.2-9.3): vetoes and the transfer-check record."""
     py = [p for p in touched if p.endswith(".py")]
     new = {p: (cand_tree / p).read_text(encoding="utf-8") for p in py if (cand_tree / p).exists()}
     old = {p: (inc_tree / p).read_text(encoding="utf-8") for p in py if (inc_tree / p).exists()}
@@ -61,7 +61,7 @@ def heldout_flag(gate: GateResult, heldout: list[str]) -> GateResult:
 
 
 def inflation_veto(gate: GateResult, fresh: float | None, sigma_g: float) -> str | None:
-    """MEASUREMENT.md: a gain in the benchmark idiom (same tensors every call) that
+    """docs/measurement.md §5.1: a gain in the benchmark idiom (same tensors every call) that
     exceeds the fresh-tensor training-step gain by more than 1% is inflated.
 
     The fresh step also pays for making fresh tensors, which dilutes a real gain a

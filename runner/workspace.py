@@ -1,5 +1,5 @@
 """Workspace mode: extract a minimal kernel from an upstream git tree, and sync only the
-core kernel files back (PROTOCOL.md section 3).
+core kernel files back (docs/protocol.md §3.2).
 
 ``extract_workspace`` copies the named kernel files into ``<dest>/src/`` (keeping their
 upstream relative paths), the focused test and bench files into ``tests/`` and

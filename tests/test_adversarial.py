@@ -1,4 +1,4 @@
-"""Planted cheats (MEASUREMENT.md "Guarding against gains that are not real").
+"""Planted cheats (docs/measurement.md §5).
 
 Each test plants one known way of cheating a benchmark harness into the example
 package, runs it through ``validate_round`` on a shared small campaign, and checks that

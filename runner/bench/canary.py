@@ -1,4 +1,4 @@
-"""The canary: a fixed reference workload timed in every pass (MEASUREMENT.md).
+"""The canary: a fixed reference workload timed in every pass (docs/measurement.md §2.7).
 
 A bf16 GEMM 4096^3 and a ~1 GiB device-to-device copy (on the CPU: a float32 GEMM 256^3
 and a 16 MiB copy).  BASELINE calibrates a ``CanaryBand`` from several readings; a pass

@@ -1,6 +1,5 @@
 """Clock, throttle-reason, temperature and power readings of a GPU, before and after each
-shape (MEASUREMENT.md: "Record the SM/GFX clock before and after each shape and the
-throttle or violation reasons where the driver exposes them").
+shape (docs/measurement.md §2.5: clocks are read, never set).
 
 Sources, first that answers: NVML through ``pynvml`` (nvidia-ml-py); ``nvidia-smi``'s CSV
 query; ``amd-smi metric --json`` on ROCm.  The parsers are pure functions over text so

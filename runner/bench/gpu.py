@@ -1,4 +1,4 @@
-"""GPU timing engine behind ``runner.bench.timing.measure`` (MEASUREMENT.md, "Timing engine").
+"""GPU timing engine behind ``runner.bench.timing.measure`` (docs/measurement.md §2).
 
 ``measure_gpu(fn, settings, device)``:
 

@@ -19,7 +19,7 @@ from runner.stats import median, rel_stdev, stdev
 # The clocks as they were when the runner was imported, before any target code ran
 # (the worker imports this module before it imports the target).  The CPU engine
 # reads these bindings, not ``time.<clock>``, and ``check_clocks`` refuses to go on
-# when the target replaced a clock in the ``time`` module (MEASUREMENT.md: timer
+# when the target replaced a clock in the ``time`` module (docs/measurement.md §5.4: timer
 # patching is a known way to cheat a harness).
 _CLOCK_NAMES = (
     "perf_counter",

@@ -1,5 +1,5 @@
-"""``campaign init``: record the campaign parameters (PROTOCOL.md section 2) and
-create the campaign directory (section 3)."""
+"""``campaign init``: record the campaign parameters (docs/protocol.md §2) and
+create the campaign directory (docs/protocol.md §3)."""
 
 from __future__ import annotations
 

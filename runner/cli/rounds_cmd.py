@@ -117,7 +117,12 @@ def baseline_cmd(
 )
 @click.option("--level", type=click.Choice(["quick", "full"]), default="quick", show_default=True)
 @click.option("--restore", is_flag=True, help="On rollback, reset the touched files to the head.")
-@click.option("--bucket", default="K1", show_default=True, help="Section 8 bucket: K1-K4, W1.")
+@click.option(
+    "--bucket",
+    default="K1",
+    show_default=True,
+    help="Transfer bucket (docs/protocol.md §9.2): K1-K4, W1.",
+)
 @click.option("--pairs", type=int, default=None, help="B C C B blocks (default: manifest).")
 @executor_override_option
 @click.option("--gpus", default="", help="Lease and shard over these GPUs, e.g. 0,1.")
