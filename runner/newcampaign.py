@@ -25,7 +25,16 @@ from runner.ops.info import op_info
 from runner.shapes import default_shape_set, shape_set, shapes_by_label
 from runner.targets.registry import get_target
 
-EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
+
+def examples_dir() -> Path:
+    """The bundled example package: ``runner/_examples/`` in an installed wheel (the
+    build copies it there, see setup.py), else ``examples/`` of the source checkout."""
+    here = Path(__file__).resolve().parent
+    bundled = here / "_examples"
+    return bundled if bundled.is_dir() else here.parent / "examples"
+
+
+EXAMPLES_DIR = examples_dir()
 MEMORY_BOUND_OPS = ("quantize",)
 
 
@@ -145,6 +154,12 @@ def fresh_example_copy(dest: Path) -> Path:
     """A fresh git repository holding a copy of the bundled example package."""
     if dest.exists():
         raise ConfigError(f"{dest} already exists; choose another folder")
+    if not (EXAMPLES_DIR / "turbo_kernels").is_dir():
+        raise ConfigError(
+            f"the example kernel package is not at {EXAMPLES_DIR}: this installation was "
+            "built without it; reinstall turbo-campaign from a wheel or run from a source "
+            "checkout"
+        )
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache", "build")
     shutil.copytree(EXAMPLES_DIR, dest, ignore=ignore)
     env_args = ["-c", "user.name=turbo-campaign", "-c", "user.email=turbo-campaign@localhost"]
