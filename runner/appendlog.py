@@ -1,4 +1,4 @@
-"""Append-only files (docs/protocol.md §7.4: nothing is ever deleted or rewritten).
+"""Append-only files (docs/protocol.md §6.4: nothing is ever deleted or rewritten).
 
 Every append goes through ``append``: it first checks that the file still begins
 with everything written before, then writes the whole new content to a temporary

@@ -1,4 +1,4 @@
-"""Static audit of a candidate patch: docs/protocol.md §9.2-9.3 (W1-W3, grouped GEMM).
+"""Static audit of a candidate patch: docs/protocol.md §8.2-8.3 (W1-W3, grouped GEMM).
 
 ``audit_patch`` reads the unified diff for the lines each file gains (and the points
 where lines were removed), parses the *new* source of every changed ``.py`` file with

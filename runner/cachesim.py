@@ -1,4 +1,4 @@
-"""The 8-step cache hit-rate simulation of docs/protocol.md §9.4 (worker side, torch).
+"""The 8-step cache hit-rate simulation of docs/protocol.md §8.4 (worker side, torch).
 
 A round that adds any cache must show, over ``steps`` training-like steps with a FRESH
 activation ``a`` (M, K) and a FRESH ``grad_out`` (M, N) each step and one weight ``w``

@@ -1,4 +1,4 @@
-"""The gate (docs/protocol.md §6, computed as in docs/measurement.md §4): a pure
+"""The gate (docs/protocol.md §5, computed as in docs/measurement.md §4): a pure
 function from the best and the candidate scores to a verdict.  No I/O.
 
 Order of the rules, all on the primary metric (higher is better), d(s) = ln(cand/best):
@@ -16,7 +16,7 @@ Order of the rules, all on the primary metric (higher is better), d(s) = ln(cand
    accept only if m > 1%, s < m/2 and no shape's mean d over the pairs is at or below
    -ln(1.05); otherwise ROLLED_BACK (noise).
 
-Targeted-shape round (``targeted_shapes`` non-empty; docs/protocol.md §6.4): rules 3-6
+Targeted-shape round (``targeted_shapes`` non-empty; docs/protocol.md §5.4): rules 3-6
 are judged on the targeted shapes only (their geomean ratio and their per-shape regressions); shapes
 outside the target that regressed by 5% or more are reported in ``reasons`` and listed
 in ``regressed`` but do not reject; an acceptance with any regressed shape is

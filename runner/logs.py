@@ -1,4 +1,4 @@
-"""Renderers for the two append-only logs (docs/protocol.md §7.2-7.3) and the number
+"""Renderers for the two append-only logs (docs/protocol.md §6.2-6.3) and the number
 formatting shared with ``summary.md``.
 
 ``logs/performance_trend.md``: one table, one row per round.  Avg = geomean over the
@@ -202,7 +202,7 @@ def render_trend_row(result: RoundResult) -> str:
 def optimize_title(manifest: Manifest) -> str:
     return (
         f"# Optimization log — {manifest.campaign_name}\n\n"
-        "Append-only (docs/protocol.md §7.4): never edit or delete an entry; append a "
+        "Append-only (docs/protocol.md §6.4): never edit or delete an entry; append a "
         "correction instead.\n"
     )
 
@@ -396,7 +396,7 @@ def render_termination_check(
     peak_goal: float = 0.8,
     user_stop: bool = False,
 ) -> str:
-    """The Termination Check block (docs/protocol.md §8.2): T1-T4 and the verdict."""
+    """The Termination Check block (docs/protocol.md §7.2): T1-T4 and the verdict."""
     checks = [
         _t1(manifest, _best(results)),
         _t2(peak_fraction, peak_goal),

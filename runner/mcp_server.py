@@ -380,7 +380,7 @@ class TurboTools:
         ] = "quick",
         campaign: CampaignName = None,
         bucket: Annotated[
-            str, Field(description="Transfer bucket (docs/protocol.md §9.2): K1-K4 or W1.")
+            str, Field(description="Transfer bucket (docs/protocol.md §8.2): K1-K4 or W1.")
         ] = "K1",
         restore: Annotated[
             bool, Field(description="On rollback, reset the touched files to the head.")

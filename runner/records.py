@@ -1,4 +1,4 @@
-"""The records of a round (docs/protocol.md §7): closing a round and checking the
+"""The records of a round (docs/protocol.md §6): closing a round and checking the
 chain.  The renderers live in ``runner.summary`` (summary.md) and ``runner.logs``
 (optimize.md, performance_trend.md) and are re-exported here.
 

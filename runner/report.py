@@ -1,7 +1,7 @@
 """``campaign report``: the end of ``logs/optimize.md`` and the HTML report.
 
 Appended to ``logs/optimize.md`` (through ``runner.appendlog``; a second report is a
-second dated block, never a rewrite), docs/protocol.md §7.3 and §8.3: current best vs
+second dated block, never a rewrite), docs/protocol.md §6.3 and §7.3: current best vs
 baseline, the directions, the Termination Check (T1-T4) and the Final Report:
 baseline vs final best on full validation (from ``campaign accept`` when it ran),
 cumulative gain, effective and ineffective directions, the top three next steps,
@@ -45,7 +45,7 @@ INFLATION_LIMIT_PCT = 1.0
 REAL_BUCKETS = ("K1", "K2", "K3", "K4")
 
 
-# ---- the real-training audit (docs/protocol.md §9.5) -----------------------------------------
+# ---- the real-training audit (docs/protocol.md §8.5) -----------------------------------------
 @dataclass(frozen=True)
 class TransferRow:
     round: int
@@ -312,7 +312,7 @@ def render_final_report(
         f"### Ineffective directions\n\n{_items(ineffective_directions(results))}\n\n"
         f"### Top three next steps\n\n{steps}\n\n"
         f"### Round summaries\n\n{_links(results)}\n\n"
-        f"### Real-training audit (docs/protocol.md §9.5)\n\n{audit}\n\n"
+        f"### Real-training audit (docs/protocol.md §8.5)\n\n{audit}\n\n"
         f"HTML report: [report/index.html](../report/index.html)\n"
     )
 

@@ -1,4 +1,4 @@
-"""Choosing the representative shapes at BASELINE (docs/protocol.md §6.6).
+"""Choosing the representative shapes at BASELINE (docs/protocol.md §5.6).
 
 Only PASS rows of the baseline count.  The choice, deterministic (ties broken by
 label): the smallest shape by FLOPs (launch-overhead-bound), the largest (compute-
@@ -117,7 +117,7 @@ def select_representative(
 
 def choose_heldout(flops_by_label: Mapping[str, float]) -> list[str]:
     """Shapes set aside at BASELINE and never shown in quick validation (docs/protocol.md
-    §6.7): one per ten shapes, at least one from five shapes on, at most
+    §5.7): one per ten shapes, at least one from five shapes on, at most
     three, taken from the middle of the FLOPs order so the smallest and the largest stay
     available as representatives.  Deterministic."""
     ordered = sorted(flops_by_label, key=lambda lb: (flops_by_label[lb], lb))

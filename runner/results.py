@@ -164,7 +164,7 @@ class PairSample:
 
 @dataclass
 class TransferCheck:
-    """docs/protocol.md §9.5: the real-training transfer check of one round."""
+    """docs/protocol.md §8.5: the real-training transfer check of one round."""
 
     bucket: str = "K1"
     cache_key: str = "none"

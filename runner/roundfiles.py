@@ -21,7 +21,7 @@ class RoundLike(Protocol):
 
 
 def commit_message(m: Manifest, n: int, hypothesis: str, gate: GateResult) -> str:
-    """docs/protocol.md §7.7: the lineage commit message of an accepted round."""
+    """docs/protocol.md §6.7: the lineage commit message of an accepted round."""
     summary = hypothesis.strip().splitlines()[0][:72]
     change = (
         f"geomean {gate.best_aggregate:.3f} -> {gate.candidate_aggregate:.3f} "

@@ -1,5 +1,5 @@
 """Tokens per expert for grouped-GEMM (MoE) shapes: a seeded generator of the token
-distributions docs/protocol.md §6.6 requires.
+distributions docs/protocol.md §5.6 requires.
 
 ``group_sizes(dist, total_tokens, experts, seed)`` returns one row count per expert (the
 grouped GEMM's ``group_lens``).  ``total_tokens`` is the number of routed token slots

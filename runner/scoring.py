@@ -1,4 +1,4 @@
-"""Scoring a pinned CSV (docs/protocol.md §5): one primary metric per shape and
+"""Scoring a pinned CSV (docs/protocol.md §4): one primary metric per shape and
 their geometric mean.
 
 * forward-only compute-bound op: ``Forward TFLOPS``;

@@ -1,4 +1,4 @@
-"""``campaign status``: where a campaign stands (docs/protocol.md §7.6 and §8.1).
+"""``campaign status``: where a campaign stands (docs/protocol.md §6.6 and §7.1).
 
 The current best and its gain over the baseline, rounds accepted / rolled back /
 failed, the consecutive rollbacks with the escalation step they call for, the next
@@ -51,7 +51,7 @@ def consecutive_rollbacks(results: Sequence[RoundResult]) -> int:
 
 
 def escalation_step(rollbacks: int) -> tuple[int, str] | None:
-    """docs/protocol.md §8.1: the step for ``rollbacks`` consecutive rollbacks (4+ stays
+    """docs/protocol.md §7.1: the step for ``rollbacks`` consecutive rollbacks (4+ stays
     at step 4); None when the last round was accepted."""
     if rollbacks <= 0:
         return None

@@ -1,4 +1,4 @@
-"""``rounds/round-N/summary.md`` (docs/protocol.md §7.1 and §9.5).
+"""``rounds/round-N/summary.md`` (docs/protocol.md §6.1 and §8.5).
 
 Sections, as ``## `` headings, in this order: Hypothesis; Single change; Results;
 Decision; Attribution; Next direction; Rollback Analysis (rollbacks only);

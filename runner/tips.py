@@ -1,4 +1,4 @@
-"""Historical tips (docs/protocol.md §7.8).
+"""Historical tips (docs/protocol.md §6.8).
 
 One append-only markdown file per GPU, op and backend:
 ``<tips_root>/<target_gpu>/<target_op>/<backend_lowercase>/tips.md``.  The tips root
@@ -9,7 +9,7 @@ after a closed round that taught something reusable (``append_tip``), as::
     ### <YYYY-MM-DD HH:MM> round-N — ACCEPTED / ROLLED BACK
 
 then Context, Signal, Takeaway and Applicability.  A tip never advertises an
-over-fitting pattern (docs/protocol.md §9); ``check_tip_text`` refuses the obvious
+over-fitting pattern (docs/protocol.md §8); ``check_tip_text`` refuses the obvious
 ones with a keyword check.
 """
 
@@ -30,7 +30,7 @@ from runner.results import RoundResult
 TIPS_ROOT_ENV = "CAMPAIGN_TIPS_ROOT"
 TIPS_FILE = "tips.md"
 
-# (pattern, what it advertises): docs/protocol.md §9.2-9.3 (W2/W3, grouped GEMM).
+# (pattern, what it advertises): docs/protocol.md §8.2-8.3 (W2/W3, grouped GEMM).
 _OVERFIT: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(p, re.IGNORECASE), why)
     for p, why in (
@@ -74,7 +74,7 @@ def tips_title(manifest: Manifest) -> str:
     return (
         f"# Historical tips — {manifest.target_gpu} / {manifest.target_op} / "
         f"{manifest.target_backend.lower()}\n\n"
-        "Append-only (docs/protocol.md §7.4): one entry per lesson; correct an entry by "
+        "Append-only (docs/protocol.md §6.4): one entry per lesson; correct an entry by "
         "appending a correction.\n"
     )
 
@@ -102,11 +102,11 @@ def overfit_findings(*texts: str) -> list[str]:
 
 
 def check_tip_text(*texts: str) -> None:
-    """Refuse tip text that advertises an over-fitting pattern (docs/protocol.md §9)."""
+    """Refuse tip text that advertises an over-fitting pattern (docs/protocol.md §8)."""
     found = overfit_findings(*texts)
     if found:
         raise ConfigError(
-            "this tip advertises an over-fitting pattern (docs/protocol.md §9): "
+            "this tip advertises an over-fitting pattern (docs/protocol.md §8): "
             + "; ".join(found)
             + ". A tip must transfer to real training: rewrite it without that pattern "
             "(weight caches keyed on id(weight)+_version+shape are fine; per-call caches of "

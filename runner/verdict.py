@@ -1,5 +1,5 @@
 """What can veto or flag a candidate beyond its measured speed: the static audit of
-the patch (docs/protocol.md §9), a gain that does not survive fresh tensors, and a
+the patch (docs/protocol.md §8), a gain that does not survive fresh tensors, and a
 gain that does not hold on the held-out shapes (docs/measurement.md §5)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from runner.results import GateResult, TransferCheck
 def audit_candidate(
     patch: str, touched: list[str], inc_tree: Path, cand_tree: Path, bucket: str
 ) -> tuple[list[str], TransferCheck, AuditReport]:
-    """The static audit (docs/protocol.md §9.2-9.3): vetoes and the transfer-check record."""
+    """The static audit (docs/protocol.md §8.2-8.3): vetoes and the transfer-check record."""
     py = [p for p in touched if p.endswith(".py")]
     new = {p: (cand_tree / p).read_text(encoding="utf-8") for p in py if (cand_tree / p).exists()}
     old = {p: (inc_tree / p).read_text(encoding="utf-8") for p in py if (inc_tree / p).exists()}

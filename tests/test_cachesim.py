@@ -1,4 +1,4 @@
-"""runner.cachesim: the 8-step cache hit-rate simulation (docs/protocol.md §9.4).
+"""runner.cachesim: the 8-step cache hit-rate simulation (docs/protocol.md §8.4).
 
 Two tiny real ops with caches are written here: a legal W1 weight cache (quantised
 weight keyed on id(w)+w._version+shape) and an illegal W2 activation cache keyed on

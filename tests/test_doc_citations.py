@@ -1,5 +1,5 @@
 """Every document that code, help texts, README and docs cite exists in the repository,
-and so does every section (``docs/protocol.md §6.3``) and anchor (``protocol.md#6-the-gate``)
+and so does every section (``docs/protocol.md §5.3``) and anchor (``protocol.md#5-the-gate``)
 they point at.  A user can open nothing outside the repository."""
 
 from __future__ import annotations
@@ -163,14 +163,14 @@ def test_the_checker_catches_what_it_must(tmp_path: Path) -> None:
     bad = {
         "see PROTOCOL.md section 8": "not in the repository",
         "(docs/protocol.md §99)": "no section ['99']",
-        "docs/protocol.md §9.2-9.99": "no section ['9.99']",
+        "docs/protocol.md §8.2-8.99": "no section ['8.99']",
         "docs/nowhere.md §1": "cites missing docs/nowhere.md",
         "bucket (§9.2)": "without the file it belongs to",
     }
     for text, expected in bad.items():
         found = list(problems_in(text, "x.py", None))
         assert len(found) == 1 and expected in found[0], (text, found)
-    good = "docs/protocol.md §9.2-9.3 and §7.4, docs/measurement.md §4.1, README.md"
+    good = "docs/protocol.md §8.2-8.3 and §6.4, docs/measurement.md §4.1, README.md"
     assert list(problems_in(good, "x.py", None)) == []
     page = tmp_path / "page.md"
     page.write_text("## 1. One\n\n### 1.2 Two\n\nsee §1.2 and §3\n", encoding="utf-8")
@@ -178,6 +178,6 @@ def test_the_checker_catches_what_it_must(tmp_path: Path) -> None:
     assert [p.split(": ", 1)[1] for p in problems_in(text, "page.md", page)] == [
         "§3: no section ['3'] in this file"
     ]
-    link = "[protocol.md §6](../docs/protocol.md#6-the-gate) [x](../docs/protocol.md#nope)"
+    link = "[protocol.md §5](../docs/protocol.md#5-the-gate) [x](../docs/protocol.md#nope)"
     found = list(problems_in(link, "page.md", ROOT / "tests" / "page.md"))
     assert len(found) == 1 and "#nope: no such heading" in found[0], found

@@ -1,4 +1,4 @@
-"""Historical tips (docs/protocol.md §7.8): path, root resolution, reading, appending
+"""Historical tips (docs/protocol.md §6.8): path, root resolution, reading, appending
 through the append-only writer, refusals (unclosed round, over-fitting patterns)."""
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ def tip_cmd(
     applicability: str,
     tips_root: Path | None,
 ) -> None:
-    """Append a historical tip learnt in a closed round (docs/protocol.md §7.8)."""
+    """Append a historical tip learnt in a closed round (docs/protocol.md §6.8)."""
     campaign = _find(app, name)
     root = resolve_tips_root(app.campaigns_root, tips_root)
     path = append_tip(campaign, root, Tip(round_n, text, context, signal, applicability))

@@ -121,7 +121,7 @@ def baseline_cmd(
     "--bucket",
     default="K1",
     show_default=True,
-    help="Transfer bucket (docs/protocol.md §9.2): K1-K4, W1.",
+    help="Transfer bucket (docs/protocol.md §8.2): K1-K4, W1.",
 )
 @click.option("--pairs", type=int, default=None, help="B C C B blocks (default: manifest).")
 @executor_override_option
