@@ -23,6 +23,8 @@ CITED_SECTIONS = re.compile(
 )
 # a path under docs/, or a file name in capitals (README.md, PROTOCOL.md, ...)
 CITED_FILE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.md)\b")
+# a section cited by its title: docs/measurement.md, "Held-out shapes"
+CITED_TITLE = re.compile(r'((?:[\w.-]+/)*[\w.-]+\.md)`?,?\s*\(?"([^"\n]+)"')
 HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.M)
 NUMBERED = re.compile(r"^(\d+(?:\.\d+)*)\.?\s")
 
@@ -44,6 +46,12 @@ def headings(path: Path) -> tuple[set[str], set[str]]:
     titles = HEADING.findall(text)
     numbers = {m.group(1) for t in titles if (m := NUMBERED.match(t))}
     return {slug(t) for t in titles}, numbers
+
+
+def titles(path: Path) -> set[str]:
+    """The headings of a markdown file without their numbers, lower case."""
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+    return {re.sub(r"^\d+(?:\.\d+)*\.?\s+", "", t).strip().lower() for t in HEADING.findall(text)}
 
 
 def section_numbers(spec: str) -> list[str]:
@@ -103,6 +111,13 @@ def problems_in(text: str, where: str, md_file: Path | None) -> Iterator[str]:
         missing = [n for n in section_numbers(m.group(2)) if n not in numbers]
         if missing:
             yield f"{where}: {name}{m.group(2)}: no section {missing} in {name}"
+    for m in CITED_TITLE.finditer(text):
+        path = resolve(m.group(1), md_file)
+        if path is None or not _is_doc_citation(m.group(1)):
+            continue  # a missing file is reported below
+        covered.append(m.span())
+        if m.group(2).strip().lower() not in titles(path):
+            yield f'{where}: {m.group(1)} has no heading "{m.group(2)}"'
     for m in CITED_FILE.finditer(text):
         if any(a <= m.start() < b for a, b in covered) or not _is_doc_citation(m.group(1)):
             continue
@@ -166,11 +181,15 @@ def test_the_checker_catches_what_it_must(tmp_path: Path) -> None:
         "docs/protocol.md §8.2-8.99": "no section ['8.99']",
         "docs/nowhere.md §1": "cites missing docs/nowhere.md",
         "bucket (§9.2)": "without the file it belongs to",
+        'docs/protocol.md, "Over-fitting audit"': 'has no heading "Over-fitting audit"',
     }
     for text, expected in bad.items():
         found = list(problems_in(text, "x.py", None))
         assert len(found) == 1 and expected in found[0], (text, found)
-    good = "docs/protocol.md §8.2-8.3 and §6.4, docs/measurement.md §4.1, README.md"
+    good = (
+        "docs/protocol.md §8.2-8.3 and §6.4, docs/measurement.md §4.1, README.md, "
+        'docs/measurement.md, "Held-out shapes", docs/protocol.md ("The gate")'
+    )
     assert list(problems_in(good, "x.py", None)) == []
     page = tmp_path / "page.md"
     page.write_text("## 1. One\n\n### 1.2 Two\n\nsee §1.2 and §3\n", encoding="utf-8")
