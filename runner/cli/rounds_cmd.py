@@ -10,7 +10,7 @@ import click
 from runner.baseline import run_baseline
 from runner.campaign import Campaign
 from runner.cli.app import App
-from runner.cli.options import campaign_option, executor_override_option
+from runner.cli.options import campaign_option, executor_override_option, gpus_option
 from runner.errors import ConfigError, InfrastructureError, RolledBack
 from runner.executors.factory import make_executor
 from runner.leases import parse_gpus
@@ -125,7 +125,7 @@ def baseline_cmd(
 )
 @click.option("--pairs", type=int, default=None, help="B C C B blocks (default: manifest).")
 @executor_override_option
-@click.option("--gpus", default="", help="Lease and shard over these GPUs, e.g. 0,1.")
+@gpus_option
 @click.option(
     "--allow-env-mismatch",
     "allow_env_mismatch",
