@@ -72,7 +72,7 @@ def print_result(result: RoundResult, campaign: Campaign) -> None:
 @click.option("--campaign", "name", default=None, help="Campaign name (default: the only one).")
 @click.option("--op", default=None, help="Create the campaign first: operator, e.g. gemm_fp8.")
 @click.option("--granularity", default=None, help="tensorwise, rowwise or blockwise (fp8).")
-@click.option("--backend", default="TRITON", show_default=True)
+@click.option("--backend", default=None, help="Default: TRITON where the op has it.")
 @click.option("--target", default="example", show_default=True, help="example or primus-turbo.")
 @click.option(
     "--source",
