@@ -90,9 +90,11 @@ def extract_workspace(
         "files": _copy_named(upstream, files, dest / "src"),
         "tests": _copy_named(upstream, tests, dest / "tests"),
         "bench": _copy_named(upstream, bench, dest / "bench"),
-        "support": _copy_named(upstream, [f for f in support if f not in files], dest / "src"),
         **(extra or {}),
     }
+    if support:
+        record["support"] = _copy_named(upstream, [f for f in support if f not in files],
+                                        dest / "src")  # fmt: skip
     (dest / "src" / RECORD).write_text(yaml.safe_dump(record, sort_keys=False), encoding="utf-8")
     return record
 
