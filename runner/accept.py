@@ -444,6 +444,23 @@ def _measure(
         result.checks.append(benchmark_check(result.full_benchmark))
         result.full_suite = full_suite(rnd, head, art / "full_suite.log")
         result.checks.append(suite_check(result.full_suite))
+        if rnd.manifest.execution_mode == "workspace":
+            result.checks.append(_integration(rnd, head, result, art / "integration.log"))
+
+
+def _integration(rnd: Round, head: Path, result: Acceptance, log: Path) -> Check:
+    """Workspace mode: the integration gate in the full repository (sync back, build,
+    upstream focused test); its result is committed upstream only when every other
+    check passed too."""
+    from runner.flow.workspace_mode import integration_gate
+
+    try:
+        ok, detail, commit = integration_gate(rnd, head, log)
+    except CampaignError as exc:
+        return Check("integration (full repository)", False, str(exc))
+    if ok and commit is not None and all(c.ok for c in result.checks):
+        detail += "; " + commit()
+    return Check("integration (full repository)", ok, detail)
 
 
 def _validate(

@@ -113,6 +113,15 @@ def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
     fields["base_commit"] = fields.get("base_commit") or head_commit(source)
     fields["target_shapes"] = pin_shapes(fields.get("target_shapes"), fields)
     manifest = build_manifest(**fields)
+    if manifest.execution_mode == "workspace":
+        from runner.flow.workspace_mode import create_workspace, workspace_dir
+
+        if (Path(campaigns_root).resolve() / manifest.campaign_name).exists():
+            raise ConfigError(f"campaign {manifest.campaign_name} already exists")
+        fields["campaign_name"] = manifest.campaign_name
+        dest = workspace_dir(campaigns_root, manifest.campaign_name)
+        manifest = build_manifest(**create_workspace(target, source, dest, fields))
+        source = dest
     campaign = Campaign.init(campaigns_root, manifest)
     Lineage(source, manifest.campaign_name, None).resolve(manifest.base_commit or "HEAD")
     return campaign

@@ -54,6 +54,7 @@ from runner.spec import RoundSpec, save_spec, write_json_atomic
 from runner.targets.base import Target
 from runner.targets.registry import get_target
 from runner.verdict import audit_candidate, heldout_flag, inflation_veto
+from runner.workspace import code_root
 
 Progress = Callable[[str], None]
 
@@ -126,7 +127,7 @@ class Round:
         m = self.manifest
         job_env = {
             **STEADY_MALLOC,
-            **self.target.job_env(tree, m.target_op, m.target_backend),
+            **self.target.job_env(code_root(tree), m.target_op, m.target_backend),
             **(env or {}),
         }
         if len(self.gpus) == 1 and not env:

@@ -11,6 +11,7 @@ the scaffolding (tests/, bench/, anything else) never goes upstream.
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
@@ -70,9 +71,13 @@ def extract_workspace(
     *,
     tests: Sequence[str] = (),
     bench: Sequence[str] = (),
+    support: Sequence[str] = (),
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Extract ``files`` (kernel sources) plus the focused ``tests`` and ``bench`` files
-    from ``upstream`` into ``dest``; returns (and writes) the UPSTREAM.yaml record."""
+    from ``upstream`` into ``dest``; returns (and writes) the UPSTREAM.yaml record.
+    ``support`` files (the rest of the package, so that it imports) go to ``src/`` too
+    but, like tests and bench, are never synced back; ``extra`` keys are recorded."""
     if not files:
         raise ConfigError("no kernel files named; pass the kernel_source file(s) to extract")
     upstream = upstream.resolve()
@@ -86,7 +91,11 @@ def extract_workspace(
         "files": _copy_named(upstream, files, dest / "src"),
         "tests": _copy_named(upstream, tests, dest / "tests"),
         "bench": _copy_named(upstream, bench, dest / "bench"),
+        **(extra or {}),
     }
+    if support:
+        record["support"] = _copy_named(upstream, [f for f in support if f not in files],
+                                        dest / "src")  # fmt: skip
     (dest / "src" / RECORD).write_text(yaml.safe_dump(record, sort_keys=False), encoding="utf-8")
     return record
 
@@ -142,7 +151,10 @@ def sync_back(dest: Path, upstream: Path, only: Sequence[str] | None = None) -> 
 def _core_paths(record: dict[str, Any]) -> list[str]:
     """The recorded kernel paths; a record that lists scaffolding as core is refused."""
     core = [_relative(entry["path"]).as_posix() for entry in record["files"]]
-    scaffolding = {e["path"] for e in record.get("tests", []) + record.get("bench", [])}
+    scaffolding = {
+        e["path"]
+        for e in record.get("tests", []) + record.get("bench", []) + record.get("support", [])
+    }
     clash = sorted(set(core) & scaffolding)
     if clash:
         raise ConfigError(
@@ -161,3 +173,18 @@ def check_scaffolding(dest: Path, paths: Sequence[str]) -> None:
             f"refusing to sync {extra}: only core kernel files {sorted(core)} go upstream; "
             "tests/ and bench/ are workspace scaffolding"
         )
+
+
+def code_root(tree: Path) -> Path:
+    """Where the target package of ``tree`` lives: ``src/`` of an extracted workspace
+    (its ``src/UPSTREAM.yaml`` says so), the tree itself otherwise."""
+    return tree / "src" if (tree / "src" / RECORD).is_file() else tree
+
+
+def workspace_command(command: str, tests: Sequence[str], bench: Sequence[str]) -> str:
+    """An upstream command with its test and bench paths moved under ``tests/`` and
+    ``bench/``, as they lie in the workspace."""
+    for prefix, names in (("tests", tests), ("bench", bench)):
+        for name in names:
+            command = re.sub(rf"(?<![\w/.]){re.escape(name)}", f"{prefix}/{name}", command)
+    return command

@@ -73,7 +73,7 @@ def print_result(result: RoundResult, campaign: Campaign) -> None:
 @campaign_option
 @click.option("--op", default=None, help="Create the campaign first: operator, e.g. gemm_fp8.")
 @click.option("--granularity", default=None, help="tensorwise, rowwise or blockwise (fp8).")
-@click.option("--backend", default="TRITON", show_default=True)
+@click.option("--backend", default=None, help="Default: TRITON where the op has it.")
 @click.option("--target", default="example", show_default=True, help="example or primus-turbo.")
 @click.option(
     "--source",

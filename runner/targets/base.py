@@ -93,6 +93,13 @@ class Target:
             for g in self.rebuild_globs
         )
 
+    def workspace_scaffolding(
+        self, op: str, granularity: str | None, backend: str
+    ) -> dict[str, list[str]]:
+        """The files workspace mode extracts besides the kernels and the package:
+        ``tests`` (the focused test and what it imports) and ``bench``."""
+        raise ConfigError(f"target {self.name} has no workspace mode; use --mode repo")
+
     # Commands a subclass must provide -------------------------------------------------
     def test_command(self, op: str, granularity: str | None, backend: str) -> str:
         raise NotImplementedError

@@ -238,8 +238,6 @@ class PrimusTurboTarget(Target):
         if op == "attention":
             args = f" --backend {backend.lower()}"
         elif op.endswith("_fp8"):
-            if op == "grouped_gemm_fp8" and granularity == "mx_blockwise":
-                raise ConfigError("bench_grouped_gemm_turbo.py has no MX granularity")
             args = f" --dtype fp8 --granularity {BENCH_GRANULARITY[str(granularity)]}"
         else:
             args = " --dtype bf16"

@@ -1,0 +1,1 @@
+"""Campaign flows: baseline, validate, accept, passes, sharding."""

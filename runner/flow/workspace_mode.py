@@ -1,0 +1,130 @@
+"""Workspace mode end to end (docs/primus-turbo.md, "Workspace mode").
+
+``campaign init --mode workspace`` extracts the op's kernel files, with its focused
+test and benchmark files and the rest of the target package (so that it imports),
+from the ``--source`` checkout into ``<campaigns root>/workspaces/<campaign>``, a git
+repository of its own: the campaign's source.  Rounds run there as in repo mode (the
+package is imported from the worktree's ``src/``).  ``campaign accept`` then runs the
+integration gate in the full repository: the lineage head's kernel files synced back
+into a fresh worktree of the upstream commit they were extracted from, the target's
+build when a native or build file changed, and the upstream focused test; only when
+every acceptance check passes is the synced result committed there, on the branch
+``<campaign>-integrated`` of the upstream repository.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runner.cmd import run
+from runner.errors import ConfigError
+from runner.judge.import_cause import explain_failure
+from runner.lineage import Lineage
+from runner.targets.base import Target
+from runner.workspace import extract_workspace, load_record, sync_back, workspace_command
+
+if TYPE_CHECKING:
+    from runner.rounds import Round
+
+WORKSPACES = "workspaces"
+IDENT = ["-c", "user.name=turbo-campaign", "-c", "user.email=turbo-campaign@localhost"]
+
+
+def workspace_dir(campaigns_root: Path, name: str) -> Path:
+    return Path(campaigns_root).resolve() / WORKSPACES / name
+
+
+def create_workspace(
+    target: Target, upstream: Path, dest: Path, fields: dict[str, Any]
+) -> dict[str, Any]:
+    """Extract into ``dest`` (a new git repository) and return ``fields`` rewritten for
+    it: source, kernel_source under ``src/``, the commands' test/bench paths moved,
+    base_commit the workspace's first commit.  The upstream forms of the commands are
+    recorded in ``src/UPSTREAM.yaml`` for the integration gate."""
+    if target.editable_install:
+        raise ConfigError(
+            f"workspace mode extracts a package that imports from its source files; "
+            f"{target.name} needs its native extension built from the full tree: use "
+            "--mode repo (the default)"
+        )
+    if dest.exists():
+        raise ConfigError(f"{dest} already exists; choose another --name")
+    op, gran, backend = fields["target_op"], fields.get("granularity"), fields["target_backend"]
+    scaffolding = target.workspace_scaffolding(op, gran, backend)
+    tests, bench = scaffolding.get("tests", []), scaffolding.get("bench", [])
+    kernels = list(fields["kernel_source"])
+    listed = run(["git", "-C", str(upstream), "ls-files", "--", target.package])
+    support = [f for f in listed.stdout.splitlines() if f and f not in kernels]
+    commands = {k: fields[k] for k in ("test_command", "benchmark_command")}
+    extract_workspace(
+        upstream, kernels, dest, tests=tests, bench=bench, support=support,
+        extra={"commands": commands},
+    )  # fmt: skip
+    run(["git", "init", "-q", "-b", "main"], cwd=dest)
+    run(["git", "add", "-A"], cwd=dest)
+    run(["git", *IDENT, "commit", "-q", "-m", "workspace: extracted"], cwd=dest)
+    head = run(["git", "rev-parse", "HEAD"], cwd=dest).stdout.strip()
+    out = dict(fields)
+    out.update(
+        source=str(dest),
+        base_commit=head,
+        kernel_source=[f"src/{k}" for k in kernels],
+        **{k: workspace_command(v, tests, bench) for k, v in commands.items()},
+    )
+    return out
+
+
+def integration_gate(rnd: Round, head_tree: Path, log_path: Path) -> tuple[bool, str, Any]:
+    """Sync back, build, upstream focused test; returns (ok, detail, a ``commit``
+    callable that records the result on the upstream branch)."""
+    from runner.accept import run_command_in
+
+    record = load_record(head_tree)
+    upstream = Path(record["upstream"])
+    test_command = str(record.get("commands", {}).get("test_command") or "")
+    if not test_command:
+        return False, "UPSTREAM.yaml records no upstream test command", None
+    lines: list[str] = []
+    lineage = Lineage(upstream, rnd.campaign.name, None)
+    with lineage.worktree(str(record["commit"])) as tree:
+        written = sync_back(head_tree, tree)
+        lines.append(f"synced back into {upstream} @ {str(record['commit'])[:12]}: "
+                     f"{', '.join(written) or 'no kernel file changed'}")  # fmt: skip
+        target = rnd.target
+        if target.needs_rebuild(written):
+            build = " && ".join(shlex.join(c) for c in target.install_commands(None))
+            code, text, _ = run_command_in(rnd, "integration-build", tree, build)
+            lines.append(f"$ {build}\n{text}")
+            if code != 0:
+                log_path.write_text("\n".join(lines), encoding="utf-8")
+                return False, f"build failed (exit {code}): {explain_failure('', text)}", None
+            built = "built"
+        else:
+            built = "no build (no native or build file changed)"
+        code, text, _ = run_command_in(rnd, "integration-test", tree, test_command)
+        lines.append(text)
+        log_path.write_text("\n".join(lines), encoding="utf-8")
+        if code != 0:
+            cause = explain_failure("", text).strip() or text.strip()[-300:]
+            return False, f"upstream focused test failed (exit {code}): {cause}", None
+        detail = f"synced {len(written)} file(s), {built}, `{test_command}` passed"
+        commit = None
+        if written:
+            run(["git", "add", "--", *written], cwd=tree)
+            message = f"[optimize] {rnd.campaign.name}: workspace lineage synced back"
+            run(["git", *IDENT, "commit", "-q", "--no-verify", "-m", message], cwd=tree)
+            sha = run(["git", "rev-parse", "HEAD"], cwd=tree).stdout.strip()
+            commit = _brancher(upstream, f"{rnd.campaign.name}-integrated", sha)
+    return True, detail, commit
+
+
+def _brancher(upstream: Path, branch: str, sha: str) -> Any:
+    def make_branch() -> str:
+        proc = run(["git", "-C", str(upstream), "branch", branch, sha], check=False)
+        if proc.returncode != 0:
+            return f"commit {sha[:12]} (branch {branch} not created: {proc.stdout.strip()})"
+        return f"commit {sha[:12]} on branch {branch} of {upstream}"
+
+    return make_branch

@@ -1,0 +1,126 @@
+"""Workspace mode end to end on the example package: init extracts, rounds run in the
+workspace, accept syncs back into the full repository and runs its focused test."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from runner.accept import run_acceptance
+from runner.baseline import run_baseline
+from runner.campaign import Campaign
+from runner.demo import PATCHES, SPEEDUP, demo_manifest_fields
+from runner.errors import ConfigError
+from runner.executors.local import LocalExecutor
+from runner.newcampaign import create_campaign, fresh_example_copy
+from runner.results import Status
+from runner.rounds import Request, validate_round
+
+pytestmark = pytest.mark.integration  # real git, real worker subprocesses
+
+# four of the five CPU shapes (the representative shapes need three besides a held-out)
+SHAPES = [
+    "cpu-small-16x256x1024",
+    "cpu-llama2-7b-qkv-64x1536x1024",
+    "cpu-llama2-7b-attn_out-64x512x1024",
+    "cpu-llama2-7b-down-64x512x2816",
+]
+KERNELS = ["turbo_kernels/cpu/gemm_fp8.py", "turbo_kernels/pytorch/ops/gemm_fp8.py"]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def in_workspace(patch: str) -> str:
+    """An upstream patch with its paths as they lie in the workspace (under src/)."""
+    for side in ("a/", "b/"):
+        patch = patch.replace(f" {side}turbo_kernels/", f" {side}src/turbo_kernels/")
+    return patch
+
+
+def test_workspace_mode_end_to_end(tmp_path: Path) -> None:
+    upstream = fresh_example_copy(tmp_path / "upstream")
+    upstream_head = git(upstream, "rev-parse", "HEAD")
+    root = tmp_path / "campaigns"
+    fields = demo_manifest_fields(upstream, "ws", "cpu")
+    campaign = create_campaign(
+        root, **fields, execution_mode="workspace", kernel_source=list(KERNELS),
+        target_shapes=SHAPES,
+    )  # fmt: skip
+    m = campaign.manifest
+    ws = root.resolve() / "workspaces" / m.campaign_name
+    assert Path(m.source) == ws and m.base_commit == git(ws, "rev-parse", "HEAD")
+    assert m.kernel_source == [f"src/{k}" for k in KERNELS]
+    assert m.test_command.startswith("python -m pytest tests/tests/test_example_gemm_fp8.py")
+    record = yaml.safe_load((ws / "src" / "UPSTREAM.yaml").read_text())
+    assert record["commit"] == upstream_head
+    assert record["commands"]["test_command"].startswith(
+        "python -m pytest tests/test_example_gemm_fp8.py"
+    )
+    assert (ws / "tests" / "tests" / "conftest.py").is_file()
+    assert (ws / "src" / "turbo_kernels" / "__init__.py").is_file()  # support: it imports
+
+    executor = LocalExecutor()
+    run_baseline(campaign, executor, passes=2, progress=lambda _: None)
+    campaign = Campaign.load(campaign.root)
+    patch = in_workspace((PATCHES / SPEEDUP[0]).read_text(encoding="utf-8"))
+    result = validate_round(
+        campaign, executor, Request(2, SPEEDUP[2], patch, bucket=SPEEDUP[1]),
+        progress=lambda _: None,
+    )  # fmt: skip
+    assert result.status is Status.ACCEPTED, result
+    # the rounds ran in the workspace: the upstream checkout is untouched so far
+    assert git(upstream, "rev-parse", "HEAD") == upstream_head
+    assert git(upstream, "status", "--porcelain") == ""
+    assert result.commit and git(ws, "log", "-1", "--format=%s", result.commit).startswith(
+        "[optimize] "
+    )
+
+    acceptance = run_acceptance(Campaign.load(campaign.root), executor, passes=1,
+                                progress=lambda _: None)  # fmt: skip
+    gate = next(c for c in acceptance.checks if c.name == "integration (full repository)")
+    assert gate.ok, gate.detail
+    assert "synced 1 file(s), no build" in gate.detail
+    branch = f"{m.campaign_name}-integrated"
+    if acceptance.accepted:
+        assert f"on branch {branch}" in gate.detail
+        changed = git(upstream, "diff", "--name-only", upstream_head, branch)
+        assert changed == "turbo_kernels/pytorch/ops/gemm_fp8.py"
+    assert git(upstream, "status", "--porcelain") == ""  # synced in a worktree, not here
+    assert (campaign.root / "acceptance" / "artifacts" / "integration.log").is_file()
+
+
+def test_integration_gate_fails_on_the_upstream_focused_test(tmp_path: Path) -> None:
+    """A kernel that breaks the upstream test fails the gate (a real pytest run)."""
+    from runner.flow.workspace_mode import integration_gate
+    from runner.rounds import Round
+
+    upstream = fresh_example_copy(tmp_path / "upstream")
+    fields = demo_manifest_fields(upstream, "bad", "cpu")
+    campaign = create_campaign(tmp_path / "c", **fields, execution_mode="workspace")
+    ws = Path(campaign.manifest.source)
+    kernel = ws / campaign.manifest.kernel_source[0]
+    kernel.write_text(kernel.read_text() + "\nraise ImportError('broken kernel')\n")
+    rnd = Round(campaign, LocalExecutor(), lambda _: None, tmp_path / "tmp", 0, "full")
+    ok, detail, commit = integration_gate(rnd, ws, tmp_path / "integration.log")
+    assert not ok and commit is None
+    assert "upstream focused test failed" in detail and "broken kernel" in detail
+
+
+def test_workspace_mode_is_refused_for_a_target_built_from_the_full_tree(
+    tmp_path: Path,
+) -> None:
+    upstream = fresh_example_copy(tmp_path / "upstream")
+    with pytest.raises(ConfigError, match="use --mode repo"):
+        create_campaign(
+            tmp_path / "c", target="primus-turbo", source=str(upstream), target_op="gemm",
+            target_backend="TRITON", execution_mode="workspace",
+            test_command="pytest t.py", benchmark_command="python b.py",
+            kernel_source=["turbo_kernels/triton/gemm_kernel.py"],
+        )  # fmt: skip
