@@ -31,8 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-log = logging.getLogger("runner.schema")
 from runner.errors import ConfigError, CsvValueError, SchemaDriftError
+
+log = logging.getLogger("runner.schema")
 
 GEMM_COLUMNS: tuple[str, ...] = (
     "label",
