@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -41,6 +40,8 @@ from runner.rounds import Progress, Round, RoundFailed, all_shapes, run_pass
 from runner.scoring import score
 from runner.shapes import Shape, shapes_by_label
 from runner.status import unclosed_rounds
+from runner.store.guard import preflight
+from runner.store.leftovers import job_dir
 
 ACCEPTANCE_SCHEMA_VERSION = 1
 ACCEPT_ROUND = 0  # the spec's round number: acceptance is not a round
@@ -339,6 +340,7 @@ def run_acceptance(
     if passes < 1:
         raise ConfigError("--passes must be at least 1 (B C C B blocks; 2 is the default)")
     with campaign.lock():
+        preflight(campaign, progress)
         _refuse_unready(campaign)
         m = campaign.manifest
         lineage = Lineage(Path(m.source), campaign.name, branch_name(m))
@@ -355,10 +357,10 @@ def run_acceptance(
         accepted = [r.commit for r in campaign.results() if r.status is Status.ACCEPTED]
         check, result.commits = lineage_check(lineage, m, accepted)
         out = _fresh_dir(acceptance_dir(campaign))
-        with tempfile.TemporaryDirectory(prefix="turbo-campaign-accept-") as tmp:
-            rnd = Round(campaign, executor, _prefixed(progress), Path(tmp), ACCEPT_ROUND, "full")
+        with job_dir(campaign.root, campaign.name) as tmp:
+            rnd = Round(campaign, executor, _prefixed(progress), tmp, ACCEPT_ROUND, "full")
             _measure(rnd, lineage, result, shapes, out / "artifacts")
-            _keep_passes(Path(tmp), out / "artifacts")
+            _keep_passes(tmp, out / "artifacts")
         result.checks.append(check)
         result.finished = now()
         write_acceptance(out, result)
