@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from runner.campaign import Campaign
+from runner.errors import CampaignError
 from runner.leases import list_leases
 from runner.logs import aggregate_over, fmt_num, fmt_pct, passing, pct_change
 from runner.records import check_chain
 from runner.results import RoundResult, Status
-from runner.store.guard import check_records
+from runner.store.guard import check_records, lineage_behind
 from runner.store.leftovers import describe_attempt, describe_leftovers
 
 ESCALATION: dict[int, str] = {
@@ -177,6 +178,12 @@ def collect_status(campaign: Campaign) -> CampaignStatus:
     status.leftovers = describe_leftovers(
         campaign.root, campaign.name, Path(campaign.manifest.source)
     )
+    try:
+        behind = lineage_behind(campaign)
+    except CampaignError:
+        behind = None
+    if behind:
+        status.leftovers.insert(0, f"lineage: {behind}")
     status.extra.extend(lease_lines())
     return status
 

@@ -72,9 +72,21 @@ def verify_records(campaign: Campaign) -> None:
         )
 
 
-def finish_lineage(campaign: Campaign) -> str | None:
-    """A round closed ACCEPTED whose lineage head was not moved yet (killed between the
-    records and the ref update): move it now.  Returns what was done."""
+def lineage_behind(campaign: Campaign) -> str | None:
+    """In words: a round closed ACCEPTED whose lineage head was not moved yet (killed
+    between the records and the ref update); None when the head is where it belongs."""
+    found = _behind(campaign)
+    if found is None:
+        return None
+    n, commit, head = found
+    return (
+        f"round-{n} closed ACCEPTED but the lineage head is still its parent {head[:12]} "
+        f"(interrupted before the ref update); the next baseline/validate/accept/report "
+        f"moves it to {commit[:12]}"
+    )
+
+
+def _behind(campaign: Campaign) -> tuple[int, str, str] | None:
     kept = [r for r in campaign.results() if r.status is Status.ACCEPTED and r.commit]
     if not kept:
         return None
@@ -85,8 +97,20 @@ def finish_lineage(campaign: Campaign) -> str | None:
     commit = last.commit or ""
     if head == commit or lineage.parent(commit) != head:
         return None
-    lineage.advance(commit, head, move_branch=m.git_commit)
-    return f"moved the lineage head to round-{last.round}'s commit {commit[:12]} (interrupted)"
+    return last.round, commit, head
+
+
+def finish_lineage(campaign: Campaign) -> str | None:
+    """Move the lineage head of an interrupted ACCEPTED round.  Returns what was done."""
+    found = _behind(campaign)
+    if found is None:
+        return None
+    n, commit, head = found
+    m = campaign.manifest
+    Lineage(Path(m.source), campaign.name, branch_name(m)).advance(
+        commit, head, move_branch=m.git_commit
+    )
+    return f"moved the lineage head to round-{n}'s commit {commit[:12]} (interrupted)"
 
 
 def preflight(campaign: Campaign, progress: Callable[[str], None] | None = None) -> None:
