@@ -271,7 +271,8 @@ def clean_leftovers(campaign_root: Path, name: str, source: Path) -> list[str]:
         if w.kind == "process":
             pid = int(w.ident)
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(os.getpgid(pid), signal.SIGKILL)
+                if os.getpgid(pid) == pid:  # a worker leads its own group: kill it all
+                    os.killpg(pid, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         else:
