@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,8 @@ from runner.schema import get_schema, read_csv
 from runner.scoring import score
 from runner.shapes import Shape, shapes_by_label
 from runner.status import unclosed_rounds
+from runner.store.guard import preflight
+from runner.store.leftovers import job_dir
 from runner.targets.upstream_csv import BENCH_CSV_NAME, to_pinned
 
 ACCEPTANCE_SCHEMA_VERSION = 1
@@ -382,6 +383,7 @@ def run_acceptance(
     if passes < 1:
         raise ConfigError("--passes must be at least 1 (B C C B blocks; 2 is the default)")
     with campaign.lock():
+        preflight(campaign, progress)
         _refuse_unready(campaign)
         m = campaign.manifest
         lineage = Lineage(Path(m.source), campaign.name, branch_name(m))
@@ -398,10 +400,10 @@ def run_acceptance(
         accepted = [r.commit for r in campaign.results() if r.status is Status.ACCEPTED]
         check, result.commits = lineage_check(lineage, m, accepted)
         out = _fresh_dir(acceptance_dir(campaign))
-        with tempfile.TemporaryDirectory(prefix="turbo-campaign-accept-") as tmp:
-            rnd = Round(campaign, executor, _prefixed(progress), Path(tmp), ACCEPT_ROUND, "full")
+        with job_dir(campaign.root, campaign.name) as tmp:
+            rnd = Round(campaign, executor, _prefixed(progress), tmp, ACCEPT_ROUND, "full")
             _measure(rnd, lineage, result, shapes, out / "artifacts")
-            _keep_passes(Path(tmp), out / "artifacts")
+            _keep_passes(tmp, out / "artifacts")
         result.checks.append(check)
         result.finished = now()
         write_acceptance(out, result)

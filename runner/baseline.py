@@ -4,7 +4,7 @@ generated quick script and its log, the kernel snapshot and the records."""
 
 from __future__ import annotations
 
-import tempfile
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,6 +34,8 @@ from runner.rounds import (
 from runner.schema import BenchCSV
 from runner.scoring import score
 from runner.stats import rel_stdev
+from runner.store.guard import preflight
+from runner.store.leftovers import job_dir
 from runner.worker import OUT_ENV
 
 
@@ -50,6 +52,7 @@ def run_baseline(
     if passes < 2:
         raise ConfigError("the baseline needs at least 2 passes to calibrate noise (use 5)")
     with campaign.lock():
+        preflight(campaign, progress)
         if campaign.closed_rounds():
             raise ConfigError(
                 f"campaign {campaign.name} already has a baseline; the next round is "
@@ -59,11 +62,12 @@ def run_baseline(
         if not m.base_commit:
             raise ConfigError("manifest has no base_commit; re-create the campaign")
         started = now()
+        shutil.rmtree(campaign.round_dir(1), ignore_errors=True)  # an interrupted attempt
         with (
             gpu_lease(gpus, campaign, 1),
-            tempfile.TemporaryDirectory(prefix="turbo-campaign-") as tmp,
+            job_dir(campaign.root, campaign.name) as tmp,
         ):
-            rnd = Round(campaign, executor, progress, Path(tmp), 1, "full", tuple(gpus))
+            rnd = Round(campaign, executor, progress, tmp, 1, "full", tuple(gpus))
             result = _baseline_in(rnd, passes, started)
         return result
 
@@ -121,7 +125,7 @@ def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:
         key_finding=f"sigma_G {100 * sigma_g:.3f}%; representative: {', '.join(rep)}",
         commit=m.base_commit,
     )
-    close_round(campaign, result)
+    close_round(campaign, result, progress=rnd.step)
     return result
 
 

@@ -243,9 +243,14 @@ def verify_checksums(root: Path) -> None:
     if not listing.is_file():
         raise BundleError(f"the bundle has no {CHECKSUMS}; it was not made by `campaign export`")
     expected: dict[str, str] = {}
-    for line in listing.read_text(encoding="utf-8").splitlines():
+    try:
+        text = listing.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise BundleError(f"{CHECKSUMS} is not UTF-8 text: re-export the bundle") from None
+    for line in text.splitlines():
         digest, _, rel = line.partition("  ")
-        if not rel or len(digest) != 64:
+        unsafe = rel.startswith("/") or ".." in Path(rel).parts
+        if not rel or len(digest) != 64 or unsafe:
             raise BundleError(f"{CHECKSUMS} has a malformed line {line!r}: re-export the bundle")
         expected[rel] = digest
     for rel in _files(root):
@@ -372,7 +377,7 @@ def open_bundle(path: Path, dest: Path) -> Bundle:
 def _yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
         raise BundleError(f"cannot read {path.name} from the bundle: {exc}") from None
     if not isinstance(data, dict):
         raise BundleError(f"{path.name} in the bundle is not a mapping: re-export")

@@ -125,6 +125,16 @@ class Campaign:
         cls, path_or_name: str | os.PathLike[str], campaigns_root: Path | None = None
     ) -> Campaign:
         """Open a campaign by directory path or by name under ``campaigns_root``."""
+        try:
+            return cls._load(path_or_name, campaigns_root)
+        except OSError as exc:  # e.g. a name too long for the filesystem
+            raise ConfigError(
+                f"cannot open campaign {str(path_or_name)[:80]!r} ({exc.strerror or exc}); "
+                "check the name or path"
+            ) from None
+
+    @classmethod
+    def _load(cls, path_or_name: str | os.PathLike[str], campaigns_root: Path | None) -> Campaign:
         given = Path(path_or_name)
         root = given if (given / MANIFEST_NAME).exists() or campaigns_root is None else None
         if root is None:

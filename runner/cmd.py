@@ -1,5 +1,11 @@
 """Every subprocess of the runner goes through ``run``: it logs the command and raises
-a typed ``CommandFailed`` with the output tail when the command fails."""
+a typed ``CommandFailed`` with the output tail when the command fails.
+
+``die_with_parent`` (workers): the child gets its own process group and the Linux
+parent-death signal, so a killed campaign leaves no worker behind, and a timeout or an
+interrupt kills the child's whole group.  ``pass_fds`` hands open descriptors (the GPU
+lease locks) to the child, so a lease stays held until the child has exited too.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from runner.bench.lifeline import child_preexec, kill_group
 from runner.errors import CommandFailed, InfrastructureError
 
 log = logging.getLogger("runner.cmd")
@@ -24,30 +31,77 @@ def run(
     capture: bool = True,
     timeout: float | None = None,
     input_text: str | None = None,
+    die_with_parent: bool = False,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.CompletedProcess[str]:
     """Run ``cmd`` and return the completed process (stdout and stderr merged when
     captured).  ``env`` replaces the environment entirely when given."""
     args = [os.fspath(c) for c in cmd]
     log.debug("+ %s (cwd=%s)", shlex.join(args), cwd or Path.cwd())
     try:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             args,
             cwd=cwd,
             env=dict(env) if env is not None else None,
             text=True,
-            input=input_text,
+            stdin=subprocess.PIPE if input_text is not None else None,
             stdout=subprocess.PIPE if capture else None,
             stderr=subprocess.STDOUT if capture else None,
-            timeout=timeout,
-            check=False,
+            start_new_session=die_with_parent,
+            preexec_fn=child_preexec() if die_with_parent else None,
+            pass_fds=tuple(pass_fds),
         )
     except FileNotFoundError as exc:
         raise InfrastructureError(
             f"cannot run {args[0]!r}: not found on PATH; install it or fix PATH"
         ) from exc
-    except subprocess.TimeoutExpired as exc:
-        out = exc.output if isinstance(exc.output, str) else ""
-        raise CommandFailed(args, -1, f"timed out after {timeout} s\n{out}") from exc
-    if check and proc.returncode != 0:
-        raise CommandFailed(args, proc.returncode, proc.stdout or "")
-    return proc
+    with proc:
+        try:
+            out, _ = proc.communicate(input_text, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop(proc, die_with_parent)
+            out, _ = proc.communicate()
+            raise CommandFailed(args, -1, f"timed out after {timeout} s\n{out or ''}") from None
+        except BaseException:
+            _stop(proc, die_with_parent)
+            raise
+    done = subprocess.CompletedProcess(args, proc.returncode, out, None)
+    if check and done.returncode != 0:
+        raise CommandFailed(args, done.returncode, done.stdout or "")
+    return done
+
+
+def _stop(proc: subprocess.Popen[str], group: bool) -> None:
+    if group:
+        kill_group(proc.pid)
+    proc.kill()
+    proc.wait()
+
+
+def spawn(
+    cmd: Sequence[str | os.PathLike[str]],
+    *,
+    env: Mapping[str, str] | None = None,
+    pass_fds: Sequence[int] = (),
+    detach: bool = True,
+) -> subprocess.Popen[str]:
+    """Start ``cmd`` in the background with a pipe on its stdin (a watchdog such as the
+    docker reaper: it learns that its parent died when the pipe closes).  ``detach``: a
+    new session, so the watchdog outlives a kill of the caller's process group."""
+    args = [os.fspath(c) for c in cmd]
+    log.debug("+ %s &", shlex.join(args))
+    try:
+        return subprocess.Popen(
+            args,
+            env=dict(env) if env is not None else None,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=detach,
+            pass_fds=tuple(pass_fds),
+        )
+    except FileNotFoundError as exc:
+        raise InfrastructureError(
+            f"cannot run {args[0]!r}: not found on PATH; install it or fix PATH"
+        ) from exc

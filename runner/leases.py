@@ -146,6 +146,17 @@ def _busy_message(busy: Sequence[LeaseInfo], waited: float) -> str:
     )
 
 
+_HELD: dict[int, int] = {}  # fd -> gpu, every lease this process holds
+
+
+def held_fds() -> list[int]:
+    """The lock descriptors of every lease this process holds.  Workers inherit them
+    (``runner.cmd.run(pass_fds=...)``): a flock lasts until the last descriptor of its
+    open file closes, so a GPU stays leased until every worker on it has exited, even
+    when the campaign process itself was killed."""
+    return sorted(_HELD)
+
+
 class Lease:
     """GPUs held by this process until ``release`` (or the end of the ``with``)."""
 
@@ -153,6 +164,7 @@ class Lease:
         self.gpus = tuple(gpus)
         self._fds = fds
         self.root = root
+        _HELD.update({fd: gpu for gpu, fd in fds.items()})
 
     def __enter__(self) -> Lease:
         return self
@@ -173,6 +185,7 @@ class Lease:
         """Empty each lock file, then unlock and close it; safe to call twice."""
         fds, self._fds = self._fds, {}
         for fd in fds.values():
+            _HELD.pop(fd, None)
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
             os.close(fd)  # closing the only descriptor drops the flock

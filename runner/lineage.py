@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from runner.bench.checkpoint import pause_point
 from runner.cmd import run
 from runner.errors import CommandFailed, ConfigError, InfrastructureError, NothingToDo
+from runner.store.leftovers import WORKTREE_PREFIX, make_owned_dir
 
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "turbo-campaign",
@@ -115,8 +116,12 @@ class Lineage:
     @contextlib.contextmanager
     def worktree(self, commit: str, patch: str | None = None) -> Iterator[Path]:
         """A fresh detached worktree at ``commit`` (with ``patch`` applied), removed
-        afterwards."""
-        parent = Path(tempfile.mkdtemp(prefix="turbo-campaign-wt-"))
+        afterwards (a killed command's worktree is removed by the next command:
+        ``runner.store.leftovers``)."""
+        parent = make_owned_dir(
+            f"{WORKTREE_PREFIX}{self.campaign}-",
+            {"campaign": self.campaign, "source": str(self.source)},
+        )
         tree = parent / "src"
         try:
             self.git("worktree", "add", "--detach", "-q", str(tree), commit)
@@ -136,6 +141,7 @@ class Lineage:
         ``advance`` moves the refs once the records are written."""
         with self.worktree(parent, patch) as tree:
             self.git("commit", "-q", "--no-verify", "-m", message, cwd=tree)
+            pause_point("commit")
             return self.git("rev-parse", "HEAD", cwd=tree)
 
     def advance(self, new: str, old: str, *, move_branch: bool) -> None:

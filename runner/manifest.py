@@ -379,9 +379,13 @@ def load_manifest(path: str | os.PathLike[str]) -> Manifest:
         raise ConfigError(
             f"no manifest at {p}; create the campaign with `campaign init` first"
         ) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text ({exc}); restore the manifest") from None
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read the manifest ({exc.strerror or exc})") from None
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, RecursionError) as exc:
         raise ConfigError(f"{p}: not valid YAML ({exc}); fix the syntax") from None
     return validate_manifest(data, str(p))
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,6 +42,7 @@ from runner.schema import CHECK, LABEL, BenchCSV, Row, Schema, get_schema, read_
 from runner.scoring import Metric
 
 SERVER_NAME = "turbo"
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
 log = logging.getLogger(__name__)
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -263,7 +265,27 @@ class TurboTools:
         self.campaigns_root = Path(campaigns_root)
 
     def _campaign(self, name: str | None) -> Campaign:
+        """A campaign by name under the campaigns root only (never a path elsewhere)."""
+        if name is not None and (not _NAME.fullmatch(name) or name in (".", "..")):
+            raise ConfigError(
+                f"campaign {name!r}: give the name of a campaign under {self.campaigns_root} "
+                "(letters, digits, '.', '_' and '-'), not a path"
+            )
         return Campaign.find(self.campaigns_root, name)
+
+    def _path(self, text: str) -> str:
+        """A file under the campaigns root (relative paths are taken from it)."""
+        root = self.campaigns_root.resolve()
+        if "\x00" in text:
+            raise ConfigError(f"{text!r} is not a path")
+        given = Path(text)
+        resolved = (given if given.is_absolute() else root / given).resolve()
+        if not resolved.is_relative_to(root):
+            raise ConfigError(
+                f"{text}: the MCP tools read files under the campaigns root {root} only; "
+                "copy the file there or give a path inside it"
+            )
+        return str(resolved)
 
     def parse_bench_csv(
         self,
@@ -277,6 +299,7 @@ class TurboTools:
         drift (the message names each differing column), bad values (e.g. a PASS row
         without a usable number), duplicate labels, unknown campaign."""
         with tool_errors():
+            path = self._path(path)
             if campaign is None:
                 return parsed_csv(read_csv(path), None)
             found = self._campaign(campaign)
@@ -296,7 +319,8 @@ class TurboTools:
         [{label, value, check}], pass, fail}.  Errors: unreadable CSV, header drift,
         bad values, a metric that does not fit the CSV."""
         with tool_errors():
-            return score_json(score_csv(path, metric.value, pinned_header))
+            pinned = self._path(pinned_header) if pinned_header is not None else None
+            return score_json(score_csv(self._path(path), metric.value, pinned))
 
     def gate(
         self,
@@ -318,6 +342,7 @@ class TurboTools:
         reasons, threshold_pct, pairs_used).  A rollback is a result, not an error.
         Errors: unreadable CSVs, header drift between them, different shapes, bad sigma."""
         with tool_errors():
+            best, candidate = self._path(best), self._path(candidate)
             return gate_json(
                 gate_csvs(best, candidate, metric.value, sigma_g, tuple(target_shapes or ()))
             )

@@ -11,11 +11,12 @@ before each append it looks for the round's marker line in that log
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import pairwise
 from pathlib import Path
 
 from runner.appendlog import append, verify, write_atomic
+from runner.bench.checkpoint import pause_point
 from runner.campaign import Campaign
 from runner.core.timestamps import now_minute
 from runner.errors import ConfigError
@@ -39,6 +40,7 @@ from runner.logs import (
     trend_marker,
 )
 from runner.results import RoundResult, Status
+from runner.store.leftovers import ATTEMPT
 from runner.summary import SECTIONS, render_summary
 
 __all__ = [
@@ -99,17 +101,24 @@ def _append_logs(campaign: Campaign, result: RoundResult) -> None:
         append(campaign.optimize_log, render_optimize_header(m, result), expected_prefix=opt_head)
     if not _has_line(campaign.optimize_log, history_marker(n)):
         append(campaign.optimize_log, render_history_entry(result), expected_prefix=opt_head)
+    pause_point("logs")
     if not _has_line(campaign.trend_log, trend_marker(n)):
         append(campaign.trend_log, render_trend_row(result), expected_prefix=trend_head)
 
 
-def close_round(campaign: Campaign, result: RoundResult) -> None:
+def close_round(
+    campaign: Campaign, result: RoundResult, progress: Callable[[str], None] | None = None
+) -> None:
     """Write summary.md, both log entries and, last, result.json (under the lock)."""
     with campaign.lock():
         _check_closable(campaign, result)
+        if progress is not None:
+            progress("records")
         write_atomic(campaign.summary_path(result.round), render_summary(result, campaign.manifest))
         _append_logs(campaign, result)
+        pause_point("records")
         campaign.save_result(result)
+        (campaign.round_dir(result.round) / ATTEMPT).unlink(missing_ok=True)
 
 
 def append_trend_correction(campaign: Campaign, n: int, note: str) -> None:

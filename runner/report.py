@@ -40,6 +40,7 @@ from runner.peaks import peak_for
 from runner.results import RoundResult, Score, Status
 from runner.stats import geomean
 from runner.status import best_round, consecutive_rollbacks, escalation_step, gain_vs_baseline
+from runner.store.guard import preflight
 
 INFLATION_LIMIT_PCT = 1.0
 REAL_BUCKETS = ("K1", "K2", "K3", "K4")
@@ -355,6 +356,7 @@ def write_report(
     """Append the report to optimize.md and write ``report/index.html``."""
     stamp = when or now_minute()
     with campaign.lock():
+        preflight(campaign)
         results = campaign.results()
         if not any(r.status is Status.BASELINE for r in results):
             raise ConfigError(f"campaign {campaign.name} has no baseline: run `campaign baseline`")

@@ -4,14 +4,17 @@ artifact list, the lineage commit message, the one-line description of a patch."
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Protocol
 
+from runner.bench.checkpoint import pause_point
 from runner.campaign import Campaign
 from runner.fingerprint_hook import record_fingerprint
 from runner.manifest import Manifest
 from runner.results import GateResult
+from runner.store.leftovers import PARTIAL_ARTIFACTS
 
 
 class RoundLike(Protocol):
@@ -52,23 +55,32 @@ def store_artifacts(
     gate: GateResult | None = None,
     extra: dict[str, str] | None = None,
 ) -> None:
-    """Copy the finished run's outputs from the temporary folder into the round."""
-    dest.mkdir(parents=True, exist_ok=True)
+    """Copy the finished run's outputs from the temporary folder into the round: into a
+    staging folder first, renamed into place when complete, so a killed copy leaves no
+    half-written artifact (the next command removes the staging folder)."""
+    stage = dest.parent / PARTIAL_ARTIFACTS
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir(parents=True)
     for name in ("benchmark.csv", "incumbent.csv", "audit.json"):
         if (rnd.tmp / name).exists():
-            shutil.copy2(rnd.tmp / name, dest / name)
-    passes = dest / "passes"
+            shutil.copy2(rnd.tmp / name, stage / name)
+    pause_point("artifacts")
+    passes = stage / "passes"
     for sub in sorted(rnd.tmp.iterdir()):
         if sub.is_dir() and sub.name != "specs":
             shutil.copytree(sub, passes / sub.name, dirs_exist_ok=True)
     if (rnd.tmp / "specs").exists():
-        shutil.copytree(rnd.tmp / "specs", dest / "specs", dirs_exist_ok=True)
+        shutil.copytree(rnd.tmp / "specs", stage / "specs", dirs_exist_ok=True)
     if gate is not None:
-        (dest / "gate.json").write_text(
+        (stage / "gate.json").write_text(
             json.dumps(gate.to_dict(), indent=2) + "\n", encoding="utf-8"
         )
     for name, text in (extra or {}).items():
-        (dest / name).write_text(text, encoding="utf-8")
+        (stage / name).write_text(text, encoding="utf-8")
+    if dest.exists():  # files placed there earlier in this round (e.g. a fingerprint)
+        shutil.copytree(dest, stage, dirs_exist_ok=True)
+        shutil.rmtree(dest)
+    os.replace(stage, dest)
     record_fingerprint(rnd.campaign, rnd.round)
 
 

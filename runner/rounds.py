@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from runner.appendlog import write_atomic
+from runner.bench.checkpoint import pause_point
 from runner.bench.timing import TimingSettings
 from runner.campaign import Campaign
 from runner.core.timestamps import now_minute
@@ -51,6 +52,8 @@ from runner.scoring import score
 from runner.shapes import Shape, shape_set, shapes_by_label
 from runner.sharding import BCCB, ShardFailed, detect_vendor, gpu_env, measure_sharded
 from runner.spec import RoundSpec, save_spec, write_json_atomic
+from runner.store.guard import preflight
+from runner.store.leftovers import job_dir, note_step
 from runner.targets.base import Target
 from runner.targets.registry import get_target
 from runner.verdict import audit_candidate, heldout_flag, inflation_veto
@@ -133,8 +136,14 @@ class Round:
         if len(self.gpus) == 1 and not env:
             job_env.update(gpu_env(self.gpus[0], detect_vendor()))
         job = WorkerJob(name, spec_path, tree, self.tmp / name, env=job_env)
-        self.progress(f"round-{self.round}: {name}")
+        self.step(name)
         return self.executor.run_job(job)
+
+    def step(self, name: str) -> None:
+        """Say (and note, for ``campaign status``) which step the round is at."""
+        self.progress(f"round-{self.round}: {name}")
+        if self.round >= 1:
+            note_step(self.campaign.round_dir(self.round), name)
 
 
 def gpu_lease(
@@ -216,6 +225,7 @@ def validate_round(
 ) -> RoundResult:
     """One VALIDATE round; refuses bad requests before writing anything."""
     with campaign.lock():
+        preflight(campaign, progress)
         expected = campaign.next_round()
         if expected == 1:
             raise ConfigError("no baseline yet: run `campaign baseline` first")
@@ -237,10 +247,10 @@ def validate_round(
         started = now()
         with (
             gpu_lease(request.gpus, campaign, request.round),
-            tempfile.TemporaryDirectory(prefix="turbo-campaign-") as tmp,
+            job_dir(campaign.root, campaign.name) as tmp,
         ):
             rnd = Round(
-                campaign, executor, progress, Path(tmp), request.round, request.level,
+                campaign, executor, progress, tmp, request.round, request.level,
                 tuple(request.gpus),
             )  # fmt: skip
             return _validate_in(rnd, request, patch, touched, started, diffs)
@@ -258,7 +268,8 @@ def _validate_in(
     round_dir = campaign.round_dir(rnd.round)
     shutil.rmtree(round_dir, ignore_errors=True)  # an interrupted, unclosed attempt
     round_dir.mkdir(parents=True)
-    (round_dir / "candidate.patch").write_text(patch, encoding="utf-8")
+    rnd.step("candidate tree")
+    write_atomic(round_dir / "candidate.patch", patch)
     best = _current_best(campaign)
     blocking = [d for d in diffs if d.perf_relevant]
     if request.allow_env_mismatch and blocking:
@@ -268,6 +279,7 @@ def _validate_in(
     shapes = level_shapes(m, request.level)
     try:
         with lineage.worktree(head) as inc_tree, lineage.worktree(head, patch) as cand_tree:
+            pause_point("candidate-tree")
             snapshot(cand_tree, m.kernel_source, campaign.snapshot_dir(rnd.round))
             vetoes, transfer, report = audit_candidate(
                 patch, touched, inc_tree, cand_tree, request.bucket
@@ -281,6 +293,7 @@ def _validate_in(
     commit = None
     message = ""
     if gate.decision.accepted:
+        rnd.step("lineage commit")
         message = commit_message(m, rnd.round, request.hypothesis, gate)
         commit = lineage.make_commit(head, patch, message)
     result = _round_result(
@@ -289,8 +302,9 @@ def _validate_in(
     transfer.benchmark_gain_pct = round(gate.delta_pct, 3)
     transfer.estimated_real_gain_pct = 0.0 if report.rejects else round(gate.delta_pct, 3)
     result.transfer = transfer
-    close_round(campaign, result)
+    close_round(campaign, result, progress=rnd.step)
     if commit:
+        pause_point("advance")
         lineage.advance(commit, head, move_branch=m.git_commit)
     elif request.restore:
         lineage.restore_user_tree(touched)
@@ -429,6 +443,7 @@ def _round_result(
     commit: str | None,
 ) -> RoundResult:
     campaign, m = rnd.campaign, rnd.manifest
+    rnd.step("artifacts")
     store_artifacts(rnd, campaign.artifacts_dir(rnd.round), gate=gate)
     status = Status.ACCEPTED if gate.decision.accepted else Status.ROLLED_BACK
     change = describe_patch(patch, touched)
@@ -479,6 +494,7 @@ def _close_failed(
     why: str,
 ) -> RoundResult:
     campaign, m = rnd.campaign, rnd.manifest
+    rnd.step("artifacts")
     store_artifacts(rnd, campaign.artifacts_dir(rnd.round))
     labels = [s.label for s in best.score.shapes]
     empty = Score(
@@ -510,7 +526,7 @@ def _close_failed(
             "fix the crash before measuring again",
         ),
     )
-    close_round(campaign, result)
+    close_round(campaign, result, progress=rnd.step)
     return result
 
 

@@ -1,10 +1,12 @@
 """The pinned benchmark CSV (docs/protocol.md §4): its headers, a strict reader and an
 atomic writer.
 
-The header is frozen at BASELINE and compared byte for byte in every round.  Upstream, a
-drifted header silently switched the per-shape regression gate off; here any difference
-(a renamed, moved, extra or missing column, stray whitespace, a BOM, CRLF line endings)
-raises ``SchemaDriftError`` naming what differs.  Row values are validated too: a PASS
+The header is frozen at BASELINE and its columns are compared exactly in every round.
+Upstream, a drifted header silently switched the per-shape regression gate off; here any
+difference in the columns (a renamed, moved, extra or missing column, stray whitespace)
+raises ``SchemaDriftError`` naming what differs.  The file's encoding is not part of the
+schema: LF and CRLF line endings (even mixed) read the same, and a UTF-8 byte-order mark
+is tolerated and noted (``BenchCSV.notes``).  Row values are validated too: a PASS
 row must carry usable numbers, because the gate divides and takes logarithms of them.
 
 Value conventions (shared by reader and writer):
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -29,6 +32,8 @@ from pathlib import Path
 
 from runner.core.files import write_atomic
 from runner.errors import ConfigError, CsvValueError, SchemaDriftError
+
+log = logging.getLogger("runner.schema")
 
 GEMM_COLUMNS: tuple[str, ...] = (
     "label",
@@ -205,6 +210,7 @@ class BenchCSV:
     header: str
     schema: Schema
     rows: tuple[Row, ...]
+    notes: tuple[str, ...] = ()  # what the reader tolerated (a BOM)
 
     def labels(self) -> list[str]:
         return [r.label for r in self.rows]
@@ -319,14 +325,20 @@ def read_csv(path: str | os.PathLike[str], pinned: str | Schema | None = None) -
     header frozen at BASELINE; without it the header must equal a built-in schema's."""
     p = Path(path)
     text = _read_text(p)
+    notes: list[str] = []
+    if text.startswith("\ufeff"):
+        notes.append(f"{p}: a UTF-8 byte-order mark (BOM) at the start was ignored")
+        log.warning("%s", notes[-1])
+        text = text[1:]
     header, _, body = text.partition("\n")
+    header = header.removesuffix("\r")  # CRLF: the line ending is not part of the schema
     schema = _pinned_schema(header, pinned, str(p))
     rows = _parse_rows(body, schema, str(p))
-    return BenchCSV(path=p, header=header, schema=schema, rows=rows)
+    return BenchCSV(path=p, header=header, schema=schema, rows=rows, notes=tuple(notes))
 
 
 def _read_text(path: Path) -> str:
-    """The file decoded as UTF-8 (a BOM is kept so that the header check sees it)."""
+    """The file decoded as UTF-8 (a BOM is kept: ``read_csv`` notes and drops it)."""
     try:
         raw = path.read_bytes()
     except OSError as exc:

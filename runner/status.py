@@ -3,7 +3,10 @@
 The current best and its gain over the baseline, rounds accepted / rolled back /
 failed, the consecutive rollbacks with the escalation step they call for, the next
 round number, any unclosed round (a ``rounds/round-N`` folder without
-``result.json``) and the chain integrity check.  Pure functions on a list of
+``result.json``) with the step where it stopped, the chain integrity check (the
+append-only records against their ledgers, by file and byte range, and the
+accepted rounds' aggregates), and what a killed command left behind (stale workers,
+folders, partial files).  Pure functions on a list of
 ``RoundResult`` do the work; ``collect_status`` only reads the campaign.
 
 A FAILED round (the measurement did not complete) counts toward the consecutive
@@ -17,13 +20,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from runner.campaign import Campaign
+from runner.errors import CampaignError
 from runner.leases import list_leases
 from runner.logs import aggregate_over, fmt_num, fmt_pct, passing, pct_change
 from runner.records import check_chain
 from runner.results import RoundResult, Status
+from runner.store.guard import check_records, lineage_behind
+from runner.store.leftovers import describe_attempt, describe_leftovers
 
 ESCALATION: dict[int, str] = {
     1: "diagnose the rollback and try another approach to the same bottleneck",
@@ -89,6 +96,9 @@ class CampaignStatus:
     unclosed: list[int]
     chain_problems: list[str]
     extra: list[tuple[str, str]] = field(default_factory=list)
+    record_problems: list[str] = field(default_factory=list)
+    unclosed_why: dict[int, str] = field(default_factory=dict)
+    leftovers: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         step = self.escalation
@@ -109,8 +119,11 @@ class CampaignStatus:
             "escalation": {"step": step[0], "action": step[1]} if step else None,
             "next_round": self.next_round,
             "unclosed_rounds": list(self.unclosed),
-            "chain_ok": not self.chain_problems,
+            "unclosed_why": {str(k): v for k, v in self.unclosed_why.items()},
+            "chain_ok": not self.chain_problems and not self.record_problems,
             "chain_problems": list(self.chain_problems),
+            "record_problems": list(self.record_problems),
+            "leftovers": list(self.leftovers),
             "extra": {k: v for k, v in self.extra},
         }
 
@@ -160,6 +173,17 @@ def collect_status(campaign: Campaign) -> CampaignStatus:
     status = summarise(
         campaign.name, str(campaign.root), campaign.results(), unclosed_rounds(campaign)
     )
+    status.record_problems = check_records(campaign)
+    status.unclosed_why = {n: describe_attempt(campaign.round_dir(n)) for n in status.unclosed}
+    status.leftovers = describe_leftovers(
+        campaign.root, campaign.name, Path(campaign.manifest.source)
+    )
+    try:
+        behind = lineage_behind(campaign)
+    except CampaignError:
+        behind = None
+    if behind:
+        status.leftovers.insert(0, f"lineage: {behind}")
     status.extra.extend(lease_lines())
     return status
 
@@ -184,6 +208,8 @@ def _escalation_line(s: CampaignStatus) -> str:
 
 
 def _next_line(s: CampaignStatus) -> str:
+    if s.unclosed and s.unclosed[0] == 1:
+        return "round-1 (the baseline) is unclosed: re-run `campaign baseline` to close it"
     if s.unclosed:
         n = s.unclosed[0]
         return (
@@ -197,7 +223,8 @@ def _next_line(s: CampaignStatus) -> str:
 
 def render_status(s: CampaignStatus) -> str:
     """The human-readable status, one fact per line."""
-    chain = "OK" if not s.chain_problems else "BROKEN — " + "; ".join(s.chain_problems)
+    problems = [*s.record_problems, *s.chain_problems]
+    chain = "OK" if not problems else "BROKEN — " + "; ".join(problems)
     lines = [
         f"campaign: {s.campaign} ({s.root})",
         f"current best: {_best_line(s)}",
@@ -206,7 +233,9 @@ def render_status(s: CampaignStatus) -> str:
         f"escalation: {_escalation_line(s)}",
         f"next: {_next_line(s)}",
         f"unclosed rounds: {', '.join(f'round-{n}' for n in s.unclosed) or 'none'}",
+        *(f"round-{n} stopped: {why}" for n, why in sorted(s.unclosed_why.items())),
         f"chain integrity: {chain}",
+        *s.leftovers,
     ]
     lines += [f"{key}: {line}" for key, line in s.extra]
     return "\n".join(lines)

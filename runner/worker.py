@@ -20,6 +20,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from runner.bench.checkpoint import pause_point
+from runner.bench.lifeline import child_preexec
 from runner.bench.timing import ClockTampered, check_clocks, measure
 from runner.rows import ROW_BUILDERS, failed_row
 from runner.shapes import Shape
@@ -173,10 +175,12 @@ def run_test(spec: RoundSpec, out_dir: Path) -> int:
         (out_dir / Path(str(name)).name).write_text(str(text), encoding="utf-8")
     env[OUT_ENV] = str(out_dir.resolve())
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    pause_point("worker-test")
     t0 = time.perf_counter()
-    proc = subprocess.run(
+    proc = subprocess.run(  # the command dies with this worker (parent-death signal)
         command,
         shell=True,
+        preexec_fn=child_preexec(),
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -223,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info(
         "worker: %s", json.dumps({k: spec.to_dict()[k] for k in ("round", "role", "pass_index")})
     )
+    pause_point("worker-pass")
     return run_spec(spec, out_dir)
 
 

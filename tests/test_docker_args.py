@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -43,16 +44,40 @@ def make_job(tmp_path: Path, **kw: object) -> WorkerJob:
 
 
 def labels(job: WorkerJob) -> list[str]:
-    return ["--label", "turbo-campaign.campaign=c1", "--label", f"turbo-campaign.job={job.name}"]
+    return [
+        "--label", "turbo-campaign.campaign=c1", "--label", f"turbo-campaign.job={job.name}",
+        "--label", f"turbo-campaign.pid={os.getpid()}",
+    ]  # fmt: skip
+
+
+USER = "65534:65534" if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}"
+
+
+def confine(job: WorkerJob, measuring: bool, limits: bool = True) -> list[str]:
+    """The containment options: every job, plus the unprivileged read-only root
+    filesystem for a measuring/test job (the source mounted read-only)."""
+    args = ["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
+    if limits:
+        args += ["--pids-limit", "4096", "--memory", "64g"]
+    args += [
+        "--mount", f"type=bind,source={job.spec_path},target=/workspace/spec.json,readonly",
+        "--mount", f"type=bind,source={job.out_dir},target=/out",
+    ]  # fmt: skip
+    if measuring:
+        args += ["--user", USER, "--read-only", "--tmpfs", "/tmp:rw,nosuid,nodev,exec,size=4g"]
+    return args
+
+
+HOME = ["-e", "HOME=/tmp"]
 
 
 def test_cpu_job_argv_mounts_the_tree_read_only(tmp_path: Path) -> None:
     job = make_job(tmp_path, env={"PYTHONPATH": f"{tmp_path}/wt/src"})
     args = dx.docker_create_args(job, "img:1", None, name="ctr", campaign="c1")
     assert args == [
-        "docker", "create", "--name", "ctr", *COMMON, *labels(job), *CACHES,
-        "--mount", f"type=bind,source={tmp_path}/wt,target=/workspace/target,readonly",
-        *CACHE_ENV, "-e", "PYTHONDONTWRITEBYTECODE=1", *SOURCE_ENV,
+        "docker", "create", "--name", "ctr", *COMMON, *labels(job), *confine(job, True),
+        *CACHES, "--mount", f"type=bind,source={tmp_path}/wt,target=/workspace/target,readonly",
+        *HOME, *CACHE_ENV, "-e", "PYTHONDONTWRITEBYTECODE=1", *SOURCE_ENV,
         "-e", "PYTHONPATH=/workspace/target/src",
         "img:1", "sh", "-c", SCRIPT,
     ]  # fmt: skip
@@ -76,7 +101,7 @@ def test_amd_job_with_prepare_copies_the_tree_and_passes_only_its_render_node(
     assert args == [
         "docker", "create", "--name", "ctr", *COMMON, *labels(job),
         "--device", "/dev/kfd", "--device", "/dev/dri/renderD129",
-        "--ipc=host", "--security-opt", "seccomp=unconfined", *SOURCE_ENV,
+        "--ipc=host", "--security-opt", "seccomp=unconfined", *confine(job, False), *SOURCE_ENV,
         "-e", "PRIMUS_TURBO_GEMM_BACKEND=TRITON",
         "rocm:1", "sh", "-c", script,
     ]  # fmt: skip
@@ -91,7 +116,8 @@ def test_nvidia_job_argv(tmp_path: Path, indices: tuple[int, ...], value: str) -
         job, "img", gpu, name="ctr", campaign="c1", caches=False, source_mode="copy"
     )
     assert args == [
-        "docker", "create", "--name", "ctr", *COMMON, *labels(job), "--gpus", value, *SOURCE_ENV,
+        "docker", "create", "--name", "ctr", *COMMON, *labels(job), "--gpus", value,
+        *confine(job, False), *SOURCE_ENV,
         "img", "sh", "-c", SCRIPT,
     ]  # fmt: skip
 
@@ -259,12 +285,10 @@ def test_run_job_sequence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert fake.calls[0][1:3] == ["image", "inspect"]  # the digest for image.json
     name = fake.calls[1][3]
     assert [c[1:] for c in fake.calls[2:]] == [
-        ["cp", str(job.spec_path), f"{name}:/workspace/spec.json"],
         ["cp", f"{job.source_dir}/.", f"{name}:/workspace/target"],
         ["start", "--attach", name],
         ["inspect", "--format", "{{.State.ExitCode}}", name],
         ["logs", name],
-        ["cp", f"{name}:/out/.", str(job.out_dir)],
         ["rm", "--force", "--volumes", name],
     ]
     assert outcome.returncode == 0
@@ -310,12 +334,10 @@ def test_docker_run_line_is_the_create_argv_as_one_run(tmp_path: Path) -> None:
         head
         == "# job pass-01-candidate: equivalent of the runner's create/cp/start/cp for this job"
     )
-    spec = f"type=bind,source={tmp_path}/spec.json,target=/workspace/spec.json,readonly"
     assert run == shlex.join([
-        "docker", "run", "--rm", *COMMON, *labels(job),
+        "docker", "run", "--rm", *COMMON, *labels(job), *confine(job, True),
         "--mount", f"type=bind,source={tmp_path}/wt,target=/workspace/target,readonly",
-        "-e", "PYTHONDONTWRITEBYTECODE=1", *SOURCE_ENV,
-        "--mount", spec, "img:1", "sh", "-c", SCRIPT,
+        *HOME, "-e", "PYTHONDONTWRITEBYTECODE=1", *SOURCE_ENV, "img:1", "sh", "-c", SCRIPT,
     ])  # fmt: skip
     copied = make_job(tmp_path, prepare=(("make",),))
     create = dx.docker_create_args(copied, "img:1", None, name="c", campaign="c1", caches=False)
@@ -363,6 +385,6 @@ def test_amd_argv_for_two_gpus_of_the_sample_topology(tmp_path: Path) -> None:
         "--device", "/dev/dri/renderD168", "--group-add", "44", "--group-add", "993",
         "--ipc=host", "--security-opt", "seccomp=unconfined",
         "--shm-size", "16g", "--memory", "64g", "--pids-limit", "4096",
-        *SOURCE_ENV, "rocm:1", "sh", "-c", SCRIPT,
+        *confine(job, False, limits=False), *SOURCE_ENV, "rocm:1", "sh", "-c", SCRIPT,
     ]  # fmt: skip
     assert "--privileged" not in args and "/dev/dri" not in args

@@ -158,10 +158,22 @@ def test_lists_every_tool_with_documented_schemas(tmp_path: Path) -> None:
 def test_offline_tools_share_the_cli_contract_and_errors_keep_the_server_up(
     tmp_path: Path,
 ) -> None:
-    best, cand, mem = csv_files(tmp_path)
+    (tmp_path / "campaigns").mkdir()
+    best, cand, mem = csv_files(tmp_path / "campaigns")
+    outside = tmp_path / "outside.csv"
+    outside.write_bytes(Path(best).read_bytes())
 
     async def body(session: ClientSession) -> None:
         assert await ok(session, "score", path=best) == cli_json("score", best)
+        assert (await ok(session, "score", path="best.csv"))["metric"]  # relative: the root
+        for where in (str(outside), "../outside.csv"):
+            refused = await error(session, "score", path=where)
+            assert "under the campaigns root" in refused
+        assert "under the campaigns root" in await error(
+            session, "gate", best=best, candidate=str(outside)
+        )
+        for name in ("../x", str(tmp_path), "a/b", ".."):
+            assert "not a path" in await error(session, "campaign_status", campaign=name)
         gate = await ok(session, "gate", best=best, candidate=cand)
         assert gate == cli_json("gate", "--best", best, "--candidate", cand)
         assert gate["decision"] == "ROLLED_BACK"
@@ -172,7 +184,8 @@ def test_offline_tools_share_the_cli_contract_and_errors_keep_the_server_up(
         assert row_b["check"] == "FAIL" and row_b["values"]["Forward TFLOPS"] is None
         assert row_b["nonfinite"] == {"Forward TFLOPS": "nan", "db_snr": "inf"}
         assert row_b["values"]["M"] == 4096
-        assert "cannot read the CSV" in await error(session, "score", path=str(tmp_path / "no"))
+        missing_csv = str(tmp_path / "campaigns" / "no")
+        assert "cannot read the CSV" in await error(session, "score", path=missing_csv)
         drift = await error(session, "gate", best=best, candidate=mem)
         assert "differs from the pinned schema" in drift and "Forward GB/s" in drift
         assert "no campaign under" in await error(session, "campaign_status")

@@ -198,9 +198,8 @@ def test_reordered_columns_give_positions() -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        f"{GEMM_HEADER}\r\n{GOOD_ROW}\r\n",  # CRLF file
-        f"\ufeff{GEMM_HEADER}\n{GOOD_ROW}\n",  # BOM
         f"{GEMM_HEADER} \n{GOOD_ROW}\n",  # trailing whitespace
+        f"{GEMM_HEADER} \r\n{GOOD_ROW}\r\n",  # trailing whitespace, CRLF
         f"{GEMM_HEADER.replace('Forward TFLOPS,', 'Fwd TFLOPS,')}\n{GOOD_ROW}\n",
     ],
 )
@@ -210,6 +209,30 @@ def test_drifted_file_is_a_loud_error(tmp_path: Path, text: str) -> None:
         read_csv(path)
     with pytest.raises(SchemaDriftError):
         read_csv(path, pinned=GEMM_HEADER)
+
+
+@pytest.mark.parametrize(
+    ("text", "noted"),
+    [
+        (f"{GEMM_HEADER}\n{GOOD_ROW}\n", False),  # LF
+        (f"{GEMM_HEADER}\r\n{GOOD_ROW}\r\n", False),  # CRLF (Python's csv module default)
+        (f"{GEMM_HEADER}\r\n{GOOD_ROW}\n", False),  # mixed
+        (f"{GEMM_HEADER}\n{GOOD_ROW}\r\n", False),  # mixed the other way
+        (f"\ufeff{GEMM_HEADER}\n{GOOD_ROW}\n", True),  # BOM
+        (f"\ufeff{GEMM_HEADER}\r\n{GOOD_ROW}\r\n", True),  # BOM and CRLF
+    ],
+)
+def test_line_endings_and_bom_read_the_same(tmp_path: Path, text: str, noted: bool) -> None:
+    """The line ending is not part of the schema; a BOM is tolerated and noted."""
+    path = write_text(tmp_path, text)
+    got = read_csv(path, pinned=GEMM_HEADER)
+    lf = read_csv(write_text(tmp_path, f"{GEMM_HEADER}\n{GOOD_ROW}\n", "lf.csv"))
+    assert got.header == GEMM_HEADER
+    assert got.rows == lf.rows
+    assert [r.values for r in got.rows] == [r.values for r in lf.rows]
+    assert bool(got.notes) == noted
+    if noted:
+        assert "byte-order mark" in got.notes[0]
 
 
 def test_drift_against_pinned_even_if_known_schema(tmp_path: Path) -> None:

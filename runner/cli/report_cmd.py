@@ -10,6 +10,8 @@ import click
 from runner.campaign import Campaign
 from runner.cli.app import App
 from runner.cli.options import campaign_option, executor_override_option
+from runner.errors import AppendOnlyViolation
+from runner.store.guard import RECOVERY
 from runner.tips import TIPS_ROOT_ENV, Tip, append_tip, resolve_tips_root
 
 
@@ -34,6 +36,11 @@ def status_cmd(app: App, name: str | None, as_json: bool) -> None:
         click.echo(json.dumps(status.to_dict(), allow_nan=False))
     else:
         click.echo(render_status(status))
+    if status.record_problems:
+        files = ", ".join(p.split(" ", 1)[0] for p in status.record_problems)
+        raise AppendOnlyViolation(
+            f"the append-only records of {status.campaign} do not verify ({files}); {RECOVERY}"
+        )
 
 
 @click.command("report")

@@ -5,11 +5,16 @@ testable; ``docker_create_args`` is a pure function.  Per job:
 
 1. ``docker create`` (``--network none``, ``--pull never``, no ``--privileged``, only
    the leased GPU's device nodes, per-campaign named volumes for the Triton cache
-   and ccache, the job's environment with host paths translated);
-2. ``docker cp`` the spec in, and the source tree too when it must be writable;
-3. ``docker start --attach``; the container's output goes to ``container.log``;
-4. ``docker cp <ctr>:/out/. <out_dir>``; the container is removed in ``finally``
-   unless ``keep`` (or ``CAMPAIGN_KEEP_CONTAINERS=1``).
+   and ccache, the job's environment with host paths translated, the confinement of
+   ``containment_args``: the spec mounted read-only, the job's out folder mounted
+   writable at ``/out``);
+2. ``docker cp`` the source tree in when it must be writable;
+3. a reaper (``runner.executors.reaper``) that removes the container if the campaign
+   process dies (the ``docker start --attach`` client dies with it, the container
+   would not), holding the GPU lease until the container is gone;
+4. ``docker start --attach``; the container's output goes to ``container.log``; the
+   container is removed in ``finally`` unless ``keep`` (or
+   ``CAMPAIGN_KEEP_CONTAINERS=1``).
 
 Source tree: a pure-Python job (no ``prepare``) gets the worktree bind-mounted
 read-only at ``/workspace/target``; a job with ``prepare`` (an editable rebuild writes
@@ -18,7 +23,13 @@ written.  ``source_mode="copy"`` forces the copy, e.g. for an image that holds a
 prebuilt tree at ``/workspace/target`` (Dockerfile.rocm) that a mount would hide.
 
 Security decisions: no ``--privileged``, only the leased GPUs' device nodes, network
-off.  AMD jobs get AMD's documented run settings (``GpuRequest.amd``): the host's
+off; a candidate is untrusted code, so a measuring/test container (source mounted
+read-only) runs as an unprivileged user with no capabilities, ``no-new-privileges``,
+a read-only root filesystem with a private tmpfs at ``/tmp`` (HOME) for scratch, and
+pids and memory limits: it can write only its out folder and the campaign's caches
+(docs/reliability.md).  A job with ``prepare`` commands (a build into a copied tree)
+keeps a writable root filesystem and root inside the container, still without
+capabilities.  AMD jobs get AMD's documented run settings (``GpuRequest.amd``): the host's
 numeric ``video``/``render`` group ids (``--group-add``), ``--ipc=host``,
 ``--security-opt seccomp=unconfined`` (NUMA memory-policy syscalls), ``--shm-size``
 and ``--pids-limit``/``--memory`` limits.  CPU jobs keep Docker's defaults.
@@ -26,10 +37,13 @@ and ``--pids-limit``/``--memory`` limits.  CPU jobs keep Docker's defaults.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import shlex
+import subprocess
+import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -37,10 +51,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+import runner
 from runner import cmd
 from runner.errors import CommandFailed, ConfigError, InfrastructureError
 from runner.executors.base import JobOutcome, WorkerJob
 from runner.executors.local import SOURCE_ENV
+from runner.leases import held_fds
 from runner.spec import write_json_atomic
 
 log = logging.getLogger("runner.executors.docker")
@@ -262,6 +278,48 @@ def job_script(job: WorkerJob, command: Sequence[str]) -> list[str]:
     return ["sh", "-c", "\n".join(lines)]
 
 
+CONTAINER_SCRATCH = "/tmp"
+NOBODY = "65534:65534"
+DEFAULT_PIDS_LIMIT = 4096
+DEFAULT_MEMORY = "64g"
+SCRATCH_SIZE = "4g"
+PID_LABEL = "turbo-campaign.pid"
+
+
+def worker_user() -> str:
+    """The container user of a measuring job: the host user (so the files it writes in
+    the out folder are the host user's), or ``nobody`` when the host user is root."""
+    uid, gid = os.getuid(), os.getgid()
+    return NOBODY if uid == 0 else f"{uid}:{gid}"
+
+
+def containment_args(
+    job: WorkerJob, gpu: GpuRequest | None, mode: Literal["mount", "copy"]
+) -> tuple[list[str], dict[str, str]]:
+    """The confinement of one job's container (argv options, environment).
+
+    Every job: no capabilities, ``no-new-privileges``, pids and memory limits (unless
+    the GPU request sets its own), the spec mounted read-only and the out folder the
+    only writable host path.  A measuring/test job (``mode == "mount"``: the source is
+    a read-only mount) also runs as an unprivileged user on a read-only root
+    filesystem, with a private tmpfs at ``/tmp`` (HOME) for scratch.  ROCm keeps what
+    it needs from ``GpuRequest.docker_args`` (device nodes, video/render groups)."""
+    args = ["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
+    gpu_args = gpu.docker_args() if gpu is not None else []
+    if "--pids-limit" not in gpu_args:
+        args += ["--pids-limit", str(DEFAULT_PIDS_LIMIT)]
+    if "--memory" not in gpu_args:
+        args += ["--memory", DEFAULT_MEMORY]
+    args += ["--mount", _bind_mount(job.spec_path, CONTAINER_SPEC)]
+    args += ["--mount", _bind_mount(job.out_dir, CONTAINER_OUT, readonly=False)]
+    env: dict[str, str] = {}
+    if mode == "mount":
+        args += ["--user", worker_user(), "--read-only"]
+        args += ["--tmpfs", f"{CONTAINER_SCRATCH}:rw,nosuid,nodev,exec,size={SCRATCH_SIZE}"]
+        env["HOME"] = CONTAINER_SCRATCH
+    return args, env
+
+
 def docker_create_args(
     job: WorkerJob,
     image: str,
@@ -278,14 +336,17 @@ def docker_create_args(
     args += ["--network", "none", "--workdir", CONTAINER_TARGET]
     args += ["--label", f"turbo-campaign.campaign={campaign}"]
     args += ["--label", f"turbo-campaign.job={job.name}"]
+    args += ["--label", f"{PID_LABEL}={os.getpid()}"]
     if gpu is not None:
         args += gpu.docker_args()
-    env: dict[str, str] = {}
+    mode = resolve_source_mode(job, source_mode)
+    confine, env = containment_args(job, gpu, mode)
+    args += confine
     if caches:
         for volume, target in cache_volumes(campaign).items():
             args += ["--mount", f"type=volume,source={volume},target={target}"]
         env |= {"TRITON_CACHE_DIR": TRITON_CACHE, "CCACHE_DIR": CCACHE}
-    if resolve_source_mode(job, source_mode) == "mount":
+    if mode == "mount":
         args += ["--mount", _bind_mount(job.source_dir, CONTAINER_TARGET)]
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     env[SOURCE_ENV] = CONTAINER_TARGET  # the worker checks it measures this tree
@@ -311,8 +372,7 @@ def docker_run_line(job: WorkerJob, create_args: Sequence[str], image: str) -> s
     if "--name" in options:
         i = options.index("--name")
         del options[i : i + 2]
-    spec = f"type=bind,source={os.fspath(job.spec_path.resolve())},target={CONTAINER_SPEC}"
-    run = ["docker", "run", "--rm", *options, "--mount", spec + ",readonly", *args[at:]]
+    run = ["docker", "run", "--rm", *options, *args[at:]]
     lines = [f"# job {job.name}: equivalent of the runner's create/cp/start/cp for this job"]
     if not any(a.endswith(f"target={CONTAINER_TARGET},readonly") for a in options):
         lines.append(
@@ -323,11 +383,11 @@ def docker_run_line(job: WorkerJob, create_args: Sequence[str], image: str) -> s
     return "\n".join(lines) + "\n"
 
 
-def _bind_mount(source: Path, target: str) -> str:
+def _bind_mount(source: Path, target: str, *, readonly: bool = True) -> str:
     path = os.fspath(source.resolve())
     if "," in path:
-        raise ConfigError(f"source path {path!r} contains a comma; move the worktree")
-    return f"type=bind,source={path},target={target},readonly"
+        raise ConfigError(f"path {path!r} contains a comma; move it (it is bind-mounted)")
+    return f"type=bind,source={path},target={target}" + (",readonly" if readonly else "")
 
 
 def docker(args: Sequence[str], *, timeout: float | None = None) -> str:
@@ -394,6 +454,43 @@ class _Container:
         cmd.run(["docker", "rm", "--force", "--volumes", self.name], check=False)
 
 
+class _Reaper:
+    """The watchdog of one container (``runner.executors.reaper``): removes it if this
+    process dies before the job ends; holds the GPU lease descriptors until then."""
+
+    def __init__(self, name: str, keep: bool) -> None:
+        self.name = name
+        self.keep = keep
+        self.proc: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> _Reaper:
+        how = "kill" if self.keep else "rm"
+        argv = [sys.executable, "-m", "runner.executors.reaper", self.name, how]
+        self.proc = cmd.spawn(argv, env=_reaper_env(), pass_fds=held_fds())
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(OSError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.write("done\n")
+            self.proc.stdin.close()
+        self.proc.wait()
+
+
+def _reaper_env() -> dict[str, str]:
+    env = dict(os.environ)
+    root = str(Path(runner.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
 class DockerExecutor:
     """Runs each worker job in a fresh container of ``image``."""
 
@@ -435,13 +532,34 @@ class DockerExecutor:
         job.out_dir.mkdir(parents=True, exist_ok=True)
         log_path = job.out_dir / LOG_NAME
         create_args = self.create_args(job, name)
+        mounted = resolve_source_mode(job, self.source_mode) == "mount"
+        if mounted and self.caches:
+            self._open_caches()
         self._record(job, create_args)
-        with _Container(create_args, name, self.keep):
-            self._copy_in(job, name)
-            returncode = self._start(job, name)
-            log_path.write_text(docker(["logs", name]), encoding="utf-8")
-            self._copy_out(job, name, returncode, log_path)
+        # the unprivileged container user reads the spec and writes the out folder
+        # (bind mounts); both lie in the round's private 0700 temporary folder
+        os.chmod(job.spec_path, 0o644)
+        os.chmod(job.out_dir, 0o777 if mounted else 0o755)
+        try:
+            with _Container(create_args, name, self.keep), _Reaper(name, self.keep):
+                self._copy_in(job, name)
+                returncode = self._start(job, name)
+                log_path.write_text(docker(["logs", name]), encoding="utf-8")
+        finally:
+            os.chmod(job.out_dir, 0o755)
         return JobOutcome(job.name, returncode, job.out_dir, log_path)
+
+    def _open_caches(self) -> None:
+        """Make the campaign's cache volumes writable by the unprivileged worker user
+        (once per executor; a volume created by an older runner is root-owned)."""
+        if getattr(self, "_caches_open", False):
+            return
+        args = ["run", "--rm", "--pull", "never", "--network", "none", "--user", "0"]
+        args += ["--entrypoint", "chmod"]
+        for volume, target in cache_volumes(self.campaign).items():
+            args += ["--mount", f"type=volume,source={volume},target={target}"]
+        docker([*args, self.image, "1777", *cache_volumes(self.campaign).values()])
+        self._caches_open = True
 
     def _record(self, job: WorkerJob, create_args: list[str]) -> None:
         """``image.json`` (tag and local image id) and ``docker_run.txt`` in the job's out
@@ -452,7 +570,6 @@ class DockerExecutor:
         (job.out_dir / RUN_RECORD).write_text(line, encoding="utf-8")
 
     def _copy_in(self, job: WorkerJob, name: str) -> None:
-        docker(["cp", os.fspath(job.spec_path), f"{name}:{CONTAINER_SPEC}"])
         if resolve_source_mode(job, self.source_mode) == "copy":
             docker(["cp", f"{os.fspath(job.source_dir)}/.", f"{name}:{CONTAINER_TARGET}"])
 
@@ -473,12 +590,3 @@ class DockerExecutor:
                 f"{(proc.stdout or '')[-2000:]}\nCheck `docker info` and the daemon log."
             )
         return int(state)
-
-    def _copy_out(self, job: WorkerJob, name: str, returncode: int, log_path: Path) -> None:
-        try:
-            docker(["cp", f"{name}:{CONTAINER_OUT}/.", os.fspath(job.out_dir)])
-        except InfrastructureError as exc:
-            if returncode == 0:
-                raise
-            with log_path.open("a", encoding="utf-8") as fh:
-                fh.write(f"\n[runner] no artifacts copied out of {name}: {exc}\n")

@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 
 import runner
+from runner.bench.checkpoint import ENV_NAMES as PAUSE_ENV_NAMES
 from runner.cmd import run
 from runner.executors.base import JobOutcome, WorkerJob
+from runner.leases import held_fds
 
 _PASS_THROUGH = (
     "PATH",
@@ -34,6 +36,7 @@ _PASS_THROUGH = (
     "ROCM_PATH",
     "HIP_PATH",
     "CUDA_HOME",
+    *PAUSE_ENV_NAMES,  # the documented debug hook (runner.bench.checkpoint)
 )
 SOURCE_ENV = "TURBO_CAMPAIGN_SOURCE"
 
@@ -50,7 +53,10 @@ def clean_env(job: WorkerJob) -> dict[str, str]:
 
 
 class LocalExecutor:
-    """Runs the worker with ``python`` (default: this interpreter)."""
+    """Runs the worker with ``python`` (default: this interpreter).  Each worker (and
+    each prepare command) runs in its own process group with the parent-death signal
+    and holds the GPU lease descriptors, so it dies with the campaign and the GPUs stay
+    leased until it has exited (``runner.cmd.run(die_with_parent=True)``)."""
 
     name = "local"
 
@@ -63,13 +69,14 @@ class LocalExecutor:
         env = clean_env(job)
         with log_path.open("w", encoding="utf-8") as log:
             for cmd in job.prepare:
-                proc = run(
-                    list(cmd), cwd=job.source_dir, env=env, check=False, timeout=job.timeout_s
-                )
+                proc = run(list(cmd), cwd=job.source_dir, env=env, check=False,
+                           timeout=job.timeout_s, die_with_parent=True,
+                           pass_fds=held_fds())  # fmt: skip
                 log.write(f"$ {' '.join(cmd)}\n{proc.stdout}\n")
                 if proc.returncode != 0:
                     return JobOutcome(job.name, proc.returncode, job.out_dir, log_path)
             worker = [self.python, "-m", "runner.worker", str(job.spec_path), str(job.out_dir)]
-            proc = run(worker, cwd=job.source_dir, env=env, check=False, timeout=job.timeout_s)
+            proc = run(worker, cwd=job.source_dir, env=env, check=False, timeout=job.timeout_s,
+                       die_with_parent=True, pass_fds=held_fds())  # fmt: skip
             log.write(f"$ {' '.join(worker)}\n{proc.stdout}\n")
         return JobOutcome(job.name, proc.returncode, job.out_dir, log_path)

@@ -1,0 +1,1 @@
+"""Campaign files, ledgers and lineage."""

@@ -1,0 +1,316 @@
+"""Kill at every step (docs/reliability.md): a real ``campaign validate`` (a subprocess
+of the CLI on a CPU campaign of the example package) is stopped with SIGKILL at each
+step of a round in turn, with the documented pause hook ``TURBO_CAMPAIGN_PAUSE_AT``
+(runner.bench.checkpoint).  After each kill: no worker alive (the paused worker itself
+dies with the campaign), no half-written record, ``campaign status`` names the step
+where the round stopped, the next command clears the worktrees and temporary folders
+of the killed one, the ledgers verify and no earlier record changed by a byte.  The
+last attempt closes the round (ACCEPTED: the candidate undoes a 2x slow-down) and is
+killed before the lineage ref moves; the next command moves it.
+
+One baseline (2 passes) serves the whole file; the round uses one B C C B block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runner.bench.checkpoint import PAUSE_ENV, PAUSE_FILE_ENV
+from runner.campaign import Campaign
+from runner.demo import PATCHES, SLOWDOWN, demo_manifest_fields
+from runner.lineage import Lineage
+from runner.manifest import branch_name
+from runner.newcampaign import create_campaign, fresh_example_copy
+from runner.store.guard import check_records
+from runner.store.leftovers import JOB_PREFIX, WORKTREE_PREFIX, partial_files, temp_root
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parent.parent
+HYPOTHESIS = "Accumulate in float32 again: float64 costs about 2x on the CPU (expected: faster)."
+WAIT_S = 900
+
+
+def _git(cwd: Path, *args: str, stdin: str | None = None) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+    out = subprocess.run(
+        ["git", *args], cwd=cwd, input=stdin, capture_output=True, text=True, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.fixture(scope="module")
+def slow_campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Campaign, Path]]:
+    """A campaign whose base commit carries the demo's 2x slow-down, with its baseline;
+    the candidate patch is the slow-down reversed (a robust ACCEPT)."""
+    from runner.baseline import run_baseline
+    from runner.executors.local import LocalExecutor
+
+    root = tmp_path_factory.mktemp("faults")
+    source = fresh_example_copy(root / "source")
+    slowdown = (PATCHES / SLOWDOWN[0]).read_text(encoding="utf-8")
+    _git(source, "apply", "--index", "-", stdin=slowdown)
+    _git(source, "commit", "-q", "-m", "slow base")
+    fields = demo_manifest_fields(source, "faults", "cpu")
+    fields["campaign_name"] = "faults"
+    # CI time: three shapes (one held out), short timing; a 2x effect needs no more
+    fields["target_shapes"] = [
+        "cpu-small-16x256x1024",
+        "cpu-llama2-7b-attn_out-64x512x1024",
+        "cpu-llama2-7b-down-64x512x2816",
+    ]
+    fields["timing"] = {
+        "repeats": 2, "warmup_s": 0.05, "batch_s": 0.02, "max_repeats": 4,
+        "budget_s": 0.2, "target_rsd": 0.02,
+    }  # fmt: skip
+    campaign = create_campaign(root, **fields)
+    run_baseline(campaign, LocalExecutor(), passes=2, progress=lambda m: None)
+    patch = root / "speedup.patch"
+    patch.write_text(_git(source, "diff", "HEAD", "HEAD~1"), encoding="utf-8")
+    yield Campaign.load(campaign.root), patch
+
+
+def _env(step: str | None, marker: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "examples")])
+    env.pop(PAUSE_ENV, None)
+    if step:
+        env[PAUSE_ENV] = step
+        env[PAUSE_FILE_ENV] = str(marker)
+    return env
+
+
+def _cli(campaign: Campaign, *args: str) -> list[str]:
+    return [sys.executable, "-m", "runner", "--campaigns-root", str(campaign.root.parent), *args]
+
+
+def _validate_argv(campaign: Campaign, patch: Path) -> list[str]:
+    return _cli(
+        campaign, "validate", "--campaign", campaign.name, "--round", "2", "--hypothesis",
+        HYPOTHESIS, "--patch", str(patch), "--pairs", "1",
+    )  # fmt: skip
+
+
+def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=WAIT_S)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _workers(name: str) -> list[int]:
+    """Worker processes of this campaign (their spec lies in its job folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        text = [a.decode(errors="replace") for a in args]
+        ours = "runner.worker" in text and any(f"{JOB_PREFIX}{name}-" in a for a in text)
+        if ours and _alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def _leftover_dirs(name: str) -> list[Path]:
+    tmp = temp_root()
+    return sorted([*tmp.glob(f"{JOB_PREFIX}{name}-*"), *tmp.glob(f"{WORKTREE_PREFIX}{name}-*")])
+
+
+def _registered_worktrees(source: Path) -> list[str]:
+    out = _git(source, "worktree", "list", "--porcelain")
+    return [ln.split(" ", 1)[1] for ln in out.splitlines() if ln.startswith("worktree ")][1:]
+
+
+def _snapshot(campaign: Campaign) -> dict[str, bytes]:
+    """Every file of the closed rounds, and the logs."""
+    files = {}
+    for n in campaign.closed_rounds():
+        for p in sorted(campaign.round_dir(n).rglob("*")):
+            if p.is_file():
+                files[str(p.relative_to(campaign.root))] = p.read_bytes()
+    for p in sorted(campaign.logs_dir.iterdir()):
+        files[str(p.relative_to(campaign.root))] = p.read_bytes()
+    return files
+
+
+def _unchanged(before: dict[str, bytes], campaign: Campaign) -> None:
+    """Closed rounds identical; logs and ledgers only grew (the old bytes a prefix)."""
+    for rel, data in before.items():
+        now = (campaign.root / rel).read_bytes()
+        if rel.startswith("logs/"):
+            assert now.startswith(data), f"{rel} was rewritten"
+        else:
+            assert now == data, f"{rel} changed"
+
+
+def _kill_at(
+    step: str, campaign: Campaign, patch: Path, marker: Path
+) -> tuple[int, subprocess.Popen[str]]:
+    """Start a validate that pauses at ``step``; return the paused pid and the process."""
+    marker.unlink(missing_ok=True)
+    proc = subprocess.Popen(
+        _validate_argv(campaign, patch),
+        env=_env(step, marker),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + WAIT_S
+    while not marker.exists():
+        if proc.poll() is not None:
+            pytest.fail(f"validate ended before step {step}:\n{proc.stdout.read()}")  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, f"step {step} not reached in {WAIT_S} s"
+        time.sleep(0.2)
+    got, pid = marker.read_text().split()
+    assert got == step
+    return int(pid), proc
+
+
+def _sigkill(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGKILL)  # the campaign process only, not its group
+    proc.wait()
+    assert proc.stdout is not None
+    proc.stdout.close()
+
+
+def _wait_gone(pids: list[int], seconds: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if _alive(p)]
+        if not alive:
+            return []
+        time.sleep(0.1)
+    return [p for p in pids if _alive(p)]
+
+
+def _status(campaign: Campaign, marker: Path) -> subprocess.CompletedProcess[str]:
+    argv = _cli(campaign, "status", "--campaign", campaign.name)
+    return _run(argv, _env(None, marker))
+
+
+# (pause step, the step `campaign status` reports for the killed round)
+STEPS = [
+    ("candidate-tree", "candidate tree"),
+    ("worker-test", "test-candidate"),
+    ("worker-pass", "pass-01-incumbent"),
+    ("commit", "lineage commit"),
+    ("artifacts", "artifacts"),
+    ("logs", "records"),
+    ("records", "records"),
+]
+
+
+def test_kill_at_every_step(slow_campaign: tuple[Campaign, Path], tmp_path: Path) -> None:
+    campaign, patch = slow_campaign
+    source = Path(campaign.manifest.source)
+    marker = tmp_path / "paused"
+    before = _snapshot(campaign)
+    lineage = Lineage(source, campaign.name, branch_name(campaign.manifest))
+    base_head = lineage.head()
+    previous: list[Path] = []
+    for step, noted in STEPS:
+        pid, proc = _kill_at(step, campaign, patch, marker)
+        # the next command (this one) cleared what the previous kill left behind
+        assert not set(previous) & set(_leftover_dirs(campaign.name)), step
+        assert all(not Path(w).is_relative_to(p) for w in _registered_worktrees(source)
+                   for p in previous), step  # fmt: skip
+        workers = _workers(campaign.name)
+        if step.startswith("worker-"):
+            assert pid in workers, f"{step}: the paused process is not a worker"
+        previous = _leftover_dirs(campaign.name)
+        _sigkill(proc)
+        assert _wait_gone([pid, *workers]) == [], f"{step}: a worker outlived its campaign"
+        assert _workers(campaign.name) == []
+        # no half-written record; the ledgers verify; nothing earlier changed
+        assert check_records(campaign) == [], step
+        for p in campaign.root.rglob("*.json"):
+            json.loads(p.read_text(encoding="utf-8"))
+        _unchanged(before, campaign)
+        assert 2 not in campaign.closed_rounds(), step
+        status = _status(campaign, marker)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert "unclosed rounds: round-2" in status.stdout
+        assert f"round-2 stopped: last step '{noted}'" in status.stdout, status.stdout
+        assert "no longer running" in status.stdout
+        assert lineage.head() == base_head, f"{step}: the lineage moved for an unclosed round"
+
+    # the re-run closes the round; killed after the records, before the ref update
+    pid, proc = _kill_at("advance", campaign, patch, marker)
+    _sigkill(proc)
+    assert 2 in campaign.closed_rounds()
+    result = campaign.load_result(2)
+    assert result.status.value == "ACCEPTED", result.reasons
+    assert lineage.head() == base_head
+    status = _status(campaign, marker)
+    assert "round-2 closed ACCEPTED but the lineage head is still its parent" in status.stdout
+    assert "unclosed rounds: none" in status.stdout
+    optimize = campaign.optimize_log.read_text(encoding="utf-8")
+    assert optimize.count("### round-2 — ") == 1  # a killed close never duplicates an entry
+    trend = campaign.trend_log.read_text(encoding="utf-8")
+    assert trend.count("| round-2 |") == 1
+
+    # the next command moves the lineage head and clears the last leftovers
+    report = _run(_cli(campaign, "report", "--campaign", campaign.name), _env(None, marker))
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert lineage.head() == result.commit
+    assert lineage.linear_history(campaign.manifest.base_commit or "") == [result.commit]
+    assert _leftover_dirs(campaign.name) == []
+    assert _registered_worktrees(source) == []
+    assert partial_files(campaign.root) == []
+    assert check_records(campaign) == []
+    _unchanged(before, campaign)
+    status = _status(campaign, marker)
+    assert status.returncode == 0 and "chain integrity: OK" in status.stdout, status.stdout
+
+
+def test_hand_edit_is_refused_before_any_work(
+    slow_campaign: tuple[Campaign, Path], tmp_path: Path
+) -> None:
+    """After a hand edit of optimize.md: status exits non-zero naming the file and
+    byte range; validate exits 5 within seconds, before measuring anything."""
+    campaign, patch = slow_campaign
+    copy = tmp_path / "campaigns" / campaign.name
+    shutil.copytree(campaign.root, copy, ignore=shutil.ignore_patterns(".lock"))
+    edited = Campaign.load(copy)
+    log = edited.optimize_log
+    data = log.read_bytes()
+    at = data.index(b"## ") + 3
+    log.write_bytes(data[:at] + b"X" + data[at + 1 :])
+    marker = tmp_path / "m"
+    status = _status(edited, marker)
+    assert status.returncode == 5, status.stdout + status.stderr
+    assert "chain integrity: BROKEN" in status.stdout
+    assert str(log) in status.stderr
+    assert "first difference between byte" in status.stdout
+    t0 = time.monotonic()
+    argv = _cli(edited, "validate", "--campaign", edited.name, "--round",
+                str(edited.next_round()), "--hypothesis", "h", "--patch", str(patch))  # fmt: skip
+    got = _run(argv, _env(None, marker))
+    assert got.returncode == 5, got.stdout + got.stderr
+    assert time.monotonic() - t0 < 30
+    assert str(log) in got.stderr and "append a correction" in got.stderr
+    assert "Nothing was measured or written" in got.stderr
+    assert ".. round-" not in got.stderr  # no step of a round started
+    assert not edited.round_dir(edited.next_round()).exists()
