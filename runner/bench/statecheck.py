@@ -1,0 +1,155 @@
+"""Caches judged by behaviour, not by spelling (worker side).
+
+``state_fingerprint(package)`` reads the state the measured package keeps between
+calls: module globals, class attributes, instances held by them, closure cells and
+``functools`` caches, down a few levels.  Containers are read by identity, length and
+the identities of their newest items (an LRU at its cap still changes), tensors by
+identity, version and address, ``functools`` caches by their hit/miss/size counters
+(a read counts), plain values by value.
+
+``stateful_probe`` runs one real-training step between two fingerprints: when the
+step changed the package's kept state, the op keeps state on its hot path, whatever
+it is called, and the 8-step training simulation (``runner.cachesim``) runs with
+training-like inputs (fresh activations, a weight updated every step) and with the
+benchmark idiom (the same tensors every step).  Each simulated step records whether
+it wrote the kept state; a step served without writing is a cache hit.  A stale
+result in the fresh simulation (a weight cache not invalidated on an update) is a
+problem that FAILs the shape.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from runner.cachesim import CacheProbe, SimResult, simulate_training_steps
+
+DEPTH = 3
+NEWEST = 16  # items of a container whose identities enter its token
+STEPS = 8
+
+Token = tuple[Any, ...]
+
+
+def state_fingerprint(package: str) -> dict[str, Token]:
+    """``path -> token`` of everything the package ``package`` keeps between calls."""
+    out: dict[str, Token] = {}
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not (name == package or name.startswith(package + ".")):
+            continue
+        for attr, value in list(vars(mod).items()):
+            if not attr.startswith("__"):
+                _walk(f"{name}.{attr}", value, out, DEPTH, package)
+    return out
+
+
+def _own(obj: Any, package: str) -> bool:
+    module = getattr(obj, "__module__", "") or ""
+    return module == package or module.startswith(package + ".")
+
+
+def _items(value: Any) -> list[Any]:
+    try:
+        if isinstance(value, Mapping):
+            return [x for kv in list(value.items())[-NEWEST:] for x in kv]
+        return list(value)[-NEWEST:]
+    except Exception:  # a container that cannot be listed: its identity and size only
+        return []
+
+
+def _walk(path: str, value: Any, out: dict[str, Token], depth: int, package: str) -> None:
+    if depth < 0 or isinstance(value, types.ModuleType):
+        return
+    kind = type(value).__name__
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        out[path] = (kind, value if not isinstance(value, (str, bytes)) else hash(value))
+        return
+    if hasattr(value, "data_ptr") and hasattr(value, "_version"):  # a tensor
+        out[path] = ("tensor", id(value), value._version, value.data_ptr())
+        return
+    info = getattr(value, "cache_info", None)
+    if callable(info) and isinstance(value, functools._lru_cache_wrapper):
+        out[path] = ("lru", *tuple(info()))
+        return
+    if isinstance(value, type):
+        if _own(value, package):
+            for attr, sub in list(vars(value).items()):
+                if not attr.startswith("__") and not callable(sub):
+                    _walk(f"{path}.{attr}", sub, out, depth - 1, package)
+        return
+    if isinstance(value, (types.FunctionType, types.MethodType)):
+        func = getattr(value, "__func__", value)
+        for i, cell in enumerate(func.__closure__ or ()):
+            try:
+                content = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            _walk(f"{path}.<closure {i}>", content, out, depth - 1, package)
+        return
+    if isinstance(value, (Mapping, list, tuple, set, frozenset)) or hasattr(value, "maxlen"):
+        items = _items(value)
+        size = len(value) if hasattr(value, "__len__") else -1
+        out[path] = (kind, id(value), size, tuple(id(x) for x in items))
+        if isinstance(value, Mapping):
+            for key, sub in list(value.items())[-NEWEST:]:
+                _walk(f"{path}[{key!r:.40}]", sub, out, depth - 1, package)
+        return
+    out[path] = (kind, id(value))
+    if _own(type(value), package) and hasattr(value, "__dict__"):
+        for attr, sub in list(vars(value).items()):
+            _walk(f"{path}.{attr}", sub, out, depth - 1, package)
+
+
+def changed_paths(before: Mapping[str, Token], after: Mapping[str, Token]) -> list[str]:
+    return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+
+
+def stateful_probe(
+    adapter: Any, shape: Any, device: str, spec: Any, step: Callable[[], Any]
+) -> dict[str, Any]:
+    """Does one real-training step write state the package keeps between calls?  If
+    so, run the 8-step simulation (fresh and benchmark idiom) where the op allows."""
+    package = str(getattr(adapter.api, "__name__", "")).split(".")[0]
+    if not package:
+        return {"stateful": False, "written": []}
+
+    def fingerprint() -> dict[str, Token]:
+        return state_fingerprint(package)
+
+    step()  # the first call may build handles, compile, pick a backend
+    before = fingerprint()
+    step()
+    written = changed_paths(before, fingerprint())
+    result: dict[str, Any] = {"stateful": bool(written), "written": written[:8]}
+    make = getattr(adapter, "simulation", None)
+    sim = make(shape, device) if written and make is not None else None
+    if sim is None:
+        return result
+    op, dims, judge = sim
+    runs: dict[str, SimResult] = {}
+    for mode, fresh in (("fresh", True), ("idiom", False)):
+        runs[mode] = simulate_training_steps(
+            op,
+            **dims,
+            steps=STEPS,
+            device=device,
+            probe=CacheProbe(),
+            fresh=fresh,
+            judge=judge,
+            state=fingerprint,
+            seed=int(spec.seed),
+        )
+    result["simulation"] = {
+        mode: {
+            **run.to_dict(),
+            "state_written_steps": run.state_counts()[0],
+            "served_steps": run.state_counts()[1],
+            "mismatched_steps": list(run.mismatched_steps),
+        }
+        for mode, run in runs.items()
+    }
+    result["simulation"]["problems"] = runs["fresh"].problems()
+    return result
