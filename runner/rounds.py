@@ -154,7 +154,9 @@ def all_shapes(m: Manifest) -> list[Shape]:
 
 
 def level_shapes(m: Manifest, level: str) -> list[Shape]:
-    shapes = all_shapes(m)
+    """The shapes a round measures: never a held-out one (``campaign accept`` does)."""
+    held = set(m.heldout_shapes)
+    shapes = [s for s in all_shapes(m) if s.label not in held]
     if level == "full":
         return shapes
     if level != "quick":

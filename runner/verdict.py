@@ -113,7 +113,12 @@ def state_transfer(
         else f"benchmark gain {gate.delta_pct:+.2f}% (no real-step samples)"
     )
     parts = [f"kept state written by a training step: {', '.join(added[:4])}"]
-    for mode, what in (("fresh", "fresh tensors"), ("idiom", "benchmark idiom")):
+    modes = (
+        ("fresh", "training: fresh tensors, weight updated"),
+        ("activations", "fresh activations, weight held still"),
+        ("idiom", "benchmark idiom"),
+    )
+    for mode, what in modes:
         run = sim.get(mode)
         if run:
             steps = len(run.get("steps", []))
@@ -126,6 +131,7 @@ def state_transfer(
     if not sim:
         parts.append("8-step simulation: not available for this op (real-step gain judged)")
     parts.append(gain)
+    parts += [f"8-step simulation FAIL: {p}" for p in sim.get("problems") or []]
     problems = list(sim.get("problems") or [])
     inflated = fresh_pct is not None and gate.delta_pct > 0 and fresh_pct < 0.75 * gate.delta_pct
     rejected = transfer.decision == "REJECT-as-overfit" or problems or inflated

@@ -11,10 +11,12 @@ identity, version and address, ``functools`` caches by their hit/miss/size count
 step changed the package's kept state, the op keeps state on its hot path, whatever
 it is called, and the 8-step training simulation (``runner.cachesim``) runs with
 training-like inputs (fresh activations, a weight updated every step) and with the
-benchmark idiom (the same tensors every step).  Each simulated step records whether
-it wrote the kept state; a step served without writing is a cache hit.  A stale
-result in the fresh simulation (a weight cache not invalidated on an update) is a
-problem that FAILs the shape.
+benchmark idiom (the same tensors every step), and once more with fresh activations
+and the weight held still.  Each simulated step records whether it wrote the kept
+state; a step served without writing it is a hit.  Problems FAIL the shape: a stale
+result with training-like inputs (a weight cache not invalidated on an update), and
+state written at every step when only the activations change (a memo of activations
+or outputs, whatever its key: it cannot hit in training).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from runner.cachesim import CacheProbe, SimResult, simulate_training_steps
 DEPTH = 3
 NEWEST = 16  # items of a container whose identities enter its token
 STEPS = 8
+# (name, fresh activations, weight step): training; fresh activations with the weight
+# held still (a weight cache hits, an activation memo writes every step); the idiom.
+MODES = (("fresh", True, 1e-2), ("activations", True, 0.0), ("idiom", False, 0.0))
 
 Token = tuple[Any, ...]
 
@@ -130,7 +135,7 @@ def stateful_probe(
         return result
     op, dims, judge = sim
     runs: dict[str, SimResult] = {}
-    for mode, fresh in (("fresh", True), ("idiom", False)):
+    for mode, fresh, lr in MODES:
         runs[mode] = simulate_training_steps(
             op,
             **dims,
@@ -141,6 +146,7 @@ def stateful_probe(
             judge=judge,
             state=fingerprint,
             seed=int(spec.seed),
+            lr=lr,
         )
     result["simulation"] = {
         mode: {
@@ -151,5 +157,25 @@ def stateful_probe(
         }
         for mode, run in runs.items()
     }
-    result["simulation"]["problems"] = runs["fresh"].problems()
+    result["simulation"]["problems"] = simulation_problems(runs)
     return result
+
+
+def simulation_problems(runs: Mapping[str, SimResult]) -> list[str]:
+    """What the simulation rejects: a stale result with training-like inputs (a cache
+    not invalidated when the weight changes), and kept state written at every step
+    while only the activations change (the weight held still): state that depends on
+    each call's activations, i.e. a memo of activations or outputs, however keyed."""
+    problems = list(runs["fresh"].problems())
+    acts = runs.get("activations")
+    if acts is not None:
+        late = [s.step for s in acts.steps[1:] if s.state_written]
+        if late:
+            problems.append(
+                f"kept state written at step(s) {late} of {len(acts.steps)} with the weight held "
+                "still and only the activations fresh: state that depends on each call's "
+                "activations (a memo of activations or outputs), a cache that cannot hit in "
+                "training"
+            )
+        problems += [f"(weight held still) {p}" for p in acts.problems()]
+    return problems

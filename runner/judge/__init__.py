@@ -1,0 +1,1 @@
+"""Scoring, gate, audits and transfer checks."""
