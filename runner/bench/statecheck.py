@@ -52,6 +52,7 @@ def state_fingerprint(package: str) -> dict[str, Token]:
 
 
 def _own(obj: Any, package: str) -> bool:
+    """Defined in ``package`` (its classes are walked; others' are not ours to read)."""
     module = getattr(obj, "__module__", "") or ""
     return module == package or module.startswith(package + ".")
 
@@ -103,8 +104,9 @@ def _walk(path: str, value: Any, out: dict[str, Token], depth: int, package: str
                 _walk(f"{path}[{key!r:.40}]", sub, out, depth - 1, package)
         return
     out[path] = (kind, id(value))
-    if _own(type(value), package) and hasattr(value, "__dict__"):
-        for attr, sub in list(vars(value).items()):
+    fields = getattr(value, "__dict__", None)
+    if isinstance(fields, dict):  # an instance of any class (a third-party LRU too)
+        for attr, sub in list(fields.items()):
             _walk(f"{path}.{attr}", sub, out, depth - 1, package)
 
 
