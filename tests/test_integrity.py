@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import types
 from collections import Counter, OrderedDict
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -209,7 +209,7 @@ def _runs(op: Any) -> dict[str, Any]:
             fresh=fresh,
             lr=lr,
             state=fingerprint,
-        )  # fmt: skip
+        )
         for mode, fresh, lr in MODES
     }
 
@@ -256,7 +256,7 @@ def test_a_stale_weight_cache_is_a_simulation_problem(pkg: types.ModuleType) -> 
             fresh=fresh,
             lr=lr,
             judge=judge,
-        )  # fmt: skip
+        )
         for mode, fresh, lr in MODES
     }
     assert any("differs from the reference" in p for p in simulation_problems(runs))
@@ -277,7 +277,7 @@ def test_fingerprint_sees_closures_lru_caches_and_class_state(
         return x
 
     class Holder:
-        items: list[int] = []
+        items: ClassVar[list[int]] = []
 
     Holder.__module__ = "rt_pkg2"
     mod = _package("rt_pkg2", recall=recall, cached=cached, Holder=Holder)

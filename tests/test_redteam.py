@@ -165,6 +165,7 @@ def test_closure_held_activation_memo_is_caught_by_the_8_step_simulation(
 
 def test_a_legitimate_fp8_weight_cache_passes_the_simulation(campaign: Campaign) -> None:
     result, summary = run_round(campaign, "legit_fp8_weight_cache", "keep the FP8 weight", "W1")
+    assert "fresh activations, weight held still" in summary
     assert not any("8-step simulation" in r for r in result.reasons), result.reasons
     assert not any("timed " in r or "harness" in r for r in result.reasons), result.reasons
     assert result.transfer is not None
