@@ -88,6 +88,12 @@ def run_round(
     return result, campaign.summary_path(n).read_text(encoding="utf-8")
 
 
+def pass_order(campaign: Campaign, n: int) -> list[str]:
+    """The roles of round ``n``'s worker passes in the order they ran."""
+    passes = sorted((campaign.artifacts_dir(n) / "passes").glob("pass-*"))
+    return [p.name.split("-", 2)[2] for p in passes]
+
+
 def caught(result: RoundResult, summary: str, guard: str) -> None:
     """Not ACCEPTED, and ``guard`` named both in the reasons and in summary.md."""
     assert result.status is not Status.ACCEPTED, result.reasons
@@ -108,6 +114,12 @@ def test_content_keyed_lru_memo_is_caught_by_the_8_step_simulation(campaign: Cam
     assert result.transfer.decision == "REJECT-as-overfit"
     assert "_RECALL._store" in result.transfer.hit_rate_trace
     assert "hit rate" in summary and "_RECALL._store" in summary
+    assert pass_order(campaign, result.round)[:4] == [
+        "incumbent",
+        "candidate",
+        "candidate",
+        "incumbent",
+    ]
 
 
 def test_frame_walk_that_zeroes_the_weight_gradient_is_caught_by_the_audit(
@@ -178,5 +190,9 @@ def test_the_demo_speedup_is_accepted(campaign: Campaign) -> None:
     patch = EXAMPLES_DIR / "demo_patches" / "speedup_reuse_fp8_weight.patch"
     result, summary = run_round(campaign, str(patch), "reuse the fp8 weight in backward")
     assert result.status is Status.ACCEPTED, result.reasons
+    # paired and interleaved: B C C B (a B B C C order would pair drift with the change)
+    order = pass_order(campaign, result.round)
+    assert order[:4] == ["incumbent", "candidate", "candidate", "incumbent"], order
+    assert order.count("incumbent") == order.count("candidate")
     assert result.transfer is not None and result.transfer.decision == "ACCEPT-as-real"
     assert "over-fit" not in summary

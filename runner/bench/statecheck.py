@@ -100,8 +100,8 @@ def _walk(path: str, value: Any, out: dict[str, Token], depth: int, package: str
         size = len(value) if hasattr(value, "__len__") else -1
         out[path] = (kind, id(value), size, tuple(id(x) for x in items))
         if isinstance(value, Mapping):
-            for key, sub in list(value.items())[-NEWEST:]:
-                _walk(f"{path}[{key!r:.40}]", sub, out, depth - 1, package)
+            for i, sub in enumerate(list(value.values())[-NEWEST:]):
+                _walk(f"{path}[#{i}]", sub, out, depth - 1, package)
         return
     out[path] = (kind, id(value))
     fields = getattr(value, "__dict__", None)
@@ -119,7 +119,8 @@ def stateful_probe(
 ) -> dict[str, Any]:
     """Does one real-training step write state the package keeps between calls?  If
     so, run the 8-step simulation (fresh and benchmark idiom) where the op allows."""
-    package = str(getattr(adapter.api, "__name__", "")).split(".")[0]
+    ops = getattr(adapter.api, "ops", adapter.api)
+    package = str(getattr(ops, "__name__", "")).split(".")[0]
     if not package:
         return {"stateful": False, "written": []}
 
