@@ -173,6 +173,7 @@ def check_problems(csv_paths: Sequence[Path], limit: int = 5) -> list[str]:
         shapes = json.loads(samples.read_text(encoding="utf-8")).get("shapes", {})
         for label, raw in shapes.items():
             problems = [p for c in raw.get("checks", []) for p in c.get("problems", [])]
+            problems += [str(p) for p in raw.get("integrity_problems", [])]
             if raw.get("error"):
                 problems.append(str(raw["error"]))
             for problem in problems:

@@ -138,7 +138,8 @@ def stateful_probe(
         return result
     op, dims, judge = sim
     runs: dict[str, SimResult] = {}
-    for mode, fresh, lr in MODES:
+    for index, (mode, fresh, lr) in enumerate(MODES):
+        # each mode draws its own tensors: a memo filled by one mode must not serve another
         runs[mode] = simulate_training_steps(
             op,
             **dims,
@@ -148,7 +149,7 @@ def stateful_probe(
             fresh=fresh,
             judge=judge,
             state=fingerprint,
-            seed=int(spec.seed),
+            seed=int(spec.seed) + 7919 * (index + 1),
             lr=lr,
         )
     result["simulation"] = {
