@@ -22,6 +22,7 @@ or outputs, whatever its key: it cannot hit in training).
 from __future__ import annotations
 
 import functools
+import random
 import sys
 import types
 from collections.abc import Callable, Mapping
@@ -32,6 +33,9 @@ from runner.cachesim import CacheProbe, SimResult, simulate_training_steps
 DEPTH = 3
 NEWEST = 16  # items of a container whose identities enter its token
 STEPS = 8
+# The simulation's tensors are drawn from a seed the measured code cannot know or have
+# seen before (a memo filled by an earlier run in the same process would hit otherwise).
+_SECRET = random.SystemRandom()
 # (name, fresh activations, weight step): training; fresh activations with the weight
 # held still (a weight cache hits, an activation memo writes every step); the idiom.
 MODES = (("fresh", True, 1e-2), ("activations", True, 0.0), ("idiom", False, 0.0))
@@ -149,7 +153,7 @@ def stateful_probe(
             fresh=fresh,
             judge=judge,
             state=fingerprint,
-            seed=int(spec.seed) + 7919 * (index + 1),
+            seed=_SECRET.getrandbits(62) + index,
             lr=lr,
         )
     result["simulation"] = {

@@ -8,6 +8,7 @@ timing engine calls and a ``check`` that the worker calls on fresh inputs.
 from __future__ import annotations
 
 import importlib
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,7 +70,10 @@ def fresh_training_step(
     takes a small SGD step on each weight (``w.add_``, as ``torch.optim`` does: the
     values and ``w._version`` change).  Nothing is reused from one step to the next,
     so a cache keyed on the identity or on the content of an activation misses."""
-    gen = torch.Generator(device=torch.device(device)).manual_seed(seed + 104729)
+    # A seed the measured code cannot know: the values never repeat between two runs of
+    # the step in one process (a memo filled by the first would hit in the second).
+    secret = random.SystemRandom().getrandbits(62)
+    gen = torch.Generator(device=torch.device(device)).manual_seed(seed ^ secret)
     keep: list[torch.Tensor] = []
 
     def draw() -> list[torch.Tensor]:
