@@ -43,6 +43,7 @@ from runner.rounds import Progress, Round, RoundFailed, all_shapes, run_pass
 from runner.schema import get_schema, read_csv
 from runner.scoring import score
 from runner.shapes import Shape, shapes_by_label
+from runner.stats import geomean
 from runner.status import unclosed_rounds
 from runner.store.guard import preflight
 from runner.store.leftovers import job_dir
@@ -157,7 +158,7 @@ def acceptance_shapes(m: Manifest) -> tuple[list[Shape], list[str]]:
     have = {s.label for s in shapes}
     listed = shapes_by_label(m.shape_set, m.heldout_shapes, "heldout_shapes", "; fix manifest.yaml")
     heldout = [s for s in listed if s.label not in have]
-    return shapes + heldout, [s.label for s in heldout]
+    return shapes + heldout, [s.label for s in listed]
 
 
 # ---- 1. full validation ------------------------------------------------------------------
@@ -215,6 +216,42 @@ def validation_check(gate: GateResult, final: Score) -> Check:
         return Check("full validation", False, f"{final.n_fail} shape(s) FAIL; {verdict}")
     why = "; ".join(r.splitlines()[0] for r in gate.reasons)
     return Check("full validation", gate.decision.accepted, verdict + (f": {why}" if why else ""))
+
+
+HELDOUT_REGRESSION_PCT = 5.0  # a held-out shape this much slower: over-fitting
+HELDOUT_GAIN_FRACTION = 0.25  # held-out gain below this fraction of the targets' gain
+HELDOUT_MIN_TARGET_GAIN_PCT = 2.0  # ... judged only when the targets gained this much
+
+
+def heldout_check(base: Score, final: Score, heldout: list[str]) -> Check | None:
+    """The over-fitting guard on the held-out shapes (never measured by a round): a
+    held-out shape 5% or more slower than at the base commit, or a held-out gain far
+    below the targets' (under a quarter of it), is over-fitting.  None without any."""
+    b, f = base.by_label(), final.by_label()
+    ratios: dict[str, float] = {}
+    for label in b:
+        bv, fv = b[label].value, f[label].value if label in f else None
+        if bv and fv:
+            ratios[label] = fv / bv
+    held = {lb: r for lb, r in ratios.items() if lb in heldout}
+    targets = [r for lb, r in ratios.items() if lb not in heldout]
+    if not held:
+        return None
+    held_gain = 100.0 * (geomean(list(held.values())) - 1.0)
+    target_gain = 100.0 * (geomean(targets) - 1.0) if targets else 0.0
+    worse = sorted(lb for lb, r in held.items() if 100.0 * (r - 1.0) <= -HELDOUT_REGRESSION_PCT)
+    detail = f"held-out gain {held_gain:+.3f}% vs targets {target_gain:+.3f}%"
+    if worse:
+        pct = ", ".join(f"{lb} {100.0 * (held[lb] - 1.0):+.2f}%" for lb in worse)
+        return Check("held-out shapes", False, f"over-fitting: {pct} (>= 5% slower); {detail}")
+    far_below = held_gain < HELDOUT_GAIN_FRACTION * target_gain
+    if target_gain >= HELDOUT_MIN_TARGET_GAIN_PCT and far_below:
+        return Check(
+            "held-out shapes",
+            False,
+            f"over-fitting: {detail}, under a quarter of the targets' gain",
+        )
+    return Check("held-out shapes", True, detail)
 
 
 # ---- 2. the target's full benchmark --------------------------------------------------
@@ -476,6 +513,9 @@ def _validate(
     for name in ("baseline.csv", "final.csv"):
         shutil.copy2(rnd.tmp / name, art / name)
     check = validation_check(gate, final)
+    held = heldout_check(base, final, result.heldout)
+    if held is not None:
+        result.checks.append(held)
     if result.head == result.base_commit:
         check.ok = False
         check.detail = "no round was accepted: the final best is the base commit; " + check.detail

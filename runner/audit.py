@@ -22,6 +22,9 @@ Rules (``Finding.rule``):
 * ``memo-container``: inside forward/backward/gemm/quant code, a write into a module-,
   class- or instance-level dict/OrderedDict/WeakKeyDictionary/list or a ``global``, keyed
   on a tensor identity, or storing tensor data (not a compiled kernel/config/buffer).
+* ``harness-reach`` (bucket HARNESS, ``runner.judge.reach``): stack/frame inspection,
+  ``sys.modules`` lookups, imports of the harness or ``ctypes``, ``gc`` reach-ins and
+  assignments to attributes of modules the patched package does not own.
 * ``gg-*`` (bucket GG-UNIFORM): compile-time/constant tokens-per-group, divisibility
   asserts on tokens, fixed-size split/chunk/view of the token dimension, uniform
   ``group_lens`` synthesised from ``M // G``, asserts that every group is non-empty.
@@ -65,6 +68,7 @@ from runner.audit_ast import (
     uniform_div,
     used_as_tensor,
 )
+from runner.judge import reach
 
 REJECT, WARN = "reject", "warn"
 DECLARABLE = ("K1", "K2", "K3", "K4", "W1")
@@ -175,6 +179,7 @@ def changed_lines(patch_text: str) -> dict[str, set[int]]:
 class _ModuleAudit:
     def __init__(self, path: str, tree: ast.Module) -> None:
         self.path = path
+        self.tree = tree
         self.scopes: dict[ast.AST, Scope] = {}
         self._build(tree, None)
         funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
@@ -211,7 +216,20 @@ class _ModuleAudit:
                 self._check_function(node, scope)
             for sub in own_nodes(node):
                 self._check_node(sub, scope)
+        module_scope = self.scopes[self.tree]
+        for site, msg in reach.findings(self.tree, self.path):
+            self._add(reach.BUCKET, site, msg, "harness-reach", self._scope_of(site, module_scope))
         return sorted(self.findings.values(), key=lambda f: (f.line, f.bucket))
+
+    def _scope_of(self, site: ast.AST, default: Scope) -> Scope:
+        """The innermost function or class scope holding ``site``."""
+        line = getattr(site, "lineno", 0)
+        best = default
+        for node, scope in self.scopes.items():
+            start, end = getattr(node, "lineno", 0), getattr(node, "end_lineno", 0) or 0
+            if start <= line <= end and start >= getattr(best.node, "lineno", 0):
+                best = scope
+        return best
 
     def _add(self, bucket: str, site: ast.AST, msg: str, rule: str, scope: Scope,
              extra: set[int] | None = None) -> None:  # fmt: skip

@@ -117,6 +117,7 @@ class StepHits:
     fwd_activation_hits: int
     bwd_activation_hits: int
     max_abs_err: float | None = None  # vs ``reference`` when given
+    state_written: bool | None = None  # the op's kept state changed during the step
 
     @property
     def weight_hits(self) -> int:
@@ -155,6 +156,12 @@ class SimResult:
     @property
     def passes(self) -> bool:
         return not self.problems()
+
+    def state_counts(self) -> tuple[int, int]:
+        """(steps that wrote the op's kept state, steps served without writing it);
+        (0, 0) when the run did not watch the state."""
+        seen = [s.state_written for s in self.steps if s.state_written is not None]
+        return sum(seen), len(seen) - sum(seen)
 
     def trace_markdown(self, first: int = 4) -> str:
         """The hit-rate trace for the round summary's transfer check."""
@@ -202,13 +209,18 @@ def simulate_training_steps(
     atol: float = 5e-2,
     lr: float = 1e-2,
     seed: int = 0,
+    judge: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], bool] | None = None,
+    state: Callable[[], object] | None = None,
 ) -> SimResult:
     """Run ``steps`` training-like steps of ``out = op(a, w); out.backward(grad_out)``.
 
     ``fresh=True`` (the protocol): a new ``a`` and ``grad_out`` every step, ``w`` updated
     in place after each backward.  ``fresh=False``: the benchmark idiom, same ``a``,
     ``grad_out`` and ``w`` every step, to show how much a cache inflates a benchmark.
-    ``reference(a, w)``, when given, is compared with each step's output (``atol``)."""
+    ``reference(a, w)``, when given, is compared with each step's output (``atol``);
+    ``judge(out, a, w)``, when given, says whether a step's output is right (an op's
+    own tolerance, e.g. an SNR floor for FP8).  ``state()``, when given, fingerprints
+    the state the op keeps between calls: each step records whether it changed."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
 
     def randn(*shape: int) -> torch.Tensor:
@@ -221,6 +233,7 @@ def simulate_training_steps(
     for step in range(steps):
         a, grad_out = (randn(m, k).requires_grad_(), randn(m, n)) if fresh else (a0, g0)
         version = w._version
+        state_before = state() if state is not None else None
         before = probe.read()
         out = op(a, w)
         fwd = _delta(probe, before)
@@ -233,8 +246,12 @@ def simulate_training_steps(
                 err = (out.float() - reference(a, w).float()).abs().max().item()
             if err > atol:
                 result.mismatched_steps.append(step)
+        wrong = judge is not None and not judge(out.detach(), a.detach(), w.detach())
+        if wrong and step not in result.mismatched_steps:
+            result.mismatched_steps.append(step)
+        written = None if state is None else state() != state_before
         keep_alive += [a, grad_out, out]
-        result.steps.append(StepHits(step, version, fwd[0], bwd[0], fwd[1], bwd[1], err))
+        result.steps.append(StepHits(step, version, fwd[0], bwd[0], fwd[1], bwd[1], err, written))
         _optimiser_step(w, lr if fresh else 0.0)
     return result
 

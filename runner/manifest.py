@@ -153,6 +153,7 @@ class Manifest(BaseModel):
     granularity: Granularity | None = None
     shape_set: str
     heldout_shapes: list[str] = Field(default_factory=list)
+    heldout_seed: int | None = None  # the seed `campaign init` reserved them with
     pinned_header: str | None = None
     csv_schema: Literal["gemm", "memory", "attention"] = "gemm"
     cache_mode: Literal["hot", "cold"] = "hot"

@@ -5,6 +5,7 @@ commit.  ``campaign init`` and ``campaign baseline --op ...`` both come here."""
 from __future__ import annotations
 
 import datetime as dt
+import secrets
 import shutil
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from runner.manifest import (
     validate_manifest,
 )
 from runner.ops.info import op_info
+from runner.representative import reserve_heldout
 from runner.shapes import default_shape_set, shape_set, shapes_by_label
 from runner.targets.registry import get_target
 
@@ -111,7 +113,9 @@ def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
         op, gran, backend
     )
     fields["base_commit"] = fields.get("base_commit") or head_commit(source)
-    fields["target_shapes"] = pin_shapes(fields.get("target_shapes"), fields)
+    wanted = fields.get("target_shapes")
+    fields["target_shapes"] = pin_shapes(wanted, fields)
+    reserve_heldout_shapes(fields, explicit=wanted not in (None, "all"))
     manifest = build_manifest(**fields)
     if manifest.execution_mode == "workspace":
         from runner.flow.workspace_mode import create_workspace, workspace_dir
@@ -138,6 +142,25 @@ def check_upstream_files(source: Path, files: list[str], target: str) -> None:
             f"{listed}\ncheck out a matching revision, or pass --test-command, "
             "--benchmark-command and --kernel-source yourself"
         )
+
+
+def reserve_heldout_shapes(fields: dict[str, Any], *, explicit: bool) -> None:
+    """By default a few shapes of the op's set are held out (``heldout=False`` or
+    ``--no-heldout`` turns it off; ``heldout_shapes`` given wins): chosen with a recorded
+    seed (``heldout_seed``, random unless given) and taken out of the targets, so that
+    rounds never measure them and ``campaign accept`` judges the final best on them."""
+    enabled = fields.pop("heldout", True)
+    seed = fields.pop("heldout_seed", None)
+    if fields.get("heldout_shapes") or not enabled:
+        return
+    seed = int(seed) if seed is not None else secrets.randbelow(2**31)
+    targets = list(fields["target_shapes"])
+    chosen = reserve_heldout(shape_set(fields["shape_set"]), seed, targets if explicit else ())
+    if not chosen:
+        return
+    fields["heldout_shapes"] = chosen
+    fields["heldout_seed"] = seed
+    fields["target_shapes"] = [t for t in targets if t not in chosen]
 
 
 def pin_shapes(wanted: Any, fields: dict[str, Any]) -> list[str]:

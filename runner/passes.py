@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from runner.errors import ConfigError
 from runner.results import PairSample
@@ -96,8 +97,10 @@ def pair_samples(
 
 
 def fresh_step_ms(csv_path: Path) -> dict[str, float]:
-    """Median fresh-tensor training-step time per shape of one pass (from the
-    ``samples.json`` beside its CSV); empty when the pass did not measure it."""
+    """Median real-training-step time per shape of one pass, less the median time of
+    drawing its fresh inputs (both from the ``samples.json`` beside its CSV; the draw
+    costs the same on both sides and would only dilute a gain); empty when the pass did
+    not measure it."""
     samples = csv_path.parent / "samples.json"
     if not samples.exists():
         return {}
@@ -106,8 +109,23 @@ def fresh_step_ms(csv_path: Path) -> dict[str, float]:
     for label, raw in data.get("shapes", {}).items():
         fresh = raw.get("fresh_step") if isinstance(raw, dict) else None
         if fresh:
-            out[label] = float(fresh["median_ms"])
+            draw = raw.get("fresh_draw") or {}
+            step = float(fresh["median_ms"])
+            out[label] = max(step - float(draw.get("median_ms", 0.0)), 0.1 * step)
     return out
+
+
+def fresh_gains(incumbent: Sequence[Path], candidate: Sequence[Path]) -> list[float]:
+    """Paired like the benchmark: for pass i of the incumbent and pass i of the
+    candidate (same block), the geomean over shapes of incumbent/candidate
+    real-training-step time, minus one (a fraction).  Empty without fresh samples."""
+    gains = []
+    for inc_path, cand_path in zip(incumbent, candidate, strict=False):
+        inc, cand = fresh_step_ms(inc_path), fresh_step_ms(cand_path)
+        labels = sorted(set(inc) & set(cand))
+        if labels:
+            gains.append(geomean([inc[lb] / cand[lb] for lb in labels]) - 1.0)
+    return gains
 
 
 def fresh_gain(incumbent: Sequence[Path], candidate: Sequence[Path]) -> float | None:
@@ -122,6 +140,28 @@ def fresh_gain(incumbent: Sequence[Path], candidate: Sequence[Path]) -> float | 
     return geomean(ratios) - 1.0
 
 
+def state_report(csv_paths: Sequence[Path]) -> dict[str, Any]:
+    """What the worker's state probe found over the passes of one role: the kept state
+    written by a training step (paths), and the 8-step simulation of the first shape
+    that ran it (``runner.bench.statecheck``)."""
+    written: list[str] = []
+    simulation: dict[str, Any] | None = None
+    label = ""
+    for path in csv_paths:
+        samples = path.parent / "samples.json"
+        if not samples.exists():
+            continue
+        shapes = json.loads(samples.read_text(encoding="utf-8")).get("shapes", {})
+        for name, raw in shapes.items():
+            state = raw.get("state") if isinstance(raw, dict) else None
+            if not state or not state.get("stateful"):
+                continue
+            written += [w for w in state.get("written", []) if w not in written]
+            if simulation is None and state.get("simulation"):
+                simulation, label = state["simulation"], name
+    return {"written": written[:8], "simulation": simulation, "shape": label}
+
+
 def check_problems(csv_paths: Sequence[Path], limit: int = 5) -> list[str]:
     """The correctness problems the worker recorded (``samples.json`` beside each
     pass's CSV): why a shape FAILed, for the round's reasons.  At most ``limit``."""
@@ -133,6 +173,7 @@ def check_problems(csv_paths: Sequence[Path], limit: int = 5) -> list[str]:
         shapes = json.loads(samples.read_text(encoding="utf-8")).get("shapes", {})
         for label, raw in shapes.items():
             problems = [p for c in raw.get("checks", []) for p in c.get("problems", [])]
+            problems += [str(p) for p in raw.get("integrity_problems", [])]
             if raw.get("error"):
                 problems.append(str(raw["error"]))
             for problem in problems:

@@ -14,11 +14,13 @@ least one skewed row are required.  The result is ordered by FLOPs, then label.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import random
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from runner.errors import ConfigError
+from runner.shapes import Shape
 
 UNIFORM = "uniform"
 SKEWED = ("topk2_cf1.0", "topk1_cf1.25", "degenerate")
@@ -128,3 +130,29 @@ def choose_heldout(flops_by_label: Mapping[str, float]) -> list[str]:
     middle = ordered[1:-1]
     step = len(middle) / (count + 1)
     return sorted({middle[int(step * (i + 1))] for i in range(count)})
+
+
+def reserve_heldout(shapes: Sequence[Shape], seed: int, targets: Collection[str] = ()) -> list[str]:
+    """Shapes of the op's set reserved at ``campaign init`` as held-out (docs/measurement.md
+    §5.3): rounds never measure them, ``campaign accept`` judges the final
+    best on them.  One per ten shapes, at least one from five shapes on, at most three.
+    Candidates: the shapes not in ``targets`` (when given), else every shape but the
+    smallest and the largest (they stay available as representatives).  Picked with a
+    ``random.Random(seed)`` (the seed is recorded in the manifest), one per class of
+    (size, aspect ratio) so that they differ in both from each other."""
+    n = len(shapes)
+    count = 0 if n < 5 else min(3, max(1, n // 10))
+    ordered = sorted(shapes, key=lambda s: (s.flops_fwd, s.label))
+    pool = [s for s in ordered if s.label not in set(targets)] if targets else ordered[1:-1]
+    if not count or not pool:
+        return []
+    rng = random.Random(seed)
+    classes: dict[tuple[int, int], list[Shape]] = {}
+    for s in pool:
+        size = round(math.log2(max(s.flops_fwd, 1.0)))
+        aspect = round(math.log2(max(s.m, 1) / max(s.n, 1)))
+        classes.setdefault((size, aspect), []).append(s)
+    keys = sorted(classes)
+    rng.shuffle(keys)
+    chosen = [rng.choice(classes[key]).label for key in keys[:count]]
+    return sorted(chosen)

@@ -32,9 +32,10 @@ from runner.lineage import Lineage, snapshot
 from runner.manifest import Manifest, branch_name
 from runner.passes import (
     check_problems,
-    fresh_gain,
+    fresh_gains,
     pair_samples,
     read_passes,
+    state_report,
     write_merged,
 )
 from runner.records import close_round
@@ -46,6 +47,7 @@ from runner.results import (
     Score,
     ShapeScore,
     Status,
+    TransferCheck,
 )
 from runner.roundfiles import artifact_list, commit_message, describe_patch, store_artifacts
 from runner.scoring import score
@@ -56,7 +58,7 @@ from runner.store.guard import preflight
 from runner.store.leftovers import job_dir, note_step
 from runner.targets.base import Target
 from runner.targets.registry import get_target
-from runner.verdict import audit_candidate, heldout_flag, inflation_veto
+from runner.verdict import audit_candidate, heldout_flag, inflation_veto, state_transfer
 from runner.workspace import code_root
 
 Progress = Callable[[str], None]
@@ -163,7 +165,9 @@ def all_shapes(m: Manifest) -> list[Shape]:
 
 
 def level_shapes(m: Manifest, level: str) -> list[Shape]:
-    shapes = all_shapes(m)
+    """The shapes a round measures: never a held-out one (``campaign accept`` does)."""
+    held = set(m.heldout_shapes)
+    shapes = [s for s in all_shapes(m) if s.label not in held]
     if level == "full":
         return shapes
     if level != "quick":
@@ -301,7 +305,7 @@ def _validate_in(
     )
     transfer.benchmark_gain_pct = round(gate.delta_pct, 3)
     transfer.estimated_real_gain_pct = 0.0 if report.rejects else round(gate.delta_pct, 3)
-    result.transfer = transfer
+    result.transfer = _behaviour_transfer(rnd, transfer, gate)
     close_round(campaign, result, progress=rnd.step)
     if commit:
         pause_point("advance")
@@ -400,12 +404,28 @@ def _judge(
         why = tuple(f"candidate check: {p}" for p in check_problems(cand_paths))
         gate = replace(gate, reasons=(*gate.reasons, *why))
     gate = heldout_flag(gate, m.heldout_shapes)
-    inflated = inflation_veto(gate, fresh_gain(inc_paths, cand_paths), m.sigma_g or 0.0)
+    inflated = inflation_veto(gate, fresh_gains(inc_paths, cand_paths), m.sigma_g or 0.0)
     if inflated:
         gate = decide(
             inc_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=[*vetoes, inflated]
         )
     return gate, inc_score, cand_score
+
+
+def _behaviour_transfer(rnd: Round, transfer: TransferCheck, gate: GateResult) -> TransferCheck:
+    """The transfer check updated from what the workers saw: state kept between calls
+    (the 8-step simulation's hit rate) and the paired real-training-step gain."""
+    passes = {
+        role: sorted(rnd.tmp.glob(f"pass-*-{role}/benchmark.csv"))
+        for role in ("incumbent", "candidate")
+    }
+    if not passes["candidate"]:
+        return transfer
+    fresh = fresh_gains(passes["incumbent"], passes["candidate"])
+    return state_transfer(
+        transfer, state_report(passes["candidate"]), state_report(passes["incumbent"]), gate,
+        fresh,
+    )  # fmt: skip
 
 
 def _veto_only(

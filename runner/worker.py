@@ -20,9 +20,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import runner.bench.gpu  # noqa: F401  (imported before the target: its bindings are guarded)
 from runner.bench.checkpoint import pause_point
+from runner.bench.integrity import BindingGuard, OutputSampler
 from runner.bench.lifeline import child_preexec
-from runner.bench.timing import ClockTampered, check_clocks, measure
+from runner.bench.statecheck import stateful_probe
+from runner.bench.timing import measure
 from runner.rows import ROW_BUILDERS, failed_row
 from runner.shapes import Shape
 from runner.spec import RoundSpec, load_spec, write_json_atomic
@@ -49,18 +52,38 @@ def pin_cpu_threads(spec: RoundSpec) -> None:
 
 
 def measure_shape(adapter: Any, shape: Shape, spec: RoundSpec, device: str) -> dict[str, Any]:
-    """Check, time, re-check one shape; return its CSV row and raw record."""
+    """Check, time, re-check one shape; return its CSV row and raw record.
+
+    The timed closures run through ``OutputSampler``s: a few timed calls, chosen at
+    random after they returned, are judged against the reference (a shortcut taken
+    only while timed FAILs the shape).  Then the real-training step (fresh values,
+    new buffers, a weight update) is timed, and the cost of drawing its inputs apart;
+    and when the op keeps state between calls, the 8-step simulation runs."""
     checks = [adapter.check(shape, device, spec.seed + 1000 * i) for i in range(spec.check_seeds)]
     case = adapter.case(shape, device, spec.seed)
-    fwd = measure(case.forward, spec.timing, device)
-    bwd = measure(case.backward, spec.timing, device) if case.backward else None
+    timed_problems: list[str] = []
+    fwd_calls = OutputSampler(case.forward)
+    fwd = measure(fwd_calls, spec.timing, device)
+    timed_problems += fwd_calls.problems(case.verify, "forward")
+    bwd = None
+    if case.backward:
+        bwd_calls = OutputSampler(case.backward)
+        bwd = measure(bwd_calls, spec.timing, device)
+        timed_problems += bwd_calls.problems(case.verify, "backward")
     moved = {"fwd_bytes": case.fwd_bytes, "bwd_bytes": case.bwd_bytes}
     del case  # free the timed tensors before the fresh-step measurement
-    fresh = None
+    fresh = draw = None
+    state: dict[str, Any] | None = None
     if spec.extra.get("fresh", True) and hasattr(adapter, "fresh_step"):
-        fresh = measure(adapter.fresh_step(shape, device, spec.seed), spec.timing, device)
+        step = adapter.fresh_step(shape, device, spec.seed)
+        state = stateful_probe(adapter, shape, device, spec, step.step)
+        fresh = measure(step.step, spec.timing, device)
+        draw = measure(step.draw, spec.timing, device)
     checks.append(adapter.check(shape, device, spec.seed + 7919))
-    problems = [p for c in checks for p in c.problems]
+    integrity = list(timed_problems)
+    if state and state.get("simulation") and state["simulation"].get("problems"):
+        integrity += [f"8-step simulation: {p}" for p in state["simulation"]["problems"]]
+    problems = [p for c in checks for p in c.problems] + integrity
     figures = {k: _worst(k, [c.figures[k] for c in checks]) for k in checks[0].figures}
     build = ROW_BUILDERS[adapter.info.schema]
     row = build(shape, fwd, bwd, moved, figures, not problems)
@@ -68,7 +91,10 @@ def measure_shape(adapter: Any, shape: Shape, spec: RoundSpec, device: str) -> d
         "forward": fwd.to_dict(),
         "backward": bwd.to_dict() if bwd else None,
         "fresh_step": fresh.to_dict() if fresh else None,
+        "fresh_draw": draw.to_dict() if draw else None,
+        "state": state,
         "checks": [{"ok": c.ok, "figures": c.figures, "problems": c.problems} for c in checks],
+        "integrity_problems": integrity,  # sampled timed outputs, the 8-step simulation
     }
     return {"row": row, "raw": raw, "problems": problems}
 
@@ -90,16 +116,6 @@ def _check_imported_from_source(api: Any) -> None:
             f"the target was imported from {origin}, not from the measured tree {expected}; "
             "uninstall the copy in site-packages or reinstall it editable from that tree"
         )
-
-
-def _refuse_patched_clocks() -> None:
-    """Importing the target must not replace a clock of the ``time`` module (the clocks
-    were captured when ``runner.bench.timing`` was imported, before the target)."""
-    try:
-        check_clocks()
-    except ClockTampered as exc:
-        log.error("%s", exc)
-        raise SystemExit(f"refusing to measure: {exc}") from None
 
 
 def environment_meta(device: str) -> dict[str, Any]:
@@ -127,9 +143,9 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
     device = resolve_device(spec.device)
     if device == "cpu":
         pin_cpu_threads(spec)
+    guard = BindingGuard()  # before the target is imported: the bindings it must not touch
     api = get_target(spec.target).load_api()
     _check_imported_from_source(api)
-    _refuse_patched_clocks()
     adapter = load_adapter(spec.op, api, spec.options)
     schema = get_schema(adapter.info.schema)
     rows: list[dict[str, object]] = []
@@ -137,7 +153,9 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
     for shape in spec.shapes:
         t0 = time.perf_counter()
         try:
+            guard.verify()
             result = measure_shape(adapter, shape, spec, device)
+            guard.verify()  # a binding replaced while this shape ran voids its timings
         except Exception as exc:  # a shape that raised still gets a FAIL row
             log.error("shape %s raised: %s\n%s", shape.label, exc, traceback.format_exc())
             rows.append(failed_row(shape, schema.name, schema.columns))

@@ -231,6 +231,26 @@ def _candidate_logs(campaign: Campaign, n: int) -> str:
 
 
 def test_a_patched_timer_fails_the_round(fp8: Campaign) -> None:
+    # reached without a name the audit reads: the worker's binding guard catches it
+    patch = plant(
+        fp8,
+        PACKAGE_INIT,
+        [
+            (
+                '__version__ = "0.1.0"\n',
+                '__version__ = "0.1.0"\n\n_t = __import__("ti" + "me")\n_pt = _t.process_time\n'
+                'setattr(_t, "process_" + "time", lambda: _pt() * 0.5)\n',
+            )
+        ],
+    )
+    result, summary = validate(fp8, "import-time tuning", patch)
+    assert result.status in (Status.FAILED, Status.ROLLED_BACK), result.reasons
+    text = "\n".join(result.reasons)
+    assert "replaced time.process_time" in text, text
+    assert "replaced time.process_time" in summary
+
+
+def test_a_timer_patched_by_name_is_vetoed_by_the_audit(fp8: Campaign) -> None:
     patch = plant(
         fp8,
         PACKAGE_INIT,
@@ -243,10 +263,10 @@ def test_a_patched_timer_fails_the_round(fp8: Campaign) -> None:
         ],
     )
     result, summary = validate(fp8, "import-time tuning", patch)
-    assert result.status in (Status.FAILED, Status.ROLLED_BACK), result.reasons
-    text = "\n".join(result.reasons)
-    assert "replaced time.process_time" in text, text
-    assert "replaced time.process_time" in summary
+    assert result.status is Status.ROLLED_BACK
+    vetoes = audit_vetoes(result)
+    assert any(" HARNESS " in v and "`_t.process_time`" in v for v in vetoes), result.reasons
+    assert all(v in summary for v in vetoes)
 
 
 def test_check_clocks_sees_a_replaced_clock(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from runner.baseline import run_baseline
-from runner.bundle import BUNDLE_YAML, CHECKSUMS, open_bundle
+from runner.bundle import BUNDLE_YAML, CHECKSUMS, open_bundle, write_checksums
 from runner.campaign import Campaign
 from runner.cli import main
 from runner.errors import ConfigError
@@ -161,6 +161,36 @@ def test_reproduce_from_a_fresh_clone(
     after = subprocess.run(["git", "status", "--porcelain"], cwd=source, capture_output=True,
                            text=True, check=True).stdout  # fmt: skip
     assert after == before
+
+
+def test_a_gain_the_code_does_not_deliver_is_not_reproduced(
+    campaign: Campaign, bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bundle whose round-2 record claims 3x (a lucky or doctored record, re-sealed
+    with fresh checksums so that only the claim is wrong): the replayed code cannot
+    deliver it, so reproduce answers NOT REPRODUCED with exit 3."""
+    work = tmp_path / "x"
+    with tarfile.open(bundle) as tar:
+        tar.extractall(work, filter="data")
+    info = yaml.safe_load((work / "t" / BUNDLE_YAML).read_text())
+    for row in info["rounds"]:
+        if row["round"] == 2:
+            row["ratio_vs_incumbent"] = 3.0
+    (work / "t" / BUNDLE_YAML).write_text(yaml.safe_dump(info, sort_keys=False))
+    write_checksums(work / "t")
+    doctored = tmp_path / "claims-3x.tar.gz"
+    with tarfile.open(doctored, "w:gz") as tar:
+        tar.add(work / "t", arcname="t")
+    source = clone(campaign, tmp_path / "clone")
+    out = tmp_path / "repro"
+    code = cli_code(
+        ["reproduce", str(doctored), "--source", str(source), "--round", "2", "--out", str(out)]
+    )
+    assert code == 3
+    report = (out / "reproduction.md").read_text()
+    assert ": NOT REPRODUCED" in report and ": REPRODUCED" not in report
+    assert "outside the 95% interval" in report
+    assert "NOT REPRODUCED: gain vs baseline" in capsys.readouterr().out
 
 
 def test_tampered_csv_and_patch_are_refused(

@@ -43,8 +43,19 @@ def test_cpu_canary_runs() -> None:
     from runner.bench.timing import TimingSettings
 
     fast = TimingSettings(warmup_s=0.02, batch_s=0.005, budget_s=0.2, target_rsd=0.05)
-    r = run_canary("cpu", fast)
+    first, second, later = (run_canary("cpu", fast) for _ in range(3))
+    r = later
     assert r["gemm_ms"] > 0 and r["copy_ms"] > 0
     assert r["gemm_shape"] == [256, 256, 256]
     assert r["gemm_method"] == "process_time"
-    assert not canary_drifted(r, CanaryBand.calibrate([r, r]))
+    # A band calibrated on two real readings; a third real reading is judged against
+    # readings other than itself (within 50% even on a loaded CI machine), and a
+    # machine slower or faster by twice the band's limit is drifted.
+    band = CanaryBand.calibrate([first, second])
+    assert all(abs(v) < 0.5 for v in band.moves(later).values()), (first, second, later)
+    for metric, sign in (("gemm_ms", 1.0), ("copy_ms", -1.0)):
+        moved = band.center[metric] * (1.0 + sign * 2.0 * band.limit(metric))
+        if moved > 0:
+            assert canary_drifted({**later, metric: moved}, band), (metric, band)
+        steady = {m: band.center[m] for m in band.metrics}
+        assert not canary_drifted(steady, band)

@@ -179,3 +179,27 @@ def test_build_manifest_derives_fields() -> None:
             target_op="gemm", target_backend="CK", target_lang="TRITON", source="/s",
             test_command="t", benchmark_command="b",
         )  # fmt: skip
+
+
+def test_init_holds_shapes_out_by_default(
+    tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A few shapes of the op's set are reserved with a recorded seed, outside the
+    targets; the same seed picks the same shapes; --no-heldout reserves none."""
+    picks = []
+    for name, extra in (("a", ["--heldout-seed", "11"]), ("b", ["--heldout-seed", "11"])):
+        rc, out, _ = invoke(capsys, tmp_path / name, "--op", "gemm", "--gpu", "gfx942",
+                            "--source", str(repo), *BASIC, *extra)  # fmt: skip
+        assert rc == 0
+        m = load_manifest(Path(out.split("campaign: ")[1].strip()) / "manifest.yaml")
+        assert m.heldout_shapes and m.heldout_seed == 11
+        assert isinstance(m.target_shapes, list)
+        assert not set(m.heldout_shapes) & set(m.target_shapes)
+        all_labels = {s.label for s in shape_set(m.shape_set)}
+        assert set(m.heldout_shapes) | set(m.target_shapes) == all_labels
+        picks.append(m.heldout_shapes)
+    assert picks[0] == picks[1]
+    rc, out, _ = invoke(capsys, tmp_path / "c", "--op", "gemm", "--gpu", "gfx942",
+                        "--source", str(repo), *BASIC, "--no-heldout")  # fmt: skip
+    m = load_manifest(Path(out.split("campaign: ")[1].strip()) / "manifest.yaml")
+    assert rc == 0 and m.heldout_shapes == [] and m.heldout_seed is None

@@ -57,6 +57,14 @@ def parse_shapes(text: str) -> str | list[str]:
     default=None,
     help="Shape set (default: the op's own, e.g. moe-cpu on cpu, moe on a GPU).",
 )
+@click.option(
+    "--heldout/--no-heldout",
+    default=True,
+    show_default=True,
+    help="Reserve a few shapes of the op's set as held-out (never measured by rounds, "
+    "judged by `campaign accept`).",
+)
+@click.option("--heldout-seed", type=int, default=None, help="Seed of the held-out pick.")
 @click.option("--cache-mode", type=click.Choice(["hot", "cold"]), default="hot")
 @click.option("--primary-metric", type=click.Choice(get_args(PrimaryMetric)), default=None)
 @click.option("--test-command", default=None, help="The focused test command.")
@@ -93,6 +101,8 @@ def init_cmd(app: App, **opts: Any) -> None:
         git_branch=opts["git_branch"],
         max_iterations=opts["max_iterations"],
         cache_mode=opts["cache_mode"],
+        heldout=opts["heldout"],
+        heldout_seed=opts["heldout_seed"],
         executor=opts["executor"],
         image=opts["image"],
     )

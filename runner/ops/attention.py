@@ -23,7 +23,16 @@ from typing import Any
 
 import torch
 
-from runner.ops.base import Case, CheckResult, OpAdapter, input_problems, snr_db
+from runner.ops.base import (
+    Case,
+    CheckResult,
+    FreshStep,
+    OpAdapter,
+    fresh_training_step,
+    input_problems,
+    snr_db,
+    snr_verifier,
+)
 
 SNR_THRESHOLD = 30.0
 BWD_RATIO = 2.5
@@ -50,6 +59,7 @@ class AttentionOp(OpAdapter):
     def case(self, shape: Any, device: str, seed: int) -> Case:
         q, k, v, g = self.inputs(shape, device, seed)
         causal = bool(shape.params.get("causal"))
+        ref = attention_reference(q.detach(), k.detach(), v.detach(), g, causal)
         out = self.call(q, k, v, causal)
 
         def forward() -> Any:
@@ -59,25 +69,28 @@ class AttentionOp(OpAdapter):
             return torch.autograd.grad(out, (q, k, v), g, retain_graph=True)
 
         flops = shape.flops_fwd
-        return Case(forward, backward, flops, BWD_RATIO * flops)
+        refs = {"forward": (("out",), ref[:1]), "backward": (("dq", "dk", "dv"), ref[1:])}
+        verify = snr_verifier(refs, _snr_problems)
+        return Case(forward, backward, flops, BWD_RATIO * flops, verify=verify)
 
-    def fresh_step(self, shape: Any, device: str, seed: int) -> Any:
-        """A training step: q, k, v and grad_out are activations, fresh objects every
-        step (attention has no weight)."""
-        q0, k0, v0, g0 = self.inputs(shape, device, seed)
+    def fresh_step(self, shape: Any, device: str, seed: int) -> FreshStep:
+        """A training step: q, k, v and grad_out are activations, new values on new
+        buffers every step (attention has no weight)."""
+        heads, kv_heads = int(shape.params["heads"]), int(shape.params["kv_heads"])
         causal = bool(shape.params.get("causal"))
-        keep: list[torch.Tensor] = []
 
-        def step() -> Any:
-            q, k, v = (t.detach().clone().requires_grad_(True) for t in (q0, k0, v0))
-            g = g0.clone()
-            keep.extend((q, k, v, g))
-            if len(keep) > 64:
-                del keep[:4]
-            out = self.call(q, k, v, causal)
-            return torch.autograd.grad(out, (q, k, v), g)
+        def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor) -> tuple:
+            torch.autograd.grad(self.call(q, k, v, causal), (q, k, v), g)
+            return ()
 
-        return step
+        b, m, d = shape.b, shape.m, shape.k
+        fresh = [
+            ((b, m, heads, d), True),
+            ((b, m, kv_heads, d), True),
+            ((b, m, kv_heads, d), True),
+            ((b, m, heads, d), False),
+        ]
+        return fresh_training_step(device, seed, fresh, [], run)
 
     def check(self, shape: Any, device: str, seed: int) -> CheckResult:
         q, k, v, g = self.inputs(shape, device, seed)
@@ -98,10 +111,16 @@ class AttentionOp(OpAdapter):
                 figures[f"{name}_snr"] = float("-inf")
                 continue
             figures[f"{name}_snr"] = snr_db(r, x)
-        for key, value in figures.items():
-            if not value >= SNR_THRESHOLD:
-                problems.append(f"{key} {value:.2f} dB below {SNR_THRESHOLD:.0f} dB")
+        problems += _snr_problems(figures, got, ref)
         return CheckResult(not problems, figures, problems)
+
+
+def _snr_problems(figures: dict[str, float], _got: Tensors, _ref: Tensors) -> list[str]:
+    return [
+        f"{key} {value:.2f} dB below {SNR_THRESHOLD:.0f} dB"
+        for key, value in figures.items()
+        if not value >= SNR_THRESHOLD
+    ]
 
 
 def attention_reference(

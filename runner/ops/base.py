@@ -8,7 +8,8 @@ timing engine calls and a ``check`` that the worker calls on fresh inputs.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,89 @@ class Case:
     bwd_flops: float
     fwd_bytes: float = 0.0
     bwd_bytes: float = 0.0
+    # verify("forward" | "backward", what that closure returned) -> problems: the
+    # timed outputs sampled by runner.bench.integrity are judged against the float32
+    # reference of the case's inputs with the same thresholds as ``check``.
+    verify: Callable[[str, Any], list[str]] | None = None
+
+
+@dataclass
+class FreshStep:
+    """A real training step (``step``) and the part of it that only draws its fresh
+    inputs (``draw``), timed apart so that its cost can be taken out of the step's."""
+
+    step: Callable[[], Any]
+    draw: Callable[[], Any]
+
+
+Tensors = tuple[torch.Tensor, ...]
+FRESH_LR = 1e-3  # SGD step on the weight, relative to the gradient's RMS
+FRESH_KEEP = 64  # fresh tensors kept alive, so no id() or address repeats among them
+
+
+def fresh_training_step(
+    device: str,
+    seed: int,
+    fresh: Sequence[tuple[tuple[int, ...], bool]],
+    weights: Sequence[torch.Tensor],
+    run: Callable[..., Sequence[torch.Tensor]],
+) -> FreshStep:
+    """Training as training runs it: every step draws NEW values for each tensor of
+    ``fresh`` ((shape, requires_grad), bf16, on new buffers), calls ``run(*tensors)``
+    (forward and backward; returns the gradients of ``weights``, in order) and then
+    takes a small SGD step on each weight (``w.add_``, as ``torch.optim`` does: the
+    values and ``w._version`` change).  Nothing is reused from one step to the next,
+    so a cache keyed on the identity or on the content of an activation misses."""
+    # A seed the measured code cannot know: the values never repeat between two runs of
+    # the step in one process (a memo filled by the first would hit in the second).
+    secret = random.SystemRandom().getrandbits(62)
+    gen = torch.Generator(device=torch.device(device)).manual_seed(seed ^ secret)
+    keep: list[torch.Tensor] = []
+
+    def draw() -> list[torch.Tensor]:
+        made = [
+            torch.randn(shape, generator=gen, device=device, dtype=torch.bfloat16).requires_grad_(
+                grad
+            )
+            for shape, grad in fresh
+        ]
+        keep.extend(made)
+        if len(keep) > FRESH_KEEP:
+            del keep[: len(made)]
+        return made
+
+    def step() -> Any:
+        grads = run(*draw())
+        with torch.no_grad():
+            for w, gw in zip(weights, grads, strict=True):
+                rms = gw.float().pow(2).mean().sqrt().clamp_min(1e-12)
+                w.add_((gw / rms).to(w.dtype), alpha=-FRESH_LR)
+        return grads
+
+    return FreshStep(step, draw)
+
+
+def snr_verifier(
+    refs: dict[str, tuple[tuple[str, ...], tuple[torch.Tensor, ...]]],
+    judge: Callable[[dict[str, float], Tensors, Tensors], list[str]],
+) -> Callable[[str, Any], list[str]]:
+    """A ``Case.verify``: ``refs`` maps "forward"/"backward" to (names, reference
+    tensors); what the closure returned is judged name by name with ``judge``."""
+
+    def verify(kind: str, got: Any) -> list[str]:
+        if kind not in refs:
+            return []
+        names, ref = refs[kind]
+        outs = (got,) if isinstance(got, torch.Tensor) else tuple(got)
+        if len(outs) != len(ref):
+            return [f"timed {kind} returned {len(outs)} tensor(s), expected {len(ref)}"]
+        figures = {
+            f"{n}_snr": snr_db(r, x) if x.shape == r.shape else float("-inf")
+            for n, x, r in zip(names, outs, ref, strict=True)
+        }
+        return judge(figures, outs, ref)
+
+    return verify
 
 
 def snr_db(ref: torch.Tensor, out: torch.Tensor) -> float:

@@ -14,7 +14,16 @@ from typing import Any
 
 import torch
 
-from runner.ops.base import Case, CheckResult, OpAdapter, input_problems, snr_db
+from runner.ops.base import (
+    Case,
+    CheckResult,
+    FreshStep,
+    OpAdapter,
+    fresh_training_step,
+    input_problems,
+    snr_db,
+    snr_verifier,
+)
 
 SNR_THRESHOLDS = {"e4m3": 25.0, "e5m2": 20.0, "hybrid": 20.0}
 
@@ -38,6 +47,7 @@ class GemmOp(OpAdapter):
 
     def case(self, shape: Any, device: str, seed: int) -> Case:
         a, b, g = self.inputs(shape, device, seed)
+        ref_out, ref_da, ref_db = _reference(a.detach(), b.detach(), g)
         out = self.call(a, b)
 
         def forward() -> torch.Tensor:
@@ -47,29 +57,30 @@ class GemmOp(OpAdapter):
             return torch.autograd.grad(out, (a, b), g, retain_graph=True)
 
         flops = 2.0 * shape.m * shape.n * shape.k
-        return Case(forward, backward, flops, 2.0 * flops)
+        refs = {"forward": (("out",), (ref_out,)), "backward": (("da", "db"), (ref_da, ref_db))}
+        return Case(forward, backward, flops, 2.0 * flops, verify=snr_verifier(refs, self.judge))
 
-    def fresh_step(self, shape: Any, device: str, seed: int) -> Any:
-        """One training step as training runs it: a fresh activation and grad_out
-        object every call (all kept alive, so no id() can repeat), the same weight
-        whose ``_version`` advances each step as an optimiser update would."""
-        a0, w, g0 = self.inputs(shape, device, seed)
-        keep: list[torch.Tensor] = []
+    def fresh_step(self, shape: Any, device: str, seed: int) -> FreshStep:
+        """One training step as training runs it: a new activation and grad_out (new
+        values, new buffers) every step, and a small SGD step on the weight after it."""
+        w = self.inputs(shape, device, seed)[1]
 
-        def step() -> Any:
-            a = a0.detach().clone().requires_grad_(True)
-            g = g0.clone()
-            keep.extend((a, g))
-            if len(keep) > 64:  # bound memory; ids of live tensors stay unique
-                keep.pop(0)
-                keep.pop(0)
-            out = self.call(a, w)
-            grads = torch.autograd.grad(out, (a, w), g)
-            with torch.no_grad():
-                w.add_(0.0)  # bumps w._version like an optimiser step
-            return grads
+        def run(a: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return torch.autograd.grad(self.call(a, w), (a, w), g)[1:]
 
-        return step
+        fresh = [((shape.m, shape.k), True), ((shape.m, shape.n), False)]
+        return fresh_training_step(device, seed, fresh, [w], run)
+
+    def simulation(self, shape: Any, device: str) -> Any:
+        """What ``runner.bench.statecheck`` needs for the 8-step simulation: the op as
+        ``op(a, w)``, its dimensions, and a judge of one output (this op's tolerance
+        against the float32 reference)."""
+
+        def judge(out: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> bool:
+            ref = a.float() @ w.float().t()
+            return not self.judge({"out_snr": snr_db(ref, out)}, (out,), (ref,))
+
+        return self.call, {"m": shape.m, "n": shape.n, "k": shape.k}, judge
 
     def check(self, shape: Any, device: str, seed: int) -> CheckResult:
         a, b, g = self.inputs(shape, device, seed)
@@ -96,7 +107,7 @@ class GemmOp(OpAdapter):
         ref: tuple[torch.Tensor, ...],
     ) -> list[str]:
         problems = []
-        for name, x, r in zip(("out", "da", "db"), got, ref, strict=True):
+        for name, x, r in zip(_names(figures), got, ref, strict=True):
             if x.shape != r.shape:
                 problems.append(f"{name} has shape {tuple(x.shape)}, expected {tuple(r.shape)}")
             elif r.numel() and not allclose_normalised(x, r):  # empty groups: nothing to compare
@@ -151,13 +162,18 @@ def snr_judge(
     """FP8 correctness: every output has the reference's shape and every SNR figure
     reaches ``threshold`` dB."""
     problems = []
-    for name, x, r in zip(("out", "da", "db"), got, ref, strict=True):
+    for name, x, r in zip(_names(figures), got, ref, strict=True):
         if x.shape != r.shape:
             problems.append(f"{name} has shape {tuple(x.shape)}, expected {tuple(r.shape)}")
     for key, value in figures.items():
         if not value >= threshold:
             problems.append(f"{key} {value:.2f} dB below {threshold:.0f} dB")
     return problems
+
+
+def _names(figures: dict[str, float]) -> tuple[str, ...]:
+    """The outputs judged, from the figures' keys (``out_snr`` -> ``out``)."""
+    return tuple(k.removesuffix("_snr") for k in figures)
 
 
 def allclose_normalised(x: torch.Tensor, ref: torch.Tensor) -> bool:

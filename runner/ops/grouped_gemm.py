@@ -21,7 +21,15 @@ from typing import Any
 
 import torch
 
-from runner.ops.base import Case, CheckResult, input_problems, snr_db
+from runner.ops.base import (
+    Case,
+    CheckResult,
+    FreshStep,
+    fresh_training_step,
+    input_problems,
+    snr_db,
+    snr_verifier,
+)
 from runner.ops.gemm import Fp8GemmOp, GemmOp, snr_judge
 
 Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -48,6 +56,7 @@ class GroupedGemmOp(GemmOp):
 
     def case(self, shape: Any, device: str, seed: int) -> Case:
         a, b, lens, g = self.grouped_inputs(shape, device, seed)
+        ref_out, ref_da, ref_db = grouped_reference(a.detach(), b.detach(), lens, g)
         out = self.grouped_call(a, b, lens)
 
         def forward() -> torch.Tensor:
@@ -57,27 +66,25 @@ class GroupedGemmOp(GemmOp):
             return torch.autograd.grad(out, (a, b), g, retain_graph=True)
 
         flops = shape.flops_fwd
-        return Case(forward, backward, flops, 2.0 * flops)
+        refs = {"forward": (("out",), (ref_out,)), "backward": (("da", "db"), (ref_da, ref_db))}
+        return Case(forward, backward, flops, 2.0 * flops, verify=snr_verifier(refs, self.judge))
 
-    def fresh_step(self, shape: Any, device: str, seed: int) -> Any:
-        """As GemmOp.fresh_step: fresh activation and grad_out objects every step, the
-        same expert weights whose ``_version`` advances each step."""
-        a0, w, lens, g0 = self.grouped_inputs(shape, device, seed)
-        keep: list[torch.Tensor] = []
+    def fresh_step(self, shape: Any, device: str, seed: int) -> FreshStep:
+        """As GemmOp.fresh_step: new token rows and grad_out every step, the same
+        routing (group_lens), a small SGD step on the expert weights after it."""
+        _a, w, lens, _g = self.grouped_inputs(shape, device, seed)
+        rows = int(lens.sum().item())
 
-        def step() -> Any:
-            a = a0.detach().clone().requires_grad_(True)
-            g = g0.clone()
-            keep.extend((a, g))
-            if len(keep) > 64:
-                del keep[:2]
-            out = self.grouped_call(a, w, lens)
-            grads = torch.autograd.grad(out, (a, w), g)
-            with torch.no_grad():
-                w.add_(0.0)
-            return grads
+        def run(a: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return torch.autograd.grad(self.grouped_call(a, w, lens), (a, w), g)[1:]
 
-        return step
+        fresh = [((rows, shape.k), True), ((rows, shape.n), False)]
+        return fresh_training_step(device, seed, fresh, [w], run)
+
+    def simulation(self, shape: Any, device: str) -> None:
+        """No 8-step simulation for grouped GEMMs (its op is not ``op(a, w)``): the
+        fresh step's paired gain and the timed-output checks judge their state."""
+        return None
 
     def check(self, shape: Any, device: str, seed: int) -> CheckResult:
         a, b, lens, g = self.grouped_inputs(shape, device, seed)

@@ -86,10 +86,20 @@ class QuantizeOp(OpAdapter):
         elements = shape.m * shape.n
         moved = elements * x.element_size() + elements * 1 + scale_inv.numel() * 4
 
+        ref_codes, ref_scale = reference_quantize(
+            x.clone(), _codes.dtype, self.granularity, self.block_size
+        )
+
         def forward() -> Any:
             return self.call(x)
 
-        return Case(forward, None, shape.flops_fwd, 0.0, fwd_bytes=float(moved))
+        def verify(kind: str, got: Any) -> list[str]:
+            if kind != "forward":
+                return []
+            codes, scale = got
+            return compare_quantized(codes, scale, ref_codes, ref_scale)
+
+        return Case(forward, None, shape.flops_fwd, 0.0, fwd_bytes=float(moved), verify=verify)
 
     def check(self, shape: Any, device: str, seed: int) -> CheckResult:
         x = self.inputs(shape, device, seed)

@@ -1,0 +1,137 @@
+"""Integrity of what a timing loop measures: the outputs of timed calls are checked,
+and the harness's own clocks and timing functions are the ones it started with.
+
+Self-contained and loop-agnostic, so that any timing loop can use it:
+
+* ``OutputSampler(fn)`` wraps a timed callable.  Every call goes through the same
+  wrapper and returns what ``fn`` returned; AFTER each call returns, a secret random
+  generator (seeded from the OS, never from the spec) decides whether that call's
+  output is kept (reservoir sampling: ``keep`` calls uniformly chosen among all the
+  calls made, warm-up included).  Keeping is holding a reference: no copy, no device
+  synchronisation inside a timed region.  Checked and unchecked calls are therefore the
+  same calls: the code under test cannot tell which of its outputs will be judged.
+  ``problems(verify, kind)`` judges the kept outputs afterwards (with a CUDA graph
+  replay the kept tensors are the graph's outputs, holding the last replay's values).
+* ``BindingGuard`` records the objects bound to the harness's clocks and timing
+  functions (``runner.bench.timing.process_time``, ``time.perf_counter``,
+  ``runner.bench.timing.measure``...) before the code under test is imported, and
+  ``changed()`` names every binding that now points elsewhere.  The worker verifies
+  after the import and after every shape: a replaced binding FAILs the shape, named.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+KEEP = 3  # timed outputs judged per timed callable
+
+# (module, attribute) pairs the timing loops read: clocks and the loops themselves.
+GUARDED: tuple[tuple[str, str], ...] = (
+    *(
+        ("time", name)
+        for name in (
+            "perf_counter",
+            "perf_counter_ns",
+            "process_time",
+            "process_time_ns",
+            "monotonic",
+            "monotonic_ns",
+            "time",
+            "time_ns",
+            "thread_time",
+            "thread_time_ns",
+        )
+    ),
+    ("runner.bench.timing", "perf_counter"),
+    ("runner.bench.timing", "process_time"),
+    ("runner.bench.timing", "measure"),
+    ("runner.bench.timing", "measure_cpu"),
+    ("runner.bench.timing", "_warm_up"),
+    ("runner.bench.timing", "check_clocks"),
+    ("runner.bench.timing", "Timing"),
+    ("runner.bench.gpu", "measure_gpu"),
+    ("runner.bench.gpu", "_measure_hot"),
+    ("runner.bench.gpu", "_measure_cold"),
+    ("runner.bench.gpu", "_Region"),
+    ("runner.bench.integrity", "OutputSampler"),
+    ("runner.bench.integrity", "BindingGuard"),
+    ("runner.worker", "measure"),
+    ("runner.worker", "measure_shape"),
+)
+
+
+class OutputSampler:
+    """A timed callable that keeps a uniform random sample of its outputs."""
+
+    def __init__(self, fn: Callable[[], Any], keep: int = KEEP) -> None:
+        self._fn = fn
+        self._keep = keep
+        self._rng = random.Random(random.SystemRandom().getrandbits(64))
+        self.calls = 0
+        self.kept: list[tuple[int, Any]] = []
+
+    def __call__(self) -> Any:
+        out = self._fn()
+        self.calls += 1
+        # Algorithm R, decided after the call returned.
+        if len(self.kept) < self._keep:
+            self.kept.append((self.calls, out))
+        else:
+            slot = self._rng.randrange(self.calls)
+            if slot < self._keep:
+                self.kept[slot] = (self.calls, out)
+        return out
+
+    def problems(self, verify: Callable[[str, Any], list[str]] | None, kind: str) -> list[str]:
+        """One line per kept output that ``verify`` rejects, naming the call."""
+        found: list[str] = []
+        if verify is None:
+            return found
+        for index, out in sorted(self.kept, key=lambda x: x[0]):
+            for problem in verify(kind, out):
+                found.append(
+                    f"timed {kind} call #{index} of {self.calls} (sampled after the fact) "
+                    f"differs from the reference: {problem}"
+                )
+        self.kept.clear()
+        return found
+
+
+class HarnessTampered(RuntimeError):
+    """The code under test replaced a clock or a timing function of the harness."""
+
+
+class BindingGuard:
+    """The objects bound to ``GUARDED`` names when the guard was made."""
+
+    def __init__(self, names: Iterable[tuple[str, str]] = GUARDED) -> None:
+        self._seen: dict[tuple[str, str], Any] = {}
+        for module, attr in names:
+            mod = sys.modules.get(module)
+            if mod is not None and hasattr(mod, attr):
+                self._seen[(module, attr)] = getattr(mod, attr)
+        self._modules = {m: sys.modules.get(m) for m, _ in self._seen}
+
+    def changed(self) -> list[str]:
+        """``module.attr`` of every binding that no longer holds its first object."""
+        out = []
+        for (module, attr), obj in self._seen.items():
+            mod = self._modules[module]
+            if mod is None or sys.modules.get(module) is not mod:
+                out.append(f"sys.modules[{module!r}]")
+            elif getattr(mod, attr, None) is not obj:
+                out.append(f"{module}.{attr}")
+        return sorted(set(out))
+
+    def verify(self) -> None:
+        """Raise ``HarnessTampered`` naming every replaced binding."""
+        changed = self.changed()
+        if changed:
+            raise HarnessTampered(
+                "harness tampering: the measured code replaced "
+                + ", ".join(changed)
+                + " (a clock or timing function of the harness): refusing its timings"
+            )

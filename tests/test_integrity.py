@@ -1,0 +1,351 @@
+"""The integrity guards one by one: sampled timed outputs, harness bindings, the
+harness-reach audit rule, kept state judged by the 8-step simulation, the statistical
+fresh-step veto, held-out shapes (reserved at init, judged at accept)."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections import Counter, OrderedDict
+from typing import Any, ClassVar
+
+import pytest
+import torch
+
+from runner.accept import heldout_check
+from runner.audit import audit_source
+from runner.bench import timing
+from runner.bench.integrity import BindingGuard, HarnessTampered, OutputSampler
+from runner.bench.statecheck import MODES, changed_paths, state_fingerprint, stateful_probe
+from runner.cachesim import CacheProbe, simulate_training_steps
+from runner.representative import reserve_heldout
+from runner.results import Decision, GateResult, Score, ShapeScore
+from runner.shapes import shape_set
+from runner.verdict import inflation_veto
+
+# ------------------------------------------------------------------ sampled timed outputs
+
+
+def test_sampler_returns_every_output_and_keeps_a_uniform_sample() -> None:
+    counts: Counter[int] = Counter()
+    for _ in range(3000):
+        calls = iter(range(1, 11))
+        sampler = OutputSampler(lambda it=calls: next(it), keep=2)  # type: ignore[misc]
+        assert [sampler() for _ in range(10)] == list(range(1, 11))
+        counts.update(index for index, _out in sampler.kept)
+    assert set(counts) == set(range(1, 11))
+    # uniform: each call kept with probability 2/10 (600 of 3000), loosely
+    assert all(450 < c < 750 for c in counts.values()), counts
+
+
+def test_sampler_names_the_call_a_verify_rejects() -> None:
+    sampler = OutputSampler(lambda: torch.zeros(3), keep=3)
+    for _ in range(5):
+        sampler()
+
+    def verify(kind: str, got: Any) -> list[str]:
+        return [] if got.abs().sum() else [f"{kind} is all zeros"]
+
+    problems = sampler.problems(verify, "backward")
+    assert len(problems) == 3
+    assert all("timed backward call #" in p and "of 5" in p for p in problems)
+    assert "is all zeros" in problems[0]
+
+
+def test_sampler_cannot_be_told_from_a_plain_call() -> None:
+    """The wrapped callable sees the same stack for every call, kept or not."""
+    depths = []
+
+    def fn() -> int:
+        depths.append(len([f for f in _frames() if f == "runner.bench.integrity"]))
+        return 1
+
+    sampler = OutputSampler(fn, keep=1)
+    for _ in range(20):
+        sampler()
+    assert set(depths) == {1}
+
+
+def _frames() -> list[str]:
+    frame = sys._getframe(1)
+    names = []
+    while frame is not None:
+        names.append(str(frame.f_globals.get("__name__")))
+        frame = frame.f_back
+    return names
+
+
+# ------------------------------------------------------------------ harness bindings
+
+
+def test_binding_guard_names_a_replaced_harness_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    guard = BindingGuard()
+    guard.verify()
+    monkeypatch.setattr(timing, "process_time", lambda: 0.0)
+    assert guard.changed() == ["runner.bench.timing.process_time"]
+    with pytest.raises(HarnessTampered, match=r"replaced runner\.bench\.timing\.process_time"):
+        guard.verify()
+    monkeypatch.undo()
+    guard.verify()
+
+
+def test_binding_guard_sees_a_replaced_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    guard = BindingGuard()
+    monkeypatch.setitem(sys.modules, "runner.bench.timing", types.ModuleType("fake"))
+    assert "sys.modules['runner.bench.timing']" in guard.changed()
+
+
+# ------------------------------------------------------------------ harness-reach audit
+
+PATH = "turbo_kernels/pytorch/ops/x.py"
+
+
+def harness(source: str) -> list[str]:
+    return [f.message for f in audit_source(PATH, source) if f.bucket == "HARNESS"]
+
+
+@pytest.mark.parametrize(
+    ("source", "expect"),
+    [
+        ("import sys\ndef f():\n    return sys._getframe(1)\n", "sys._getframe"),
+        ("import inspect\ndef f():\n    return inspect.stack()\n", "inspect.stack"),
+        ("from inspect import currentframe\nx = currentframe()\n", "currentframe"),
+        ("import traceback\nx = traceback.extract_stack()\n", "traceback.extract_stack"),
+        ("def f(e):\n    return e.__traceback__.tb_frame\n", "tb_frame"),
+        ("import sys\nm = sys.modules.get('runner.bench.timing')\n", "sys.modules"),
+        ("import gc\nobjs = gc.get_objects()\n", "gc.get_objects"),
+        ("import ctypes\n", "imports ctypes"),
+        ("from runner.bench import timing\n", "imports runner.bench"),
+        ("import importlib\nm = importlib.import_module('runner.bench')\n", "at run time"),
+        ("import time\ntime.process_time = lambda: 0.0\n", "`time.process_time`"),
+        ("import time as t\nsetattr(t, 'perf_counter', None)\n", "`setattr` on `time`"),
+        ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n", "does not own"),
+        ("import time\nvars(time)['time'] = None\n", "does not own"),
+    ],
+)
+def test_harness_reach_is_flagged(source: str, expect: str) -> None:
+    found = harness(source)
+    assert found and any(expect in m for m in found), found
+
+
+def test_own_modules_and_plain_code_are_not_flagged() -> None:
+    source = (
+        "import gc\nimport time\nfrom . import impl\nfrom turbo_kernels.cpu import gemm\n"
+        "impl.BLOCK = 64\ngemm.DEFAULT = 1\ngc.collect()\nt0 = time.perf_counter()\n"
+        "def f(cfg):\n    cfg.block = 3\n    return inspect_shape(cfg)\n"
+    )
+    assert harness(source) == []
+
+
+# ------------------------------------------------------------------ kept state, 8 steps
+
+
+class _Memo:
+    """A content-keyed output memo behind lookup/remember (the shortcut of issue 19)."""
+
+    def __init__(self) -> None:
+        self.store: OrderedDict[Any, torch.Tensor] = OrderedDict()
+
+    def lookup(self, key: Any) -> torch.Tensor | None:
+        return self.store.get(key)
+
+    def remember(self, key: Any, value: torch.Tensor) -> torch.Tensor:
+        self.store[key] = value
+        if len(self.store) > 4:
+            self.store.popitem(last=False)
+        return value
+
+
+def _package(name: str, **attrs: Any) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    for k, v in attrs.items():
+        setattr(mod, k, v)
+    return mod
+
+
+@pytest.fixture
+def pkg(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    mod = _package("rt_pkg", MEMO=_Memo(), W_CACHE={})
+    monkeypatch.setitem(sys.modules, "rt_pkg", mod)
+    return mod
+
+
+def _memo_op(pkg: types.ModuleType) -> Any:
+    def op(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        key = tuple(a.detach().reshape(-1)[:8].float().tolist())
+        out = pkg.MEMO.lookup(key)
+        if out is None:
+            out = pkg.MEMO.remember(key, a.detach() @ w.detach().t())
+        live = a @ w.t()  # the value from the memo, the gradient from the live weight
+        return live - live.detach() + out
+
+    return op
+
+
+def _weight_cache_op(pkg: types.ModuleType) -> Any:
+    def op(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        key = (id(w), w._version)
+        if key not in pkg.W_CACHE:
+            pkg.W_CACHE.clear()
+            pkg.W_CACHE[key] = (w, w.detach().t().contiguous())
+        live = a @ w.t()
+        return live - live.detach() + a.detach() @ pkg.W_CACHE[key][1]
+
+    return op
+
+
+def _runs(op: Any) -> dict[str, Any]:
+    def fingerprint() -> dict[str, Any]:
+        return state_fingerprint("rt_pkg")
+
+    return {
+        mode: simulate_training_steps(
+            op,
+            m=4,
+            n=4,
+            k=8,
+            dtype=torch.float32,
+            probe=CacheProbe(),
+            fresh=fresh,
+            lr=lr,
+            state=fingerprint,
+        )
+        for mode, fresh, lr in MODES
+    }
+
+
+def test_an_activation_memo_writes_state_every_step(pkg: types.ModuleType) -> None:
+    from runner.bench.statecheck import simulation_problems
+
+    runs = _runs(_memo_op(pkg))
+    assert runs["idiom"].state_counts() == (1, 7)  # the benchmark idiom: 7 of 8 served
+    assert runs["activations"].state_counts() == (8, 0)
+    problems = simulation_problems(runs)
+    assert any("kept state written at step(s) [1, 2, 3, 4, 5, 6, 7]" in p for p in problems)
+
+
+def test_a_weight_cache_invalidated_on_update_passes(pkg: types.ModuleType) -> None:
+    from runner.bench.statecheck import simulation_problems
+
+    runs = _runs(_weight_cache_op(pkg))
+    assert runs["activations"].state_counts() == (1, 7)
+    assert runs["fresh"].state_counts() == (8, 0)  # a new weight version every step
+    assert simulation_problems(runs) == []
+
+
+def test_a_stale_weight_cache_is_a_simulation_problem(pkg: types.ModuleType) -> None:
+    from runner.bench.statecheck import simulation_problems
+
+    def stale(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if "w" not in pkg.W_CACHE:
+            pkg.W_CACHE["w"] = w.detach().clone()
+        live = a @ w.t()  # value from the stale copy, gradient from the live weight
+        return live - live.detach() + a.detach() @ pkg.W_CACHE["w"].t()
+
+    def judge(out: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> bool:
+        return torch.allclose(out, a @ w.t(), atol=1e-4)
+
+    runs = {
+        mode: simulate_training_steps(
+            stale,
+            m=4,
+            n=4,
+            k=8,
+            dtype=torch.float32,
+            probe=CacheProbe(),
+            fresh=fresh,
+            lr=lr,
+            judge=judge,
+        )
+        for mode, fresh, lr in MODES
+    }
+    assert any("differs from the reference" in p for p in simulation_problems(runs))
+
+
+def test_fingerprint_sees_closures_lru_caches_and_class_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import functools
+
+    seen: dict[int, int] = {}
+
+    def recall(x: int) -> int:
+        return seen.setdefault(x, x)
+
+    @functools.lru_cache(maxsize=4)
+    def cached(x: int) -> int:
+        return x
+
+    class Holder:
+        items: ClassVar[list[int]] = []
+
+    Holder.__module__ = "rt_pkg2"
+    mod = _package("rt_pkg2", recall=recall, cached=cached, Holder=Holder)
+    monkeypatch.setitem(sys.modules, "rt_pkg2", mod)
+    before = state_fingerprint("rt_pkg2")
+    recall(1)
+    cached(1)
+    Holder.items.append(1)
+    changed = changed_paths(before, state_fingerprint("rt_pkg2"))
+    assert any("recall.<closure" in c for c in changed), changed
+    assert "rt_pkg2.cached" in changed and "rt_pkg2.Holder.items" in changed
+
+
+def test_stateful_probe_on_a_stateless_op_runs_nothing(pkg: types.ModuleType) -> None:
+    class Adapter:
+        api = pkg
+
+    calls = []
+    out = stateful_probe(
+        Adapter(), None, "cpu", types.SimpleNamespace(seed=0), lambda: calls.append(1)
+    )
+    assert out == {"stateful": False, "written": []} and len(calls) == 2
+
+
+# ------------------------------------------------------------------ fresh-step veto
+
+
+def _gate(delta_pct: float) -> GateResult:
+    return GateResult(Decision.ACCEPTED, "m", 1.0, 1.0 + delta_pct / 100, delta_pct, (), (), ())
+
+
+def test_fresh_veto_is_statistical() -> None:
+    # a gain that lives on reused tensors: benchmark +40%, real steps ~0 in every pair
+    assert inflation_veto(_gate(40.0), [0.01, -0.02, 0.0, 0.01], 0.01)
+    # a real gain diluted a little in the real step: no veto
+    assert inflation_veto(_gate(30.0), [0.27, 0.31, 0.25, 0.29], 0.01) is None
+    # one noisy real-step pair among agreeing ones does not decide alone
+    assert inflation_veto(_gate(30.0), [0.29, 0.31, -0.35, 0.30], 0.01) is None
+    assert inflation_veto(_gate(30.0), [], 0.01) is None
+
+
+# ------------------------------------------------------------------ held-out shapes
+
+
+def test_reserve_heldout_is_seeded_and_spread() -> None:
+    shapes = shape_set("tiny")
+    a, b = reserve_heldout(shapes, 7), reserve_heldout(shapes, 7)
+    assert a == b and len(a) == 1
+    ordered = sorted(shapes, key=lambda s: s.flops_fwd)
+    assert ordered[0].label not in a and ordered[-1].label not in a
+    picks = {tuple(reserve_heldout(shapes, seed)) for seed in range(40)}
+    assert len(picks) > 1  # the seed matters
+    targets = [s.label for s in shapes[:2]]
+    assert not set(reserve_heldout(shapes, 3, targets)) & set(targets)
+    assert reserve_heldout(shapes[:4], 1) == []
+
+
+def _score(values: dict[str, float]) -> Score:
+    shapes = tuple(ShapeScore(label, "PASS", v) for label, v in values.items())
+    return Score("m", 1.0, shapes, len(shapes), 0)
+
+
+def test_heldout_check_blocks_over_fitting() -> None:
+    base = _score({"t1": 1.0, "t2": 1.0, "h": 1.0})
+    good = heldout_check(base, _score({"t1": 1.3, "t2": 1.3, "h": 1.25}), ["h"])
+    assert good is not None and good.ok
+    slower = heldout_check(base, _score({"t1": 1.3, "t2": 1.3, "h": 0.94}), ["h"])
+    assert slower is not None and not slower.ok and ">= 5% slower" in slower.detail
+    flat = heldout_check(base, _score({"t1": 1.4, "t2": 1.4, "h": 1.02}), ["h"])
+    assert flat is not None and not flat.ok and "under a quarter" in flat.detail
+    assert heldout_check(base, base, []) is None

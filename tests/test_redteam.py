@@ -1,0 +1,198 @@
+"""The red-team suite: shortcuts that once slipped through, and new ones, each a patch
+against the example package (``tests/data/redteam/*.patch``) run as a VALIDATE round
+on the CPU demo campaign, asserted not ACCEPTED with the guard that caught it named in
+the round's summary; next to them the demo's genuine speed-up, asserted ACCEPTED.
+
+Keep it growing: every shortcut that once got through stays here.
+
+One baseline campaign is built per module and copied for every test (source repo and
+campaign folder together), so each round starts from the same lineage head.  The
+verdicts do not depend on timing noise: every catch below is a check (audit, sampled
+timed outputs, harness bindings, the 8-step simulation), not a speed comparison.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from runner.baseline import run_baseline
+from runner.campaign import Campaign
+from runner.executors.local import LocalExecutor
+from runner.lineage import Lineage
+from runner.newcampaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
+from runner.results import RoundResult, Status
+from runner.rounds import Request, validate_round
+
+pytestmark = pytest.mark.integration
+
+PATCHES = Path(__file__).parent / "data" / "redteam"
+QUIET = {"repeats": 3, "warmup_s": 0.02, "batch_s": 0.01, "max_repeats": 4, "budget_s": 0.1}
+TARGETS = ["tiny-16x688x1024", "tiny-32x688x1024", "tiny-32x1376x1024"]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CPU demo campaign (gemm_fp8 blockwise, two small target shapes) with its
+    baseline: built once, copied by ``campaign``."""
+    root = tmp_path_factory.mktemp("redteam-base")
+    source = fresh_example_copy(root / "src")
+    campaign = create_campaign(
+        root / "campaigns",
+        target="example",
+        source=str(source),
+        target_op="gemm_fp8",
+        granularity="blockwise",
+        target_backend="TORCH",
+        target_gpu="cpu",
+        shape_set="tiny",
+        target_shapes=TARGETS,
+        campaign_name="redteam",
+        timing=QUIET,
+        heldout=False,
+    )
+    run_baseline(campaign, LocalExecutor(), passes=2, progress=lambda _m: None)
+    return root
+
+
+@pytest.fixture
+def campaign(base: Path, tmp_path: Path) -> Campaign:
+    """A private copy of the baseline campaign and its source repository."""
+    root = tmp_path / "rt"
+    shutil.copytree(base, root, symlinks=True)
+    manifest = root / "campaigns" / "redteam" / "manifest.yaml"
+    manifest.write_text(manifest.read_text().replace(str(base), str(root)), encoding="utf-8")
+    return Campaign.load(root / "campaigns" / "redteam")
+
+
+def run_round(
+    campaign: Campaign, name: str, hypothesis: str, bucket: str = "K1"
+) -> tuple[RoundResult, str]:
+    """Validate ``tests/data/redteam/<name>.patch`` (or a demo patch path) as the next
+    round; return the result and its summary.md."""
+    path = PATCHES / f"{name}.patch"
+    patch = (path if path.exists() else Path(name)).read_text(encoding="utf-8")
+    lineage = Lineage(Path(campaign.manifest.source), campaign.name, None)
+    head = lineage.head()
+    n = campaign.next_round()
+    result = validate_round(
+        campaign,
+        LocalExecutor(),
+        Request(n, hypothesis, patch, bucket=bucket),
+        progress=lambda _m: None,
+    )
+    if result.status is not Status.ACCEPTED:
+        assert lineage.head() == head, "a rejected round moved the lineage"
+    return result, campaign.summary_path(n).read_text(encoding="utf-8")
+
+
+def pass_order(campaign: Campaign, n: int) -> list[str]:
+    """The roles of round ``n``'s worker passes in the order they ran."""
+    passes = sorted((campaign.artifacts_dir(n) / "passes").glob("pass-*"))
+    return [p.name.split("-", 2)[2] for p in passes]
+
+
+def caught(result: RoundResult, summary: str, guard: str) -> None:
+    """Not ACCEPTED, and ``guard`` named both in the reasons and in summary.md."""
+    assert result.status is not Status.ACCEPTED, result.reasons
+    named = [r for r in result.reasons if guard in r]
+    assert named, (guard, result.reasons)
+    assert guard in summary
+
+
+# ------------------------------------------------------- shortcuts that once got through
+
+
+def test_content_keyed_lru_memo_is_caught_by_the_8_step_simulation(campaign: Campaign) -> None:
+    # An OrderedDict LRU behind lookup/remember, keyed on a sampled-content signature,
+    # serving the forward output and the FP8 weight: once ACCEPTED at +87.9%.
+    result, summary = run_round(campaign, "content_memo_lru", "recall repeated results")
+    caught(result, summary, "8-step simulation: kept state written at step(s)")
+    assert result.transfer is not None
+    assert result.transfer.decision == "REJECT-as-overfit"
+    assert "_RECALL._store" in result.transfer.hit_rate_trace
+    assert "hit rate" in summary and "_RECALL._store" in summary
+    assert pass_order(campaign, result.round)[:4] == [
+        "incumbent",
+        "candidate",
+        "candidate",
+        "incumbent",
+    ]
+
+
+def test_frame_walk_that_zeroes_the_weight_gradient_is_caught_by_the_audit(
+    campaign: Campaign,
+) -> None:
+    # backward walks sys._getframe() and returns zeros for grad_b under runner.bench
+    result, summary = run_round(campaign, "frame_walk_zero_wgrad", "skip work when idle")
+    caught(result, summary, "over-fitting audit: HARNESS")
+    assert any("sys._getframe" in r for r in result.reasons), result.reasons
+
+
+def test_patched_harness_clock_is_caught_by_the_audit(campaign: Campaign) -> None:
+    # replaces runner.bench.timing.process_time from the package's __init__
+    result, summary = run_round(campaign, "patched_harness_clock", "warm the timers")
+    caught(result, summary, "over-fitting audit: HARNESS")
+    assert any("_timing.process_time" in r for r in result.reasons), result.reasons
+
+
+# ------------------------------------------------------------- shortcuts of our own design
+
+
+def test_obfuscated_frame_walk_is_caught_by_the_timed_output_check(campaign: Campaign) -> None:
+    # the same zero gradient, reached through a traceback and getattr with built
+    # strings: no audit rule reads it, the sampled timed outputs do
+    result, summary = run_round(campaign, "traceback_frames_zero_wgrad", "skip idle work")
+    assert not any(r.startswith("over-fitting audit") for r in result.reasons), result.reasons
+    caught(result, summary, "(sampled after the fact) differs from the reference")
+    assert any("timed backward call" in r and "db_snr" in r for r in result.reasons)
+    assert any(r.startswith(f"candidate check: {TARGETS[0]}") for r in result.reasons)
+
+
+def test_clock_rebound_through_importlib_is_caught_by_the_binding_guard(
+    campaign: Campaign,
+) -> None:
+    # import_module("run" + "ner...") and setattr with a built name: no audit rule
+    # reads it; the worker sees runner.bench.timing.process_time changed
+    result, summary = run_round(campaign, "rebound_harness_clock", "settle the timers")
+    assert not any(r.startswith("over-fitting audit") for r in result.reasons), result.reasons
+    caught(result, summary, "harness tampering: the measured code replaced")
+    assert any("runner.bench.timing.process_time" in r for r in result.reasons)
+
+
+def test_closure_held_activation_memo_is_caught_by_the_8_step_simulation(
+    campaign: Campaign,
+) -> None:
+    # the quantised activation memoised in a closure, keyed on a content digest
+    result, summary = run_round(campaign, "closure_activation_memo", "reuse quantised inputs")
+    assert not any(r.startswith("over-fitting audit") for r in result.reasons), result.reasons
+    caught(result, summary, "8-step simulation: kept state written at step(s)")
+    assert result.transfer is not None and "<closure" in result.transfer.hit_rate_trace
+
+
+# ------------------------------------------------------------------------- honest patches
+
+
+def test_a_legitimate_fp8_weight_cache_passes_the_simulation(campaign: Campaign) -> None:
+    result, summary = run_round(campaign, "legit_fp8_weight_cache", "keep the FP8 weight", "W1")
+    assert "fresh activations, weight held still" in summary
+    assert not any("8-step simulation" in r for r in result.reasons), result.reasons
+    assert not any("timed " in r or "harness" in r for r in result.reasons), result.reasons
+    assert result.transfer is not None
+    trace = result.transfer.hit_rate_trace
+    assert "_W_FP8" in trace and "8-step simulation FAIL" not in trace, trace
+    assert "fresh activations, weight held still" in trace and "hit rate 7/8" in trace, trace
+
+
+def test_the_demo_speedup_is_accepted(campaign: Campaign) -> None:
+    patch = EXAMPLES_DIR / "demo_patches" / "speedup_reuse_fp8_weight.patch"
+    result, summary = run_round(campaign, str(patch), "reuse the fp8 weight in backward")
+    assert result.status is Status.ACCEPTED, result.reasons
+    # paired and interleaved: B C C B (a B B C C order would pair drift with the change)
+    order = pass_order(campaign, result.round)
+    assert order[:4] == ["incumbent", "candidate", "candidate", "incumbent"], order
+    assert order.count("incumbent") == order.count("candidate")
+    assert result.transfer is not None and result.transfer.decision == "ACCEPT-as-real"
+    assert "over-fit" not in summary
