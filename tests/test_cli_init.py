@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -49,6 +50,7 @@ def invoke(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[
     return int(info.value.code or 0), out, err
 
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BASIC = ("--test-command", "pytest tests -q", "--benchmark-command", "python bench.py")
 S1, S2, S3 = (s.label for s in shape_set("models")[:3])
 
@@ -93,6 +95,12 @@ def test_init_with_name_and_options(
     tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = tmp_path / "campaigns"
+    # workspace mode extracts the op's kernel files, focused test and benchmark at init:
+    # the checkout must hold them (the example package does)
+    shutil.copytree(EXAMPLES, repo, dirs_exist_ok=True)
+    ident = ["-c", "user.name=t", "-c", "user.email=t@localhost"]
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo), *ident, "commit", "-qm", "kernel"], check=True)
     rc, _, _ = invoke(
         capsys, root, "--op", "quantize", "--granularity", "rowwise", "--backend", "TORCH",
         "--source", str(repo),
