@@ -54,7 +54,7 @@ def store_artifacts(
 ) -> None:
     """Copy the finished run's outputs from the temporary folder into the round."""
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("benchmark.csv", "incumbent.csv", "audit.json"):
+    for name in ("benchmark.csv", "incumbent.csv", "audit.json", "builds.json"):
         if (rnd.tmp / name).exists():
             shutil.copy2(rnd.tmp / name, dest / name)
     passes = dest / "passes"

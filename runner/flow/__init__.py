@@ -1,0 +1,1 @@
+"""Round flow: baseline, validate, accept, passes, sharding, builds."""
