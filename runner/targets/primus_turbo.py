@@ -77,6 +77,10 @@ class PrimusTurboTarget(Target):
     def job_env(self, source_dir: Path, op: str, backend: str) -> dict[str, str]:
         env = dict(self.selector_env(op, backend))
         env["MAX_JOBS"] = os.environ.get("MAX_JOBS", "64")
+        # The tree under test first on the path: built in place (local), it is what
+        # every process of the job imports, a script run from elsewhere included; in
+        # the image it is the editable install's own location.
+        env["PYTHONPATH"] = str(source_dir)
         return env
 
     def build_commands(self, gpu_archs: str | None, *, in_place: bool) -> list[list[str]]:
