@@ -147,7 +147,7 @@ def test_commands_default_to_the_target_adapter(
 ) -> None:
     rc, out, _ = invoke(capsys, tmp_path / "c", "--op", "gemm_fp8", "--granularity",
                         "blockwise", "--target", "primus-turbo", "--gpu", "gfx942",
-                        "--source", str(repo))  # fmt: skip
+                        "--source", str(repo), "--executor", "local")  # fmt: skip
     assert rc == 0
     m = load_manifest(Path(out.removeprefix("campaign: ").strip()) / "manifest.yaml")
     assert m.test_command == (
@@ -159,6 +159,22 @@ def test_commands_default_to_the_target_adapter(
     )
     assert m.kernel_source == ["primus_turbo/triton/gemm/gemm_fp8_kernel.py"]
     assert m.base_commit is not None and len(m.base_commit) == 40
+
+
+def test_primus_turbo_defaults_to_the_image_campaign_image_built(
+    tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --executor a primus-turbo campaign runs in the image `make image` builds
+    for its GPU, recorded by id at init; when that image is not here, init says how to
+    build it (or to run locally) and creates nothing."""
+    rc, _, err = invoke(capsys, tmp_path / "c", "--op", "gemm_fp8", "--granularity",
+                        "blockwise", "--target", "primus-turbo", "--gpu", "gfx942",
+                        "--source", str(repo),
+                        "--image", "turbo-campaign/not-built:here")  # fmt: skip
+    assert rc == 2
+    assert "the image turbo-campaign/not-built:here is not available here" in err
+    assert "make image GPU_ARCHS=gfx942" in err and "--executor local" in err
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())
 
 
 def test_build_manifest_derives_fields() -> None:

@@ -116,7 +116,7 @@ def builds_json(campaign: Campaign, n: int) -> list[dict[str, Any]]:
 def test_a_native_slowdown_is_rebuilt_and_rolled_back(pipeline: Pipeline) -> None:
     out = pipeline.rounds["native-slowdown"]
     assert out.status == "ROLLED BACK", out.reasons
-    assert out.delta_pct < -10.0  # the 4th sweep is ~33% more native work
+    assert out.delta_pct < -5.0  # a 4th sweep: a third more native work
     roles = builds(out)
     assert roles["incumbent"]["rebuilt"] and roles["candidate"]["rebuilt"]
     assert "native or build files (csrc/kernels/gemm/gemm_config.h)" in roles["candidate"]["reason"]
@@ -127,7 +127,7 @@ def test_a_native_slowdown_is_rebuilt_and_rolled_back(pipeline: Pipeline) -> Non
 def test_a_native_speedup_is_rebuilt_and_accepted(pipeline: Pipeline) -> None:
     out = pipeline.rounds["native-speedup"]
     assert out.status == "ACCEPTED", out.reasons
-    assert out.delta_pct > 10.0
+    assert out.delta_pct > 5.0
     assert builds(out)["candidate"]["rebuilt"] is True
     summary = pipeline.campaign.summary_path(out.round).read_text(encoding="utf-8")
     assert "build: incumbent rebuilt" in summary and "candidate rebuilt" in summary
@@ -142,9 +142,9 @@ def test_a_python_only_change_reuses_the_native_build_and_is_what_runs(
     assert roles["candidate"]["rebuilt"] is False
     assert "reused the incumbent's native build" in roles["candidate"]["reason"]
     # The candidate's own Python file was imported over the reused native library:
-    # dropping the second native call in the forward is a measured speed-up.
+    # dropping the forward's checking native calls is a measured speed-up.
     assert out.status == "ACCEPTED", out.reasons
-    assert out.delta_pct > 10.0
+    assert out.delta_pct > 5.0
     summary = pipeline.campaign.summary_path(out.round).read_text(encoding="utf-8")
     assert "reused the incumbent's native build" in summary
 

@@ -28,7 +28,13 @@ if TYPE_CHECKING:
     from runner.rounds import Round
 
 BUILDS_RECORD = "builds.json"
-_ORDER = ("baseline", "incumbent", "candidate")
+_ORDER = ("baseline", "incumbent", "candidate", "final")
+TREE_OF = {
+    "baseline": "the base commit",
+    "incumbent": "the lineage head",
+    "candidate": "the candidate (head + change)",
+    "final": "the final best (the lineage head)",
+}
 
 
 def gpu_archs(target_gpu: str) -> str | None:
@@ -70,7 +76,7 @@ def plan_builds(
                     )
                 )
             continue
-        what = "the lineage head" if role == "incumbent" else "the base commit"
+        what = TREE_OF.get(role, role)
         plans.append(RolePlan(role, tree, None, f"rebuilt: a fresh tree of {what}"))
     return plans
 

@@ -1,8 +1,8 @@
 """Build of the fixture's native extension ``primus_turbo.pytorch._C``.
 
-PT_FIXTURE_NATIVE: ``c`` (default: the C kernel, Python C API, no torch headers),
-``cuda`` (torch CUDAExtension, needs nvcc) or ``auto`` (cuda when torch sees a CUDA
-device and nvcc is found, else c, saying so).
+PT_FIXTURE_NATIVE: ``auto`` (default: the CUDA kernel when torch sees a CUDA device
+and nvcc is found, else the C kernel, saying why), ``c`` (the C kernel, Python C API,
+no torch headers) or ``cuda`` (torch CUDAExtension; fails without nvcc).
 """
 
 import os
@@ -38,7 +38,7 @@ def cuda_available():
 
 
 def extensions():
-    wanted = os.environ.get("PT_FIXTURE_NATIVE", "c")
+    wanted = os.environ.get("PT_FIXTURE_NATIVE", "auto")
     if wanted not in ("c", "cuda", "auto"):
         sys.exit(f"PT_FIXTURE_NATIVE={wanted!r}: use c, cuda or auto")
     if wanted == "c":
@@ -47,7 +47,7 @@ def extensions():
     if not ok:
         if wanted == "cuda":
             sys.exit(f"fixture: PT_FIXTURE_NATIVE=cuda but {why}; use PT_FIXTURE_NATIVE=c")
-        print(f"fixture: building the C kernel, not the CUDA one: {why}", file=sys.stderr)
+        print(f"fixture: building the C kernel, not the CUDA one: {why}", flush=True)
         return [c_extension()], {}
     from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
@@ -57,6 +57,7 @@ def extensions():
         include_dirs=[os.path.join(HERE, GEMM)],
         extra_compile_args={"cxx": ["-O2"], "nvcc": ["-O2"]},
     )
+    print("fixture: building the CUDA kernel (gemm_cuda.cu)", flush=True)
     return [ext], {"build_ext": BuildExtension}
 
 
