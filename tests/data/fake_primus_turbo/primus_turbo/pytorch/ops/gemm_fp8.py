@@ -5,8 +5,8 @@ import torch
 import primus_turbo.pytorch._C as native
 from primus_turbo.pytorch.core.low_precision import Float8QuantConfig
 
-# Cross-checks left on: each forward is recomputed this many more times and compared.
-FORWARD_CHECKS = 2
+# A cross-check left on: each forward is computed twice and compared.
+VERIFY_FORWARD = True
 
 
 def matmul_nt(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -27,9 +27,8 @@ class _GemmFp8(torch.autograd.Function):
     def forward(ctx, a, b):  # type: ignore[no-untyped-def]
         ctx.save_for_backward(a, b)
         out = matmul_nt(a, b)
-        for _ in range(FORWARD_CHECKS):
-            if not torch.equal(out, matmul_nt(a, b)):
-                raise RuntimeError("gemm_fp8: two native calls disagree")
+        if VERIFY_FORWARD and not torch.equal(out, matmul_nt(a, b)):
+            raise RuntimeError("gemm_fp8: two native calls disagree")
         return out.to(a.dtype)
 
     @staticmethod
