@@ -1,6 +1,7 @@
 # turbo-campaign: every target works from nothing on a fresh machine (Python 3.10+).
 # Variables: OP, GRANULARITY, BACKEND, TARGET, SOURCE, ROUND, HYPOTHESIS, PATCH, LEVEL,
-# CAMPAIGN, GPU_ARCHS, TURBO_SRC, BUNDLE.
+# CAMPAIGN, GPU_ARCHS, TURBO_SRC, BUNDLE, EXECUTOR, IMAGE (primus-turbo: docker and
+# the image `make image` built, by default).
 SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
@@ -52,7 +53,8 @@ demo: install
 
 baseline: install
 	$(CAMPAIGN_CMD) baseline $(CAMPAIGN_ARG) --op $(OP) $(if $(GRANULARITY),--granularity $(GRANULARITY),) \
-	  --backend $(BACKEND) --target $(TARGET) --gpu $(GPU) $(if $(SOURCE),--source $(SOURCE),)
+	  --backend $(BACKEND) --target $(TARGET) --gpu $(GPU) $(if $(SOURCE),--source $(SOURCE),) \
+	  $(if $(EXECUTOR),--executor $(EXECUTOR),) $(if $(IMAGE),--image $(IMAGE),)
 
 validate: install
 	@test -n "$(ROUND)" || { echo "make validate needs ROUND=N HYPOTHESIS='...'"; exit 2; }

@@ -34,6 +34,7 @@ from runner.core.timestamps import now_minute
 from runner.core.versions import require_schema_version
 from runner.errors import CampaignError, ConfigError, InfrastructureError
 from runner.executors.base import Executor
+from runner.flow.build import built_roles
 from runner.gate import decide
 from runner.lineage import Lineage
 from runner.manifest import Manifest, branch_name
@@ -476,7 +477,11 @@ def _measure(
     rnd: Round, lineage: Lineage, result: Acceptance, shapes: list[Shape], art: Path
 ) -> None:
     """Checks 1-3 in fresh worktrees of the base commit and the head."""
-    with lineage.worktree(result.base_commit) as base, lineage.worktree(result.head) as head:
+    with (
+        lineage.worktree(result.base_commit) as base,
+        lineage.worktree(result.head) as head,
+        built_roles(rnd, {"baseline": base, "final": head}),
+    ):
         trees = Passes({"baseline": base, "final": head})
         result.checks.append(_validate(rnd, trees, shapes, result, art))
         result.full_benchmark = full_benchmark(rnd, head, shapes, art / "full_benchmark.csv")

@@ -11,6 +11,7 @@ from pathlib import Path
 from runner.campaign import Campaign
 from runner.errors import ConfigError
 from runner.executors.base import Executor
+from runner.flow.build import built_roles, describe
 from runner.gate import calibrate_sigma
 from runner.lineage import snapshot
 from runner.manifest import Manifest, validate_manifest
@@ -77,7 +78,10 @@ def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:
     lineage = rnd.lineage
     lineage.start(m.base_commit or "")
     shapes = all_shapes(m)
-    with lineage.worktree(m.base_commit or "") as tree:
+    with (
+        lineage.worktree(m.base_commit or "") as tree,
+        built_roles(rnd, {"baseline": tree}) as builds,
+    ):
         ok, tail = run_focused_test(rnd, "baseline", tree)
         if not ok:
             raise ConfigError(f"the focused test fails on the base commit:\n{tail}")
@@ -118,7 +122,10 @@ def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:
         score=base_score,
         baseline=base_score,
         best=None,
-        reasons=[f"noise calibration over {passes} passes: sigma_G = {100 * sigma_g:.3f}%"],
+        reasons=[
+            f"noise calibration over {passes} passes: sigma_G = {100 * sigma_g:.3f}%",
+            *([describe(builds)] if builds else []),
+        ],
         artifacts=artifact_list(campaign, 1),
         attribution="No code changed; the baseline is the reference for every later round.",
         next_direction="Profile the representative shapes and state the first hypothesis.",

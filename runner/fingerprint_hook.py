@@ -61,7 +61,7 @@ def image_digest_for(m: Manifest) -> str | None:
     from runner.executors.docker import image_digest
 
     try:
-        return image_digest(m.image)
+        return image_digest(m.image_id or m.image)
     except CampaignError as exc:
         log.warning("cannot read the digest of image %s: %s", m.image, exc)
         return None

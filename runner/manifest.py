@@ -162,6 +162,9 @@ class Manifest(BaseModel):
     pairs: int = Field(default=1, ge=1)
     executor: Literal["local", "docker", "slurm"] = "local"
     image: str | None = None
+    # The local image id (sha256:...) of ``image`` when the campaign was created: the
+    # docker executor runs exactly this image, whatever the tag points at later.
+    image_id: str | None = None
 
     @field_validator("schema_version")
     @classmethod

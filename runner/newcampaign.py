@@ -25,6 +25,7 @@ from runner.manifest import (
 from runner.ops.info import op_info
 from runner.representative import reserve_heldout
 from runner.shapes import default_shape_set, shape_set, shapes_by_label
+from runner.targets.base import Target
 from runner.targets.registry import get_target
 
 
@@ -112,6 +113,7 @@ def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
     fields["benchmark_command"] = fields["benchmark_command"] or target.benchmark_command(
         op, gran, backend
     )
+    choose_executor(target, fields)
     fields["base_commit"] = fields.get("base_commit") or head_commit(source)
     wanted = fields.get("target_shapes")
     fields["target_shapes"] = pin_shapes(wanted, fields)
@@ -161,6 +163,49 @@ def reserve_heldout_shapes(fields: dict[str, Any], *, explicit: bool) -> None:
     fields["heldout_shapes"] = chosen
     fields["heldout_seed"] = seed
     fields["target_shapes"] = [t for t in targets if t not in chosen]
+
+
+def choose_executor(target: Target, fields: dict[str, Any]) -> None:
+    """A target with native code runs in its image by default (docker, the image
+    ``campaign image`` builds for the campaign's GPU); others locally.  A docker
+    campaign records its image by id, so later rounds run exactly that image."""
+    executor = fields.get("executor") or ("docker" if target.editable_install else "local")
+    fields["executor"] = executor
+    if executor != "docker":
+        return
+    gpu = str(fields.get("target_gpu") or "cpu")
+    image = fields.get("image")
+    if not image:
+        if not (target.editable_install and gpu.startswith("gfx")):
+            raise ConfigError(
+                f"the docker executor needs an image for {gpu}: pass --image TAG, or "
+                "--executor local"
+            )
+        from runner.images import ImageRequest, default_tag
+
+        image = default_tag(ImageRequest(gpu_archs=gpu))
+    fields["image"] = image
+    if not fields.get("image_id"):
+        fields["image_id"] = _image_id(str(image), gpu)
+
+
+def _image_id(image: str, gpu: str) -> str:
+    from runner.errors import CampaignError
+    from runner.executors.docker import image_digest
+
+    try:
+        return image_digest(image)
+    except CampaignError as exc:
+        build = (
+            f"make image GPU_ARCHS={gpu} TURBO_SRC=<your Primus-Turbo checkout>"
+            if gpu.startswith("gfx")
+            else "make image-cpu"
+        )
+        raise ConfigError(
+            f"the image {image} is not available here ({str(exc).splitlines()[0]}); build "
+            f"it first ({build}), name another with --image, or pass --executor local on "
+            "a host that has ROCm and the target installed"
+        ) from exc
 
 
 def pin_shapes(wanted: Any, fields: dict[str, Any]) -> list[str]:

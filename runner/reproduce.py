@@ -26,6 +26,7 @@ from runner.errors import CampaignError, CommandFailed, ConfigError, Infrastruct
 from runner.executors.factory import make_executor
 from runner.fingerprint import collect_fingerprint, compare_fingerprints, load_fingerprint
 from runner.fingerprint_hook import FINGERPRINT_NAME, measurement_extra
+from runner.flow.build import built_roles
 from runner.gate import calibrate_sigma
 from runner.lineage import Lineage
 from runner.manifest import validate_manifest
@@ -307,7 +308,8 @@ def measure(
     rnd = Round(campaign, executor, progress, work, n, level)
     role_trees = {"incumbent": trees[0], "candidate": trees[1]}
     try:
-        got = measure_roles(rnd, role_trees, shapes, BCCB, m.pairs, 0)
+        with built_roles(rnd, role_trees):
+            got = measure_roles(rnd, role_trees, shapes, BCCB, m.pairs, 0)
     except RoundFailed as exc:
         raise InfrastructureError(f"reproduction measurement failed: {exc}") from None
     inc = read_passes(got["incumbent"], m.pinned_header)

@@ -61,7 +61,7 @@ def store_artifacts(
     stage = dest.parent / PARTIAL_ARTIFACTS
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(parents=True)
-    for name in ("benchmark.csv", "incumbent.csv", "audit.json"):
+    for name in ("benchmark.csv", "incumbent.csv", "audit.json", "builds.json"):
         if (rnd.tmp / name).exists():
             shutil.copy2(rnd.tmp / name, stage / name)
     pause_point("artifacts")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from runner.appendlog import write_atomic
@@ -22,9 +22,10 @@ from runner.bench.timing import TimingSettings
 from runner.campaign import Campaign
 from runner.core.timestamps import now_minute
 from runner.errors import ConfigError, InfrastructureError
-from runner.executors.base import Executor, JobOutcome, WorkerJob
+from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
 from runner.fingerprint import FingerprintDiff
 from runner.fingerprint_hook import check_round_comparable, record_override
+from runner.flow.build import built_roles, describe
 from runner.gate import decide
 from runner.judge.import_cause import explain_failure
 from runner.leases import acquire
@@ -52,7 +53,14 @@ from runner.results import (
 from runner.roundfiles import artifact_list, commit_message, describe_patch, store_artifacts
 from runner.scoring import score
 from runner.shapes import Shape, shape_set, shapes_by_label
-from runner.sharding import BCCB, ShardFailed, detect_vendor, gpu_env, measure_sharded
+from runner.sharding import (
+    BCCB,
+    ShardFailed,
+    detect_vendor,
+    gpu_env,
+    measure_sharded,
+    worker_failure,
+)
 from runner.spec import RoundSpec, save_spec, write_json_atomic
 from runner.store.guard import preflight
 from runner.store.leftovers import job_dir, note_step
@@ -89,6 +97,7 @@ class Round:
     round: int
     level: str
     gpus: tuple[int, ...] = ()
+    builds: dict[Path, BuiltRole] = field(default_factory=dict)  # tree -> its build
 
     @property
     def manifest(self) -> Manifest:
@@ -125,8 +134,15 @@ class Round:
         )
 
     def job(
-        self, name: str, spec: RoundSpec, tree: Path, env: Mapping[str, str] | None = None
+        self,
+        name: str,
+        spec: RoundSpec,
+        tree: Path,
+        env: Mapping[str, str] | None = None,
+        gpu: int | None = None,
     ) -> JobOutcome:
+        """One worker job on ``tree``'s build (when the target has one) and on its own
+        leased GPU: ``gpu`` (a shard's), else the round's only one."""
         spec_path = self.tmp / "specs" / f"{name}.json"
         save_spec(spec_path, spec)
         m = self.manifest
@@ -135,9 +151,13 @@ class Round:
             **self.target.job_env(code_root(tree), m.target_op, m.target_backend),
             **(env or {}),
         }
-        if len(self.gpus) == 1 and not env:
-            job_env.update(gpu_env(self.gpus[0], detect_vendor()))
-        job = WorkerJob(name, spec_path, tree, self.tmp / name, env=job_env)
+        if gpu is None and len(self.gpus) == 1:
+            gpu = self.gpus[0]
+        if gpu is not None and not env:
+            job_env.update(gpu_env(gpu, detect_vendor()))
+        gpus = () if gpu is None else (gpu,)
+        built = self.builds.get(tree)
+        job = WorkerJob(name, spec_path, tree, self.tmp / name, env=job_env, built=built, gpus=gpus)
         self.step(name)
         return self.executor.run_job(job)
 
@@ -184,7 +204,7 @@ def run_pass(rnd: Round, role: str, index: int, tree: Path, shapes: list[Shape])
     name = f"pass-{index:02d}-{role}"
     outcome = rnd.job(name, rnd.spec(role, index, shapes), tree)
     if not outcome.ok:
-        raise RoundFailed(f"worker {name} failed (exit {outcome.returncode})", outcome.log_path)
+        raise RoundFailed(worker_failure(name, outcome), outcome.log_path)
     return outcome.out_dir / "benchmark.csv"
 
 
@@ -289,9 +309,11 @@ def _validate_in(
                 patch, touched, inc_tree, cand_tree, request.bucket
             )
             write_json_atomic(rnd.tmp / "audit.json", report.to_dict())
-            gate, inc_score, cand_score = _measure_and_judge(
-                rnd, request, inc_tree, cand_tree, shapes, vetoes
-            )
+            roles = {"incumbent": inc_tree, "candidate": cand_tree}
+            with built_roles(rnd, roles, touched) as builds:
+                gate, inc_score, cand_score = _measure_and_judge(
+                    rnd, request, inc_tree, cand_tree, shapes, vetoes
+                )
     except RoundFailed as exc:
         return _close_failed(rnd, request, patch, touched, started, best, str(exc))
     commit = None
@@ -303,6 +325,8 @@ def _validate_in(
     result = _round_result(
         rnd, request, patch, touched, started, gate, cand_score, inc_score, best, commit
     )
+    if builds:
+        result.reasons.append(describe(builds))
     transfer.benchmark_gain_pct = round(gate.delta_pct, 3)
     transfer.estimated_real_gain_pct = 0.0 if report.rejects else round(gate.delta_pct, 3)
     result.transfer = _behaviour_transfer(rnd, transfer, gate)

@@ -15,6 +15,7 @@ runs it on a GPU box without pydantic).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +43,12 @@ class ShardHost(Protocol):
     def spec(self, role: str, index: int, shapes: list[Shape]) -> RoundSpec: ...
 
     def job(
-        self, name: str, spec: RoundSpec, tree: Path, env: Mapping[str, str] | None = None
+        self,
+        name: str,
+        spec: RoundSpec,
+        tree: Path,
+        env: Mapping[str, str] | None = None,
+        gpu: int | None = None,
     ) -> JobOutcome: ...
 
 
@@ -61,12 +67,19 @@ class PlainHost:
         return replace(self.template, role=role, pass_index=index, shapes=tuple(shapes))
 
     def job(
-        self, name: str, spec: RoundSpec, tree: Path, env: Mapping[str, str] | None = None
+        self,
+        name: str,
+        spec: RoundSpec,
+        tree: Path,
+        env: Mapping[str, str] | None = None,
+        gpu: int | None = None,
     ) -> JobOutcome:
         spec_path = self.tmp / "specs" / f"{name}.json"
         save_spec(spec_path, spec)
         job_env = {**self.job_env(tree), **(env or {})}
-        return self.executor.run_job(WorkerJob(name, spec_path, tree, self.tmp / name, env=job_env))
+        gpus = () if gpu is None else (gpu,)
+        job = WorkerJob(name, spec_path, tree, self.tmp / name, env=job_env, gpus=gpus)
+        return self.executor.run_job(job)
 
 
 class ShardFailed(Exception):
@@ -164,13 +177,22 @@ def _run_shard(
     paths = []
     for index, role in passes:
         name = f"{pass_name(index, role)}-gpu{gpu}"
-        outcome = host.job(name, host.spec(role, index, shapes), trees[role], env=env)
+        outcome = host.job(name, host.spec(role, index, shapes), trees[role], env=env, gpu=gpu)
         if not outcome.ok:
-            raise ShardFailed(
-                f"worker {name} failed on GPU {gpu} (exit {outcome.returncode})", outcome.log_path
-            )
+            raise ShardFailed(f"{worker_failure(name, outcome)} on GPU {gpu}", outcome.log_path)
         paths.append(outcome.out_dir / "benchmark.csv")
     return paths
+
+
+def worker_failure(name: str, outcome: JobOutcome) -> str:
+    """The worker's provenance error (the target came from outside the tree under
+    test), else its exit status."""
+    record = outcome.out_dir / "provenance.json"
+    if record.is_file():
+        error = json.loads(record.read_text(encoding="utf-8")).get("error")
+        if error:
+            return f"worker {name} refused to measure: {error}"
+    return f"worker {name} failed (exit {outcome.returncode})"
 
 
 def measure_sharded(

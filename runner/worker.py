@@ -104,18 +104,57 @@ def _worst(key: str, values: list[float]) -> float:
     return max(values) if key == "max_abs_err" else min(values)
 
 
-def _check_imported_from_source(api: Any) -> None:
-    """The target package must come from the measured tree, not from site-packages
-    (an editable install of the user's checkout would silently win otherwise)."""
+PROVENANCE = "provenance.json"
+
+
+def loaded_from(names: list[str]) -> dict[str, str | None]:
+    """``__file__`` of each module as the process holds it (``sys.modules``, else the
+    parent package's attribute, else a fresh import); None when it has no file."""
+    import importlib
+
+    files: dict[str, str | None] = {}
+    for name in names:
+        module = sys.modules.get(name)
+        if module is None:
+            parent, _, attr = name.rpartition(".")
+            module = getattr(sys.modules.get(parent), attr, None) if parent else None
+        if module is None:
+            module = importlib.import_module(name)
+        file = getattr(module, "__file__", None)
+        files[name] = str(Path(file).resolve()) if file else None
+    return files
+
+
+def check_provenance(target: Any, api: Any, out_dir: Path) -> None:
+    """Prove that the target package and its compiled modules were loaded from the
+    tree under test (``TURBO_CAMPAIGN_SOURCE``, set by the executor); record where
+    each came from in ``provenance.json``.  Anything else (a copy in site-packages,
+    a library loaded from elsewhere) stops the pass before a number is taken."""
     import os
 
     expected = os.environ.get("TURBO_CAMPAIGN_SOURCE")
-    origin = Path(api.ops.__file__).resolve()
-    if expected and Path(expected).resolve() not in origin.parents:
-        raise SystemExit(
-            f"the target was imported from {origin}, not from the measured tree {expected}; "
-            "uninstall the copy in site-packages or reinstall it editable from that tree"
+    names = [target.package, *target.api_modules, *target.native_modules]
+    files = loaded_from(names)
+    files[api.ops.__name__] = str(Path(api.ops.__file__).resolve())
+    root = Path(expected).resolve() if expected else None
+    outside = {
+        name: file
+        for name, file in files.items()
+        if root is not None and (file is None or root not in Path(file).parents)
+    }
+    error = None
+    if outside:
+        where = "; ".join(f"{n} from {f or 'no file'}" for n, f in outside.items())
+        error = (
+            f"the tree under test is {root}, but {where}: the measurement would not be of "
+            "that tree; uninstall the other copy (pip uninstall), rebuild the tree, or fix "
+            "the import that reaches outside it"
         )
+    record = {"expected_root": str(root) if root else None, "modules": files, "error": error}
+    write_json_atomic(out_dir / PROVENANCE, record)
+    if error:
+        log.error("%s", error)
+        raise SystemExit(f"provenance: {error}")
 
 
 def environment_meta(device: str) -> dict[str, Any]:
@@ -144,8 +183,9 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
     if device == "cpu":
         pin_cpu_threads(spec)
     guard = BindingGuard()  # before the target is imported: the bindings it must not touch
-    api = get_target(spec.target).load_api()
-    _check_imported_from_source(api)
+    target = get_target(spec.target)
+    api = target.load_api()
+    check_provenance(target, api, out_dir)
     adapter = load_adapter(spec.op, api, spec.options)
     schema = get_schema(adapter.info.schema)
     rows: list[dict[str, object]] = []

@@ -157,10 +157,31 @@ def test_primus_turbo_defaults_need_an_upstream_checkout(
     (tests/test_primus_turbo_facts.py runs init against an upstream-shaped checkout)."""
     rc, _, err = invoke(capsys, tmp_path / "c", "--op", "gemm_fp8", "--granularity",
                         "blockwise", "--target", "primus-turbo", "--gpu", "gfx942",
-                        "--source", str(repo))  # fmt: skip
+                        "--source", str(repo), "--executor", "local")  # fmt: skip
     assert rc == 2
     assert "benchmark/ops/training/bench_gemm_turbo.py" in err
     assert "tests/pytorch/ops/test_gemm_fp8.py" in err
+
+
+def test_primus_turbo_defaults_to_the_image_campaign_image_built(
+    tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --executor a primus-turbo campaign runs in the image `make image` builds
+    for its GPU, recorded by id at init; when that image is not here, init says how to
+    build it (or to run locally) and creates nothing."""
+    paths = Path(__file__).parent / "data" / "primus_turbo_paths.txt"
+    for rel in paths.read_text(encoding="utf-8").splitlines():
+        if rel and not rel.startswith("#"):  # an upstream-shaped checkout (empty files)
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            (repo / rel).write_text("")
+    rc, _, err = invoke(capsys, tmp_path / "c", "--op", "gemm_fp8", "--granularity",
+                        "blockwise", "--target", "primus-turbo", "--gpu", "gfx942",
+                        "--source", str(repo),
+                        "--image", "turbo-campaign/not-built:here")  # fmt: skip
+    assert rc == 2
+    assert "the image turbo-campaign/not-built:here is not available here" in err
+    assert "make image GPU_ARCHS=gfx942" in err and "--executor local" in err
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())
 
 
 def test_build_manifest_derives_fields() -> None:

@@ -33,6 +33,7 @@ CACHE_ENV = ["-e", "TRITON_CACHE_DIR=/cache/triton", "-e", "CCACHE_DIR=/cache/cc
 def make_job(tmp_path: Path, **kw: object) -> WorkerJob:
     src = tmp_path / "wt"
     src.mkdir(exist_ok=True)
+    (tmp_path / "spec.json").write_text("{}\n")  # a real job always has its spec
     fields: dict[str, object] = {
         "name": "pass-01-candidate",
         "spec_path": tmp_path / "spec.json",
@@ -388,3 +389,153 @@ def test_amd_argv_for_two_gpus_of_the_sample_topology(tmp_path: Path) -> None:
         *confine(job, False, limits=False), *SOURCE_ENV, "rocm:1", "sh", "-c", SCRIPT,
     ]  # fmt: skip
     assert "--privileged" not in args and "/dev/dri" not in args
+
+
+# ---- per-job leased GPUs (Round.job / sharding -> WorkerJob.gpus -> the container) ----
+AMD_SETTINGS = ["--ipc=host", "--security-opt", "seccomp=unconfined",
+                "--shm-size", "16g", "--pids-limit", "4096"]  # fmt: skip
+
+
+def confine_amd(job: WorkerJob) -> list[str]:
+    """The AMD request sets its own pids limit; the memory limit is the default one."""
+    base = confine(job, False, limits=False)
+    return [*base[:4], "--memory", "64g", *base[4:]]
+
+
+def leased_executor(vendor: str) -> dx.DockerExecutor:
+    return dx.DockerExecutor(
+        "rocm:1", gpu=None, campaign="c1", caches=False, source_mode="copy",
+        vendor=vendor,  # type: ignore[arg-type]
+        topology_root=TOPOLOGY / "nodes", group_file=TOPOLOGY / "group",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("leased", "nodes"),
+    [
+        ((3,), [["--device", "/dev/dri/renderD152"]]),
+        ((0, 1), [["--device", "/dev/dri/renderD128"], ["--device", "/dev/dri/renderD136"]]),
+    ],
+)
+def test_amd_each_job_gets_only_its_leased_gpu_numbered_0_inside(
+    tmp_path: Path, leased: tuple[int, ...], nodes: list[list[str]]
+) -> None:
+    """One job per leased GPU (a sharded round runs one per GPU): each container gets
+    /dev/kfd and that GPU's render node only, the video/render groups, and sees it as
+    device 0 (the host's ROCR_VISIBLE_DEVICES=<index> that Round.job sets would hide it)."""
+    executor = leased_executor("amd")
+    for gpu, node in zip(leased, nodes, strict=True):
+        host_env = {"ROCR_VISIBLE_DEVICES": str(gpu), "HIP_VISIBLE_DEVICES": "0",
+                    "CUDA_VISIBLE_DEVICES": "0"}  # fmt: skip
+        job = make_job(tmp_path, name=f"pass-01-candidate-gpu{gpu}", env=host_env, gpus=(gpu,))
+        args = executor.create_args(job, "ctr")
+        assert args == [
+            "docker", "create", "--name", "ctr", *COMMON, *labels(job),
+            "--device", "/dev/kfd", *node, "--group-add", "44", "--group-add", "993",
+            *AMD_SETTINGS, *confine_amd(job), *SOURCE_ENV,
+            "-e", "ROCR_VISIBLE_DEVICES=0", "-e", "HIP_VISIBLE_DEVICES=0",
+            "-e", "CUDA_VISIBLE_DEVICES=0",
+            "rocm:1", "sh", "-c", SCRIPT,
+        ]  # fmt: skip
+        assert "--privileged" not in args
+
+
+@pytest.mark.parametrize("leased", [(5,), (0, 1)])
+def test_nvidia_each_job_gets_only_its_leased_gpu_numbered_0_inside(
+    tmp_path: Path, leased: tuple[int, ...]
+) -> None:
+    executor = leased_executor("nvidia")
+    for gpu in leased:
+        job = make_job(tmp_path, name=f"pass-02-incumbent-gpu{gpu}",
+                       env={"CUDA_VISIBLE_DEVICES": str(gpu)}, gpus=(gpu,))  # fmt: skip
+        args = executor.create_args(job, "ctr")
+        assert args == [
+            "docker", "create", "--name", "ctr", *COMMON, *labels(job),
+            "--gpus", f"device={gpu}", *confine(job, False), *SOURCE_ENV,
+            "-e", "CUDA_VISIBLE_DEVICES=0",
+            "rocm:1", "sh", "-c", SCRIPT,
+        ]  # fmt: skip
+        assert "--privileged" not in args
+
+
+def test_sharded_jobs_reach_docker_each_with_its_own_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the sharding host (PlainHost.job(..., gpu=N)) and DockerExecutor.run_job:
+    the docker create of the job on GPU 0 names renderD128 only, on GPU 1 renderD136."""
+    from runner.bench.timing import TimingSettings
+    from runner.sharding import PlainHost, gpu_env
+    from runner.spec import RoundSpec
+
+    fake = FakeDocker()
+    monkeypatch.setattr(dx.cmd, "run", fake)
+    template = RoundSpec("c1", 2, "incumbent", 0, "full", "example", "gemm", {}, (),
+                         TimingSettings())  # fmt: skip
+    host = PlainHost(tmp_path, leased_executor("amd"), template)
+    tree = tmp_path / "wt"
+    tree.mkdir()
+    for gpu in (0, 1):
+        spec = host.spec("incumbent", 1, [])
+        host.job(f"pass-01-incumbent-gpu{gpu}", spec, tree, env=gpu_env(gpu, "amd"), gpu=gpu)
+    creates = [c for c in fake.calls if c[1] == "create"]
+    assert len(creates) == 2
+    for gpu, create in zip((0, 1), creates, strict=True):
+        nodes = [create[i + 1] for i, a in enumerate(create) if a == "--device"]
+        assert nodes == ["/dev/kfd", f"/dev/dri/renderD{128 + 8 * gpu}"]
+        assert "ROCR_VISIBLE_DEVICES=0" in create
+
+
+# ---- the per-role build container (native targets) -----------------------------------
+def test_build_container_argv_replaces_the_image_tree_with_a_writable_copy(
+    tmp_path: Path,
+) -> None:
+    from runner.executors.base import BuildJob
+
+    build = BuildJob(
+        "candidate", 3, tmp_path / "wt", tmp_path / "out",
+        commands=(("pip", "install", "--no-build-isolation", "-e", "."),),
+        env={"GPU_ARCHS": "gfx942"}, reason="rebuilt",
+    )  # fmt: skip
+    args = dx.build_create_args(build, "rocm:1", name="b", campaign="c1")
+    assert args == [
+        "docker", "create", "--name", "b", "--init", "--pull", "never", "--network", "none",
+        "--workdir", "/", "--label", "turbo-campaign.campaign=c1",
+        "--label", "turbo-campaign.build=candidate", "--label", f"turbo-campaign.pid={os.getpid()}",
+        "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--pids-limit", "4096",
+        *CACHES, *CACHE_ENV,
+        "-e", "GPU_ARCHS=gfx942", "rocm:1", "sh", "-c",
+        "set -e\ncd /\nrm -rf /workspace/target\nmv /workspace/incoming /workspace/target\n"
+        "cd /workspace/target\npip install --no-build-isolation -e .",
+    ]  # fmt: skip
+    assert "--privileged" not in args and not any("readonly" in a for a in args)
+
+
+def test_reuse_lays_only_the_changed_files_over_the_other_roles_image(tmp_path: Path) -> None:
+    from runner.executors.base import BuildJob, BuiltRole
+
+    inc = BuiltRole("incumbent", tmp_path / "inc", True, "rebuilt", tmp_path / "l", 1.0,
+                    image="turbo-campaign-build/c1:r3-incumbent-1")  # fmt: skip
+    build = BuildJob("candidate", 3, tmp_path / "wt", tmp_path / "out", reuse=inc,
+                     changed=("pkg/ops.py",), reason="reused")  # fmt: skip
+    args = dx.build_create_args(build, "rocm:1", name="b", campaign="c1", caches=False)
+    assert args[-4] == "turbo-campaign-build/c1:r3-incumbent-1"
+    assert args[-1] == (
+        "set -e\ncd /\nif [ -e /workspace/incoming/pkg/ops.py ]; then mkdir -p "
+        '"$(dirname /workspace/target/pkg/ops.py)" && cp -p /workspace/incoming/pkg/ops.py '
+        "/workspace/target/pkg/ops.py; else rm -f /workspace/target/pkg/ops.py; fi\n"
+        "rm -rf /workspace/incoming"
+    )
+
+
+def test_a_job_on_a_built_role_runs_its_image_with_nothing_over_the_tree(tmp_path: Path) -> None:
+    from runner.executors.base import BuiltRole
+
+    built = BuiltRole("incumbent", tmp_path / "wt", True, "rebuilt", tmp_path / "l", 1.0,
+                      image="turbo-campaign-build/c1:r2-incumbent-9")  # fmt: skip
+    job = make_job(tmp_path, built=built)
+    args = dx.docker_create_args(job, "rocm:1", None, name="ctr", campaign="c1", caches=False)
+    assert args == [
+        "docker", "create", "--name", "ctr", *COMMON, *labels(job), *confine(job, True),
+        *HOME, *SOURCE_ENV, "turbo-campaign-build/c1:r2-incumbent-9", "sh", "-c", SCRIPT,
+    ]  # fmt: skip
+    assert not any(a.endswith("target=/workspace/target,readonly") for a in args)

@@ -69,7 +69,8 @@ def test_init_names_only_upstream_files_and_variables(
     tmp_path: Path, checkout: Path, op: str, gran: str | None, backend: str
 ) -> None:
     campaign = create_campaign(
-        tmp_path, target="primus-turbo", source=str(checkout), target_op=op,
+        tmp_path, target="primus-turbo", executor="local", source=str(checkout),
+        target_op=op,
         granularity=gran, target_backend=backend, target_gpu="gfx942",
     )  # fmt: skip
     m = campaign.manifest
@@ -92,7 +93,8 @@ def test_init_names_only_upstream_files_and_variables(
 
 def test_attention_uses_the_variable_upstream_reads(tmp_path: Path, checkout: Path) -> None:
     m = create_campaign(
-        tmp_path, target="primus-turbo", source=str(checkout), target_op="attention",
+        tmp_path, target="primus-turbo", executor="local", source=str(checkout),
+        target_op="attention",
         target_backend="AITER", target_gpu="gfx942",
     ).manifest  # fmt: skip
     assert "PRIMUS_TURBO_ATTN_BACKEND=AITER" in m.benchmark_command
@@ -103,7 +105,8 @@ def test_attention_uses_the_variable_upstream_reads(tmp_path: Path, checkout: Pa
 
 def test_gemm_fp8_blockwise_commands(tmp_path: Path, checkout: Path) -> None:
     m = create_campaign(
-        tmp_path, target="primus-turbo", source=str(checkout), target_op="gemm_fp8",
+        tmp_path, target="primus-turbo", executor="local", source=str(checkout),
+        target_op="gemm_fp8",
         granularity="blockwise", target_backend="CK", target_gpu="gfx942",
     ).manifest  # fmt: skip
     assert m.test_command.startswith(
@@ -120,7 +123,8 @@ def test_gemm_fp8_blockwise_commands(tmp_path: Path, checkout: Path) -> None:
 
 def test_mx_blockwise_uses_the_benchmarks_mxfp8_choice(tmp_path: Path, checkout: Path) -> None:
     m = create_campaign(
-        tmp_path, target="primus-turbo", source=str(checkout), target_op="gemm_fp8",
+        tmp_path, target="primus-turbo", executor="local", source=str(checkout),
+        target_op="gemm_fp8",
         granularity="mx_blockwise", target_backend="TURBO", target_gpu="gfx950",
     ).manifest  # fmt: skip
     assert "--granularity mxfp8" in m.benchmark_command
@@ -129,7 +133,18 @@ def test_mx_blockwise_uses_the_benchmarks_mxfp8_choice(tmp_path: Path, checkout:
 
 def invoke(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str]:
     with pytest.raises(SystemExit) as info:
-        main(["--campaigns-root", str(root), "init", "--target", "primus-turbo", *args])
+        main(
+            [
+                "--campaigns-root",
+                str(root),
+                "init",
+                "--target",
+                "primus-turbo",
+                "--executor",
+                "local",
+                *args,
+            ]
+        )
     return int(info.value.code or 0), capsys.readouterr().err
 
 
@@ -175,7 +190,7 @@ def test_a_missing_benchmark_script_is_an_error_naming_where_it_looked(
     assert f"not found\n  {old.resolve() / script}" in err
     # a benchmark command the user gives is theirs: not checked against the layout
     m = create_campaign(
-        tmp_path / "d", target="primus-turbo", source=str(old), target_op="gemm",
+        tmp_path / "d", target="primus-turbo", executor="local", source=str(old), target_op="gemm",
         target_backend="TRITON", benchmark_command="python my_bench.py",
     ).manifest  # fmt: skip
     assert m.benchmark_command == "python my_bench.py"

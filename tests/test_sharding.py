@@ -167,12 +167,19 @@ class FakeHost:
                          TimingSettings())  # fmt: skip
 
     def job(
-        self, name: str, spec: RoundSpec, tree: Path, env: Mapping[str, str] | None = None
+        self,
+        name: str,
+        spec: RoundSpec,
+        tree: Path,
+        env: Mapping[str, str] | None = None,
+        gpu: int | None = None,
     ) -> JobOutcome:
-        gpu = dict(env or {})["CUDA_VISIBLE_DEVICES"]
+        visible = dict(env or {})["CUDA_VISIBLE_DEVICES"]
+        assert str(gpu) == visible  # the job is told its own device, not only its env
+        gpu_label = visible
         labels = tuple(s.label for s in spec.shapes)
         with self.lock:
-            self.calls.append((gpu, name, spec.pass_index, labels, tree.name))
+            self.calls.append((gpu_label, name, spec.pass_index, labels, tree.name))
         out = self.tmp / name
         out.mkdir(parents=True)
         if name == self.fail:

@@ -119,7 +119,8 @@ def test_workspace_mode_is_refused_for_a_target_built_from_the_full_tree(
     upstream = fresh_example_copy(tmp_path / "upstream")
     with pytest.raises(ConfigError, match="use --mode repo"):
         create_campaign(
-            tmp_path / "c", target="primus-turbo", source=str(upstream), target_op="gemm",
+            tmp_path / "c", target="primus-turbo", executor="local", source=str(upstream),
+            target_op="gemm",
             target_backend="TRITON", execution_mode="workspace",
             test_command="pytest t.py", benchmark_command="python b.py",
             kernel_source=["turbo_kernels/triton/gemm_kernel.py"],

@@ -71,7 +71,12 @@ def parse_shapes(text: str) -> str | list[str]:
 @click.option("--benchmark-command", default=None, help="The focused benchmark command.")
 @click.option("--kernel-source", multiple=True, help="Kernel file under optimisation (repeat).")
 @executor_init_option
-@click.option("--image", default=None, help="Container image (docker/slurm executors).")
+@click.option(
+    "--image",
+    default=None,
+    help="Container image (docker/slurm); default for primus-turbo: the one `campaign "
+    "image` built for --gpu (turbo-campaign/rocm:<gfx>), recorded by image id.",
+)
 @click.pass_obj
 def init_cmd(app: App, **opts: Any) -> None:
     """Create a campaign directory with a validated manifest.yaml.  The kernel source,

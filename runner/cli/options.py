@@ -32,9 +32,9 @@ executor_override_option: Callable[[F], F] = click.option(
 executor_init_option: Callable[[F], F] = click.option(
     "--executor",
     type=click.Choice(EXECUTOR_NAMES),
-    default="local",
-    show_default=True,
-    help=f"Where the passes run: {_EXECUTORS_TEXT} (docker and slurm take --image).",
+    default=None,
+    help=f"Where the passes run: {_EXECUTORS_TEXT} (docker and slurm take --image); "
+    "default: docker for primus-turbo (the image `campaign image` built), local otherwise.",
 )
 
 gpus_option: Callable[[F], F] = click.option(

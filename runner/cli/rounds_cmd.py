@@ -45,6 +45,8 @@ def _new_campaign(app: App, opts: dict[str, Any]) -> Campaign:
         target_backend=opts["backend"],
         target_gpu=opts["gpu"],
         campaign_name=opts["name"],
+        executor=opts.get("executor"),
+        image=opts.get("image"),
     )
 
 
@@ -84,13 +86,14 @@ def print_result(result: RoundResult, campaign: Campaign) -> None:
 @click.option("--gpu", default="cpu", show_default=True, help="gfx942, gfx950, sm90 or cpu.")
 @click.option("--passes", default=5, show_default=True, help="Calibration passes (>= 2).")
 @executor_override_option
+@click.option("--image", default=None, help="With --op: the container image (docker).")
 @click.pass_obj
 def baseline_cmd(
     app: App, name: str | None, passes: int, executor: str | None, **opts: Any
 ) -> None:
     """Round-1: full validation, noise calibration, representative shapes, records."""
     if opts["op"]:
-        campaign = _new_campaign(app, {**opts, "name": name})
+        campaign = _new_campaign(app, {**opts, "name": name, "executor": executor})
         click.echo(f"created campaign {campaign.name}", err=True)
     else:
         campaign = find_campaign(app, name)

@@ -31,6 +31,49 @@ class WorkerJob:
     env: dict[str, str] = field(default_factory=dict)
     prepare: tuple[tuple[str, ...], ...] = ()
     timeout_s: float | None = None
+    built: BuiltRole | None = None  # the role's build this job runs on (native targets)
+    gpus: tuple[int, ...] = ()  # host indices of the GPUs leased to this job
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """Build one role's tree once per round (a target with native code).
+
+    ``commands`` (argv lists, cwd = the tree) build it; ``reuse`` is the role whose
+    build this one takes over instead (the candidate of a change that touches no
+    native or build file): then only ``changed`` files (paths relative to the tree;
+    a missing one was deleted) are laid over that build.  ``env`` is the build's
+    environment (GPU_ARCHS, ...); ``out_dir`` gets ``build.log``.
+    """
+
+    role: str
+    round: int
+    source_dir: Path
+    out_dir: Path
+    commands: tuple[tuple[str, ...], ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    reuse: BuiltRole | None = None
+    changed: tuple[str, ...] = ()
+    reason: str = ""
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class BuiltRole:
+    """A role's built tree that the role's jobs run on.
+
+    ``source_dir`` is the host tree the build came from; ``image`` the per-round image
+    holding the built tree (docker; None: the tree itself was built in place);
+    ``rebuilt`` False when the native build of another role was reused.
+    """
+
+    role: str
+    source_dir: Path
+    rebuilt: bool
+    reason: str
+    log_path: Path
+    seconds: float
+    image: str | None = None
 
 
 @dataclass(frozen=True)
@@ -54,3 +97,21 @@ class Executor(Protocol):
         """Run the job to completion; never raises for a worker failure (the outcome
         says it), raises InfrastructureError when the environment itself broke."""
         ...
+
+    def prepare_role(self, build: BuildJob) -> BuiltRole:
+        """Build the role's tree once (or lay a change over another role's build);
+        raises RoleBuildFailed with the build's log when the build fails."""
+        ...
+
+    def release_role(self, built: BuiltRole) -> None:
+        """Free what ``prepare_role`` made (a per-round image); idempotent."""
+        ...
+
+
+class RoleBuildFailed(Exception):
+    """Building a role's tree failed; ``log_path`` holds the build's output."""
+
+    def __init__(self, message: str, log_path: Path) -> None:
+        super().__init__(message)
+        self.message = message
+        self.log_path = log_path

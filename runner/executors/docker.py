@@ -22,6 +22,20 @@ build outputs into the tree) gets a copy (``docker cp``), so the host tree is ne
 written.  ``source_mode="copy"`` forces the copy, e.g. for an image that holds a
 prebuilt tree at ``/workspace/target`` (Dockerfile.rocm) that a mount would hide.
 
+Native targets (``prepare_role``): once per role per round, a build container of the
+campaign image gets a writable copy of the role's tree, which replaces
+``/workspace/target`` (the image's own built tree is removed first, so nothing stale
+survives), runs the build (``pip install --no-build-isolation -e .``, GPU_ARCHS, ccache
+on the campaign's named volume) and is committed as a per-round, per-role image.
+Every job of that role then runs in a fresh container of that image: nothing is
+mounted or copied over the built tree.  A candidate whose change touches no native
+or build file starts from the incumbent's built image with only the changed files
+laid over it.  ``release_role`` removes the image at the end of the round.
+
+GPUs: each job names the host GPUs leased to it (``WorkerJob.gpus``); the container
+gets only those (``GpuRequest.for_job``) and sees them numbered from 0, so the
+visibility variables inside are set to 0..n-1.
+
 Security decisions: no ``--privileged``, only the leased GPUs' device nodes, network
 off; a candidate is untrusted code, so a measuring/test container (source mounted
 read-only) runs as an unprivileged user with no capabilities, ``no-new-privileges``,
@@ -44,6 +58,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -54,7 +69,7 @@ from typing import Literal
 import runner
 from runner import cmd
 from runner.errors import CommandFailed, ConfigError, InfrastructureError
-from runner.executors.base import JobOutcome, WorkerJob
+from runner.executors.base import BuildJob, BuiltRole, JobOutcome, RoleBuildFailed, WorkerJob
 from runner.executors.local import SOURCE_ENV
 from runner.leases import held_fds
 from runner.spec import write_json_atomic
@@ -64,6 +79,9 @@ log = logging.getLogger("runner.executors.docker")
 CONTAINER_TARGET = "/workspace/target"
 CONTAINER_SPEC = "/workspace/spec.json"
 CONTAINER_OUT = "/out"
+CONTAINER_INCOMING = "/workspace/incoming"
+BUILD_REPO = "turbo-campaign-build"
+VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 TRITON_CACHE = "/cache/triton"
 CCACHE = "/cache/ccache"
 KEEP_ENV = "CAMPAIGN_KEEP_CONTAINERS"
@@ -137,6 +155,28 @@ class GpuRequest:
             memory,
             pids_limit,
         )
+
+    @classmethod
+    def for_job(
+        cls,
+        gpus: Sequence[int],
+        vendor: Literal["amd", "nvidia"],
+        *,
+        topology_root: str | Path = KFD_TOPOLOGY,
+        group_file: str | Path = "/etc/group",
+    ) -> GpuRequest:
+        """The request for the host GPUs leased to one job."""
+        if vendor == "amd":
+            return cls.amd(gpus, topology_root=topology_root, group_file=group_file)
+        return cls("nvidia", tuple(gpus))
+
+    def inside_env(self) -> dict[str, str]:
+        """Visibility inside the container: it sees only the leased GPUs, numbered from
+        0, so every selector names 0..n-1 (the host numbers would hide them)."""
+        inside = ",".join(str(i) for i in range(len(self.indices)))
+        if self.vendor == "nvidia":
+            return {"CUDA_VISIBLE_DEVICES": inside}
+        return {key: inside for key in VISIBILITY}
 
     def docker_args(self) -> list[str]:
         """Only the device nodes this lease needs, plus the AMD container settings."""
@@ -346,14 +386,70 @@ def docker_create_args(
         for volume, target in cache_volumes(campaign).items():
             args += ["--mount", f"type=volume,source={volume},target={target}"]
         env |= {"TRITON_CACHE_DIR": TRITON_CACHE, "CCACHE_DIR": CCACHE}
-    if mode == "mount":
+    if job.built is not None and job.built.image:
+        image = job.built.image  # the role's built tree is in its image: nothing over it
+    elif mode == "mount":
         args += ["--mount", _bind_mount(job.source_dir, CONTAINER_TARGET)]
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     env[SOURCE_ENV] = CONTAINER_TARGET  # the worker checks it measures this tree
     env |= translate_env(job)
+    if job.gpus and gpu is not None:
+        env |= gpu.inside_env()
     for key, value in env.items():
         args += ["-e", f"{key}={value}"]
     return [*args, image, *job_script(job, command)]
+
+
+def build_script(build: BuildJob) -> str:
+    """The build container's script.  A fresh build: the copied tree (at the incoming
+    folder) replaces the image's ``/workspace/target`` and the build commands run in
+    it.  A reuse: each changed file is laid over the other role's built tree (a path
+    missing from the copy was deleted by the change)."""
+    target, incoming = CONTAINER_TARGET, CONTAINER_INCOMING
+    lines = ["set -e", "cd /"]
+    if build.reuse is None:
+        lines += [f"rm -rf {target}", f"mv {incoming} {target}", f"cd {target}"]
+        lines += [shlex.join(step) for step in build.commands]
+    else:
+        for rel in build.changed:
+            src, dest = shlex.quote(f"{incoming}/{rel}"), shlex.quote(f"{target}/{rel}")
+            lines.append(
+                f'if [ -e {src} ]; then mkdir -p "$(dirname {dest})" && cp -p {src} {dest}; '
+                f"else rm -f {dest}; fi"
+            )
+        lines.append(f"rm -rf {incoming}")
+    return "\n".join(lines)
+
+
+def build_create_args(
+    build: BuildJob, image: str, *, name: str, campaign: str, caches: bool = True
+) -> list[str]:
+    """The exact ``docker create`` argv of a role's build container (pure): no GPU
+    (GPU_ARCHS names the targets), no network, the campaign's ccache volume."""
+    base = build.reuse.image if build.reuse is not None and build.reuse.image else image
+    args = ["docker", "create", "--name", name, "--init", "--pull", "never"]
+    args += ["--network", "none", "--workdir", "/"]
+    args += ["--label", f"turbo-campaign.campaign={campaign}"]
+    args += ["--label", f"turbo-campaign.build={build.role}"]
+    args += ["--label", f"{PID_LABEL}={os.getpid()}"]
+    # root (pip writes the image's tree) but without capabilities, like every job
+    args += ["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
+    args += ["--pids-limit", str(DEFAULT_PIDS_LIMIT)]
+    env: dict[str, str] = {}
+    if caches:
+        for volume, target in cache_volumes(campaign).items():
+            args += ["--mount", f"type=volume,source={volume},target={target}"]
+        env |= {"TRITON_CACHE_DIR": TRITON_CACHE, "CCACHE_DIR": CCACHE}
+    env |= build.env
+    for key, value in env.items():
+        args += ["-e", f"{key}={value}"]
+    return [*args, base, "sh", "-c", build_script(build)]
+
+
+def build_tag(campaign: str, round_n: int, role: str) -> str:
+    """A per-round, per-role image name (lower case, unique)."""
+    repo = f"{BUILD_REPO}/{safe_name(campaign).lower()}"
+    return f"{repo}:r{round_n}-{safe_name(role).lower()}-{uuid.uuid4().hex[:8]}"
 
 
 def docker_run_line(job: WorkerJob, create_args: Sequence[str], image: str) -> str:
@@ -374,7 +470,8 @@ def docker_run_line(job: WorkerJob, create_args: Sequence[str], image: str) -> s
         del options[i : i + 2]
     run = ["docker", "run", "--rm", *options, *args[at:]]
     lines = [f"# job {job.name}: equivalent of the runner's create/cp/start/cp for this job"]
-    if not any(a.endswith(f"target={CONTAINER_TARGET},readonly") for a in options):
+    in_image = job.built is not None and job.built.image
+    if not in_image and not any(a.endswith(f"target={CONTAINER_TARGET},readonly") for a in options):
         lines.append(
             f"# the source tree {job.source_dir} was copied to {CONTAINER_TARGET} (docker cp);"
             f" add --mount type=bind,source=<a copy of it>,target={CONTAINER_TARGET}"
@@ -506,6 +603,9 @@ class DockerExecutor:
         caches: bool = True,
         command: Sequence[str] = DEFAULT_COMMAND,
         source_mode: SourceMode = "auto",
+        vendor: Literal["amd", "nvidia"] | None = None,
+        topology_root: str | Path = KFD_TOPOLOGY,
+        group_file: str | Path = "/etc/group",
     ) -> None:
         self.image = image
         self.gpu = gpu
@@ -514,12 +614,26 @@ class DockerExecutor:
         self.caches = caches
         self.command = tuple(command)
         self.source_mode: SourceMode = source_mode
+        self.vendor = vendor
+        self.topology_root = topology_root
+        self.group_file = group_file
+
+    def gpu_request(self, job: WorkerJob) -> GpuRequest | None:
+        """A fixed request (``gpu=``) wins; otherwise the job's own leased GPUs."""
+        if self.gpu is not None or not job.gpus:
+            return self.gpu
+        from runner.sharding import detect_vendor
+
+        vendor = self.vendor or detect_vendor()
+        return GpuRequest.for_job(
+            job.gpus, vendor, topology_root=self.topology_root, group_file=self.group_file
+        )
 
     def create_args(self, job: WorkerJob, name: str) -> list[str]:
         return docker_create_args(
             job,
             self.image,
-            self.gpu,
+            self.gpu_request(job),
             name=name,
             campaign=self.campaign,
             caches=self.caches,
@@ -561,15 +675,63 @@ class DockerExecutor:
         docker([*args, self.image, "1777", *cache_volumes(self.campaign).values()])
         self._caches_open = True
 
+    def prepare_role(self, build: BuildJob) -> BuiltRole:
+        """Build the role's tree in a container of the campaign image (or lay the
+        change over the reused role's image) and commit it as a per-round image."""
+        build.out_dir.mkdir(parents=True, exist_ok=True)
+        log_path = build.out_dir / "build.log"
+        name = container_name(f"build-r{build.round}-{build.role}")
+        create_args = build_create_args(
+            build, self.image, name=name, campaign=self.campaign, caches=self.caches
+        )
+        tag = build_tag(self.campaign, build.round, build.role)
+        t0 = time.perf_counter()
+        with _Container(create_args, name, self.keep), _Reaper(name, self.keep):
+            docker(["cp", f"{os.fspath(build.source_dir)}/.", f"{name}:{CONTAINER_INCOMING}"])
+            proc = cmd.run(
+                ["docker", "start", "--attach", name], check=False, timeout=build.timeout_s
+            )
+            output = docker(["logs", name])
+            header = f"$ {shlex.join(create_args)}\n"
+            log_path.write_text(header + output, encoding="utf-8")
+            state = docker(["inspect", "--format", "{{.State.ExitCode}}", name]).strip()
+            if state != "0":
+                raise RoleBuildFailed(
+                    f"building the {build.role} tree failed in {self.image} (exit {state}; "
+                    f"docker start said: {(proc.stdout or '').strip()[-300:]})",
+                    log_path,
+                )
+            change = f"WORKDIR {CONTAINER_TARGET}"
+            docker(["commit", "--change", change, name, tag])
+        return BuiltRole(
+            role=build.role,
+            source_dir=build.source_dir,
+            rebuilt=build.reuse is None,
+            reason=build.reason,
+            log_path=log_path,
+            seconds=round(time.perf_counter() - t0, 3),
+            image=tag,
+        )
+
+    def release_role(self, built: BuiltRole) -> None:
+        if built.image and not self.keep:
+            cmd.run(["docker", "image", "rm", "--force", built.image], check=False)
+
     def _record(self, job: WorkerJob, create_args: list[str]) -> None:
         """``image.json`` (tag and local image id) and ``docker_run.txt`` in the job's out
         dir; they travel into the round's ``artifacts/.../passes/<job>/``."""
-        info = {"image": self.image, "image_digest": image_digest(self.image)}
+        image = job.built.image if job.built is not None and job.built.image else self.image
+        info = {"image": image, "image_digest": image_digest(image)}
+        if image != self.image:
+            reason = job.built.reason if job.built else ""
+            info |= {"campaign_image": self.image, "built_from": reason}
         write_json_atomic(job.out_dir / IMAGE_RECORD, info)
-        line = docker_run_line(job, create_args, self.image)
+        line = docker_run_line(job, create_args, image)
         (job.out_dir / RUN_RECORD).write_text(line, encoding="utf-8")
 
     def _copy_in(self, job: WorkerJob, name: str) -> None:
+        if job.built is not None and job.built.image:
+            return  # the built tree is in the role's image
         if resolve_source_mode(job, self.source_mode) == "copy":
             docker(["cp", f"{os.fspath(job.source_dir)}/.", f"{name}:{CONTAINER_TARGET}"])
 

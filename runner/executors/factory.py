@@ -17,12 +17,10 @@ def make_executor(m: Manifest, override: str | None = None) -> Executor:
 
         if not m.image:
             raise ConfigError("the docker executor needs an image: campaign init --image TAG")
-        # No GpuRequest from the round's leased GPUs yet: one executor serves every job
-        # of a round, but with several GPUs each shard's job needs its own device node,
-        # and Round.job sets ROCR_VISIBLE_DEVICES=<host index>, which inside a container
-        # that sees one GPU (numbered 0) would hide it.  Per-job GPU selection
-        # (GpuRequest.amd(index) and index 0 in the environment) must come together.
-        return DockerExecutor(m.image, gpu=None, campaign=m.campaign_name)
+        # The image recorded at init, by id: what runs is what the manifest names.
+        # No fixed GpuRequest: each job gets the GPU leased to it (WorkerJob.gpus),
+        # numbered 0 inside its container.
+        return DockerExecutor(m.image_id or m.image, gpu=None, campaign=m.campaign_name)
     if kind == "slurm":
         from runner.executors.slurm import SlurmExecutor
 

@@ -8,13 +8,15 @@ visibility, caches) plus the job's own variables, so nothing from the user's she
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import time
 from pathlib import Path
 
 import runner
 from runner.bench.checkpoint import ENV_NAMES as PAUSE_ENV_NAMES
 from runner.cmd import run
-from runner.executors.base import JobOutcome, WorkerJob
+from runner.executors.base import BuildJob, BuiltRole, JobOutcome, RoleBuildFailed, WorkerJob
 from runner.leases import held_fds
 
 _PASS_THROUGH = (
@@ -52,6 +54,29 @@ def clean_env(job: WorkerJob) -> dict[str, str]:
     return env
 
 
+def build_products(tree: Path) -> list[str]:
+    """Files a build left in ``tree``: everything git does not track (ignored files
+    included), bytecode caches aside.  Paths relative to ``tree``."""
+    proc = run(["git", "ls-files", "--others", "-z"], cwd=tree)
+    return sorted(
+        p for p in (proc.stdout or "").split("\0") if p and "__pycache__" not in Path(p).parts
+    )
+
+
+def reuse_build(built: BuiltRole, tree: Path) -> list[str]:
+    """Copy the build products of ``built``'s tree into ``tree`` (files ``tree`` already
+    has are left alone: they are the change's own).  Returns the copied paths."""
+    copied = []
+    for rel in build_products(built.source_dir):
+        dest = tree / rel
+        if dest.exists():
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(built.source_dir / rel, dest)
+        copied.append(rel)
+    return copied
+
+
 class LocalExecutor:
     """Runs the worker with ``python`` (default: this interpreter).  Each worker (and
     each prepare command) runs in its own process group with the parent-death signal
@@ -62,6 +87,51 @@ class LocalExecutor:
 
     def __init__(self, python: str | None = None) -> None:
         self.python = python or sys.executable
+
+    def argv(self, command: tuple[str, ...]) -> list[str]:
+        """``python``/``pip`` in a build command mean this executor's interpreter."""
+        if command and command[0] in ("python", "python3"):
+            return [self.python, *command[1:]]
+        if command and command[0] in ("pip", "pip3"):
+            return [self.python, "-m", "pip", *command[1:]]
+        return list(command)
+
+    def prepare_role(self, build: BuildJob) -> BuiltRole:
+        """Build the role's own tree in place (it stays the imported tree), or copy
+        the reused role's build products into it."""
+        build.out_dir.mkdir(parents=True, exist_ok=True)
+        log_path = build.out_dir / "build.log"
+        t0 = time.perf_counter()
+        with log_path.open("w", encoding="utf-8") as log:
+            if build.reuse is not None:
+                copied = reuse_build(build.reuse, build.source_dir)
+                log.write(f"reused the {build.reuse.role} build: copied {copied}\n")
+            else:
+                env = {k: os.environ[k] for k in _PASS_THROUGH if k in os.environ}
+                env |= build.env
+                for command in build.commands:
+                    argv = self.argv(command)
+                    proc = run(
+                        argv, cwd=build.source_dir, env=env, check=False, timeout=build.timeout_s
+                    )
+                    log.write(f"$ {' '.join(argv)}\n{proc.stdout}\n")
+                    if proc.returncode != 0:
+                        raise RoleBuildFailed(
+                            f"building the {build.role} tree failed (exit {proc.returncode}): "
+                            f"{' '.join(argv)}",
+                            log_path,
+                        )
+        return BuiltRole(
+            role=build.role,
+            source_dir=build.source_dir,
+            rebuilt=build.reuse is None,
+            reason=build.reason,
+            log_path=log_path,
+            seconds=round(time.perf_counter() - t0, 3),
+        )
+
+    def release_role(self, built: BuiltRole) -> None:
+        """Nothing to free: the build lives in the role's worktree."""
 
     def run_job(self, job: WorkerJob) -> JobOutcome:
         job.out_dir.mkdir(parents=True, exist_ok=True)

@@ -46,7 +46,7 @@ from pathlib import Path
 
 from runner import cmd
 from runner.errors import ConfigError, InfrastructureError
-from runner.executors.base import JobOutcome, WorkerJob
+from runner.executors.base import BuildJob, BuiltRole, JobOutcome, WorkerJob
 from runner.executors.local import SOURCE_ENV, clean_env
 from runner.executors.slurm_parse import (
     BAD_STATES,
@@ -334,6 +334,22 @@ class SlurmExecutor:
         path.write_text(text, encoding="utf-8")
         path.chmod(0o755)
         return path
+
+    def prepare_role(self, build: BuildJob) -> BuiltRole:
+        """Without an image: the role's tree (on the shared filesystem) is built in
+        place on the submit host, as the local executor does.  Building inside an image
+        on the compute nodes is not supported yet."""
+        if self.image:
+            raise ConfigError(
+                "the slurm executor cannot build a native target inside an image yet; "
+                "use --executor docker (or slurm without an image, building in place)"
+            )
+        from runner.executors.local import LocalExecutor
+
+        return LocalExecutor(self.python).prepare_role(build)
+
+    def release_role(self, built: BuiltRole) -> None:
+        """Nothing to free: the build lives in the role's worktree."""
 
     def run_job(self, job: WorkerJob) -> JobOutcome:
         script = self._write_task(job)

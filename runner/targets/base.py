@@ -39,6 +39,9 @@ class Target:
     rebuild_globs: tuple[str, ...] = ()  # changed paths matching these need a rebuild
     editable_install: bool = False
     notes: dict[str, str] = field(default_factory=dict)
+    # Compiled modules the package loads (e.g. "primus_turbo.pytorch._C"); the worker
+    # proves each was loaded from the tree under test.
+    native_modules: tuple[str, ...] = ()
 
     def load_api(self) -> TargetAPI:
         """Import the target package (worker side)."""
@@ -116,6 +119,17 @@ class Target:
     def job_env(self, source_dir: Path, op: str, backend: str) -> dict[str, str]:
         raise NotImplementedError
 
-    def prepare_commands(self, changed: list[str], gpu_archs: str | None) -> list[list[str]]:
-        """Commands that make ``source_dir`` the imported code in a fresh environment."""
+    def build_commands(self, gpu_archs: str | None, *, in_place: bool) -> list[list[str]]:
+        """Commands (cwd = the role's tree) that build a target with native code, once
+        per role per round.  ``in_place``: build into the tree itself, which the worker
+        imports from its working directory (local executor); otherwise the image's
+        editable install of the tree (docker).  Pure-Python targets: none."""
         return []
+
+    def build_env(self, gpu_archs: str | None) -> dict[str, str]:
+        """The build's environment (the architectures to compile for, ...)."""
+        return {}
+
+    def check_build(self, root: Path) -> None:
+        """Inside the build environment, after the build: raise ConfigError when the
+        environment would import another copy of the package than ``root``."""

@@ -266,12 +266,30 @@ class PrimusTurboTarget(Target):
     def job_env(self, source_dir: Path, op: str, backend: str) -> dict[str, str]:
         env = dict(self.selector_env(op, backend))
         env["MAX_JOBS"] = os.environ.get("MAX_JOBS", "64")
+        # The tree under test first on the path: built in place (local), it is what
+        # every process of the job imports, a script run from elsewhere included; in
+        # the image it is the editable install's own location.
+        env["PYTHONPATH"] = str(source_dir)
         return env
 
-    def prepare_commands(self, changed: list[str], gpu_archs: str | None) -> list[list[str]]:
-        """Every fresh environment gets the editable install of its own tree; a
-        ``csrc/**`` change makes that a full rebuild (ccache keeps it short)."""
-        return self.install_commands(gpu_archs)
+    def build_commands(self, gpu_archs: str | None, *, in_place: bool) -> list[list[str]]:
+        """In the image: the editable install of the role's tree (ccache keeps a
+        rebuild short), then the check that pip reports it editable from that tree.
+        In place (a host with ROCm and the upstream requirements): the extensions are
+        compiled into the tree itself, which the worker imports from its cwd."""
+        if in_place:
+            return [["python", "setup.py", "build_ext", "--inplace"]]
+        check = ["python", "-m", "runner.targets.buildcheck", self.name, "."]
+        return [*self.install_commands(gpu_archs), check]
+
+    def build_env(self, gpu_archs: str | None) -> dict[str, str]:
+        env = {"MAX_JOBS": os.environ.get("MAX_JOBS", "64")}
+        if gpu_archs:
+            env["GPU_ARCHS"] = gpu_archs
+        return env
+
+    def check_build(self, root: Path) -> None:
+        check_editable_install(root)
 
 
 def parse_pip_show(text: str) -> dict[str, str]:
@@ -321,4 +339,5 @@ PRIMUS_TURBO = PrimusTurboTarget(
     code_map=CODE_MAP,
     rebuild_globs=("csrc/**", "setup.py", "CMakeLists.txt"),
     editable_install=True,
+    native_modules=("primus_turbo.pytorch._C",),  # setup.py's CUDAExtension (a6a16cdc)
 )

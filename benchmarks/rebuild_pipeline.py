@@ -1,0 +1,307 @@
+"""The rebuild pipeline end to end on the Primus-Turbo-shaped fixture package.
+
+A fresh git copy of ``tests/data/fake_primus_turbo`` (package ``primus_turbo``, a
+compiled ``primus_turbo.pytorch._C``), a ``primus-turbo`` campaign on it, a baseline,
+then four VALIDATE rounds through the product's own functions
+(``runner.newcampaign.create_campaign``, ``runner.baseline.run_baseline``,
+``runner.rounds.validate_round``):
+
+1. native slow-down (the kernel sweeps its output 4 times instead of 3): rebuilt,
+   ROLLED BACK;
+2. native speed-up (2 sweeps): rebuilt, ACCEPTED;
+3. Python-only speed-up (the forward's second, checking native call turned off): the
+   rebuild is skipped (the incumbent's native build is reused), ACCEPTED;
+4. the package loads its ``_C`` from a copy outside the tree under test: FAILED.
+
+Prints each round's verdict, whether each role was rebuilt or reused, and timings;
+``--json`` writes them.  Exit status 1 when a verdict differs from the expected one.
+
+CPU through the docker executor and the CPU image (what the ``rebuild`` tests run):
+
+    PYTHONPATH=. python benchmarks/rebuild_pipeline.py --executor docker \\
+        --image turbo-campaign/cpu:py311 --root /tmp/rebuild
+
+A GPU host through the local executor, the native code as a CUDA extension (the
+fixture's setup.py builds ``csrc/kernels/gemm/gemm_cuda.cu`` with torch's
+CUDAExtension when torch sees a GPU and nvcc is found; otherwise it builds the C kernel
+and says why in the build log, which this script prints):
+
+    PYTHONPATH=. python benchmarks/rebuild_pipeline.py --executor local --gpu sm90 \\
+        --root /tmp/rebuild --json $OUT/rebuild.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT)]
+
+from runner.baseline import run_baseline  # noqa: E402
+from runner.campaign import Campaign  # noqa: E402
+from runner.executors.factory import make_executor  # noqa: E402
+from runner.newcampaign import create_campaign  # noqa: E402
+from runner.rounds import Request, validate_round  # noqa: E402
+
+FIXTURE = ROOT / "tests" / "data" / "fake_primus_turbo"
+CONFIG_H = "csrc/kernels/gemm/gemm_config.h"
+OPS_PY = "primus_turbo/pytorch/ops/gemm_fp8.py"
+INIT_PY = "primus_turbo/pytorch/__init__.py"
+SHAPES = ["tiny-16x688x1024", "tiny-32x688x1024", "tiny-32x1376x1024"]
+# Short timing: the effects are 25-33%, far above the noise of these settings.
+QUICK_TIMING = {"repeats": 3, "warmup_s": 0.05, "batch_s": 0.02, "max_repeats": 6, "budget_s": 0.4}
+GIT = ["git", "-c", "user.name=turbo-campaign", "-c", "user.email=turbo-campaign@localhost"]
+
+OUTSIDE_INIT = '''"""The PyTorch side; loads the compiled extension as upstream does."""
+
+import importlib.util
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import primus_turbo.pytorch._C as _built
+
+# The library that ends up loaded is a copy outside the tree (as a stale install is).
+_copy = Path(tempfile.mkdtemp()) / Path(_built.__file__).name
+shutil.copy(_built.__file__, _copy)
+_spec = importlib.util.spec_from_file_location("primus_turbo.pytorch._C", _copy)
+_C = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_C)
+sys.modules["primus_turbo.pytorch._C"] = _C
+'''
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    hypothesis: str
+    path: str
+    old: str | None  # None: replace the whole file with ``new``
+    new: str
+    expected: str
+    candidate_rebuilt: bool | None  # None: not checked (the round FAILs)
+
+
+STEPS = (
+    Step(
+        "native-slowdown",
+        "Sweep the output 4 times instead of 3: the native kernel gets ~33% slower.",
+        CONFIG_H,
+        "#define PT_FIXTURE_SWEEPS 3",
+        "#define PT_FIXTURE_SWEEPS 4",
+        "ROLLED BACK",
+        True,
+    ),
+    Step(
+        "native-speedup",
+        "Sweep the output 2 times instead of 3: the native kernel gets ~33% faster.",
+        CONFIG_H,
+        "#define PT_FIXTURE_SWEEPS 3",
+        "#define PT_FIXTURE_SWEEPS 2",
+        "ACCEPTED",
+        True,
+    ),
+    Step(
+        "python-only",
+        "Drop the forward's second (checking) native call: fewer native calls per step.",
+        OPS_PY,
+        "VERIFY_FORWARD = True",
+        "VERIFY_FORWARD = False",
+        "ACCEPTED",
+        False,
+    ),
+    Step(
+        "outside-import",
+        "Load the native library from a copy outside the tree (must not be measured).",
+        INIT_PY,
+        None,
+        OUTSIDE_INIT,
+        "FAILED",
+        None,
+    ),
+)
+
+
+def fixture_repo(dest: Path) -> Path:
+    """A fresh git repository holding a copy of the fixture package."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.so", "build", "*.egg-info")
+    shutil.copytree(FIXTURE, dest, ignore=ignore)
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=dest, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
+    subprocess.run([*GIT, "commit", "-q", "-m", "fixture: base"], cwd=dest, check=True)
+    return dest
+
+
+def make_patch(repo: Path, step: Step) -> str:
+    """The step's change as a git diff against the repository's HEAD (the work tree is
+    left clean)."""
+    path = repo / step.path
+    text = path.read_text(encoding="utf-8")
+    if step.old is not None and step.old not in text:
+        raise SystemExit(f"{step.path} has no {step.old!r}")
+    path.write_text(step.new if step.old is None else text.replace(step.old, step.new))
+    try:
+        proc = subprocess.run(["git", "diff"], cwd=repo, check=True, capture_output=True, text=True)
+    finally:
+        subprocess.run(["git", "checkout", "--", step.path], cwd=repo, check=True)
+    return proc.stdout
+
+
+def new_campaign(root: Path, executor: str, image: str | None, gpu: str) -> Campaign:
+    source = fixture_repo(root / "fake-primus-turbo")
+    return create_campaign(
+        root / "campaigns",
+        target="primus-turbo",
+        source=str(source),
+        target_op="gemm_fp8",
+        granularity="blockwise",
+        target_backend="TRITON",
+        target_gpu=gpu,
+        shape_set="tiny",
+        target_shapes=SHAPES,
+        kernel_source=[CONFIG_H, "csrc/kernels/gemm/gemm.c", OPS_PY],
+        timing=QUICK_TIMING,
+        executor=executor,
+        image=image,
+        campaign_name=f"rebuild-{executor}-{int(time.time())}",
+    )
+
+
+def builds_of(campaign: Campaign, n: int) -> list[dict[str, Any]]:
+    path = campaign.artifacts_dir(n) / "builds.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+
+
+def native_kind(campaign: Campaign, n: int) -> str:
+    """Which native code the build made, from its log (the fixture's setup.py says
+    when it fell back to the C kernel)."""
+    logs = sorted(campaign.artifacts_dir(n).glob("passes/build-*/build.log"))
+    text = "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in logs)
+    for line in text.splitlines():
+        if line.strip().startswith("fixture: "):
+            return line.strip()
+    return "unknown (no build log)"
+
+
+@dataclass
+class Outcome:
+    round: int
+    step: str
+    status: str
+    expected: str
+    delta_pct: float | None
+    seconds: float
+    builds: list[dict[str, Any]]
+    reasons: list[str]
+
+    @property
+    def ok(self) -> bool:
+        if self.status != self.expected:
+            return False
+        step = next(s for s in STEPS if s.name == self.step)
+        cand = [b for b in self.builds if b["role"] == "candidate"]
+        return step.candidate_rebuilt is None or (
+            bool(cand) and cand[0]["rebuilt"] is step.candidate_rebuilt
+        )
+
+
+def run_pipeline(
+    root: Path,
+    *,
+    executor: str,
+    image: str | None,
+    gpu: str = "cpu",
+    passes: int = 2,
+    steps: tuple[Step, ...] = STEPS,
+    say: Any = print,
+) -> tuple[Campaign, list[Outcome]]:
+    """Baseline and one round per step; returns the campaign and the outcomes."""
+    campaign = new_campaign(root, executor, image, gpu)
+    t0 = time.perf_counter()
+    run_baseline(campaign, make_executor(campaign.manifest), passes=passes, progress=say)
+    campaign = Campaign.load(campaign.root)
+    say(
+        f"baseline: {time.perf_counter() - t0:.1f} s; builds "
+        f"{[(b['role'], b['rebuilt'], b['seconds']) for b in builds_of(campaign, 1)]}; "
+        f"native: {native_kind(campaign, 1)}"
+    )
+    source = Path(campaign.manifest.source)
+    outcomes = []
+    for n, step in enumerate(steps, start=2):
+        patch = make_patch(source, step)
+        t0 = time.perf_counter()
+        result = validate_round(
+            campaign, make_executor(campaign.manifest), Request(n, step.hypothesis, patch),
+            progress=say,
+        )  # fmt: skip
+        campaign = Campaign.load(campaign.root)
+        outcome = Outcome(
+            n,
+            step.name,
+            result.status.value,
+            step.expected,
+            result.gate.delta_pct if result.gate else None,
+            round(time.perf_counter() - t0, 1),
+            builds_of(campaign, n),
+            list(result.reasons),
+        )
+        outcomes.append(outcome)
+        builds = ", ".join(
+            f"{b['role']} {'rebuilt' if b['rebuilt'] else 'reused'} ({b['seconds']:.1f} s)"
+            for b in outcome.builds
+        )
+        delta = "n/a" if outcome.delta_pct is None else f"{outcome.delta_pct:+.2f}%"
+        mark = "ok" if outcome.ok else f"UNEXPECTED (wanted {step.expected})"
+        say(
+            f"round-{n} {step.name}: {outcome.status} {delta} in {outcome.seconds:.1f} s; "
+            f"{builds or 'no build record'}; {mark}"
+        )
+        if outcome.status == "FAILED":
+            say(f"  reason: {outcome.reasons[0].splitlines()[0] if outcome.reasons else '?'}")
+    return campaign, outcomes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--executor", choices=["docker", "local"], default="docker")
+    parser.add_argument("--image", default=None, help="docker: the image (CPU image in CI)")
+    parser.add_argument("--gpu", default="cpu", help="campaign target_gpu: cpu, sm90, ...")
+    parser.add_argument("--root", type=Path, required=True, help="an empty folder to work in")
+    parser.add_argument("--passes", type=int, default=2, help="baseline calibration passes")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.executor == "docker" and not args.image:
+        parser.error("--executor docker needs --image (e.g. turbo-campaign/cpu:py311)")
+    args.root.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    campaign, outcomes = run_pipeline(
+        args.root, executor=args.executor, image=args.image, gpu=args.gpu, passes=args.passes,
+        say=lambda m: print(m, flush=True),
+    )  # fmt: skip
+    total = time.perf_counter() - t0
+    print(f"total {total:.1f} s; campaign {campaign.root}")
+    if args.json:
+        record = {
+            "executor": args.executor,
+            "image": args.image,
+            "gpu": args.gpu,
+            "native": native_kind(campaign, 1),
+            "total_s": round(total, 1),
+            "campaign": str(campaign.root),
+            "rounds": [asdict(o) | {"ok": o.ok} for o in outcomes],
+        }
+        args.json.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Fixture: a Primus-Turbo-shaped package (see README.md)."""

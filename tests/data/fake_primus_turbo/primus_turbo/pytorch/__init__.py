@@ -1,0 +1,3 @@
+"""The PyTorch side; loads the compiled extension as upstream does."""
+
+import primus_turbo.pytorch._C  # noqa: F401
