@@ -115,16 +115,50 @@ def fresh_step_ms(csv_path: Path) -> dict[str, float]:
     return out
 
 
+def idiom_step_ms(csv_path: Path) -> dict[str, float]:
+    """Forward plus backward time per PASS shape of one pass in the benchmark idiom
+    (the pass's own CSV); empty when it has no time columns."""
+    try:
+        csv = read_csv(csv_path, pinned=None)
+    except (ConfigError, OSError):
+        return {}
+    out = {}
+    for row in csv.rows:
+        times = [row.number(c) for c in (_FWD_T, _BWD_T) if c in csv.schema.columns]
+        finite = [t for t in times if t is not None and math.isfinite(t) and t > 0]
+        if row.passed and finite:
+            out[row.label] = sum(finite)
+    return out
+
+
+def transferred_ratio(base_ms: float, inc_ms: float, cand_ms: float) -> float:
+    """The idiom's incumbent/candidate ratio that the real-training step supports:
+    the time the candidate saves per real step (incumbent minus candidate, in ms)
+    taken off the idiom's incumbent time.  A genuine change saves the same
+    milliseconds in both, whatever else the real step does (drawing inputs, the
+    optimizer step), so its ratio carries over in full; a gain that lives on reused
+    tensors or values saves nothing in the real step and carries over as 1.0."""
+    saved = inc_ms - cand_ms
+    return base_ms / max(base_ms - saved, 0.05 * base_ms)
+
+
 def fresh_gains(incumbent: Sequence[Path], candidate: Sequence[Path]) -> list[float]:
     """Paired like the benchmark: for pass i of the incumbent and pass i of the
-    candidate (same block), the geomean over shapes of incumbent/candidate
-    real-training-step time, minus one (a fraction).  Empty without fresh samples."""
+    candidate (same block), the geomean over shapes of the ratio the real-training
+    step supports (``transferred_ratio``, on the incumbent pass's idiom time), minus
+    one (a fraction).  Without idiom times, the plain ratio of real-step times.  Empty
+    without fresh samples."""
     gains = []
     for inc_path, cand_path in zip(incumbent, candidate, strict=False):
         inc, cand = fresh_step_ms(inc_path), fresh_step_ms(cand_path)
+        base = idiom_step_ms(inc_path)
         labels = sorted(set(inc) & set(cand))
-        if labels:
-            gains.append(geomean([inc[lb] / cand[lb] for lb in labels]) - 1.0)
+        ratios = [
+            transferred_ratio(base[lb], inc[lb], cand[lb]) if lb in base else inc[lb] / cand[lb]
+            for lb in labels
+        ]
+        if ratios:
+            gains.append(geomean(ratios) - 1.0)
     return gains
 
 
