@@ -51,3 +51,32 @@ def run(
     if check and proc.returncode != 0:
         raise CommandFailed(args, proc.returncode, proc.stdout or "")
     return proc
+
+
+def start(
+    cmd: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    stderr_path: Path,
+) -> subprocess.Popen[bytes]:
+    """Start a long-lived process that talks over its stdin/stdout (binary pipes) and
+    writes its stderr to ``stderr_path``.  Every long-lived worker is spawned here, so
+    a setting that must hold for all of them (process group, parent-death signal) has
+    one place to go."""
+    args = [os.fspath(c) for c in cmd]
+    log.debug("+ %s & (cwd=%s)", shlex.join(args), cwd or Path.cwd())
+    try:
+        with stderr_path.open("ab") as err:
+            return subprocess.Popen(
+                args,
+                cwd=cwd,
+                env=dict(env) if env is not None else None,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+            )
+    except FileNotFoundError as exc:
+        raise InfrastructureError(
+            f"cannot run {args[0]!r}: not found on PATH; install it or fix PATH"
+        ) from exc

@@ -1,4 +1,6 @@
-"""The worker: ``python -m runner.worker SPEC.json OUT_DIR``.
+"""The worker: ``python -m runner.worker SPEC.json OUT_DIR`` (one pass), or
+``python -m runner.worker --serve SPEC.json OUT_DIR`` (a long-lived paired worker that
+measures when the host hands it the device: ``runner.bench.serve``).
 
 Runs inside the isolated environment (a fresh subprocess, container or Slurm task).
 For every shape of the spec it checks correctness on fresh seeded inputs, times
@@ -116,10 +118,9 @@ def environment_meta(device: str) -> dict[str, Any]:
     return meta
 
 
-def run_spec(spec: RoundSpec, out_dir: Path) -> int:
-    """Measure every shape of ``spec`` into ``out_dir``; return the process exit code."""
+def load_for(spec: RoundSpec) -> tuple[Any, str]:
+    """The op adapter over the target imported from the measured tree, and the device."""
     from runner.ops.base import load_adapter
-    from runner.schema import get_schema, write_csv
     from runner.targets.registry import get_target
 
     device = resolve_device(spec.device)
@@ -128,7 +129,14 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
     api = get_target(spec.target).load_api()
     _check_imported_from_source(api)
     _refuse_patched_clocks()
-    adapter = load_adapter(spec.op, api, spec.options)
+    return load_adapter(spec.op, api, spec.options), device
+
+
+def run_spec(spec: RoundSpec, out_dir: Path) -> int:
+    """Measure every shape of ``spec`` into ``out_dir``; return the process exit code."""
+    from runner.schema import get_schema, write_csv
+
+    adapter, device = load_for(spec)
     schema = get_schema(adapter.info.schema)
     rows: list[dict[str, object]] = []
     raw: dict[str, Any] = {}
@@ -142,7 +150,7 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
             raw[shape.label] = {"error": f"{type(exc).__name__}: {exc}"}
             continue
         rows.append(result["row"])
-        raw[shape.label] = result["raw"]
+        raw[shape.label] = {**result["raw"], "seconds": round(time.perf_counter() - t0, 4)}
         for problem in result["problems"]:
             log.error("shape %s failed a check: %s", shape.label, problem)
         log.info(
@@ -206,18 +214,29 @@ def check_source() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    serving = bool(args) and args[0] == "--serve"
+    if serving:
+        args = args[1:]
     if len(args) != 2:
-        print("usage: python -m runner.worker SPEC.json OUT_DIR", file=sys.stderr)
+        print("usage: python -m runner.worker [--serve] SPEC.json OUT_DIR", file=sys.stderr)
         return 2
     out_dir = Path(args[1])
     out_dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(message)s",
-        handlers=[logging.FileHandler(out_dir / "worker.log"), logging.StreamHandler()],
+        handlers=[logging.FileHandler(out_dir / "worker.log"), logging.StreamHandler(sys.stderr)],
     )
     spec = load_spec(Path(args[0]))
     check_source()
+    if serving:
+        from runner.bench.serve import serve
+
+        log.info(
+            "worker (serving): %s",
+            json.dumps({k: spec.to_dict()[k] for k in ("round", "role", "pass_index")}),
+        )
+        return serve(spec, out_dir, load_for)
     if spec.extra.get("mode") == "test":
         return run_test(spec, out_dir)
     log.info(

@@ -1,0 +1,1 @@
+"""Host-side flows: baseline, validate, accept, passes, sharding."""
