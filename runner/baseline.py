@@ -4,7 +4,6 @@ generated quick script and its log, the kernel snapshot and the records."""
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,7 +14,7 @@ from runner.executors.base import Executor
 from runner.gate import calibrate_sigma
 from runner.lineage import snapshot
 from runner.manifest import Manifest, validate_manifest
-from runner.passes import per_pass_metric, read_passes, write_merged
+from runner.passes import per_pass_metric, read_passes, shape_seconds, write_merged
 from runner.quickscript import write_quick_script
 from runner.records import close_round
 from runner.representative import choose_heldout, select_representative
@@ -34,7 +33,7 @@ from runner.rounds import (
 )
 from runner.schema import BenchCSV
 from runner.scoring import score
-from runner.stats import median, rel_stdev
+from runner.stats import rel_stdev
 from runner.worker import OUT_ENV
 
 
@@ -125,26 +124,6 @@ def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:
     )
     close_round(campaign, result)
     return result
-
-
-def shape_seconds(csv_paths: Sequence[Path]) -> dict[str, float]:
-    """Per shape, the median over the baseline's passes of the seconds its worker spent
-    on it (``samples.json``): what sharding balances, as a shape's cost is mostly its
-    timing budget and compile, not its FLOPs."""
-    per_shape: dict[str, list[float]] = {}
-    for path in csv_paths:
-        # a sharded pass: the shards' own folders (pass-NN-baseline-gpuG) beside it
-        shards = sorted(path.parent.parent.glob(f"{path.parent.name}-gpu*/samples.json"))
-        for samples in [path.parent / "samples.json", *shards]:
-            if samples.exists():
-                _add_seconds(per_shape, samples)
-    return {label: round(median(values), 3) for label, values in per_shape.items()}
-
-
-def _add_seconds(per_shape: dict[str, list[float]], samples: Path) -> None:
-    for label, raw in json.loads(samples.read_text(encoding="utf-8"))["shapes"].items():
-        if isinstance(raw, dict) and raw.get("seconds"):
-            per_shape.setdefault(label, []).append(float(raw["seconds"]))
 
 
 def _representative(

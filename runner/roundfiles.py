@@ -57,6 +57,8 @@ def store_artifacts(
     for name in ("benchmark.csv", "incumbent.csv", "audit.json"):
         if (rnd.tmp / name).exists():
             shutil.copy2(rnd.tmp / name, dest / name)
+    for turns in sorted(rnd.tmp.glob("turns*.jsonl")):  # the paired workers' turn log
+        shutil.copy2(turns, dest / turns.name)
     passes = dest / "passes"
     for sub in sorted(rnd.tmp.iterdir()):
         if sub.is_dir() and sub.name != "specs":

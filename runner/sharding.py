@@ -77,6 +77,29 @@ class PlainHost:
         return self.executor.run_job(self.worker_job(name, spec, tree, env))
 
 
+@dataclass
+class PlainManifest:
+    """The manifest fields measuring reads, for rounds without a campaign."""
+
+    pinned_header: str | None = None
+    shape_seconds: dict[str, float] = field(default_factory=dict)
+    sigma_g: float | None = None
+
+
+@dataclass
+class PlainRound(PlainHost):
+    """A round without a campaign (benchmarks, tests): what
+    ``runner.flow.measure.measure_roles`` reads from ``runner.rounds.Round``."""
+
+    gpus: tuple[int, ...] = ()
+    round: int = 2
+    manifest: PlainManifest = field(default_factory=PlainManifest)
+    said: list[str] = field(default_factory=list)
+
+    def progress(self, message: str) -> None:
+        self.said.append(message)
+
+
 class ShardFailed(Exception):
     """A sharded worker pass failed; ``rounds`` turns it into RoundFailed."""
 

@@ -102,7 +102,12 @@ def _refuse_patched_clocks() -> None:
         raise SystemExit(f"refusing to measure: {exc}") from None
 
 
+_VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
 def environment_meta(device: str) -> dict[str, Any]:
+    import os
+
     import torch
 
     meta: dict[str, Any] = {
@@ -112,6 +117,7 @@ def environment_meta(device: str) -> dict[str, Any]:
         "torch_cuda": torch.version.cuda,
         "device": device,
         "host": platform.node(),
+        "visible_devices": {k: os.environ[k] for k in _VISIBILITY if k in os.environ},
     }
     if device != "cpu":
         meta["gpu_name"] = torch.cuda.get_device_name(0)

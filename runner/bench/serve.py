@@ -11,7 +11,7 @@ Messages (one JSON object per line):
 * worker -> host, after set-up: ``{"ok": true, "ready": [labels]}``;
 * host -> worker ``{"op": "block", "index": i, "pick": k}``: measure every shape once
   (forward, backward) on member ``k`` of its buffer pool; reply
-  ``{"ok": true, "block": i, "seconds": s}``;
+  ``{"ok": true, "block": i, "seconds": s, "start": t0, "end": t1}`` (wall clock);
 * host -> worker ``{"op": "finish"}``: the fresh-step timing, the re-check after
   timing, then ``benchmark.csv``, ``samples.json``, ``meta.json`` in OUT as a
   per-pass worker writes them (per shape the median over its blocks); reply
@@ -238,8 +238,10 @@ def serve(spec: RoundSpec, out_dir: Path, load: Callable[[RoundSpec], tuple[Any,
                 return 1
             op = message.get("op")
             if op == "block":
+                start = time.time()
                 seconds = server.block(int(message.get("pick", 0)))
-                channel.send({"ok": True, "block": message.get("index"), "seconds": seconds})
+                reply = {"block": message.get("index"), "seconds": seconds, "start": start}
+                channel.send({"ok": True, **reply, "end": time.time()})
             elif op == "finish":
                 server.finish()
                 channel.send({"ok": True, "finished": True})

@@ -6,7 +6,8 @@ and reproduction all measure, shard, re-measure and judge through here.
 * an executor that keeps workers alive (local): paired, turn-taking workers
   (``runner.flow.paired``), one process pair per sample;
 * otherwise (docker, slurm): one fresh worker per pass in B C C B order, two samples
-  per block;
+  per block; on Slurm with several GPUs the shards go as one job array (one task per
+  shard running its passes in order, ``SlurmExecutor.submit_sequences``);
 * with several GPUs either way: the shapes split into one shard per GPU, balanced by
   each shape's measured seconds from the baseline (``manifest.shape_seconds``), every
   GPU measuring both roles of its own shapes, the shards merged per pass.
@@ -137,12 +138,16 @@ def _per_pass(
     patterns: list[tuple[str, ...]]
     if len(roles) == 1:
         patterns = [(roles[0],)] * samples
+    elif len(roles) > 2:
+        raise RoundFailed(f"one-pass-per-worker measurement compares two roles, not {roles}")
     else:
         a, b = roles
         patterns = [(a, b, b, a)] * (samples // 2) + [(b, a)] * (samples % 2)
+    gpus = tuple(rnd.gpus)
+    if len(gpus) > 1 and hasattr(rnd.executor, "submit_sequences"):
+        return _slurm_array(rnd, trees, shapes, roles, patterns, start_index)
     paths: dict[str, list[Path]] = {role: [] for role in roles}
     index = start_index
-    gpus = tuple(rnd.gpus)
     for pattern in patterns:
         if len(gpus) > 1:
             got = measure_sharded(
@@ -156,6 +161,44 @@ def _per_pass(
         for role in pattern:
             index += 1
             paths[role].append(_run_pass(rnd, role, index, trees[role], shapes))
+    return paths
+
+
+def _slurm_array(
+    rnd: Any,
+    trees: Mapping[str, Path],
+    shapes: list[Shape],
+    roles: list[str],
+    patterns: list[tuple[str, ...]],
+    start_index: int,
+) -> dict[str, list[Path]]:
+    """Shards as one Slurm job array: one array task per shard runs that shard's
+    passes in order in its one allocation (the scheduler gives each task its GPU), all
+    shards at once; then the shard CSVs of each pass are merged."""
+    n = len(rnd.gpus)
+    shards = [s for s in shard_shapes(shapes, n, cost=_cost(rnd)) if s]
+    passes = [(start_index + i, role) for i, role in
+              enumerate((r for pattern in patterns for r in pattern), start=1)]  # fmt: skip
+    rnd.progress(f"round-{rnd.round}: {len(shards)} shard(s) as one Slurm job array")
+    sequences = [
+        [rnd.worker_job(f"{pass_name(i, role)}-shard{k}", rnd.spec(role, i, shard), trees[role],
+                        {"TURBO_CAMPAIGN_SHARD": str(k)}) for i, role in passes]
+        for k, shard in enumerate(shards)
+    ]  # fmt: skip
+    outcomes = rnd.executor.submit_sequences(sequences, rnd.tmp)
+    for seq in outcomes:
+        for outcome in seq:
+            if not outcome.ok:
+                raise RoundFailed(
+                    f"worker {outcome.name} failed (exit {outcome.returncode})", outcome.log_path
+                )
+    order = [s.label for s in shapes]
+    paths: dict[str, list[Path]] = {role: [] for role in roles}
+    for p, (index, role) in enumerate(passes):
+        dest = rnd.tmp / pass_name(index, role) / "benchmark.csv"
+        parts = [Path(seq[p].out_dir) / "benchmark.csv" for seq in outcomes]
+        write_shard_merge(dest, parts, order, rnd.manifest.pinned_header)
+        paths[role].append(dest)
     return paths
 
 
@@ -207,17 +250,23 @@ def measure_and_judge(
     how: Comparison = Comparison(),
     vetoes: Sequence[str] = (),
     remeasure: bool = True,
+    measured: Mapping[str, list[Path]] | None = None,
 ) -> Judged:
     """Measure ``samples`` pairs, judge, and while the gate asks for more paired
-    samples, measure that many more fresh pairs and judge again."""
+    samples, measure that many more fresh pairs and judge again.  ``measured``: passes
+    of both roles already taken (e.g. in a session with more roles); then only the
+    extra pairs are measured here."""
     ordered = {role: trees[role] for role in how.roles}
-    paths = measure_roles(rnd, ordered, shapes, samples)
+    if measured is not None:
+        paths = {role: list(measured[role]) for role in how.roles}
+    else:
+        paths = measure_roles(rnd, ordered, shapes, samples)
     judged = judge(rnd, paths, how, vetoes)
     while remeasure and judged.gate.decision is Decision.NEEDS_REMEASURE:
         have = len(paths[how.roles[1]])
         more = max(required_pairs(rnd.manifest.sigma_g) - have, 1)
         rnd.progress(f"round-{rnd.round}: near noise, {more} more pair(s)")
-        start = max(_index(p) for ps in paths.values() for p in ps)
+        start = last_index(rnd.tmp)
         got = measure_roles(rnd, ordered, shapes, more, start)
         for role in how.roles:
             paths[role] += got[role]
@@ -225,9 +274,10 @@ def measure_and_judge(
     return judged
 
 
-def _index(csv_path: Path) -> int:
-    """The pass number of ``<tmp>/pass-NN-<role>[...]/benchmark.csv``."""
-    return int(csv_path.parent.name.split("-")[1])
+def last_index(tmp: Path) -> int:
+    """The highest pass number used in ``tmp`` (``pass-NN-<role>[...]`` folders)."""
+    numbers = [int(p.name.split("-")[1]) for p in tmp.glob("pass-*-*") if p.is_dir()]
+    return max(numbers, default=0)
 
 
 def judge(

@@ -38,7 +38,6 @@ from runner.spec import RoundSpec
 
 READY_TIMEOUT_S = 1800.0  # import, checks, compile/JIT and first calls of every shape
 TURN_TIMEOUT_S = 900.0  # one block or the finish
-ABBA = (0, 1, 1, 0)  # slots of a pair's block group: A B B A
 
 
 class PairedHost(Protocol):
@@ -98,7 +97,12 @@ class _Worker:
 
 
 def _order(roles: Sequence[str]) -> tuple[int, ...]:
-    return ABBA if len(roles) == 2 else tuple(range(len(roles)))
+    """The worker slots of one block group: A B B A for two roles, its palindrome
+    A B C C B A for more (every role twice, drift cancels to first order), A for one."""
+    n = len(roles)
+    if n == 1:
+        return (0,)
+    return tuple(range(n)) + tuple(reversed(range(n)))
 
 
 def turns_per_worker(roles: Sequence[str], groups: int) -> int:
@@ -126,7 +130,8 @@ def measure_paired(
     worker's folder is ``<tmp>/pass-NN-<role><suffix>``.  Returns, per role, the pinned
     CSV of each of its workers in pair order (pair i of the incumbent with pair i of
     the candidate).  Raises PairedFailed when a worker fails; every worker started
-    here has exited when this returns or raises."""
+    here has exited when this returns or raises.  Each turn is logged, with the
+    worker's own wall-clock start and end, in ``<tmp>/turns<suffix>.jsonl``."""
     executor = host.executor
     if not supports_paired(executor):
         raise PairedFailed(f"executor {executor.name} cannot keep workers alive for a round")
@@ -153,12 +158,18 @@ def measure_paired(
                 _expect(w, READY_TIMEOUT_S, "ready")
         pool = max(1, int(host.spec(roles[0], 0, []).extra.get("pool", 4)))
         picks = _picks(pairs, 2 * groups, pool, seed)
-        for g in range(groups):
-            for p, group in enumerate(workers):
-                for half, slot in enumerate(order):
-                    pick = picks[p][(2 * g + (half >= len(order) // 2)) % len(picks[p])]
-                    msg = {"op": "block", "index": g, "pick": pick}
-                    _talk(group[slot], msg, TURN_TIMEOUT_S, "block")
+        turns_log = host.tmp / f"turns{suffix}.jsonl"
+        with turns_log.open("a", encoding="utf-8") as record:
+            for g in range(groups):
+                for p, group in enumerate(workers):
+                    for half, slot in enumerate(order):
+                        pick = picks[p][(2 * g + (half >= len(order) // 2)) % len(picks[p])]
+                        msg = {"op": "block", "index": g, "pick": pick}
+                        reply = _talk(group[slot], msg, TURN_TIMEOUT_S, "block")
+                        name = group[slot].live.name
+                        span = {"start": reply.get("start"), "end": reply.get("end")}
+                        turn = {"worker": name, "pair": p, "group": g, "pick": pick, **span}
+                        record.write(json.dumps(turn) + "\n")
         for group in workers:
             for w in group:
                 _talk(w, {"op": "finish"}, TURN_TIMEOUT_S, "finished")
@@ -194,7 +205,7 @@ def _fail(w: _Worker, why: str) -> PairedFailed:
     if w.live.proc is not None:
         code = w.live.proc.poll()
     exit_note = f" (exit {code})" if code is not None else ""
-    return PairedFailed(f"worker {w.live.name} {why}{exit_note}", w.live.log_path)
+    return PairedFailed(f"worker {w.live.name} failed{exit_note}: {why}", w.live.log_path)
 
 
 def _expect(w: _Worker, timeout: float, key: str) -> dict[str, Any]:
@@ -213,7 +224,7 @@ def _expect(w: _Worker, timeout: float, key: str) -> dict[str, Any]:
     except json.JSONDecodeError:
         raise _fail(w, f"answered garbage: {line[:200]!r}") from None
     if not reply.get("ok") or key not in reply:
-        raise _fail(w, f"failed: {reply.get('error', reply)}")
+        raise _fail(w, str(reply.get("error", reply)))
     return reply
 
 
