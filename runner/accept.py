@@ -40,7 +40,7 @@ from runner.lineage import Lineage
 from runner.manifest import Manifest, branch_name
 from runner.passes import read_passes
 from runner.results import GateResult, Score, Status
-from runner.rounds import Progress, Round, RoundFailed, all_shapes
+from runner.rounds import Progress, Round, RoundFailed, all_shapes, gpu_lease
 from runner.schema import get_schema, read_csv
 from runner.scoring import score
 from runner.shapes import Shape, shapes_by_label
@@ -349,7 +349,12 @@ def lineage_check(
 
 # ---- the whole acceptance -----------------------------------------------------------------
 def run_acceptance(
-    campaign: Campaign, executor: Executor, *, passes: int = 2, progress: Progress = print
+    campaign: Campaign,
+    executor: Executor,
+    *,
+    passes: int = 2,
+    progress: Progress = print,
+    gpus: tuple[int, ...] = (),
 ) -> Acceptance:
     """Final acceptance of the lineage head; writes ``acceptance/`` and returns it."""
     if passes < 1:
@@ -371,8 +376,13 @@ def run_acceptance(
         accepted = [r.commit for r in campaign.results() if r.status is Status.ACCEPTED]
         check, result.commits = lineage_check(lineage, m, accepted)
         out = _fresh_dir(acceptance_dir(campaign))
-        with tempfile.TemporaryDirectory(prefix="turbo-campaign-accept-") as tmp:
-            rnd = Round(campaign, executor, _prefixed(progress), Path(tmp), ACCEPT_ROUND, "full")
+        with (
+            gpu_lease(gpus, campaign, ACCEPT_ROUND),
+            tempfile.TemporaryDirectory(prefix="turbo-campaign-accept-") as tmp,
+        ):
+            rnd = Round(
+                campaign, executor, _prefixed(progress), Path(tmp), ACCEPT_ROUND, "full", gpus
+            )
             _measure(rnd, lineage, result, shapes, out / "artifacts")
             _keep_passes(Path(tmp), out / "artifacts")
         result.checks.append(check)

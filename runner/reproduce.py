@@ -44,7 +44,7 @@ from runner.reproduce_report import (
     write_report,
 )
 from runner.results import Status
-from runner.rounds import Round, RoundFailed, all_shapes
+from runner.rounds import Round, RoundFailed, all_shapes, gpu_lease
 from runner.schema import BenchCSV
 from runner.shapes import Shape
 
@@ -67,6 +67,7 @@ class ReproduceRequest:
     tolerance_pct: float = 3.0
     out: Path | None = None
     allow_env_mismatch: str | None = None
+    gpus: tuple[int, ...] = ()  # lease and shard over these GPUs, as a round does
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,9 @@ def reproduce(req: ReproduceRequest, *, progress: Progress = print) -> Outcome:
     campaign = scratch_campaign(bundle, source, base, out, req.executor)
     chain = _chain(bundle, n)
     with replay(campaign, bundle, n, base) as (base_tree, cand_tree, replay_notes):
-        measured = measure(campaign, req.executor, n, (base_tree, cand_tree), bundle, progress)
+        measured = measure(
+            campaign, req.executor, n, (base_tree, cand_tree), bundle, progress, req.gpus
+        )
     sigma = bundle.manifest.sigma_g or measured.sigma_here or 0.0
     verdict = judge(chain, measured, sigma, req.tolerance_pct)
     facts = _facts(bundle, n, req, source, base, base_note, replay_notes, sigma, out)
@@ -295,6 +298,7 @@ def measure(
     trees: tuple[Path, Path],
     bundle: Bundle,
     progress: Progress,
+    gpus: tuple[int, ...] = (),
 ) -> Measured:
     """Baseline and round ``n`` paired (B C C B x pairs), each pass a fresh worker."""
     m = campaign.manifest
@@ -303,10 +307,11 @@ def measure(
     work.mkdir()
     executor = make_executor(m, executor_kind)
     level = bundle.result(n).level
-    rnd = Round(campaign, executor, progress, work, n, level)
+    rnd = Round(campaign, executor, progress, work, n, level, gpus)
     role_trees = {"incumbent": trees[0], "candidate": trees[1]}
     try:
-        got = measure_and_judge(rnd, role_trees, shapes, 2 * m.pairs)
+        with gpu_lease(gpus, campaign, n):
+            got = measure_and_judge(rnd, role_trees, shapes, 2 * m.pairs)
     except RoundFailed as exc:
         raise InfrastructureError(f"reproduction measurement failed: {exc}") from None
     inc, cand = got.csvs["incumbent"], got.csvs["candidate"]

@@ -36,3 +36,9 @@ executor_init_option: Callable[[F], F] = click.option(
     show_default=True,
     help=f"Where the passes run: {_EXECUTORS_TEXT} (docker and slurm take --image).",
 )
+
+gpus_option: Callable[[F], F] = click.option(
+    "--gpus",
+    default="",
+    help="Lease and shard over these GPUs, e.g. 0,1 (shapes balanced by their measured seconds).",
+)

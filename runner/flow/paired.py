@@ -202,8 +202,12 @@ def _picks(pairs: int, per_pair: int, pool: int, seed: int) -> list[list[int]]:
 
 def _fail(w: _Worker, why: str) -> PairedFailed:
     code = w.live.returncode
-    if w.live.proc is not None:
-        code = w.live.proc.poll()
+    proc = w.live.proc
+    if proc is not None:
+        try:  # a worker that reported its error exits right after
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            code = None
     exit_note = f" (exit {code})" if code is not None else ""
     return PairedFailed(f"worker {w.live.name} failed{exit_note}: {why}", w.live.log_path)
 
