@@ -10,7 +10,7 @@ import click
 from runner.baseline import run_baseline
 from runner.campaign import Campaign
 from runner.cli.app import App
-from runner.cli.options import campaign_option, executor_override_option
+from runner.cli.options import campaign_option, executor_override_option, gpus_option
 from runner.errors import ConfigError, InfrastructureError, RolledBack
 from runner.executors.factory import make_executor
 from runner.leases import parse_gpus
@@ -84,9 +84,10 @@ def print_result(result: RoundResult, campaign: Campaign) -> None:
 @click.option("--gpu", default="cpu", show_default=True, help="gfx942, gfx950, sm90 or cpu.")
 @click.option("--passes", default=5, show_default=True, help="Calibration passes (>= 2).")
 @executor_override_option
+@gpus_option
 @click.pass_obj
 def baseline_cmd(
-    app: App, name: str | None, passes: int, executor: str | None, **opts: Any
+    app: App, name: str | None, passes: int, executor: str | None, gpus: str, **opts: Any
 ) -> None:
     """Round-1: full validation, noise calibration, representative shapes, records."""
     if opts["op"]:
@@ -98,7 +99,11 @@ def baseline_cmd(
     if tips:
         click.echo(f"historical tips ({campaign.manifest.target_gpu}):\n{tips}")
     result = run_baseline(
-        campaign, make_executor(campaign.manifest, executor), passes=passes, progress=echo_progress
+        campaign,
+        make_executor(campaign.manifest, executor),
+        passes=passes,
+        progress=echo_progress,
+        gpus=tuple(parse_gpus(gpus)) if gpus else (),
     )
     print_result(result, campaign)
     click.echo(f"representative shapes: {', '.join(campaign.manifest.representative_shapes)}")
@@ -118,9 +123,14 @@ def baseline_cmd(
 @click.option("--level", type=click.Choice(["quick", "full"]), default="quick", show_default=True)
 @click.option("--restore", is_flag=True, help="On rollback, reset the touched files to the head.")
 @click.option("--bucket", default="K1", show_default=True, help="Section 8 bucket: K1-K4, W1.")
-@click.option("--pairs", type=int, default=None, help="B C C B blocks (default: manifest).")
+@click.option(
+    "--pairs",
+    type=int,
+    default=None,
+    help="Paired blocks; the round starts 2x this many process pairs (default: manifest).",
+)
 @executor_override_option
-@click.option("--gpus", default="", help="Lease and shard over these GPUs, e.g. 0,1.")
+@gpus_option
 @click.option(
     "--allow-env-mismatch",
     "allow_env_mismatch",
