@@ -65,6 +65,8 @@ def test_block_order_and_pool_walk() -> None:
     assert _picks(3, 8, 4, seed=5) == picks and _picks(3, 8, 4, seed=6) != picks
     half = block_timing(TimingSettings(warmup_s=0.3, budget_s=5.0, repeats=5, max_repeats=30), 2)
     assert (half.warmup_s, half.budget_s, half.max_repeats, half.repeats) == (0.15, 2.5, 15, 5)
+    short = block_timing(TimingSettings(warmup_s=0.1, budget_s=0.4), 2)
+    assert (short.warmup_s, short.budget_s) == (0.1, 0.2)  # the floor: re-warm every turn
 
 
 def test_seconds_cost_balances_by_measured_time() -> None:

@@ -38,6 +38,7 @@ from runner.spec import RoundSpec
 
 READY_TIMEOUT_S = 1800.0  # import, checks, compile/JIT and first calls of every shape
 TURN_TIMEOUT_S = 900.0  # one block or the finish
+BLOCK_WARMUP_FLOOR_S = 0.1  # a turn's warm-up never shorter than this (or the pinned one)
 
 
 class PairedHost(Protocol):
@@ -74,12 +75,16 @@ def supports_paired(executor: object) -> bool:
 def block_timing(settings: TimingSettings, turns: int) -> TimingSettings:
     """The timing of one block when a worker has ``turns`` blocks: the pinned warm-up
     and budget are per callable and process, so each block gets its share (at least
-    ``repeats`` batches each)."""
+    ``repeats`` batches each).  Every turn follows another process's, so its warm-up
+    never drops below ``min(warmup_s, BLOCK_WARMUP_FLOOR_S)``: caches and clocks must
+    settle again (the GPU engine also waits for its windows to agree; the CPU one
+    does not)."""
     if turns <= 1:
         return settings
+    floor = min(settings.warmup_s, BLOCK_WARMUP_FLOOR_S)
     return replace(
         settings,
-        warmup_s=settings.warmup_s / turns,
+        warmup_s=max(settings.warmup_s / turns, floor),
         budget_s=settings.budget_s / turns,
         max_repeats=max(settings.repeats, math.ceil(settings.max_repeats / turns)),
     )
