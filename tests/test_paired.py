@@ -220,7 +220,7 @@ def test_cli_validate_gpus_leases_and_shards(tmp_path: Path) -> None:
     env = {**os.environ, "CAMPAIGN_LEASE_DIR": str(leases)}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     assert proc.returncode in (0, 3), proc.stdout + proc.stderr
-    assert "shard(s) on GPUs [0, 1]" in proc.stdout
+    assert "shard(s) on GPUs [0, 1]" in proc.stderr  # progress goes to stderr
     assert sorted(p.name for p in leases.iterdir()) == ["gpu0.lock", "gpu1.lock"]
     assert all(p.read_text() == "" for p in leases.iterdir())  # released after the round
     art = Campaign.load(root).artifacts_dir(2)
@@ -250,7 +250,7 @@ def test_slurm_round_shards_as_one_job_array(tmp_path: Path) -> None:
     patch = (EXAMPLES_DIR / "demo_patches" / "speedup_reuse_fp8_weight.patch").read_text()
     request = Request(2, "reuse the fp8 weight", patch, level="full", bucket="K4", gpus=(0, 1))
     said: list[str] = []
-    result = validate_round(campaign, SlurmExecutor(shared_root=tmp_path), request,
+    result = validate_round(campaign, SlurmExecutor(), request,
                             progress=said.append)  # fmt: skip
     assert result.gate is not None, result.reasons
     assert any("as one Slurm job array" in m for m in said)
