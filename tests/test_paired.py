@@ -221,7 +221,7 @@ def test_cli_validate_gpus_leases_and_shards(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     assert proc.returncode in (0, 3), proc.stdout + proc.stderr
     assert "shard(s) on GPUs [0, 1]" in proc.stderr  # progress goes to stderr
-    assert sorted(p.name for p in leases.iterdir()) == ["gpu0.lock", "gpu1.lock"]
+    assert sorted(p.name for p in leases.iterdir()) == ["gpu-0.lock", "gpu-1.lock"]
     assert all(p.read_text() == "" for p in leases.iterdir())  # released after the round
     art = Campaign.load(root).artifacts_dir(2)
     shard_dirs = sorted(p.name for p in (art / "passes").glob("pass-*-gpu*"))
