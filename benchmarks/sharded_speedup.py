@@ -1,12 +1,14 @@
 """Sharded full validation: wall time on one GPU vs sharded over several, same verdicts?
 
-A full validation (incumbent vs candidate, B C C B in fresh worker processes) of the
+A full validation (incumbent vs candidate, ``2 * --blocks`` process pairs of paired,
+turn-taking workers: the product's ``runner.flow.measure.measure_roles``) of the
 example package's bf16 GEMM (Triton backend) over eight model shapes (Llama-2-7B and
 Llama-3.1-8B, micro-batch 1: QKV, attention out, MLP gate+up, MLP down), run twice:
 
-1. unsharded: every pass over all shapes on the first GPU of ``--gpus``;
-2. sharded: ``runner.sharding.measure_sharded`` over all of ``--gpus`` (each GPU runs
-   B C C B for its own shapes; the per-pass shard CSVs are merged in shape order).
+1. unsharded: all shapes on the first GPU of ``--gpus``;
+2. sharded: over all of ``--gpus``, the shapes balanced by the seconds each took in the
+   unsharded run (as a campaign balances by the baseline's), every GPU measuring both
+   roles of its own shapes, the per-pass shard CSVs merged in shape order.
 
 Incumbent and candidate are the same code (an A/A round), so both runs should judge
 every shape "noise" and the round ROLLED_BACK ("merely equal is not an improvement").
@@ -34,13 +36,14 @@ from typing import Any
 
 from runner.bench.timing import TimingSettings
 from runner.executors.local import LocalExecutor
+from runner.flow.measure import measure_roles
 from runner.gate import decide
 from runner.leases import acquire, parse_gpus
-from runner.passes import pair_samples, read_passes, write_merged
+from runner.passes import pair_samples, read_passes, shape_seconds, write_merged
 from runner.results import GateResult
 from runner.scoring import score
 from runner.shapes import DENSE_MODELS, Shape, model_gemm_shapes, tiny_gemm_shapes
-from runner.sharding import BCCB, PlainHost, detect_vendor, gpu_env, measure_sharded
+from runner.sharding import PlainManifest, PlainRound
 from runner.spec import RoundSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,23 +88,23 @@ def example_tree(root: Path) -> Path:
     return tree
 
 
-def run_unsharded(
-    host: PlainHost, tree: Path, chosen: list[Shape], gpu: int, blocks: int
+def measure(
+    tmp: Path,
+    template: RoundSpec,
+    job_env: Any,
+    trees: dict[str, Path],
+    chosen: list[Shape],
+    gpus: Sequence[int],
+    samples: int,
+    seconds: dict[str, float],
 ) -> dict[str, list[Path]]:
-    """B C C B over all shapes on one GPU, as ``rounds._measure_and_judge`` does."""
-    paths: dict[str, list[Path]] = {"incumbent": [], "candidate": []}
-    env = gpu_env(gpu, detect_vendor())
-    index = 0
-    for _ in range(blocks):
-        for role in BCCB:
-            index += 1
-            name = f"pass-{index:02d}-{role}"
-            outcome = host.job(name, host.spec(role, index, chosen), tree, env=env)
-            if not outcome.ok:
-                raise SystemExit(
-                    f"{name} failed (exit {outcome.returncode}); see {outcome.log_path}"
-                )
-            paths[role].append(outcome.out_dir / "benchmark.csv")
+    """The product's measure path (``runner.flow.measure.measure_roles``): paired,
+    turn-taking workers per GPU, shards balanced by ``seconds`` when given."""
+    rnd = PlainRound(tmp, LocalExecutor(), template, job_env, gpus=tuple(gpus),
+                     manifest=PlainManifest(shape_seconds=seconds))  # fmt: skip
+    paths = measure_roles(rnd, trees, chosen, samples)
+    for line in rnd.said:
+        print(line)
     return paths
 
 
@@ -136,6 +139,7 @@ def timed_round(name: str, work: Path, measure: Any) -> dict[str, Any]:
     deltas = {s.label: s.delta_pct for s in gate.shapes}
     print(f"{name}: {wall:.1f} s, decision {gate.decision.value}, {gate.delta_pct:+.3f}%")
     return {
+        "paths": paths,
         "wall_s": wall,
         "decision": gate.decision.value,
         "delta_pct": gate.delta_pct,
@@ -167,18 +171,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         work = Path(tmp)
         tree = example_tree(work)
         trees = {"incumbent": tree, "candidate": tree}
-
-        def host(t: Path) -> PlainHost:
-            return PlainHost(t, LocalExecutor(), spec, job_env)
-
+        samples = 2 * args.blocks
         single = timed_round(
-            "unsharded", work, lambda t: run_unsharded(host(t), tree, chosen, gpus[0], args.blocks)
-        )
+            "unsharded", work,
+            lambda t: measure(t, spec, job_env, trees, chosen, gpus[:1], samples, {}),
+        )  # fmt: skip
+        seconds = shape_seconds(single.pop("paths")["incumbent"])
+        print("measured seconds per shape:", seconds)
         sharded = timed_round(
-            "sharded",
-            work,
-            lambda t: measure_sharded(host(t), trees, chosen, gpus, blocks=args.blocks),
-        )
+            "sharded", work,
+            lambda t: measure(t, spec, job_env, trees, chosen, gpus, samples, seconds),
+        )  # fmt: skip
+        sharded.pop("paths")
     result = summary(gpus, chosen, single, sharded)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -35,12 +35,12 @@ from runner.core.versions import require_schema_version
 from runner.errors import CampaignError, ConfigError, InfrastructureError
 from runner.executors.base import Executor
 from runner.flow.build import built_roles
-from runner.gate import decide
+from runner.flow.measure import Comparison, measure_and_judge
 from runner.lineage import Lineage
 from runner.manifest import Manifest, branch_name
-from runner.passes import pair_samples, read_passes, write_merged
-from runner.results import Decision, GateResult, Score, Status
-from runner.rounds import Progress, Round, RoundFailed, all_shapes, run_pass
+from runner.passes import read_passes
+from runner.results import GateResult, Score, Status
+from runner.rounds import Progress, Round, RoundFailed, all_shapes, gpu_lease
 from runner.schema import get_schema, read_csv
 from runner.scoring import score
 from runner.shapes import Shape, shapes_by_label
@@ -163,48 +163,21 @@ def acceptance_shapes(m: Manifest) -> tuple[list[Shape], list[str]]:
 
 
 # ---- 1. full validation ------------------------------------------------------------------
-@dataclass
-class Passes:
-    """The worktrees of base ("baseline") and head ("final") and their pass CSVs."""
-
-    trees: dict[str, Path]
-    paths: dict[str, list[Path]] = field(default_factory=lambda: {"baseline": [], "final": []})
-    index: int = 0
-
-    def run(self, rnd: Round, shapes: list[Shape], order: str) -> None:
-        """Run passes in ``order`` ("BCCB": base, final, final, base)."""
-        for letter in order:
-            role = "baseline" if letter == "B" else "final"
-            self.index += 1
-            self.paths[role].append(run_pass(rnd, role, self.index, self.trees[role], shapes))
-
-
-def _judge(rnd: Round, passes: Passes) -> tuple[GateResult, Score, Score]:
-    m = rnd.manifest
-    base = read_passes(passes.paths["baseline"], m.pinned_header)
-    final = read_passes(passes.paths["final"], m.pinned_header)
-    base_score = score(write_merged(rnd.tmp / "baseline.csv", base), m.primary_metric)
-    final_score = score(write_merged(rnd.tmp / "final.csv", final), base_score.metric)
-    if base_score.n_fail:
-        raise RoundFailed("the base commit FAILed a correctness check on the full shape set")
-    pairs = pair_samples(base, final, base_score.metric)
-    gate = decide(base_score, final_score, sigma_g=m.sigma_g, pairs=pairs)
-    return gate, base_score, final_score
+ACCEPT_COMPARISON = Comparison(
+    roles=("baseline", "final"),
+    files=("baseline.csv", "final.csv"),
+    broken="the base commit FAILed a correctness check on the full shape set",
+    audits=False,
+)
 
 
 def full_validation(
-    rnd: Round, passes: Passes, shapes: list[Shape], blocks: int
+    rnd: Round, trees: dict[str, Path], shapes: list[Shape], blocks: int
 ) -> tuple[GateResult, Score, Score]:
-    """``blocks`` B C C B blocks of base and head, judged by the gate; near the noise
-    floor, C B pairs are added until the gate has the pairs it asks for."""
-    for _ in range(blocks):
-        passes.run(rnd, shapes, "BCCB")
-    gate, base, final = _judge(rnd, passes)
-    need = 5 if (rnd.manifest.sigma_g or 0) > 0.01 else 3
-    while gate.decision is Decision.NEEDS_REMEASURE and len(passes.paths["final"]) < need:
-        passes.run(rnd, shapes, "CB")
-        gate, base, final = _judge(rnd, passes)
-    return gate, base, final
+    """Base ("baseline") against head ("final") through the rounds' measure-and-judge
+    path: ``2 * blocks`` paired samples, more when the gate asks for them."""
+    got = measure_and_judge(rnd, trees, shapes, 2 * blocks, how=ACCEPT_COMPARISON)
+    return got.gate, got.reference, got.candidate
 
 
 def validation_check(gate: GateResult, final: Score) -> Check:
@@ -415,7 +388,12 @@ def lineage_check(
 
 # ---- the whole acceptance -----------------------------------------------------------------
 def run_acceptance(
-    campaign: Campaign, executor: Executor, *, passes: int = 2, progress: Progress = print
+    campaign: Campaign,
+    executor: Executor,
+    *,
+    passes: int = 2,
+    progress: Progress = print,
+    gpus: tuple[int, ...] = (),
 ) -> Acceptance:
     """Final acceptance of the lineage head; writes ``acceptance/`` and returns it."""
     if passes < 1:
@@ -438,8 +416,8 @@ def run_acceptance(
         accepted = [r.commit for r in campaign.results() if r.status is Status.ACCEPTED]
         check, result.commits = lineage_check(lineage, m, accepted)
         out = _fresh_dir(acceptance_dir(campaign))
-        with job_dir(campaign.root, campaign.name) as tmp:
-            rnd = Round(campaign, executor, _prefixed(progress), tmp, ACCEPT_ROUND, "full")
+        with gpu_lease(gpus, campaign, ACCEPT_ROUND), job_dir(campaign.root, campaign.name) as tmp:
+            rnd = Round(campaign, executor, _prefixed(progress), tmp, ACCEPT_ROUND, "full", gpus)
             _measure(rnd, lineage, result, shapes, out / "artifacts")
             _keep_passes(tmp, out / "artifacts")
         result.checks.append(check)
@@ -482,7 +460,7 @@ def _measure(
         lineage.worktree(result.head) as head,
         built_roles(rnd, {"baseline": base, "final": head}),
     ):
-        trees = Passes({"baseline": base, "final": head})
+        trees = {"baseline": base, "final": head}
         result.checks.append(_validate(rnd, trees, shapes, result, art))
         result.full_benchmark = full_benchmark(rnd, head, shapes, art / "full_benchmark.csv")
         result.checks.append(benchmark_check(result.full_benchmark))
@@ -508,10 +486,10 @@ def _integration(rnd: Round, head: Path, result: Acceptance, log: Path) -> Check
 
 
 def _validate(
-    rnd: Round, passes: Passes, shapes: list[Shape], result: Acceptance, art: Path
+    rnd: Round, trees: dict[str, Path], shapes: list[Shape], result: Acceptance, art: Path
 ) -> Check:
     try:
-        gate, base, final = full_validation(rnd, passes, shapes, result.passes)
+        gate, base, final = full_validation(rnd, trees, shapes, result.passes)
     except RoundFailed as exc:
         return Check("full validation", False, f"did not complete: {exc.message}")
     result.gate, result.baseline, result.final = gate, base, final

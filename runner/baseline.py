@@ -15,7 +15,7 @@ from runner.flow.build import built_roles, describe
 from runner.gate import calibrate_sigma
 from runner.lineage import snapshot
 from runner.manifest import Manifest, validate_manifest
-from runner.passes import per_pass_metric, read_passes, write_merged
+from runner.passes import per_pass_metric, read_passes, shape_seconds, write_merged
 from runner.quickscript import write_quick_script
 from runner.records import close_round
 from runner.representative import choose_heldout, select_representative
@@ -85,7 +85,7 @@ def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:
         ok, tail = run_focused_test(rnd, "baseline", tree)
         if not ok:
             raise ConfigError(f"the focused test fails on the base commit:\n{tail}")
-        paths = measure_roles(rnd, {"baseline": tree}, shapes, ("baseline",), passes, 0)["baseline"]
+        paths = measure_roles(rnd, {"baseline": tree}, shapes, passes)["baseline"]
         csvs = read_passes(paths, None)
         merged = write_merged(rnd.tmp / "benchmark.csv", csvs)
         base_score = score(merged, m.primary_metric)
@@ -100,6 +100,7 @@ def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:
                 "representative_shapes": rep,
                 "heldout_shapes": heldout,
                 "sigma_g": max(sigma_g, MIN_SIGMA),
+                "shape_seconds": shape_seconds(paths),
             },
             "baseline",
         )

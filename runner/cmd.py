@@ -105,3 +105,37 @@ def spawn(
         raise InfrastructureError(
             f"cannot run {args[0]!r}: not found on PATH; install it or fix PATH"
         ) from exc
+
+
+def start(
+    cmd: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    stderr_path: Path,
+    pass_fds: Sequence[int] = (),
+) -> subprocess.Popen[bytes]:
+    """Start a long-lived worker that talks over its stdin/stdout (binary pipes) and
+    writes its stderr to ``stderr_path``.  Every long-lived worker is spawned here, with
+    the same lifeline as ``run(die_with_parent=True)``: its own process group and the
+    parent-death signal, so a killed campaign leaves none behind; ``pass_fds`` (the GPU
+    lease locks) keep a lease held until the worker has exited too."""
+    args = [os.fspath(c) for c in cmd]
+    log.debug("+ %s & (cwd=%s)", shlex.join(args), cwd or Path.cwd())
+    try:
+        with stderr_path.open("ab") as err:
+            return subprocess.Popen(
+                args,
+                cwd=cwd,
+                env=dict(env) if env is not None else None,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                start_new_session=True,
+                preexec_fn=child_preexec(),
+                pass_fds=tuple(pass_fds),
+            )
+    except FileNotFoundError as exc:
+        raise InfrastructureError(
+            f"cannot run {args[0]!r}: not found on PATH; install it or fix PATH"
+        ) from exc

@@ -45,6 +45,16 @@ VOLATILE_SIGMA = 0.01  # sigma_G above 1% -> at least 5 pairs
 VOLATILE_PAIRS = 5
 
 
+def required_pairs(sigma_g: float | None, min_pairs: int = 3) -> int:
+    """The paired samples the near-noise rule needs: ``min_pairs``, at least
+    VOLATILE_PAIRS when sigma_G is above VOLATILE_SIGMA.  The measuring side asks this
+    (not a copy of the rule) how many independent pairs to have before it gates again."""
+    if min_pairs < 1:
+        raise ConfigError(f"min_pairs must be at least 1, got {min_pairs}")
+    volatile = (sigma_g or 0.0) > VOLATILE_SIGMA
+    return max(min_pairs, VOLATILE_PAIRS) if volatile else min_pairs
+
+
 @dataclass(frozen=True)
 class _Facts:
     """What every rule needs: the inputs, the per-shape log ratios and the threshold."""
@@ -199,14 +209,13 @@ def _facts(
     targeted = set(targeted_shapes)
     gating = tuple(lb for lb in logs if lb in targeted) or tuple(logs)
     sigma = sigma_g or 0.0
-    volatile = sigma > VOLATILE_SIGMA
     return _Facts(
         best=best,
         candidate=candidate,
         logs=logs,
         gating=gating,
         threshold=max(MIN_THRESHOLD, 3 * sigma),
-        required_pairs=max(min_pairs, VOLATILE_PAIRS) if volatile else min_pairs,
+        required_pairs=required_pairs(sigma_g, min_pairs),
     )
 
 

@@ -159,6 +159,9 @@ class Manifest(BaseModel):
     cache_mode: Literal["hot", "cold"] = "hot"
     timing: Timing = Field(default_factory=Timing)
     sigma_g: float | None = Field(default=None, gt=0)
+    # Seconds a worker spent on each shape at the baseline (median over its passes):
+    # the cost that sharding balances across GPUs.
+    shape_seconds: dict[str, float] = Field(default_factory=dict)
     pairs: int = Field(default=1, ge=1)
     executor: Literal["local", "docker", "slurm"] = "local"
     image: str | None = None

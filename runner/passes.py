@@ -162,18 +162,6 @@ def fresh_gains(incumbent: Sequence[Path], candidate: Sequence[Path]) -> list[fl
     return gains
 
 
-def fresh_gain(incumbent: Sequence[Path], candidate: Sequence[Path]) -> float | None:
-    """Geomean over shapes of incumbent/candidate fresh-step time, minus one (a
-    fraction); None when either side lacks fresh-mode samples."""
-    inc = [fresh_step_ms(p) for p in incumbent]
-    cand = [fresh_step_ms(p) for p in candidate]
-    labels = set.intersection(*(set(d) for d in inc + cand)) if inc and cand else set()
-    if not labels:
-        return None
-    ratios = [median([d[lb] for d in inc]) / median([d[lb] for d in cand]) for lb in labels]
-    return geomean(ratios) - 1.0
-
-
 def state_report(csv_paths: Sequence[Path]) -> dict[str, Any]:
     """What the worker's state probe found over the passes of one role: the kept state
     written by a training step (paths), and the 8-step simulation of the first shape
@@ -215,3 +203,23 @@ def check_problems(csv_paths: Sequence[Path], limit: int = 5) -> list[str]:
                 if line not in found:
                     found.append(line)
     return found[:limit]
+
+
+def shape_seconds(csv_paths: Sequence[Path]) -> dict[str, float]:
+    """Per shape, the median over the baseline's passes of the seconds its worker spent
+    on it (``samples.json``): what sharding balances, as a shape's cost is mostly its
+    timing budget and compile, not its FLOPs."""
+    per_shape: dict[str, list[float]] = {}
+    for path in csv_paths:
+        # a sharded pass: the shards' own folders (pass-NN-baseline-gpuG / -shardK)
+        shards = sorted(path.parent.parent.glob(f"{path.parent.name}-*/samples.json"))
+        for samples in [path.parent / "samples.json", *shards]:
+            if samples.exists():
+                _add_seconds(per_shape, samples)
+    return {label: round(median(values), 3) for label, values in per_shape.items()}
+
+
+def _add_seconds(per_shape: dict[str, list[float]], samples: Path) -> None:
+    for label, raw in json.loads(samples.read_text(encoding="utf-8"))["shapes"].items():
+        if isinstance(raw, dict) and raw.get("seconds"):
+            per_shape.setdefault(label, []).append(float(raw["seconds"]))

@@ -6,7 +6,7 @@ environment with the recorded one (recipe and fingerprint; reported, never hidde
 a scratch campaign in ``--out`` with the bundle's manifest -> the lineage replayed to
 round N in fresh worktrees (``git am`` of the bundle's format-patch series, plus round
 N's candidate.patch when N was not accepted; the user's checkout is never touched) ->
-baseline and round N measured paired (B C C B) with ``runner.rounds.measure_roles`` ->
+baseline and round N measured paired with ``runner.flow.measure.measure_and_judge`` ->
 the verdict of ``runner.reproduce_report.judge`` -> ``reproduction.md``.
 """
 
@@ -27,11 +27,12 @@ from runner.executors.factory import make_executor
 from runner.fingerprint import collect_fingerprint, compare_fingerprints, load_fingerprint
 from runner.fingerprint_hook import FINGERPRINT_NAME, measurement_extra
 from runner.flow.build import built_roles
+from runner.flow.measure import measure_and_judge
 from runner.gate import calibrate_sigma
 from runner.lineage import Lineage
 from runner.manifest import validate_manifest
 from runner.newcampaign import git_toplevel
-from runner.passes import pair_samples, per_pass_metric, read_passes, write_merged
+from runner.passes import pair_samples, per_pass_metric
 from runner.reproduce_report import (
     Chain,
     EnvCheck,
@@ -44,11 +45,9 @@ from runner.reproduce_report import (
     write_report,
 )
 from runner.results import Status
-from runner.rounds import Round, RoundFailed, all_shapes, measure_roles
+from runner.rounds import Round, RoundFailed, all_shapes, gpu_lease
 from runner.schema import BenchCSV
-from runner.scoring import score
 from runner.shapes import Shape
-from runner.sharding import BCCB
 
 Progress = Callable[[str], None]
 
@@ -69,6 +68,7 @@ class ReproduceRequest:
     tolerance_pct: float = 3.0
     out: Path | None = None
     allow_env_mismatch: str | None = None
+    gpus: tuple[int, ...] = ()  # lease and shard over these GPUs, as a round does
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,9 @@ def reproduce(req: ReproduceRequest, *, progress: Progress = print) -> Outcome:
     campaign = scratch_campaign(bundle, source, base, out, req.executor)
     chain = _chain(bundle, n)
     with replay(campaign, bundle, n, base) as (base_tree, cand_tree, replay_notes):
-        measured = measure(campaign, req.executor, n, (base_tree, cand_tree), bundle, progress)
+        measured = measure(
+            campaign, req.executor, n, (base_tree, cand_tree), bundle, progress, req.gpus
+        )
     sigma = bundle.manifest.sigma_g or measured.sigma_here or 0.0
     verdict = judge(chain, measured, sigma, req.tolerance_pct)
     facts = _facts(bundle, n, req, source, base, base_note, replay_notes, sigma, out)
@@ -297,6 +299,7 @@ def measure(
     trees: tuple[Path, Path],
     bundle: Bundle,
     progress: Progress,
+    gpus: tuple[int, ...] = (),
 ) -> Measured:
     """Baseline and round ``n`` paired (B C C B x pairs), each pass a fresh worker."""
     m = campaign.manifest
@@ -305,20 +308,17 @@ def measure(
     work.mkdir()
     executor = make_executor(m, executor_kind)
     level = bundle.result(n).level
-    rnd = Round(campaign, executor, progress, work, n, level)
+    rnd = Round(campaign, executor, progress, work, n, level, gpus)
     role_trees = {"incumbent": trees[0], "candidate": trees[1]}
     try:
-        with built_roles(rnd, role_trees):
-            got = measure_roles(rnd, role_trees, shapes, BCCB, m.pairs, 0)
+        with gpu_lease(gpus, campaign, n), built_roles(rnd, role_trees):
+            got = measure_and_judge(rnd, role_trees, shapes, 2 * m.pairs)
     except RoundFailed as exc:
         raise InfrastructureError(f"reproduction measurement failed: {exc}") from None
-    inc = read_passes(got["incumbent"], m.pinned_header)
-    cand = read_passes(got["candidate"], m.pinned_header)
-    inc_score = score(write_merged(work / "incumbent.csv", inc), m.primary_metric)
-    cand_score = score(write_merged(work / "benchmark.csv", cand), inc_score.metric)
-    pairs = pair_samples(inc, cand, inc_score.metric)
+    inc, cand = got.csvs["incumbent"], got.csvs["candidate"]
+    pairs = pair_samples(inc, cand, got.reference.metric)
     ratios = tuple(_pair_ratio(p.incumbent, p.candidate) for p in pairs)
-    return Measured(inc_score, cand_score, ratios, _sigma(inc, inc_score.metric))
+    return Measured(got.reference, got.candidate, ratios, _sigma(inc, got.reference.metric))
 
 
 def _round_shapes(campaign: Campaign, bundle: Bundle, n: int) -> list[Shape]:

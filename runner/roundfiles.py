@@ -66,6 +66,8 @@ def store_artifacts(
             shutil.copy2(rnd.tmp / name, stage / name)
     pause_point("artifacts")
     passes = stage / "passes"
+    for turns in sorted(rnd.tmp.glob("turns*.jsonl")):  # the paired workers' turn log
+        shutil.copy2(turns, stage / turns.name)
     for sub in sorted(rnd.tmp.iterdir()):
         if sub.is_dir() and sub.name != "specs":
             shutil.copytree(sub, passes / sub.name, dirs_exist_ok=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.appendlog import write_atomic
@@ -21,24 +21,17 @@ from runner.bench.checkpoint import pause_point
 from runner.bench.timing import TimingSettings
 from runner.campaign import Campaign
 from runner.core.timestamps import now_minute
-from runner.errors import ConfigError, InfrastructureError
+from runner.errors import ConfigError
 from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
 from runner.fingerprint import FingerprintDiff
 from runner.fingerprint_hook import check_round_comparable, record_override
 from runner.flow.build import built_roles, describe
-from runner.gate import decide
+from runner.flow.measure import RoundFailed, measure_and_judge, measure_roles
 from runner.judge.import_cause import explain_failure
 from runner.leases import acquire
 from runner.lineage import Lineage, snapshot
 from runner.manifest import Manifest, branch_name
-from runner.passes import (
-    check_problems,
-    fresh_gains,
-    pair_samples,
-    read_passes,
-    state_report,
-    write_merged,
-)
+from runner.passes import fresh_gains, state_report
 from runner.records import close_round
 from runner.results import (
     Decision,
@@ -51,22 +44,14 @@ from runner.results import (
     TransferCheck,
 )
 from runner.roundfiles import artifact_list, commit_message, describe_patch, store_artifacts
-from runner.scoring import score
 from runner.shapes import Shape, shape_set, shapes_by_label
-from runner.sharding import (
-    BCCB,
-    ShardFailed,
-    detect_vendor,
-    gpu_env,
-    measure_sharded,
-    worker_failure,
-)
+from runner.sharding import detect_vendor, gpu_env, pass_name, worker_failure
 from runner.spec import RoundSpec, save_spec, write_json_atomic
 from runner.store.guard import preflight
 from runner.store.leftovers import job_dir, note_step
 from runner.targets.base import Target
 from runner.targets.registry import get_target
-from runner.verdict import audit_candidate, heldout_flag, inflation_veto, state_transfer
+from runner.verdict import audit_candidate, state_transfer
 from runner.workspace import code_root
 
 Progress = Callable[[str], None]
@@ -133,16 +118,17 @@ class Round:
             extra=dict(extra),
         )
 
-    def job(
+    def worker_job(
         self,
         name: str,
         spec: RoundSpec,
         tree: Path,
         env: Mapping[str, str] | None = None,
         gpu: int | None = None,
-    ) -> JobOutcome:
-        """One worker job on ``tree``'s build (when the target has one) and on its own
-        leased GPU: ``gpu`` (a shard's), else the round's only one."""
+    ) -> WorkerJob:
+        """The job for one worker (a pass, or a serving worker of a paired round), on
+        ``tree``'s build (when the target has one) and on its own leased GPU: ``gpu`` (a
+        shard's), else the round's only one."""
         spec_path = self.tmp / "specs" / f"{name}.json"
         save_spec(spec_path, spec)
         m = self.manifest
@@ -157,9 +143,20 @@ class Round:
             job_env.update(gpu_env(gpu, detect_vendor()))
         gpus = () if gpu is None else (gpu,)
         built = self.builds.get(tree)
-        job = WorkerJob(name, spec_path, tree, self.tmp / name, env=job_env, built=built, gpus=gpus)
         self.step(name)
-        return self.executor.run_job(job)
+        return WorkerJob(
+            name, spec_path, tree, self.tmp / name, env=job_env, built=built, gpus=gpus
+        )
+
+    def job(
+        self,
+        name: str,
+        spec: RoundSpec,
+        tree: Path,
+        env: Mapping[str, str] | None = None,
+        gpu: int | None = None,
+    ) -> JobOutcome:
+        return self.executor.run_job(self.worker_job(name, spec, tree, env, gpu))
 
     def step(self, name: str) -> None:
         """Say (and note, for ``campaign status``) which step the round is at."""
@@ -201,7 +198,7 @@ def level_shapes(m: Manifest, level: str) -> list[Shape]:
 # ---- passes --------------------------------------------------------------------------
 def run_pass(rnd: Round, role: str, index: int, tree: Path, shapes: list[Shape]) -> Path:
     """One worker pass; returns its CSV or raises RoundFailed with the log tail."""
-    name = f"pass-{index:02d}-{role}"
+    name = pass_name(index, role)
     outcome = rnd.job(name, rnd.spec(role, index, shapes), tree)
     if not outcome.ok:
         raise RoundFailed(worker_failure(name, outcome), outcome.log_path)
@@ -215,19 +212,6 @@ def run_focused_test(rnd: Round, role: str, tree: Path) -> tuple[bool, str]:
     log = outcome.out_dir / "test.log"
     text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
     return outcome.returncode == 0, explain_failure(text[-1500:], text)
-
-
-class RoundFailed(InfrastructureError):
-    """A worker crashed: a VALIDATE round is recorded as FAILED and nothing else
-    changes; at the baseline it stops the command (nothing is recorded)."""
-
-    def __init__(self, message: str, log_path: Path | None = None) -> None:
-        tail = ""
-        if log_path and log_path.exists():
-            text = log_path.read_text(encoding="utf-8", errors="replace")
-            tail = explain_failure(text[-1500:], text)
-        super().__init__(message + (f"\n{tail}" if tail else ""))
-        self.message = message
 
 
 # ---- validate ------------------------------------------------------------------------
@@ -353,87 +337,10 @@ def _measure_and_judge(
         vetoes.append(f"focused test failed on the candidate ({m.test_command}):\n{tail}")
     if vetoes:
         return _veto_only(rnd, vetoes, shapes)
-    blocks = request.pairs or m.pairs
+    samples = 2 * (request.pairs or m.pairs)
     trees = {"incumbent": inc_tree, "candidate": cand_tree}
-    got = measure_roles(rnd, trees, shapes, BCCB, blocks, 0)
-    inc_paths, cand_paths = got["incumbent"], got["candidate"]
-    gate, inc_score, cand_score = _judge(rnd, inc_paths, cand_paths, vetoes)
-    extra_needed = _extra_pairs(m, gate, len(cand_paths))
-    if extra_needed:
-        more = measure_roles(rnd, trees, shapes, ("candidate", "incumbent"), extra_needed,
-                             4 * blocks)  # fmt: skip
-        inc_paths += more["incumbent"]
-        cand_paths += more["candidate"]
-        gate, inc_score, cand_score = _judge(rnd, inc_paths, cand_paths, vetoes)
-    return gate, inc_score, cand_score
-
-
-def measure_roles(
-    rnd: Round,
-    trees: Mapping[str, Path],
-    shapes: list[Shape],
-    pattern: Sequence[str],
-    blocks: int,
-    start_index: int,
-) -> dict[str, list[Path]]:
-    """``blocks`` repetitions of ``pattern`` (e.g. B C C B), each pass a fresh worker.
-    With several GPUs the shapes are sharded and every GPU runs the whole pattern for
-    its own shapes, so each comparison stays paired on one device."""
-    if len(rnd.gpus) > 1:
-        try:
-            return measure_sharded(
-                rnd,
-                trees,
-                shapes,
-                rnd.gpus,
-                pattern=pattern,
-                blocks=blocks,
-                start_index=start_index,
-                pinned=rnd.manifest.pinned_header,
-            )
-        except ShardFailed as exc:
-            raise RoundFailed(exc.message, exc.log_path) from exc
-    paths: dict[str, list[Path]] = {role: [] for role in trees}
-    index = start_index
-    for _ in range(blocks):
-        for role in pattern:
-            index += 1
-            paths[role].append(run_pass(rnd, role, index, trees[role], shapes))
-    return paths
-
-
-def _extra_pairs(m: Manifest, gate: GateResult, have: int) -> int:
-    if gate.decision is not Decision.NEEDS_REMEASURE:
-        return 0
-    need = 5 if (m.sigma_g or 0) > 0.01 else 3
-    return max(need - have, 1)
-
-
-def _judge(
-    rnd: Round, inc_paths: list[Path], cand_paths: list[Path], vetoes: list[str]
-) -> tuple[GateResult, Score, Score]:
-    m = rnd.manifest
-    pinned = m.pinned_header
-    inc = read_passes(inc_paths, pinned)
-    cand = read_passes(cand_paths, pinned)
-    inc_csv = write_merged(rnd.tmp / "incumbent.csv", inc)
-    cand_csv = write_merged(rnd.tmp / "benchmark.csv", cand)
-    inc_score = score(inc_csv, m.primary_metric)
-    cand_score = score(cand_csv, inc_score.metric)
-    pairs = pair_samples(inc, cand, inc_score.metric) if inc_score.n_fail == 0 else []
-    if inc_score.n_fail:
-        raise RoundFailed("the incumbent FAILed a correctness check: the lineage head is broken")
-    gate = decide(inc_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=vetoes)
-    if cand_score.n_fail:
-        why = tuple(f"candidate check: {p}" for p in check_problems(cand_paths))
-        gate = replace(gate, reasons=(*gate.reasons, *why))
-    gate = heldout_flag(gate, m.heldout_shapes)
-    inflated = inflation_veto(gate, fresh_gains(inc_paths, cand_paths), m.sigma_g or 0.0)
-    if inflated:
-        gate = decide(
-            inc_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=[*vetoes, inflated]
-        )
-    return gate, inc_score, cand_score
+    got = measure_and_judge(rnd, trees, shapes, samples, vetoes=vetoes)
+    return got.gate, got.reference, got.candidate
 
 
 def _behaviour_transfer(rnd: Round, transfer: TransferCheck, gate: GateResult) -> TransferCheck:
@@ -574,4 +481,4 @@ def _close_failed(
     return result
 
 
-__all__ = ["Request", "RoundFailed", "validate_round"]
+__all__ = ["Request", "RoundFailed", "measure_roles", "validate_round"]

@@ -1,7 +1,9 @@
 """Full validation sharded across several GPUs of one host (``--gpus 0,1,...``).
 
-The shapes are split into one shard per GPU (greedy largest-first on estimated cost,
-deterministic).  Each GPU then runs the whole paired pattern (B C C B ...) for its own
+The shapes are split into one shard per GPU (greedy largest-first on each shape's
+cost, deterministic): its measured seconds from the baseline when recorded
+(``seconds_cost``; a shape's cost is mostly its timing budget, not its FLOPs), else its
+FLOPs.  Each GPU then runs the whole paired pattern (B C C B ...) for its own
 shapes, one thread per GPU, every pass a fresh worker pinned to that GPU through its
 visibility variables.  So every incumbent/candidate comparison stays paired on one
 GPU; only different shapes run side by side.  Afterwards the per-shard pinned CSVs of
@@ -63,8 +65,23 @@ class PlainHost:
     template: RoundSpec
     job_env: Callable[[Path], dict[str, str]] = field(default=lambda tree: {})
 
-    def spec(self, role: str, index: int, shapes: list[Shape]) -> RoundSpec:
-        return replace(self.template, role=role, pass_index=index, shapes=tuple(shapes))
+    def spec(self, role: str, index: int, shapes: list[Shape], **extra: object) -> RoundSpec:
+        more = {**self.template.extra, **extra}
+        return replace(self.template, role=role, pass_index=index, shapes=tuple(shapes), extra=more)
+
+    def worker_job(
+        self,
+        name: str,
+        spec: RoundSpec,
+        tree: Path,
+        env: Mapping[str, str] | None = None,
+        gpu: int | None = None,
+    ) -> WorkerJob:
+        spec_path = self.tmp / "specs" / f"{name}.json"
+        save_spec(spec_path, spec)
+        job_env = {**self.job_env(tree), **(env or {})}
+        gpus = () if gpu is None else (gpu,)
+        return WorkerJob(name, spec_path, tree, self.tmp / name, env=job_env, gpus=gpus)
 
     def job(
         self,
@@ -74,12 +91,30 @@ class PlainHost:
         env: Mapping[str, str] | None = None,
         gpu: int | None = None,
     ) -> JobOutcome:
-        spec_path = self.tmp / "specs" / f"{name}.json"
-        save_spec(spec_path, spec)
-        job_env = {**self.job_env(tree), **(env or {})}
-        gpus = () if gpu is None else (gpu,)
-        job = WorkerJob(name, spec_path, tree, self.tmp / name, env=job_env, gpus=gpus)
-        return self.executor.run_job(job)
+        return self.executor.run_job(self.worker_job(name, spec, tree, env, gpu))
+
+
+@dataclass
+class PlainManifest:
+    """The manifest fields measuring reads, for rounds without a campaign."""
+
+    pinned_header: str | None = None
+    shape_seconds: dict[str, float] = field(default_factory=dict)
+    sigma_g: float | None = None
+
+
+@dataclass
+class PlainRound(PlainHost):
+    """A round without a campaign (benchmarks, tests): what
+    ``runner.flow.measure.measure_roles`` reads from ``runner.rounds.Round``."""
+
+    gpus: tuple[int, ...] = ()
+    round: int = 2
+    manifest: PlainManifest = field(default_factory=PlainManifest)
+    said: list[str] = field(default_factory=list)
+
+    def progress(self, message: str) -> None:
+        self.said.append(message)
 
 
 class ShardFailed(Exception):
@@ -95,6 +130,22 @@ class ShardFailed(Exception):
 def flops_cost(shape: Shape) -> float:
     """Forward plus backward FLOPs (backward = 2x forward for a GEMM)."""
     return 3.0 * shape.flops_fwd
+
+
+def seconds_cost(seconds: Mapping[str, float]) -> Callable[[Shape], float]:
+    """A shape's cost as its measured seconds (``manifest.shape_seconds``, recorded at
+    the baseline).  A shape without a record costs the median recorded shape; with no
+    record at all, this is ``flops_cost``."""
+    known = sorted(v for v in seconds.values() if v > 0)
+    if not known:
+        return flops_cost
+    typical = known[len(known) // 2]
+
+    def cost(shape: Shape) -> float:
+        value = seconds.get(shape.label, 0.0)
+        return value if value > 0 else typical
+
+    return cost
 
 
 def shard_shapes(
@@ -161,7 +212,7 @@ def run_sharded(fn: Callable[[int, int], T], gpus: Sequence[int]) -> list[T]:
 
 
 def pass_name(index: int, role: str) -> str:
-    """The name of pass ``index`` as ``runner.rounds.run_pass`` spells it."""
+    """The name of pass ``index`` as every measurement path spells it."""
     return f"pass-{index:02d}-{role}"
 
 
@@ -206,6 +257,7 @@ def measure_sharded(
     start_index: int = 0,
     pinned: str | None = None,
     vendor: Vendor | None = None,
+    cost: Callable[[Shape], float] = flops_cost,
 ) -> dict[str, list[Path]]:
     """Run ``blocks`` x ``pattern`` passes, every shard on its own GPU, and merge.
 
@@ -218,7 +270,7 @@ def measure_sharded(
     missing = sorted(set(pattern) - set(trees))
     if missing:
         raise ConfigError(f"no source tree for role(s) {missing}")
-    shards = [s for s in shard_shapes(shapes, len(gpus)) if s]
+    shards = [s for s in shard_shapes(shapes, len(gpus), cost=cost) if s]
     used = list(gpus)[: len(shards)]
     roles = [role for _ in range(blocks) for role in pattern]
     passes = [(start_index + i, role) for i, role in enumerate(roles, start=1)]

@@ -1,4 +1,6 @@
-"""The worker: ``python -m runner.worker SPEC.json OUT_DIR``.
+"""The worker: ``python -m runner.worker SPEC.json OUT_DIR`` (one pass), or
+``python -m runner.worker --serve SPEC.json OUT_DIR`` (a long-lived paired worker that
+measures when the host hands it the device: ``runner.bench.serve``).
 
 Runs inside the isolated environment (a fresh subprocess, container or Slurm task).
 For every shape of the spec it checks correctness on fresh seeded inputs, times
@@ -18,7 +20,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import runner.bench.gpu  # noqa: F401  (imported before the target: its bindings are guarded)
 from runner.bench.checkpoint import pause_point
@@ -54,24 +56,49 @@ def pin_cpu_threads(spec: RoundSpec) -> None:
 def measure_shape(adapter: Any, shape: Shape, spec: RoundSpec, device: str) -> dict[str, Any]:
     """Check, time, re-check one shape; return its CSV row and raw record.
 
-    The timed closures run through ``OutputSampler``s: a few timed calls, chosen at
-    random after they returned, are judged against the reference (a shortcut taken
-    only while timed FAILs the shape).  Then the real-training step (fresh values,
-    new buffers, a weight update) is timed, and the cost of drawing its inputs apart;
-    and when the op keeps state between calls, the 8-step simulation runs."""
+    The timed closures run through ``OutputSampler``s (``time_case``); then
+    ``after_timing`` times the real-training step, runs the state probe and the
+    re-check.  The paired workers (``runner.bench.serve``) use the same two parts."""
     checks = [adapter.check(shape, device, spec.seed + 1000 * i) for i in range(spec.check_seeds)]
     case = adapter.case(shape, device, spec.seed)
-    timed_problems: list[str] = []
+    fwd, bwd, timed_problems = time_case(case, spec, device)
+    moved = {"fwd_bytes": case.fwd_bytes, "bwd_bytes": case.bwd_bytes}
+    del case  # free the timed tensors before the fresh-step measurement
+    problems, figures, raw = after_timing(adapter, shape, spec, device, checks, timed_problems)
+    build = ROW_BUILDERS[adapter.info.schema]
+    row = build(shape, fwd, bwd, moved, figures, not problems)
+    raw = {"forward": fwd.to_dict(), "backward": bwd.to_dict() if bwd else None, **raw}
+    return {"row": row, "raw": raw, "problems": problems}
+
+
+def time_case(case: Any, spec: RoundSpec, device: str) -> tuple[Any, Any, list[str]]:
+    """Forward and backward timed through ``OutputSampler``s: a few timed calls, chosen
+    at random after they returned, are judged against the reference (a shortcut taken
+    only while timed FAILs the shape).  Returns (forward, backward or None, problems)."""
+    problems: list[str] = []
     fwd_calls = OutputSampler(case.forward)
     fwd = measure(fwd_calls, spec.timing, device)
-    timed_problems += fwd_calls.problems(case.verify, "forward")
+    problems += fwd_calls.problems(case.verify, "forward")
     bwd = None
     if case.backward:
         bwd_calls = OutputSampler(case.backward)
         bwd = measure(bwd_calls, spec.timing, device)
-        timed_problems += bwd_calls.problems(case.verify, "backward")
-    moved = {"fwd_bytes": case.fwd_bytes, "bwd_bytes": case.bwd_bytes}
-    del case  # free the timed tensors before the fresh-step measurement
+        problems += bwd_calls.problems(case.verify, "backward")
+    return fwd, bwd, problems
+
+
+def after_timing(
+    adapter: Any,
+    shape: Shape,
+    spec: RoundSpec,
+    device: str,
+    checks: list[Any],
+    timed_problems: list[str],
+) -> tuple[list[str], dict[str, float], dict[str, Any]]:
+    """After the idiom's timing: the real-training step (fresh values, new buffers, a
+    weight update) timed, and the cost of drawing its inputs apart; the 8-step
+    simulation when the op keeps state between calls; the re-check on new inputs.
+    Returns (problems, worst figures, raw record fields)."""
     fresh = draw = None
     state: dict[str, Any] | None = None
     if spec.extra.get("fresh", True) and hasattr(adapter, "fresh_step"):
@@ -79,24 +106,20 @@ def measure_shape(adapter: Any, shape: Shape, spec: RoundSpec, device: str) -> d
         state = stateful_probe(adapter, shape, device, spec, step.step)
         fresh = measure(step.step, spec.timing, device)
         draw = measure(step.draw, spec.timing, device)
-    checks.append(adapter.check(shape, device, spec.seed + 7919))
+    checks = [*checks, adapter.check(shape, device, spec.seed + 7919)]
     integrity = list(timed_problems)
     if state and state.get("simulation") and state["simulation"].get("problems"):
         integrity += [f"8-step simulation: {p}" for p in state["simulation"]["problems"]]
     problems = [p for c in checks for p in c.problems] + integrity
     figures = {k: _worst(k, [c.figures[k] for c in checks]) for k in checks[0].figures}
-    build = ROW_BUILDERS[adapter.info.schema]
-    row = build(shape, fwd, bwd, moved, figures, not problems)
     raw = {
-        "forward": fwd.to_dict(),
-        "backward": bwd.to_dict() if bwd else None,
         "fresh_step": fresh.to_dict() if fresh else None,
         "fresh_draw": draw.to_dict() if draw else None,
         "state": state,
         "checks": [{"ok": c.ok, "figures": c.figures, "problems": c.problems} for c in checks],
         "integrity_problems": integrity,  # sampled timed outputs, the 8-step simulation
     }
-    return {"row": row, "raw": raw, "problems": problems}
+    return problems, figures, raw
 
 
 def _worst(key: str, values: list[float]) -> float:
@@ -157,7 +180,12 @@ def check_provenance(target: Any, api: Any, out_dir: Path) -> None:
         raise SystemExit(f"provenance: {error}")
 
 
+_VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
 def environment_meta(device: str) -> dict[str, Any]:
+    import os
+
     import torch
 
     meta: dict[str, Any] = {
@@ -167,16 +195,26 @@ def environment_meta(device: str) -> dict[str, Any]:
         "torch_cuda": torch.version.cuda,
         "device": device,
         "host": platform.node(),
+        "visible_devices": {k: os.environ[k] for k in _VISIBILITY if k in os.environ},
     }
     if device != "cpu":
         meta["gpu_name"] = torch.cuda.get_device_name(0)
     return meta
 
 
-def run_spec(spec: RoundSpec, out_dir: Path) -> int:
-    """Measure every shape of ``spec`` into ``out_dir``; return the process exit code."""
+class Loaded(NamedTuple):
+    """What a worker measures with: the op adapter, the device, and the guard over the
+    harness bindings (taken before the target was imported)."""
+
+    adapter: Any
+    device: str
+    guard: BindingGuard
+
+
+def load_for(spec: RoundSpec, out_dir: Path) -> Loaded:
+    """The op adapter over the target imported from the measured tree (its provenance
+    proven and recorded in ``out_dir``), the device, and the binding guard."""
     from runner.ops.base import load_adapter
-    from runner.schema import get_schema, write_csv
     from runner.targets.registry import get_target
 
     device = resolve_device(spec.device)
@@ -186,7 +224,14 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
     target = get_target(spec.target)
     api = target.load_api()
     check_provenance(target, api, out_dir)
-    adapter = load_adapter(spec.op, api, spec.options)
+    return Loaded(load_adapter(spec.op, api, spec.options), device, guard)
+
+
+def run_spec(spec: RoundSpec, out_dir: Path) -> int:
+    """Measure every shape of ``spec`` into ``out_dir``; return the process exit code."""
+    from runner.schema import get_schema, write_csv
+
+    adapter, device, guard = load_for(spec, out_dir)
     schema = get_schema(adapter.info.schema)
     rows: list[dict[str, object]] = []
     raw: dict[str, Any] = {}
@@ -202,7 +247,7 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
             raw[shape.label] = {"error": f"{type(exc).__name__}: {exc}"}
             continue
         rows.append(result["row"])
-        raw[shape.label] = result["raw"]
+        raw[shape.label] = {**result["raw"], "seconds": round(time.perf_counter() - t0, 4)}
         for problem in result["problems"]:
             log.error("shape %s failed a check: %s", shape.label, problem)
         log.info(
@@ -268,18 +313,29 @@ def check_source() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    serving = bool(args) and args[0] == "--serve"
+    if serving:
+        args = args[1:]
     if len(args) != 2:
-        print("usage: python -m runner.worker SPEC.json OUT_DIR", file=sys.stderr)
+        print("usage: python -m runner.worker [--serve] SPEC.json OUT_DIR", file=sys.stderr)
         return 2
     out_dir = Path(args[1])
     out_dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(message)s",
-        handlers=[logging.FileHandler(out_dir / "worker.log"), logging.StreamHandler()],
+        handlers=[logging.FileHandler(out_dir / "worker.log"), logging.StreamHandler(sys.stderr)],
     )
     spec = load_spec(Path(args[0]))
     check_source()
+    if serving:
+        from runner.bench.serve import serve
+
+        log.info(
+            "worker (serving): %s",
+            json.dumps({k: spec.to_dict()[k] for k in ("round", "role", "pass_index")}),
+        )
+        return serve(spec, out_dir, load_for)
     if spec.extra.get("mode") == "test":
         return run_test(spec, out_dir)
     log.info(

@@ -42,3 +42,9 @@ def test_help_names_slurm_and_an_unknown_executor_is_refused() -> None:
     assert "slurm" in " ".join(out.split())
     bad = runner.invoke(cli, ["accept", "--executor", "kubernetes"])
     assert bad.exit_code == 2 and "'kubernetes' is not one of" in bad.output
+
+
+def test_gpus_option_is_one_declaration_on_every_measuring_command() -> None:
+    helps = {command: _param(command, "gpus").help
+             for command in ("baseline", "validate", "accept", "reproduce")}  # fmt: skip
+    assert len(set(helps.values())) == 1, helps

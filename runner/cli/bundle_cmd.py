@@ -10,7 +10,8 @@ import click
 from runner.bundle import export_bundle, sha256_file
 from runner.campaign import Campaign
 from runner.cli.app import App
-from runner.cli.options import campaign_option, executor_override_option
+from runner.cli.options import campaign_option, executor_override_option, gpus_option
+from runner.leases import parse_gpus
 from runner.reproduce import NotReproduced, ReproduceRequest, reproduce
 
 
@@ -67,6 +68,7 @@ def export_cmd(app: App, name: str | None, out: Path | None) -> None:
     default=None,
     help="Compare absolute figures although the environments differ (the reason is recorded).",
 )
+@gpus_option
 @click.pass_obj
 def reproduce_cmd(
     app: App,
@@ -77,6 +79,7 @@ def reproduce_cmd(
     tolerance_pct: float,
     out: Path | None,
     reason: str | None,
+    gpus: str,
 ) -> None:
     """Verify BUNDLE, replay its lineage onto --source and re-measure round N paired
     against the baseline.  Exit 0 REPRODUCED, 3 NOT REPRODUCED, 2 bad or tampered input."""
@@ -89,6 +92,7 @@ def reproduce_cmd(
         tolerance_pct=tolerance_pct,
         out=out,
         allow_env_mismatch=reason,
+        gpus=tuple(parse_gpus(gpus)) if gpus else (),
     )
     outcome = reproduce(request, progress=echo_progress)
     v = outcome.verdict

@@ -41,5 +41,5 @@ gpus_option: Callable[[F], F] = click.option(
     "--gpus",
     metavar="LIST",
     default="",
-    help="Lease and shard over these GPUs, e.g. 0,1 (default: no lease, one device).",
+    help="Lease and shard over these GPUs, e.g. 0,1 (shapes balanced by their measured seconds).",
 )

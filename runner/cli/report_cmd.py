@@ -9,7 +9,7 @@ import click
 
 from runner.campaign import Campaign
 from runner.cli.app import App
-from runner.cli.options import campaign_option, executor_override_option
+from runner.cli.options import campaign_option, executor_override_option, gpus_option
 from runner.errors import AppendOnlyViolation
 from runner.store.guard import RECOVERY
 from runner.tips import TIPS_ROOT_ENV, Tip, append_tip, resolve_tips_root
@@ -63,13 +63,15 @@ def report_cmd(app: App, name: str | None, user_stop: bool) -> None:
 @campaign_option
 @click.option("--passes", default=2, show_default=True, help="B C C B blocks per side.")
 @executor_override_option
+@gpus_option
 @click.pass_obj
-def accept_cmd(app: App, name: str | None, passes: int, executor: str | None) -> None:
+def accept_cmd(app: App, name: str | None, passes: int, executor: str | None, gpus: str) -> None:
     """Final acceptance of the lineage head: full validation against the base commit,
     the full benchmark, the full test suite, the branch check.  Exit 0 ACCEPTED,
     3 NOT ACCEPTED, 2 bad input."""
     from runner.accept import NotAccepted, acceptance_dir, run_acceptance
     from runner.executors.factory import make_executor
+    from runner.leases import parse_gpus
 
     campaign = _find(app, name)
     result = run_acceptance(
@@ -77,6 +79,7 @@ def accept_cmd(app: App, name: str | None, passes: int, executor: str | None) ->
         make_executor(campaign.manifest, executor),
         passes=passes,
         progress=_progress,
+        gpus=tuple(parse_gpus(gpus)) if gpus else (),
     )
     verdict = "ACCEPTED" if result.accepted else "NOT ACCEPTED"
     click.echo(f"final acceptance: {verdict}")

@@ -87,9 +87,10 @@ def print_result(result: RoundResult, campaign: Campaign) -> None:
 @click.option("--passes", default=5, show_default=True, help="Calibration passes (>= 2).")
 @executor_override_option
 @click.option("--image", default=None, help="With --op: the container image (docker).")
+@gpus_option
 @click.pass_obj
 def baseline_cmd(
-    app: App, name: str | None, passes: int, executor: str | None, **opts: Any
+    app: App, name: str | None, passes: int, executor: str | None, gpus: str, **opts: Any
 ) -> None:
     """Round-1: full validation, noise calibration, representative shapes, records."""
     if opts["op"]:
@@ -101,7 +102,11 @@ def baseline_cmd(
     if tips:
         click.echo(f"historical tips ({campaign.manifest.target_gpu}):\n{tips}")
     result = run_baseline(
-        campaign, make_executor(campaign.manifest, executor), passes=passes, progress=echo_progress
+        campaign,
+        make_executor(campaign.manifest, executor),
+        passes=passes,
+        progress=echo_progress,
+        gpus=tuple(parse_gpus(gpus)) if gpus else (),
     )
     print_result(result, campaign)
     click.echo(f"representative shapes: {', '.join(campaign.manifest.representative_shapes)}")
@@ -126,7 +131,12 @@ def baseline_cmd(
     show_default=True,
     help="Transfer bucket (docs/protocol.md §8.2): K1-K4, W1.",
 )
-@click.option("--pairs", type=int, default=None, help="B C C B blocks (default: manifest).")
+@click.option(
+    "--pairs",
+    type=int,
+    default=None,
+    help="Paired blocks; the round starts 2x this many process pairs (default: manifest).",
+)
 @executor_override_option
 @gpus_option
 @click.option(

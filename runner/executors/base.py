@@ -7,9 +7,10 @@ artifacts into a folder the host owns.  Local, docker and slurm executors implem
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,33 @@ class JobOutcome:
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and (self.out_dir / "benchmark.csv").is_file()
+
+
+@dataclass
+class LiveWorker:
+    """A long-lived worker (``python -m runner.worker --serve``) started by an executor
+    that supports them: its process with stdin/stdout pipes to the host, or, when its
+    preparation failed, ``proc`` None and ``returncode`` set."""
+
+    name: str
+    out_dir: Path
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None
+    returncode: int | None = None
+
+
+@runtime_checkable
+class ServingExecutor(Protocol):
+    """An executor that can also keep a worker alive for a whole round (paired,
+    turn-taking measurement: ``runner.flow.paired``)."""
+
+    name: str
+
+    def run_job(self, job: WorkerJob) -> JobOutcome: ...
+
+    def start_worker(self, job: WorkerJob) -> LiveWorker:
+        """Prepare the job's tree like ``run_job`` and start the serving worker."""
+        ...
 
 
 class Executor(Protocol):

@@ -12,11 +12,19 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import TextIO
 
 import runner
 from runner.bench.checkpoint import ENV_NAMES as PAUSE_ENV_NAMES
-from runner.cmd import run
-from runner.executors.base import BuildJob, BuiltRole, JobOutcome, RoleBuildFailed, WorkerJob
+from runner.cmd import run, start
+from runner.executors.base import (
+    BuildJob,
+    BuiltRole,
+    JobOutcome,
+    LiveWorker,
+    RoleBuildFailed,
+    WorkerJob,
+)
 from runner.leases import held_fds
 
 _PASS_THROUGH = (
@@ -133,18 +141,46 @@ class LocalExecutor:
     def release_role(self, built: BuiltRole) -> None:
         """Nothing to free: the build lives in the role's worktree."""
 
+    def _prepare(self, job: WorkerJob, env: dict[str, str], log: TextIO) -> int:
+        """The job's preparation commands; the first non-zero exit code, else 0."""
+        for cmd in job.prepare:
+            proc = run(list(cmd), cwd=job.source_dir, env=env, check=False,
+                       timeout=job.timeout_s, die_with_parent=True,
+                       pass_fds=held_fds())  # fmt: skip
+            log.write(f"$ {' '.join(cmd)}\n{proc.stdout}\n")
+            if proc.returncode != 0:
+                return proc.returncode
+        return 0
+
+    def start_worker(self, job: WorkerJob) -> LiveWorker:
+        """A serving worker in a fresh subprocess: stdin/stdout are its pipes to the
+        host, stderr goes to ``job.log``."""
+        job.out_dir.mkdir(parents=True, exist_ok=True)
+        log_path = job.out_dir / "job.log"
+        env = clean_env(job)
+        with log_path.open("w", encoding="utf-8") as log:
+            code = self._prepare(job, env, log)
+            worker = [self.python, "-m", "runner.worker", "--serve", str(job.spec_path)]
+            log.write(f"$ {' '.join(worker)} {job.out_dir}\n")
+        if code:
+            return LiveWorker(job.name, job.out_dir, log_path, None, code)
+        proc = start(
+            [*worker, str(job.out_dir)],
+            cwd=job.source_dir,
+            env=env,
+            stderr_path=log_path,
+            pass_fds=held_fds(),
+        )
+        return LiveWorker(job.name, job.out_dir, log_path, proc)
+
     def run_job(self, job: WorkerJob) -> JobOutcome:
         job.out_dir.mkdir(parents=True, exist_ok=True)
         log_path = job.out_dir / "job.log"
         env = clean_env(job)
         with log_path.open("w", encoding="utf-8") as log:
-            for cmd in job.prepare:
-                proc = run(list(cmd), cwd=job.source_dir, env=env, check=False,
-                           timeout=job.timeout_s, die_with_parent=True,
-                           pass_fds=held_fds())  # fmt: skip
-                log.write(f"$ {' '.join(cmd)}\n{proc.stdout}\n")
-                if proc.returncode != 0:
-                    return JobOutcome(job.name, proc.returncode, job.out_dir, log_path)
+            code = self._prepare(job, env, log)
+            if code:
+                return JobOutcome(job.name, code, job.out_dir, log_path)
             worker = [self.python, "-m", "runner.worker", str(job.spec_path), str(job.out_dir)]
             proc = run(worker, cwd=job.source_dir, env=env, check=False, timeout=job.timeout_s,
                        die_with_parent=True, pass_fds=held_fds())  # fmt: skip

@@ -1,0 +1,333 @@
+"""Paired, turn-taking workers on one GPU: BASELINE time, quick-round time, and whether the
+gate tells A/A, a planted 1% slowdown and a planted 2% speed-up apart, round after round.
+
+A real campaign on a fresh git copy of the example package (``gemm_fp8`` blockwise, Triton
+backend, the four Llama-2-7B micro-batch-1 shapes, the manifest's default timing), driven
+through the product's functions:
+
+* ``setup``: the campaign and ``runner.baseline.run_baseline`` (timed; 3 passes);
+* ``quick``: ``--rounds`` real quick VALIDATE rounds (``runner.rounds.validate_round``, a
+  comment-only candidate: A/A), each timed end to end as a user sees it;
+* ``study``: ``--rounds`` study rounds.  Each starts one fresh serving worker per tree
+  and process pair, all taking turns on the GPU (``runner.flow.measure.measure_roles``
+  with four roles: the head twice, the head with the planted slowdown, the head with
+  the planted double slowdown) and judges three comparisons through
+  ``runner.flow.measure.measure_and_judge`` (more fresh pairs when the gate asks):
+  A/A (head vs head), slowdown (head vs head + 1 extra copy of the forward output: the
+  candidate must be reported as a regression), speed-up (head + 2 extra copies vs the
+  head: the candidate removes them, it must be ACCEPTED).  Sharing one session keeps the
+  study inside ~15 minutes of GPU time; every verdict still comes from the rounds' own
+  measure-and-judge path.
+
+Results go to ``--out/paired_study.json`` (appended round by round, so a command that
+runs past its time limit loses at most one round; run the same command again to go on:
+``--rounds`` is the total wanted, rounds already recorded are skipped).  The campaign
+lives under ``--root`` (kept between commands; made again when missing).  Prints a
+summary table last.  On one H200, in commands of at most 9 minutes::
+
+    export PYTHONPATH=/tmp/site:.:examples PYTHONUNBUFFERED=1
+    python3 benchmarks/paired_study.py setup quick --rounds 3 --root /tmp/ps --out $OUT
+    python3 benchmarks/paired_study.py study --rounds 10 --root /tmp/ps --out $OUT
+    python3 benchmarks/paired_study.py study --rounds 20 --root /tmp/ps --out $OUT
+
+``--device cpu`` runs the same on the CPU with the TORCH backend and the CPU shape set
+(tiny shapes: a check of the script, not a figure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
+
+import runner.cli  # noqa: E402,F401  (import order: newcampaign after the CLI)
+from runner.baseline import run_baseline  # noqa: E402
+from runner.campaign import Campaign  # noqa: E402
+from runner.executors.local import LocalExecutor  # noqa: E402
+from runner.flow.measure import Comparison, measure_and_judge, measure_roles  # noqa: E402
+from runner.newcampaign import create_campaign, fresh_example_copy  # noqa: E402
+from runner.rounds import Request, Round, level_shapes, validate_round  # noqa: E402
+from runner.shapes import default_shape_set, shape_set  # noqa: E402
+
+PLANT_FILE = "turbo_kernels/pytorch/ops/gemm_fp8.py"
+PLANT_AT = "        return _fp8_gemm(a_mk, fwd, b_nk, fwd, config, out_dtype)\n"
+LLAMA_MB1 = (
+    "Llama-2-7B-qkv-mb1-",
+    "Llama-2-7B-attn_out-mb1-",
+    "Llama-2-7B-gate_up-mb1-",
+    "Llama-2-7B-down-mb1-",
+)
+STATE = "paired_study.json"
+
+
+def stamped(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
+
+
+# ---- patches -----------------------------------------------------------------------------
+def head_text(campaign: Campaign) -> str:
+    """The planted file as it is at the lineage head."""
+    lineage = Round(campaign, LocalExecutor(), print, Path(), 0, "quick").lineage
+    return lineage.git("show", f"{lineage.head()}:{PLANT_FILE}") + "\n"
+
+
+def plant_patch(text: str, copies: int) -> str:
+    """A patch onto ``text`` (the planted file) that makes the forward return its output
+    after ``copies`` extra copies (extra calls in the step, the kernel untouched);
+    ``copies`` 0: a comment only."""
+    if PLANT_AT not in text:
+        raise SystemExit(f"{PLANT_FILE} changed: no line {PLANT_AT.strip()!r} to plant at")
+    if copies == 0:
+        new = PLANT_AT.replace("        return", "        # A/A: same code\n        return")
+    else:
+        new = (
+            "        out = _fp8_gemm(a_mk, fwd, b_nk, fwd, config, out_dtype)\n"
+            f"        for _ in range({copies}):  # planted: extra copies of the output\n"
+            "            out = out.clone()\n"
+            "        return out\n"
+        )
+    body = text.replace(PLANT_AT, new)
+    return _diff(PLANT_FILE, text, body)
+
+
+def _diff(path: str, old: str, new: str) -> str:
+    import difflib
+
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        fromfile=f"a/{path}",
+        tofile=f"b/{path}",
+    )
+    return f"diff --git a/{path} b/{path}\n" + "".join(lines)
+
+
+# ---- state -------------------------------------------------------------------------------
+def load_state(out: Path) -> dict[str, Any]:
+    path = out / STATE
+    if path.exists():
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return data
+    return {"quick": [], "study": []}
+
+
+def save_state(out: Path, state: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / (STATE + ".tmp")
+    tmp.write_text(json.dumps(state, indent=1, default=str), encoding="utf-8")
+    tmp.replace(out / STATE)
+
+
+# ---- phases ------------------------------------------------------------------------------
+def setup(args: argparse.Namespace, state: dict[str, Any]) -> Campaign:
+    """The campaign and its baseline (reused when ``state`` names one that exists)."""
+    known = state.get("campaign")
+    if known and (Path(known) / "manifest.yaml").exists():
+        return Campaign.load(Path(known))
+    stamp = datetime.now().strftime("%Y%m%d_%H%M%S")
+    cpu = args.device == "cpu"
+    gpu = "cpu" if cpu else "sm90"
+    source = fresh_example_copy(args.root / "sources" / f"study-{stamp}")
+    fields: dict[str, Any] = {
+        "target": "example",
+        "source": str(source),
+        "target_op": "gemm_fp8",
+        "granularity": "blockwise",
+        "target_backend": "TORCH" if cpu else "TRITON",
+        "target_gpu": gpu,
+        "campaign_name": f"paired_study_{gpu}_{stamp}",
+        "max_iterations": 119,
+    }
+    timing = {k: v for k, v in (("budget_s", args.budget_s), ("batch_s", args.batch_s)) if v}
+    if cpu:  # the demo's short timing: a check of the script
+        timing = {"repeats": 3, "warmup_s": 0.1, "batch_s": 0.03, "max_repeats": 8,
+                  "budget_s": 0.4, "target_rsd": 0.01, **timing}  # fmt: skip
+    if timing:
+        fields["timing"] = timing
+    if not cpu:
+        set_name = default_shape_set("gemm_fp8", gpu)
+        labels = [s.label for s in shape_set(set_name)]
+        fields["shape_set"] = set_name
+        fields["target_shapes"] = [lb for lb in labels if lb.startswith(LLAMA_MB1)]
+    campaign = create_campaign(args.root / "campaigns", **fields)
+    t0 = time.perf_counter()
+    result = run_baseline(campaign, LocalExecutor(), passes=args.passes, progress=stamped)
+    campaign = Campaign.load(campaign.root)
+    m = campaign.manifest
+    state.update(
+        campaign=str(campaign.root),
+        baseline={
+            "seconds": round(time.perf_counter() - t0, 1),
+            "passes": args.passes,
+            "sigma_g_pct": round(100 * (m.sigma_g or 0), 3),
+            "shapes": [s.label for s in result.score.shapes],
+            "representative": list(m.representative_shapes),
+            "shape_seconds": dict(m.shape_seconds),
+        },
+    )
+    return campaign
+
+
+def quick_rounds(args: argparse.Namespace, campaign: Campaign, state: dict[str, Any]) -> None:
+    """Real quick VALIDATE rounds (A/A: a comment), timed end to end."""
+    executor = LocalExecutor()
+    while len(state["quick"]) < args.rounds:
+        campaign = Campaign.load(campaign.root)
+        n = campaign.next_round()
+        patch = plant_patch(head_text(campaign), 0)
+        t0 = time.perf_counter()
+        request = Request(n, "A/A: a comment only (timing of a quick round)", patch)
+        result = validate_round(campaign, executor, request, progress=stamped)
+        gate = result.gate
+        state["quick"].append(
+            {
+                "round": n,
+                "seconds": round(time.perf_counter() - t0, 1),
+                "status": result.status.value,
+                "delta_pct": gate.delta_pct if gate else None,
+                "pairs": gate.pairs_used if gate else None,
+            }
+        )
+        save_state(args.out, state)
+        stamped(f"quick round {n}: {result.status.value} in {state['quick'][-1]['seconds']} s")
+
+
+COMPARISONS = (  # name, reference role, candidate role
+    ("aa", "head", "same"),
+    ("slow", "head", "slow1"),
+    ("fast", "slow2", "same"),
+)
+
+
+def study_rounds(args: argparse.Namespace, campaign: Campaign, state: dict[str, Any]) -> None:
+    executor = LocalExecutor()
+    while len(state["study"]) < args.rounds:
+        k = len(state["study"]) + 1
+        campaign = Campaign.load(campaign.root)
+        text = head_text(campaign)
+        patches = {
+            "head": None,
+            "same": plant_patch(text, 0),
+            "slow1": plant_patch(text, args.slow_copies),
+            "slow2": plant_patch(text, args.fast_copies),
+        }
+        record = one_study_round(campaign, executor, patches, k)
+        state["study"].append(record)
+        save_state(args.out, state)
+        verdicts = ", ".join(f"{c}: {record[c]['status']} {record[c]['delta_pct']:+.2f}%"
+                             for c, _, _ in COMPARISONS)  # fmt: skip
+        stamped(f"study round {k} ({record['seconds']} s): {verdicts}")
+
+
+def one_study_round(
+    campaign: Campaign, executor: LocalExecutor, patches: dict[str, str | None], k: int
+) -> dict[str, Any]:
+    from contextlib import ExitStack
+
+    m = campaign.manifest
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="paired-study-") as tmp, ExitStack() as stack:
+        rnd = Round(campaign, executor, lambda msg: None, Path(tmp), 1000 + k, "quick")
+        head = rnd.lineage.head()
+        trees = {r: stack.enter_context(rnd.lineage.worktree(head, p)) for r, p in patches.items()}
+        shapes = level_shapes(m, "quick")
+        samples = 2 * m.pairs
+        measured = measure_roles(rnd, trees, shapes, samples)
+        record: dict[str, Any] = {"round": k}
+        for name, ref, cand in COMPARISONS:
+            how = Comparison(roles=(ref, cand), files=(f"{name}-ref.csv", f"{name}-cand.csv"))
+            pair_trees = {ref: trees[ref], cand: trees[cand]}
+            got = measure_and_judge(rnd, pair_trees, shapes, samples, how=how, measured=measured)
+            gate = got.gate
+            record[name] = {
+                "status": gate.decision.value,
+                "delta_pct": round(gate.delta_pct, 3),
+                "pairs": len(got.paths[cand]),
+                "reasons": list(gate.reasons),
+            }
+    record["seconds"] = round(time.perf_counter() - t0, 1)
+    return record
+
+
+# ---- summary -----------------------------------------------------------------------------
+def summary(state: dict[str, Any]) -> str:
+    lines = ["| what | measured | target |", "|---|---|---|"]
+    base = state.get("baseline")
+    if base:
+        lines.append(
+            f"| BASELINE, {base['passes']} passes | {base['seconds']} s, sigma_G "
+            f"{base['sigma_g_pct']}% | <= 90 s |"
+        )
+    quick = state.get("quick", [])
+    if quick:
+        secs = sorted(q["seconds"] for q in quick)
+        lines.append(
+            f"| quick VALIDATE round (A/A), {len(quick)} rounds | {secs[0]}-{secs[-1]} s, "
+            f"median {secs[len(secs) // 2]} s | <= 60 s |"
+        )
+    study = state.get("study", [])
+    if study:
+        n = len(study)
+        aa_acc = sum(r["aa"]["status"].startswith("ACCEPTED") for r in study)
+        aa_reg = sum(r["aa"]["delta_pct"] <= -1.0 for r in study)
+        slow = sum(not r["slow"]["status"].startswith("ACCEPTED") and r["slow"]["delta_pct"] < 0
+                   for r in study)  # fmt: skip
+        fast = sum(r["fast"]["status"].startswith("ACCEPTED") for r in study)
+        lines += [
+            f"| A/A rounds: ACCEPTED | {aa_acc}/{n} | <= 1/20 |",
+            f"| A/A rounds: regression of 1% or more reported | {aa_reg}/{n} | 0/20 |",
+            f"| planted slowdown reported as a regression | {slow}/{n} | >= 19/20 |",
+            f"| planted speed-up ACCEPTED | {fast}/{n} | >= 19/20 |",
+        ]
+        for name, _, _ in COMPARISONS:
+            deltas = sorted(r[name]["delta_pct"] for r in study)
+            pairs = sorted(r[name]["pairs"] for r in study)
+            lines.append(
+                f"| {name}: reported gain, min / median / max | {deltas[0]:+.2f}% / "
+                f"{deltas[n // 2]:+.2f}% / {deltas[-1]:+.2f}% (pairs {pairs[0]}-{pairs[-1]}) | |"
+            )
+        secs = sorted(r["seconds"] for r in study)
+        lines.append(f"| one study round (4 trees, 3 verdicts) | median {secs[n // 2]} s | |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("phases", nargs="*", default=["setup", "quick", "study"],
+                        help="setup, quick, study, summary (default: all)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=20, help="total rounds wanted per phase")
+    parser.add_argument("--root", type=Path, default=Path("/tmp/paired-study"))
+    parser.add_argument("--out", type=Path, required=True, help="folder for paired_study.json")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--passes", type=int, default=3, help="baseline passes")
+    parser.add_argument("--budget-s", type=float, help="timing budget per callable")
+    parser.add_argument("--batch-s", type=float, help="timed batch length")
+    parser.add_argument("--slow-copies", type=int, default=1, help="planted slowdown")
+    parser.add_argument("--fast-copies", type=int, default=2, help="planted speed-up")
+    args = parser.parse_args(argv)
+    unknown = set(args.phases) - {"setup", "quick", "study", "summary"}
+    if unknown:
+        parser.error(f"unknown phase(s) {sorted(unknown)}")
+    args.root.mkdir(parents=True, exist_ok=True)
+    state = load_state(args.out)
+    if set(args.phases) - {"summary"}:
+        campaign = setup(args, state)
+        save_state(args.out, state)
+        if "quick" in args.phases:
+            quick_rounds(args, campaign, state)
+        if "study" in args.phases:
+            study_rounds(args, campaign, state)
+    print(summary(state))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

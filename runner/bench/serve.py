@@ -1,0 +1,264 @@
+"""The long-lived worker of a paired round: ``python -m runner.worker --serve SPEC OUT``.
+
+One process per role and process pair, alive for the round.  It pays the import,
+compile/JIT and first calls once, then measures only when the host hands it the
+device: the host sends one JSON line per turn on stdin and waits for the reply line on
+stdout, and it only ever talks to one worker per device at a time (the token).  So two
+processes never run kernels at once, and the host decides the A B B A order.
+
+Messages (one JSON object per line):
+
+* worker -> host, after set-up: ``{"ok": true, "ready": [labels]}``;
+* host -> worker ``{"op": "block", "index": i, "pick": k}``: measure every shape once
+  (forward, backward) on member ``k`` of its buffer pool; reply
+  ``{"ok": true, "block": i, "seconds": s, "start": t0, "end": t1}`` (wall clock);
+* host -> worker ``{"op": "finish"}``: the fresh-step timing, the re-check after
+  timing, then ``benchmark.csv``, ``samples.json``, ``meta.json`` in OUT as a
+  per-pass worker writes them (per shape the median over its blocks); reply
+  ``{"ok": true, "finished": true}`` and exit 0;
+* on any error: ``{"ok": false, "error": "..."}`` and exit 1.
+
+The buffer pool: per shape ``pool`` input sets (seeds ``seed + 101*k``, the same in every
+process, so both roles of a block see the same data), each allocated after a spacer of
+a different size.  A process's buffers land at other addresses than its partner's and
+each block is measured on another member, so where the buffers happen to sit averages
+out over blocks and process pairs instead of becoming a fixed offset of one process.
+
+Worker-side: torch, never pydantic.  The protocol runs on a private copy of the
+original stdout; file descriptor 1 then points at stderr, so whatever the target
+prints cannot corrupt it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from runner.bench.timing import Timing
+from runner.shapes import Shape
+from runner.spec import RoundSpec, write_json_atomic
+
+log = logging.getLogger("runner.worker")
+POOL_GPU = 4
+POOL_CPU = 2
+SPACER_UNIT = 4096  # bytes; spacer k is k * SPACER_UNIT * (1 + member) bytes
+
+
+def pool_size(spec: RoundSpec, device: str) -> int:
+    """Members of the buffer pool (``extra.pool``, else 4 on a GPU and 2 on the CPU)."""
+    default = POOL_CPU if device == "cpu" else POOL_GPU
+    return max(1, int(spec.extra.get("pool", default)))
+
+
+class Channel:
+    """The protocol stream: JSON lines on a private copy of the original stdin/stdout."""
+
+    def __init__(self) -> None:
+        self.reader: IO[str] = os.fdopen(os.dup(0), "r", encoding="utf-8")
+        self.writer: IO[str] = os.fdopen(os.dup(1), "w", encoding="utf-8")
+        os.dup2(2, 1)  # prints of the measured code go to the log, not the protocol
+        sys.stdout = sys.stderr
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.writer.write(json.dumps(message) + "\n")
+        self.writer.flush()
+
+    def receive(self) -> dict[str, Any] | None:
+        line = self.reader.readline()
+        if not line:
+            return None
+        data: dict[str, Any] = json.loads(line)
+        return data
+
+
+class _ShapeState:
+    """One shape's pool of cases, its correctness checks and its per-block timings."""
+
+    def __init__(self, shape: Shape) -> None:
+        self.shape = shape
+        self.cases: list[Any] = []
+        self.spacers: list[Any] = []
+        self.checks: list[Any] = []
+        self.fwd: list[Timing] = []
+        self.bwd: list[Timing] = []
+        self.error: str | None = None
+        self.timed_problems: list[str] = []  # sampled timed outputs that were wrong
+        self.seconds = 0.0  # wall time this process spent on the shape (cost for sharding)
+
+
+class Server:
+    """The state of one serving worker (see the module docstring)."""
+
+    def __init__(
+        self, spec: RoundSpec, out_dir: Path, adapter: Any, device: str, guard: Any = None
+    ) -> None:
+        self.spec = spec
+        self.out_dir = out_dir
+        self.adapter = adapter
+        self.device = device
+        self.guard = guard  # runner.bench.integrity.BindingGuard: verified around each block
+        self.pool = pool_size(spec, device)
+        self.states = [_ShapeState(s) for s in spec.shapes]
+
+    def prepare(self) -> None:
+        """Checks, the buffer pool and the first calls (JIT, autotune) of every shape."""
+        import torch
+
+        for st in self.states:
+            t0 = time.perf_counter()
+            try:
+                seeds = [self.spec.seed + 1000 * i for i in range(self.spec.check_seeds)]
+                st.checks = [self.adapter.check(st.shape, self.device, s) for s in seeds]
+                for k in range(self.pool):
+                    spacer_bytes = SPACER_UNIT * (1 + k) * (1 + len(st.cases) % 7)
+                    st.spacers.append(
+                        torch.empty(spacer_bytes, dtype=torch.uint8, device=self.device)
+                    )
+                    case = self.adapter.case(st.shape, self.device, self.spec.seed + 101 * k)
+                    case.forward()
+                    if case.backward:
+                        case.backward()
+                    st.cases.append(case)
+                if self.device != "cpu":
+                    torch.cuda.synchronize()
+            except Exception as exc:  # a shape that raises still gets a FAIL row
+                log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
+                st.error = f"{type(exc).__name__}: {exc}"
+                st.cases = []
+            st.seconds += time.perf_counter() - t0
+            log.info("shape %s prepared in %.1f s", st.shape.label, st.seconds)
+
+    def block(self, pick: int) -> float:
+        """One turn: every shape forward and backward on pool member ``pick``."""
+        from runner.worker import time_case
+
+        t0 = time.perf_counter()
+        for st in self.states:
+            if st.error:
+                continue
+            case = st.cases[pick % len(st.cases)]
+            t1 = time.perf_counter()
+            try:
+                if self.guard is not None:
+                    self.guard.verify()
+                fwd, bwd, problems = time_case(case, self.spec, self.device)
+                if self.guard is not None:
+                    self.guard.verify()  # a binding replaced while timing voids the block
+                st.fwd.append(fwd)
+                if bwd is not None:
+                    st.bwd.append(bwd)
+                st.timed_problems += [p for p in problems if p not in st.timed_problems]
+            except Exception as exc:
+                log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
+                st.error = f"{type(exc).__name__}: {exc}"
+            st.seconds += time.perf_counter() - t1
+        return time.perf_counter() - t0
+
+    def finish(self) -> None:
+        """Fresh-step timing, the re-check, then the pass's files."""
+        from runner.rows import ROW_BUILDERS, failed_row
+        from runner.schema import get_schema, write_csv
+        from runner.worker import environment_meta
+
+        schema = get_schema(self.adapter.info.schema)
+        rows: list[dict[str, object]] = []
+        raw: dict[str, Any] = {}
+        for st in self.states:
+            try:
+                row, record = self._finish_shape(st, ROW_BUILDERS[schema.name])
+            except Exception as exc:
+                log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
+                st.error = st.error or f"{type(exc).__name__}: {exc}"
+                row, record = None, {}
+            if row is None:
+                rows.append(failed_row(st.shape, schema.name, schema.columns))
+                raw[st.shape.label] = {"error": st.error, **record}
+                continue
+            rows.append(row)
+            raw[st.shape.label] = record
+        samples = {"spec": self.spec.to_dict(), "shapes": raw, "pool": self.pool}
+        write_json_atomic(self.out_dir / "samples.json", samples)
+        write_json_atomic(self.out_dir / "meta.json", environment_meta(self.device))
+        write_csv(self.out_dir / "benchmark.csv", schema, rows)
+
+    def _finish_shape(self, st: _ShapeState, build: Any) -> tuple[Any, dict[str, Any]]:
+        from runner.worker import after_timing
+
+        if st.error or not st.fwd:
+            return None, {}
+        first = st.cases[0]
+        moved = {"fwd_bytes": first.fwd_bytes, "bwd_bytes": first.bwd_bytes}
+        st.cases, st.spacers = [], []  # free the pool before the fresh-step measurement
+        problems, figures, raw = after_timing(
+            self.adapter, st.shape, self.spec, self.device, st.checks, st.timed_problems
+        )
+        for problem in problems:
+            log.error("shape %s failed a check: %s", st.shape.label, problem)
+        fwd = over_blocks(st.fwd)
+        bwd = over_blocks(st.bwd) if st.bwd else None
+        row = build(st.shape, fwd, bwd, moved, figures, not problems)
+        record = {
+            "forward": fwd.to_dict(),
+            "backward": bwd.to_dict() if bwd else None,
+            **raw,
+            "seconds": round(st.seconds, 4),
+        }
+        return row, record
+
+
+def over_blocks(timings: list[Timing]) -> Timing:
+    """One Timing from a process's blocks: one sample per block (its median), so the
+    row's time is the median over blocks and its stddev the spread between blocks."""
+    first = timings[0]
+    return Timing(
+        [t.median_ms for t in timings],
+        first.method,
+        "blocks",
+        first.iters_per_sample,
+        {"blocks": [t.to_dict() for t in timings]},
+    )
+
+
+def _worst(key: str, values: list[float]) -> float:
+    return max(values) if key == "max_abs_err" else min(values)
+
+
+def serve(spec: RoundSpec, out_dir: Path, load: Callable[[RoundSpec, Path], Any]) -> int:
+    """Set up (``load`` gives the op adapter, the device and the binding guard, like
+    ``runner.worker.load_for``; it runs after the protocol stream is private, so the
+    target's import may print), then answer the host's messages until ``finish`` (or
+    end of input)."""
+    channel = Channel()
+    try:
+        adapter, device, guard = load(spec, out_dir)
+        server = Server(spec, out_dir, adapter, device, guard)
+        server.prepare()
+        channel.send({"ok": True, "ready": [s.label for s in spec.shapes]})
+        while True:
+            message = channel.receive()
+            if message is None:
+                log.error("the host closed the channel before finish")
+                return 1
+            op = message.get("op")
+            if op == "block":
+                start = time.time()
+                seconds = server.block(int(message.get("pick", 0)))
+                reply = {"block": message.get("index"), "seconds": seconds, "start": start}
+                channel.send({"ok": True, **reply, "end": time.time()})
+            elif op == "finish":
+                server.finish()
+                channel.send({"ok": True, "finished": True})
+                return 0
+            else:
+                raise ValueError(f"unknown message {message!r}")
+    except Exception as exc:
+        log.error("serve failed: %s\n%s", exc, traceback.format_exc())
+        channel.send({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+        return 1

@@ -1,0 +1,314 @@
+"""One measure-and-judge path for every comparison: VALIDATE rounds, final acceptance
+and reproduction all measure, shard, re-measure and judge through here.
+
+``measure_roles`` takes independent samples of one or two roles:
+
+* an executor that keeps workers alive (local): paired, turn-taking workers
+  (``runner.flow.paired``), one process pair per sample;
+* otherwise (docker, slurm): one fresh worker per pass in B C C B order, two samples
+  per block; on Slurm with several GPUs the shards go as one job array (one task per
+  shard running its passes in order, ``SlurmExecutor.submit_sequences``);
+* with several GPUs either way: the shapes split into one shard per GPU, balanced by
+  each shape's measured seconds from the baseline (``manifest.shape_seconds``), every
+  GPU measuring both roles of its own shapes, the shards merged per pass.
+
+``measure_and_judge`` then merges the passes of each role, scores them, pairs them,
+judges with the gate and, while the gate asks for more paired samples
+(``gate.required_pairs``), measures more pairs and judges again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from runner.errors import InfrastructureError
+from runner.flow.paired import PairedFailed, measure_paired, supports_paired
+from runner.gate import decide, required_pairs
+from runner.judge.import_cause import explain_failure
+from runner.passes import check_problems, fresh_gains, pair_samples, read_passes, write_merged
+from runner.results import Decision, GateResult, Score
+from runner.schema import BenchCSV
+from runner.scoring import score
+from runner.shapes import Shape
+from runner.sharding import (
+    BCCB,
+    ShardFailed,
+    detect_vendor,
+    gpu_env,
+    measure_sharded,
+    pass_name,
+    seconds_cost,
+    shard_shapes,
+    write_shard_merge,
+)
+
+
+class RoundFailed(InfrastructureError):
+    """A worker crashed: a VALIDATE round is recorded as FAILED and nothing else
+    changes; at the baseline it stops the command (nothing is recorded)."""
+
+    def __init__(self, message: str, log_path: Path | None = None) -> None:
+        tail = ""
+        if log_path and log_path.exists():
+            text = log_path.read_text(encoding="utf-8", errors="replace")
+            tail = explain_failure(text[-1500:], text)
+        super().__init__(message + (f"\n{tail}" if tail else ""))
+        self.message = message
+
+
+# ---- measuring -----------------------------------------------------------------------
+def measure_roles(
+    rnd: Any, trees: Mapping[str, Path], shapes: list[Shape], samples: int, start_index: int = 0
+) -> dict[str, list[Path]]:
+    """``samples`` independent samples of the roles of ``trees`` (in their order; one
+    role: that many passes of it, two roles: that many pairs).  Returns per role the
+    pinned CSV of each pass, pass i of one role paired with pass i of the other."""
+    roles = list(trees)
+    try:
+        if supports_paired(rnd.executor):
+            return _paired(rnd, trees, shapes, roles, samples, start_index)
+        return _per_pass(rnd, trees, shapes, roles, samples, start_index)
+    except (PairedFailed, ShardFailed) as exc:
+        raise RoundFailed(exc.message, exc.log_path) from exc
+
+
+def _paired(
+    rnd: Any,
+    trees: Mapping[str, Path],
+    shapes: list[Shape],
+    roles: list[str],
+    samples: int,
+    start_index: int,
+) -> dict[str, list[Path]]:
+    gpus = tuple(rnd.gpus)
+    seed = 7919 * rnd.round + start_index
+    if len(gpus) <= 1:
+        env = gpu_env(gpus[0], detect_vendor()) if gpus else None
+        return measure_paired(
+            rnd, trees, shapes, roles, pairs=samples, start_index=start_index, env=env, seed=seed
+        )
+    shards = [s for s in shard_shapes(shapes, len(gpus), cost=_cost(rnd)) if s]
+    used = gpus[: len(shards)]
+    vendor = detect_vendor()
+    rnd.progress(
+        f"round-{rnd.round}: {len(shards)} shard(s) on GPUs {list(used)}: "
+        + "; ".join(f"GPU {g}: {len(s)} shape(s)" for g, s in zip(used, shards, strict=True))
+    )
+
+    def one(k: int) -> dict[str, list[Path]]:
+        return measure_paired(
+            rnd, trees, shards[k], roles, pairs=samples, start_index=start_index,
+            env=gpu_env(used[k], vendor), suffix=f"-gpu{used[k]}", seed=seed,
+        )  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=len(used), thread_name_prefix="shard") as pool:
+        futures = [pool.submit(one, k) for k in range(len(used))]
+        errors = [f.exception() for f in futures]
+    for error in errors:
+        if error is not None:
+            raise error
+    per_shard = [f.result() for f in futures]
+    order = [s.label for s in shapes]
+    merged: dict[str, list[Path]] = {role: [] for role in roles}
+    index = start_index
+    for p in range(samples):
+        for role in roles:
+            index += 1
+            dest = rnd.tmp / pass_name(index, role) / "benchmark.csv"
+            parts = [got[role][p] for got in per_shard]
+            write_shard_merge(dest, parts, order, rnd.manifest.pinned_header)
+            merged[role].append(dest)
+    return merged
+
+
+def _per_pass(
+    rnd: Any,
+    trees: Mapping[str, Path],
+    shapes: list[Shape],
+    roles: list[str],
+    samples: int,
+    start_index: int,
+) -> dict[str, list[Path]]:
+    """One fresh worker per pass: B C C B blocks (two samples each), C B for an odd
+    one; one role: ``samples`` passes."""
+    patterns: list[tuple[str, ...]]
+    if len(roles) == 1:
+        patterns = [(roles[0],)] * samples
+    elif len(roles) > 2:
+        raise RoundFailed(f"one-pass-per-worker measurement compares two roles, not {roles}")
+    else:
+        a, b = roles
+        patterns = [(a, b, b, a)] * (samples // 2) + [(b, a)] * (samples % 2)
+    gpus = tuple(rnd.gpus)
+    if len(gpus) > 1 and hasattr(rnd.executor, "submit_sequences"):
+        return _slurm_array(rnd, trees, shapes, roles, patterns, start_index)
+    paths: dict[str, list[Path]] = {role: [] for role in roles}
+    index = start_index
+    for pattern in patterns:
+        if len(gpus) > 1:
+            got = measure_sharded(
+                rnd, trees, shapes, gpus, pattern=pattern, blocks=1, start_index=index,
+                pinned=rnd.manifest.pinned_header, cost=_cost(rnd),
+            )  # fmt: skip
+            for role in roles:
+                paths[role] += got.get(role, [])
+            index += len(pattern)
+            continue
+        for role in pattern:
+            index += 1
+            paths[role].append(_run_pass(rnd, role, index, trees[role], shapes))
+    return paths
+
+
+def _slurm_array(
+    rnd: Any,
+    trees: Mapping[str, Path],
+    shapes: list[Shape],
+    roles: list[str],
+    patterns: list[tuple[str, ...]],
+    start_index: int,
+) -> dict[str, list[Path]]:
+    """Shards as one Slurm job array: one array task per shard runs that shard's
+    passes in order in its one allocation (the scheduler gives each task its GPU), all
+    shards at once; then the shard CSVs of each pass are merged."""
+    n = len(rnd.gpus)
+    shards = [s for s in shard_shapes(shapes, n, cost=_cost(rnd)) if s]
+    passes = [(start_index + i, role) for i, role in
+              enumerate((r for pattern in patterns for r in pattern), start=1)]  # fmt: skip
+    rnd.progress(f"round-{rnd.round}: {len(shards)} shard(s) as one Slurm job array")
+    sequences = [
+        [rnd.worker_job(f"{pass_name(i, role)}-shard{k}", rnd.spec(role, i, shard), trees[role],
+                        {"TURBO_CAMPAIGN_SHARD": str(k)}) for i, role in passes]
+        for k, shard in enumerate(shards)
+    ]  # fmt: skip
+    outcomes = rnd.executor.submit_sequences(sequences, rnd.tmp)
+    for seq in outcomes:
+        for outcome in seq:
+            if not outcome.ok:
+                raise RoundFailed(
+                    f"worker {outcome.name} failed (exit {outcome.returncode})", outcome.log_path
+                )
+    order = [s.label for s in shapes]
+    paths: dict[str, list[Path]] = {role: [] for role in roles}
+    for p, (index, role) in enumerate(passes):
+        dest = rnd.tmp / pass_name(index, role) / "benchmark.csv"
+        parts = [Path(seq[p].out_dir) / "benchmark.csv" for seq in outcomes]
+        write_shard_merge(dest, parts, order, rnd.manifest.pinned_header)
+        paths[role].append(dest)
+    return paths
+
+
+def _run_pass(rnd: Any, role: str, index: int, tree: Path, shapes: list[Shape]) -> Path:
+    name = pass_name(index, role)
+    outcome = rnd.job(name, rnd.spec(role, index, shapes), tree)
+    if not outcome.ok:
+        raise RoundFailed(f"worker {name} failed (exit {outcome.returncode})", outcome.log_path)
+    return Path(outcome.out_dir) / "benchmark.csv"
+
+
+def _cost(rnd: Any) -> Callable[[Shape], float]:
+    return seconds_cost(getattr(rnd.manifest, "shape_seconds", None) or {})
+
+
+# ---- judging -------------------------------------------------------------------------
+@dataclass
+class Judged:
+    """A finished comparison: the verdict, both merged scores, every pass."""
+
+    gate: GateResult
+    reference: Score
+    candidate: Score
+    paths: dict[str, list[Path]]
+    csvs: dict[str, list[BenchCSV]]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How one caller names and audits its comparison.
+
+    ``roles``: the reference role, then the candidate role (``trees`` keys);
+    ``files``: where their merged CSVs go in ``rnd.tmp``; ``broken``: the message when
+    the reference FAILs a check; ``audits``: the round-only audits (held-out flag,
+    inflation veto) apply."""
+
+    roles: tuple[str, str] = ("incumbent", "candidate")
+    files: tuple[str, str] = ("incumbent.csv", "benchmark.csv")
+    broken: str = "the incumbent FAILed a correctness check: the lineage head is broken"
+    audits: bool = True
+
+
+def measure_and_judge(
+    rnd: Any,
+    trees: Mapping[str, Path],
+    shapes: list[Shape],
+    samples: int,
+    *,
+    how: Comparison = Comparison(),
+    vetoes: Sequence[str] = (),
+    remeasure: bool = True,
+    measured: Mapping[str, list[Path]] | None = None,
+) -> Judged:
+    """Measure ``samples`` pairs, judge, and while the gate asks for more paired
+    samples, measure that many more fresh pairs and judge again.  ``measured``: passes
+    of both roles already taken (e.g. in a session with more roles); then only the
+    extra pairs are measured here."""
+    ordered = {role: trees[role] for role in how.roles}
+    if measured is not None:
+        paths = {role: list(measured[role]) for role in how.roles}
+    else:
+        paths = measure_roles(rnd, ordered, shapes, samples)
+    judged = judge(rnd, paths, how, vetoes)
+    while remeasure and judged.gate.decision is Decision.NEEDS_REMEASURE:
+        have = len(paths[how.roles[1]])
+        more = max(required_pairs(rnd.manifest.sigma_g) - have, 1)
+        rnd.progress(f"round-{rnd.round}: near noise, {more} more pair(s)")
+        start = last_index(rnd.tmp)
+        got = measure_roles(rnd, ordered, shapes, more, start)
+        for role in how.roles:
+            paths[role] += got[role]
+        judged = judge(rnd, paths, how, vetoes)
+    return judged
+
+
+def last_index(tmp: Path) -> int:
+    """The highest pass number used in ``tmp`` (``pass-NN-<role>[...]`` folders)."""
+    numbers = [int(p.name.split("-")[1]) for p in tmp.glob("pass-*-*") if p.is_dir()]
+    return max(numbers, default=0)
+
+
+def judge(
+    rnd: Any, paths: Mapping[str, list[Path]], how: Comparison, vetoes: Sequence[str]
+) -> Judged:
+    """Merge, score, pair and gate the passes measured so far."""
+    from runner.verdict import heldout_flag, inflation_veto
+
+    m = rnd.manifest
+    ref_role, cand_role = how.roles
+    ref = read_passes(paths[ref_role], m.pinned_header)
+    cand = read_passes(paths[cand_role], m.pinned_header)
+    ref_score = score(write_merged(rnd.tmp / how.files[0], ref), m.primary_metric)
+    cand_score = score(write_merged(rnd.tmp / how.files[1], cand), ref_score.metric)
+    if ref_score.n_fail:
+        raise RoundFailed(how.broken)
+    pairs = pair_samples(ref, cand, ref_score.metric)
+    gate = decide(ref_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=list(vetoes))
+    if cand_score.n_fail:
+        why = tuple(f"candidate check: {p}" for p in check_problems(paths[cand_role]))
+        gate = replace(gate, reasons=(*gate.reasons, *why))
+    if how.audits:
+        gate = heldout_flag(gate, m.heldout_shapes)
+        gain = fresh_gains(paths[ref_role], paths[cand_role])
+        inflated = inflation_veto(gate, gain, m.sigma_g or 0.0)
+        if inflated:
+            gate = decide(
+                ref_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=[*vetoes, inflated]
+            )
+    csvs = {ref_role: ref, cand_role: cand}
+    return Judged(gate, ref_score, cand_score, {k: list(v) for k, v in paths.items()}, csvs)
+
+
+__all__ = ["BCCB", "Comparison", "Judged", "RoundFailed", "measure_and_judge", "measure_roles"]

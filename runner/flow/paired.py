@@ -1,0 +1,275 @@
+"""Paired, turn-taking measurement with long-lived workers (docs/measurement.md).
+
+Per round and GPU: one fresh serving worker (``python -m runner.worker --serve``) per
+role and process pair, started together and alive for the round.  Each pays its
+import, compile/JIT and first calls once.  Then the host hands the device to one
+worker at a time (it sends one message and waits for the reply: the token), so no two
+workers ever run kernels at the same time, in blocks of A B B A per pair, pairs in
+turn.  Every block runs on another member of the worker's buffer pool, the same member
+for both roles of the block; the pool is walked in a per-pair shuffled order, so
+buffer placement is varied and averaged like any other noise source.
+
+Blocks of the same two processes share those processes' offsets, so a process pair,
+not a block, is the independent sample: each worker writes one pinned CSV (per shape
+the median over its blocks) and the pair's two CSVs are one ``PairSample`` for the
+gate.  More samples are more pairs (fresh processes), never more blocks.
+
+Host-side, pydantic-free (benchmarks run it on GPU boxes without pydantic).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import select
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from runner.bench.timing import TimingSettings
+from runner.executors.base import LiveWorker, ServingExecutor, WorkerJob
+from runner.shapes import Shape
+from runner.sharding import pass_name
+from runner.spec import RoundSpec
+
+READY_TIMEOUT_S = 1800.0  # import, checks, compile/JIT and first calls of every shape
+TURN_TIMEOUT_S = 900.0  # one block or the finish
+BLOCK_WARMUP_FLOOR_S = 0.1  # a turn's warm-up never shorter than this (or the pinned one)
+
+
+class PairedHost(Protocol):
+    """What paired measurement needs from a round (``runner.rounds.Round``)."""
+
+    tmp: Path
+
+    @property
+    def executor(self) -> Any: ...
+
+    def spec(self, role: str, index: int, shapes: list[Shape], **extra: object) -> RoundSpec: ...
+
+    def worker_job(
+        self, name: str, spec: RoundSpec, tree: Path, env: Mapping[str, str] | None = None
+    ) -> WorkerJob: ...
+
+
+class PairedFailed(Exception):
+    """A serving worker failed or stopped answering; ``runner.flow.measure`` turns it
+    into RoundFailed with the worker's log tail."""
+
+    def __init__(self, message: str, log_path: Path | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.log_path = log_path
+
+
+def supports_paired(executor: object) -> bool:
+    """True when ``executor`` can keep workers alive for a round (local today; docker
+    and slurm run one fresh worker per pass)."""
+    return isinstance(executor, ServingExecutor)
+
+
+def block_timing(settings: TimingSettings, turns: int) -> TimingSettings:
+    """The timing of one block when a worker has ``turns`` blocks: the pinned warm-up
+    and budget are per callable and process, so each block gets its share (at least
+    ``repeats`` batches each).  Every turn follows another process's, so its warm-up
+    never drops below ``min(warmup_s, BLOCK_WARMUP_FLOOR_S)``: caches and clocks must
+    settle again (the GPU engine also waits for its windows to agree; the CPU one
+    does not)."""
+    if turns <= 1:
+        return settings
+    floor = min(settings.warmup_s, BLOCK_WARMUP_FLOOR_S)
+    return replace(
+        settings,
+        warmup_s=max(settings.warmup_s / turns, floor),
+        budget_s=settings.budget_s / turns,
+        max_repeats=max(settings.repeats, math.ceil(settings.max_repeats / turns)),
+    )
+
+
+@dataclass
+class _Worker:
+    live: LiveWorker
+    role: str
+    index: int
+
+    @property
+    def csv(self) -> Path:
+        return self.live.out_dir / "benchmark.csv"
+
+
+def _order(roles: Sequence[str]) -> tuple[int, ...]:
+    """The worker slots of one block group: A B B A for two roles, its palindrome
+    A B C C B A for more (every role twice, drift cancels to first order), A for one."""
+    n = len(roles)
+    if n == 1:
+        return (0,)
+    return tuple(range(n)) + tuple(reversed(range(n)))
+
+
+def turns_per_worker(roles: Sequence[str], groups: int) -> int:
+    order = _order(roles)
+    return groups * order.count(0)
+
+
+def measure_paired(
+    host: PairedHost,
+    trees: Mapping[str, Path],
+    shapes: Sequence[Shape],
+    roles: Sequence[str],
+    *,
+    pairs: int,
+    groups: int = 1,
+    start_index: int = 0,
+    env: Mapping[str, str] | None = None,
+    suffix: str = "",
+    seed: int = 0,
+) -> dict[str, list[Path]]:
+    """``pairs`` process pairs (one worker per role each; with one role, ``pairs``
+    workers), ``groups`` A B B A block groups per pair, turn by turn on one device.
+
+    Worker ``index`` numbers continue from ``start_index`` as pass numbers did, and each
+    worker's folder is ``<tmp>/pass-NN-<role><suffix>``.  Returns, per role, the pinned
+    CSV of each of its workers in pair order (pair i of the incumbent with pair i of
+    the candidate).  Raises PairedFailed when a worker fails; every worker started
+    here has exited when this returns or raises.  Each turn is logged, with the
+    worker's own wall-clock start and end, in ``<tmp>/turns<suffix>.jsonl``."""
+    executor = host.executor
+    if not supports_paired(executor):
+        raise PairedFailed(f"executor {executor.name} cannot keep workers alive for a round")
+    missing = sorted(set(roles) - set(trees))
+    if missing:
+        raise PairedFailed(f"no source tree for role(s) {missing}")
+    order = _order(roles)
+    turns = turns_per_worker(roles, groups)
+    workers: list[list[_Worker]] = []
+    try:
+        index = start_index
+        for _ in range(pairs):
+            group = []
+            for role in roles:
+                index += 1
+                name = pass_name(index, role) + suffix
+                spec = host.spec(role, index, list(shapes))
+                spec = replace(spec, timing=block_timing(spec.timing, turns))
+                job = host.worker_job(name, spec, trees[role], env)
+                group.append(_Worker(executor.start_worker(job), role, index))
+            workers.append(group)
+        for group in workers:
+            for w in group:
+                _expect(w, READY_TIMEOUT_S, "ready")
+        pool = max(1, int(host.spec(roles[0], 0, []).extra.get("pool", 4)))
+        picks = _picks(pairs, 2 * groups, pool, seed)
+        turns_log = host.tmp / f"turns{suffix}.jsonl"
+        with turns_log.open("a", encoding="utf-8") as record:
+            for g in range(groups):
+                for p, group in enumerate(workers):
+                    for half, slot in enumerate(order):
+                        pick = picks[p][(2 * g + (half >= len(order) // 2)) % len(picks[p])]
+                        msg = {"op": "block", "index": g, "pick": pick}
+                        reply = _talk(group[slot], msg, TURN_TIMEOUT_S, "block")
+                        name = group[slot].live.name
+                        span = {"start": reply.get("start"), "end": reply.get("end")}
+                        turn = {"worker": name, "pair": p, "group": g, "pick": pick, **span}
+                        record.write(json.dumps(turn) + "\n")
+        for group in workers:
+            for w in group:
+                _talk(w, {"op": "finish"}, TURN_TIMEOUT_S, "finished")
+                _reap(w)
+    finally:
+        for group in workers:
+            for w in group:
+                _stop(w)
+    out: dict[str, list[Path]] = {role: [] for role in roles}
+    for group in workers:
+        for w in group:
+            out[w.role].append(w.csv)
+    return out
+
+
+def _picks(pairs: int, per_pair: int, pool: int, seed: int) -> list[list[int]]:
+    """Per pair, the pool member of each half-group: a shuffled walk through the pool
+    (seeded: a round is reproducible), every member before any repeats."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(pairs):
+        walk: list[int] = []
+        while len(walk) < per_pair:
+            members = list(range(pool))
+            rng.shuffle(members)
+            walk.extend(members)
+        out.append(walk[:per_pair])
+    return out
+
+
+def _fail(w: _Worker, why: str) -> PairedFailed:
+    code = w.live.returncode
+    proc = w.live.proc
+    if proc is not None:
+        try:  # a worker that reported its error exits right after
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            code = None
+    exit_note = f" (exit {code})" if code is not None else ""
+    return PairedFailed(f"worker {w.live.name} failed{exit_note}: {why}", w.live.log_path)
+
+
+def _expect(w: _Worker, timeout: float, key: str) -> dict[str, Any]:
+    proc = w.live.proc
+    if proc is None or proc.stdout is None:
+        raise _fail(w, "did not start")
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    if not ready:
+        raise _fail(w, f"gave no answer within {timeout:.0f} s")
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait(timeout=30)
+        raise _fail(w, "exited before answering")
+    try:
+        reply: dict[str, Any] = json.loads(line)
+    except json.JSONDecodeError:
+        raise _fail(w, f"answered garbage: {line[:200]!r}") from None
+    if not reply.get("ok") or key not in reply:
+        raise _fail(w, str(reply.get("error", reply)))
+    return reply
+
+
+def _talk(w: _Worker, message: dict[str, Any], timeout: float, key: str) -> dict[str, Any]:
+    proc = w.live.proc
+    if proc is None or proc.stdin is None:
+        raise _fail(w, "did not start")
+    try:
+        proc.stdin.write((json.dumps(message) + "\n").encode())
+        proc.stdin.flush()
+    except (BrokenPipeError, OSError):
+        raise _fail(w, "is gone") from None
+    return _expect(w, timeout, key)
+
+
+def _reap(w: _Worker) -> None:
+    proc = w.live.proc
+    if proc is None:
+        return
+    try:
+        code = proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        raise _fail(w, "did not exit after finishing") from None
+    if code != 0 or not w.csv.is_file():
+        raise _fail(w, "finished without its benchmark.csv")
+
+
+def _stop(w: _Worker) -> None:
+    """End a worker that is still running (a failure elsewhere) and close its pipes."""
+    proc = w.live.proc
+    if proc is None:
+        return
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()

@@ -1,0 +1,263 @@
+"""Paired, turn-taking workers (runner.flow.paired, runner.bench.serve) and the one
+measure path (runner.flow.measure): the schedule, the pair rule the gate exports,
+real serving workers on the CPU taking turns, a failing worker, and sharding over 8
+simulated devices with the split by measured seconds and the merge."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runner.bench.timing import TimingSettings
+from runner.executors.local import LocalExecutor
+from runner.flow.measure import RoundFailed, measure_roles
+from runner.flow.paired import (
+    PairedFailed,
+    _order,
+    _picks,
+    block_timing,
+    measure_paired,
+    supports_paired,
+)
+from runner.gate import decide, required_pairs
+from runner.results import Decision, Score, ShapeScore
+from runner.schema import read_csv
+from runner.shapes import Shape
+from runner.sharding import (
+    PlainHost,
+    PlainManifest,
+    PlainRound,
+    flops_cost,
+    seconds_cost,
+    shard_shapes,
+)
+from runner.spec import RoundSpec
+
+TIMING = TimingSettings(warmup_s=0.01, repeats=2, max_repeats=3, budget_s=0.05, batch_s=0.005)
+ENV = {"TURBO_KERNELS_GEMM_BACKEND": "TORCH"}
+
+
+# ---- the rule and the schedule ---------------------------------------------------------
+def test_required_pairs_is_the_gate_s_own_rule() -> None:
+    assert required_pairs(None) == 3 and required_pairs(0.005) == 3
+    assert required_pairs(0.0101) == 5 and required_pairs(0.02, min_pairs=7) == 7
+    with pytest.raises(Exception, match="min_pairs"):
+        required_pairs(0.01, min_pairs=0)
+    best = Score("m", 100.0, (ShapeScore("a", "PASS", 100.0),), 1, 0)
+    cand = Score("m", 100.5, (ShapeScore("a", "PASS", 100.5),), 1, 0)
+    for sigma in (0.002, 0.02):
+        gate = decide(best, cand, sigma_g=sigma)
+        assert gate.decision is Decision.NEEDS_REMEASURE
+        assert f"need {required_pairs(sigma)}," in gate.reasons[0]
+
+
+def test_block_order_and_pool_walk() -> None:
+    assert _order(["a", "b"]) == (0, 1, 1, 0)
+    assert _order(["a", "b", "c"]) == (0, 1, 2, 2, 1, 0)
+    assert _order(["a"]) == (0,)
+    picks = _picks(3, 8, 4, seed=5)
+    for walk in picks:  # every member before any repeats
+        assert sorted(walk[:4]) == [0, 1, 2, 3] and sorted(walk[4:]) == [0, 1, 2, 3]
+    assert _picks(3, 8, 4, seed=5) == picks and _picks(3, 8, 4, seed=6) != picks
+    half = block_timing(TimingSettings(warmup_s=0.3, budget_s=5.0, repeats=5, max_repeats=30), 2)
+    assert (half.warmup_s, half.budget_s, half.max_repeats, half.repeats) == (0.15, 2.5, 15, 5)
+    short = block_timing(TimingSettings(warmup_s=0.1, budget_s=0.4), 2)
+    assert (short.warmup_s, short.budget_s) == (0.1, 0.2)  # the floor: re-warm every turn
+
+
+def test_seconds_cost_balances_by_measured_time() -> None:
+    shapes = [Shape(f"s{i}", 64 * (i + 1), 64, 64) for i in range(8)]
+    # FLOPs would give the largest shape a GPU of its own; measured seconds say the
+    # small shapes cost the most (a timing budget each, compile first).
+    seconds = {f"s{i}": 10.0 - i for i in range(8)}
+    by_time = shard_shapes(shapes, 2, cost=seconds_cost(seconds))
+    loads = [sum(seconds[s.label] for s in shard) for shard in by_time]
+    assert loads == [26.0, 26.0]
+    assert shard_shapes(shapes, 2, cost=seconds_cost({})) == shard_shapes(shapes, 2)
+    assert seconds_cost({"s0": 3.0})(shapes[5]) == 3.0  # unknown: the typical one
+    assert seconds_cost({}) is flops_cost
+
+
+# ---- real serving workers (CPU) --------------------------------------------------------
+def example_host(tmp_path: Path, **extra: object) -> tuple[PlainHost, Path]:
+    import runner.cli  # noqa: F401  (newcampaign imported first hits an import cycle)
+    from runner.newcampaign import fresh_example_copy
+
+    tree = fresh_example_copy(tmp_path / "tree")
+    options = {"backend": "TORCH", "granularity": None}
+    template = RoundSpec("paired-test", 2, "incumbent", 0, "full", "example", "gemm", options,
+                         (), TIMING, device="cpu", extra=dict(extra))  # fmt: skip
+    host = PlainHost(tmp_path / "round", LocalExecutor(), template,
+                     lambda t: {"PYTHONPATH": str(t), **ENV})  # fmt: skip
+    return host, tree
+
+
+def alive(marker: Path) -> list[str]:
+    """Command lines of running processes that mention ``marker``."""
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)
+    return [line for line in out.stdout.splitlines() if str(marker) in line]
+
+
+@pytest.mark.integration
+def test_serving_workers_take_turns_abba(tmp_path: Path) -> None:
+    host, tree = example_host(tmp_path, pool=3)
+    shapes = [Shape("s1", 16, 64, 64), Shape("s2", 32, 64, 64)]
+    trees = {"incumbent": tree, "candidate": tree}
+    got = measure_paired(host, trees, shapes, ["incumbent", "candidate"], pairs=2, groups=2)
+    assert [p.parent.name for p in got["incumbent"]] == ["pass-01-incumbent", "pass-03-incumbent"]
+    assert [p.parent.name for p in got["candidate"]] == ["pass-02-candidate", "pass-04-candidate"]
+    for paths in got.values():
+        for path in paths:
+            csv = read_csv(path)
+            assert csv.labels() == ["s1", "s2"] and all(r.passed for r in csv.rows)
+            samples = json.loads((path.parent / "samples.json").read_text())
+            blocks = samples["shapes"]["s1"]["forward"]["extra"]["blocks"]
+            assert len(blocks) == 4  # 2 groups x A B B A: two turns per group
+            assert samples["shapes"]["s1"]["seconds"] > 0
+    turns = [json.loads(line) for line in (host.tmp / "turns.jsonl").read_text().splitlines()]
+    assert len(turns) == 2 * 2 * 4
+    first = [t["worker"].split("-")[-1] for t in turns[:4]]
+    assert first == ["incumbent", "candidate", "candidate", "incumbent"]
+    assert {t["worker"] for t in turns[4:8]} == {"pass-03-incumbent", "pass-04-candidate"}
+    for t in turns[:4]:  # one block, both roles on the same pool member per half
+        assert t["pick"] == turns[0 if t in turns[:2] else 2]["pick"]
+    spans = sorted((t["start"], t["end"]) for t in turns)
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert end <= start  # the token: never two workers measuring at once
+    assert alive(host.tmp) == []
+
+
+@pytest.mark.integration
+def test_a_failing_worker_stops_the_others_and_says_why(tmp_path: Path) -> None:
+    host, tree = example_host(tmp_path)
+    broken = tmp_path / "broken"
+    broken.mkdir()  # no turbo_kernels here: the candidate cannot import its target
+    trees = {"incumbent": tree, "candidate": broken}
+    with pytest.raises(PairedFailed) as info:
+        measure_paired(host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"], pairs=2)
+    assert "pass-02-candidate failed (exit 1)" in info.value.message
+    assert info.value.log_path and "turbo_kernels" in info.value.log_path.read_text()
+    assert alive(host.tmp) == []
+
+
+@pytest.mark.integration
+def test_eight_simulated_devices_split_by_seconds_and_merge(tmp_path: Path) -> None:
+    host, tree = example_host(tmp_path)
+    shapes = [Shape(f"s{i}", 16 * (1 + i % 3), 64, 64) for i in range(10)]
+    seconds = {s.label: 1.0 for s in shapes} | {"s0": 3.0, "s9": 2.5}
+    manifest = PlainManifest(shape_seconds=seconds)
+    rnd = PlainRound(host.tmp, host.executor, host.template, host.job_env,
+                         gpus=tuple(range(8)), manifest=manifest)  # fmt: skip
+    assert supports_paired(rnd.executor)
+    got = measure_roles(rnd, {"baseline": tree}, shapes, 1)
+    (merged,) = got["baseline"]
+    assert merged == rnd.tmp / "pass-01-baseline" / "benchmark.csv"
+    csv = read_csv(merged)
+    assert csv.labels() == [s.label for s in shapes] and all(r.passed for r in csv.rows)
+    shard_dirs = sorted(p.name for p in rnd.tmp.glob("pass-01-baseline-gpu*"))
+    assert shard_dirs == [f"pass-01-baseline-gpu{g}" for g in range(8)]
+    labels = {d: read_csv(rnd.tmp / d / "benchmark.csv").labels() for d in shard_dirs}
+    assert labels["pass-01-baseline-gpu0"] == ["s0"]  # the costliest shape alone
+    assert labels["pass-01-baseline-gpu1"] == ["s9"]
+    assert sorted(lb for ls in labels.values() for lb in ls) == sorted(s.label for s in shapes)
+    for g in range(8):  # each worker was shown only its own device
+        meta = json.loads((rnd.tmp / f"pass-01-baseline-gpu{g}" / "meta.json").read_text())
+        assert meta["visible_devices"]["CUDA_VISIBLE_DEVICES"] == str(g)
+    assert any("8 shard(s) on GPUs [0, 1, 2, 3, 4, 5, 6, 7]" in m for m in rnd.said)
+
+
+def test_per_pass_refuses_more_than_two_roles(tmp_path: Path) -> None:
+    class NoServe:
+        name = "docker"
+
+    rnd = PlainRound(tmp_path, NoServe(), None, gpus=())  # type: ignore[arg-type]
+    with pytest.raises(RoundFailed, match="two roles"):
+        measure_roles(rnd, {"a": tmp_path, "b": tmp_path, "c": tmp_path}, [], 1)
+
+
+# ---- the multi-GPU path as users drive it ----------------------------------------------
+def tiny_campaign(root: Path) -> Path:
+    """A campaign on the ``tiny`` shape set with its baseline (two passes)."""
+    import runner.cli  # noqa: F401
+    from runner.baseline import run_baseline
+    from runner.newcampaign import create_campaign, fresh_example_copy
+
+    source = fresh_example_copy(root / "src")
+    quiet = {"repeats": 3, "warmup_s": 0.02, "batch_s": 0.01, "max_repeats": 4, "budget_s": 0.1}
+    campaign = create_campaign(
+        root / "campaigns", target="example", source=str(source), target_op="gemm_fp8",
+        granularity="blockwise", target_backend="TORCH", target_gpu="cpu",
+        shape_set="tiny", campaign_name="t", timing=quiet, representative_shapes=[],
+    )  # fmt: skip
+    run_baseline(campaign, LocalExecutor(), passes=2, progress=lambda _m: None)
+    return campaign.root
+
+
+@pytest.mark.integration
+def test_cli_validate_gpus_leases_and_shards(tmp_path: Path) -> None:
+    """`campaign validate --gpus 0,1` on simulated devices (CPU): both GPUs leased for
+    the round, every worker shown only its GPU, the shards merged into the round."""
+    import os
+    import sys
+
+    from runner.campaign import Campaign
+    from runner.newcampaign import EXAMPLES_DIR
+
+    root = tiny_campaign(tmp_path)
+    campaign = Campaign.load(root)
+    assert set(campaign.manifest.shape_seconds) == {
+        s.label for s in campaign.load_result(1).score.shapes
+    }
+    leases = tmp_path / "leases"
+    patch = EXAMPLES_DIR / "demo_patches" / "speedup_reuse_fp8_weight.patch"
+    cmd = [sys.executable, "-m", "runner", "--campaigns-root", str(root.parent), "validate",
+           "--round", "2", "--hypothesis", "reuse the fp8 weight", "--bucket", "K4",
+           "--patch", str(patch), "--level", "full", "--gpus", "0,1"]  # fmt: skip
+    env = {**os.environ, "CAMPAIGN_LEASE_DIR": str(leases)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode in (0, 3), proc.stdout + proc.stderr
+    assert "shard(s) on GPUs [0, 1]" in proc.stderr  # progress goes to stderr
+    assert sorted(p.name for p in leases.iterdir()) == ["gpu-0.lock", "gpu-1.lock"]
+    assert all(p.read_text() == "" for p in leases.iterdir())  # released after the round
+    art = Campaign.load(root).artifacts_dir(2)
+    shard_dirs = sorted(p.name for p in (art / "passes").glob("pass-*-gpu*"))
+    assert "pass-01-incumbent-gpu0" in shard_dirs and "pass-02-candidate-gpu1" in shard_dirs
+    for d in shard_dirs:
+        meta = json.loads((art / "passes" / d / "meta.json").read_text())
+        assert meta["visible_devices"]["CUDA_VISIBLE_DEVICES"] == d[-1]
+    merged = read_csv(art / "passes" / "pass-01-incumbent" / "benchmark.csv")
+    assert merged.labels() == [s.label for s in Campaign.load(root).load_result(1).score.shapes]
+    assert (art / "turns-gpu0.jsonl").is_file() and (art / "turns-gpu1.jsonl").is_file()
+
+
+@pytest.mark.slurm
+def test_slurm_round_shards_as_one_job_array(tmp_path: Path) -> None:
+    """A VALIDATE round through the Slurm executor with --gpus 0,1 on the real one-node
+    cluster: the shards go as one job array, one task per shard, then merge."""
+    from runner.campaign import Campaign
+    from runner.executors.slurm import SlurmExecutor
+    from runner.newcampaign import EXAMPLES_DIR
+    from runner.rounds import Request, validate_round
+
+    out = subprocess.run(["sinfo", "-h"], capture_output=True, text=True, check=False)
+    if out.returncode != 0 or not out.stdout.strip():
+        pytest.skip("no Slurm cluster (sinfo failing); run scripts/slurm-setup.sh")
+    campaign = Campaign.load(tiny_campaign(tmp_path))
+    patch = (EXAMPLES_DIR / "demo_patches" / "speedup_reuse_fp8_weight.patch").read_text()
+    request = Request(2, "reuse the fp8 weight", patch, level="full", bucket="K4", gpus=(0, 1))
+    said: list[str] = []
+    result = validate_round(campaign, SlurmExecutor(), request,
+                            progress=said.append)  # fmt: skip
+    assert result.gate is not None, result.reasons
+    assert any("as one Slurm job array" in m for m in said)
+    passes = campaign.artifacts_dir(2) / "passes"
+    tasks = set()
+    for d in sorted(passes.glob("pass-*-shard*")):
+        record = json.loads((d / "slurm.json").read_text())
+        tasks.add((record["array_job_id"], record["array_task_id"]))
+    assert {t for _, t in tasks} == {"0", "1"} and len({j for j, _ in tasks}) >= 1
+    assert read_csv(passes / "pass-01-incumbent" / "benchmark.csv").labels()
