@@ -219,7 +219,7 @@ def test_measure_sharded_extra_pairs_pattern(tmp_path: Path) -> None:
 def test_measure_sharded_failure_and_unused_gpus(tmp_path: Path) -> None:
     host = FakeHost(tmp_path, fail="pass-02-candidate-gpu1")
     trees = {"incumbent": Path("/t/inc"), "candidate": Path("/t/cand")}
-    with pytest.raises(ShardFailed, match=r"pass-02-candidate-gpu1 failed on GPU 1 \(exit 3\)"):
+    with pytest.raises(ShardFailed, match=r"pass-02-candidate-gpu1 failed \(exit 3\) on GPU 1"):
         measure_sharded(host, trees, SHAPES[:2], [0, 1, 2], vendor="nvidia")
     assert {c[0] for c in host.calls} == {"0", "1"}  # two shapes: GPU 2 gets no shard
     with pytest.raises(ConfigError, match="no source tree"):
