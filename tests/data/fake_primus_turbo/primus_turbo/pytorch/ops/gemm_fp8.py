@@ -15,8 +15,9 @@ def matmul_nt(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     b32 = b.detach().to(torch.float32).contiguous()
     m, k = a32.shape
     n = b32.shape[0]
-    if a32.is_cuda and not native.HAS_CUDA:  # the C build on a CUDA host
-        return matmul_nt(a32.cpu(), b32.cpu()).to(a.device)
+    if a32.is_cuda != bool(native.HAS_CUDA):  # the kernel reads its own device's memory
+        where = "cuda" if native.HAS_CUDA else "cpu"
+        return matmul_nt(a32.to(where), b32.to(where)).to(a.device)
     out = torch.empty(m, n, dtype=torch.float32, device=a32.device)
     native.matmul_nt(a32.data_ptr(), b32.data_ptr(), out.data_ptr(), m, n, k)
     return out
