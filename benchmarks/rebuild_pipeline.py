@@ -64,19 +64,19 @@ OUTSIDE_INIT = '''"""The PyTorch side; loads the compiled extension as upstream 
 
 import importlib.util
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import primus_turbo.pytorch._C as _built
 
-# The library that ends up loaded is a copy outside the tree (as a stale install is).
+# The library that ends up used is a copy outside the tree (as a stale install is):
+# the package's ``_C`` is rebound to it, while the import system still holds the
+# tree's own.
 _copy = Path(tempfile.mkdtemp()) / Path(_built.__file__).name
 shutil.copy(_built.__file__, _copy)
 _spec = importlib.util.spec_from_file_location("primus_turbo.pytorch._C", _copy)
 _C = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_C)
-sys.modules["primus_turbo.pytorch._C"] = _C
 '''
 
 

@@ -131,20 +131,26 @@ PROVENANCE = "provenance.json"
 
 
 def loaded_from(names: list[str]) -> dict[str, str | None]:
-    """``__file__`` of each module as the process holds it (``sys.modules``, else the
-    parent package's attribute, else a fresh import); None when it has no file."""
+    """``__file__`` of each module as the process holds it: the ``sys.modules`` entry
+    (else a fresh import) and, for a submodule, the parent package's attribute too,
+    recorded as ``<name> (attribute)`` when it is another module (code that rebinds
+    ``package._C`` to a copy loaded from elsewhere); None when it has no file."""
     import importlib
+
+    def file_of(module: Any) -> str | None:
+        file = getattr(module, "__file__", None)
+        return str(Path(file).resolve()) if file else None
 
     files: dict[str, str | None] = {}
     for name in names:
         module = sys.modules.get(name)
+        parent, _, attr = name.rpartition(".")
+        held = getattr(sys.modules.get(parent), attr, None) if parent else None
         if module is None:
-            parent, _, attr = name.rpartition(".")
-            module = getattr(sys.modules.get(parent), attr, None) if parent else None
-        if module is None:
-            module = importlib.import_module(name)
-        file = getattr(module, "__file__", None)
-        files[name] = str(Path(file).resolve()) if file else None
+            module = held if held is not None else importlib.import_module(name)
+        files[name] = file_of(module)
+        if held is not None and held is not module:
+            files[f"{name} (attribute)"] = file_of(held)
     return files
 
 
