@@ -203,7 +203,10 @@ def test_accept_end_to_end_then_report(demo_copy: Path, capsys: pytest.CaptureFi
     assert exc.value.code == (0 if data["outcome"] == "ACCEPTED" else 3), out
     assert f"final acceptance: {data['outcome']}" in out
     checks = {c["name"]: c for c in data["checks"]}
-    assert list(checks) == ["full validation", "full benchmark", "full test suite", "branch"]
+    expected = ["full validation", "full benchmark", "full test suite", "branch"]
+    if data["heldout_shapes"]:  # init holds shapes out by default; accept judges them
+        expected.insert(0, "held-out shapes")
+    assert list(checks) == expected
     assert checks["full benchmark"]["ok"] and checks["full test suite"]["ok"], checks
     assert checks["branch"]["ok"], checks["branch"]
     gate = data["gate"]
