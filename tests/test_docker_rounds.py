@@ -79,8 +79,10 @@ def test_baseline_accept_and_rollback_in_containers(campaign: Campaign) -> None:
     job = art1 / "passes" / "pass-01-baseline"
     assert (job / "container.log").is_file() and (job / "benchmark.csv").is_file()
     tag = str(c.manifest.image)
+    # init recorded the image by id: every job runs exactly that image, not the tag
+    assert c.manifest.image_id == image_digest(tag)
     assert json.loads((job / "image.json").read_text()) == {
-        "image": tag,
+        "image": c.manifest.image_id,
         "image_digest": image_digest(tag),
     }
     run_line = (job / "docker_run.txt").read_text()
