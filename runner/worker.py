@@ -341,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             "worker (serving): %s",
             json.dumps({k: spec.to_dict()[k] for k in ("round", "role", "pass_index")}),
         )
+        pause_point("worker-pass")
         return serve(spec, out_dir, load_for)
     if spec.extra.get("mode") == "test":
         return run_test(spec, out_dir)
