@@ -116,8 +116,9 @@ def builds_json(campaign: Campaign, n: int) -> list[dict[str, Any]]:
 def test_a_native_slowdown_is_rebuilt_and_rolled_back(pipeline: Pipeline) -> None:
     out = pipeline.rounds["native-slowdown"]
     assert out.status == "ROLLED BACK", out.reasons
-    # a 4th sweep: a third more native work; on a loaded 2-core machine the measured
-    # size of it varies (-2.7% to -19% seen), its direction and the verdict do not
+    # 6 sweeps instead of 3: twice the native work; on a loaded 2-core machine the
+    # measured size of a third more work varied (-2.7% to -19%, once +5%): doubled,
+    # its direction and the verdict hold
     assert out.delta_pct < 0
     roles = builds(out)
     assert roles["incumbent"]["rebuilt"] and roles["candidate"]["rebuilt"]
