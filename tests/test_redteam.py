@@ -13,6 +13,7 @@ timed outputs, harness bindings, the 8-step simulation), not a speed comparison.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -89,7 +90,13 @@ def run_round(
 
 
 def pass_order(campaign: Campaign, n: int) -> list[str]:
-    """The roles of round ``n``'s worker passes in the order they ran."""
+    """The roles of round ``n``'s measurements in the order they ran: the turns of the
+    paired workers (``turns.jsonl``, one line per turn in the order the host handed
+    out the device), else the per-pass workers' folders (``pass-NN-<role>``)."""
+    turns = campaign.artifacts_dir(n) / "turns.jsonl"
+    if turns.is_file():
+        lines = turns.read_text(encoding="utf-8").splitlines()
+        return [json.loads(line)["worker"].split("-", 2)[2] for line in lines if line]
     passes = sorted((campaign.artifacts_dir(n) / "passes").glob("pass-*"))
     return [p.name.split("-", 2)[2] for p in passes]
 
