@@ -26,25 +26,13 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from runner.bench.timing import CLOCK_NAMES
+
 KEEP = 3  # timed outputs judged per timed callable
 
 # (module, attribute) pairs the timing loops read: clocks and the loops themselves.
 GUARDED: tuple[tuple[str, str], ...] = (
-    *(
-        ("time", name)
-        for name in (
-            "perf_counter",
-            "perf_counter_ns",
-            "process_time",
-            "process_time_ns",
-            "monotonic",
-            "monotonic_ns",
-            "time",
-            "time_ns",
-            "thread_time",
-            "thread_time_ns",
-        )
-    ),
+    *(("time", name) for name in CLOCK_NAMES),
     ("runner.bench.timing", "perf_counter"),
     ("runner.bench.timing", "process_time"),
     ("runner.bench.timing", "measure"),

@@ -21,7 +21,7 @@ from runner.stats import median, rel_stdev, stdev
 # reads these bindings, not ``time.<clock>``, and ``check_clocks`` refuses to go on
 # when the target replaced a clock in the ``time`` module (docs/measurement.md §5.4: timer
 # patching is a known way to cheat a harness).
-_CLOCK_NAMES = (
+CLOCK_NAMES = (
     "perf_counter",
     "perf_counter_ns",
     "process_time",
@@ -33,7 +33,7 @@ _CLOCK_NAMES = (
     "thread_time",
     "thread_time_ns",
 )
-_REAL_CLOCKS = {name: getattr(time, name) for name in _CLOCK_NAMES if hasattr(time, name)}
+_REAL_CLOCKS = {name: getattr(time, name) for name in CLOCK_NAMES if hasattr(time, name)}
 perf_counter = time.perf_counter
 process_time = time.process_time
 
