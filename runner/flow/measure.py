@@ -35,6 +35,7 @@ from runner.schema import BenchCSV
 from runner.scoring import score
 from runner.shapes import Shape
 from runner.sharding import (
+    worker_failure,
     BCCB,
     ShardFailed,
     detect_vendor,
@@ -189,9 +190,7 @@ def _slurm_array(
     for seq in outcomes:
         for outcome in seq:
             if not outcome.ok:
-                raise RoundFailed(
-                    f"worker {outcome.name} failed (exit {outcome.returncode})", outcome.log_path
-                )
+                raise RoundFailed(worker_failure(outcome.name, outcome), outcome.log_path)
     order = [s.label for s in shapes]
     paths: dict[str, list[Path]] = {role: [] for role in roles}
     for p, (index, role) in enumerate(passes):
@@ -206,7 +205,7 @@ def _run_pass(rnd: Any, role: str, index: int, tree: Path, shapes: list[Shape]) 
     name = pass_name(index, role)
     outcome = rnd.job(name, rnd.spec(role, index, shapes), tree)
     if not outcome.ok:
-        raise RoundFailed(f"worker {name} failed (exit {outcome.returncode})", outcome.log_path)
+        raise RoundFailed(worker_failure(name, outcome), outcome.log_path)
     return Path(outcome.out_dir) / "benchmark.csv"
 
 
