@@ -35,7 +35,6 @@ from runner.schema import BenchCSV
 from runner.scoring import score
 from runner.shapes import Shape
 from runner.sharding import (
-    worker_failure,
     BCCB,
     ShardFailed,
     detect_vendor,
@@ -44,6 +43,7 @@ from runner.sharding import (
     pass_name,
     seconds_cost,
     shard_shapes,
+    worker_failure,
     write_shard_merge,
 )
 
