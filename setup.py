@@ -2,7 +2,7 @@
 
 ``campaign demo`` (and ``campaign baseline --target example`` without ``--source``) copy
 ``examples/`` into a fresh git repository.  In a source checkout they read it in place;
-an installed wheel carries a copy at ``runner/_examples/`` (``runner.newcampaign.
+an installed wheel carries a copy at ``runner/_examples/`` (``runner.flow.new_campaign.
 examples_dir`` looks there first).  Everything else is configured in pyproject.toml.
 """
 

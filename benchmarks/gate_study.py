@@ -16,7 +16,7 @@ B, A made ~3% slower on every shape (A/B):
 Each round measures incumbent and candidate back to back (pair order alternating), each
 pass timing every shape with our engine and with the upstream quick template.  Verdicts:
 the upstream literal rule (accept at +2% geomean, reject when a shape drops 5%) on the
-quick template's numbers and on the engine's, and runner.gate.decide (sigma_G from the
+quick template's numbers and on the engine's, and runner.judge.gate.decide (sigma_G from the
 calibration passes; NEEDS_REMEASURE answered with fresh interleaved pairs) on the
 engine's.  Passes run in one process (fresh processes would not fit the time box).
 """
@@ -30,9 +30,9 @@ from timing_fidelity import SHAPES, label, quick_template_ms, tflops
 
 from runner.bench.canary import CanaryBand, canary_drifted, run_canary
 from runner.bench.timing import TimingSettings, measure
-from runner.gate import calibrate_sigma, decide
-from runner.results import Decision, PairSample, Score, ShapeScore
-from runner.stats import geomean, median
+from runner.core.outcomes import Decision, PairSample, Score, ShapeScore
+from runner.core.stats import geomean, median
+from runner.judge.gate import calibrate_sigma, decide
 
 STUDY_SETTINGS = TimingSettings(warmup_s=0.1, batch_s=0.025, budget_s=1.0, max_repeats=12)
 PINNED_200 = TimingSettings(
@@ -264,7 +264,7 @@ def study_table(study: dict[str, Any]) -> str:
     names = {
         "literal_quick": "literal 2%/5% (quick template)",
         "literal_engine": "literal 2%/5% (our engine)",
-        "gate": "runner.gate.decide (our engine)",
+        "gate": "runner.judge.gate.decide (our engine)",
     }
     for kind, per in study["counts"].items():
         n = per["rounds"]["n"]

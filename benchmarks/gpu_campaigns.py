@@ -5,8 +5,8 @@ it (Triton backend, ``target_gpu`` sm90 on NVIDIA; the op's GPU shape set cut do
 the shapes below to fit a device session), a baseline in ``--passes`` fresh worker
 processes, and for ``gemm_fp8`` with ``--variants`` one VALIDATE round per patch in
 ``examples/gpu_patches/`` (``PATCHES`` below: the hypothesis each tests).  Everything runs
-through the same code as the CLI (``runner.baseline.run_baseline``,
-``runner.rounds.validate_round``, the local executor).  Writes a JSON summary and a
+through the same code as the CLI (``runner.flow.baseline.run_baseline``,
+``runner.flow.rounds.validate_round``, the local executor).  Writes a JSON summary and a
 tar.gz of the campaign folders (records, pinned CSVs, logs).
 
     PYTHONPATH=.:examples PYTHONUNBUFFERED=1 python benchmarks/gpu_campaigns.py \
@@ -31,13 +31,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
-from runner.baseline import run_baseline  # noqa: E402
-from runner.campaign import Campaign  # noqa: E402
+from runner.core.outcomes import RoundResult  # noqa: E402
+from runner.core.shapes import shape_set  # noqa: E402
 from runner.executors.local import LocalExecutor  # noqa: E402
-from runner.newcampaign import EXAMPLES_DIR, create_campaign, fresh_example_copy  # noqa: E402
-from runner.results import RoundResult  # noqa: E402
-from runner.rounds import Request, validate_round  # noqa: E402
-from runner.shapes import shape_set  # noqa: E402
+from runner.flow.baseline import run_baseline  # noqa: E402
+from runner.flow.new_campaign import EXAMPLES_DIR, create_campaign, fresh_example_copy  # noqa: E402
+from runner.flow.rounds import Request, validate_round  # noqa: E402
+from runner.store.campaign import Campaign  # noqa: E402
 
 PATCH_DIR = EXAMPLES_DIR / "gpu_patches"
 
@@ -152,7 +152,7 @@ def run_op(
     if budget_s is not None:  # per callable; the rest of the timing settings as pinned
         fields["timing"] = {"budget_s": budget_s}
     if device != "cpu":
-        from runner.shapes import default_shape_set
+        from runner.core.shapes import default_shape_set
 
         set_name = default_shape_set(run.op, gpu)
         fields["shape_set"] = set_name

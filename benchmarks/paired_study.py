@@ -5,8 +5,8 @@ A real campaign on a fresh git copy of the example package (``gemm_fp8`` blockwi
 backend, the four Llama-2-7B micro-batch-1 shapes, the manifest's default timing), driven
 through the product's functions:
 
-* ``setup``: the campaign and ``runner.baseline.run_baseline`` (timed; 3 passes);
-* ``quick``: ``--rounds`` real quick VALIDATE rounds (``runner.rounds.validate_round``, a
+* ``setup``: the campaign and ``runner.flow.baseline.run_baseline`` (timed; 3 passes);
+* ``quick``: ``--rounds`` real quick VALIDATE rounds (``runner.flow.rounds.validate_round``, a
   comment-only candidate: A/A), each timed end to end as a user sees it;
 * ``study``: ``--rounds`` study rounds.  Each starts one fresh serving worker per tree
   and process pair, all taking turns on the GPU (``runner.flow.measure.measure_roles``
@@ -49,13 +49,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 import runner.cli  # noqa: E402,F401  (import order: newcampaign after the CLI)
-from runner.baseline import run_baseline  # noqa: E402
-from runner.campaign import Campaign  # noqa: E402
+from runner.core.shapes import default_shape_set, shape_set  # noqa: E402
 from runner.executors.local import LocalExecutor  # noqa: E402
+from runner.flow.baseline import run_baseline  # noqa: E402
 from runner.flow.measure import Comparison, measure_and_judge, measure_roles  # noqa: E402
-from runner.newcampaign import create_campaign, fresh_example_copy  # noqa: E402
-from runner.rounds import Request, Round, level_shapes, validate_round  # noqa: E402
-from runner.shapes import default_shape_set, shape_set  # noqa: E402
+from runner.flow.new_campaign import create_campaign, fresh_example_copy  # noqa: E402
+from runner.flow.rounds import Request, Round, level_shapes, validate_round  # noqa: E402
+from runner.store.campaign import Campaign  # noqa: E402
 
 PLANT_FILE = "turbo_kernels/pytorch/ops/gemm_fp8.py"
 PLANT_AT = "        return _fp8_gemm(a_mk, fwd, b_nk, fwd, config, out_dtype)\n"

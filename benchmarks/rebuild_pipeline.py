@@ -3,8 +3,8 @@
 A fresh git copy of ``tests/data/fake_primus_turbo`` (package ``primus_turbo``, a
 compiled ``primus_turbo.pytorch._C``), a ``primus-turbo`` campaign on it, a baseline,
 then four VALIDATE rounds through the product's own functions
-(``runner.newcampaign.create_campaign``, ``runner.baseline.run_baseline``,
-``runner.rounds.validate_round``):
+(``runner.flow.new_campaign.create_campaign``, ``runner.flow.baseline.run_baseline``,
+``runner.flow.rounds.validate_round``):
 
 1. native slow-down (the kernel sweeps its output 6 times instead of 3): rebuilt,
    ROLLED BACK;
@@ -45,11 +45,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from runner.baseline import run_baseline  # noqa: E402
-from runner.campaign import Campaign  # noqa: E402
 from runner.executors.factory import make_executor  # noqa: E402
-from runner.newcampaign import create_campaign  # noqa: E402
-from runner.rounds import Request, validate_round  # noqa: E402
+from runner.flow.baseline import run_baseline  # noqa: E402
+from runner.flow.new_campaign import create_campaign  # noqa: E402
+from runner.flow.rounds import Request, validate_round  # noqa: E402
+from runner.store.campaign import Campaign  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "data" / "fake_primus_turbo"
 CONFIG_H = "csrc/kernels/gemm/gemm_config.h"

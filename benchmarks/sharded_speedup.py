@@ -35,16 +35,16 @@ from pathlib import Path
 from typing import Any
 
 from runner.bench.timing import TimingSettings
+from runner.core.outcomes import GateResult
+from runner.core.shapes import DENSE_MODELS, Shape, model_gemm_shapes, tiny_gemm_shapes
+from runner.core.spec import RoundSpec
 from runner.executors.local import LocalExecutor
 from runner.flow.measure import measure_roles
-from runner.gate import decide
-from runner.leases import acquire, parse_gpus
-from runner.passes import pair_samples, read_passes, shape_seconds, write_merged
-from runner.results import GateResult
-from runner.scoring import score
-from runner.shapes import DENSE_MODELS, Shape, model_gemm_shapes, tiny_gemm_shapes
-from runner.sharding import PlainManifest, PlainRound
-from runner.spec import RoundSpec
+from runner.flow.passes import pair_samples, read_passes, shape_seconds, write_merged
+from runner.flow.sharding import PlainManifest, PlainRound
+from runner.judge.gate import decide
+from runner.judge.scoring import score
+from runner.store.leases import acquire, parse_gpus
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("Llama-2-7B", "Llama-3.1-8B")

@@ -9,7 +9,7 @@ time over two references measured in the same passes: graph replay and the profi
 kernel time.
 
 Part 2, gate study (benchmarks/gate_study.py): A/A and A/B (~3% slower) rounds judged by
-the upstream literal rule and by runner.gate.decide.
+the upstream literal rule and by runner.judge.gate.decide.
 
     PYTHONPATH=.:examples PYTHONUNBUFFERED=1 python benchmarks/timing_fidelity.py \
         --out $OUT/fidelity.json

@@ -20,10 +20,10 @@ import tempfile
 from pathlib import Path
 
 from runner.bench.timing import TimingSettings
-from runner.errors import ConfigError
+from runner.core.errors import ConfigError
+from runner.core.shapes import Shape, default_shape_set, shape_set, shapes_by_label
+from runner.core.spec import RoundSpec
 from runner.ops.info import op_info
-from runner.shapes import Shape, default_shape_set, shape_set, shapes_by_label
-from runner.spec import RoundSpec
 
 
 def pick(set_name: str, labels: str | None) -> tuple[Shape, ...]:

@@ -1,4 +1,4 @@
-"""CSV rows of the pinned schemas (runner/schema.py), built by the worker from one
+"""CSV rows of the pinned schemas (runner/core/csv_schema.py), built by the worker from one
 shape's timings and correctness figures.  Worker-side safe: no torch, no pydantic.
 
 * gemm (GEMM and grouped GEMM): ``B`` the batch or group count, ``M`` the rows per
@@ -19,8 +19,8 @@ import math
 from collections.abc import Callable
 
 from runner.bench.timing import Timing
-from runner.shapes import ATTENTION_BWD_RATIO, Shape
-from runner.stats import stdev
+from runner.core.shapes import ATTENTION_BWD_RATIO, Shape
+from runner.core.stats import stdev
 
 NAN = float("nan")
 

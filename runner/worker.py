@@ -28,9 +28,9 @@ from runner.bench.integrity import BindingGuard, OutputSampler
 from runner.bench.lifeline import child_preexec
 from runner.bench.statecheck import stateful_probe
 from runner.bench.timing import measure
+from runner.core.shapes import Shape
+from runner.core.spec import RoundSpec, load_spec, write_json_atomic
 from runner.rows import ROW_BUILDERS, failed_row
-from runner.shapes import Shape
-from runner.spec import RoundSpec, load_spec, write_json_atomic
 
 log = logging.getLogger("runner.worker")
 NAN = float("nan")
@@ -235,7 +235,7 @@ def load_for(spec: RoundSpec, out_dir: Path) -> Loaded:
 
 def run_spec(spec: RoundSpec, out_dir: Path) -> int:
     """Measure every shape of ``spec`` into ``out_dir``; return the process exit code."""
-    from runner.schema import get_schema, write_csv
+    from runner.core.csv_schema import get_schema, write_csv
 
     adapter, device, guard = load_for(spec, out_dir)
     schema = get_schema(adapter.info.schema)

@@ -1,7 +1,7 @@
 """Shared fixtures.
 
 ``demo_campaign``: ONE real demo campaign (baseline, a rolled-back slow-down, an
-accepted speed-up on the bundled example package, ``runner.demo.run_demo`` with 2
+accepted speed-up on the bundled example package, ``runner.flow.demo.run_demo`` with 2
 calibration passes) built once per test session; the value is the campaign directory.
 Tests that write into a campaign use ``demo_copy``, a private copy.  To reuse a
 demo built earlier (the sources it names must still exist), set
@@ -39,7 +39,7 @@ def demo_campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
         dest = root / Path(given).name
         shutil.copytree(given, dest)
         return dest
-    from runner.demo import run_demo
+    from runner.flow.demo import run_demo
 
     campaign, _ = run_demo(root, say=lambda m: None, passes=2)
     return campaign.root

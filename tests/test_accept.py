@@ -10,8 +10,12 @@ from typing import Any
 
 import pytest
 
-from runner import accept as accept_mod
-from runner.accept import (
+from runner.cli import main
+from runner.core.errors import ConfigError
+from runner.core.outcomes import Score, ShapeScore, Status
+from runner.core.shapes import shape_set
+from runner.flow import accept as accept_mod
+from runner.flow.accept import (
     Acceptance,
     Check,
     acceptance_shapes,
@@ -23,13 +27,9 @@ from runner.accept import (
     suite_check,
     write_acceptance,
 )
-from runner.campaign import Campaign
-from runner.cli import main
-from runner.errors import ConfigError
-from runner.lineage import Lineage
-from runner.manifest import Manifest, branch_name, validate_manifest
-from runner.results import Score, ShapeScore, Status
-from runner.shapes import shape_set
+from runner.store.campaign import Campaign
+from runner.store.lineage import Lineage
+from runner.store.manifest import Manifest, branch_name, validate_manifest
 
 METRIC = "Combined Step TFLOPS"
 

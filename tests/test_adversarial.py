@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from runner.baseline import run_baseline
 from runner.bench import timing
-from runner.campaign import Campaign
+from runner.core.outcomes import RoundResult, Status
 from runner.executors.local import LocalExecutor
-from runner.lineage import Lineage
-from runner.newcampaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
-from runner.results import RoundResult, Status
-from runner.rounds import Request, validate_round
+from runner.flow.baseline import run_baseline
+from runner.flow.new_campaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
+from runner.flow.rounds import Request, validate_round
+from runner.store.campaign import Campaign
+from runner.store.lineage import Lineage
 
 pytestmark = pytest.mark.integration
 

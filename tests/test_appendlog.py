@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.appendlog import (
+from runner.core.errors import AppendOnlyViolation
+from runner.store.appendlog import (
     append,
     append_correction,
     ledger_path,
@@ -17,7 +18,6 @@ from runner.appendlog import (
     verify,
     write_atomic,
 )
-from runner.errors import AppendOnlyViolation
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""runner.audit: static audit of candidate patches (docs/protocol.md §8.2-8.3).
+"""runner.judge.audit: static audit of candidate patches (docs/protocol.md §8.2-8.3).
 
 Sample sources live in tests/data/audit/<file>.<variant>.py; the patch of each case is
 generated here with difflib, in git format, from ``<file>.before.py`` to the variant.
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.audit import (
+from runner.judge.audit import (
     REJECT,
     WARN,
     AuditReport,

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from runner.baseline import run_baseline
-from runner.campaign import Campaign
+from runner.core.csv_schema import ATTENTION_SCHEMA, GEMM_SCHEMA, MEMORY_SCHEMA, read_csv
+from runner.core.outcomes import RoundResult, Status
+from runner.core.shapes import shape_set
 from runner.executors.local import LocalExecutor
-from runner.lineage import Lineage
-from runner.newcampaign import create_campaign, fresh_example_copy
-from runner.results import RoundResult, Status
-from runner.rounds import Request, validate_round
-from runner.schema import ATTENTION_SCHEMA, GEMM_SCHEMA, MEMORY_SCHEMA, read_csv
-from runner.shapes import shape_set
+from runner.flow.baseline import run_baseline
+from runner.flow.new_campaign import create_campaign, fresh_example_copy
+from runner.flow.rounds import Request, validate_round
+from runner.store.campaign import Campaign
+from runner.store.lineage import Lineage
 
 pytestmark = pytest.mark.integration
 

@@ -18,22 +18,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner.baseline import run_baseline
-from runner.bundle import BUNDLE_YAML, CHECKSUMS, open_bundle, write_checksums
-from runner.campaign import Campaign
 from runner.cli import main
-from runner.errors import ConfigError
+from runner.core.errors import ConfigError
 from runner.executors.local import LocalExecutor
-from runner.fingerprint import FingerprintMismatch
-from runner.fingerprint_hook import (
+from runner.flow.baseline import run_baseline
+from runner.flow.new_campaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
+from runner.flow.rounds import Request, validate_round
+from runner.portable.bundle import BUNDLE_YAML, CHECKSUMS, open_bundle, write_checksums
+from runner.portable.reproduce import find_base
+from runner.store.campaign import Campaign
+from runner.store.fingerprint import FingerprintMismatch
+from runner.store.fingerprint_check import (
     OVERRIDE_NAME,
     check_round_comparable,
     fingerprint_path,
     record_fingerprint,
 )
-from runner.newcampaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
-from runner.reproduce import find_base
-from runner.rounds import Request, validate_round
 
 pytestmark = pytest.mark.integration
 

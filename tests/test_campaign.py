@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from runner.appendlog import verify
-from runner.campaign import Campaign
-from runner.errors import ConfigError
-from runner.logs import TREND_HEADER, TREND_SEPARATOR
-from runner.manifest import Manifest, validate_manifest
-from runner.results import RoundResult, Score, ShapeScore, Status
+from runner.core.errors import ConfigError
+from runner.core.outcomes import RoundResult, Score, ShapeScore, Status
+from runner.render.markdown import TREND_HEADER, TREND_SEPARATOR
+from runner.store.appendlog import verify
+from runner.store.campaign import Campaign
+from runner.store.manifest import Manifest, validate_manifest
 
 NAME = "gemm_triton_cpu_20261129"
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from runner.cli import main
-from runner.errors import ConfigError
-from runner.manifest import load_manifest
-from runner.newcampaign import build_manifest
-from runner.shapes import shape_set
+from runner.core.errors import ConfigError
+from runner.core.shapes import shape_set
+from runner.flow.new_campaign import build_manifest
+from runner.store.manifest import load_manifest
 
 pytestmark = pytest.mark.integration  # real git repositories
 

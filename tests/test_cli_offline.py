@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli import cli, main
-from runner.errors import ConfigError, SchemaDriftError
-from runner.schema import GEMM_SCHEMA, MEMORY_SCHEMA, write_csv
+from runner.core.csv_schema import GEMM_SCHEMA, MEMORY_SCHEMA, write_csv
+from runner.core.errors import ConfigError, SchemaDriftError
 
 ROOT = Path(__file__).resolve().parent.parent
 DIM = 4096

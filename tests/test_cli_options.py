@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from runner.cli import cli
 from runner.cli.options import EXECUTOR_NAMES
-from runner.manifest import Manifest
+from runner.store.manifest import Manifest
 
 
 def _param(command: str, name: str) -> click.Parameter:

@@ -128,7 +128,7 @@ KILLED = textwrap.dedent(
     from pathlib import Path
     from runner.executors.base import WorkerJob
     from runner.executors.docker import DockerExecutor
-    from runner.leases import acquire
+    from runner.store.leases import acquire
     base, image, campaign, lease_dir = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
     (base / "src").mkdir()
     (base / "spec.json").write_text("{}")
@@ -141,7 +141,7 @@ KILLED = textwrap.dedent(
 
 
 def test_a_container_dies_with_its_campaign(cpu_image: str, tmp_path: Path) -> None:
-    from runner.leases import list_leases
+    from runner.store.leases import list_leases
 
     campaign = f"reap-{uuid.uuid4().hex[:6]}"
     lease_dir = tmp_path / "leases"

@@ -46,8 +46,8 @@ def test_minute_stamps() -> None:
 
 
 def test_schema_version_check_says_which_way_and_the_fix() -> None:
+    from runner.core.errors import ConfigError
     from runner.core.versions import require_schema_version
-    from runner.errors import ConfigError
 
     def check(found: object) -> None:
         require_schema_version(found, 2, "x.json", older="OLD-FIX", newer="NEW-FIX")

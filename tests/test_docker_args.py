@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli import cli
-from runner.errors import CommandFailed, ConfigError, InfrastructureError
+from runner.core.errors import CommandFailed, ConfigError, InfrastructureError
 from runner.executors import docker as dx
 from runner.executors.base import WorkerJob
-from runner.images import ImageRequest, rocm_build_args
+from runner.portable.images import ImageRequest, rocm_build_args
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = "set -e\nmkdir -p /out\nexec python3 -m runner.worker /workspace/spec.json /out"
@@ -261,7 +261,7 @@ def test_find_rocm_fails_with_the_fix(tmp_path: Path) -> None:
 
 
 class FakeDocker:
-    """Records every ``runner.cmd.run`` call and answers like a docker CLI."""
+    """Records every ``runner.core.processes.run`` call and answers like a docker CLI."""
 
     def __init__(self, fail_on: str | None = None, output: str = "") -> None:
         self.calls: list[list[str]] = []
@@ -464,8 +464,8 @@ def test_sharded_jobs_reach_docker_each_with_its_own_device(
     """Through the sharding host (PlainHost.job(..., gpu=N)) and DockerExecutor.run_job:
     the docker create of the job on GPU 0 names renderD128 only, on GPU 1 renderD136."""
     from runner.bench.timing import TimingSettings
-    from runner.sharding import PlainHost, gpu_env
-    from runner.spec import RoundSpec
+    from runner.core.spec import RoundSpec
+    from runner.flow.sharding import PlainHost, gpu_env
 
     fake = FakeDocker()
     monkeypatch.setattr(dx.cmd, "run", fake)

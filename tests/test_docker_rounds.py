@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from runner.baseline import run_baseline
-from runner.campaign import Campaign
-from runner.errors import InfrastructureError
+from runner.core.errors import InfrastructureError
+from runner.core.outcomes import RoundResult, Status
 from runner.executors.docker import DockerExecutor, image_digest
 from runner.executors.factory import make_executor
-from runner.lineage import Lineage
-from runner.newcampaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
-from runner.results import RoundResult, Status
-from runner.rounds import Request, validate_round
+from runner.flow.baseline import run_baseline
+from runner.flow.new_campaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
+from runner.flow.rounds import Request, validate_round
+from runner.store.campaign import Campaign
+from runner.store.lineage import Lineage
 
 pytestmark = [pytest.mark.docker, pytest.mark.integration]
 

@@ -26,13 +26,13 @@ from pathlib import Path
 import pytest
 
 from runner.bench.checkpoint import PAUSE_ENV, PAUSE_FILE_ENV
-from runner.campaign import Campaign
-from runner.demo import PATCHES, SLOWDOWN, demo_manifest_fields
-from runner.lineage import Lineage
-from runner.manifest import branch_name
-from runner.newcampaign import create_campaign, fresh_example_copy
+from runner.flow.demo import PATCHES, SLOWDOWN, demo_manifest_fields
+from runner.flow.new_campaign import create_campaign, fresh_example_copy
+from runner.store.campaign import Campaign
 from runner.store.guard import check_records
 from runner.store.leftovers import JOB_PREFIX, WORKTREE_PREFIX, partial_files, temp_root
+from runner.store.lineage import Lineage
+from runner.store.manifest import branch_name
 
 pytestmark = pytest.mark.integration
 
@@ -55,8 +55,8 @@ def _git(cwd: Path, *args: str, stdin: str | None = None) -> str:
 def slow_campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Campaign, Path]]:
     """A campaign whose base commit carries the demo's 2x slow-down, with its baseline;
     the candidate patch is the slow-down reversed (a robust ACCEPT)."""
-    from runner.baseline import run_baseline
     from runner.executors.local import LocalExecutor
+    from runner.flow.baseline import run_baseline
 
     root = tmp_path_factory.mktemp("faults")
     source = fresh_example_copy(root / "source")

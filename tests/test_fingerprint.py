@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from runner import fingerprint as fpm
-from runner.errors import ConfigError
-from runner.fingerprint import (
+from runner.core.errors import ConfigError
+from runner.store import fingerprint as fpm
+from runner.store.fingerprint import (
     FingerprintDiff,
     FingerprintMismatch,
     collect_env,
@@ -23,7 +23,7 @@ from runner.fingerprint import (
     require_comparable,
     write_fingerprint,
 )
-from runner.fingerprint_parsers import (
+from runner.store.fingerprint_parsers import (
     load_json_lenient,
     number,
     parse_amd_smi_firmware,

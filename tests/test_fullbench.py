@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.newcampaign import fresh_example_copy
+from runner.core.csv_schema import get_schema
+from runner.core.shapes import shape_set
+from runner.flow.new_campaign import fresh_example_copy
 from runner.ops.base import load_adapter
-from runner.schema import get_schema
-from runner.shapes import shape_set
 from runner.targets.registry import get_target
 
 REPO = Path(__file__).resolve().parent.parent

@@ -19,11 +19,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.bundle import open_bundle
-from runner.errors import CampaignError
-from runner.lineage import Lineage, patch_paths
-from runner.manifest import load_manifest
-from runner.schema import GEMM_SCHEMA, read_csv
+from runner.core.csv_schema import GEMM_SCHEMA, read_csv
+from runner.core.errors import CampaignError
+from runner.portable.bundle import open_bundle
+from runner.store.lineage import Lineage, patch_paths
+from runner.store.manifest import load_manifest
 
 # Health checks on generation speed and size fire on a loaded 2-core CI machine, not on
 # the code under test; the fixtures are reset by each example themselves.
@@ -313,7 +313,7 @@ PATHS = st.one_of(
 
 @pytest.fixture(scope="module")
 def tools_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from runner.schema import write_csv
+    from runner.core.csv_schema import write_csv
 
     base = tmp_path_factory.mktemp("mcpfuzz")
     root = base / "campaigns"
@@ -345,8 +345,8 @@ def test_mcp_tool_arguments_fuzz(
     pytest.importorskip("mcp")
     from mcp.server.mcpserver.exceptions import ToolError
 
-    from runner.mcp_server import TurboTools
-    from runner.scoring import Metric
+    from runner.cli.mcp_server import TurboTools
+    from runner.judge.scoring import Metric
 
     tools = TurboTools(tools_root)
     base = tools_root.parent

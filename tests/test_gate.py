@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.errors import ConfigError
-from runner.gate import calibrate_sigma, decide
-from runner.results import Decision, GateResult, PairSample, Score, ShapeScore
-from runner.stats import geomean
+from runner.core.errors import ConfigError
+from runner.core.outcomes import Decision, GateResult, PairSample, Score, ShapeScore
+from runner.core.stats import geomean
+from runner.judge.gate import calibrate_sigma, decide
 
 METRIC = "Combined Step TFLOPS"
 BEST = {"small": 100.0, "mid": 200.0, "large": 400.0}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.newcampaign import EXAMPLES_DIR, fresh_example_copy
+from runner.flow.new_campaign import EXAMPLES_DIR, fresh_example_copy
 
 PATCH_DIR = EXAMPLES_DIR / "gpu_patches"
 PATCHES = sorted(p.name for p in PATCH_DIR.glob("*.patch"))

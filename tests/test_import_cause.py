@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.cmd import run
+from runner.core.processes import run
 from runner.judge.import_cause import explain_failure, first_import_cause
 
 pytestmark = pytest.mark.integration  # a real pytest subprocess

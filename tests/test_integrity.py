@@ -12,16 +12,16 @@ from typing import Any, ClassVar
 import pytest
 import torch
 
-from runner.accept import heldout_check
-from runner.audit import audit_source
 from runner.bench import timing
 from runner.bench.integrity import BindingGuard, HarnessTampered, OutputSampler
 from runner.bench.statecheck import MODES, changed_paths, state_fingerprint, stateful_probe
 from runner.cachesim import CacheProbe, simulate_training_steps
-from runner.representative import reserve_heldout
-from runner.results import Decision, GateResult, Score, ShapeScore
-from runner.shapes import shape_set
-from runner.verdict import inflation_veto
+from runner.core.outcomes import Decision, GateResult, Score, ShapeScore
+from runner.core.shapes import shape_set
+from runner.flow.accept import heldout_check
+from runner.judge.audit import audit_source
+from runner.judge.representative import reserve_heldout
+from runner.judge.vetoes import inflation_veto
 
 # ------------------------------------------------------------------ sampled timed outputs
 
@@ -357,7 +357,7 @@ def _pass(folder: Any, label: str, fwd_ms: float, bwd_ms: float, step_ms: float)
     import json
     from pathlib import Path
 
-    from runner.schema import GEMM_SCHEMA, write_csv
+    from runner.core.csv_schema import GEMM_SCHEMA, write_csv
 
     out = Path(folder)
     out.mkdir(parents=True)
@@ -376,7 +376,7 @@ def test_a_genuine_gain_carries_over_although_the_real_step_does_more(tmp_path: 
     steps that is only +27% against the idiom's +100%, which the percentage rule vetoed;
     in milliseconds saved it is the idiom's gain.  A cache saves nothing in the real step
     and still reads as no gain."""
-    from runner.passes import fresh_gains, transferred_ratio
+    from runner.flow.passes import fresh_gains, transferred_ratio
 
     inc = [_pass(tmp_path / "i", "s", 1.0, 2.0, 7.5)]
     fast = [_pass(tmp_path / "c", "s", 0.5, 1.0, 6.0)]

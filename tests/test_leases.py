@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from runner.errors import ConfigError
-from runner.leases import (
+from runner.core.errors import ConfigError
+from runner.store.leases import (
     LEASE_DIR_ENV,
     GpuBusy,
     acquire,

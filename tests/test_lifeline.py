@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 PARENT = """
 import sys
-from runner.cmd import run
+from runner.core.processes import run
 run(["sh", "-c", "echo $$ > " + sys.argv[1] + "; exec sleep 300"],
     die_with_parent=sys.argv[2] == "1", check=False)
 """

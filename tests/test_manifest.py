@@ -11,8 +11,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.errors import ConfigError
-from runner.manifest import (
+from runner.core.errors import ConfigError
+from runner.store.manifest import (
     BACKEND_LANG,
     MANIFEST_SCHEMA_VERSION,
     SECTION2_FIELDS,

@@ -19,10 +19,10 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult
 
 from runner.cli import cli
-from runner.demo import PATCHES, SPEEDUP, demo_manifest_fields
-from runner.errors import ConfigError
-from runner.newcampaign import create_campaign, fresh_example_copy
-from runner.schema import GEMM_SCHEMA, MEMORY_SCHEMA, write_csv
+from runner.core.csv_schema import GEMM_SCHEMA, MEMORY_SCHEMA, write_csv
+from runner.core.errors import ConfigError
+from runner.flow.demo import PATCHES, SPEEDUP, demo_manifest_fields
+from runner.flow.new_campaign import create_campaign, fresh_example_copy
 
 pytestmark = pytest.mark.integration
 
@@ -201,7 +201,7 @@ def test_offline_tools_share_the_cli_contract_and_errors_keep_the_server_up(
 def test_without_the_sdk_the_command_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delitem(sys.modules, "runner.mcp_server", raising=False)
+    monkeypatch.delitem(sys.modules, "runner.cli.mcp_server", raising=False)
     for name in [m for m in sys.modules if m == "mcp" or m.startswith("mcp.")]:
         monkeypatch.setitem(sys.modules, name, None)
     result = CliRunner().invoke(cli, ["mcp"])

@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 
 from runner.bench.timing import TimingSettings
+from runner.core.csv_schema import read_csv
+from runner.core.outcomes import Decision, Score, ShapeScore
+from runner.core.shapes import Shape
+from runner.core.spec import RoundSpec
 from runner.executors.local import LocalExecutor
 from runner.flow.measure import RoundFailed, measure_roles
 from runner.flow.paired import (
@@ -23,11 +27,7 @@ from runner.flow.paired import (
     measure_paired,
     supports_paired,
 )
-from runner.gate import decide, required_pairs
-from runner.results import Decision, Score, ShapeScore
-from runner.schema import read_csv
-from runner.shapes import Shape
-from runner.sharding import (
+from runner.flow.sharding import (
     PlainHost,
     PlainManifest,
     PlainRound,
@@ -35,7 +35,7 @@ from runner.sharding import (
     seconds_cost,
     shard_shapes,
 )
-from runner.spec import RoundSpec
+from runner.judge.gate import decide, required_pairs
 
 TIMING = TimingSettings(warmup_s=0.01, repeats=2, max_repeats=3, budget_s=0.05, batch_s=0.005)
 ENV = {"TURBO_KERNELS_GEMM_BACKEND": "TORCH"}
@@ -85,7 +85,7 @@ def test_seconds_cost_balances_by_measured_time() -> None:
 # ---- real serving workers (CPU) --------------------------------------------------------
 def example_host(tmp_path: Path, **extra: object) -> tuple[PlainHost, Path]:
     import runner.cli  # noqa: F401  (newcampaign imported first hits an import cycle)
-    from runner.newcampaign import fresh_example_copy
+    from runner.flow.new_campaign import fresh_example_copy
 
     tree = fresh_example_copy(tmp_path / "tree")
     options = {"backend": "TORCH", "granularity": None}
@@ -183,8 +183,8 @@ def test_per_pass_refuses_more_than_two_roles(tmp_path: Path) -> None:
 def tiny_campaign(root: Path) -> Path:
     """A campaign on the ``tiny`` shape set with its baseline (two passes)."""
     import runner.cli  # noqa: F401
-    from runner.baseline import run_baseline
-    from runner.newcampaign import create_campaign, fresh_example_copy
+    from runner.flow.baseline import run_baseline
+    from runner.flow.new_campaign import create_campaign, fresh_example_copy
 
     source = fresh_example_copy(root / "src")
     quiet = {"repeats": 3, "warmup_s": 0.02, "batch_s": 0.01, "max_repeats": 4, "budget_s": 0.1}
@@ -204,8 +204,8 @@ def test_cli_validate_gpus_leases_and_shards(tmp_path: Path) -> None:
     import os
     import sys
 
-    from runner.campaign import Campaign
-    from runner.newcampaign import EXAMPLES_DIR
+    from runner.flow.new_campaign import EXAMPLES_DIR
+    from runner.store.campaign import Campaign
 
     root = tiny_campaign(tmp_path)
     campaign = Campaign.load(root)
@@ -238,10 +238,10 @@ def test_cli_validate_gpus_leases_and_shards(tmp_path: Path) -> None:
 def test_slurm_round_shards_as_one_job_array(tmp_path: Path) -> None:
     """A VALIDATE round through the Slurm executor with --gpus 0,1 on the real one-node
     cluster: the shards go as one job array, one task per shard, then merge."""
-    from runner.campaign import Campaign
     from runner.executors.slurm import SlurmExecutor
-    from runner.newcampaign import EXAMPLES_DIR
-    from runner.rounds import Request, validate_round
+    from runner.flow.new_campaign import EXAMPLES_DIR
+    from runner.flow.rounds import Request, validate_round
+    from runner.store.campaign import Campaign
 
     out = subprocess.run(["sinfo", "-h"], capture_output=True, text=True, check=False)
     if out.returncode != 0 or not out.stdout.strip():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner.errors import CampaignError
-from runner.peaks import PEAKS, SpeedOfLightError, check_speed_of_light, peak_for, resolve_gpu
+from runner.core.errors import CampaignError
+from runner.judge.peaks import PEAKS, SpeedOfLightError, check_speed_of_light, peak_for, resolve_gpu
 
 
 @pytest.mark.parametrize(

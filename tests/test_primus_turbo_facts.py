@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from runner.cli import main
-from runner.errors import ConfigError
-from runner.manifest import load_manifest
-from runner.newcampaign import create_campaign
-from runner.schema import GEMM_SCHEMA, read_csv
+from runner.core.csv_schema import GEMM_SCHEMA, read_csv
+from runner.core.errors import ConfigError
+from runner.flow.new_campaign import create_campaign
+from runner.store.manifest import load_manifest
 from runner.targets.primus_turbo import (
     ATTN_ENV,
     BACKENDS,
@@ -288,10 +288,10 @@ print("Results saved to", out)
 def test_accept_reads_the_csv_the_benchmark_writes(tmp_path: Path) -> None:
     """The full benchmark's CSV comes from the file the script writes (its --output),
     through a real worker job, and lands in the pinned schema next to the raw file."""
-    from runner import accept
     from runner.executors.local import LocalExecutor
-    from runner.newcampaign import fresh_example_copy
-    from runner.rounds import Round
+    from runner.flow import accept
+    from runner.flow.new_campaign import fresh_example_copy
+    from runner.flow.rounds import Round
 
     source = fresh_example_copy(tmp_path / "src")
     sample = tmp_path / "sample.csv"

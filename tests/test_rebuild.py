@@ -26,12 +26,12 @@ from typing import Any
 
 import pytest
 
-from runner.campaign import Campaign
 from runner.executors.base import BuildJob
 from runner.executors.docker import CONTAINER_TARGET, image_digest
 from runner.executors.local import LocalExecutor
 from runner.flow.build import plan_builds
-from runner.lineage import Lineage
+from runner.store.campaign import Campaign
+from runner.store.lineage import Lineage
 from runner.targets.primus_turbo import PRIMUS_TURBO
 
 ROOT = Path(__file__).resolve().parent.parent

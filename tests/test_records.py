@@ -8,12 +8,23 @@ from typing import Any
 
 import pytest
 
-from runner.appendlog import verify
-from runner.campaign import Campaign
-from runner.errors import ConfigError
-from runner.logs import render_optimize_header
-from runner.manifest import Manifest, validate_manifest
-from runner.records import (
+from runner.core.errors import ConfigError
+from runner.core.outcomes import (
+    Decision,
+    GateResult,
+    RollbackAnalysis,
+    RoundResult,
+    Score,
+    ShapeDelta,
+    ShapeScore,
+    Status,
+)
+from runner.core.stats import geomean
+from runner.render.markdown import render_optimize_header
+from runner.store.appendlog import verify
+from runner.store.campaign import Campaign
+from runner.store.manifest import Manifest, validate_manifest
+from runner.store.records import (
     SECTIONS,
     TREND_HEADER,
     TREND_SEPARATOR,
@@ -28,17 +39,6 @@ from runner.records import (
     render_termination_check,
     render_trend_row,
 )
-from runner.results import (
-    Decision,
-    GateResult,
-    RollbackAnalysis,
-    RoundResult,
-    Score,
-    ShapeDelta,
-    ShapeScore,
-    Status,
-)
-from runner.stats import geomean
 
 COMBINED = "Combined Step TFLOPS"
 
@@ -402,7 +402,7 @@ def test_close_detects_an_edited_log(camp: Campaign) -> None:
     close_round(camp, rr(1, Status.BASELINE, BASE))
     camp.trend_log.write_text(camp.trend_log.read_text().replace("BASELINE", "ACCEPTED"))
     snap(camp, 2)
-    from runner.errors import AppendOnlyViolation
+    from runner.core.errors import AppendOnlyViolation
 
     with pytest.raises(AppendOnlyViolation):
         close_round(camp, rr(2, Status.ROLLED_BACK, BASE))

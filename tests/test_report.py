@@ -11,19 +11,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from runner.appendlog import verify
-from runner.campaign import Campaign
 from runner.cli import cli
-from runner.manifest import validate_manifest
-from runner.report import (
-    effective_directions,
-    ineffective_directions,
-    next_steps,
-    render_report,
-    transfer_split,
-    write_report,
-)
-from runner.results import (
+from runner.core.outcomes import (
     Decision,
     GateResult,
     RollbackAnalysis,
@@ -33,7 +22,18 @@ from runner.results import (
     Status,
     TransferCheck,
 )
-from runner.stats import geomean
+from runner.core.stats import geomean
+from runner.render.html_report import (
+    effective_directions,
+    ineffective_directions,
+    next_steps,
+    render_report,
+    transfer_split,
+    write_report,
+)
+from runner.store.appendlog import verify
+from runner.store.campaign import Campaign
+from runner.store.manifest import validate_manifest
 
 METRIC = "Combined Step TFLOPS"
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from matplotlib import image as mpimg
 
-from runner.campaign import Campaign
-from runner.report import write_report
+from runner.render.html_report import write_report
+from runner.store.campaign import Campaign
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 MIN_BYTES = 20_000

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.errors import ConfigError
-from runner.representative import select_representative
+from runner.core.errors import ConfigError
+from runner.judge.representative import select_representative
 
 
 def row(label: str, flops: float, rel_std: float, check: str = "PASS", **kw: Any) -> dict[str, Any]:

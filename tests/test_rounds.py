@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from runner.appendlog import verify
-from runner.baseline import run_baseline
-from runner.campaign import Campaign
-from runner.errors import ConfigError, NothingToDo
+from runner.core.csv_schema import GEMM_SCHEMA, read_csv
+from runner.core.errors import ConfigError, NothingToDo
+from runner.core.outcomes import Status
 from runner.executors.local import LocalExecutor
-from runner.lineage import Lineage
-from runner.newcampaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
-from runner.results import Status
-from runner.rounds import Request, validate_round
-from runner.schema import GEMM_SCHEMA, read_csv
+from runner.flow.baseline import run_baseline
+from runner.flow.new_campaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
+from runner.flow.rounds import Request, validate_round
+from runner.store.appendlog import verify
+from runner.store.campaign import Campaign
+from runner.store.lineage import Lineage
 
 pytestmark = pytest.mark.integration
 

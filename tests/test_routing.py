@@ -1,4 +1,4 @@
-"""The token-distribution generator of grouped-GEMM shapes (runner/routing.py)."""
+"""The token-distribution generator of grouped-GEMM shapes (runner/core/moe_routing.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.errors import ConfigError
-from runner.routing import (
+from runner.core.errors import ConfigError
+from runner.core.moe_routing import (
     DEGENERATE,
     DISTRIBUTIONS,
     TOPK1_CF125,

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.errors import ConfigError, CsvValueError, SchemaDriftError
-from runner.schema import (
+from runner.core.csv_schema import (
     ATTENTION_SCHEMA,
     GEMM_COLUMNS,
     GEMM_SCHEMA,
@@ -28,6 +27,7 @@ from runner.schema import (
     read_csv,
     write_csv,
 )
+from runner.core.errors import ConfigError, CsvValueError, SchemaDriftError
 
 GEMM_HEADER = (
     "label,B,M,N,K,Check,Forward TFLOPS,Forward TFLOPS_stddev,Backward TFLOPS,"

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.errors import ConfigError
-from runner.schema import GEMM_SCHEMA, MEMORY_SCHEMA, BenchCSV, read_csv, write_csv
-from runner.scoring import (
+from runner.core.csv_schema import GEMM_SCHEMA, MEMORY_SCHEMA, BenchCSV, read_csv, write_csv
+from runner.core.errors import ConfigError
+from runner.judge.scoring import (
     COMBINED_STEP,
     FORWARD_GBPS,
     FORWARD_TFLOPS,

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from runner.bench.timing import TimingSettings
-from runner.errors import ConfigError, SchemaDriftError
+from runner.core.csv_schema import GEMM_SCHEMA, read_csv, write_csv
+from runner.core.errors import ConfigError, SchemaDriftError
+from runner.core.shapes import Shape
+from runner.core.spec import RoundSpec
 from runner.executors.base import JobOutcome
 from runner.executors.local import LocalExecutor
-from runner.schema import GEMM_SCHEMA, read_csv, write_csv
-from runner.shapes import Shape
-from runner.sharding import (
+from runner.flow.sharding import (
     PlainHost,
     ShardFailed,
     gpu_env,
@@ -25,7 +26,6 @@ from runner.sharding import (
     shard_shapes,
     write_shard_merge,
 )
-from runner.spec import RoundSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -230,7 +230,7 @@ def test_measure_sharded_failure_and_unused_gpus(tmp_path: Path) -> None:
 def test_real_workers_sharded_over_two_devices(tmp_path: Path) -> None:
     """Real worker processes (CPU), two shards side by side, merged in order."""
     import runner.cli  # noqa: F401  (newcampaign imported first hits an import cycle)
-    from runner.newcampaign import fresh_example_copy
+    from runner.flow.new_campaign import fresh_example_copy
 
     tree = fresh_example_copy(tmp_path / "tree")
     timing = TimingSettings(warmup_s=0.01, repeats=2, max_repeats=3, budget_s=0.05, batch_s=0.005)

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from runner import cmd
 from runner.bench.timing import TimingSettings
-from runner.errors import ConfigError, InfrastructureError
+from runner.core import processes as cmd
+from runner.core.errors import ConfigError, InfrastructureError
+from runner.core.shapes import Shape
+from runner.core.spec import RoundSpec, save_spec
 from runner.executors import slurm
 from runner.executors.base import WorkerJob
 from runner.executors.slurm import (
@@ -42,8 +44,6 @@ from runner.executors.slurm_parse import (
     safe_name,
     state_by_task,
 )
-from runner.shapes import Shape
-from runner.spec import RoundSpec, save_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -291,7 +291,7 @@ def _worker_job(tmp: Path, name: str, shape: Shape, **kw: object) -> WorkerJob:
     tree = tmp / "tree"
     if not tree.exists():
         import runner.cli  # noqa: F401  (newcampaign imported first hits an import cycle)
-        from runner.newcampaign import fresh_example_copy
+        from runner.flow.new_campaign import fresh_example_copy
 
         fresh_example_copy(tree)
     spec = RoundSpec(
@@ -403,7 +403,7 @@ def test_python_is_this_interpreter_by_default() -> None:
 def test_the_manifest_selects_the_slurm_executor() -> None:
     from runner.executors.factory import make_executor
     from runner.executors.slurm import SlurmExecutor
-    from runner.newcampaign import build_manifest
+    from runner.flow.new_campaign import build_manifest
 
     m = build_manifest(
         target_op="gemm", target_backend="TORCH", source="/s", test_command="t",

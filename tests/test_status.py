@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runner.campaign import Campaign
 from runner.cli import cli
-from runner.results import (
+from runner.core.outcomes import (
     Decision,
     GateResult,
     RoundResult,
@@ -19,14 +18,15 @@ from runner.results import (
     ShapeScore,
     Status,
 )
-from runner.stats import geomean
-from runner.status import (
+from runner.core.stats import geomean
+from runner.render.status import (
     ESCALATION,
     consecutive_rollbacks,
     escalation_step,
     render_status,
     summarise,
 )
+from runner.store.campaign import Campaign
 
 METRIC = "Combined Step TFLOPS"
 

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from runner.appendlog import verify
-from runner.campaign import Campaign
 from runner.cli import cli
-from runner.errors import ConfigError
-from runner.manifest import Manifest, validate_manifest
-from runner.results import RoundResult, Score, ShapeScore, Status
-from runner.tips import (
+from runner.core.errors import ConfigError
+from runner.core.outcomes import RoundResult, Score, ShapeScore, Status
+from runner.store.appendlog import verify
+from runner.store.campaign import Campaign
+from runner.store.manifest import Manifest, validate_manifest
+from runner.store.tips import (
     TIPS_ROOT_ENV,
     Tip,
     append_tip,

@@ -101,7 +101,7 @@ def test_installed_wheel_runs_the_demo_from_an_empty_folder(tmp_path: Path) -> N
         [
             str(venv / "bin" / "python"),
             "-c",
-            "import importlib.util as u, runner.newcampaign as n; "
+            "import importlib.util as u, runner.flow.new_campaign as n; "
             "print(n.__file__); print(n.EXAMPLES_DIR); print(u.find_spec('turbo_kernels'))",
         ],
         empty,
@@ -137,8 +137,8 @@ def test_installed_wheel_runs_the_demo_from_an_empty_folder(tmp_path: Path) -> N
 def test_a_missing_example_package_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runner import newcampaign
-    from runner.errors import ConfigError
+    from runner.core.errors import ConfigError
+    from runner.flow import new_campaign as newcampaign
 
     assert newcampaign.examples_dir() == ROOT / "examples"  # a checkout reads it in place
     monkeypatch.setattr(newcampaign, "EXAMPLES_DIR", tmp_path / "nothing")

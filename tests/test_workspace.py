@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner.errors import ConfigError
-from runner.workspace import check_scaffolding, extract_workspace, load_record, sync_back
+from runner.core.errors import ConfigError
+from runner.store.workspace import check_scaffolding, extract_workspace, load_record, sync_back
 
 pytestmark = pytest.mark.integration
 

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner.accept import run_acceptance
-from runner.baseline import run_baseline
-from runner.campaign import Campaign
-from runner.demo import PATCHES, SPEEDUP, demo_manifest_fields
-from runner.errors import ConfigError
+from runner.core.errors import ConfigError
+from runner.core.outcomes import Status
 from runner.executors.local import LocalExecutor
-from runner.newcampaign import create_campaign, fresh_example_copy
-from runner.results import Status
-from runner.rounds import Request, validate_round
+from runner.flow.accept import run_acceptance
+from runner.flow.baseline import run_baseline
+from runner.flow.demo import PATCHES, SPEEDUP, demo_manifest_fields
+from runner.flow.new_campaign import create_campaign, fresh_example_copy
+from runner.flow.rounds import Request, validate_round
+from runner.store.campaign import Campaign
 
 pytestmark = pytest.mark.integration  # real git, real worker subprocesses
 
@@ -98,8 +98,8 @@ def test_workspace_mode_end_to_end(tmp_path: Path) -> None:
 
 def test_integration_gate_fails_on_the_upstream_focused_test(tmp_path: Path) -> None:
     """A kernel that breaks the upstream test fails the gate (a real pytest run)."""
+    from runner.flow.rounds import Round
     from runner.flow.workspace_mode import integration_gate
-    from runner.rounds import Round
 
     upstream = fresh_example_copy(tmp_path / "upstream")
     fields = demo_manifest_fields(upstream, "bad", "cpu")

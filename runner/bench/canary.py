@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.bench.timing import TimingSettings, measure
-from runner.stats import mean, stdev
+from runner.core.stats import mean, stdev
 
 GPU_GEMM = 4096
 GPU_COPY_BYTES = 1 << 30

@@ -29,7 +29,7 @@ from typing import Any
 
 from runner.bench.clocks import sample_clocks
 from runner.bench.timing import Timing, TimingSettings
-from runner.stats import median
+from runner.core.stats import median
 
 WINDOW_S = 0.05  # warm-up window length
 WARMUP_AGREE = 0.01  # successive windows agree within this (relative)

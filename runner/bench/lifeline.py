@@ -3,7 +3,7 @@ whole group can be killed at once, and the parent-death signal (``prctl
 PR_SET_PDEATHSIG``), so a ``kill -9`` of the campaign also kills its workers.
 
 ``child_preexec`` is a ``preexec_fn`` for ``subprocess``; it runs in the forked child
-before ``exec``.  It is used by ``runner.cmd.run`` (host side, for workers) and by the
+before ``exec``.  It is used by ``runner.core.processes.run`` (host side, for workers) and by the
 worker for the commands it starts (the focused test), so no process outlives the
 campaign that started it.  On other systems it does nothing.
 """

@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from runner.bench.timing import Timing
-from runner.shapes import Shape
-from runner.spec import RoundSpec, write_json_atomic
+from runner.core.shapes import Shape
+from runner.core.spec import RoundSpec, write_json_atomic
 
 log = logging.getLogger("runner.worker")
 POOL_GPU = 4
@@ -163,8 +163,8 @@ class Server:
 
     def finish(self) -> None:
         """Fresh-step timing, the re-check, then the pass's files."""
+        from runner.core.csv_schema import get_schema, write_csv
         from runner.rows import ROW_BUILDERS, failed_row
-        from runner.schema import get_schema, write_csv
         from runner.worker import environment_meta
 
         schema = get_schema(self.adapter.info.schema)

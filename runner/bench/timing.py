@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from runner.stats import median, rel_stdev, stdev
+from runner.core.stats import median, rel_stdev, stdev
 
 # The clocks as they were when the runner was imported, before any target code ran
 # (the worker imports this module before it imports the target).  The CPU engine

@@ -21,7 +21,7 @@ from runner.cli import (
     rounds_cmd,
 )
 from runner.cli.app import CAMPAIGNS_ROOT_ENV, App
-from runner.errors import CampaignError
+from runner.core.errors import CampaignError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import click
 
-from runner.bundle import export_bundle, sha256_file
-from runner.campaign import Campaign
 from runner.cli.app import App
 from runner.cli.options import campaign_option, executor_override_option, gpus_option
-from runner.leases import parse_gpus
-from runner.reproduce import NotReproduced, ReproduceRequest, reproduce
+from runner.portable.bundle import export_bundle, sha256_file
+from runner.portable.reproduce import NotReproduced, ReproduceRequest, reproduce
+from runner.store.campaign import Campaign
+from runner.store.leases import parse_gpus
 
 
 def echo_progress(message: str) -> None:

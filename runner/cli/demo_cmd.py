@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from runner.cli.app import App
-from runner.demo import run_demo
+from runner.flow.demo import run_demo
 
 
 @click.command("demo")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from runner import images
+from runner.portable import images
 
 
 @click.command("image")

@@ -10,13 +10,13 @@ import click
 
 from runner.cli.app import App
 from runner.cli.options import executor_init_option
-from runner.errors import ConfigError
-from runner.manifest import (
+from runner.core.errors import ConfigError
+from runner.flow.new_campaign import git_toplevel
+from runner.store.manifest import (
     Backend,
     Granularity,
     PrimaryMetric,
 )
-from runner.newcampaign import git_toplevel
 
 
 def parse_shapes(text: str) -> str | list[str]:
@@ -82,7 +82,7 @@ def init_cmd(app: App, **opts: Any) -> None:
     """Create a campaign directory with a validated manifest.yaml.  The kernel source,
     focused test and benchmark commands default to the target adapter's; the base
     commit is the source tree's HEAD."""
-    from runner.newcampaign import create_campaign
+    from runner.flow.new_campaign import create_campaign
 
     source = git_toplevel(opts["source"].resolve())
     campaign = create_campaign(

@@ -1,4 +1,4 @@
-"""``campaign mcp``: serve the ``turbo`` MCP server over stdio (``runner.mcp_server``)."""
+"""``campaign mcp``: serve the ``turbo`` MCP server over stdio (``runner.cli.mcp_server``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from runner.cli.app import CAMPAIGNS_ROOT_ENV, App
-from runner.errors import ConfigError
+from runner.core.errors import ConfigError
 
 
 @click.command("mcp")
@@ -24,7 +24,7 @@ def mcp_cmd(app: App, campaigns_root: Path | None) -> None:
     campaign_status, list_rounds, round_summary, run_baseline, validate_round).
     Started by an MCP client, not by hand: stdout carries the protocol."""
     try:
-        from runner.mcp_server import serve
+        from runner.cli.mcp_server import serve
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("mcp"):
             raise

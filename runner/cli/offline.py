@@ -4,7 +4,7 @@ They read pinned CSVs that already exist (no GPU, no campaign directory) and pri
 score or a verdict; ``--json`` prints exactly one JSON object.  Exit codes: 0 accepted
 (or a score printed), 3 rolled back, 4 needs re-measuring, 2 unusable input (raised as
 ConfigError and mapped in ``runner.cli.main``).  The JSON objects come from
-``runner.contract``, which the MCP tools (``runner.mcp_server``) share.
+``runner.judge.json_contract``, which the MCP tools (``runner.cli.mcp_server``) share.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 import click
 from tabulate import tabulate
 
-from runner.contract import gate_csvs, gate_json, score_csv, score_json
-from runner.errors import NeedsRemeasure, RolledBack
-from runner.results import Decision, GateResult, Score
-from runner.scoring import Metric
+from runner.core.errors import NeedsRemeasure, RolledBack
+from runner.core.outcomes import Decision, GateResult, Score
+from runner.judge.json_contract import gate_csvs, gate_json, score_csv, score_json
+from runner.judge.scoring import Metric
 
 EXIT_CODES = {
     Decision.ACCEPTED: 0,

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import click
 
-from runner.campaign import Campaign
 from runner.cli.app import App
 from runner.cli.options import campaign_option, executor_override_option, gpus_option
-from runner.errors import AppendOnlyViolation
+from runner.core.errors import AppendOnlyViolation
+from runner.store.campaign import Campaign
 from runner.store.guard import RECOVERY
-from runner.tips import TIPS_ROOT_ENV, Tip, append_tip, resolve_tips_root
+from runner.store.tips import TIPS_ROOT_ENV, Tip, append_tip, resolve_tips_root
 
 
 def _find(app: App, name: str | None) -> Campaign:
@@ -29,7 +29,7 @@ def _progress(message: str) -> None:
 @click.pass_obj
 def status_cmd(app: App, name: str | None, as_json: bool) -> None:
     """Current best, round counts, escalation step, next round, chain integrity."""
-    from runner.status import collect_status, render_status
+    from runner.render.status import collect_status, render_status
 
     status = collect_status(_find(app, name))
     if as_json:
@@ -50,7 +50,7 @@ def status_cmd(app: App, name: str | None, as_json: bool) -> None:
 def report_cmd(app: App, name: str | None, user_stop: bool) -> None:
     """Append the Termination Check and the Final Report to logs/optimize.md and write
     report/index.html with its pictures."""
-    from runner.report import write_report
+    from runner.render.html_report import write_report
 
     outcome = write_report(_find(app, name), user_stop=user_stop)
     click.echo(f"appended the report to {outcome.optimize_log}")
@@ -69,9 +69,9 @@ def accept_cmd(app: App, name: str | None, passes: int, executor: str | None, gp
     """Final acceptance of the lineage head: full validation against the base commit,
     the full benchmark, the full test suite, the branch check.  Exit 0 ACCEPTED,
     3 NOT ACCEPTED, 2 bad input."""
-    from runner.accept import NotAccepted, acceptance_dir, run_acceptance
     from runner.executors.factory import make_executor
-    from runner.leases import parse_gpus
+    from runner.flow.accept import NotAccepted, acceptance_dir, run_acceptance
+    from runner.store.leases import parse_gpus
 
     campaign = _find(app, name)
     result = run_acceptance(

@@ -7,16 +7,16 @@ from typing import Any
 
 import click
 
-from runner.baseline import run_baseline
-from runner.campaign import Campaign
 from runner.cli.app import App
 from runner.cli.options import campaign_option, executor_override_option, gpus_option
-from runner.errors import ConfigError, InfrastructureError, RolledBack
+from runner.core.errors import ConfigError, InfrastructureError, RolledBack
+from runner.core.outcomes import RoundResult, Status
 from runner.executors.factory import make_executor
-from runner.leases import parse_gpus
-from runner.results import RoundResult, Status
-from runner.rounds import Request, validate_round
-from runner.tips import read_tips, resolve_tips_root
+from runner.flow.baseline import run_baseline
+from runner.flow.rounds import Request, validate_round
+from runner.store.campaign import Campaign
+from runner.store.leases import parse_gpus
+from runner.store.tips import read_tips, resolve_tips_root
 
 
 def echo_progress(message: str) -> None:
@@ -28,7 +28,7 @@ def find_campaign(app: App, name: str | None) -> Campaign:
 
 
 def _new_campaign(app: App, opts: dict[str, Any]) -> Campaign:
-    from runner.newcampaign import create_campaign, fresh_example_copy
+    from runner.flow.new_campaign import create_campaign, fresh_example_copy
 
     source = opts["source"]
     if source is None:

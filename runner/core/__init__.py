@@ -1,1 +1,2 @@
-"""Basics both sides share: files, timestamps, versioned records."""
+"""Basics both sides share: errors, subprocesses, statistics, typed outcomes,
+shapes, the CSV schema, the round spec, files, timestamps, versioned records."""

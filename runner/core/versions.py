@@ -4,7 +4,7 @@ which way the file is off and what to do."""
 
 from __future__ import annotations
 
-from runner.errors import ConfigError
+from runner.core.errors import ConfigError
 
 
 def require_schema_version(

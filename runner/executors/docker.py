@@ -1,6 +1,6 @@
 """Docker executor: one fresh container per worker job, through the docker CLI.
 
-Every docker call goes through ``runner.cmd.run`` so the exact argv is logged and
+Every docker call goes through ``runner.core.processes.run`` so the exact argv is logged and
 testable; ``docker_create_args`` is a pure function.  Per job:
 
 1. ``docker create`` (``--network none``, ``--pull never``, no ``--privileged``, only
@@ -67,12 +67,12 @@ from types import TracebackType
 from typing import Literal
 
 import runner
-from runner import cmd
-from runner.errors import CommandFailed, ConfigError, InfrastructureError
+from runner.core import processes as cmd
+from runner.core.errors import CommandFailed, ConfigError, InfrastructureError
+from runner.core.spec import write_json_atomic
 from runner.executors.base import BuildJob, BuiltRole, JobOutcome, RoleBuildFailed, WorkerJob
 from runner.executors.local import SOURCE_ENV
-from runner.leases import held_fds
-from runner.spec import write_json_atomic
+from runner.store.leases import held_fds
 
 log = logging.getLogger("runner.executors.docker")
 
@@ -622,7 +622,7 @@ class DockerExecutor:
         """A fixed request (``gpu=``) wins; otherwise the job's own leased GPUs."""
         if self.gpu is not None or not job.gpus:
             return self.gpu
-        from runner.sharding import detect_vendor
+        from runner.flow.sharding import detect_vendor
 
         vendor = self.vendor or detect_vendor()
         return GpuRequest.for_job(

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from runner.errors import ConfigError
+from runner.core.errors import ConfigError
 from runner.executors.base import Executor
 from runner.executors.local import LocalExecutor
-from runner.manifest import Manifest
+from runner.store.manifest import Manifest
 
 
 def make_executor(m: Manifest, override: str | None = None) -> Executor:

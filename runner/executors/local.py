@@ -16,7 +16,7 @@ from typing import TextIO
 
 import runner
 from runner.bench.checkpoint import ENV_NAMES as PAUSE_ENV_NAMES
-from runner.cmd import run, start
+from runner.core.processes import run, start
 from runner.executors.base import (
     BuildJob,
     BuiltRole,
@@ -25,7 +25,7 @@ from runner.executors.base import (
     RoleBuildFailed,
     WorkerJob,
 )
-from runner.leases import held_fds
+from runner.store.leases import held_fds
 
 _PASS_THROUGH = (
     "PATH",
@@ -89,7 +89,7 @@ class LocalExecutor:
     """Runs the worker with ``python`` (default: this interpreter).  Each worker (and
     each prepare command) runs in its own process group with the parent-death signal
     and holds the GPU lease descriptors, so it dies with the campaign and the GPUs stay
-    leased until it has exited (``runner.cmd.run(die_with_parent=True)``)."""
+    leased until it has exited (``runner.core.processes.run(die_with_parent=True)``)."""
 
     name = "local"
 

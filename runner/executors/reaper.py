@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from runner.cmd import run
+from runner.core.processes import run
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,8 +44,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner import cmd
-from runner.errors import ConfigError, InfrastructureError
+from runner.core import processes as cmd
+from runner.core.errors import ConfigError, InfrastructureError
+from runner.core.spec import write_json_atomic
 from runner.executors.base import BuildJob, BuiltRole, JobOutcome, WorkerJob
 from runner.executors.local import SOURCE_ENV, clean_env
 from runner.executors.slurm_parse import (
@@ -56,7 +57,6 @@ from runner.executors.slurm_parse import (
     safe_name,
     state_by_task,
 )
-from runner.spec import write_json_atomic
 
 log = logging.getLogger("runner.executors.slurm")
 

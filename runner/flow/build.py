@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from runner.executors.base import BuildJob, BuiltRole, RoleBuildFailed
 
 if TYPE_CHECKING:
-    from runner.rounds import Round
+    from runner.flow.rounds import Round
 
 BUILDS_RECORD = "builds.json"
 _ORDER = ("baseline", "incumbent", "candidate", "final")
@@ -95,7 +95,7 @@ def built_roles(
     the builds with the round, so each of its jobs runs on its role's build; free them
     when the round is done.  A target without native code builds nothing.  A failed
     build raises ``RoundFailed`` with the build log's tail."""
-    from runner.rounds import RoundFailed
+    from runner.flow.rounds import RoundFailed
 
     target = rnd.target
     if not target.editable_install:

@@ -25,16 +25,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from runner.errors import InfrastructureError
+from runner.core.csv_schema import BenchCSV
+from runner.core.errors import InfrastructureError
+from runner.core.outcomes import Decision, GateResult, Score
+from runner.core.shapes import Shape
 from runner.flow.paired import PairedFailed, measure_paired, supports_paired
-from runner.gate import decide, required_pairs
-from runner.judge.import_cause import explain_failure
-from runner.passes import check_problems, fresh_gains, pair_samples, read_passes, write_merged
-from runner.results import Decision, GateResult, Score
-from runner.schema import BenchCSV
-from runner.scoring import score
-from runner.shapes import Shape
-from runner.sharding import (
+from runner.flow.passes import check_problems, fresh_gains, pair_samples, read_passes, write_merged
+from runner.flow.sharding import (
     BCCB,
     ShardFailed,
     detect_vendor,
@@ -46,6 +43,9 @@ from runner.sharding import (
     worker_failure,
     write_shard_merge,
 )
+from runner.judge.gate import decide, required_pairs
+from runner.judge.import_cause import explain_failure
+from runner.judge.scoring import score
 
 
 class RoundFailed(InfrastructureError):
@@ -283,7 +283,7 @@ def judge(
     rnd: Any, paths: Mapping[str, list[Path]], how: Comparison, vetoes: Sequence[str]
 ) -> Judged:
     """Merge, score, pair and gate the passes measured so far."""
-    from runner.verdict import heldout_flag, inflation_veto
+    from runner.judge.vetoes import heldout_flag, inflation_veto
 
     m = rnd.manifest
     ref_role, cand_role = how.roles

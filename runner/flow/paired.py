@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runner.bench.timing import TimingSettings
+from runner.core.shapes import Shape
+from runner.core.spec import RoundSpec
 from runner.executors.base import LiveWorker, ServingExecutor, WorkerJob
-from runner.shapes import Shape
-from runner.sharding import pass_name
-from runner.spec import RoundSpec
+from runner.flow.sharding import pass_name
 
 READY_TIMEOUT_S = 1800.0  # import, checks, compile/JIT and first calls of every shape
 TURN_TIMEOUT_S = 900.0  # one block or the finish
@@ -42,7 +42,7 @@ BLOCK_WARMUP_FLOOR_S = 0.1  # a turn's warm-up never shorter than this (or the p
 
 
 class PairedHost(Protocol):
-    """What paired measurement needs from a round (``runner.rounds.Round``)."""
+    """What paired measurement needs from a round (``runner.flow.rounds.Round``)."""
 
     tmp: Path
 

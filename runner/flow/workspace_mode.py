@@ -18,15 +18,15 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.cmd import run
-from runner.errors import ConfigError
+from runner.core.errors import ConfigError
+from runner.core.processes import run
 from runner.judge.import_cause import explain_failure
-from runner.lineage import Lineage
+from runner.store.lineage import Lineage
+from runner.store.workspace import extract_workspace, load_record, sync_back, workspace_command
 from runner.targets.base import Target
-from runner.workspace import extract_workspace, load_record, sync_back, workspace_command
 
 if TYPE_CHECKING:
-    from runner.rounds import Round
+    from runner.flow.rounds import Round
 
 WORKSPACES = "workspaces"
 IDENT = ["-c", "user.name=turbo-campaign", "-c", "user.email=turbo-campaign@localhost"]
@@ -79,7 +79,7 @@ def create_workspace(
 def integration_gate(rnd: Round, head_tree: Path, log_path: Path) -> tuple[bool, str, Any]:
     """Sync back, build, upstream focused test; returns (ok, detail, a ``commit``
     callable that records the result on the upstream branch)."""
-    from runner.accept import run_command_in
+    from runner.flow.accept import run_command_in
 
     record = load_record(head_tree)
     upstream = Path(record["upstream"])

@@ -2,14 +2,14 @@
 
 Call as Primus-Turbo's ``ops.flash_attn_func(q, k, v, causal=causal)`` in its "bshd"
 layout: q (B, S, H, D), k and v (B, S, H_kv, D) (grouped-query attention when
-H_kv < H), default softmax scale D^-0.5.  Shapes (runner/shapes.py): ``b`` = B,
+H_kv < H), default softmax scale D^-0.5.  Shapes (runner/core/shapes.py): ``b`` = B,
 ``m`` = ``n`` = S, ``k`` = D, ``params`` heads / kv_heads / causal.
 
 FLOPs, the standard convention: forward 4*B*H*S*S*D (QK^T and PV, 2*B*H*S*S*D each),
 halved when causal; backward 2.5x forward (five S x S x D matmuls against two).  The
-CSV uses the attention schema (runner/schema.py: B, H, S, D, causal, the GEMM-class
+CSV uses the attention schema (runner/core/csv_schema.py: B, H, S, D, causal, the GEMM-class
 metrics, and out/dq/dk/dv SNRs); Combined Step TFLOPS = 3.5x forward FLOPs over the
-summed times (runner/scoring.py).
+summed times (runner/judge/scoring.py).
 
 Correctness against a float32 reference (explicit softmax(QK^T * scale) V and its
 autograd gradients) from pristine copies of the inputs: SNR >= 30 dB for out, dq, dk

@@ -5,7 +5,7 @@ Layout and call as Primus-Turbo's MoE expert GEMMs:
 ``ops.grouped_gemm_fp8(a, b, group_lens, trans_b=True, config=cfg)`` with a the
 (sum(group_lens), K) token rows sorted by expert, b the (G, N, K) expert weights and
 ``group_lens`` the tokens per expert as a RUNTIME int64 tensor on the device (never a
-layout constant: the sizes come from runner/routing.py and may be skewed or zero).
+layout constant: the sizes come from runner/core/moe_routing.py and may be skewed or zero).
 
 FLOPs from the real group sizes (``Shape.flops_fwd``: sum of 2*g*N*K); backward 2x
 forward (grad_a and grad_b).  Correctness against a float32 per-group reference built

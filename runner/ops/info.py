@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.errors import ConfigError
+from runner.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -11,19 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from runner.appendlog import LEDGER_SUFFIX, verify
-from runner.campaign import Campaign
-from runner.errors import AppendOnlyViolation, CampaignError
-from runner.lineage import Lineage
-from runner.logs import optimize_title, trend_header
-from runner.manifest import branch_name
-from runner.results import Status
+from runner.core.errors import AppendOnlyViolation, CampaignError
+from runner.core.outcomes import Status
+from runner.render.markdown import optimize_title, trend_header
+from runner.store.appendlog import LEDGER_SUFFIX, verify
+from runner.store.campaign import Campaign
 from runner.store.leftovers import clean_leftovers
+from runner.store.lineage import Lineage
+from runner.store.manifest import branch_name
 
 RECOVERY = (
     "restore each file named above to its recorded "
     "content (`git checkout`, a backup, or the bytes the ledger names), check it with "
-    "`campaign status`, then append a correction (runner.appendlog.append_correction) "
+    "`campaign status`, then append a correction (runner.store.appendlog.append_correction) "
     "instead of editing"
 )
 

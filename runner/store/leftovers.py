@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.appendlog import write_atomic
-from runner.cmd import run
-from runner.errors import CommandFailed
+from runner.core.errors import CommandFailed
+from runner.core.processes import run
+from runner.store.appendlog import write_atomic
 
 JOB_PREFIX = "turbo-campaign-job-"
 WORKTREE_PREFIX = "turbo-campaign-wt-"

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from runner.errors import ConfigError
+from runner.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from runner.errors import ConfigError
+from runner.core.errors import ConfigError
 from runner.targets.registry import get_target
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from runner.cmd import run
-from runner.errors import ConfigError
+from runner.core.errors import ConfigError
+from runner.core.processes import run
 from runner.targets.base import Target
 from runner.targets.upstream_csv import BENCH_CSV_NAME
 

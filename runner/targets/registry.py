@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runner.errors import ConfigError
+from runner.core.errors import ConfigError
 from runner.targets.base import Target
 from runner.targets.example import EXAMPLE
 from runner.targets.primus_turbo import PRIMUS_TURBO

@@ -25,8 +25,8 @@ from __future__ import annotations
 import csv
 import io
 
-from runner.errors import CsvValueError
-from runner.schema import ATTENTION_COLUMNS, GEMM_COLUMNS
+from runner.core.csv_schema import ATTENTION_COLUMNS, GEMM_COLUMNS
+from runner.core.errors import CsvValueError
 
 BENCH_CSV_NAME = "upstream_benchmark.csv"
 

@@ -1,0 +1,467 @@
+"""The ``turbo`` MCP server (``campaign mcp``): the campaign loop as typed tools for a
+coding agent, over stdio.  Agents see the tools as ``mcp__turbo__<name>``.
+
+Every tool calls the same functions as the ``campaign`` command line, so it refuses
+exactly what the CLI refuses: ``runner.judge.json_contract`` for score/gate (the same JSON as
+``--json``), ``runner.flow.rounds`` for the rounds, ``runner.core.csv_schema`` for the CSV checks.
+A ``CampaignError`` (and a round's ``RoundFailed``) becomes an MCP tool error
+(``isError`` result carrying the message); the server keeps serving.
+
+Rounds run in a worker thread so that the server stays responsive; their progress
+lines become ``notifications/progress`` (when the client asked for progress) and
+log lines on stderr.  While serving, stdout carries only the protocol: the SDK points
+file descriptor 1 at stderr, so subprocess output cannot corrupt it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field
+
+from runner import __version__
+from runner.core.csv_schema import CHECK, LABEL, BenchCSV, Row, Schema, get_schema, read_csv
+from runner.core.errors import CampaignError, ConfigError
+from runner.core.outcomes import RoundResult
+from runner.executors.factory import make_executor
+from runner.flow import baseline, rounds
+from runner.judge.json_contract import (
+    GateJSON,
+    ScoreJSON,
+    gate_csvs,
+    gate_json,
+    score_csv,
+    score_json,
+)
+from runner.judge.scoring import Metric
+from runner.store.campaign import Campaign
+
+SERVER_NAME = "turbo"
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
+log = logging.getLogger(__name__)
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+ROUND = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+
+CampaignName = Annotated[
+    str | None,
+    Field(description="Campaign name under the campaigns root; omit when there is only one."),
+]
+MetricArg = Annotated[
+    Metric,
+    Field(
+        description="Primary metric: auto picks Combined Step TFLOPS for fwd+bwd GEMMs, "
+        "Forward TFLOPS for forward-only ones and Forward GB/s for memory-bound ops."
+    ),
+]
+
+
+# ---------------------------------------------------------------- output models
+
+
+class CsvRow(BaseModel):
+    """One data row of a pinned CSV."""
+
+    label: str
+    check: str = Field(description="PASS or FAIL (the benchmark's ERROR counts as FAIL).")
+    values: dict[str, float | None] = Field(
+        description="Every other column: a number, or null when the cell is '-'/empty "
+        "(not applicable) or not finite (see nonfinite)."
+    )
+    nonfinite: dict[str, str] = Field(
+        default_factory=dict, description="Columns holding nan, inf or -inf, as written."
+    )
+
+
+class ParsedCsv(BaseModel):
+    """A pinned benchmark CSV, read and validated."""
+
+    path: str
+    csv_schema: str = Field(description="gemm, memory, or pinned (a campaign's own header).")
+    header: str = Field(description="The header line, byte for byte.")
+    columns: list[str]
+    checked_against: str | None = Field(
+        description="The campaign whose pinned schema the header matched; null when the "
+        "header was matched against the built-in schemas."
+    )
+    rows: list[CsvRow]
+
+
+class RoundInfo(BaseModel):
+    """One closed round, in a line."""
+
+    round: int
+    status: str = Field(description="BASELINE, ACCEPTED, ROLLED BACK or FAILED.")
+    level: str
+    hypothesis: str
+    metric: str
+    aggregate: float = Field(description="Geomean of the primary metric (0 with a FAIL row).")
+    delta_pct: float | None = Field(description="Against the best at the time; null: round-1.")
+    decision: str | None = Field(description="The gate's decision; null for round-1.")
+    finished: str
+    commit: str | None
+
+
+class CampaignStatus(BaseModel):
+    """Where a campaign stands."""
+
+    name: str
+    root: str
+    source: str = Field(description="The target git repository.")
+    target: str
+    target_op: str
+    target_backend: str
+    target_gpu: str
+    primary_metric: str
+    representative_shapes: list[str]
+    pinned_header: str | None = Field(description="Frozen at BASELINE; null before it.")
+    closed_rounds: list[int]
+    next_round: int = Field(description="The number the next baseline/validate must use.")
+    baseline_aggregate: float | None
+    best_round: int | None = Field(description="The last BASELINE/ACCEPTED round.")
+    best_aggregate: float | None
+    max_iterations: int | None
+
+
+class RoundReport(BaseModel):
+    """A closed round: its summary.md and its result.json."""
+
+    campaign: str
+    round: int
+    status: str = Field(description="BASELINE, ACCEPTED, ROLLED BACK or FAILED.")
+    summary_path: str
+    summary_md: str = Field(description="The text of rounds/round-N/summary.md.")
+    result: dict[str, Any] = Field(description="rounds/round-N/result.json (RoundResult).")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+@contextmanager
+def tool_errors() -> Iterator[None]:
+    """Turn the runner's anticipated failures into MCP tool errors (isError results)."""
+    try:
+        yield
+    except (CampaignError, rounds.RoundFailed) as exc:
+        raise ToolError(str(exc)) from exc
+
+
+def _csv_row(row: Row, columns: list[str]) -> CsvRow:
+    values: dict[str, float | None] = {}
+    nonfinite: dict[str, str] = {}
+    for column in columns:
+        value = row.number(column)
+        if value is not None and not math.isfinite(value):
+            nonfinite[column] = row.values[column]
+            value = None
+        values[column] = value
+    return CsvRow(label=row.label, check=row.check, values=values, nonfinite=nonfinite)
+
+
+def parsed_csv(csv: BenchCSV, checked_against: str | None) -> ParsedCsv:
+    columns = [c for c in csv.schema.columns if c not in (LABEL, CHECK)]
+    return ParsedCsv(
+        path=str(csv.path),
+        csv_schema=csv.schema.name,
+        header=csv.header,
+        columns=list(csv.schema.columns),
+        checked_against=checked_against,
+        rows=[_csv_row(r, columns) for r in csv.rows],
+    )
+
+
+def campaign_schema(campaign: Campaign) -> str | Schema:
+    """The header a campaign's CSVs must carry: pinned at BASELINE, else its schema."""
+    m = campaign.manifest
+    return m.pinned_header if m.pinned_header else get_schema(m.csv_schema)
+
+
+def round_info(r: RoundResult) -> RoundInfo:
+    return RoundInfo(
+        round=r.round,
+        status=r.status.value,
+        level=r.level,
+        hypothesis=r.hypothesis,
+        metric=r.score.metric,
+        aggregate=r.score.aggregate,
+        delta_pct=r.gate.delta_pct if r.gate else None,
+        decision=r.gate.decision.value if r.gate else None,
+        finished=r.finished,
+        commit=r.commit,
+    )
+
+
+def campaign_status_of(campaign: Campaign) -> CampaignStatus:
+    m = campaign.manifest
+    closed = campaign.closed_rounds()
+    best = campaign.last_accepted()
+    baseline = campaign.load_result(1) if 1 in closed else None
+    return CampaignStatus(
+        name=campaign.name,
+        root=str(campaign.root),
+        source=m.source,
+        target=m.target,
+        target_op=m.target_op,
+        target_backend=m.target_backend,
+        target_gpu=m.target_gpu,
+        primary_metric=m.primary_metric,
+        representative_shapes=list(m.representative_shapes),
+        pinned_header=m.pinned_header,
+        closed_rounds=closed,
+        next_round=campaign.next_round(),
+        baseline_aggregate=baseline.score.aggregate if baseline else None,
+        best_round=best.round if best else None,
+        best_aggregate=best.score.aggregate if best else None,
+        max_iterations=m.max_iterations,
+    )
+
+
+def round_report(campaign: Campaign, n: int) -> RoundReport:
+    result = campaign.load_result(n)
+    path = campaign.summary_path(n)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the summary ({exc.strerror or exc})") from None
+    return RoundReport(
+        campaign=campaign.name,
+        round=n,
+        status=result.status.value,
+        summary_path=str(path),
+        summary_md=text,
+        result=result.to_dict(),
+    )
+
+
+async def run_in_worker(ctx: Context, job: Callable[[rounds.Progress], RoundResult]) -> RoundResult:
+    """Run ``job(progress)`` in a worker thread; each progress line becomes a progress
+    notification (numbered 1, 2, ...; no total) and a log line on stderr."""
+    step = itertools.count(1)
+
+    def progress(message: str) -> None:
+        log.info("%s", message)
+        try:
+            anyio.from_thread.run(ctx.report_progress, float(next(step)), None, message)
+        except Exception as exc:  # a lost notification must never abort a round
+            log.warning("progress notification not sent: %s", exc)
+
+    return await anyio.to_thread.run_sync(job, progress)
+
+
+# ---------------------------------------------------------------- the tools
+
+
+class TurboTools:
+    """The tools, bound to one campaigns root."""
+
+    def __init__(self, campaigns_root: Path) -> None:
+        self.campaigns_root = Path(campaigns_root)
+
+    def _campaign(self, name: str | None) -> Campaign:
+        """A campaign by name under the campaigns root only (never a path elsewhere)."""
+        if name is not None and (not _NAME.fullmatch(name) or name in (".", "..")):
+            raise ConfigError(
+                f"campaign {name!r}: give the name of a campaign under {self.campaigns_root} "
+                "(letters, digits, '.', '_' and '-'), not a path"
+            )
+        return Campaign.find(self.campaigns_root, name)
+
+    def _path(self, text: str) -> str:
+        """A file under the campaigns root (relative paths are taken from it)."""
+        root = self.campaigns_root.resolve()
+        if "\x00" in text:
+            raise ConfigError(f"{text!r} is not a path")
+        given = Path(text)
+        resolved = (given if given.is_absolute() else root / given).resolve()
+        if not resolved.is_relative_to(root):
+            raise ConfigError(
+                f"{text}: the MCP tools read files under the campaigns root {root} only; "
+                "copy the file there or give a path inside it"
+            )
+        return str(resolved)
+
+    def parse_bench_csv(
+        self,
+        path: Annotated[str, Field(description="Path of the benchmark CSV.")],
+        campaign: CampaignName = None,
+    ) -> ParsedCsv:
+        """Read a pinned benchmark CSV and return its rows: label, check (PASS/FAIL) and
+        every other column as a number or null.  With `campaign`, the header must equal
+        that campaign's pinned header (manifest.pinned_header) byte for byte; without,
+        one of the built-in schemas (gemm, memory).  Errors: unreadable file, header
+        drift (the message names each differing column), bad values (e.g. a PASS row
+        without a usable number), duplicate labels, unknown campaign."""
+        with tool_errors():
+            path = self._path(path)
+            if campaign is None:
+                return parsed_csv(read_csv(path), None)
+            found = self._campaign(campaign)
+            return parsed_csv(read_csv(path, pinned=campaign_schema(found)), found.name)
+
+    def score(
+        self,
+        path: Annotated[str, Field(description="Path of the benchmark CSV.")],
+        metric: MetricArg = Metric.AUTO,
+        pinned_header: Annotated[
+            str | None,
+            Field(description="The BASELINE CSV or a file holding its header; drift is an error."),
+        ] = None,
+    ) -> ScoreJSON:
+        """Score a pinned CSV: the same JSON object as `campaign score --json`, i.e.
+        {metric, aggregate (geomean over PASS shapes, 0 with any FAIL row), shapes:
+        [{label, value, check}], pass, fail}.  Errors: unreadable CSV, header drift,
+        bad values, a metric that does not fit the CSV."""
+        with tool_errors():
+            pinned = self._path(pinned_header) if pinned_header is not None else None
+            return score_json(score_csv(self._path(path), metric.value, pinned))
+
+    def gate(
+        self,
+        best: Annotated[str, Field(description="CSV of the current best round.")],
+        candidate: Annotated[str, Field(description="CSV of the candidate.")],
+        metric: MetricArg = Metric.AUTO,
+        sigma_g: Annotated[
+            float | None,
+            Field(description="Calibrated sigma_G (e.g. 0.004); threshold max(2%, 3*sigma_G)."),
+        ] = None,
+        target_shapes: Annotated[
+            list[str] | None,
+            Field(description="Declare a targeted-shape round: judge these labels only."),
+        ] = None,
+    ) -> GateJSON:
+        """Judge a candidate CSV against the best one: the same JSON object as
+        `campaign gate --json` (decision ACCEPTED / ACCEPTED_TRADEOFF / ROLLED_BACK /
+        NEEDS_REMEASURE, aggregates, delta_pct, per-shape deltas, regressed shapes,
+        reasons, threshold_pct, pairs_used).  A rollback is a result, not an error.
+        Errors: unreadable CSVs, header drift between them, different shapes, bad sigma."""
+        with tool_errors():
+            best, candidate = self._path(best), self._path(candidate)
+            return gate_json(
+                gate_csvs(best, candidate, metric.value, sigma_g, tuple(target_shapes or ()))
+            )
+
+    def campaign_status(self, campaign: CampaignName = None) -> CampaignStatus:
+        """Where a campaign stands: target, pinned header, closed rounds, the next round
+        number, the baseline and current-best aggregates.  Errors: no campaign, several
+        campaigns and none named, a broken manifest or result.json."""
+        with tool_errors():
+            return campaign_status_of(self._campaign(campaign))
+
+    def list_rounds(self, campaign: CampaignName = None) -> list[RoundInfo]:
+        """The closed rounds, oldest first: status, level, hypothesis, aggregate, delta
+        against the best of the time, gate decision, finish time, lineage commit.
+        Errors: as campaign_status."""
+        with tool_errors():
+            return [round_info(r) for r in self._campaign(campaign).results()]
+
+    def round_summary(
+        self,
+        n: Annotated[int, Field(description="The round number (1 is the baseline).")],
+        campaign: CampaignName = None,
+    ) -> RoundReport:
+        """One closed round: the text of its summary.md and its result.json.  Errors:
+        the round is not closed (or does not exist), a broken result.json."""
+        with tool_errors():
+            return round_report(self._campaign(campaign), n)
+
+    async def run_baseline(
+        self,
+        ctx: Context,
+        campaign: CampaignName = None,
+        passes: Annotated[int, Field(description="Calibration passes (>= 2).")] = 5,
+    ) -> RoundReport:
+        """Round-1 of an existing campaign (`campaign baseline`): full validation over
+        every target shape in `passes` fresh processes, noise calibration,
+        representative shapes, records.  Long-running; sends progress notifications.
+        Returns the closed round.  Errors: fewer than 2 passes, a baseline already
+        there, the campaign busy, the baseline failing its focused test or benchmark."""
+        with tool_errors():
+            found = self._campaign(campaign)
+            executor = make_executor(found.manifest)
+            result = await run_in_worker(
+                ctx, lambda p: baseline.run_baseline(found, executor, passes=passes, progress=p)
+            )
+            return round_report(found, result.round)
+
+    async def validate_round(
+        self,
+        ctx: Context,
+        n: Annotated[int, Field(description="The next round number (never reused).")],
+        hypothesis: Annotated[str, Field(description="The one hypothesis this change tests.")],
+        patch: Annotated[
+            str | None,
+            Field(description="Unified diff of the candidate; null: the source tree's diff."),
+        ] = None,
+        level: Annotated[
+            Literal["quick", "full"],
+            Field(description="quick: representative shapes; full: every target shape."),
+        ] = "quick",
+        campaign: CampaignName = None,
+        bucket: Annotated[
+            str, Field(description="Transfer bucket (docs/protocol.md §8.2): K1-K4 or W1.")
+        ] = "K1",
+        restore: Annotated[
+            bool, Field(description="On rollback, reset the touched files to the head.")
+        ] = False,
+        pairs: Annotated[
+            int | None, Field(description="B C C B blocks (default: the manifest's).")
+        ] = None,
+    ) -> RoundReport:
+        """VALIDATE round n (`campaign validate`): the candidate against the last accepted
+        round, paired, then the gate and the records.  Long-running; sends progress
+        notifications.  Returns the closed round; ROLLED BACK and FAILED are results
+        (see status and summary_md), not errors.  Errors (nothing written): no
+        baseline, n not the next round, an empty hypothesis, an empty or
+        non-applying patch, the campaign busy."""
+        request = rounds.Request(n, hypothesis, patch, level, restore, bucket, pairs)
+        with tool_errors():
+            found = self._campaign(campaign)
+            executor = make_executor(found.manifest)
+            result = await run_in_worker(
+                ctx, lambda p: rounds.validate_round(found, executor, request, progress=p)
+            )
+            return round_report(found, result.round)
+
+
+def build_server(campaigns_root: Path) -> MCPServer:
+    """The ``turbo`` server with every tool registered."""
+    server: MCPServer = MCPServer(
+        SERVER_NAME,
+        version=__version__,
+        instructions="Primus-Turbo kernel-optimisation campaigns: pinned CSVs, the "
+        "statistical gate, baseline and VALIDATE rounds with append-only records.",
+    )
+    tools = TurboTools(campaigns_root)
+    readers: list[Callable[..., Any]] = [
+        tools.parse_bench_csv,
+        tools.score,
+        tools.gate,
+        tools.campaign_status,
+        tools.list_rounds,
+        tools.round_summary,
+    ]
+    for fn in readers:
+        server.add_tool(fn, annotations=READ_ONLY)
+    for fn in (tools.run_baseline, tools.validate_round):
+        server.add_tool(fn, annotations=ROUND)
+    return server
+
+
+def serve(campaigns_root: Path) -> None:
+    """Serve over stdio until the client closes stdin."""
+    build_server(campaigns_root).run("stdio")

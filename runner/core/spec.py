@@ -1,0 +1,101 @@
+"""The round spec: the JSON file the host writes and the worker reads.
+
+It is the single seam between host and worker (local, docker or slurm): everything
+the worker needs travels here, nothing else.  Versioned: a spec written by a newer or
+older runner is refused with the fix.  Worker-side safe (no pydantic, no torch).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.bench.timing import TimingSettings
+from runner.core.errors import ConfigError
+from runner.core.files import write_json_atomic as write_json_atomic  # re-exported
+from runner.core.shapes import Shape
+from runner.core.versions import require_schema_version
+
+SPEC_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RoundSpec:
+    """What one worker pass measures."""
+
+    campaign: str
+    round: int
+    role: str  # "baseline" | "incumbent" | "candidate"
+    pass_index: int
+    level: str  # "quick" | "full"
+    target: str  # target adapter name
+    op: str  # op adapter name
+    options: dict[str, Any]  # op options: granularity, format, backend, ...
+    shapes: tuple[Shape, ...]
+    timing: TimingSettings
+    seed: int = 1234
+    device: str = "auto"
+    check_seeds: int = 2
+    canary: bool = False
+    schema_version: int = SPEC_SCHEMA_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "campaign": self.campaign,
+            "round": self.round,
+            "role": self.role,
+            "pass_index": self.pass_index,
+            "level": self.level,
+            "target": self.target,
+            "op": self.op,
+            "options": dict(self.options),
+            "shapes": [s.to_dict() for s in self.shapes],
+            "timing": self.timing.to_dict(),
+            "seed": self.seed,
+            "device": self.device,
+            "check_seeds": self.check_seeds,
+            "canary": self.canary,
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RoundSpec:
+        version = d.get("schema_version")
+        fix = (
+            "the worker and the host runner differ; install the same turbo-campaign "
+            "version in the measurement environment (rebuild the image)"
+        )
+        require_schema_version(version, SPEC_SCHEMA_VERSION, "round spec", older=fix, newer=fix)
+        return cls(
+            campaign=d["campaign"],
+            round=int(d["round"]),
+            role=d["role"],
+            pass_index=int(d["pass_index"]),
+            level=d["level"],
+            target=d["target"],
+            op=d["op"],
+            options=dict(d.get("options") or {}),
+            shapes=tuple(Shape.from_dict(s) for s in d["shapes"]),
+            timing=TimingSettings.from_dict(d.get("timing") or {}),
+            seed=int(d.get("seed", 1234)),
+            device=d.get("device", "auto"),
+            check_seeds=int(d.get("check_seeds", 2)),
+            canary=bool(d.get("canary", False)),
+            extra=dict(d.get("extra") or {}),
+        )
+
+
+def save_spec(path: Path, spec: RoundSpec) -> None:
+    write_json_atomic(path, spec.to_dict())
+
+
+def load_spec(path: Path) -> RoundSpec:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read round spec {path}: {exc}") from exc
+    return RoundSpec.from_dict(data)

@@ -1,0 +1,181 @@
+"""Round-1, the baseline: full validation over every target shape in several fresh
+processes, noise calibration (sigma_G), held-out and representative shapes, the
+generated quick script and its log, the kernel snapshot and the records."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from runner.core.csv_schema import BenchCSV
+from runner.core.errors import ConfigError
+from runner.core.outcomes import RoundResult, Status
+from runner.core.stats import rel_stdev
+from runner.executors.base import Executor
+from runner.flow.build import built_roles, describe
+from runner.flow.passes import per_pass_metric, read_passes, shape_seconds, write_merged
+from runner.flow.quickscript import write_quick_script
+from runner.flow.rounds import (
+    MIN_SIGMA,
+    Progress,
+    Round,
+    RoundFailed,
+    all_shapes,
+    gpu_lease,
+    measure_roles,
+    now,
+    run_focused_test,
+)
+from runner.judge.gate import calibrate_sigma
+from runner.judge.representative import choose_heldout, select_representative
+from runner.judge.scoring import score
+from runner.store.campaign import Campaign
+from runner.store.guard import preflight
+from runner.store.leftovers import job_dir
+from runner.store.lineage import snapshot
+from runner.store.manifest import Manifest, validate_manifest
+from runner.store.records import close_round
+from runner.store.roundfiles import artifact_list, store_artifacts
+from runner.worker import OUT_ENV
+
+
+def run_baseline(
+    campaign: Campaign,
+    executor: Executor,
+    *,
+    passes: int = 5,
+    progress: Progress = print,
+    gpus: Sequence[int] = (),
+) -> RoundResult:
+    """Round-1: full validation over every target shape in ``passes`` fresh processes,
+    noise calibration, representative shapes, the quick script, records."""
+    if passes < 2:
+        raise ConfigError("the baseline needs at least 2 passes to calibrate noise (use 5)")
+    with campaign.lock():
+        preflight(campaign, progress)
+        if campaign.closed_rounds():
+            raise ConfigError(
+                f"campaign {campaign.name} already has a baseline; the next round is "
+                f"{campaign.next_round()}: campaign validate --round {campaign.next_round()}"
+            )
+        m = campaign.manifest
+        if not m.base_commit:
+            raise ConfigError("manifest has no base_commit; re-create the campaign")
+        started = now()
+        shutil.rmtree(campaign.round_dir(1), ignore_errors=True)  # an interrupted attempt
+        with (
+            gpu_lease(gpus, campaign, 1),
+            job_dir(campaign.root, campaign.name) as tmp,
+        ):
+            rnd = Round(campaign, executor, progress, tmp, 1, "full", tuple(gpus))
+            result = _baseline_in(rnd, passes, started)
+        return result
+
+
+def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:
+    m, campaign = rnd.manifest, rnd.campaign
+    lineage = rnd.lineage
+    lineage.start(m.base_commit or "")
+    shapes = all_shapes(m)
+    with (
+        lineage.worktree(m.base_commit or "") as tree,
+        built_roles(rnd, {"baseline": tree}) as builds,
+    ):
+        ok, tail = run_focused_test(rnd, "baseline", tree)
+        if not ok:
+            raise ConfigError(f"the focused test fails on the base commit:\n{tail}")
+        paths = measure_roles(rnd, {"baseline": tree}, shapes, passes)["baseline"]
+        csvs = read_passes(paths, None)
+        merged = write_merged(rnd.tmp / "benchmark.csv", csvs)
+        base_score = score(merged, m.primary_metric)
+        per_pass = per_pass_metric(csvs, base_score.metric)
+        sigma_g, _ = calibrate_sigma(per_pass)
+        heldout = m.heldout_shapes or choose_heldout({s.label: s.flops_fwd for s in shapes})
+        rep = _representative(m, merged, per_pass, exclude=set(heldout))
+        campaign.manifest = validate_manifest(
+            {
+                **m.model_dump(),
+                "pinned_header": merged.header,
+                "representative_shapes": rep,
+                "heldout_shapes": heldout,
+                "sigma_g": max(sigma_g, MIN_SIGMA),
+                "shape_seconds": shape_seconds(paths),
+            },
+            "baseline",
+        )
+        write_quick_script(campaign)
+        quick_log = _quick_baseline(rnd, tree)
+        snapshot(tree, m.kernel_source, campaign.snapshot_dir(1))
+    store_artifacts(rnd, campaign.artifacts_dir(1), extra={"quick_baseline.log": quick_log})
+    campaign.save_manifest()
+    result = RoundResult(
+        round=1,
+        status=Status.BASELINE,
+        level="full",
+        hypothesis="Baseline: no code changed; measure the base commit.",
+        change="none (baseline: no code changed)",
+        description="baseline",
+        started=started,
+        finished=now(),
+        test_command=m.test_command,
+        benchmark_command=m.benchmark_command,
+        score=base_score,
+        baseline=base_score,
+        best=None,
+        reasons=[
+            f"noise calibration over {passes} passes: sigma_G = {100 * sigma_g:.3f}%",
+            *([describe(builds)] if builds else []),
+        ],
+        artifacts=artifact_list(campaign, 1),
+        attribution="No code changed; the baseline is the reference for every later round.",
+        next_direction="Profile the representative shapes and state the first hypothesis.",
+        key_finding=f"sigma_G {100 * sigma_g:.3f}%; representative: {', '.join(rep)}",
+        commit=m.base_commit,
+    )
+    close_round(campaign, result, progress=rnd.step)
+    return result
+
+
+def _representative(
+    m: Manifest, merged: BenchCSV, per_pass: list[dict[str, float]], exclude: set[str]
+) -> list[str]:
+    shapes = {s.label: s for s in all_shapes(m)}
+    rows = []
+    for row in merged.rows:
+        if row.label in exclude:
+            continue
+        values = [p[row.label] for p in per_pass if row.label in p]
+        rows.append(
+            {
+                "label": row.label,
+                "check": row.check,
+                "flops": shapes[row.label].flops_fwd,
+                "rel_std": rel_stdev(values),
+                "distribution": shapes[row.label].params.get("distribution"),
+            }
+        )
+    grouped = m.target_op.startswith("grouped_gemm")
+    return select_representative(rows, grouped=grouped)
+
+
+def _quick_baseline(rnd: Round, tree: Path) -> str:
+    """Run the generated quick script on the baseline tree; its output is the log."""
+    m = rnd.manifest
+    script = rnd.campaign.quick_script
+    # The script travels in the spec: a container sees neither the campaign folder nor
+    # a writable source tree, so it runs from (and writes into) the job's out dir.
+    spec = rnd.spec(
+        "baseline",
+        0,
+        [],
+        mode="test",
+        command=f'python "${OUT_ENV}/{script.name}" --summary-csv "${OUT_ENV}/quick.csv"',
+        files={script.name: script.read_text(encoding="utf-8")},
+    )
+    outcome = rnd.job("quick-baseline", spec, tree)
+    log = outcome.out_dir / "test.log"
+    text = log.read_text(encoding="utf-8") if log.exists() else ""
+    if outcome.returncode != 0:
+        raise RoundFailed(f"the quick script failed on the baseline ({m.quick_command})", log)
+    return text

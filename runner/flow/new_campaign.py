@@ -1,0 +1,246 @@
+"""Creating a campaign: the manifest filled from the target adapter's facts (kernel
+source, focused test and benchmark commands) and the source tree's HEAD as the base
+commit.  ``campaign init`` and ``campaign baseline --op ...`` both come here."""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+import shutil
+from pathlib import Path
+from typing import Any
+
+from runner.core.errors import ConfigError
+from runner.core.processes import run
+from runner.core.shapes import default_shape_set, shape_set, shapes_by_label
+from runner.core.timestamps import now_minute
+from runner.judge.representative import reserve_heldout
+from runner.ops.info import op_info
+from runner.store.campaign import Campaign
+from runner.store.lineage import Lineage
+from runner.store.manifest import (
+    MANIFEST_SCHEMA_VERSION,
+    Manifest,
+    campaign_name,
+    lang_for_backend,
+    validate_manifest,
+)
+from runner.targets.base import Target
+from runner.targets.registry import get_target
+
+
+def examples_dir() -> Path:
+    """The bundled example package: ``runner/_examples/`` in an installed wheel (the
+    build copies it there, see setup.py), else ``examples/`` of the source checkout."""
+    package = Path(__file__).resolve().parents[1]  # runner/
+    bundled = package / "_examples"
+    return bundled if bundled.is_dir() else package.parent / "examples"
+
+
+EXAMPLES_DIR = examples_dir()
+MEMORY_BOUND_OPS = ("quantize",)
+
+
+def default_metric(op: str) -> str:
+    """Memory-bound ops score on Forward GB/s; the GEMM-class training ops on the
+    combined forward+backward step."""
+    return "Forward GB/s" if op.startswith(MEMORY_BOUND_OPS) else "Combined Step TFLOPS"
+
+
+def _default_schema(op: str, metric: str) -> str:
+    """The op's own CSV schema (the attention schema for attention); otherwise the one
+    the metric implies."""
+    if metric == "Forward GB/s":
+        return "memory"
+    try:
+        return op_info(op).schema
+    except ConfigError:  # an unknown op fails later, in validate_manifest
+        return "gemm"
+
+
+def build_manifest(**fields: Any) -> Manifest:
+    """A validated manifest from manifest fields; derives what follows from others:
+    target_lang (backend), primary_metric (op), csv_schema (metric), shape_set (gpu),
+    created (now) and campaign_name (op, granularity, backend, gpu, today)."""
+    data = {k: v for k, v in fields.items() if v is not None}
+    op = str(data.get("target_op", ""))
+    backend = str(data.get("target_backend", "TRITON")).upper()
+    gpu = str(data.get("target_gpu", "cpu"))
+    data.update(target_backend=backend, target_gpu=gpu)
+    data.setdefault("schema_version", MANIFEST_SCHEMA_VERSION)
+    data.setdefault("target_lang", lang_for_backend(backend))
+    data.setdefault("primary_metric", default_metric(op))
+    data.setdefault("csv_schema", _default_schema(op, str(data["primary_metric"])))
+    data.setdefault("shape_set", default_shape_set(op, gpu))
+    data.setdefault("created", now_minute())
+    if "campaign_name" not in data and op:
+        day = dt.datetime.strptime(str(data["created"])[:10], "%Y-%m-%d").date()
+        data["campaign_name"] = campaign_name(op, backend, gpu, day, data.get("granularity"))
+    return validate_manifest(data, "campaign init")
+
+
+def git_toplevel(source: Path) -> Path:
+    """The top of the git work tree holding ``source``; ConfigError when none."""
+    proc = run(["git", "-C", str(source), "rev-parse", "--show-toplevel"], check=False)
+    if proc.returncode != 0:
+        raise ConfigError(
+            f"--source {source} is not a git work tree; point it at a clone of the target "
+            "repository (git clone ...) or run `git init` there"
+        )
+    return Path(proc.stdout.strip()).resolve()
+
+
+def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
+    """Fill target facts into ``fields`` (anything given wins), validate, create."""
+    target = get_target(fields.get("target") or "example")
+    op = fields["target_op"]
+    info = op_info(op)
+    info.check_granularity(fields.get("granularity"))
+    gran = fields.get("granularity")
+    backend = str(fields.get("target_backend") or target.default_backend(op, gran)).upper()
+    target.check_request(op, gran, backend)
+    source = git_toplevel(Path(fields["source"]).resolve())
+    fields.update(source=str(source), target=target.name, target_backend=backend)
+    named = target.upstream_files(op, gran, backend)
+    defaulted = [k for k in ("test_command", "benchmark_command", "kernel_source")
+                 if not fields.get(k)]  # fmt: skip
+    check_upstream_files(source, [f for k in defaulted for f in named.get(k, [])], target.name)
+    if not fields.get("kernel_source"):
+        fields["kernel_source"] = target.kernel_source(op, backend, gran)
+    fields.setdefault("test_command", None)
+    fields["test_command"] = fields["test_command"] or target.test_command(op, gran, backend)
+    fields.setdefault("benchmark_command", None)
+    fields["benchmark_command"] = fields["benchmark_command"] or target.benchmark_command(
+        op, gran, backend
+    )
+    choose_executor(target, fields)
+    fields["base_commit"] = fields.get("base_commit") or head_commit(source)
+    wanted = fields.get("target_shapes")
+    fields["target_shapes"] = pin_shapes(wanted, fields)
+    reserve_heldout_shapes(fields, explicit=wanted not in (None, "all"))
+    manifest = build_manifest(**fields)
+    if manifest.execution_mode == "workspace":
+        from runner.flow.workspace_mode import create_workspace, workspace_dir
+
+        if (Path(campaigns_root).resolve() / manifest.campaign_name).exists():
+            raise ConfigError(f"campaign {manifest.campaign_name} already exists")
+        fields["campaign_name"] = manifest.campaign_name
+        dest = workspace_dir(campaigns_root, manifest.campaign_name)
+        manifest = build_manifest(**create_workspace(target, source, dest, fields))
+        source = dest
+    campaign = Campaign.init(campaigns_root, manifest)
+    Lineage(source, manifest.campaign_name, None).resolve(manifest.base_commit or "HEAD")
+    return campaign
+
+
+def check_upstream_files(source: Path, files: list[str], target: str) -> None:
+    """Every file the target's commands name must exist in the checkout ``source``
+    (a ``/``-terminated name: a folder); ConfigError naming each path looked at."""
+    missing = [f for f in files if not (source / f).exists()]
+    if missing:
+        listed = "\n".join(f"  {source / f}" for f in missing)
+        raise ConfigError(
+            f"--source {source} is not a {target} checkout these commands fit: not found\n"
+            f"{listed}\ncheck out a matching revision, or pass --test-command, "
+            "--benchmark-command and --kernel-source yourself"
+        )
+
+
+def reserve_heldout_shapes(fields: dict[str, Any], *, explicit: bool) -> None:
+    """By default a few shapes of the op's set are held out (``heldout=False`` or
+    ``--no-heldout`` turns it off; ``heldout_shapes`` given wins): chosen with a recorded
+    seed (``heldout_seed``, random unless given) and taken out of the targets, so that
+    rounds never measure them and ``campaign accept`` judges the final best on them."""
+    enabled = fields.pop("heldout", True)
+    seed = fields.pop("heldout_seed", None)
+    if fields.get("heldout_shapes") or not enabled:
+        return
+    seed = int(seed) if seed is not None else secrets.randbelow(2**31)
+    targets = list(fields["target_shapes"])
+    chosen = reserve_heldout(shape_set(fields["shape_set"]), seed, targets if explicit else ())
+    if not chosen:
+        return
+    fields["heldout_shapes"] = chosen
+    fields["heldout_seed"] = seed
+    fields["target_shapes"] = [t for t in targets if t not in chosen]
+
+
+def choose_executor(target: Target, fields: dict[str, Any]) -> None:
+    """A target with native code runs in its image by default (docker, the image
+    ``campaign image`` builds for the campaign's GPU); others locally.  A docker
+    campaign records its image by id, so later rounds run exactly that image."""
+    executor = fields.get("executor") or ("docker" if target.editable_install else "local")
+    fields["executor"] = executor
+    if executor != "docker":
+        return
+    gpu = str(fields.get("target_gpu") or "cpu")
+    image = fields.get("image")
+    if not image:
+        if not (target.editable_install and gpu.startswith("gfx")):
+            raise ConfigError(
+                f"the docker executor needs an image for {gpu}: pass --image TAG, or "
+                "--executor local"
+            )
+        from runner.portable.images import ImageRequest, default_tag
+
+        image = default_tag(ImageRequest(gpu_archs=gpu))
+    fields["image"] = image
+    if not fields.get("image_id"):
+        fields["image_id"] = _image_id(str(image), gpu)
+
+
+def _image_id(image: str, gpu: str) -> str:
+    from runner.core.errors import CampaignError
+    from runner.executors.docker import image_digest
+
+    try:
+        return image_digest(image)
+    except CampaignError as exc:
+        build = (
+            f"make image GPU_ARCHS={gpu} TURBO_SRC=<your Primus-Turbo checkout>"
+            if gpu.startswith("gfx")
+            else "make image-cpu"
+        )
+        raise ConfigError(
+            f"the image {image} is not available here ({str(exc).splitlines()[0]}); build "
+            f"it first ({build}), name another with --image, or pass --executor local on "
+            "a host that has ROCm and the target installed"
+        ) from exc
+
+
+def pin_shapes(wanted: Any, fields: dict[str, Any]) -> list[str]:
+    """``all`` becomes the explicit label list of the shape set now, so the campaign's
+    shapes cannot change under it when the runner's default sets change later (labels
+    carry the dimensions)."""
+    gpu = str(fields.get("target_gpu") or "cpu")
+    name = fields.get("shape_set") or default_shape_set(str(fields.get("target_op") or ""), gpu)
+    fields["shape_set"] = name
+    if wanted in (None, "all"):
+        return [s.label for s in shape_set(name)]
+    return [s.label for s in shapes_by_label(name, list(wanted), known=True)]
+
+
+def head_commit(source: Path) -> str:
+    proc = run(["git", "rev-parse", "--verify", "HEAD^{commit}"], cwd=source, check=False)
+    if proc.returncode != 0:
+        raise ConfigError(f"{source} has no commit yet: commit the target code first")
+    return proc.stdout.strip()
+
+
+def fresh_example_copy(dest: Path) -> Path:
+    """A fresh git repository holding a copy of the bundled example package."""
+    if dest.exists():
+        raise ConfigError(f"{dest} already exists; choose another folder")
+    if not (EXAMPLES_DIR / "turbo_kernels").is_dir():
+        raise ConfigError(
+            f"the example kernel package is not at {EXAMPLES_DIR}: this installation was "
+            "built without it; reinstall turbo-campaign from a wheel or run from a source "
+            "checkout"
+        )
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache", "build")
+    shutil.copytree(EXAMPLES_DIR, dest, ignore=ignore)
+    env_args = ["-c", "user.name=turbo-campaign", "-c", "user.email=turbo-campaign@localhost"]
+    run(["git", "init", "-q", "-b", "main"], cwd=dest)
+    run(["git", "add", "-A"], cwd=dest)
+    run(["git", *env_args, "commit", "-q", "-m", "example kernels: base"], cwd=dest)
+    return dest

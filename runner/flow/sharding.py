@@ -1,0 +1,331 @@
+"""Full validation sharded across several GPUs of one host (``--gpus 0,1,...``).
+
+The shapes are split into one shard per GPU (greedy largest-first on each shape's
+cost, deterministic): its measured seconds from the baseline when recorded
+(``seconds_cost``; a shape's cost is mostly its timing budget, not its FLOPs), else its
+FLOPs.  Each GPU then runs the whole paired pattern (B C C B ...) for its own
+shapes, one thread per GPU, every pass a fresh worker pinned to that GPU through its
+visibility variables.  So every incumbent/candidate comparison stays paired on one
+GPU; only different shapes run side by side.  Afterwards the per-shard pinned CSVs of
+each pass are merged into one pinned CSV in the original shape order, at the place an
+unsharded pass would have written it (``<tmp>/pass-NN-<role>/benchmark.csv``), so the
+gate reads sharded and unsharded rounds the same way.
+
+Host-side and worker-safe: no pydantic, no torch (``benchmarks/sharded_speedup.py``
+runs it on a GPU box without pydantic).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal, Protocol, TypeVar
+
+from runner.core.csv_schema import BenchCSV, Row, check_header, read_csv, write_csv
+from runner.core.errors import ConfigError
+from runner.core.shapes import Shape
+from runner.core.spec import RoundSpec, save_spec
+from runner.executors.base import Executor, JobOutcome, WorkerJob
+
+T = TypeVar("T")
+Vendor = Literal["nvidia", "amd"]
+BCCB: tuple[str, ...] = ("incumbent", "candidate", "candidate", "incumbent")
+
+
+class ShardHost(Protocol):
+    """What sharding needs from a round (``runner.flow.rounds.Round`` once ``Round.job``
+    takes ``env``; ``benchmarks/sharded_speedup.py`` has a pydantic-free one)."""
+
+    tmp: Path
+
+    def spec(self, role: str, index: int, shapes: list[Shape]) -> RoundSpec: ...
+
+    def job(
+        self,
+        name: str,
+        spec: RoundSpec,
+        tree: Path,
+        env: Mapping[str, str] | None = None,
+        gpu: int | None = None,
+    ) -> JobOutcome: ...
+
+
+@dataclass
+class PlainHost:
+    """A ShardHost without a campaign (benchmarks, tests): every spec is ``template``
+    with the role, pass index and shapes filled in; ``job_env(tree)`` is the target's
+    environment for a tree (e.g. ``PYTHONPATH`` for the example package)."""
+
+    tmp: Path
+    executor: Executor
+    template: RoundSpec
+    job_env: Callable[[Path], dict[str, str]] = field(default=lambda tree: {})
+
+    def spec(self, role: str, index: int, shapes: list[Shape], **extra: object) -> RoundSpec:
+        more = {**self.template.extra, **extra}
+        return replace(self.template, role=role, pass_index=index, shapes=tuple(shapes), extra=more)
+
+    def worker_job(
+        self,
+        name: str,
+        spec: RoundSpec,
+        tree: Path,
+        env: Mapping[str, str] | None = None,
+        gpu: int | None = None,
+    ) -> WorkerJob:
+        spec_path = self.tmp / "specs" / f"{name}.json"
+        save_spec(spec_path, spec)
+        job_env = {**self.job_env(tree), **(env or {})}
+        gpus = () if gpu is None else (gpu,)
+        return WorkerJob(name, spec_path, tree, self.tmp / name, env=job_env, gpus=gpus)
+
+    def job(
+        self,
+        name: str,
+        spec: RoundSpec,
+        tree: Path,
+        env: Mapping[str, str] | None = None,
+        gpu: int | None = None,
+    ) -> JobOutcome:
+        return self.executor.run_job(self.worker_job(name, spec, tree, env, gpu))
+
+
+@dataclass
+class PlainManifest:
+    """The manifest fields measuring reads, for rounds without a campaign."""
+
+    pinned_header: str | None = None
+    shape_seconds: dict[str, float] = field(default_factory=dict)
+    sigma_g: float | None = None
+
+
+@dataclass
+class PlainRound(PlainHost):
+    """A round without a campaign (benchmarks, tests): what
+    ``runner.flow.measure.measure_roles`` reads from ``runner.flow.rounds.Round``."""
+
+    gpus: tuple[int, ...] = ()
+    round: int = 2
+    manifest: PlainManifest = field(default_factory=PlainManifest)
+    said: list[str] = field(default_factory=list)
+
+    def progress(self, message: str) -> None:
+        self.said.append(message)
+
+
+class ShardFailed(Exception):
+    """A sharded worker pass failed; ``rounds`` turns it into RoundFailed."""
+
+    def __init__(self, message: str, log_path: Path | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.log_path = log_path
+
+
+# ---- splitting -----------------------------------------------------------------------
+def flops_cost(shape: Shape) -> float:
+    """Forward plus backward FLOPs (backward = 2x forward for a GEMM)."""
+    return 3.0 * shape.flops_fwd
+
+
+def seconds_cost(seconds: Mapping[str, float]) -> Callable[[Shape], float]:
+    """A shape's cost as its measured seconds (``manifest.shape_seconds``, recorded at
+    the baseline).  A shape without a record costs the median recorded shape; with no
+    record at all, this is ``flops_cost``."""
+    known = sorted(v for v in seconds.values() if v > 0)
+    if not known:
+        return flops_cost
+    typical = known[len(known) // 2]
+
+    def cost(shape: Shape) -> float:
+        value = seconds.get(shape.label, 0.0)
+        return value if value > 0 else typical
+
+    return cost
+
+
+def shard_shapes(
+    shapes: Sequence[Shape], n: int, *, cost: Callable[[Shape], float] = flops_cost
+) -> list[list[Shape]]:
+    """Split ``shapes`` into ``n`` shards of balanced total cost.
+
+    Greedy largest-first (LPT): shapes by decreasing cost (ties: original order) each
+    go to the shard with the least cost so far (ties: fewer shapes, then the lower
+    index).  Deterministic.  Each shard keeps the original relative order; a shard
+    may be empty when there are fewer shapes than shards.
+    """
+    if n < 1:
+        raise ConfigError(f"cannot split shapes into {n} shards: give at least one GPU")
+    labels = [s.label for s in shapes]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"shape labels must be unique to shard them: {labels}")
+    order = sorted(range(len(shapes)), key=lambda i: (-cost(shapes[i]), i))
+    loads = [0.0] * n
+    members: list[list[int]] = [[] for _ in range(n)]
+    for i in order:
+        target = min(range(n), key=lambda k: (loads[k], len(members[k]), k))
+        loads[target] += cost(shapes[i])
+        members[target].append(i)
+    return [[shapes[i] for i in sorted(m)] for m in members]
+
+
+# ---- GPU pinning ---------------------------------------------------------------------
+def detect_vendor() -> Vendor:
+    """``amd`` when the ROCm kernel driver is there (``/dev/kfd``), else ``nvidia``."""
+    return "amd" if os.path.exists("/dev/kfd") else "nvidia"
+
+
+def gpu_env(gpu: int, vendor: Vendor) -> dict[str, str]:
+    """Environment that shows a worker only physical GPU ``gpu``.
+
+    NVIDIA: ``CUDA_VISIBLE_DEVICES=<gpu>``.  AMD: ``ROCR_VISIBLE_DEVICES=<gpu>`` selects
+    the physical GPU and renumbers it 0 for everything above ROCr, so HIP's own filters
+    (``HIP_VISIBLE_DEVICES``, and ``CUDA_VISIBLE_DEVICES`` which HIP also reads) must be
+    ``0``: setting all three to ``<gpu>`` would hide every GPU but GPU 0.
+    """
+    if vendor == "nvidia":
+        return {"CUDA_VISIBLE_DEVICES": str(gpu)}
+    return {
+        "ROCR_VISIBLE_DEVICES": str(gpu),
+        "HIP_VISIBLE_DEVICES": "0",
+        "CUDA_VISIBLE_DEVICES": "0",
+    }
+
+
+# ---- running -------------------------------------------------------------------------
+def run_sharded(fn: Callable[[int, int], T], gpus: Sequence[int]) -> list[T]:
+    """``fn(shard_index, gpu)`` for every GPU at once, one thread each; the results
+    in shard order.  Every thread runs to its end; the first exception is re-raised."""
+    if not gpus:
+        raise ConfigError("no GPUs to shard over: pass --gpus, e.g. 0,1")
+    with ThreadPoolExecutor(max_workers=len(gpus), thread_name_prefix="shard") as pool:
+        futures = [pool.submit(fn, k, gpu) for k, gpu in enumerate(gpus)]
+        errors = [f.exception() for f in futures]
+    for error in errors:
+        if error is not None:
+            raise error
+    return [f.result() for f in futures]
+
+
+def pass_name(index: int, role: str) -> str:
+    """The name of pass ``index`` as every measurement path spells it."""
+    return f"pass-{index:02d}-{role}"
+
+
+def _run_shard(
+    host: ShardHost,
+    trees: Mapping[str, Path],
+    shapes: list[Shape],
+    passes: Sequence[tuple[int, str]],
+    gpu: int,
+    env: Mapping[str, str],
+) -> list[Path]:
+    """The whole pass sequence for one shard on one GPU; one CSV per pass."""
+    paths = []
+    for index, role in passes:
+        name = f"{pass_name(index, role)}-gpu{gpu}"
+        outcome = host.job(name, host.spec(role, index, shapes), trees[role], env=env, gpu=gpu)
+        if not outcome.ok:
+            raise ShardFailed(f"{worker_failure(name, outcome)} on GPU {gpu}", outcome.log_path)
+        paths.append(outcome.out_dir / "benchmark.csv")
+    return paths
+
+
+def worker_failure(name: str, outcome: JobOutcome) -> str:
+    """The worker's provenance error (the target came from outside the tree under
+    test), else its exit status."""
+    record = outcome.out_dir / "provenance.json"
+    if record.is_file():
+        error = json.loads(record.read_text(encoding="utf-8")).get("error")
+        if error:
+            return f"worker {name} refused to measure: {error}"
+    return f"worker {name} failed (exit {outcome.returncode})"
+
+
+def measure_sharded(
+    host: ShardHost,
+    trees: Mapping[str, Path],
+    shapes: Sequence[Shape],
+    gpus: Sequence[int],
+    *,
+    pattern: Sequence[str] = BCCB,
+    blocks: int = 1,
+    start_index: int = 0,
+    pinned: str | None = None,
+    vendor: Vendor | None = None,
+    cost: Callable[[Shape], float] = flops_cost,
+) -> dict[str, list[Path]]:
+    """Run ``blocks`` x ``pattern`` passes, every shard on its own GPU, and merge.
+
+    ``trees`` maps each role of ``pattern`` to its source tree.  Pass numbers continue
+    from ``start_index`` (the first pass is ``start_index + 1``), as in
+    ``_measure_and_judge``.  Returns, per role, the merged pinned CSV of each of its
+    passes in order: the lists ``_judge`` takes.  Raises ShardFailed when any worker
+    failed (the other GPUs finish their passes first).
+    """
+    missing = sorted(set(pattern) - set(trees))
+    if missing:
+        raise ConfigError(f"no source tree for role(s) {missing}")
+    shards = [s for s in shard_shapes(shapes, len(gpus), cost=cost) if s]
+    used = list(gpus)[: len(shards)]
+    roles = [role for _ in range(blocks) for role in pattern]
+    passes = [(start_index + i, role) for i, role in enumerate(roles, start=1)]
+    chosen = vendor or detect_vendor()
+
+    def shard(k: int, gpu: int) -> list[Path]:
+        return _run_shard(host, trees, shards[k], passes, gpu, gpu_env(gpu, chosen))
+
+    per_shard = run_sharded(shard, used)
+    order = [s.label for s in shapes]
+    merged: dict[str, list[Path]] = {role: [] for role in pattern}
+    for p, (index, role) in enumerate(passes):
+        dest = host.tmp / pass_name(index, role) / "benchmark.csv"
+        write_shard_merge(dest, [paths[p] for paths in per_shard], order, pinned)
+        merged[role].append(dest)
+    return merged
+
+
+# ---- merging -------------------------------------------------------------------------
+def merge_shard_csvs(
+    shard_csv_paths: Sequence[Path], order: Sequence[str], pinned: str | None = None
+) -> tuple[BenchCSV, list[Row]]:
+    """The rows of all shards in ``order`` (the original shape labels).
+
+    Every shard's header must equal the first one's (and ``pinned`` when given) byte
+    for byte, else SchemaDriftError; every label of ``order`` must come from exactly
+    one shard and no shard may hold another label, else ConfigError.  Returns the
+    first shard (for its schema and header) and the ordered rows.
+    """
+    if not shard_csv_paths:
+        raise ConfigError("no shard CSVs to merge")
+    csvs = [read_csv(p, pinned=pinned) for p in shard_csv_paths]
+    first = csvs[0]
+    by_label: dict[str, Row] = {}
+    for csv in csvs:
+        check_header(csv.header, first.header, source=str(csv.path))
+        for row in csv.rows:
+            if row.label in by_label:
+                raise ConfigError(f"shape {row.label!r} is in more than one shard ({csv.path})")
+            by_label[row.label] = row
+    missing = [label for label in order if label not in by_label]
+    extra = sorted(set(by_label) - set(order))
+    if missing or extra:
+        raise ConfigError(
+            f"shard CSVs do not cover the shapes: missing {missing}, unexpected {extra}"
+        )
+    return first, [by_label[label] for label in order]
+
+
+def write_shard_merge(
+    dest: Path, shard_csv_paths: Sequence[Path], order: Sequence[str], pinned: str | None = None
+) -> BenchCSV:
+    """Merge the shards (``merge_shard_csvs``) into one pinned CSV at ``dest``; cells
+    are copied as text, so every number is bit-identical to the shard's."""
+    first, rows = merge_shard_csvs(shard_csv_paths, order, pinned)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    write_csv(dest, first.schema, [dict(row.values) for row in rows])
+    return read_csv(dest, pinned=first.header)

@@ -1,0 +1,1 @@
+"""Results that travel: export bundles, reproduction on another host, the images they name."""

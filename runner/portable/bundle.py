@@ -1,0 +1,384 @@
+"""``campaign export``: a self-contained, checksummed bundle of a campaign, and the
+reading side (``open_bundle``) that refuses a tampered one.
+
+The bundle is a ``.tar.gz`` holding one folder named after the campaign, laid out
+like the campaign directory itself (so ``runner.store.campaign.Campaign`` reads it) plus::
+
+    bundle.yaml          what the bundle is: campaign, base and head commits, rounds
+                         with status and aggregates, sigma_G, when it was made
+    MANIFEST.sha256      ``<sha256>  <path>`` for every other file (sha256sum -c format)
+    schema/header.csv    the pinned CSV header
+    lineage/*.patch      ``git format-patch base..refs/campaigns/<name>/head``
+    recipe/recipe.yaml   the executor, image, build args, python/torch/triton versions
+    recipe/Dockerfile.rocm
+    manifest.yaml, quick_test_bench.py, logs/, rounds/round-N/ (result.json,
+    summary.md, candidate.patch, artifacts/ with CSVs, passes, fingerprint.yaml)
+
+Checksums protect against accidents and casual edits, not against an attacker who
+regenerates ``MANIFEST.sha256``: share the bundle's own sha256 (printed by export)
+through another channel when that matters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import platform
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runner import __version__
+from runner.core.errors import CommandFailed, ConfigError
+from runner.core.outcomes import RoundResult, Status
+from runner.core.processes import run
+from runner.core.timestamps import now_minute
+from runner.core.versions import require_schema_version
+from runner.portable.images import DOCKERFILE, REPO_ROOT
+from runner.store.campaign import Campaign
+from runner.store.fingerprint import dist_version
+from runner.store.lineage import Lineage
+from runner.store.manifest import Manifest, load_manifest
+
+BUNDLE_SCHEMA_VERSION = 1
+CHECKSUMS = "MANIFEST.sha256"
+BUNDLE_YAML = "bundle.yaml"
+SKIP_NAMES = frozenset({".lock", "__pycache__"})
+
+
+class BundleError(ConfigError):
+    """A bundle that cannot be trusted or read: tampered, incomplete, wrong version."""
+
+
+@dataclass(frozen=True)
+class RoundInfo:
+    """One round as ``bundle.yaml`` records it."""
+
+    round: int
+    status: str
+    level: str
+    metric: str
+    aggregate: float
+    ratio_vs_incumbent: float | None  # paired geomean ratio (gate), None for round-1
+    pairs: int  # paired samples behind that ratio
+    commit: str | None
+    tree: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+# ---------------------------------------------------------------- export
+
+
+def export_bundle(campaign: Campaign, out: Path | None = None) -> Path:
+    """Write the bundle of ``campaign`` to ``out`` (default
+    ``<campaign>.bundle.tar.gz`` in the current directory) and return its path."""
+    if not campaign.closed_rounds():
+        raise ConfigError(f"campaign {campaign.name} has no closed round: run the baseline first")
+    target = Path(out or f"{campaign.name}.bundle.tar.gz").resolve()
+    with tempfile.TemporaryDirectory(prefix="turbo-campaign-export-") as tmp:
+        stage = Path(tmp) / campaign.name
+        _stage(campaign, stage)
+        write_checksums(stage)
+        _write_tar(stage, target)
+    return target
+
+
+def _stage(campaign: Campaign, stage: Path) -> None:
+    m = campaign.manifest
+    ignore = shutil.ignore_patterns(*SKIP_NAMES)
+    stage.mkdir(parents=True)
+    for name in ("manifest.yaml", "quick_test_bench.py"):
+        if (campaign.root / name).is_file():
+            shutil.copy2(campaign.root / name, stage / name)
+    for sub in ("logs", "rounds"):
+        if (campaign.root / sub).is_dir():
+            shutil.copytree(campaign.root / sub, stage / sub, ignore=ignore)
+    (stage / "schema").mkdir()
+    (stage / "schema" / "header.csv").write_text((m.pinned_header or "") + "\n", encoding="utf-8")
+    lineage = _lineage(m)
+    head = lineage.head()
+    _format_patches(lineage, m.base_commit or "", head, stage / "lineage")
+    _write_recipe(campaign, stage / "recipe")
+    info = bundle_info(campaign, lineage, head)
+    (stage / BUNDLE_YAML).write_text(yaml.safe_dump(info, sort_keys=False), encoding="utf-8")
+
+
+def _lineage(m: Manifest) -> Lineage:
+    source = Path(m.source)
+    if not (source / ".git").exists():
+        raise ConfigError(
+            f"the campaign's source repository {source} is missing; export on the machine "
+            "that ran the campaign (the bundle needs its lineage commits)"
+        )
+    return Lineage(source, m.campaign_name, None)
+
+
+def _format_patches(lineage: Lineage, base: str, head: str, dest: Path) -> None:
+    dest.mkdir(parents=True)
+    if head != base:
+        lineage.git("format-patch", "-q", "--no-signature", "-o", str(dest), f"{base}..{head}")
+
+
+def tree_of(lineage: Lineage, commit: str) -> str | None:
+    try:
+        return lineage.git("rev-parse", f"{commit}^{{tree}}")
+    except CommandFailed:
+        return None
+
+
+def bundle_info(campaign: Campaign, lineage: Lineage, head: str) -> dict[str, Any]:
+    m = campaign.manifest
+    base = m.base_commit or ""
+    rounds = [round_info(campaign, r, lineage).to_dict() for r in campaign.results()]
+    return {
+        "schema_version": BUNDLE_SCHEMA_VERSION,
+        "campaign": m.campaign_name,
+        "base_commit": base,
+        "base_tree": tree_of(lineage, base),
+        "head_commit": head,
+        "primary_metric": m.primary_metric,
+        "sigma_g": m.sigma_g,
+        "pairs": m.pairs,
+        "rounds": rounds,
+        "created": now_minute(),
+        "turbo_campaign": __version__,
+    }
+
+
+def round_info(campaign: Campaign, r: RoundResult, lineage: Lineage) -> RoundInfo:
+    gate = r.gate
+    ratio = None
+    if gate is not None and gate.best_aggregate > 0:
+        ratio = gate.candidate_aggregate / gate.best_aggregate
+    return RoundInfo(
+        round=r.round,
+        status=r.status.value,
+        level=r.level,
+        metric=r.score.metric,
+        aggregate=r.score.aggregate,
+        ratio_vs_incumbent=ratio,
+        pairs=count_pairs(campaign.artifacts_dir(r.round)),
+        commit=r.commit,
+        tree=tree_of(lineage, r.commit) if r.commit else None,
+    )
+
+
+def count_pairs(artifacts: Path) -> int:
+    """Paired samples of a round: its candidate passes (one per incumbent pass)."""
+    return len(list((artifacts / "passes").glob("pass-*-candidate/benchmark.csv")))
+
+
+def _write_recipe(campaign: Campaign, dest: Path) -> None:
+    dest.mkdir(parents=True)
+    if (REPO_ROOT / DOCKERFILE).is_file():
+        shutil.copy2(REPO_ROOT / DOCKERFILE, dest / DOCKERFILE)
+    recipe = environment_recipe(campaign)
+    (dest / "recipe.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False), encoding="utf-8")
+
+
+def environment_recipe(campaign: Campaign) -> dict[str, Any]:
+    """How to rebuild the environment: the image for docker, versions for local."""
+    m = campaign.manifest
+    recipe: dict[str, Any] = {
+        "executor": m.executor,
+        "environment": "local" if m.executor == "local" else "image",
+        "image": m.image,
+        "image_id": image_id(m.image) if m.executor == "docker" and m.image else None,
+        "dockerfile": DOCKERFILE if (REPO_ROOT / DOCKERFILE).is_file() else None,
+        "build_args": {"GPU_ARCHS": m.target_gpu} if m.target_gpu.startswith("gfx") else {},
+        **host_versions(),
+    }
+    return recipe
+
+
+def host_versions() -> dict[str, str | None]:
+    """The versions a local-executor bundle records and a reproduction compares."""
+    return {
+        "python": platform.python_version(),
+        "torch": dist_version("torch"),
+        "triton": dist_version("triton", "pytorch-triton-rocm"),
+    }
+
+
+def image_id(image: str) -> str | None:
+    """The local image's id (``docker image inspect``); None when it is not built here."""
+    proc = run(["docker", "image", "inspect", "--format", "{{.Id}}", image], check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+# ---------------------------------------------------------------- checksums
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*")
+        if p.is_file() and p.name != CHECKSUMS
+    )
+
+
+def write_checksums(root: Path) -> None:
+    lines = [f"{sha256_file(root / rel)}  {rel}" for rel in _files(root)]
+    (root / CHECKSUMS).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def verify_checksums(root: Path) -> None:
+    """Every file listed must match its sha256 and every file must be listed."""
+    listing = root / CHECKSUMS
+    if not listing.is_file():
+        raise BundleError(f"the bundle has no {CHECKSUMS}; it was not made by `campaign export`")
+    expected: dict[str, str] = {}
+    try:
+        text = listing.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise BundleError(f"{CHECKSUMS} is not UTF-8 text: re-export the bundle") from None
+    for line in text.splitlines():
+        digest, _, rel = line.partition("  ")
+        unsafe = rel.startswith("/") or ".." in Path(rel).parts
+        if not rel or len(digest) != 64 or unsafe:
+            raise BundleError(f"{CHECKSUMS} has a malformed line {line!r}: re-export the bundle")
+        expected[rel] = digest
+    for rel in _files(root):
+        if rel not in expected:
+            raise BundleError(f"{rel} is not in {CHECKSUMS}: the bundle was altered; re-export")
+    for rel, digest in expected.items():
+        path = root / rel
+        if not path.is_file():
+            raise BundleError(f"{rel} is listed in {CHECKSUMS} but missing: re-export it")
+        if sha256_file(path) != digest:
+            raise BundleError(
+                f"checksum mismatch for {rel}: the bundle was altered after export; "
+                "get an untouched copy (or re-export it on the campaign's host)"
+            )
+
+
+# ---------------------------------------------------------------- tar
+
+
+def _write_tar(stage: Path, target: Path) -> None:
+    """A reproducible tar.gz: sorted entries, fixed owner and mtime."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    with tarfile.open(tmp, "w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for path in [stage, *sorted(stage.rglob("*"))]:
+            info = tar.gettarinfo(str(path), arcname=path.relative_to(stage.parent).as_posix())
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = 0
+            if path.is_file():
+                with path.open("rb") as fh:
+                    tar.addfile(info, io.BytesIO(fh.read()))
+            else:
+                tar.addfile(info)
+    tmp.replace(target)
+
+
+def extract(bundle: Path, dest: Path) -> Path:
+    """Extract ``bundle`` into ``dest`` safely; return the campaign folder."""
+    if not bundle.is_file():
+        raise BundleError(f"no bundle at {bundle}; pass the .tar.gz that `campaign export` wrote")
+    try:
+        with tarfile.open(bundle, "r:gz") as tar:
+            members = tar.getmembers()
+            tops = _check_members(bundle, members)
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(dest, filter="data")
+            else:  # Python < 3.10.12: the members were checked above
+                tar.extractall(dest)
+    except (tarfile.TarError, OSError) as exc:
+        raise BundleError(f"cannot read {bundle}: {exc}; is it a bundle from export?") from None
+    return dest / tops.pop()
+
+
+def _check_members(bundle: Path, members: list[tarfile.TarInfo]) -> set[str]:
+    """One top folder, plain files and folders only, no absolute or '..' paths."""
+    for m in members:
+        parts = Path(m.name).parts
+        if m.name.startswith("/") or ".." in parts or not (m.isfile() or m.isdir()):
+            raise BundleError(f"{bundle} holds an unsafe entry {m.name!r}; refusing to extract")
+    tops = {m.name.split("/", 1)[0] for m in members}
+    if len(tops) != 1:
+        raise BundleError(f"{bundle} is not a campaign bundle (top entries {sorted(tops)})")
+    return tops
+
+
+# ---------------------------------------------------------------- reading
+
+
+@dataclass
+class Bundle:
+    """An extracted, verified bundle."""
+
+    path: Path
+    root: Path
+    info: dict[str, Any]
+    campaign: Campaign
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.campaign.manifest
+
+    @property
+    def sha256(self) -> str:
+        return sha256_file(self.path)
+
+    @property
+    def recipe(self) -> dict[str, Any]:
+        return _yaml(self.root / "recipe" / "recipe.yaml")
+
+    def rounds(self) -> list[RoundInfo]:
+        return [RoundInfo(**r) for r in self.info["rounds"]]
+
+    def result(self, n: int) -> RoundResult:
+        return self.campaign.load_result(n)
+
+    def lineage_patches(self) -> list[Path]:
+        return sorted((self.root / "lineage").glob("*.patch"))
+
+    def default_round(self) -> int:
+        """The last accepted round (the baseline when nothing was accepted)."""
+        good = {Status.BASELINE.value, Status.ACCEPTED.value}
+        return max(r.round for r in self.rounds() if r.status in good)
+
+
+def open_bundle(path: Path, dest: Path) -> Bundle:
+    """Extract into ``dest``, verify every checksum first, then read the bundle."""
+    root = extract(path.resolve(), dest)
+    verify_checksums(root)
+    info = _yaml(root / BUNDLE_YAML)
+    version = info.get("schema_version")
+    require_schema_version(
+        version,
+        BUNDLE_SCHEMA_VERSION,
+        f"bundle {path}",
+        older="reproduce it with the turbo-campaign release that exported it",
+        newer="upgrade turbo-campaign (pip install -U turbo-campaign) to read it",
+        error=BundleError,
+    )
+    manifest = load_manifest(root / "manifest.yaml")
+    return Bundle(path.resolve(), root, info, Campaign(root=root, manifest=manifest))
+
+
+def _yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
+        raise BundleError(f"cannot read {path.name} from the bundle: {exc}") from None
+    if not isinstance(data, dict):
+        raise BundleError(f"{path.name} in the bundle is not a mapping: re-export")
+    return data

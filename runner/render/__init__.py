@@ -1,0 +1,1 @@
+"""What a campaign shows people: markdown logs and summaries, the HTML report, plots, status."""

@@ -1,0 +1,443 @@
+"""Renderers for the two append-only logs (docs/protocol.md §6.2-6.3) and the number
+formatting shared with ``summary.md``.
+
+``logs/performance_trend.md``: one table, one row per round.  Avg = geomean over the
+round's PASS shapes, Peak = the largest per-shape value, 3 decimals.  ``vs Baseline``
+compares with round-1 restricted to the round's PASS shapes (a quick round measures
+only the representative shapes; comparing its geomean with the geomean over all
+baseline shapes would compare different shape sets).  Combined Step TFLOPS is the
+round's primary aggregate for a Combined-Step campaign and Fwd Avg otherwise (no
+backward path, or a forward-only metric).
+
+Memory-bound campaigns (primary metric ``Forward GB/s``) keep the header unchanged:
+the Fwd/Bwd columns hold GB/s, the Combined column holds Fwd Avg (GB/s), and the Key
+Finding cell starts with ``(GB/s)`` so that a reader knows the unit.
+
+``logs/optimize.md``: a title at init; at round-1 the basic information and the
+baseline table; then one history entry per round; ``render_current_best``,
+``render_directions`` and ``render_termination_check`` serve ``campaign report``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from tabulate import tabulate
+
+from runner.core.outcomes import RoundResult, Score, ShapeScore, Status
+from runner.core.stats import geomean
+from runner.store.manifest import Manifest, branch_name, parse_performance_target
+
+COMBINED = "Combined Step TFLOPS"
+TREND_HEADER = (
+    "| Round | Status | Description | Fwd Avg TFLOPS | Fwd Peak TFLOPS | Bwd Avg TFLOPS "
+    "| Bwd Peak TFLOPS | Combined Step TFLOPS | vs Baseline | Key Finding |"
+)
+TREND_SEPARATOR = "|---|---|---|---|---|---|---|---|---|---|"
+BASELINE_MARKER = "## Basic information"
+DASH = "—"
+
+
+# -- formatting -------------------------------------------------------------------
+def valid(x: float | None) -> bool:
+    return x is not None and not math.isnan(x)
+
+
+def fmt_num(x: float | None) -> str:
+    """3 decimals; ``-`` for a missing number."""
+    return f"{x:.3f}" if x is not None and valid(x) else "-"
+
+
+def pct_change(new: float | None, old: float | None) -> float | None:
+    if new is None or old is None or not valid(new) or not valid(old) or old <= 0:
+        return None
+    return (new / old - 1.0) * 100.0
+
+
+def fmt_pct(p: float | None) -> str:
+    """``+1.234%`` / ``-1.234%``; ``—`` when undefined."""
+    if p is None:
+        return DASH
+    p = round(p, 3)
+    return f"{p:+.3f}%" if p != 0 else "+0.000%"
+
+
+def cell(text: str) -> str:
+    """A markdown table cell: pipes escaped, newlines folded, never empty."""
+    flat = " ".join(text.replace("|", "\\|").split())
+    return flat or DASH
+
+
+def md_row(cells: Iterable[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    return tabulate(
+        [[cell(c) for c in r] for r in rows],
+        headers=list(headers),
+        tablefmt="github",
+        disable_numparse=True,
+    )
+
+
+def unit_of(metric: str) -> str:
+    return "GB/s" if "GB/s" in metric else "TFLOPS"
+
+
+def passing(score: Score, labels: Iterable[str] | None = None) -> list[ShapeScore]:
+    keep = None if labels is None else set(labels)
+    return [s for s in score.shapes if s.check == "PASS" and (keep is None or s.label in keep)]
+
+
+def aggregate_over(score: Score, labels: Iterable[str] | None = None) -> float | None:
+    """Geomean of the primary metric over PASS shapes (restricted to ``labels``)."""
+    vals = [s.value for s in passing(score, labels) if s.value is not None and valid(s.value)]
+    return geomean(vals) if vals else None
+
+
+def decision_reasons(result: RoundResult) -> list[str]:
+    reasons = list(result.reasons)
+    if result.gate is not None:
+        reasons += [r for r in result.gate.reasons if r not in reasons]
+    return reasons
+
+
+def tradeoff_note(result: RoundResult) -> str | None:
+    """Names each regressed shape and by how much (None when none regressed)."""
+    gate = result.gate
+    if gate is None or not gate.regressed:
+        return None
+    deltas = {d.label: d.delta_pct for d in gate.shapes}
+    parts = [f"{label} ({fmt_pct(deltas.get(label))})" for label in gate.regressed]
+    if result.status == Status.ACCEPTED:
+        return "trade-off: accepted although these shapes regressed (each by less than 5%): " + (
+            ", ".join(parts)
+        )
+    return "regressed shapes: " + ", ".join(parts)
+
+
+# -- performance_trend.md ---------------------------------------------------------
+@dataclass(frozen=True)
+class TrendFigures:
+    fwd_avg: float | None
+    fwd_peak: float | None
+    bwd_avg: float | None
+    bwd_peak: float | None
+    step: float | None
+
+    @property
+    def has_backward(self) -> bool:
+        return self.bwd_avg is not None
+
+
+def trend_figures(
+    score: Score, labels: Iterable[str] | None = None, *, official: bool = True
+) -> TrendFigures:
+    """Avg/Peak over PASS shapes; ``official`` uses the score's aggregate as step."""
+    shapes = passing(score, labels)
+    fwd = [s.forward for s in shapes if s.forward is not None and valid(s.forward)]
+    bwd = [s.backward for s in shapes if s.backward is not None and valid(s.backward)]
+    fwd_avg = geomean(fwd) if fwd else None
+    step = fwd_avg
+    if score.metric == COMBINED and bwd:
+        step = score.aggregate if official else aggregate_over(score, labels)
+    return TrendFigures(
+        fwd_avg=fwd_avg,
+        fwd_peak=max(fwd) if fwd else None,
+        bwd_avg=geomean(bwd) if bwd else None,
+        bwd_peak=max(bwd) if bwd else None,
+        step=step,
+    )
+
+
+def trend_header(manifest: Manifest) -> str:
+    return (
+        f"# Performance trend — {manifest.campaign_name}\n\n"
+        f"Append-only: one row per round; a wrong row gets a correction below it.\n\n"
+        f"{TREND_HEADER}\n{TREND_SEPARATOR}\n"
+    )
+
+
+def trend_marker(n: int) -> str:
+    return f"| round-{n} |"
+
+
+def vs_baseline(result: RoundResult, now: TrendFigures) -> str:
+    if result.status == Status.BASELINE or result.round == 1:
+        return DASH
+    labels = [s.label for s in passing(result.score)]
+    base = trend_figures(result.baseline, labels, official=False)
+    step = fmt_pct(pct_change(now.step, base.step))
+    fwd = fmt_pct(pct_change(now.fwd_avg, base.fwd_avg))
+    if not (now.has_backward and base.has_backward):
+        return f"step {step}, fwd {fwd}, bwd {DASH}"
+    return f"step {step}, fwd {fwd}, bwd {fmt_pct(pct_change(now.bwd_avg, base.bwd_avg))}"
+
+
+def render_trend_row(result: RoundResult) -> str:
+    """One row of performance_trend.md (with the trailing newline)."""
+    f = trend_figures(result.score)
+    bwd = [fmt_num(f.bwd_avg), fmt_num(f.bwd_peak)] if f.has_backward else ["-", "-"]
+    finding = result.key_finding
+    if unit_of(result.score.metric) == "GB/s":
+        finding = f"(GB/s) {finding}".strip()
+    cells = [
+        f"round-{result.round}",
+        result.status.value,
+        cell(result.description),
+        fmt_num(f.fwd_avg),
+        fmt_num(f.fwd_peak),
+        *bwd,
+        fmt_num(f.step),
+        vs_baseline(result, f),
+        cell(finding),
+    ]
+    return md_row(cells) + "\n"
+
+
+# -- optimize.md --------------------------------------------------------------------
+def optimize_title(manifest: Manifest) -> str:
+    return (
+        f"# Optimization log — {manifest.campaign_name}\n\n"
+        "Append-only (docs/protocol.md §6.4): never edit or delete an entry; append a "
+        "correction instead.\n"
+    )
+
+
+def history_marker(n: int) -> str:
+    return f"### round-{n} — "
+
+
+def shape_table(score: Score, best: Score | None = None, *, delta: bool = True) -> str:
+    """Per shape: Check, Forward/Backward, the primary metric, delta vs current best
+    (``—`` without a best; the column is left out when ``delta`` is false)."""
+    unit = unit_of(score.metric)
+    diag = [f"Forward {unit}", f"Backward {unit}"]
+    show_metric = score.metric not in diag
+    best_by = best.by_label() if best is not None else {}
+    rows = []
+    for s in score.shapes:
+        ref = best_by.get(s.label)
+        row = [s.label, s.check, fmt_num(s.forward), fmt_num(s.backward)]
+        row += [fmt_num(s.value)] if show_metric else []
+        if delta:
+            row.append(fmt_pct(pct_change(s.value, ref.value if ref else None)))
+        rows.append(row)
+    headers = ["Shape", "Check", *diag, *([score.metric] if show_metric else [])]
+    return md_table([*headers, *(["Δ vs current best"] if delta else [])], rows)
+
+
+def _info_rows(m: Manifest) -> list[list[str]]:
+    shapes = "all" if m.target_shapes == "all" else ", ".join(m.target_shapes)
+    branch = branch_name(m) or "none (no branch)"
+    return [
+        ["Campaign", m.campaign_name],
+        ["Target", f"{m.target} at {m.source}"],
+        ["Operator", m.target_op + (f" ({m.granularity})" if m.granularity else "")],
+        ["Backend / language", f"{m.target_backend} / {m.target_lang}"],
+        ["GPU", m.target_gpu],
+        ["Execution mode", m.execution_mode],
+        ["Primary metric", m.primary_metric],
+        ["Performance target", m.performance_target or "none"],
+        ["Target shapes", f"{shapes} (shape set {m.shape_set})"],
+        ["Representative shapes", ", ".join(m.representative_shapes) or "not chosen yet"],
+        ["Held-out shapes", ", ".join(m.heldout_shapes) or "none"],
+        ["Kernel source", ", ".join(m.kernel_source) or "not recorded"],
+        ["Test command", f"`{m.test_command}`"],
+        ["Benchmark command", f"`{m.benchmark_command}`"],
+        ["Quick command", f"`{m.quick_command}`"],
+        ["Git", f"commit each accepted round: {'yes' if m.git_commit else 'no'}; branch {branch}"],
+        ["Base commit", m.base_commit or "not recorded"],
+        ["Max iterations", str(m.max_iterations) if m.max_iterations else "none"],
+        ["Cache mode", m.cache_mode],
+        ["Created", m.created],
+    ]
+
+
+def render_optimize_header(manifest: Manifest, baseline: RoundResult) -> str:
+    """Basic information and the baseline table, appended once at round-1."""
+    score = baseline.score
+    agg = (
+        f"Aggregate {score.metric} (geomean over {score.n_pass} PASS shapes): "
+        f"{fmt_num(score.aggregate)}; {score.n_fail} FAIL"
+    )
+    return (
+        f"\n{BASELINE_MARKER}\n\n{md_table(['Field', 'Value'], _info_rows(manifest))}\n\n"
+        f"## Baseline (round-{baseline.round}, {baseline.level} validation, "
+        f"{baseline.finished})\n\n{shape_table(score, delta=False)}\n\n{agg}\n\n## History\n"
+    )
+
+
+def result_line(result: RoundResult) -> str:
+    score = result.score
+    if result.best is None or result.status == Status.BASELINE:
+        return (
+            f"{score.metric} geomean {fmt_num(score.aggregate)} over {score.n_pass} PASS "
+            f"shapes, {score.n_fail} FAIL"
+        )
+    labels = [s.label for s in passing(score)]
+    best = aggregate_over(result.best, labels)
+    base = aggregate_over(result.baseline, labels)
+    return (
+        f"{score.metric} geomean {fmt_num(best)} -> {fmt_num(score.aggregate)} "
+        f"({fmt_pct(pct_change(score.aggregate, best))} vs current best, "
+        f"{fmt_pct(pct_change(score.aggregate, base))} vs baseline)"
+    )
+
+
+def _test_line(result: RoundResult) -> str:
+    ok = result.gate is not None or result.status in (Status.BASELINE, Status.ACCEPTED)
+    return f"`{result.test_command}` — " + ("passed" if ok else "not passed; see Decision")
+
+
+def render_history_entry(result: RoundResult) -> str:
+    """One history entry of optimize.md (starts with a blank line)."""
+    n = result.round
+    reasons = decision_reasons(result)
+    decision = result.status.value + (": " + "; ".join(reasons) if reasons else "")
+    notes = [x for x in (result.key_finding, tradeoff_note(result)) if x]
+    if result.commit:
+        notes.append(f"commit {result.commit}")
+    baseline = n == 1 or result.status == Status.BASELINE
+    change = "none (baseline: no code changed)" if baseline else result.change
+    hypothesis = "none (baseline: measures the unmodified code)" if baseline else result.hypothesis
+    lines = [
+        f"- Time: {result.started} → {result.finished}",
+        f"- Level: {result.level}",
+        f"- Hypothesis: {hypothesis or DASH}",
+        f"- Changes: {change or DASH}",
+        f"- Result: {result_line(result)}",
+        f"- Test: {_test_line(result)}",
+        f"- Decision: {decision}",
+        f"- Details: [rounds/round-{n}/summary.md](../rounds/round-{n}/summary.md)",
+        f"- Notes: {'; '.join(notes) or DASH}",
+    ]
+    body = "\n".join(" ".join(line.split("\n")) for line in lines)
+    return f"\n{history_marker(n)}{result.status.value}\n\n{body}\n"
+
+
+# -- final sections (campaign report) ------------------------------------------------
+def render_current_best(baseline: Score, best: Score, best_round: int) -> str:
+    """Current best vs baseline, per shape, on the primary metric."""
+    best_by = best.by_label()
+    rows = []
+    for s in baseline.shapes:
+        b = best_by.get(s.label)
+        now = b.value if b is not None else None
+        rows.append([s.label, fmt_num(s.value), fmt_num(now), fmt_pct(pct_change(now, s.value))])
+    labels = [s.label for s in passing(best)]
+    base_agg, best_agg = aggregate_over(baseline, labels), aggregate_over(best, labels)
+    rows.append(
+        ["geomean", fmt_num(base_agg), fmt_num(best_agg), fmt_pct(pct_change(best_agg, base_agg))]
+    )
+    headers = ["Shape", "Baseline", f"Current best (round-{best_round})", "Change"]
+    return f"\n## Current best vs baseline ({baseline.metric})\n\n{md_table(headers, rows)}\n"
+
+
+def render_directions(to_try: Sequence[str], ineffective: Sequence[str]) -> str:
+    def items(xs: Sequence[str]) -> str:
+        return "\n".join(f"- {' '.join(x.split())}" for x in xs) or "- none recorded"
+
+    return (
+        f"\n## Directions to try\n\n{items(to_try)}\n\n"
+        f"## Verified ineffective directions\n\n{items(ineffective)}\n"
+    )
+
+
+def _best(results: Sequence[RoundResult]) -> RoundResult | None:
+    kept = [r for r in results if r.status in (Status.BASELINE, Status.ACCEPTED)]
+    return max(kept, key=lambda r: r.round) if kept else None
+
+
+def _t1(manifest: Manifest, best: RoundResult | None) -> tuple[bool, str]:
+    if manifest.performance_target is None:
+        return False, "T1 performance target: not set"
+    op, goal, unit = parse_performance_target(manifest.performance_target)
+    if best is None:
+        return False, f"T1 performance target ({manifest.performance_target}): NOT MET (no best)"
+    value = best.score.aggregate
+    met = value >= goal if op == ">=" else value > goal
+    verdict = "MET" if met else "NOT MET"
+    return met, (
+        f"T1 performance target ({manifest.performance_target}): {verdict} — best "
+        f"{fmt_num(value)} {unit} (round-{best.round})"
+    )
+
+
+def _t2(peak_fraction: float | None, goal: float) -> tuple[bool, str]:
+    if peak_fraction is None:
+        return False, "T2 fraction of hardware peak: unknown (no peak figure for this GPU/dtype)"
+    met = peak_fraction >= goal
+    return met, (
+        f"T2 fraction of hardware peak: {'MET' if met else 'NOT MET'} — "
+        f"{peak_fraction * 100:.1f}% of peak (acceptable: {goal * 100:.1f}%)"
+    )
+
+
+def _t3(manifest: Manifest, results: Sequence[RoundResult]) -> tuple[bool, str]:
+    used = sum(1 for r in results if r.round >= 2)
+    if manifest.max_iterations is None:
+        return False, f"T3 max_iterations: not set ({used} attempt rounds so far)"
+    met = used >= manifest.max_iterations
+    return met, (
+        f"T3 max_iterations: {'MET' if met else 'NOT MET'} — {used} of "
+        f"{manifest.max_iterations} attempt rounds used"
+    )
+
+
+def render_termination_check(
+    manifest: Manifest,
+    results: Sequence[RoundResult],
+    *,
+    peak_fraction: float | None = None,
+    peak_goal: float = 0.8,
+    user_stop: bool = False,
+) -> str:
+    """The Termination Check block (docs/protocol.md §7.2): T1-T4 and the verdict."""
+    checks = [
+        _t1(manifest, _best(results)),
+        _t2(peak_fraction, peak_goal),
+        _t3(manifest, results),
+        (user_stop, f"T4 user asked to stop: {'YES' if user_stop else 'no'}"),
+    ]
+    held = [f"T{i}" for i, (ok, _) in enumerate(checks, 1) if ok]
+    verdict = (
+        f"the campaign may end ({', '.join(held)} holds)"
+        if held
+        else "the campaign may NOT end yet: none of T1-T4 holds"
+    )
+    lines = "\n".join(f"- {text}" for _, text in checks)
+    return f"\n## Termination Check\n\n{lines}\n- Verdict: {verdict}\n"
+
+
+def render_final_sections(
+    manifest: Manifest,
+    results: Sequence[RoundResult],
+    *,
+    to_try: Sequence[str] = (),
+    ineffective: Sequence[str] = (),
+    peak_fraction: float | None = None,
+    user_stop: bool = False,
+) -> str:
+    """Current best vs baseline, directions, and the Termination Check, for the end of
+    optimize.md (``campaign report`` adds the Final Report after them)."""
+    best = _best(results)
+    parts = []
+    if best is not None:
+        parts.append(render_current_best(best.baseline, best.score, best.round))
+    parts.append(render_directions(to_try, ineffective))
+    parts.append(
+        render_termination_check(
+            manifest, results, peak_fraction=peak_fraction, user_stop=user_stop
+        )
+    )
+    return "".join(parts)
+
+
+def render_trend_correction(n: int, note: str, when: str) -> str:
+    """A correction of round-N's trend row, as a row, so the table stays one table."""
+    cells = [f"round-{n} (correction)", "CORRECTION", cell(f"{when}: {note}")]
+    return md_row([*cells, *["-"] * 7]) + "\n"

@@ -1,0 +1,241 @@
+"""``campaign status``: where a campaign stands (docs/protocol.md §6.6 and §7.1).
+
+The current best and its gain over the baseline, rounds accepted / rolled back /
+failed, the consecutive rollbacks with the escalation step they call for, the next
+round number, any unclosed round (a ``rounds/round-N`` folder without
+``result.json``) with the step where it stopped, the chain integrity check (the
+append-only records against their ledgers, by file and byte range, and the
+accepted rounds' aggregates), and what a killed command left behind (stale workers,
+folders, partial files).  Pure functions on a list of
+``RoundResult`` do the work; ``collect_status`` only reads the campaign.
+
+A FAILED round (the measurement did not complete) counts toward the consecutive
+rollbacks: the lineage did not move, and the escalation ladder starts with "diagnose".
+
+GPU leases held on this host (by any campaign) are listed as ``gpu leases`` lines,
+placed under ``"extra"`` in ``--json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.core.errors import CampaignError
+from runner.core.outcomes import RoundResult, Status
+from runner.render.markdown import aggregate_over, fmt_num, fmt_pct, passing, pct_change
+from runner.store.campaign import Campaign
+from runner.store.guard import check_records, lineage_behind
+from runner.store.leases import list_leases
+from runner.store.leftovers import describe_attempt, describe_leftovers
+from runner.store.records import check_chain
+
+ESCALATION: dict[int, str] = {
+    1: "diagnose the rollback and try another approach to the same bottleneck",
+    2: "stagnation review: full re-profile of the representative shapes (rocprofv3, "
+    "rocprof-compute) before the next hypothesis",
+    3: "inspect the generated ISA of the kernel (register pressure, spills, MFMA use, "
+    "waits) before the next hypothesis",
+    4: "compare with the state-of-the-art kernel for this op and consider a different approach",
+}
+
+
+def lease_lines() -> list[tuple[str, str]]:
+    """One line per GPU that has a lease file on this host (free or held)."""
+    return [("gpu lease", info.describe()) for info in list_leases()]
+
+
+def consecutive_rollbacks(results: Sequence[RoundResult]) -> int:
+    """Rounds ROLLED BACK or FAILED since the last BASELINE/ACCEPTED round."""
+    count = 0
+    for r in sorted(results, key=lambda r: r.round, reverse=True):
+        if r.status in (Status.BASELINE, Status.ACCEPTED):
+            break
+        count += 1
+    return count
+
+
+def escalation_step(rollbacks: int) -> tuple[int, str] | None:
+    """docs/protocol.md §7.1: the step for ``rollbacks`` consecutive rollbacks (4+ stays
+    at step 4); None when the last round was accepted."""
+    if rollbacks <= 0:
+        return None
+    step = min(rollbacks, 4)
+    return step, ESCALATION[step]
+
+
+def best_round(results: Sequence[RoundResult]) -> RoundResult | None:
+    kept = [r for r in results if r.status in (Status.BASELINE, Status.ACCEPTED)]
+    return max(kept, key=lambda r: r.round) if kept else None
+
+
+def gain_vs_baseline(best: RoundResult) -> float | None:
+    """The best round's geomean against the baseline's on the best round's PASS shapes
+    (a quick round measures only the representative shapes)."""
+    labels = [s.label for s in passing(best.score)]
+    return pct_change(aggregate_over(best.score, labels), aggregate_over(best.baseline, labels))
+
+
+@dataclass
+class CampaignStatus:
+    campaign: str
+    root: str
+    metric: str | None
+    baseline_aggregate: float | None
+    best_round: int | None
+    best_aggregate: float | None
+    gain_pct: float | None
+    accepted: int
+    rolled_back: int
+    failed: int
+    consecutive_rollbacks: int
+    escalation: tuple[int, str] | None
+    next_round: int
+    unclosed: list[int]
+    chain_problems: list[str]
+    extra: list[tuple[str, str]] = field(default_factory=list)
+    record_problems: list[str] = field(default_factory=list)
+    unclosed_why: dict[int, str] = field(default_factory=dict)
+    leftovers: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        step = self.escalation
+        return {
+            "campaign": self.campaign,
+            "root": self.root,
+            "metric": self.metric,
+            "baseline_aggregate": self.baseline_aggregate,
+            "best_round": self.best_round,
+            "best_aggregate": self.best_aggregate,
+            "gain_pct": self.gain_pct,
+            "rounds": {
+                "accepted": self.accepted,
+                "rolled_back": self.rolled_back,
+                "failed": self.failed,
+            },
+            "consecutive_rollbacks": self.consecutive_rollbacks,
+            "escalation": {"step": step[0], "action": step[1]} if step else None,
+            "next_round": self.next_round,
+            "unclosed_rounds": list(self.unclosed),
+            "unclosed_why": {str(k): v for k, v in self.unclosed_why.items()},
+            "chain_ok": not self.chain_problems and not self.record_problems,
+            "chain_problems": list(self.chain_problems),
+            "record_problems": list(self.record_problems),
+            "leftovers": list(self.leftovers),
+            "extra": {k: v for k, v in self.extra},
+        }
+
+
+def summarise(
+    name: str, root: str, results: Sequence[RoundResult], unclosed: Sequence[int] = ()
+) -> CampaignStatus:
+    """The status of a campaign from its closed rounds (pure)."""
+    base = next((r for r in results if r.status is Status.BASELINE), None)
+    best = best_round(results)
+    count = {s: sum(1 for r in results if r.status is s) for s in Status}
+    closed = [r.round for r in results]
+    rollbacks = consecutive_rollbacks(results)
+    return CampaignStatus(
+        campaign=name,
+        root=root,
+        metric=base.score.metric if base else None,
+        baseline_aggregate=base.score.aggregate if base else None,
+        best_round=best.round if best else None,
+        best_aggregate=best.score.aggregate if best else None,
+        gain_pct=gain_vs_baseline(best) if best and best.status is Status.ACCEPTED else None,
+        accepted=count[Status.ACCEPTED],
+        rolled_back=count[Status.ROLLED_BACK],
+        failed=count[Status.FAILED],
+        consecutive_rollbacks=rollbacks,
+        escalation=escalation_step(rollbacks),
+        next_round=max(closed) + 1 if closed else 1,
+        unclosed=sorted(unclosed),
+        chain_problems=check_chain(results),
+    )
+
+
+def unclosed_rounds(campaign: Campaign) -> list[int]:
+    """``rounds/round-N`` folders without ``result.json`` (an interrupted round)."""
+    if not campaign.rounds_dir.is_dir():
+        return []
+    closed = set(campaign.closed_rounds())
+    found = []
+    for p in campaign.rounds_dir.iterdir():
+        num = p.name.removeprefix("round-")
+        if p.is_dir() and p.name.startswith("round-") and num.isdigit() and int(num) not in closed:
+            found.append(int(num))
+    return sorted(found)
+
+
+def collect_status(campaign: Campaign) -> CampaignStatus:
+    status = summarise(
+        campaign.name, str(campaign.root), campaign.results(), unclosed_rounds(campaign)
+    )
+    status.record_problems = check_records(campaign)
+    status.unclosed_why = {n: describe_attempt(campaign.round_dir(n)) for n in status.unclosed}
+    status.leftovers = describe_leftovers(
+        campaign.root, campaign.name, Path(campaign.manifest.source)
+    )
+    try:
+        behind = lineage_behind(campaign)
+    except CampaignError:
+        behind = None
+    if behind:
+        status.leftovers.insert(0, f"lineage: {behind}")
+    status.extra.extend(lease_lines())
+    return status
+
+
+def _best_line(s: CampaignStatus) -> str:
+    if s.best_round is None:
+        return "no baseline yet: run `campaign baseline`"
+    if s.best_round == 1:
+        return f"round-1 (baseline), {s.metric} geomean {fmt_num(s.best_aggregate)}"
+    return (
+        f"round-{s.best_round}, {s.metric} geomean {fmt_num(s.best_aggregate)} "
+        f"({fmt_pct(s.gain_pct)} vs baseline on the same shapes; baseline "
+        f"{fmt_num(s.baseline_aggregate)} over all target shapes)"
+    )
+
+
+def _escalation_line(s: CampaignStatus) -> str:
+    if s.escalation is None:
+        return "none (the last round was accepted)" if s.best_round else "none"
+    step, action = s.escalation
+    return f"step {step}: {action}"
+
+
+def _next_line(s: CampaignStatus) -> str:
+    if s.unclosed and s.unclosed[0] == 1:
+        return "round-1 (the baseline) is unclosed: re-run `campaign baseline` to close it"
+    if s.unclosed:
+        n = s.unclosed[0]
+        return (
+            f"round-{n} is unclosed (rounds/round-{n} has no result.json): re-run "
+            f"`campaign validate --round {n}` to measure and close it"
+        )
+    if s.next_round == 1:
+        return "round-1: `campaign baseline`"
+    return f"round-{s.next_round}: `campaign validate --round {s.next_round} --hypothesis ...`"
+
+
+def render_status(s: CampaignStatus) -> str:
+    """The human-readable status, one fact per line."""
+    problems = [*s.record_problems, *s.chain_problems]
+    chain = "OK" if not problems else "BROKEN — " + "; ".join(problems)
+    lines = [
+        f"campaign: {s.campaign} ({s.root})",
+        f"current best: {_best_line(s)}",
+        f"rounds: {s.accepted} accepted, {s.rolled_back} rolled back, {s.failed} failed",
+        f"consecutive rollbacks: {s.consecutive_rollbacks}",
+        f"escalation: {_escalation_line(s)}",
+        f"next: {_next_line(s)}",
+        f"unclosed rounds: {', '.join(f'round-{n}' for n in s.unclosed) or 'none'}",
+        *(f"round-{n} stopped: {why}" for n, why in sorted(s.unclosed_why.items())),
+        f"chain integrity: {chain}",
+        *s.leftovers,
+    ]
+    lines += [f"{key}: {line}" for key, line in s.extra]
+    return "\n".join(lines)

@@ -1,0 +1,186 @@
+"""``rounds/round-N/summary.md`` (docs/protocol.md §6.1 and §8.5).
+
+Sections, as ``## `` headings, in this order: Hypothesis; Single change; Results;
+Decision; Attribution; Next direction; Rollback Analysis (rollbacks only);
+Real-training transfer check.  Round-1 says that no code changed and that its
+decision is BASELINE.
+"""
+
+from __future__ import annotations
+
+from runner.core.outcomes import RoundResult, Status, TransferCheck
+from runner.render.markdown import (
+    DASH,
+    aggregate_over,
+    decision_reasons,
+    fmt_num,
+    fmt_pct,
+    passing,
+    pct_change,
+    shape_table,
+    tradeoff_note,
+)
+from runner.store.manifest import Manifest
+
+SECTIONS = (
+    "Hypothesis",
+    "Single change",
+    "Results",
+    "Decision",
+    "Attribution",
+    "Next direction",
+    "Rollback Analysis",
+    "Real-training transfer check",
+)
+NO_CHANGE = "No code changed: round-1 is the baseline"
+
+
+def _section(title: str, body: str) -> str:
+    return f"## {title}\n\n{body.strip() or DASH}\n"
+
+
+def _is_baseline(result: RoundResult) -> bool:
+    return result.status == Status.BASELINE or result.round == 1
+
+
+def _hypothesis(result: RoundResult) -> str:
+    if _is_baseline(result):
+        return "None: round-1 is the baseline. No code changed; it measures the code as it is."
+    return result.hypothesis
+
+
+def _change(result: RoundResult, manifest: Manifest) -> str:
+    if _is_baseline(result):
+        at = manifest.base_commit or "the current checkout"
+        return f"{NO_CHANGE}; the kernel is measured unmodified at {at} of {manifest.source}."
+    return result.change
+
+
+def _aggregates(result: RoundResult) -> str:
+    score = result.score
+    labels = [s.label for s in passing(score)]
+    lines = [
+        f"- Aggregate {score.metric} (geomean over {score.n_pass} PASS shapes, "
+        f"{score.n_fail} FAIL): {fmt_num(score.aggregate)}"
+    ]
+    if score.n_fail:
+        lines.append("- A shape FAILed: the aggregate is 0 and the candidate is rejected.")
+    if not _is_baseline(result):
+        base = aggregate_over(result.baseline, labels)
+        pct = fmt_pct(pct_change(score.aggregate, base))
+        lines.append(
+            f"- vs baseline (round-1): {fmt_num(base)} -> {fmt_num(score.aggregate)} ({pct})"
+        )
+    if result.best is not None and not _is_baseline(result):
+        best = aggregate_over(result.best, labels)
+        pct = fmt_pct(pct_change(score.aggregate, best))
+        lines.append(f"- vs current best: {fmt_num(best)} -> {fmt_num(score.aggregate)} ({pct})")
+    if len(labels) < len(result.baseline.shapes):
+        lines.append("- Comparisons use the baseline/best restricted to this round's PASS shapes.")
+    return "\n".join(lines)
+
+
+def _results(result: RoundResult) -> str:
+    artifacts = "\n".join(f"  - `{a}`" for a in result.artifacts) or "  - none recorded"
+    head = "\n".join(
+        [
+            f"- Validation time: {result.started} → {result.finished}",
+            f"- Level: {result.level}",
+            f"- Test command: `{result.test_command}`",
+            f"- Benchmark command: `{result.benchmark_command}`",
+            f"- Raw artifacts:\n{artifacts}",
+        ]
+    )
+    table = shape_table(result.score, None if _is_baseline(result) else result.best)
+    return f"{head}\n\n{table}\n\n{_aggregates(result)}"
+
+
+def _gate_line(result: RoundResult) -> str | None:
+    g = result.gate
+    if g is None:
+        return None
+    parts = [
+        f"Gate {g.decision.value} on {g.metric}: best {fmt_num(g.best_aggregate)} -> "
+        f"candidate {fmt_num(g.candidate_aggregate)} ({fmt_pct(g.delta_pct)})"
+    ]
+    if g.threshold_pct is not None:
+        parts.append(f"threshold {g.threshold_pct:.3f}%")
+    if g.pairs_used:
+        parts.append(f"{g.pairs_used} interleaved pair(s)")
+    return ", ".join(parts) + "."
+
+
+def _decision(result: RoundResult) -> str:
+    if _is_baseline(result):
+        return (
+            f"**BASELINE**. {NO_CHANGE}; every later round is judged against the current "
+            "best, starting from these numbers."
+        )
+    lines = [f"**{result.status.value}**", ""]
+    lines += [f"- {r}" for r in decision_reasons(result)] or ["- no reason recorded"]
+    extra = [x for x in (_gate_line(result), tradeoff_note(result)) if x]
+    lines += [f"- {x}" for x in extra]
+    return "\n".join(lines)
+
+
+def _rollback(result: RoundResult) -> str | None:
+    if result.status != Status.ROLLED_BACK and result.rollback is None:
+        return None
+    rb = result.rollback
+    missing = "not recorded; add it with a correction before the next round"
+    fields = [
+        ("Change", rb.change if rb else missing),
+        ("Expected", rb.expected if rb else missing),
+        ("Actual", rb.actual if rb else missing),
+        ("Root cause", rb.root_cause if rb else missing),
+        ("Lesson", rb.lesson if rb else missing),
+    ]
+    return "\n".join(f"- {k}: {v or DASH}" for k, v in fields)
+
+
+def _transfer(result: RoundResult) -> str:
+    t: TransferCheck = result.transfer
+    if _is_baseline(result):
+        na = "n/a (baseline: no code changed)"
+        fields = [
+            ("Bucket", na),
+            ("Cache key", na),
+            ("id() audit", na),
+            ("4-step hit-rate trace", na),
+            ("Skew robustness", na),
+            ("Benchmark gain", na),
+            ("Estimated real-training gain", na),
+            ("Decision", "n/a (BASELINE)"),
+        ]
+    else:
+        gain = t.benchmark_gain_pct
+        if gain is None and result.gate is not None:
+            gain = result.gate.delta_pct
+        fields = [
+            ("Bucket", t.bucket),
+            ("Cache key", t.cache_key),
+            ("id() audit", t.id_audit),
+            ("4-step hit-rate trace", t.hit_rate_trace),
+            ("Skew robustness", t.skew_robustness),
+            ("Benchmark gain", fmt_pct(gain)),
+            ("Estimated real-training gain", fmt_pct(t.estimated_real_gain_pct)),
+            ("Decision", t.decision),
+        ]
+    return "\n".join(f"- {k}: {v}" for k, v in fields)
+
+
+def render_summary(result: RoundResult, manifest: Manifest) -> str:
+    """The whole summary.md of one round."""
+    bodies: dict[str, str | None] = {
+        "Hypothesis": _hypothesis(result),
+        "Single change": _change(result, manifest),
+        "Results": _results(result),
+        "Decision": _decision(result),
+        "Attribution": "n/a (baseline)" if _is_baseline(result) else result.attribution,
+        "Next direction": result.next_direction,
+        "Rollback Analysis": _rollback(result),
+        "Real-training transfer check": _transfer(result),
+    }
+    title = f"# Round {result.round} — {result.status.value}\n"
+    sections = [_section(k, v) for k, v in bodies.items() if v is not None]
+    return "\n".join([title, *sections])

@@ -1,0 +1,311 @@
+"""The campaign directory (docs/protocol.md §3): layout, init, load, an exclusive
+lock, round directories and the closed rounds' ``result.json``.
+
+A round is closed when its ``summary.md``, its ``kernel_snapshot/`` and both logs
+mention it; ``records.close_round`` writes ``rounds/round-N/result.json`` last, so
+the presence of that file is what "closed" means here.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.core.errors import ConfigError
+from runner.core.outcomes import RoundResult, Status
+from runner.core.versions import require_schema_version
+from runner.render.markdown import optimize_title, trend_header
+from runner.store.appendlog import append, write_atomic
+from runner.store.manifest import (
+    Manifest,
+    load_manifest,
+    manifest_yaml,
+    save_manifest,
+    validate_manifest,
+)
+
+RESULT_SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.yaml"
+LOCK_NAME = ".lock"
+
+
+@dataclass
+class Campaign:
+    """One campaign directory and its validated manifest."""
+
+    root: Path
+    manifest: Manifest
+    _lock_depth: int = field(default=0, init=False, repr=False, compare=False)
+
+    # -- layout (docs/protocol.md §3.1) ----------------------------------------
+    @property
+    def name(self) -> str:
+        return self.manifest.campaign_name
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / MANIFEST_NAME
+
+    @property
+    def quick_script(self) -> Path:
+        return self.root / "quick_test_bench.py"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def optimize_log(self) -> Path:
+        return self.logs_dir / "optimize.md"
+
+    @property
+    def trend_log(self) -> Path:
+        return self.logs_dir / "performance_trend.md"
+
+    @property
+    def profiles_dir(self) -> Path:
+        return self.root / "profiles"
+
+    @property
+    def rounds_dir(self) -> Path:
+        return self.root / "rounds"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / LOCK_NAME
+
+    def round_dir(self, n: int) -> Path:
+        if n < 1:
+            raise ConfigError(f"round numbers start at 1, got {n}")
+        return self.rounds_dir / f"round-{n}"
+
+    def snapshot_dir(self, n: int) -> Path:
+        return self.round_dir(n) / "kernel_snapshot"
+
+    def artifacts_dir(self, n: int) -> Path:
+        return self.round_dir(n) / "artifacts"
+
+    def benchmark_csv(self, n: int) -> Path:
+        return self.artifacts_dir(n) / "benchmark.csv"
+
+    def summary_path(self, n: int) -> Path:
+        return self.round_dir(n) / "summary.md"
+
+    def result_path(self, n: int) -> Path:
+        return self.round_dir(n) / "result.json"
+
+    # -- creation and lookup -----------------------------------------------------
+    @classmethod
+    def init(cls, campaigns_root: Path, manifest: Manifest, *, force: bool = False) -> Campaign:
+        """Create ``<campaigns_root>/<campaign_name>``.  Refuses an existing path; with
+        ``force`` an existing directory that is not a campaign (no manifest.yaml) may be
+        filled, but an existing campaign is never overwritten."""
+        campaigns_root = Path(campaigns_root).resolve()
+        root = campaigns_root / manifest.campaign_name
+        if root.exists() and (not force or (root / MANIFEST_NAME).exists() or not root.is_dir()):
+            raise ConfigError(
+                f"{root} already exists; a campaign is never overwritten: pick another "
+                "--name, or remove that directory yourself if it is really unwanted"
+            )
+        if not manifest.quick_command:
+            data = manifest.model_dump()
+            data["quick_command"] = f"python {root / 'quick_test_bench.py'}"
+            manifest = validate_manifest(data, "manifest")
+        campaigns_root.mkdir(parents=True, exist_ok=True)
+        if root.exists():
+            _populate(root, manifest)
+        else:
+            _create_atomically(root, manifest)
+        return cls(root=root, manifest=manifest)
+
+    @classmethod
+    def load(
+        cls, path_or_name: str | os.PathLike[str], campaigns_root: Path | None = None
+    ) -> Campaign:
+        """Open a campaign by directory path or by name under ``campaigns_root``."""
+        try:
+            return cls._load(path_or_name, campaigns_root)
+        except OSError as exc:  # e.g. a name too long for the filesystem
+            raise ConfigError(
+                f"cannot open campaign {str(path_or_name)[:80]!r} ({exc.strerror or exc}); "
+                "check the name or path"
+            ) from None
+
+    @classmethod
+    def _load(cls, path_or_name: str | os.PathLike[str], campaigns_root: Path | None) -> Campaign:
+        given = Path(path_or_name)
+        root = given if (given / MANIFEST_NAME).exists() or campaigns_root is None else None
+        if root is None:
+            assert campaigns_root is not None
+            root = Path(campaigns_root) / given
+        if not (root / MANIFEST_NAME).exists():
+            raise ConfigError(
+                f"no campaign at {root} (no {MANIFEST_NAME}); create it with `campaign init` "
+                "or check --campaigns-root"
+            )
+        root = root.resolve()
+        manifest = load_manifest(root / MANIFEST_NAME)
+        if manifest.campaign_name != root.name:
+            raise ConfigError(
+                f"{root / MANIFEST_NAME}: campaign_name {manifest.campaign_name!r} differs from "
+                f"its directory {root.name!r}; rename the directory back"
+            )
+        return cls(root=root, manifest=manifest)
+
+    @staticmethod
+    def list_names(campaigns_root: Path) -> list[str]:
+        root = Path(campaigns_root)
+        if not root.is_dir():
+            return []
+        return sorted(
+            p.name
+            for p in root.iterdir()
+            if not p.name.startswith(".") and (p / MANIFEST_NAME).is_file()
+        )
+
+    @classmethod
+    def find(cls, campaigns_root: Path, name: str | None = None) -> Campaign:
+        """The named campaign, or the only one under ``campaigns_root``."""
+        if name is not None:
+            return cls.load(name, campaigns_root)
+        names = cls.list_names(campaigns_root)
+        if len(names) == 1:
+            return cls.load(names[0], campaigns_root)
+        if not names:
+            raise ConfigError(
+                f"no campaign under {campaigns_root}; create one with `campaign init` "
+                "or point --campaigns-root at the right directory"
+            )
+        raise ConfigError(
+            f"{len(names)} campaigns under {campaigns_root}: {', '.join(names)}; "
+            "name one with --campaign NAME"
+        )
+
+    def save_manifest(self) -> None:
+        save_manifest(self.manifest_path, self.manifest)
+
+    # -- the lock ---------------------------------------------------------------
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold an exclusive ``flock`` on ``<root>/.lock``; fail at once when busy.
+        Re-entrant on the same ``Campaign`` object."""
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self._acquire(fd)
+            self._lock_depth = 1
+            try:
+                yield
+            finally:
+                self._lock_depth = 0
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def _acquire(self, fd: int) -> None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise ConfigError(
+                f"campaign {self.name} is busy (pid {holder}): another campaign command holds "
+                f"{self.lock_path}; wait for it to finish, then retry"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+
+    # -- rounds -------------------------------------------------------------------
+    def save_result(self, result: RoundResult) -> None:
+        """Write ``rounds/round-N/result.json`` atomically: the mark of a closed round."""
+        payload = {"schema_version": RESULT_SCHEMA_VERSION, **result.to_dict()}
+        text = json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
+        write_atomic(self.result_path(result.round), text)
+
+    def load_result(self, n: int) -> RoundResult:
+        path = self.result_path(n)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(
+                f"round {n} of {self.name} is not closed ({path} is missing)"
+            ) from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path} is not valid JSON ({exc}); restore it") from None
+        version = data.pop("schema_version", None)
+        require_schema_version(
+            version,
+            RESULT_SCHEMA_VERSION,
+            str(path),
+            older="read it with the turbo-campaign release that wrote it",
+            newer="upgrade turbo-campaign (pip install -U turbo-campaign) to read it",
+        )
+        try:
+            return RoundResult.from_dict(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{path} is malformed ({exc!r}); restore it") from None
+
+    def closed_rounds(self) -> list[int]:
+        if not self.rounds_dir.is_dir():
+            return []
+        found = []
+        for p in self.rounds_dir.iterdir():
+            num = p.name.removeprefix("round-")
+            if p.name.startswith("round-") and num.isdigit() and (p / "result.json").is_file():
+                found.append(int(num))
+        return sorted(found)
+
+    def next_round(self) -> int:
+        closed = self.closed_rounds()
+        return closed[-1] + 1 if closed else 1
+
+    def results(self) -> list[RoundResult]:
+        return [self.load_result(n) for n in self.closed_rounds()]
+
+    def last_accepted(self) -> RoundResult | None:
+        """The highest-numbered BASELINE or ACCEPTED round (the current best)."""
+        for n in reversed(self.closed_rounds()):
+            r = self.load_result(n)
+            if r.status in (Status.BASELINE, Status.ACCEPTED):
+                return r
+        return None
+
+
+def _populate(root: Path, manifest: Manifest) -> None:
+    for sub in ("logs", "profiles", "rounds"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    append(root / "logs" / "optimize.md", optimize_title(manifest))
+    append(root / "logs" / "performance_trend.md", trend_header(manifest))
+    write_atomic(root / MANIFEST_NAME, manifest_yaml(manifest))
+
+
+def _create_atomically(root: Path, manifest: Manifest) -> None:
+    """Build the directory under a temporary name, then rename it into place."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", suffix=".init", dir=root.parent))
+    try:
+        _populate(tmp, manifest)
+        os.rename(tmp, root)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if root.exists():
+            raise ConfigError(f"{root} appeared while creating it; not overwritten") from exc
+        raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    os.chmod(root, 0o755)

@@ -1,0 +1,209 @@
+"""The lineage in the target's git repository.
+
+Each accepted round is one commit whose parent is the previous accepted round's commit
+(a strictly linear chain from the campaign's base commit).  The chain head is kept in
+``refs/campaigns/<campaign>/head``; with ``git_commit`` the optimisation branch is
+moved to it as well.  Incumbent and candidate are always measured from fresh
+worktrees, never from the user's checkout; a rollback changes nothing in the target.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+from runner.bench.checkpoint import pause_point
+from runner.core.errors import CommandFailed, ConfigError, InfrastructureError, NothingToDo
+from runner.core.processes import run
+from runner.store.leftovers import WORKTREE_PREFIX, make_owned_dir
+
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "turbo-campaign",
+    "GIT_AUTHOR_EMAIL": "turbo-campaign@localhost",
+    "GIT_COMMITTER_NAME": "turbo-campaign",
+    "GIT_COMMITTER_EMAIL": "turbo-campaign@localhost",
+}
+
+
+class Lineage:
+    """Git operations on the target repository ``source`` for one campaign."""
+
+    def __init__(self, source: Path, campaign: str, branch: str | None) -> None:
+        self.source = Path(source).resolve()
+        self.campaign = campaign
+        self.branch = branch
+        self.ref = f"refs/campaigns/{campaign}/head"
+
+    def git(self, *args: str, cwd: Path | None = None, check: bool = True) -> str:
+        proc = run(["git", *args], cwd=cwd or self.source, check=check, env=_git_env())
+        return proc.stdout.strip()
+
+    # ---- the chain head ---------------------------------------------------------
+    def resolve(self, rev: str) -> str:
+        try:
+            return self.git("rev-parse", "--verify", f"{rev}^{{commit}}")
+        except CommandFailed:
+            raise ConfigError(f"{rev!r} is not a commit in {self.source}") from None
+
+    def start(self, base_commit: str) -> None:
+        """Point the chain head (and the branch, if any) at the base commit."""
+        self.git("update-ref", self.ref, base_commit)
+        if self.branch:
+            existing = self.git(
+                "rev-parse", "--verify", "-q", f"refs/heads/{self.branch}", check=False
+            )
+            if existing and existing != base_commit:
+                raise ConfigError(
+                    f"branch {self.branch} already exists at {existing[:12]} in {self.source}; "
+                    "pick another --git-branch or delete that branch"
+                )
+            self.git("update-ref", f"refs/heads/{self.branch}", base_commit)
+
+    def head(self) -> str:
+        head = self.git("rev-parse", "--verify", "-q", self.ref, check=False)
+        if not head:
+            raise ConfigError(
+                f"campaign {self.campaign} has no lineage in {self.source}; run the baseline"
+            )
+        return head
+
+    # ---- patches ----------------------------------------------------------------
+    def working_tree_patch(self) -> str:
+        """The user's working-tree diff against the chain head (tracked files and
+        untracked files not ignored)."""
+        untracked = self.git("ls-files", "--others", "--exclude-standard").splitlines()
+        if untracked:
+            self.git("add", "--intent-to-add", "--", *untracked)
+        try:
+            return run(
+                ["git", "diff", "--binary", self.head()], cwd=self.source, env=_git_env()
+            ).stdout
+        finally:
+            if untracked:
+                self.git("reset", "-q", "--", *untracked)
+
+    def check_patch(self, patch: str) -> list[str]:
+        """Refuse an empty patch or one that does not apply to the head; return the
+        paths it touches."""
+        if not patch.strip():
+            raise NothingToDo(
+                "the candidate patch is empty: edit the kernel in the source tree or pass "
+                "--patch FILE"
+            )
+        with self.worktree(self.head()) as tree:
+            self._apply(tree, patch)
+        return patch_paths(patch)
+
+    def _apply(self, tree: Path, patch: str) -> None:
+        proc = run(
+            ["git", "apply", "--index", "--whitespace=nowarn", "-"],
+            cwd=tree,
+            check=False,
+            input_text=patch,
+            env=_git_env(),
+        )
+        if proc.returncode != 0:
+            raise ConfigError(
+                f"the candidate patch does not apply to the lineage head: {proc.stdout.strip()}"
+                "\nrebase your change onto the last accepted round (git diff against "
+                f"{self.ref}) and try again"
+            )
+
+    # ---- worktrees ---------------------------------------------------------------
+    @contextlib.contextmanager
+    def worktree(self, commit: str, patch: str | None = None) -> Iterator[Path]:
+        """A fresh detached worktree at ``commit`` (with ``patch`` applied), removed
+        afterwards (a killed command's worktree is removed by the next command:
+        ``runner.store.leftovers``)."""
+        parent = make_owned_dir(
+            f"{WORKTREE_PREFIX}{self.campaign}-",
+            {"campaign": self.campaign, "source": str(self.source)},
+        )
+        tree = parent / "src"
+        try:
+            self.git("worktree", "add", "--detach", "-q", str(tree), commit)
+            if patch:
+                self._apply(tree, patch)
+            yield tree
+        finally:
+            with contextlib.suppress(CommandFailed):
+                self.git("worktree", "remove", "--force", str(tree))
+            shutil.rmtree(parent, ignore_errors=True)
+            with contextlib.suppress(CommandFailed):
+                self.git("worktree", "prune")
+
+    # ---- accept ------------------------------------------------------------------
+    def make_commit(self, parent: str, patch: str, message: str) -> str:
+        """Create the round's commit (``patch`` on ``parent``) without moving any ref;
+        ``advance`` moves the refs once the records are written."""
+        with self.worktree(parent, patch) as tree:
+            self.git("commit", "-q", "--no-verify", "-m", message, cwd=tree)
+            pause_point("commit")
+            return self.git("rev-parse", "HEAD", cwd=tree)
+
+    def advance(self, new: str, old: str, *, move_branch: bool) -> None:
+        """Move the chain head (and the branch) from ``old`` to ``new`` atomically."""
+        self.git("update-ref", self.ref, new, old)
+        if move_branch and self.branch:
+            self.git("update-ref", f"refs/heads/{self.branch}", new, old)
+
+    def parent(self, commit: str) -> str:
+        return self.git("rev-parse", f"{commit}^")
+
+    def restore_user_tree(self, paths: list[str]) -> None:
+        """``--restore``: put the touched files of the user's tree back to the head."""
+        head = self.head()
+        tracked = [p for p in paths if _exists(self, head, p)]
+        if tracked:
+            self.git("checkout", head, "--", *tracked)
+        for p in set(paths) - set(tracked):
+            (self.source / p).unlink(missing_ok=True)
+
+    def linear_history(self, base: str) -> list[str]:
+        """Commits from base (exclusive) to head; raises if the chain is not linear."""
+        merges = self.git("rev-list", "--merges", f"{base}..{self.head()}")
+        if merges:
+            raise InfrastructureError(f"lineage has merge commits: {merges.split()}")
+        return self.git("rev-list", "--reverse", f"{base}..{self.head()}").split()
+
+
+def _exists(lineage: Lineage, commit: str, path: str) -> bool:
+    proc = run(["git", "cat-file", "-e", f"{commit}:{path}"], cwd=lineage.source, check=False)
+    return proc.returncode == 0
+
+
+def _git_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for key, value in _IDENTITY.items():
+        env.setdefault(key, value)
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    return env
+
+
+def patch_paths(patch: str) -> list[str]:
+    """Paths a unified git diff touches (new names for renames)."""
+    paths: list[str] = []
+    for line in patch.splitlines():
+        if line.startswith("+++ ") or line.startswith("--- "):
+            name = line[4:].strip()
+            if name != "/dev/null" and name[:2] in ("a/", "b/"):
+                name = name[2:]
+                if name not in paths:
+                    paths.append(name)
+    return paths
+
+
+def snapshot(tree: Path, files: list[str], dest: Path) -> None:
+    """Copy the kernel files (or folders) of ``tree`` into ``dest`` (kernel_snapshot)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for rel in files:
+        src = tree / rel
+        target = dest / rel
+        if src.is_dir():
+            shutil.copytree(src, target, dirs_exist_ok=True)
+        elif src.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)

@@ -1,0 +1,163 @@
+"""The records of a round (docs/protocol.md §6): closing a round and checking the
+chain.  The renderers live in ``runner.render.summary`` (summary.md) and ``runner.render.markdown``
+(optimize.md, performance_trend.md) and are re-exported here.
+
+``close_round`` writes, in this order: ``summary.md`` (rewritten while the round is
+not closed), the optimize.md entries, the trend row, and ``result.json`` last.  If it
+is interrupted, running it again closes the round without duplicating a log entry:
+before each append it looks for the round's marker line in that log
+(``### round-N — `` in optimize.md, ``| round-N |`` in the trend table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from itertools import pairwise
+from pathlib import Path
+
+from runner.bench.checkpoint import pause_point
+from runner.core.errors import ConfigError
+from runner.core.outcomes import RoundResult, Status
+from runner.core.timestamps import now_minute
+from runner.render.markdown import (
+    BASELINE_MARKER,
+    TREND_HEADER,
+    TREND_SEPARATOR,
+    aggregate_over,
+    history_marker,
+    optimize_title,
+    passing,
+    render_current_best,
+    render_directions,
+    render_final_sections,
+    render_history_entry,
+    render_optimize_header,
+    render_termination_check,
+    render_trend_correction,
+    render_trend_row,
+    trend_header,
+    trend_marker,
+)
+from runner.render.summary import SECTIONS, render_summary
+from runner.store.appendlog import append, verify, write_atomic
+from runner.store.campaign import Campaign
+from runner.store.leftovers import ATTEMPT
+
+__all__ = [
+    "SECTIONS",
+    "TREND_HEADER",
+    "TREND_SEPARATOR",
+    "append_trend_correction",
+    "check_chain",
+    "close_round",
+    "render_current_best",
+    "render_directions",
+    "render_final_sections",
+    "render_history_entry",
+    "render_optimize_header",
+    "render_summary",
+    "render_termination_check",
+    "render_trend_row",
+]
+
+CHAIN_TOLERANCE_PCT = 1.0
+
+
+def _check_closable(campaign: Campaign, result: RoundResult) -> None:
+    n = result.round
+    if campaign.result_path(n).exists():
+        raise ConfigError(
+            f"round {n} of {campaign.name} is already closed; its records are append-only: "
+            "append a correction to the logs instead of closing it again"
+        )
+    expected = campaign.next_round()
+    if n != expected:
+        raise ConfigError(
+            f"cannot close round {n}: the next round of {campaign.name} is round {expected} "
+            "(rounds close in order and numbers are never reused)"
+        )
+    if (n == 1) != (result.status == Status.BASELINE):
+        raise ConfigError(
+            f"round {n} has status {result.status.value}; round-1 and only round-1 is the "
+            "BASELINE: fix the round's status"
+        )
+    if not campaign.snapshot_dir(n).is_dir():
+        raise ConfigError(
+            f"{campaign.snapshot_dir(n)} is missing; snapshot the kernel (every round, "
+            "accepted or not) before closing the round"
+        )
+
+
+def _has_line(path: Path, prefix: str) -> bool:
+    return any(line.startswith(prefix) for line in path.read_text("utf-8").splitlines())
+
+
+def _append_logs(campaign: Campaign, result: RoundResult) -> None:
+    m, n = campaign.manifest, result.round
+    opt_head, trend_head = optimize_title(m), trend_header(m)
+    verify(campaign.optimize_log, expected_prefix=opt_head)
+    verify(campaign.trend_log, expected_prefix=trend_head)
+    if n == 1 and not _has_line(campaign.optimize_log, BASELINE_MARKER):
+        append(campaign.optimize_log, render_optimize_header(m, result), expected_prefix=opt_head)
+    if not _has_line(campaign.optimize_log, history_marker(n)):
+        append(campaign.optimize_log, render_history_entry(result), expected_prefix=opt_head)
+    pause_point("logs")
+    if not _has_line(campaign.trend_log, trend_marker(n)):
+        append(campaign.trend_log, render_trend_row(result), expected_prefix=trend_head)
+
+
+def close_round(
+    campaign: Campaign, result: RoundResult, progress: Callable[[str], None] | None = None
+) -> None:
+    """Write summary.md, both log entries and, last, result.json (under the lock)."""
+    with campaign.lock():
+        _check_closable(campaign, result)
+        if progress is not None:
+            progress("records")
+        write_atomic(campaign.summary_path(result.round), render_summary(result, campaign.manifest))
+        _append_logs(campaign, result)
+        pause_point("records")
+        campaign.save_result(result)
+        (campaign.round_dir(result.round) / ATTEMPT).unlink(missing_ok=True)
+
+
+def append_trend_correction(campaign: Campaign, n: int, note: str) -> None:
+    """Correct round-N's trend row by appending a correction row (never an edit)."""
+    if n not in campaign.closed_rounds():
+        raise ConfigError(f"round {n} of {campaign.name} is not closed; nothing to correct")
+    when = now_minute()
+    with campaign.lock():
+        append(
+            campaign.trend_log,
+            render_trend_correction(n, note, when),
+            expected_prefix=trend_header(campaign.manifest),
+        )
+
+
+def check_chain(results: Sequence[RoundResult]) -> list[str]:
+    """Across BASELINE+ACCEPTED rounds in order, the primary aggregate (over the shapes
+    both rounds passed) never drops by more than 1%; returns the violations."""
+    kept = sorted(
+        (r for r in results if r.status in (Status.BASELINE, Status.ACCEPTED)),
+        key=lambda r: r.round,
+    )
+    problems = [
+        f"round-{r.round} is {r.status.value} but {r.score.n_fail} shape(s) FAILed"
+        for r in kept
+        if r.score.n_fail
+    ]
+    for prev, cur in pairwise(kept):
+        shared = {s.label for s in passing(prev.score)} & {s.label for s in passing(cur.score)}
+        before, after = aggregate_over(prev.score, shared), aggregate_over(cur.score, shared)
+        if before is None or after is None:
+            continue
+        drop = (1.0 - after / before) * 100.0
+        if drop > CHAIN_TOLERANCE_PCT:
+            problems.append(
+                f"round-{cur.round} ({cur.status.value}) {cur.score.metric} geomean "
+                f"{after:.3f} is {drop:.3f}% below round-{prev.round} ({before:.3f}) on "
+                f"{len(shared)} shared shapes; the chain may drop at most "
+                f"{CHAIN_TOLERANCE_PCT:g}%: re-measure both rounds and append a correction "
+                "if a round was wrongly accepted"
+            )
+    return problems

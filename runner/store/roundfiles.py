@@ -1,0 +1,91 @@
+"""The files of a round: the artifacts copied out of the temporary folder, the
+artifact list, the lineage commit message, the one-line description of a patch."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Protocol
+
+from runner.bench.checkpoint import pause_point
+from runner.core.outcomes import GateResult
+from runner.store.campaign import Campaign
+from runner.store.fingerprint_check import record_fingerprint
+from runner.store.leftovers import PARTIAL_ARTIFACTS
+from runner.store.manifest import Manifest
+
+
+class RoundLike(Protocol):
+    campaign: Campaign
+    tmp: Path
+    round: int
+
+
+def commit_message(m: Manifest, n: int, hypothesis: str, gate: GateResult) -> str:
+    """docs/protocol.md §6.7: the lineage commit message of an accepted round."""
+    summary = hypothesis.strip().splitlines()[0][:72]
+    change = (
+        f"geomean {gate.best_aggregate:.3f} -> {gate.candidate_aggregate:.3f} "
+        f"{_unit(gate.metric)} ({gate.delta_pct:+.1f}%)"
+    )
+    return (
+        f"[optimize] {m.target_op} {m.target_backend} round-{n}: {summary}\n\n"
+        f"Hypothesis: {hypothesis.strip()}\n"
+        f"Result: {change}\n"
+        f"Details: {Path(m.quick_command.split()[-1]).parent / 'logs' / 'optimize.md'}\n"
+    )
+
+
+def _unit(metric: str) -> str:
+    return "GB/s" if "GB/s" in metric else "TFLOPS"
+
+
+def describe_patch(patch: str, touched: list[str]) -> str:
+    added = sum(1 for ln in patch.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
+    removed = sum(1 for ln in patch.splitlines() if ln.startswith("-") and not ln.startswith("---"))
+    return f"{', '.join(touched) or '(no files)'} (+{added} -{removed} lines)"
+
+
+def store_artifacts(
+    rnd: RoundLike,
+    dest: Path,
+    *,
+    gate: GateResult | None = None,
+    extra: dict[str, str] | None = None,
+) -> None:
+    """Copy the finished run's outputs from the temporary folder into the round: into a
+    staging folder first, renamed into place when complete, so a killed copy leaves no
+    half-written artifact (the next command removes the staging folder)."""
+    stage = dest.parent / PARTIAL_ARTIFACTS
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir(parents=True)
+    for name in ("benchmark.csv", "incumbent.csv", "audit.json", "builds.json"):
+        if (rnd.tmp / name).exists():
+            shutil.copy2(rnd.tmp / name, stage / name)
+    pause_point("artifacts")
+    passes = stage / "passes"
+    for turns in sorted(rnd.tmp.glob("turns*.jsonl")):  # the paired workers' turn log
+        shutil.copy2(turns, stage / turns.name)
+    for sub in sorted(rnd.tmp.iterdir()):
+        if sub.is_dir() and sub.name != "specs":
+            shutil.copytree(sub, passes / sub.name, dirs_exist_ok=True)
+    if (rnd.tmp / "specs").exists():
+        shutil.copytree(rnd.tmp / "specs", stage / "specs", dirs_exist_ok=True)
+    if gate is not None:
+        (stage / "gate.json").write_text(
+            json.dumps(gate.to_dict(), indent=2) + "\n", encoding="utf-8"
+        )
+    for name, text in (extra or {}).items():
+        (stage / name).write_text(text, encoding="utf-8")
+    if dest.exists():  # files placed there earlier in this round (e.g. a fingerprint)
+        shutil.copytree(dest, stage, dirs_exist_ok=True)
+        shutil.rmtree(dest)
+    os.replace(stage, dest)
+    record_fingerprint(rnd.campaign, rnd.round)
+
+
+def artifact_list(campaign: Campaign, n: int) -> list[str]:
+    root = campaign.artifacts_dir(n)
+    return sorted(str(p.relative_to(campaign.root)) for p in root.glob("*") if p.is_file())
