@@ -80,7 +80,7 @@ class Bench:
     def __init__(self, device: str, budget_s: float) -> None:
         self.device = device
         if device != "cpu":
-            from runner.bench.timing import TimingSettings
+            from runner.core.spec import TimingSettings
 
             self.settings = TimingSettings(warmup_s=0.3, budget_s=budget_s)
 

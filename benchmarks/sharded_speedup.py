@@ -34,10 +34,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.bench.timing import TimingSettings
 from runner.core.outcomes import GateResult
 from runner.core.shapes import DENSE_MODELS, Shape, model_gemm_shapes, tiny_gemm_shapes
-from runner.core.spec import RoundSpec
+from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.local import LocalExecutor
 from runner.flow.measure import measure_roles
 from runner.flow.passes import pair_samples, read_passes, shape_seconds, write_merged

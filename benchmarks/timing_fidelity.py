@@ -67,7 +67,7 @@ def do_bench_ms(fn: Any) -> float:
 
 def engine_ms(fn: Any) -> tuple[float, dict[str, Any]]:
     from runner.bench.gpu import measure_gpu
-    from runner.bench.timing import TimingSettings
+    from runner.core.spec import TimingSettings
 
     t = measure_gpu(fn, TimingSettings(), "cuda")
     info = {

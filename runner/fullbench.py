@@ -19,10 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from runner.bench.timing import TimingSettings
 from runner.core.errors import ConfigError
 from runner.core.shapes import Shape, default_shape_set, shape_set, shapes_by_label
-from runner.core.spec import RoundSpec
+from runner.core.spec import RoundSpec, TimingSettings
 from runner.ops.info import op_info
 
 

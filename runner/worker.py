@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import runner.bench.gpu  # noqa: F401  (imported before the target: its bindings are guarded)
-from runner.bench.checkpoint import pause_point
 from runner.bench.integrity import BindingGuard, OutputSampler
-from runner.bench.lifeline import child_preexec
 from runner.bench.statecheck import stateful_probe
 from runner.bench.timing import measure
+from runner.core.lifeline import child_preexec
+from runner.core.pause_points import pause_point
 from runner.core.shapes import Shape
-from runner.core.spec import RoundSpec, load_spec, write_json_atomic
+from runner.core.spec import OUT_ENV, RoundSpec, load_spec, write_json_atomic
 from runner.rows import ROW_BUILDERS, failed_row
 
 log = logging.getLogger("runner.worker")
@@ -265,7 +265,6 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
     return 0
 
 
-OUT_ENV = "TURBO_CAMPAIGN_OUT"
 
 
 def run_test(spec: RoundSpec, out_dir: Path) -> int:

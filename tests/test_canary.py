@@ -40,7 +40,7 @@ def test_band_needs_two_readings() -> None:
 def test_cpu_canary_runs() -> None:
     pytest.importorskip("torch")
     from runner.bench.canary import run_canary
-    from runner.bench.timing import TimingSettings
+    from runner.core.spec import TimingSettings
 
     fast = TimingSettings(warmup_s=0.02, batch_s=0.005, budget_s=0.2, target_rsd=0.05)
     first, second, later = (run_canary("cpu", fast) for _ in range(3))

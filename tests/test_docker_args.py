@@ -463,8 +463,7 @@ def test_sharded_jobs_reach_docker_each_with_its_own_device(
 ) -> None:
     """Through the sharding host (PlainHost.job(..., gpu=N)) and DockerExecutor.run_job:
     the docker create of the job on GPU 0 names renderD128 only, on GPU 1 renderD136."""
-    from runner.bench.timing import TimingSettings
-    from runner.core.spec import RoundSpec
+    from runner.core.spec import RoundSpec, TimingSettings
     from runner.flow.sharding import PlainHost, gpu_env
 
     fake = FakeDocker()

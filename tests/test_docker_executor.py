@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.bench.timing import TimingSettings
 from runner.core.errors import InfrastructureError
 from runner.core.shapes import Shape
-from runner.core.spec import RoundSpec, save_spec
+from runner.core.spec import RoundSpec, TimingSettings, save_spec
 from runner.executors.base import WorkerJob
 from runner.executors.docker import CONTAINER_OUT, DockerExecutor, image_digest
 

@@ -1,7 +1,7 @@
 """Kill at every step (docs/reliability.md): a real ``campaign validate`` (a subprocess
 of the CLI on a CPU campaign of the example package) is stopped with SIGKILL at each
 step of a round in turn, with the documented pause hook ``TURBO_CAMPAIGN_PAUSE_AT``
-(runner.bench.checkpoint).  After each kill: no worker alive (the paused worker itself
+(runner.core.pause_points).  After each kill: no worker alive (the paused worker itself
 dies with the campaign), no half-written record, ``campaign status`` names the step
 where the round stopped, the next command clears the worktrees and temporary folders
 of the killed one, the ledgers verify and no earlier record changed by a byte.  The
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.bench.checkpoint import PAUSE_ENV, PAUSE_FILE_ENV
+from runner.core.pause_points import PAUSE_ENV, PAUSE_FILE_ENV
 from runner.flow.demo import PATCHES, SLOWDOWN, demo_manifest_fields
 from runner.flow.new_campaign import create_campaign, fresh_example_copy
 from runner.store.campaign import Campaign

@@ -15,7 +15,7 @@ FAST = dict(warmup_s=0.1, batch_s=0.01, budget_s=1.0)
 
 
 def _settings(**kw: object):
-    from runner.bench.timing import TimingSettings
+    from runner.core.spec import TimingSettings
 
     return TimingSettings(**{**FAST, **kw})  # type: ignore[arg-type]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.bench.checkpoint import PAUSE_ENV, PAUSE_FILE_ENV, PAUSE_SECONDS_ENV, pause_point
+from runner.core.pause_points import PAUSE_ENV, PAUSE_FILE_ENV, PAUSE_SECONDS_ENV, pause_point
 from runner.store.leftovers import (
     JOB_PREFIX,
     OWNER,

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.bench.timing import TimingSettings
 from runner.core.csv_schema import read_csv
 from runner.core.outcomes import Decision, Score, ShapeScore
 from runner.core.shapes import Shape
-from runner.core.spec import RoundSpec
+from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.local import LocalExecutor
 from runner.flow.measure import RoundFailed, measure_roles
 from runner.flow.paired import (

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.bench.timing import TimingSettings
 from runner.core.csv_schema import GEMM_SCHEMA, read_csv, write_csv
 from runner.core.errors import ConfigError, SchemaDriftError
 from runner.core.shapes import Shape
-from runner.core.spec import RoundSpec
+from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.base import JobOutcome
 from runner.executors.local import LocalExecutor
 from runner.flow.sharding import (

@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.bench.timing import TimingSettings
 from runner.core import processes as cmd
 from runner.core.errors import ConfigError, InfrastructureError
 from runner.core.shapes import Shape
-from runner.core.spec import RoundSpec, save_spec
+from runner.core.spec import RoundSpec, TimingSettings, save_spec
 from runner.executors import slurm
 from runner.executors.base import WorkerJob
 from runner.executors.slurm import (

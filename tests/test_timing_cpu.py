@@ -7,7 +7,8 @@ import time
 import pytest
 
 from runner.bench.gpu import batch_iters, flush_bytes_for, stop_reason
-from runner.bench.timing import Timing, TimingSettings, measure, measure_cpu
+from runner.bench.timing import Timing, measure, measure_cpu
+from runner.core.spec import TimingSettings
 
 
 def _work() -> int:

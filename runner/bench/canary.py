@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.bench.timing import TimingSettings, measure
+from runner.bench.timing import measure
+from runner.core.spec import TimingSettings
 from runner.core.stats import mean, stdev
 
 GPU_GEMM = 4096

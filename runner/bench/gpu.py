@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.bench.clocks import sample_clocks
-from runner.bench.timing import Timing, TimingSettings
+from runner.bench.timing import Timing
+from runner.core.spec import TimingSettings
 from runner.core.stats import median
 
 WINDOW_S = 0.05  # warm-up window length

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from runner.core.spec import TimingSettings
 from runner.core.stats import median, rel_stdev, stdev
 
 # The clocks as they were when the runner was imported, before any target code ran
@@ -51,29 +52,6 @@ def check_clocks() -> None:
             + ", time.".join(changed)
             + ": timer patching, refusing to time it"
         )
-
-
-@dataclass(frozen=True)
-class TimingSettings:
-    """How to time one callable.  ``cache_mode`` is pinned in the manifest."""
-
-    warmup_s: float = 0.3  # at least this long of real work before timing
-    repeats: int = 3  # minimum number of timed batches
-    max_repeats: int = 30  # stop-on-noise upper bound
-    iters_per_repeat: int = 0  # 0 = size each batch to ``batch_s``
-    batch_s: float = 0.05  # target duration of one timed batch
-    target_rsd: float = 0.005  # stop when the relative stddev of the median is below
-    budget_s: float = 5.0  # time budget per callable (timed part)
-    cache_mode: str = "hot"  # "hot" | "cold"
-    engine: str = "auto"  # "auto" | "cpu" | "gpu"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TimingSettings:
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
 
 
 @dataclass

@@ -16,8 +16,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from runner.bench.lifeline import child_preexec, kill_group
 from runner.core.errors import CommandFailed, InfrastructureError
+from runner.core.lifeline import child_preexec, kill_group
 
 log = logging.getLogger("runner.core.processes")
 

@@ -8,17 +8,43 @@ older runner is refused with the fix.  Worker-side safe (no pydantic, no torch).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.bench.timing import TimingSettings
 from runner.core.errors import ConfigError
 from runner.core.files import write_json_atomic as write_json_atomic  # re-exported
 from runner.core.shapes import Shape
 from runner.core.versions import require_schema_version
 
 SPEC_SCHEMA_VERSION = 1
+
+
+# The environment variable that names a job's artifacts folder (set by the worker for
+# the code it runs, read by the generated quick bench script).
+OUT_ENV = "TURBO_CAMPAIGN_OUT"
+
+@dataclass(frozen=True)
+class TimingSettings:
+    """How to time one callable.  ``cache_mode`` is pinned in the manifest."""
+
+    warmup_s: float = 0.3  # at least this long of real work before timing
+    repeats: int = 3  # minimum number of timed batches
+    max_repeats: int = 30  # stop-on-noise upper bound
+    iters_per_repeat: int = 0  # 0 = size each batch to ``batch_s``
+    batch_s: float = 0.05  # target duration of one timed batch
+    target_rsd: float = 0.005  # stop when the relative stddev of the median is below
+    budget_s: float = 5.0  # time budget per callable (timed part)
+    cache_mode: str = "hot"  # "hot" | "cold"
+    engine: str = "auto"  # "auto" | "cpu" | "gpu"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TimingSettings:
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
 
 
 @dataclass(frozen=True)

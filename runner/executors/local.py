@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 import runner
-from runner.bench.checkpoint import ENV_NAMES as PAUSE_ENV_NAMES
+from runner.core.pause_points import ENV_NAMES as PAUSE_ENV_NAMES
 from runner.core.processes import run, start
 from runner.executors.base import (
     BuildJob,
@@ -46,7 +46,7 @@ _PASS_THROUGH = (
     "ROCM_PATH",
     "HIP_PATH",
     "CUDA_HOME",
-    *PAUSE_ENV_NAMES,  # the documented debug hook (runner.bench.checkpoint)
+    *PAUSE_ENV_NAMES,  # the documented debug hook (runner.core.pause_points)
 )
 SOURCE_ENV = "TURBO_CAMPAIGN_SOURCE"
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from runner.core.csv_schema import BenchCSV
 from runner.core.errors import ConfigError
 from runner.core.outcomes import RoundResult, Status
+from runner.core.spec import OUT_ENV
 from runner.core.stats import rel_stdev
 from runner.executors.base import Executor
 from runner.flow.build import built_roles, describe
@@ -37,7 +38,6 @@ from runner.store.lineage import snapshot
 from runner.store.manifest import Manifest, validate_manifest
 from runner.store.records import close_round
 from runner.store.roundfiles import artifact_list, store_artifacts
-from runner.worker import OUT_ENV
 
 
 def run_baseline(

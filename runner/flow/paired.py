@@ -30,9 +30,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from runner.bench.timing import TimingSettings
 from runner.core.shapes import Shape
-from runner.core.spec import RoundSpec
+from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.base import LiveWorker, ServingExecutor, WorkerJob
 from runner.flow.sharding import pass_name
 

@@ -44,7 +44,7 @@ def main():
     parser.add_argument("--iters-per-repeat", type=int, default={iters})
     parser.add_argument("--full", action="store_true", help="every target shape")
     args = parser.parse_args()
-    from runner.bench.timing import TimingSettings
+    from runner.core.spec import TimingSettings
     from runner.core.shapes import Shape
     from runner.core.spec import RoundSpec
     from runner.worker import run_spec

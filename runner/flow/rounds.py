@@ -16,8 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.bench.checkpoint import pause_point
-from runner.bench.timing import TimingSettings
 from runner.core.errors import ConfigError
 from runner.core.outcomes import (
     Decision,
@@ -29,8 +27,9 @@ from runner.core.outcomes import (
     Status,
     TransferCheck,
 )
+from runner.core.pause_points import pause_point
 from runner.core.shapes import Shape, shape_set, shapes_by_label
-from runner.core.spec import RoundSpec, save_spec, write_json_atomic
+from runner.core.spec import RoundSpec, TimingSettings, save_spec, write_json_atomic
 from runner.core.timestamps import now_minute
 from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
 from runner.flow.build import built_roles, describe

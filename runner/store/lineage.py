@@ -15,8 +15,8 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from runner.bench.checkpoint import pause_point
 from runner.core.errors import CommandFailed, ConfigError, InfrastructureError, NothingToDo
+from runner.core.pause_points import pause_point
 from runner.core.processes import run
 from runner.store.leftovers import WORKTREE_PREFIX, make_owned_dir
 

@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from itertools import pairwise
 from pathlib import Path
 
-from runner.bench.checkpoint import pause_point
 from runner.core.errors import ConfigError
 from runner.core.outcomes import RoundResult, Status
+from runner.core.pause_points import pause_point
 from runner.core.timestamps import now_minute
 from runner.render.markdown import (
     BASELINE_MARKER,

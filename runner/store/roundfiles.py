@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 from typing import Protocol
 
-from runner.bench.checkpoint import pause_point
 from runner.core.outcomes import GateResult
+from runner.core.pause_points import pause_point
 from runner.store.campaign import Campaign
 from runner.store.fingerprint_check import record_fingerprint
 from runner.store.leftovers import PARTIAL_ARTIFACTS

@@ -1,0 +1,116 @@
+"""The import rule of docs/architecture.md §2, checked in fresh interpreters.
+
+* The worker side (the entry points left in ``runner/``, ``bench/``, ``ops/``,
+  ``targets/``, ``core/``) imports, and a real worker pass runs, with pydantic and the
+  host-only libraries made unimportable: a GPU machine may have torch and nothing else.
+* The host side (CLI, flows, judge, store, render, portable, executors) imports with
+  torch and triton made unimportable: the ``campaign`` command needs no GPU stack.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.core.shapes import Shape
+from runner.core.spec import RoundSpec, TimingSettings, save_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNNER = ROOT / "runner"
+EXAMPLES = ROOT / "examples"
+HOST_ONLY = ("pydantic", "pydantic_core", "docker", "mcp", "tabulate", "matplotlib", "click",
+             "rich")  # fmt: skip
+GPU_STACK = ("torch", "triton")  # numpy stays: matplotlib needs it
+
+# A meta-path finder that refuses the named top-level packages, installed before
+# anything of the runner is imported; then the named modules are imported (or the
+# module given with --run is run as __main__ with the remaining arguments).
+BLOCKER = """
+import importlib, runpy, sys
+blocked = set(sys.argv[1].split(","))
+class Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in blocked:
+            raise ImportError(f"{name} is not importable on this side of the seam")
+        return None
+sys.meta_path.insert(0, Blocker())
+if sys.argv[2] == "--run":
+    sys.argv = [sys.argv[3], *sys.argv[4:]]
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+else:
+    failed = []
+    for name in sys.argv[2].split(","):
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            failed.append(f"{name}: {exc}")
+    print("\\n".join(failed))
+    sys.exit(1 if failed else 0)
+"""
+
+
+def modules(*folders: str, top: tuple[str, ...] = ()) -> list[str]:
+    names = [f"runner.{t}" for t in top]
+    for folder in folders:
+        for path in sorted((RUNNER / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).with_suffix("")
+            parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+            names.append(".".join(parts))
+    return names
+
+
+def blocked_run(
+    blocked: tuple[str, ...], *args: str, cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", BLOCKER, ",".join(blocked), *args],
+        cwd=cwd, capture_output=True, text=True, timeout=300,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{ROOT}{':'}{EXAMPLES}"},
+    )  # fmt: skip
+
+
+WORKER_SIDE = modules("bench", "ops", "targets", "core",
+                      top=("worker", "fullbench", "rows", "cachesim"))  # fmt: skip
+HOST_SIDE = modules("cli", "flow", "judge", "store", "render", "portable", "executors")
+
+
+def test_every_module_belongs_to_a_side() -> None:
+    folders = [p.name for p in RUNNER.iterdir() if (p / "__init__.py").is_file()]
+    top = tuple(p.stem for p in RUNNER.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    on_disk = set(modules(*folders, top=top))
+    assert on_disk - set(WORKER_SIDE) - set(HOST_SIDE) == set(), "give it a side here"
+    assert len(list(RUNNER.glob("*.py"))) <= 15
+
+
+def test_the_worker_side_imports_without_pydantic_and_host_libraries() -> None:
+    done = blocked_run(HOST_ONLY, ",".join(WORKER_SIDE))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_worker_pass_runs_without_pydantic_and_host_libraries(tmp_path: Path) -> None:
+    """Lazy imports count too: a real pass on the example package's CPU path."""
+    shape = Shape("tiny-16x32x64", m=16, n=32, k=64)
+    timing = TimingSettings(warmup_s=0.01, repeats=2, max_repeats=2, batch_s=0.005, budget_s=0.05)
+    spec = RoundSpec("seam", 1, "baseline", 1, "quick", "example", "gemm",
+                     {"backend": "TORCH"}, (shape,), timing, device="cpu")  # fmt: skip
+    save_spec(tmp_path / "spec.json", spec)
+    out = tmp_path / "out"
+    done = blocked_run(HOST_ONLY, "--run", "runner.worker", str(tmp_path / "spec.json"), str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = (out / "benchmark.csv").read_text(encoding="utf-8").splitlines()
+    assert rows[1].startswith("tiny-16x32x64,") and ",PASS," in rows[1], rows
+
+
+def test_the_host_side_imports_without_torch() -> None:
+    done = blocked_run(GPU_STACK, ",".join(HOST_SIDE))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("blocked", [HOST_ONLY, GPU_STACK])
+def test_the_blocker_really_blocks(blocked: tuple[str, ...]) -> None:
+    """The finder refuses what it names, so the tests above can fail."""
+    done = blocked_run(blocked, blocked[0])
+    assert done.returncode == 1 and "not importable on this side" in done.stdout
