@@ -265,8 +265,6 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
     return 0
 
 
-
-
 def run_test(spec: RoundSpec, out_dir: Path) -> int:
     """Test mode: run the target's focused test command in the current directory (the
     measured tree) and record its exit code and output."""

@@ -15,16 +15,13 @@ from runner.core.errors import ConfigError
 from runner.core.outcomes import Score, ShapeScore, Status
 from runner.core.shapes import shape_set
 from runner.flow import accept as accept_mod
-from runner.flow.accept import (
+from runner.flow.accept import acceptance_shapes
+from runner.flow.acceptance_checks import benchmark_check, extract_csv, lineage_check, suite_check
+from runner.flow.acceptance_record import (
     Acceptance,
     Check,
-    acceptance_shapes,
-    benchmark_check,
-    extract_csv,
-    lineage_check,
     load_acceptance,
     render_acceptance,
-    suite_check,
     write_acceptance,
 )
 from runner.store.campaign import Campaign

@@ -70,7 +70,8 @@ def accept_cmd(app: App, name: str | None, passes: int, executor: str | None, gp
     the full benchmark, the full test suite, the branch check.  Exit 0 ACCEPTED,
     3 NOT ACCEPTED, 2 bad input."""
     from runner.executors.factory import make_executor
-    from runner.flow.accept import NotAccepted, acceptance_dir, run_acceptance
+    from runner.flow.accept import run_acceptance
+    from runner.flow.acceptance_record import NotAccepted, acceptance_dir
     from runner.store.leases import parse_gpus
 
     campaign = _find(app, name)

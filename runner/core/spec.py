@@ -24,6 +24,7 @@ SPEC_SCHEMA_VERSION = 1
 # the code it runs, read by the generated quick bench script).
 OUT_ENV = "TURBO_CAMPAIGN_OUT"
 
+
 @dataclass(frozen=True)
 class TimingSettings:
     """How to time one callable.  ``cache_mode`` is pinned in the manifest."""

@@ -22,27 +22,31 @@ the command exits 0 when ACCEPTED, 3 when NOT ACCEPTED, 2 on bad input.
 
 from __future__ import annotations
 
-import json
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from runner.core.csv_schema import get_schema, read_csv
-from runner.core.errors import CampaignError, ConfigError, InfrastructureError
+from runner.core.errors import CampaignError, ConfigError
 from runner.core.outcomes import GateResult, Score, Status
 from runner.core.shapes import Shape, shapes_by_label
-from runner.core.stats import geomean
 from runner.core.timestamps import now_minute
-from runner.core.versions import require_schema_version
 from runner.executors.base import Executor
+from runner.flow.acceptance_checks import (
+    benchmark_check,
+    extract_csv,
+    heldout_check,
+    lineage_check,
+    suite_check,
+    validation_check,
+)
+from runner.flow.acceptance_record import Acceptance, Check, acceptance_dir, write_acceptance
 from runner.flow.build import built_roles
 from runner.flow.measure import Comparison, measure_and_judge
 from runner.flow.passes import read_passes
 from runner.flow.rounds import Progress, Round, RoundFailed, all_shapes, gpu_lease
 from runner.judge.scoring import score
 from runner.render.status import unclosed_rounds
-from runner.store.appendlog import write_atomic
 from runner.store.campaign import Campaign
 from runner.store.guard import preflight
 from runner.store.leftovers import job_dir
@@ -50,106 +54,11 @@ from runner.store.lineage import Lineage
 from runner.store.manifest import Manifest, branch_name
 from runner.targets.upstream_csv import BENCH_CSV_NAME, to_pinned
 
-ACCEPTANCE_SCHEMA_VERSION = 1
 ACCEPT_ROUND = 0  # the spec's round number: acceptance is not a round
-COMMIT_PREFIX = "[optimize] "
-
-
-class NotAccepted(CampaignError):
-    """Final acceptance ran and the final best was not accepted."""
-
-    return_code = 3
-
-
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "detail": self.detail}
-
-
-@dataclass
-class Acceptance:
-    """The outcome of ``campaign accept`` (``acceptance.json``)."""
-
-    campaign: str
-    started: str
-    finished: str = ""
-    base_commit: str = ""
-    head: str = ""
-    passes: int = 0
-    shapes: list[str] = field(default_factory=list)
-    heldout: list[str] = field(default_factory=list)
-    checks: list[Check] = field(default_factory=list)
-    baseline: Score | None = None
-    final: Score | None = None
-    gate: GateResult | None = None
-    full_benchmark: dict[str, Any] = field(default_factory=dict)
-    full_suite: dict[str, Any] = field(default_factory=dict)
-    commits: list[str] = field(default_factory=list)
-
-    @property
-    def accepted(self) -> bool:
-        return bool(self.checks) and all(c.ok for c in self.checks)
-
-    @property
-    def reasons(self) -> list[str]:
-        return [f"{c.name}: {c.detail}" for c in self.checks if not c.ok]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": ACCEPTANCE_SCHEMA_VERSION,
-            "campaign": self.campaign,
-            "outcome": "ACCEPTED" if self.accepted else "NOT ACCEPTED",
-            "reasons": self.reasons,
-            "started": self.started,
-            "finished": self.finished,
-            "base_commit": self.base_commit,
-            "head": self.head,
-            "passes": self.passes,
-            "shapes": list(self.shapes),
-            "heldout_shapes": list(self.heldout),
-            "checks": [c.to_dict() for c in self.checks],
-            "baseline_score": self.baseline.to_dict() if self.baseline else None,
-            "final_score": self.final.to_dict() if self.final else None,
-            "gate": self.gate.to_dict() if self.gate else None,
-            "full_benchmark": dict(self.full_benchmark),
-            "full_suite": dict(self.full_suite),
-            "commits": list(self.commits),
-        }
 
 
 def now() -> str:
     return now_minute()
-
-
-def acceptance_dir(campaign: Campaign) -> Path:
-    return campaign.root / "acceptance"
-
-
-def load_acceptance(campaign: Campaign) -> dict[str, Any] | None:
-    """``acceptance/acceptance.json`` as a dict, or None when acceptance never ran."""
-    path = acceptance_dir(campaign) / "acceptance.json"
-    try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path} is not valid JSON ({exc}); run `campaign accept` again"
-        ) from None
-    require_schema_version(
-        data.get("schema_version"),
-        ACCEPTANCE_SCHEMA_VERSION,
-        str(path),
-        older="run `campaign accept` again",
-        newer="upgrade turbo-campaign (pip install -U turbo-campaign) to read it, or run "
-        "`campaign accept` again",
-    )
-    return data
 
 
 # ---- shapes --------------------------------------------------------------------------
@@ -178,54 +87,6 @@ def full_validation(
     path: ``2 * blocks`` paired samples, more when the gate asks for them."""
     got = measure_and_judge(rnd, trees, shapes, 2 * blocks, how=ACCEPT_COMPARISON)
     return got.gate, got.reference, got.candidate
-
-
-def validation_check(gate: GateResult, final: Score) -> Check:
-    verdict = (
-        f"{gate.metric} geomean {gate.best_aggregate:.3f} (base) -> "
-        f"{gate.candidate_aggregate:.3f} (final) ({gate.delta_pct:+.3f}%), gate "
-        f"{gate.decision.value}"
-    )
-    if final.n_fail:
-        return Check("full validation", False, f"{final.n_fail} shape(s) FAIL; {verdict}")
-    why = "; ".join(r.splitlines()[0] for r in gate.reasons)
-    return Check("full validation", gate.decision.accepted, verdict + (f": {why}" if why else ""))
-
-
-HELDOUT_REGRESSION_PCT = 5.0  # a held-out shape this much slower: over-fitting
-HELDOUT_GAIN_FRACTION = 0.25  # held-out gain below this fraction of the targets' gain
-HELDOUT_MIN_TARGET_GAIN_PCT = 2.0  # ... judged only when the targets gained this much
-
-
-def heldout_check(base: Score, final: Score, heldout: list[str]) -> Check | None:
-    """The over-fitting guard on the held-out shapes (never measured by a round): a
-    held-out shape 5% or more slower than at the base commit, or a held-out gain far
-    below the targets' (under a quarter of it), is over-fitting.  None without any."""
-    b, f = base.by_label(), final.by_label()
-    ratios: dict[str, float] = {}
-    for label in b:
-        bv, fv = b[label].value, f[label].value if label in f else None
-        if bv and fv:
-            ratios[label] = fv / bv
-    held = {lb: r for lb, r in ratios.items() if lb in heldout}
-    targets = [r for lb, r in ratios.items() if lb not in heldout]
-    if not held:
-        return None
-    held_gain = 100.0 * (geomean(list(held.values())) - 1.0)
-    target_gain = 100.0 * (geomean(targets) - 1.0) if targets else 0.0
-    worse = sorted(lb for lb, r in held.items() if 100.0 * (r - 1.0) <= -HELDOUT_REGRESSION_PCT)
-    detail = f"held-out gain {held_gain:+.3f}% vs targets {target_gain:+.3f}%"
-    if worse:
-        pct = ", ".join(f"{lb} {100.0 * (held[lb] - 1.0):+.2f}%" for lb in worse)
-        return Check("held-out shapes", False, f"over-fitting: {pct} (>= 5% slower); {detail}")
-    far_below = held_gain < HELDOUT_GAIN_FRACTION * target_gain
-    if target_gain >= HELDOUT_MIN_TARGET_GAIN_PCT and far_below:
-        return Check(
-            "held-out shapes",
-            False,
-            f"over-fitting: {detail}, under a quarter of the targets' gain",
-        )
-    return Check("held-out shapes", True, detail)
 
 
 # ---- 2. the target's full benchmark --------------------------------------------------
@@ -257,18 +118,6 @@ def _example_full_benchmark(
         csv_score = score(read_passes([dest], None)[0], rnd.manifest.primary_metric)
         info["fail"] = csv_score.n_fail
     return info
-
-
-def extract_csv(log: str) -> tuple[str | None, int]:
-    """The CSV a benchmark printed (from its first header line naming TFLOPS or GB/s)
-    and how many of its rows are FAIL or ERROR; (None, 0) when it printed none."""
-    lines = [ln.strip() for ln in log.splitlines() if ln.count(",") >= 3]
-    start = next((i for i, ln in enumerate(lines) if "TFLOPS" in ln or "GB/s" in ln), None)
-    if start is None:
-        return None, 0
-    rows = lines[start:]
-    fail = sum(1 for ln in rows[1:] if {"FAIL", "ERROR"} & set(ln.split(",")))
-    return "\n".join(rows) + "\n", fail
 
 
 def _command_full_benchmark(rnd: Round, tree: Path, command: str, dest: Path) -> dict[str, Any]:
@@ -310,22 +159,6 @@ def _command_full_benchmark(rnd: Round, tree: Path, command: str, dest: Path) ->
     return info
 
 
-def benchmark_check(info: dict[str, Any]) -> Check:
-    if info.get("returncode") != 0:
-        return Check("full benchmark", False, f"exit {info.get('returncode')}: see its log")
-    if info.get("csv_error"):
-        return Check("full benchmark", False, f"its CSV is unusable: {info['csv_error']}")
-    if info.get("csv") is None:
-        return Check(
-            "full benchmark",
-            False,
-            f"it wrote no {BENCH_CSV_NAME} and printed no CSV; see full_benchmark.log",
-        )
-    if info.get("fail"):
-        return Check("full benchmark", False, f"{info['fail']} row(s) FAIL or ERROR")
-    return Check("full benchmark", True, f"ran ({info['command']}); CSV artifacts/{info['csv']}")
-
-
 # ---- 3. the full test suite ------------------------------------------------------------
 def run_command(rnd: Round, name: str, tree: Path, command: str) -> tuple[int, str]:
     """``command`` in ``tree`` through the worker's test mode: (exit code, log)."""
@@ -349,41 +182,6 @@ def full_suite(rnd: Round, tree: Path, dest: Path) -> dict[str, Any]:
     code, log = run_command(rnd, "full-suite", tree, command)
     dest.write_text(log, encoding="utf-8")
     return {"command": command, "returncode": code, "log": dest.name, "tail": log[-1500:]}
-
-
-def suite_check(info: dict[str, Any]) -> Check:
-    ok = info["returncode"] == 0
-    tail = info["tail"].strip().splitlines()[-1:] or [""]
-    state = "passed" if ok else f"FAILED (exit {info['returncode']})"
-    return Check("full test suite", ok, f"`{info['command']}` {state}: {tail[0]}")
-
-
-# ---- 4. the branch ---------------------------------------------------------------------
-def lineage_check(
-    lineage: Lineage, m: Manifest, accepted: list[str | None]
-) -> tuple[Check, list[str]]:
-    base = m.base_commit or ""
-    try:
-        commits = lineage.linear_history(base)
-    except (InfrastructureError, ConfigError) as exc:
-        return Check("branch", False, f"{exc}; the branch must be linear from {base[:12]}"), []
-    problems = []
-    for c in commits:
-        subject = lineage.git("log", "-1", "--format=%B", c)
-        if not subject.startswith(COMMIT_PREFIX):
-            problems.append(f"commit {c[:12]} does not start with {COMMIT_PREFIX!r}")
-    if commits != [c for c in accepted if c]:
-        problems.append(
-            f"the branch holds {len(commits)} commit(s) but {len(accepted)} round(s) were "
-            "accepted; each accepted round must be exactly one commit"
-        )
-    branch = branch_name(m)
-    if m.git_commit and branch:
-        at = lineage.git("rev-parse", "--verify", "-q", f"refs/heads/{branch}", check=False)
-        if at != lineage.head():
-            problems.append(f"branch {branch} is at {at[:12] or 'nothing'}, not the lineage head")
-    detail = "; ".join(problems) or f"linear, {len(commits)} [optimize] commit(s) from {base[:12]}"
-    return Check("branch", not problems, detail), commits
 
 
 # ---- the whole acceptance -----------------------------------------------------------------
@@ -509,61 +307,3 @@ def _keep_passes(tmp: Path, art: Path) -> None:
     for sub in sorted(tmp.iterdir()):
         if sub.is_dir():
             shutil.copytree(sub, art / "passes" / sub.name, dirs_exist_ok=True)
-
-
-# ---- records ----------------------------------------------------------------------------
-def write_acceptance(out: Path, result: Acceptance) -> None:
-    text = json.dumps(result.to_dict(), indent=2, allow_nan=False, ensure_ascii=False) + "\n"
-    write_atomic(out / "acceptance.json", text)
-    write_atomic(out / "acceptance.md", render_acceptance(result))
-
-
-def _fmt(x: float | None) -> str:
-    return f"{x:.3f}" if x is not None else "-"
-
-
-def shape_rows(result: Acceptance) -> list[list[str]]:
-    """Per shape: baseline, final, change, check, held-out marker."""
-    if result.baseline is None or result.final is None:
-        return []
-    final = result.final.by_label()
-    rows = []
-    for s in result.baseline.shapes:
-        f = final.get(s.label)
-        fv = f.value if f else None
-        delta = f"{(fv / s.value - 1) * 100:+.3f}%" if fv and s.value else "—"
-        kind = "held-out" if s.label in result.heldout else "target"
-        rows.append([s.label, kind, _fmt(s.value), _fmt(fv), delta, f.check if f else "-"])
-    return rows
-
-
-def render_acceptance(result: Acceptance) -> str:
-    from runner.render.markdown import md_table
-
-    verdict = "ACCEPTED" if result.accepted else "NOT ACCEPTED"
-    why = "\n".join(f"- {r}" for r in result.reasons) or "- every check passed"
-    checks = md_table(
-        ["Check", "Result", "Detail"],
-        [[c.name, "PASS" if c.ok else "FAIL", c.detail] for c in result.checks],
-    )
-    table = md_table(
-        ["Shape", "Set", "Base commit", "Final best", "Change", "Check"], shape_rows(result)
-    )
-    metric = result.baseline.metric if result.baseline else "primary metric"
-    commits = "\n".join(f"- {c}" for c in result.commits) or "- none"
-    bench = result.full_benchmark
-    suite = result.full_suite
-    return (
-        f"# Final acceptance — {result.campaign}\n\n"
-        f"Outcome: **{verdict}** ({result.started} → {result.finished})\n\n{why}\n\n"
-        f"Base commit `{result.base_commit}`, lineage head `{result.head}`; "
-        f"{result.passes} B C C B block(s) per side.\n\n## Checks\n\n{checks}\n\n"
-        f"## Full validation ({metric}, every target and held-out shape)\n\n"
-        f"{table or 'not measured'}\n\n"
-        f"## Full benchmark (stored apart; never compared with the quick CSV)\n\n"
-        f"- Command: `{bench.get('command', '-')}`\n- Engine: {bench.get('engine', '-')}\n"
-        f"- CSV: artifacts/{bench.get('csv') or '(none)'}\n\n"
-        f"## Full test suite\n\n- Command: `{suite.get('command', '-')}`\n"
-        f"- Exit code: {suite.get('returncode', '-')}\n- Log: artifacts/{suite.get('log', '-')}\n\n"
-        f"## Optimisation branch\n\n{commits}\n"
-    )

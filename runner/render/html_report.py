@@ -25,7 +25,7 @@ from runner.core.errors import ConfigError
 from runner.core.outcomes import RoundResult, Score, Status
 from runner.core.stats import geomean
 from runner.core.timestamps import now_minute
-from runner.flow.accept import load_acceptance
+from runner.flow.acceptance_record import load_acceptance
 from runner.judge.peaks import peak_for
 from runner.ops.info import op_info
 from runner.render.markdown import (

@@ -1,0 +1,132 @@
+"""The checks of final acceptance that judge what was measured or recorded: the full
+validation, held-out shapes, the upstream benchmark's CSV, the full test suite, the
+lineage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.core.errors import ConfigError, InfrastructureError
+from runner.core.outcomes import GateResult, Score
+from runner.core.stats import geomean
+from runner.flow.acceptance_record import Check
+from runner.store.lineage import Lineage
+from runner.store.manifest import Manifest, branch_name
+from runner.targets.upstream_csv import BENCH_CSV_NAME
+
+COMMIT_PREFIX = "[optimize] "
+
+
+def validation_check(gate: GateResult, final: Score) -> Check:
+    verdict = (
+        f"{gate.metric} geomean {gate.best_aggregate:.3f} (base) -> "
+        f"{gate.candidate_aggregate:.3f} (final) ({gate.delta_pct:+.3f}%), gate "
+        f"{gate.decision.value}"
+    )
+    if final.n_fail:
+        return Check("full validation", False, f"{final.n_fail} shape(s) FAIL; {verdict}")
+    why = "; ".join(r.splitlines()[0] for r in gate.reasons)
+    return Check("full validation", gate.decision.accepted, verdict + (f": {why}" if why else ""))
+
+
+HELDOUT_REGRESSION_PCT = 5.0  # a held-out shape this much slower: over-fitting
+
+
+HELDOUT_GAIN_FRACTION = 0.25  # held-out gain below this fraction of the targets' gain
+
+
+HELDOUT_MIN_TARGET_GAIN_PCT = 2.0  # ... judged only when the targets gained this much
+
+
+def heldout_check(base: Score, final: Score, heldout: list[str]) -> Check | None:
+    """The over-fitting guard on the held-out shapes (never measured by a round): a
+    held-out shape 5% or more slower than at the base commit, or a held-out gain far
+    below the targets' (under a quarter of it), is over-fitting.  None without any."""
+    b, f = base.by_label(), final.by_label()
+    ratios: dict[str, float] = {}
+    for label in b:
+        bv, fv = b[label].value, f[label].value if label in f else None
+        if bv and fv:
+            ratios[label] = fv / bv
+    held = {lb: r for lb, r in ratios.items() if lb in heldout}
+    targets = [r for lb, r in ratios.items() if lb not in heldout]
+    if not held:
+        return None
+    held_gain = 100.0 * (geomean(list(held.values())) - 1.0)
+    target_gain = 100.0 * (geomean(targets) - 1.0) if targets else 0.0
+    worse = sorted(lb for lb, r in held.items() if 100.0 * (r - 1.0) <= -HELDOUT_REGRESSION_PCT)
+    detail = f"held-out gain {held_gain:+.3f}% vs targets {target_gain:+.3f}%"
+    if worse:
+        pct = ", ".join(f"{lb} {100.0 * (held[lb] - 1.0):+.2f}%" for lb in worse)
+        return Check("held-out shapes", False, f"over-fitting: {pct} (>= 5% slower); {detail}")
+    far_below = held_gain < HELDOUT_GAIN_FRACTION * target_gain
+    if target_gain >= HELDOUT_MIN_TARGET_GAIN_PCT and far_below:
+        return Check(
+            "held-out shapes",
+            False,
+            f"over-fitting: {detail}, under a quarter of the targets' gain",
+        )
+    return Check("held-out shapes", True, detail)
+
+
+def extract_csv(log: str) -> tuple[str | None, int]:
+    """The CSV a benchmark printed (from its first header line naming TFLOPS or GB/s)
+    and how many of its rows are FAIL or ERROR; (None, 0) when it printed none."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.count(",") >= 3]
+    start = next((i for i, ln in enumerate(lines) if "TFLOPS" in ln or "GB/s" in ln), None)
+    if start is None:
+        return None, 0
+    rows = lines[start:]
+    fail = sum(1 for ln in rows[1:] if {"FAIL", "ERROR"} & set(ln.split(",")))
+    return "\n".join(rows) + "\n", fail
+
+
+def benchmark_check(info: dict[str, Any]) -> Check:
+    if info.get("returncode") != 0:
+        return Check("full benchmark", False, f"exit {info.get('returncode')}: see its log")
+    if info.get("csv_error"):
+        return Check("full benchmark", False, f"its CSV is unusable: {info['csv_error']}")
+    if info.get("csv") is None:
+        return Check(
+            "full benchmark",
+            False,
+            f"it wrote no {BENCH_CSV_NAME} and printed no CSV; see full_benchmark.log",
+        )
+    if info.get("fail"):
+        return Check("full benchmark", False, f"{info['fail']} row(s) FAIL or ERROR")
+    return Check("full benchmark", True, f"ran ({info['command']}); CSV artifacts/{info['csv']}")
+
+
+def suite_check(info: dict[str, Any]) -> Check:
+    ok = info["returncode"] == 0
+    tail = info["tail"].strip().splitlines()[-1:] or [""]
+    state = "passed" if ok else f"FAILED (exit {info['returncode']})"
+    return Check("full test suite", ok, f"`{info['command']}` {state}: {tail[0]}")
+
+
+# ---- 4. the branch ---------------------------------------------------------------------
+def lineage_check(
+    lineage: Lineage, m: Manifest, accepted: list[str | None]
+) -> tuple[Check, list[str]]:
+    base = m.base_commit or ""
+    try:
+        commits = lineage.linear_history(base)
+    except (InfrastructureError, ConfigError) as exc:
+        return Check("branch", False, f"{exc}; the branch must be linear from {base[:12]}"), []
+    problems = []
+    for c in commits:
+        subject = lineage.git("log", "-1", "--format=%B", c)
+        if not subject.startswith(COMMIT_PREFIX):
+            problems.append(f"commit {c[:12]} does not start with {COMMIT_PREFIX!r}")
+    if commits != [c for c in accepted if c]:
+        problems.append(
+            f"the branch holds {len(commits)} commit(s) but {len(accepted)} round(s) were "
+            "accepted; each accepted round must be exactly one commit"
+        )
+    branch = branch_name(m)
+    if m.git_commit and branch:
+        at = lineage.git("rev-parse", "--verify", "-q", f"refs/heads/{branch}", check=False)
+        if at != lineage.head():
+            problems.append(f"branch {branch} is at {at[:12] or 'nothing'}, not the lineage head")
+    detail = "; ".join(problems) or f"linear, {len(commits)} [optimize] commit(s) from {base[:12]}"
+    return Check("branch", not problems, detail), commits

@@ -1,0 +1,168 @@
+"""The record of ``campaign accept``: its checks and outcome (``acceptance.json``), how it
+is stored, loaded and rendered."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.core.errors import CampaignError, ConfigError
+from runner.core.outcomes import GateResult, Score
+from runner.core.versions import require_schema_version
+from runner.store.appendlog import write_atomic
+from runner.store.campaign import Campaign
+
+ACCEPTANCE_SCHEMA_VERSION = 1
+
+
+class NotAccepted(CampaignError):
+    """Final acceptance ran and the final best was not accepted."""
+
+    return_code = 3
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail}
+
+
+@dataclass
+class Acceptance:
+    """The outcome of ``campaign accept`` (``acceptance.json``)."""
+
+    campaign: str
+    started: str
+    finished: str = ""
+    base_commit: str = ""
+    head: str = ""
+    passes: int = 0
+    shapes: list[str] = field(default_factory=list)
+    heldout: list[str] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    baseline: Score | None = None
+    final: Score | None = None
+    gate: GateResult | None = None
+    full_benchmark: dict[str, Any] = field(default_factory=dict)
+    full_suite: dict[str, Any] = field(default_factory=dict)
+    commits: list[str] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> bool:
+        return bool(self.checks) and all(c.ok for c in self.checks)
+
+    @property
+    def reasons(self) -> list[str]:
+        return [f"{c.name}: {c.detail}" for c in self.checks if not c.ok]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": ACCEPTANCE_SCHEMA_VERSION,
+            "campaign": self.campaign,
+            "outcome": "ACCEPTED" if self.accepted else "NOT ACCEPTED",
+            "reasons": self.reasons,
+            "started": self.started,
+            "finished": self.finished,
+            "base_commit": self.base_commit,
+            "head": self.head,
+            "passes": self.passes,
+            "shapes": list(self.shapes),
+            "heldout_shapes": list(self.heldout),
+            "checks": [c.to_dict() for c in self.checks],
+            "baseline_score": self.baseline.to_dict() if self.baseline else None,
+            "final_score": self.final.to_dict() if self.final else None,
+            "gate": self.gate.to_dict() if self.gate else None,
+            "full_benchmark": dict(self.full_benchmark),
+            "full_suite": dict(self.full_suite),
+            "commits": list(self.commits),
+        }
+
+
+def acceptance_dir(campaign: Campaign) -> Path:
+    return campaign.root / "acceptance"
+
+
+def load_acceptance(campaign: Campaign) -> dict[str, Any] | None:
+    """``acceptance/acceptance.json`` as a dict, or None when acceptance never ran."""
+    path = acceptance_dir(campaign) / "acceptance.json"
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{path} is not valid JSON ({exc}); run `campaign accept` again"
+        ) from None
+    require_schema_version(
+        data.get("schema_version"),
+        ACCEPTANCE_SCHEMA_VERSION,
+        str(path),
+        older="run `campaign accept` again",
+        newer="upgrade turbo-campaign (pip install -U turbo-campaign) to read it, or run "
+        "`campaign accept` again",
+    )
+    return data
+
+
+# ---- records ----------------------------------------------------------------------------
+def write_acceptance(out: Path, result: Acceptance) -> None:
+    text = json.dumps(result.to_dict(), indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+    write_atomic(out / "acceptance.json", text)
+    write_atomic(out / "acceptance.md", render_acceptance(result))
+
+
+def _fmt(x: float | None) -> str:
+    return f"{x:.3f}" if x is not None else "-"
+
+
+def shape_rows(result: Acceptance) -> list[list[str]]:
+    """Per shape: baseline, final, change, check, held-out marker."""
+    if result.baseline is None or result.final is None:
+        return []
+    final = result.final.by_label()
+    rows = []
+    for s in result.baseline.shapes:
+        f = final.get(s.label)
+        fv = f.value if f else None
+        delta = f"{(fv / s.value - 1) * 100:+.3f}%" if fv and s.value else "—"
+        kind = "held-out" if s.label in result.heldout else "target"
+        rows.append([s.label, kind, _fmt(s.value), _fmt(fv), delta, f.check if f else "-"])
+    return rows
+
+
+def render_acceptance(result: Acceptance) -> str:
+    from runner.render.markdown import md_table
+
+    verdict = "ACCEPTED" if result.accepted else "NOT ACCEPTED"
+    why = "\n".join(f"- {r}" for r in result.reasons) or "- every check passed"
+    checks = md_table(
+        ["Check", "Result", "Detail"],
+        [[c.name, "PASS" if c.ok else "FAIL", c.detail] for c in result.checks],
+    )
+    table = md_table(
+        ["Shape", "Set", "Base commit", "Final best", "Change", "Check"], shape_rows(result)
+    )
+    metric = result.baseline.metric if result.baseline else "primary metric"
+    commits = "\n".join(f"- {c}" for c in result.commits) or "- none"
+    bench = result.full_benchmark
+    suite = result.full_suite
+    return (
+        f"# Final acceptance — {result.campaign}\n\n"
+        f"Outcome: **{verdict}** ({result.started} → {result.finished})\n\n{why}\n\n"
+        f"Base commit `{result.base_commit}`, lineage head `{result.head}`; "
+        f"{result.passes} B C C B block(s) per side.\n\n## Checks\n\n{checks}\n\n"
+        f"## Full validation ({metric}, every target and held-out shape)\n\n"
+        f"{table or 'not measured'}\n\n"
+        f"## Full benchmark (stored apart; never compared with the quick CSV)\n\n"
+        f"- Command: `{bench.get('command', '-')}`\n- Engine: {bench.get('engine', '-')}\n"
+        f"- CSV: artifacts/{bench.get('csv') or '(none)'}\n\n"
+        f"## Full test suite\n\n- Command: `{suite.get('command', '-')}`\n"
+        f"- Exit code: {suite.get('returncode', '-')}\n- Log: artifacts/{suite.get('log', '-')}\n\n"
+        f"## Optimisation branch\n\n{commits}\n"
+    )
