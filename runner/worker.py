@@ -235,7 +235,8 @@ def load_for(spec: RoundSpec, out_dir: Path) -> Loaded:
 
 def run_spec(spec: RoundSpec, out_dir: Path) -> int:
     """Measure every shape of ``spec`` into ``out_dir``; return the process exit code."""
-    from runner.core.csv_schema import get_schema, write_csv
+    from runner.core.csv_io import write_csv
+    from runner.core.csv_schema import get_schema
 
     adapter, device, guard = load_for(spec, out_dir)
     schema = get_schema(adapter.info.schema)

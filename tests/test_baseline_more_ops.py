@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.core.csv_schema import ATTENTION_SCHEMA, GEMM_SCHEMA, MEMORY_SCHEMA, read_csv
+from runner.core.csv_io import read_csv
+from runner.core.csv_schema import ATTENTION_SCHEMA, GEMM_SCHEMA, MEMORY_SCHEMA
 from runner.core.outcomes import RoundResult, Status
 from runner.core.shapes import shape_set
 from runner.executors.local import LocalExecutor

@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli import cli, main
-from runner.core.csv_schema import GEMM_SCHEMA, MEMORY_SCHEMA, write_csv
+from runner.core.csv_io import write_csv
+from runner.core.csv_schema import GEMM_SCHEMA, MEMORY_SCHEMA
 from runner.core.errors import ConfigError, SchemaDriftError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,7 +19,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.core.csv_schema import GEMM_SCHEMA, read_csv
+from runner.core.csv_io import read_csv
+from runner.core.csv_schema import GEMM_SCHEMA
 from runner.core.errors import CampaignError
 from runner.portable.bundle import open_bundle
 from runner.store.lineage import Lineage, patch_paths
@@ -313,7 +314,7 @@ PATHS = st.one_of(
 
 @pytest.fixture(scope="module")
 def tools_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from runner.core.csv_schema import write_csv
+    from runner.core.csv_io import write_csv
 
     base = tmp_path_factory.mktemp("mcpfuzz")
     root = base / "campaigns"

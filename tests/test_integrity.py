@@ -357,7 +357,8 @@ def _pass(folder: Any, label: str, fwd_ms: float, bwd_ms: float, step_ms: float)
     import json
     from pathlib import Path
 
-    from runner.core.csv_schema import GEMM_SCHEMA, write_csv
+    from runner.core.csv_io import write_csv
+    from runner.core.csv_schema import GEMM_SCHEMA
 
     out = Path(folder)
     out.mkdir(parents=True)

@@ -19,7 +19,8 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult
 
 from runner.cli import cli
-from runner.core.csv_schema import GEMM_SCHEMA, MEMORY_SCHEMA, write_csv
+from runner.core.csv_io import write_csv
+from runner.core.csv_schema import GEMM_SCHEMA, MEMORY_SCHEMA
 from runner.core.errors import ConfigError
 from runner.flow.demo import PATCHES, SPEEDUP, demo_manifest_fields
 from runner.flow.new_campaign import create_campaign, fresh_example_copy

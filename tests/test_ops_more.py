@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from runner.bench.timing import Timing
-from runner.core.csv_schema import ATTENTION_SCHEMA, MEMORY_SCHEMA, read_csv, write_csv
+from runner.core.csv_io import read_csv, write_csv
+from runner.core.csv_schema import ATTENTION_SCHEMA, MEMORY_SCHEMA
 from runner.core.shapes import Shape, default_shape_set, grouped_shape, shape_set
 from runner.judge.scoring import score
 from runner.ops.base import load_adapter

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.core.csv_schema import read_csv
+from runner.core.csv_io import read_csv
 from runner.core.outcomes import Decision, Score, ShapeScore
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from runner.cli import main
-from runner.core.csv_schema import GEMM_SCHEMA, read_csv
+from runner.core.csv_io import read_csv
+from runner.core.csv_schema import GEMM_SCHEMA
 from runner.core.errors import ConfigError
 from runner.flow.new_campaign import create_campaign
 from runner.store.manifest import load_manifest

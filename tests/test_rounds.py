@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.core.csv_schema import GEMM_SCHEMA, read_csv
+from runner.core.csv_io import read_csv
+from runner.core.csv_schema import GEMM_SCHEMA
 from runner.core.errors import ConfigError, NothingToDo
 from runner.core.outcomes import Status
 from runner.executors.local import LocalExecutor

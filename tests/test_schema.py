@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from runner.core.csv_io import check_header, read_csv, write_csv
 from runner.core.csv_schema import (
     ATTENTION_SCHEMA,
     GEMM_COLUMNS,
@@ -22,10 +23,7 @@ from runner.core.csv_schema import (
     BenchCSV,
     Row,
     Schema,
-    check_header,
     get_schema,
-    read_csv,
-    write_csv,
 )
 from runner.core.errors import ConfigError, CsvValueError, SchemaDriftError
 

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.core.csv_schema import GEMM_SCHEMA, MEMORY_SCHEMA, BenchCSV, read_csv, write_csv
+from runner.core.csv_io import read_csv, write_csv
+from runner.core.csv_schema import GEMM_SCHEMA, MEMORY_SCHEMA, BenchCSV
 from runner.core.errors import ConfigError
 from runner.judge.scoring import (
     COMBINED_STEP,

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.core.csv_schema import GEMM_SCHEMA, read_csv, write_csv
+from runner.core.csv_io import read_csv, write_csv
+from runner.core.csv_schema import GEMM_SCHEMA
 from runner.core.errors import ConfigError, SchemaDriftError
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings

@@ -163,7 +163,8 @@ class Server:
 
     def finish(self) -> None:
         """Fresh-step timing, the re-check, then the pass's files."""
-        from runner.core.csv_schema import get_schema, write_csv
+        from runner.core.csv_io import write_csv
+        from runner.core.csv_schema import get_schema
         from runner.rows import ROW_BUILDERS, failed_row
         from runner.worker import environment_meta
 

@@ -33,7 +33,8 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from runner import __version__
-from runner.core.csv_schema import CHECK, LABEL, BenchCSV, Row, Schema, get_schema, read_csv
+from runner.core.csv_io import read_csv
+from runner.core.csv_schema import CHECK, LABEL, BenchCSV, Row, Schema, get_schema
 from runner.core.errors import CampaignError, ConfigError
 from runner.core.outcomes import RoundResult
 from runner.executors.factory import make_executor

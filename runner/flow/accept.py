@@ -26,7 +26,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from runner.core.csv_schema import get_schema, read_csv
+from runner.core.csv_io import read_csv
+from runner.core.csv_schema import get_schema
 from runner.core.errors import CampaignError, ConfigError
 from runner.core.outcomes import GateResult, Score, Status
 from runner.core.shapes import Shape, shapes_by_label

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.core.csv_schema import SHAPE_COLUMNS, BenchCSV, Row, Schema, read_csv, write_csv
+from runner.core.csv_io import read_csv, write_csv
+from runner.core.csv_schema import SHAPE_COLUMNS, BenchCSV, Row, Schema
 from runner.core.errors import ConfigError
 from runner.core.outcomes import PairSample
 from runner.core.stats import geomean, median, stdev

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar
 
-from runner.core.csv_schema import BenchCSV, Row, check_header, read_csv, write_csv
+from runner.core.csv_io import check_header, read_csv, write_csv
+from runner.core.csv_schema import BenchCSV, Row
 from runner.core.errors import ConfigError
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, save_spec

@@ -18,7 +18,7 @@ from typing import cast
 
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-from runner.core.csv_schema import read_csv
+from runner.core.csv_io import read_csv
 from runner.core.errors import ConfigError
 from runner.core.outcomes import GateResult, Score
 from runner.judge.gate import decide
