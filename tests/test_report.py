@@ -23,14 +23,14 @@ from runner.core.outcomes import (
     TransferCheck,
 )
 from runner.core.stats import geomean
-from runner.render.html_report import (
+from runner.render.final_report import (
     effective_directions,
     ineffective_directions,
     next_steps,
     render_report,
     transfer_split,
-    write_report,
 )
+from runner.render.html_report import write_report
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
 from runner.store.manifest import validate_manifest
