@@ -14,15 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.judge.audit import (
-    REJECT,
-    WARN,
-    AuditReport,
-    audit_patch,
-    audit_source,
-    changed_lines,
-    check_declared_bucket,
-)
+from runner.judge.audit import AuditReport, audit_patch, changed_lines, check_declared_bucket
+from runner.judge.audit_source import REJECT, WARN, audit_source
 
 DATA = Path(__file__).parent / "data" / "audit"
 REPO_PATHS = {

@@ -19,7 +19,7 @@ from runner.cachesim import CacheProbe, simulate_training_steps
 from runner.core.outcomes import Decision, GateResult, Score, ShapeScore
 from runner.core.shapes import shape_set
 from runner.flow.acceptance_checks import heldout_check
-from runner.judge.audit import audit_source
+from runner.judge.audit_source import audit_source
 from runner.judge.representative import reserve_heldout
 from runner.judge.vetoes import inflation_veto
 
