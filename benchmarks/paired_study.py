@@ -54,7 +54,8 @@ from runner.executors.local import LocalExecutor  # noqa: E402
 from runner.flow.baseline import run_baseline  # noqa: E402
 from runner.flow.measure import Comparison, measure_and_judge, measure_roles  # noqa: E402
 from runner.flow.new_campaign import create_campaign, fresh_example_copy  # noqa: E402
-from runner.flow.rounds import Request, Round, level_shapes, validate_round  # noqa: E402
+from runner.flow.round_context import Round, level_shapes  # noqa: E402
+from runner.flow.rounds import Request, validate_round  # noqa: E402
 from runner.store.campaign import Campaign  # noqa: E402
 
 PLANT_FILE = "turbo_kernels/pytorch/ops/gemm_fp8.py"

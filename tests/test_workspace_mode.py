@@ -98,7 +98,7 @@ def test_workspace_mode_end_to_end(tmp_path: Path) -> None:
 
 def test_integration_gate_fails_on_the_upstream_focused_test(tmp_path: Path) -> None:
     """A kernel that breaks the upstream test fails the gate (a real pytest run)."""
-    from runner.flow.rounds import Round
+    from runner.flow.round_context import Round
     from runner.flow.workspace_mode import integration_gate
 
     upstream = fresh_example_copy(tmp_path / "upstream")

@@ -39,6 +39,7 @@ from runner.core.errors import CampaignError, ConfigError
 from runner.core.outcomes import RoundResult
 from runner.executors.factory import make_executor
 from runner.flow import baseline, rounds
+from runner.flow.round_context import Progress
 from runner.judge.json_contract import (
     GateJSON,
     ScoreJSON,
@@ -249,7 +250,7 @@ def round_report(campaign: Campaign, n: int) -> RoundReport:
     )
 
 
-async def run_in_worker(ctx: Context, job: Callable[[rounds.Progress], RoundResult]) -> RoundResult:
+async def run_in_worker(ctx: Context, job: Callable[[Progress], RoundResult]) -> RoundResult:
     """Run ``job(progress)`` in a worker thread; each progress line becomes a progress
     notification (numbered 1, 2, ...; no total) and a log line on stderr."""
     step = itertools.count(1)

@@ -45,7 +45,8 @@ from runner.flow.acceptance_record import Acceptance, Check, acceptance_dir, wri
 from runner.flow.build import built_roles
 from runner.flow.measure import Comparison, measure_and_judge
 from runner.flow.passes import read_passes
-from runner.flow.rounds import Progress, Round, RoundFailed, all_shapes, gpu_lease
+from runner.flow.round_context import Progress, Round, all_shapes, gpu_lease
+from runner.flow.rounds import RoundFailed
 from runner.judge.scoring import score
 from runner.render.status import unclosed_rounds
 from runner.store.campaign import Campaign

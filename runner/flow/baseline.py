@@ -17,17 +17,8 @@ from runner.executors.base import Executor
 from runner.flow.build import built_roles, describe
 from runner.flow.passes import per_pass_metric, read_passes, shape_seconds, write_merged
 from runner.flow.quickscript import write_quick_script
-from runner.flow.rounds import (
-    MIN_SIGMA,
-    Progress,
-    Round,
-    RoundFailed,
-    all_shapes,
-    gpu_lease,
-    measure_roles,
-    now,
-    run_focused_test,
-)
+from runner.flow.round_context import Progress, Round, all_shapes, gpu_lease, run_focused_test
+from runner.flow.rounds import MIN_SIGMA, RoundFailed, measure_roles, now
 from runner.judge.gate import calibrate_sigma
 from runner.judge.representative import choose_heldout, select_representative
 from runner.judge.scoring import score

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from runner.executors.base import BuildJob, BuiltRole, RoleBuildFailed
 
 if TYPE_CHECKING:
-    from runner.flow.rounds import Round
+    from runner.flow.round_context import Round
 
 BUILDS_RECORD = "builds.json"
 _ORDER = ("baseline", "incumbent", "candidate", "final")

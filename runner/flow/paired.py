@@ -41,7 +41,7 @@ BLOCK_WARMUP_FLOOR_S = 0.1  # a turn's warm-up never shorter than this (or the p
 
 
 class PairedHost(Protocol):
-    """What paired measurement needs from a round (``runner.flow.rounds.Round``)."""
+    """What paired measurement needs from a round (``runner.flow.round_context.Round``)."""
 
     tmp: Path
 

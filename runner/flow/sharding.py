@@ -38,7 +38,7 @@ BCCB: tuple[str, ...] = ("incumbent", "candidate", "candidate", "incumbent")
 
 
 class ShardHost(Protocol):
-    """What sharding needs from a round (``runner.flow.rounds.Round`` once ``Round.job``
+    """What sharding needs from a round (``runner.flow.round_context.Round`` once ``Round.job``
     takes ``env``; ``benchmarks/sharded_speedup.py`` has a pydantic-free one)."""
 
     tmp: Path
@@ -107,7 +107,7 @@ class PlainManifest:
 @dataclass
 class PlainRound(PlainHost):
     """A round without a campaign (benchmarks, tests): what
-    ``runner.flow.measure.measure_roles`` reads from ``runner.flow.rounds.Round``."""
+    ``runner.flow.measure.measure_roles`` reads from ``runner.flow.round_context.Round``."""
 
     gpus: tuple[int, ...] = ()
     round: int = 2

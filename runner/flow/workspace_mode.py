@@ -26,7 +26,7 @@ from runner.store.workspace import extract_workspace, load_record, sync_back, wo
 from runner.targets.base import Target
 
 if TYPE_CHECKING:
-    from runner.flow.rounds import Round
+    from runner.flow.round_context import Round
 
 WORKSPACES = "workspaces"
 IDENT = ["-c", "user.name=turbo-campaign", "-c", "user.email=turbo-campaign@localhost"]

@@ -29,7 +29,8 @@ from runner.flow.build import built_roles
 from runner.flow.measure import measure_and_judge
 from runner.flow.new_campaign import git_toplevel
 from runner.flow.passes import pair_samples, per_pass_metric
-from runner.flow.rounds import Round, RoundFailed, all_shapes, gpu_lease
+from runner.flow.round_context import Round, all_shapes, gpu_lease
+from runner.flow.rounds import RoundFailed
 from runner.judge.gate import calibrate_sigma
 from runner.portable.bundle import Bundle, BundleError, host_versions, image_id, open_bundle
 from runner.portable.reproduce_report import (

@@ -1,0 +1,179 @@
+"""What one round (or acceptance run) works in: the campaign, the executor, a scratch
+folder, its GPUs and builds; the worker jobs and focused tests it starts."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.core.errors import ConfigError
+from runner.core.shapes import Shape, shape_set, shapes_by_label
+from runner.core.spec import RoundSpec, TimingSettings, save_spec
+from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
+from runner.flow.measure import RoundFailed
+from runner.flow.sharding import detect_vendor, gpu_env, pass_name, worker_failure
+from runner.judge.import_cause import explain_failure
+from runner.store.campaign import Campaign
+from runner.store.leases import acquire
+from runner.store.leftovers import note_step
+from runner.store.lineage import Lineage
+from runner.store.manifest import Manifest, branch_name
+from runner.store.workspace import code_root
+from runner.targets.base import Target
+from runner.targets.registry import get_target
+
+# glibc returns large freed blocks to the OS and page-faults them back on the next
+# allocation; every timed call then pays for page faults.  Measured on the CPU demo
+# shapes: 40% of the time and a +-20% spread between fresh processes, gone with these
+# (+-4%).  Harmless on GPU hosts.  Read by glibc at process start, so set per job.
+Progress = Callable[[str], None]
+
+STEADY_MALLOC = {
+    "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+}
+
+
+@dataclass
+class Round:
+    """What one round needs while it runs."""
+
+    campaign: Campaign
+    executor: Executor
+    progress: Progress
+    tmp: Path
+    round: int
+    level: str
+    gpus: tuple[int, ...] = ()
+    builds: dict[Path, BuiltRole] = field(default_factory=dict)  # tree -> its build
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.campaign.manifest
+
+    @property
+    def target(self) -> Target:
+        return get_target(self.manifest.target)
+
+    @property
+    def lineage(self) -> Lineage:
+        m = self.manifest
+        return Lineage(Path(m.source), m.campaign_name, branch_name(m))
+
+    def timing(self) -> TimingSettings:
+        fields = self.manifest.timing.model_dump()
+        return TimingSettings(cache_mode=self.manifest.cache_mode, **fields)
+
+    def spec(self, role: str, index: int, shapes: list[Shape], **extra: object) -> RoundSpec:
+        m = self.manifest
+        options = {"granularity": m.granularity, "backend": m.target_backend}
+        return RoundSpec(
+            campaign=m.campaign_name,
+            round=self.round,
+            role=role,
+            pass_index=index,
+            level=self.level,
+            target=m.target,
+            op=m.target_op,
+            options=options,
+            shapes=tuple(shapes),
+            timing=self.timing(),
+            extra=dict(extra),
+        )
+
+    def worker_job(
+        self,
+        name: str,
+        spec: RoundSpec,
+        tree: Path,
+        env: Mapping[str, str] | None = None,
+        gpu: int | None = None,
+    ) -> WorkerJob:
+        """The job for one worker (a pass, or a serving worker of a paired round), on
+        ``tree``'s build (when the target has one) and on its own leased GPU: ``gpu`` (a
+        shard's), else the round's only one."""
+        spec_path = self.tmp / "specs" / f"{name}.json"
+        save_spec(spec_path, spec)
+        m = self.manifest
+        job_env = {
+            **STEADY_MALLOC,
+            **self.target.job_env(code_root(tree), m.target_op, m.target_backend),
+            **(env or {}),
+        }
+        if gpu is None and len(self.gpus) == 1:
+            gpu = self.gpus[0]
+        if gpu is not None and not env:
+            job_env.update(gpu_env(gpu, detect_vendor()))
+        gpus = () if gpu is None else (gpu,)
+        built = self.builds.get(tree)
+        self.step(name)
+        return WorkerJob(
+            name, spec_path, tree, self.tmp / name, env=job_env, built=built, gpus=gpus
+        )
+
+    def job(
+        self,
+        name: str,
+        spec: RoundSpec,
+        tree: Path,
+        env: Mapping[str, str] | None = None,
+        gpu: int | None = None,
+    ) -> JobOutcome:
+        return self.executor.run_job(self.worker_job(name, spec, tree, env, gpu))
+
+    def step(self, name: str) -> None:
+        """Say (and note, for ``campaign status``) which step the round is at."""
+        self.progress(f"round-{self.round}: {name}")
+        if self.round >= 1:
+            note_step(self.campaign.round_dir(self.round), name)
+
+
+def gpu_lease(
+    gpus: Sequence[int], campaign: Campaign, n: int
+) -> contextlib.AbstractContextManager[object]:
+    """Exclusive leases on the GPUs a round measures on (none: nothing to lease)."""
+    if not gpus:
+        return contextlib.nullcontext()
+    return acquire(list(gpus), campaign.name, round=n)
+
+
+# ---- shapes --------------------------------------------------------------------------
+def all_shapes(m: Manifest) -> list[Shape]:
+    if m.target_shapes == "all":
+        return shape_set(m.shape_set)
+    return shapes_by_label(m.shape_set, m.target_shapes, "target_shapes")
+
+
+def level_shapes(m: Manifest, level: str) -> list[Shape]:
+    """The shapes a round measures: never a held-out one (``campaign accept`` does)."""
+    held = set(m.heldout_shapes)
+    shapes = [s for s in all_shapes(m) if s.label not in held]
+    if level == "full":
+        return shapes
+    if level != "quick":
+        raise ConfigError(f"--level must be quick or full, not {level!r}")
+    if not m.representative_shapes:
+        raise ConfigError("no representative shapes yet: run `campaign baseline` first")
+    chosen = set(m.representative_shapes)
+    return [s for s in shapes if s.label in chosen]
+
+
+# ---- passes --------------------------------------------------------------------------
+def run_pass(rnd: Round, role: str, index: int, tree: Path, shapes: list[Shape]) -> Path:
+    """One worker pass; returns its CSV or raises RoundFailed with the log tail."""
+    name = pass_name(index, role)
+    outcome = rnd.job(name, rnd.spec(role, index, shapes), tree)
+    if not outcome.ok:
+        raise RoundFailed(worker_failure(name, outcome), outcome.log_path)
+    return outcome.out_dir / "benchmark.csv"
+
+
+def run_focused_test(rnd: Round, role: str, tree: Path) -> tuple[bool, str]:
+    m = rnd.manifest
+    spec = rnd.spec(role, 0, [], mode="test", command=m.test_command)
+    outcome = rnd.job(f"test-{role}", spec, tree)
+    log = outcome.out_dir / "test.log"
+    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+    return outcome.returncode == 0, explain_failure(text[-1500:], text)
