@@ -1,0 +1,176 @@
+"""The typed answers of the MCP tools (pydantic models, so clients get a schema) and the
+functions that build them from a campaign."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from runner.core.csv_schema import CHECK, LABEL, BenchCSV, Row, Schema, get_schema
+from runner.core.errors import ConfigError
+from runner.core.outcomes import RoundResult
+from runner.store.campaign import Campaign
+
+
+class CsvRow(BaseModel):
+    """One data row of a pinned CSV."""
+
+    label: str
+    check: str = Field(description="PASS or FAIL (the benchmark's ERROR counts as FAIL).")
+    values: dict[str, float | None] = Field(
+        description="Every other column: a number, or null when the cell is '-'/empty "
+        "(not applicable) or not finite (see nonfinite)."
+    )
+    nonfinite: dict[str, str] = Field(
+        default_factory=dict, description="Columns holding nan, inf or -inf, as written."
+    )
+
+
+class ParsedCsv(BaseModel):
+    """A pinned benchmark CSV, read and validated."""
+
+    path: str
+    csv_schema: str = Field(description="gemm, memory, or pinned (a campaign's own header).")
+    header: str = Field(description="The header line, byte for byte.")
+    columns: list[str]
+    checked_against: str | None = Field(
+        description="The campaign whose pinned schema the header matched; null when the "
+        "header was matched against the built-in schemas."
+    )
+    rows: list[CsvRow]
+
+
+class RoundInfo(BaseModel):
+    """One closed round, in a line."""
+
+    round: int
+    status: str = Field(description="BASELINE, ACCEPTED, ROLLED BACK or FAILED.")
+    level: str
+    hypothesis: str
+    metric: str
+    aggregate: float = Field(description="Geomean of the primary metric (0 with a FAIL row).")
+    delta_pct: float | None = Field(description="Against the best at the time; null: round-1.")
+    decision: str | None = Field(description="The gate's decision; null for round-1.")
+    finished: str
+    commit: str | None
+
+
+class CampaignStatus(BaseModel):
+    """Where a campaign stands."""
+
+    name: str
+    root: str
+    source: str = Field(description="The target git repository.")
+    target: str
+    target_op: str
+    target_backend: str
+    target_gpu: str
+    primary_metric: str
+    representative_shapes: list[str]
+    pinned_header: str | None = Field(description="Frozen at BASELINE; null before it.")
+    closed_rounds: list[int]
+    next_round: int = Field(description="The number the next baseline/validate must use.")
+    baseline_aggregate: float | None
+    best_round: int | None = Field(description="The last BASELINE/ACCEPTED round.")
+    best_aggregate: float | None
+    max_iterations: int | None
+
+
+class RoundReport(BaseModel):
+    """A closed round: its summary.md and its result.json."""
+
+    campaign: str
+    round: int
+    status: str = Field(description="BASELINE, ACCEPTED, ROLLED BACK or FAILED.")
+    summary_path: str
+    summary_md: str = Field(description="The text of rounds/round-N/summary.md.")
+    result: dict[str, Any] = Field(description="rounds/round-N/result.json (RoundResult).")
+
+
+def _csv_row(row: Row, columns: list[str]) -> CsvRow:
+    values: dict[str, float | None] = {}
+    nonfinite: dict[str, str] = {}
+    for column in columns:
+        value = row.number(column)
+        if value is not None and not math.isfinite(value):
+            nonfinite[column] = row.values[column]
+            value = None
+        values[column] = value
+    return CsvRow(label=row.label, check=row.check, values=values, nonfinite=nonfinite)
+
+
+def parsed_csv(csv: BenchCSV, checked_against: str | None) -> ParsedCsv:
+    columns = [c for c in csv.schema.columns if c not in (LABEL, CHECK)]
+    return ParsedCsv(
+        path=str(csv.path),
+        csv_schema=csv.schema.name,
+        header=csv.header,
+        columns=list(csv.schema.columns),
+        checked_against=checked_against,
+        rows=[_csv_row(r, columns) for r in csv.rows],
+    )
+
+
+def campaign_schema(campaign: Campaign) -> str | Schema:
+    """The header a campaign's CSVs must carry: pinned at BASELINE, else its schema."""
+    m = campaign.manifest
+    return m.pinned_header if m.pinned_header else get_schema(m.csv_schema)
+
+
+def round_info(r: RoundResult) -> RoundInfo:
+    return RoundInfo(
+        round=r.round,
+        status=r.status.value,
+        level=r.level,
+        hypothesis=r.hypothesis,
+        metric=r.score.metric,
+        aggregate=r.score.aggregate,
+        delta_pct=r.gate.delta_pct if r.gate else None,
+        decision=r.gate.decision.value if r.gate else None,
+        finished=r.finished,
+        commit=r.commit,
+    )
+
+
+def campaign_status_of(campaign: Campaign) -> CampaignStatus:
+    m = campaign.manifest
+    closed = campaign.closed_rounds()
+    best = campaign.last_accepted()
+    baseline = campaign.load_result(1) if 1 in closed else None
+    return CampaignStatus(
+        name=campaign.name,
+        root=str(campaign.root),
+        source=m.source,
+        target=m.target,
+        target_op=m.target_op,
+        target_backend=m.target_backend,
+        target_gpu=m.target_gpu,
+        primary_metric=m.primary_metric,
+        representative_shapes=list(m.representative_shapes),
+        pinned_header=m.pinned_header,
+        closed_rounds=closed,
+        next_round=campaign.next_round(),
+        baseline_aggregate=baseline.score.aggregate if baseline else None,
+        best_round=best.round if best else None,
+        best_aggregate=best.score.aggregate if best else None,
+        max_iterations=m.max_iterations,
+    )
+
+
+def round_report(campaign: Campaign, n: int) -> RoundReport:
+    result = campaign.load_result(n)
+    path = campaign.summary_path(n)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the summary ({exc.strerror or exc})") from None
+    return RoundReport(
+        campaign=campaign.name,
+        round=n,
+        status=result.status.value,
+        summary_path=str(path),
+        summary_md=text,
+        result=result.to_dict(),
+    )
