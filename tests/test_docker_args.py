@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from runner.cli import cli
 from runner.core.errors import CommandFailed, ConfigError, InfrastructureError
+from runner.executors import container as cx
 from runner.executors import docker as dx
 from runner.executors.base import WorkerJob
 from runner.portable.images import ImageRequest, rocm_build_args
@@ -88,7 +89,7 @@ def test_cpu_job_argv_mounts_the_tree_read_only(tmp_path: Path) -> None:
 def test_amd_job_with_prepare_copies_the_tree_and_passes_only_its_render_node(
     tmp_path: Path,
 ) -> None:
-    gpu = dx.GpuRequest("amd", (1,), (129,))
+    gpu = cx.GpuRequest("amd", (1,), (129,))
     job = make_job(
         tmp_path,
         prepare=(("pip", "install", "--no-build-isolation", "-e", "."),),
@@ -112,7 +113,7 @@ def test_amd_job_with_prepare_copies_the_tree_and_passes_only_its_render_node(
 @pytest.mark.parametrize(("indices", "value"), [((0,), "device=0"), ((2, 3), '"device=2,3"')])
 def test_nvidia_job_argv(tmp_path: Path, indices: tuple[int, ...], value: str) -> None:
     job = make_job(tmp_path)
-    gpu = dx.GpuRequest("nvidia", indices)
+    gpu = cx.GpuRequest("nvidia", indices)
     args = dx.docker_create_args(
         job, "img", gpu, name="ctr", campaign="c1", caches=False, source_mode="copy"
     )
@@ -133,7 +134,7 @@ def test_env_translation_rewrites_every_host_path(tmp_path: Path) -> None:
             "NOT_A_PREFIX": f"{tmp_path}/wtx",
         },
     )
-    assert dx.translate_env(job) == {
+    assert cx.translate_env(job) == {
         "PYTHONPATH": "/workspace/target/src:/workspace/target:/opt/other",
         "SPEC": "/workspace/spec.json",
         "OUT": "/out/x.csv",
@@ -143,7 +144,7 @@ def test_env_translation_rewrites_every_host_path(tmp_path: Path) -> None:
 
 def test_custom_command_and_quoted_prepare(tmp_path: Path) -> None:
     job = make_job(tmp_path, prepare=(("sh", "-c", "echo 'a b' > f"),))
-    assert dx.job_script(job, ["python3", "/x y.py"]) == [
+    assert cx.job_script(job, ["python3", "/x y.py"]) == [
         "sh",
         "-c",
         "set -e\nmkdir -p /out\nsh -c 'echo '\"'\"'a b'\"'\"' > f'\nexec python3 '/x y.py'",
@@ -168,9 +169,9 @@ def test_names_are_unique_and_docker_safe() -> None:
 
 def test_gpu_request_validation() -> None:
     with pytest.raises(ConfigError, match="render node"):
-        dx.GpuRequest("amd", (0, 1), (128,))
+        cx.GpuRequest("amd", (0, 1), (128,))
     with pytest.raises(ConfigError, match="at least one"):
-        dx.GpuRequest("nvidia", ())
+        cx.GpuRequest("nvidia", ())
 
 
 def test_keep_switch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -354,12 +355,12 @@ TOPOLOGY = Path(__file__).resolve().parent / "data" / "kfd_topology"
 
 def test_render_nodes_from_the_kfd_topology() -> None:
     nodes = TOPOLOGY / "nodes"
-    assert dx.render_nodes_for([0], nodes) == ["/dev/dri/renderD128"]
-    assert dx.render_nodes_for([3, 7], nodes) == ["/dev/dri/renderD152", "/dev/dri/renderD184"]
+    assert cx.render_nodes_for([0], nodes) == ["/dev/dri/renderD128"]
+    assert cx.render_nodes_for([3, 7], nodes) == ["/dev/dri/renderD152", "/dev/dri/renderD184"]
     with pytest.raises(ConfigError, match="lists 8 GPUs"):
-        dx.render_nodes_for([8], nodes)
+        cx.render_nodes_for([8], nodes)
     with pytest.raises(InfrastructureError, match="no KFD topology"):
-        dx.render_nodes_for([0], TOPOLOGY / "missing")
+        cx.render_nodes_for([0], TOPOLOGY / "missing")
 
 
 def test_render_nodes_read_gpu_id_from_properties_without_the_file(tmp_path: Path) -> None:
@@ -368,14 +369,14 @@ def test_render_nodes_read_gpu_id_from_properties_without_the_file(tmp_path: Pat
         (tmp_path / str(n) / "properties").write_text(
             f"cpu_cores_count 4\ndrm_render_minor {minor}\ngpu_id {gpu_id}\n"
         )
-    assert dx.render_nodes_for([1, 0], tmp_path) == ["/dev/dri/renderD130", "/dev/dri/renderD129"]
+    assert cx.render_nodes_for([1, 0], tmp_path) == ["/dev/dri/renderD130", "/dev/dri/renderD129"]
 
 
 def test_amd_argv_for_two_gpus_of_the_sample_topology(tmp_path: Path) -> None:
-    gpu = dx.GpuRequest.amd(
+    gpu = cx.GpuRequest.amd(
         [2, 5], topology_root=TOPOLOGY / "nodes", group_file=TOPOLOGY / "group", memory="64g"
     )
-    assert gpu == dx.GpuRequest("amd", (2, 5), (144, 168), (44, 993), "16g", "64g", 4096)
+    assert gpu == cx.GpuRequest("amd", (2, 5), (144, 168), (44, 993), "16g", "64g", 4096)
     job = make_job(tmp_path)
     args = dx.docker_create_args(
         job, "rocm:1", gpu, name="ctr", campaign="c1", caches=False, source_mode="copy"

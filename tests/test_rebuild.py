@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 
 from runner.executors.base import BuildJob
-from runner.executors.docker import CONTAINER_TARGET, image_digest
+from runner.executors.container import CONTAINER_TARGET
+from runner.executors.docker import image_digest
 from runner.executors.local import LocalExecutor
 from runner.flow.build import plan_builds
 from runner.store.campaign import Campaign

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings, save_spec
 from runner.executors import slurm
 from runner.executors.base import WorkerJob
+from runner.executors.container import containment_args, safe_name
 from runner.executors.slurm import (
     LOST_RC,
     NO_CSV_RC,
@@ -40,7 +42,6 @@ from runner.executors.slurm_parse import (
     all_final,
     parse_job_id,
     parse_scontrol,
-    safe_name,
     state_by_task,
 )
 
@@ -115,11 +116,18 @@ def test_task_env_drops_the_submitters_gpu_visibility(monkeypatch: pytest.Monkey
 def test_docker_run_line_mounts_read_only_and_translates_paths() -> None:
     line = docker_run_line(_job(Path("/s")), "turbo-campaign/rocm:1", "amd")
     assert line.startswith('docker run --rm --name "tc-${SLURM_JOB_ID:-0}-$$" --device /dev/kfd')
-    assert "-v /s/tree:/workspace/target:ro -v /s/spec.json:/workspace/spec.json:ro" in line
-    assert "'-v' '/s/out dir:/out'" in line or "-v '/s/out dir:/out'" in line
+    # the docker executor's container (runner.executors.container): same confinement
+    confine, _ = containment_args(_job(Path("/s")), None, "mount")
+    assert shlex.join(confine) in line
+    assert "--mount type=bind,source=/s/tree,target=/workspace/target,readonly" in line
+    assert "--mount type=bind,source=/s/spec.json,target=/workspace/spec.json,readonly" in line
+    assert "'type=bind,source=/s/out dir,target=/out'" in line
+    assert "--read-only" in line and "--cap-drop ALL" in line
     assert "-e PYTHONPATH=/workspace/target" in line
     assert "-e TURBO_CAMPAIGN_SOURCE=/workspace/target" in line
     assert "--network none" in line and "--pull never" in line
+    # an unprivileged user opens the AMD nodes through the node's video/render groups
+    assert 'getent group "$g"' in line and "--group-add" in line
     assert line.endswith(
         "turbo-campaign/rocm:1 sh -c 'set -e\nmkdir -p /workspace/target\n"
         "exec python3 -m runner.worker /workspace/spec.json /out'"
@@ -129,7 +137,8 @@ def test_docker_run_line_mounts_read_only_and_translates_paths() -> None:
 def test_docker_run_line_copies_the_tree_when_prepare_writes() -> None:
     job = _job(Path("/s"), prepare=(("make",),))
     line = docker_run_line(job, "img")
-    assert "-v /s/tree:/workspace/src:ro" in line
+    assert "--mount type=bind,source=/s/tree,target=/workspace/src,readonly" in line
+    assert "--read-only" not in line  # the copy is written inside the container
     assert "cp -a /workspace/src/. /workspace/target/ && cd /workspace/target\nmake\n" in line
 
 
@@ -411,3 +420,21 @@ def test_the_manifest_selects_the_slurm_executor() -> None:
     executor = make_executor(m)
     assert isinstance(executor, SlurmExecutor)
     assert executor.image == "img:1"
+
+
+@pytest.mark.slurm
+@pytest.mark.docker
+def test_real_image_task_runs_in_the_docker_executors_container(
+    cluster: None, cpu_image: str, tmp_path: Path
+) -> None:
+    """A Slurm task in image mode: the worker runs in the CPU image under the same
+    confinement as a docker-executor job (read-only, unprivileged, no network)."""
+    job = _worker_job(tmp_path, "pass-01-baseline", TINY)
+    outcome = SlurmExecutor(image=cpu_image, shared_root=tmp_path).run_job(job)
+    log = outcome.log_path.read_text()
+    assert outcome.ok, log
+    assert "--read-only" in log and "--network none" in log and "--cap-drop ALL" in log
+    rows = (job.out_dir / "benchmark.csv").read_text().splitlines()
+    assert rows[1].startswith("tiny,1,16,64,64,PASS")
+    provenance = json.loads((job.out_dir / "provenance.json").read_text())
+    assert provenance["expected_root"] == "/workspace/target" and provenance["error"] is None

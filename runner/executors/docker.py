@@ -54,34 +54,43 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import shlex
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
 import runner
 from runner.core import processes as cmd
-from runner.core.errors import CommandFailed, ConfigError, InfrastructureError
+from runner.core.errors import CommandFailed, InfrastructureError
 from runner.core.spec import write_json_atomic
 from runner.executors.base import BuildJob, BuiltRole, JobOutcome, RoleBuildFailed, WorkerJob
+from runner.executors.container import (
+    CONTAINER_OUT,
+    CONTAINER_SPEC,
+    CONTAINER_TARGET,
+    DEFAULT_PIDS_LIMIT,
+    KFD_TOPOLOGY,
+    GpuRequest,
+    SourceMode,
+    bind_mount,
+    containment_args,
+    job_script,
+    resolve_source_mode,
+    safe_name,
+    translate_env,
+)
 from runner.executors.local import SOURCE_ENV
 from runner.store.leases import held_fds
 
 log = logging.getLogger("runner.executors.docker")
 
-CONTAINER_TARGET = "/workspace/target"
-CONTAINER_SPEC = "/workspace/spec.json"
-CONTAINER_OUT = "/out"
 CONTAINER_INCOMING = "/workspace/incoming"
 BUILD_REPO = "turbo-campaign-build"
-VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 TRITON_CACHE = "/cache/triton"
 CCACHE = "/cache/ccache"
 KEEP_ENV = "CAMPAIGN_KEEP_CONTAINERS"
@@ -90,180 +99,6 @@ TIMEOUT_RETURNCODE = 124
 LOG_NAME = "container.log"
 IMAGE_RECORD = "image.json"
 RUN_RECORD = "docker_run.txt"
-
-SourceMode = Literal["auto", "mount", "copy"]
-_UNSAFE_NAME = re.compile(r"[^a-zA-Z0-9_.-]+")
-
-
-KFD_TOPOLOGY = "/sys/devices/virtual/kfd/kfd/topology/nodes"
-GPU_GROUPS = ("video", "render")
-
-
-@dataclass(frozen=True)
-class GpuRequest:
-    """The GPU(s) leased to one job, and the container settings that go with them.
-
-    AMD: ``render_nodes`` are the numbers N of ``/dev/dri/renderD<N>`` of the leased
-    GPUs (ROCm sees only the GPUs whose render node the container can open, so inside
-    the container they are numbered from 0); ``group_ids`` the host's numeric ``video``
-    and ``render`` groups (a non-root user in the image needs them to open the nodes);
-    ``shm_size``, ``memory`` and ``pids_limit`` the container's limits (None: docker's
-    default).  ``GpuRequest.amd`` reads all of it from the host.  NVIDIA: ``indices``
-    as in nvidia-smi.  The wall-time limit is the job's ``timeout_s`` (``docker kill``).
-    """
-
-    vendor: Literal["amd", "nvidia"]
-    indices: tuple[int, ...]
-    render_nodes: tuple[int, ...] = ()
-    group_ids: tuple[int, ...] = ()
-    shm_size: str | None = None
-    memory: str | None = None
-    pids_limit: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.vendor not in ("amd", "nvidia"):
-            raise ConfigError(f"GPU vendor {self.vendor!r}: use 'amd' or 'nvidia'")
-        if not self.indices:
-            raise ConfigError("a GPU request needs at least one GPU index")
-        if self.vendor == "amd" and len(self.render_nodes) != len(self.indices):
-            raise ConfigError(
-                f"AMD GPUs {list(self.indices)} need one render node each (got "
-                f"{list(self.render_nodes)}); read them from {KFD_TOPOLOGY}"
-                "/*/properties (drm_render_minor) or `amd-smi list`"
-            )
-
-    @classmethod
-    def amd(
-        cls,
-        indices: Sequence[int],
-        *,
-        topology_root: str | Path = KFD_TOPOLOGY,
-        group_file: str | Path = "/etc/group",
-        shm_size: str | None = "16g",
-        memory: str | None = None,
-        pids_limit: int | None = 4096,
-    ) -> GpuRequest:
-        """An AMD request from the host: render nodes from the KFD topology, the
-        ``video``/``render`` group ids from ``group_file``."""
-        nodes = render_nodes_for(indices, topology_root)
-        return cls(
-            "amd",
-            tuple(indices),
-            tuple(int(n.removeprefix("/dev/dri/renderD")) for n in nodes),
-            tuple(host_group_ids(GPU_GROUPS, group_file)),
-            shm_size,
-            memory,
-            pids_limit,
-        )
-
-    @classmethod
-    def for_job(
-        cls,
-        gpus: Sequence[int],
-        vendor: Literal["amd", "nvidia"],
-        *,
-        topology_root: str | Path = KFD_TOPOLOGY,
-        group_file: str | Path = "/etc/group",
-    ) -> GpuRequest:
-        """The request for the host GPUs leased to one job."""
-        if vendor == "amd":
-            return cls.amd(gpus, topology_root=topology_root, group_file=group_file)
-        return cls("nvidia", tuple(gpus))
-
-    def inside_env(self) -> dict[str, str]:
-        """Visibility inside the container: it sees only the leased GPUs, numbered from
-        0, so every selector names 0..n-1 (the host numbers would hide them)."""
-        inside = ",".join(str(i) for i in range(len(self.indices)))
-        if self.vendor == "nvidia":
-            return {"CUDA_VISIBLE_DEVICES": inside}
-        return {key: inside for key in VISIBILITY}
-
-    def docker_args(self) -> list[str]:
-        """Only the device nodes this lease needs, plus the AMD container settings."""
-        if self.vendor == "nvidia":
-            devices = ",".join(str(i) for i in self.indices)
-            # --gpus splits on commas: several devices need the value quoted.
-            value = f"device={devices}" if len(self.indices) == 1 else f'"device={devices}"'
-            return ["--gpus", value, *self._limits()]
-        args = ["--device", "/dev/kfd"]
-        for node in self.render_nodes:
-            args += ["--device", f"/dev/dri/renderD{node}"]
-        for gid in self.group_ids:
-            args += ["--group-add", str(gid)]
-        # AMD's documented run settings: RCCL/HIP IPC needs the host IPC namespace; the
-        # NUMA memory-policy syscalls (CPU/GPU affinity) need seccomp unconfined.
-        args += ["--ipc=host", "--security-opt", "seccomp=unconfined"]
-        return [*args, *self._limits()]
-
-    def _limits(self) -> list[str]:
-        args = []
-        if self.shm_size:
-            args += ["--shm-size", self.shm_size]
-        if self.memory:
-            args += ["--memory", self.memory]
-        if self.pids_limit is not None:
-            args += ["--pids-limit", str(self.pids_limit)]
-        return args
-
-
-def render_nodes_for(
-    gpu_indices: Sequence[int], topology_root: str | Path = KFD_TOPOLOGY
-) -> list[str]:
-    """``/dev/dri/renderD<minor>`` of each GPU index, from the KFD topology.
-
-    Each ``<topology_root>/<node>/`` holds ``gpu_id`` (0 for a CPU node) and
-    ``properties`` (``key value`` lines, among them ``drm_render_minor``; a ``gpu_id``
-    line there is read when the file is missing).  GPU index i is the i-th node (in
-    node-number order) with a non-zero ``gpu_id``, the order ROCm enumerates them.
-    """
-    root = Path(topology_root)
-    if not root.is_dir():
-        raise InfrastructureError(
-            f"no KFD topology at {root}: is the amdgpu driver loaded (ls /dev/kfd)?"
-        )
-    minors = []
-    nodes = sorted((p for p in root.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-    for node in nodes:
-        props = _properties(node / "properties")
-        if (node / "gpu_id").is_file():
-            props["gpu_id"] = int((node / "gpu_id").read_text(encoding="utf-8").strip() or 0)
-        if props.get("gpu_id", 0) != 0:
-            minors.append(props.get("drm_render_minor"))
-    wanted = []
-    for i in gpu_indices:
-        if not 0 <= i < len(minors):
-            raise ConfigError(f"GPU {i}: the KFD topology at {root} lists {len(minors)} GPUs")
-        minor = minors[i]
-        if minor is None:
-            raise InfrastructureError(f"GPU {i} has no drm_render_minor in {root}")
-        wanted.append(f"/dev/dri/renderD{minor}")
-    return wanted
-
-
-def _properties(path: Path) -> dict[str, int]:
-    props: dict[str, int] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        key, _, value = line.strip().partition(" ")
-        if value.strip().lstrip("-").isdigit():
-            props[key] = int(value)
-    return props
-
-
-def host_group_ids(names: Sequence[str], group_file: str | Path = "/etc/group") -> list[int]:
-    """Numeric ids of the groups ``names`` on the host (missing groups are skipped: the
-    container gets the host's numbers, which its own /etc/group may not know)."""
-    ids: dict[str, int] = {}
-    for line in Path(group_file).read_text(encoding="utf-8").splitlines():
-        fields = line.split(":")
-        if len(fields) >= 3 and fields[2].isdigit():
-            ids.setdefault(fields[0], int(fields[2]))
-    return [ids[n] for n in names if n in ids]
-
-
-def safe_name(text: str) -> str:
-    """``text`` made valid for a docker container or volume name."""
-    cleaned = _UNSAFE_NAME.sub("-", text).strip("-.")
-    return cleaned or "job"
 
 
 def container_name(job_name: str) -> str:
@@ -276,88 +111,7 @@ def cache_volumes(campaign: str) -> dict[str, str]:
     return {f"{prefix}-triton": TRITON_CACHE, f"{prefix}-ccache": CCACHE}
 
 
-def resolve_source_mode(job: WorkerJob, mode: SourceMode) -> Literal["mount", "copy"]:
-    if mode == "auto":
-        return "copy" if job.prepare else "mount"
-    if mode == "mount" and job.prepare:
-        raise ConfigError(
-            f"job {job.name}: prepare commands write into the source tree, which a "
-            "read-only mount forbids; use source_mode='copy' or 'auto'"
-        )
-    return mode
-
-
-def translate_path(value: str, mapping: Mapping[str, str]) -> str:
-    """Rewrite each ``os.pathsep``-separated entry that lies under a host path."""
-    parts = []
-    for part in value.split(os.pathsep):
-        for host, inside in mapping.items():
-            if part == host or part.startswith(host + "/"):
-                part = inside + part[len(host) :]
-                break
-        parts.append(part)
-    return os.pathsep.join(parts)
-
-
-def translate_env(job: WorkerJob) -> dict[str, str]:
-    """``job.env`` with host paths (source, spec, out) replaced by container paths."""
-    mapping = {
-        os.fspath(job.source_dir.resolve()): CONTAINER_TARGET,
-        os.fspath(job.source_dir): CONTAINER_TARGET,
-        os.fspath(job.spec_path): CONTAINER_SPEC,
-        os.fspath(job.out_dir): CONTAINER_OUT,
-    }
-    return {key: translate_path(value, mapping) for key, value in job.env.items()}
-
-
-def job_script(job: WorkerJob, command: Sequence[str]) -> list[str]:
-    """``sh -c`` running the prepare commands, then exec-ing the worker command."""
-    lines = ["set -e", f"mkdir -p {CONTAINER_OUT}"]
-    lines += [shlex.join(step) for step in job.prepare]
-    lines.append("exec " + shlex.join(command))
-    return ["sh", "-c", "\n".join(lines)]
-
-
-CONTAINER_SCRATCH = "/tmp"
-NOBODY = "65534:65534"
-DEFAULT_PIDS_LIMIT = 4096
-DEFAULT_MEMORY = "64g"
-SCRATCH_SIZE = "4g"
 PID_LABEL = "turbo-campaign.pid"
-
-
-def worker_user() -> str:
-    """The container user of a measuring job: the host user (so the files it writes in
-    the out folder are the host user's), or ``nobody`` when the host user is root."""
-    uid, gid = os.getuid(), os.getgid()
-    return NOBODY if uid == 0 else f"{uid}:{gid}"
-
-
-def containment_args(
-    job: WorkerJob, gpu: GpuRequest | None, mode: Literal["mount", "copy"]
-) -> tuple[list[str], dict[str, str]]:
-    """The confinement of one job's container (argv options, environment).
-
-    Every job: no capabilities, ``no-new-privileges``, pids and memory limits (unless
-    the GPU request sets its own), the spec mounted read-only and the out folder the
-    only writable host path.  A measuring/test job (``mode == "mount"``: the source is
-    a read-only mount) also runs as an unprivileged user on a read-only root
-    filesystem, with a private tmpfs at ``/tmp`` (HOME) for scratch.  ROCm keeps what
-    it needs from ``GpuRequest.docker_args`` (device nodes, video/render groups)."""
-    args = ["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
-    gpu_args = gpu.docker_args() if gpu is not None else []
-    if "--pids-limit" not in gpu_args:
-        args += ["--pids-limit", str(DEFAULT_PIDS_LIMIT)]
-    if "--memory" not in gpu_args:
-        args += ["--memory", DEFAULT_MEMORY]
-    args += ["--mount", _bind_mount(job.spec_path, CONTAINER_SPEC)]
-    args += ["--mount", _bind_mount(job.out_dir, CONTAINER_OUT, readonly=False)]
-    env: dict[str, str] = {}
-    if mode == "mount":
-        args += ["--user", worker_user(), "--read-only"]
-        args += ["--tmpfs", f"{CONTAINER_SCRATCH}:rw,nosuid,nodev,exec,size={SCRATCH_SIZE}"]
-        env["HOME"] = CONTAINER_SCRATCH
-    return args, env
 
 
 def docker_create_args(
@@ -389,7 +143,7 @@ def docker_create_args(
     if job.built is not None and job.built.image:
         image = job.built.image  # the role's built tree is in its image: nothing over it
     elif mode == "mount":
-        args += ["--mount", _bind_mount(job.source_dir, CONTAINER_TARGET)]
+        args += ["--mount", bind_mount(job.source_dir, CONTAINER_TARGET)]
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     env[SOURCE_ENV] = CONTAINER_TARGET  # the worker checks it measures this tree
     env |= translate_env(job)
@@ -478,13 +232,6 @@ def docker_run_line(job: WorkerJob, create_args: Sequence[str], image: str) -> s
         )
     lines.append(shlex.join(run))
     return "\n".join(lines) + "\n"
-
-
-def _bind_mount(source: Path, target: str, *, readonly: bool = True) -> str:
-    path = os.fspath(source.resolve())
-    if "," in path:
-        raise ConfigError(f"path {path!r} contains a comma; move it (it is bind-mounted)")
-    return f"type=bind,source={path},target={target}" + (",readonly" if readonly else "")
 
 
 def docker(args: Sequence[str], *, timeout: float | None = None) -> str:

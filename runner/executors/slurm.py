@@ -43,18 +43,29 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from runner.core import processes as cmd
 from runner.core.errors import ConfigError, InfrastructureError
 from runner.core.spec import write_json_atomic
 from runner.executors.base import BuildJob, BuiltRole, JobOutcome, WorkerJob
+from runner.executors.container import (
+    CONTAINER_OUT,
+    CONTAINER_SPEC,
+    CONTAINER_SRC,
+    CONTAINER_TARGET,
+    VISIBILITY,
+    bind_mount,
+    containment_args,
+    safe_name,
+    translate_env,
+)
 from runner.executors.local import SOURCE_ENV, clean_env
 from runner.executors.slurm_parse import (
     BAD_STATES,
     all_final,
     parse_job_id,
     parse_scontrol,
-    safe_name,
     state_by_task,
 )
 
@@ -67,16 +78,13 @@ LOG_NAME = "job.log"
 LOST_RC = 125  # no exit record: cancelled, timed out, node lost before the worker ended
 NO_CSV_RC = 126  # the worker said 0 but left no benchmark.csv
 STATE_RC = 1  # Slurm says the job failed although the worker's record says 0
-CONTAINER_SRC = "/workspace/src"
-CONTAINER_TARGET = "/workspace/target"
-CONTAINER_SPEC = "/workspace/spec.json"
-CONTAINER_OUT = "/out"
-_VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 _IMAGE_GPU_ARGS = {
     "none": "",
     # Slurm's gres sets these in the task; docker must hand the same GPUs on.
     "nvidia": '--gpus "\\"device=${CUDA_VISIBLE_DEVICES}\\""',
+    # the node's numeric video/render groups, so the unprivileged user opens the nodes
     "amd": "--device /dev/kfd --device /dev/dri "
+    '$(for g in video render; do getent group "$g" | cut -d: -f3 | sed "s/^/--group-add /"; done) '
     '-e "ROCR_VISIBLE_DEVICES=${ROCR_VISIBLE_DEVICES:-}"',
 }
 
@@ -130,7 +138,7 @@ def task_env(job: WorkerJob) -> dict[str, str]:
     """The local executor's clean environment, minus the submitting shell's GPU
     visibility (on a cluster, Slurm's ``--gres`` decides which GPUs a task sees)."""
     env = clean_env(job)
-    for key in _VISIBILITY:
+    for key in VISIBILITY:
         if key not in job.env:
             env.pop(key, None)
     return env
@@ -174,30 +182,26 @@ def _native_body(job: WorkerJob, python: str) -> list[str]:
     return lines
 
 
-def container_env(job: WorkerJob) -> dict[str, str]:
-    """``job.env`` with the source tree's host path replaced by the container's."""
-    host = os.fspath(job.source_dir)
-    env = {}
-    for key, value in job.env.items():
-        parts = [
-            CONTAINER_TARGET + p[len(host) :] if p.startswith(host) else p
-            for p in value.split(os.pathsep)
-        ]
-        env[key] = os.pathsep.join(parts)
-    env[SOURCE_ENV] = CONTAINER_TARGET
-    return env
-
-
 def docker_run_line(job: WorkerJob, image: str, image_gpus: str = "none") -> str:
-    """The ``docker run`` shell line of an image task (pure).  No network, never
-    pulls, source read-only (copied inside the container first when ``prepare``
-    writes into it), artifacts straight into the shared ``out_dir``."""
-    src = CONTAINER_SRC if job.prepare else CONTAINER_TARGET
+    """The ``docker run`` shell line of an image task (pure): the docker executor's
+    container (``runner.executors.container``: no network, never pulls, no
+    capabilities, limits, the spec read-only and the out folder the only writable host
+    path; a measuring job read-only as an unprivileged user), the source tree mounted
+    read-only (copied inside first when ``prepare`` writes into it), plus the GPUs
+    Slurm's gres gave the task."""
+    mode: Literal["mount", "copy"] = "copy" if job.prepare else "mount"
     args = ["docker", "run", "--rm", "--init", "--pull", "never", "--network", "none"]
-    args += ["-v", f"{os.fspath(job.source_dir)}:{src}:ro"]
-    args += ["-v", f"{os.fspath(job.spec_path)}:{CONTAINER_SPEC}:ro"]
-    args += ["-v", f"{os.fspath(job.out_dir)}:{CONTAINER_OUT}", "-w", CONTAINER_TARGET]
-    for key, value in sorted(container_env(job).items()):
+    args += ["--workdir", CONTAINER_TARGET]
+    confine, env = containment_args(job, None, mode)
+    args += confine
+    if mode == "copy":
+        args += ["--mount", bind_mount(job.source_dir, CONTAINER_SRC)]
+    else:
+        args += ["--mount", bind_mount(job.source_dir, CONTAINER_TARGET)]
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env[SOURCE_ENV] = CONTAINER_TARGET  # the worker checks it measures this tree
+    env |= translate_env(job)
+    for key, value in sorted(env.items()):
         args += ["-e", f"{key}={value}"]
     inner = [f"mkdir -p {CONTAINER_TARGET}"]
     if job.prepare:
@@ -214,6 +218,9 @@ def docker_run_line(job: WorkerJob, image: str, image_gpus: str = "none") -> str
 
 def _image_body(job: WorkerJob, image: str, image_gpus: str) -> list[str]:
     return [
+        # a measuring container runs unprivileged (nobody when the task is root): it
+        # must be able to write its artifacts into the out folder
+        'chmod a+rwx "$out"',
         'ctr="tc-${SLURM_JOB_ID:-0}-$$"',
         "trap 'docker rm -f \"$ctr\" >/dev/null 2>&1' TERM",
         f"echo '$ '{shlex.quote(docker_run_line(job, image, image_gpus))}",
@@ -481,4 +488,4 @@ class SlurmExecutor:
 
 
 def _job_name(name: str) -> str:
-    return f"tc-{safe_name(name)}-{uuid.uuid4().hex[:8]}"
+    return f"tc-{safe_name(name, 60)}-{uuid.uuid4().hex[:8]}"

@@ -21,7 +21,6 @@ BAD_STATES = frozenset(
 )
 FINAL_STATES = BAD_STATES | {"COMPLETED"}
 _JOB_ID = re.compile(r"^(\d+)(?:;\S+)?$")
-_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
 
 
 def parse_job_id(output: str) -> str | None:
@@ -60,11 +59,6 @@ def state_by_task(jobs: list[dict[str, str]]) -> dict[str | None, str]:
         task = job.get("ArrayTaskId")
         states[task] = job.get("JobState", "UNKNOWN")
     return states
-
-
-def safe_name(text: str) -> str:
-    """``text`` made safe for a Slurm job name (and a file name)."""
-    return _UNSAFE.sub("-", text).strip("-.")[:60] or "job"
 
 
 def all_final(states: dict[str | None, str]) -> bool:
