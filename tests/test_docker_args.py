@@ -15,6 +15,7 @@ from runner.cli import cli
 from runner.core.errors import CommandFailed, ConfigError, InfrastructureError
 from runner.executors import container as cx
 from runner.executors import docker as dx
+from runner.executors import docker_args as da
 from runner.executors.base import WorkerJob
 from runner.portable.images import ImageRequest, rocm_build_args
 
@@ -75,7 +76,7 @@ HOME = ["-e", "HOME=/tmp"]
 
 def test_cpu_job_argv_mounts_the_tree_read_only(tmp_path: Path) -> None:
     job = make_job(tmp_path, env={"PYTHONPATH": f"{tmp_path}/wt/src"})
-    args = dx.docker_create_args(job, "img:1", None, name="ctr", campaign="c1")
+    args = da.docker_create_args(job, "img:1", None, name="ctr", campaign="c1")
     assert args == [
         "docker", "create", "--name", "ctr", *COMMON, *labels(job), *confine(job, True),
         *CACHES, "--mount", f"type=bind,source={tmp_path}/wt,target=/workspace/target,readonly",
@@ -95,7 +96,7 @@ def test_amd_job_with_prepare_copies_the_tree_and_passes_only_its_render_node(
         prepare=(("pip", "install", "--no-build-isolation", "-e", "."),),
         env={"PRIMUS_TURBO_GEMM_BACKEND": "TRITON"},
     )
-    args = dx.docker_create_args(job, "rocm:1", gpu, name="ctr", campaign="c1", caches=False)
+    args = da.docker_create_args(job, "rocm:1", gpu, name="ctr", campaign="c1", caches=False)
     script = (
         "set -e\nmkdir -p /out\npip install --no-build-isolation -e .\n"
         "exec python3 -m runner.worker /workspace/spec.json /out"
@@ -114,7 +115,7 @@ def test_amd_job_with_prepare_copies_the_tree_and_passes_only_its_render_node(
 def test_nvidia_job_argv(tmp_path: Path, indices: tuple[int, ...], value: str) -> None:
     job = make_job(tmp_path)
     gpu = cx.GpuRequest("nvidia", indices)
-    args = dx.docker_create_args(
+    args = da.docker_create_args(
         job, "img", gpu, name="ctr", campaign="c1", caches=False, source_mode="copy"
     )
     assert args == [
@@ -154,14 +155,14 @@ def test_custom_command_and_quoted_prepare(tmp_path: Path) -> None:
 def test_prepare_with_a_read_only_mount_is_refused(tmp_path: Path) -> None:
     job = make_job(tmp_path, prepare=(("make",),))
     with pytest.raises(ConfigError, match="source_mode='copy'"):
-        dx.docker_create_args(job, "img", None, name="c", campaign="c1", source_mode="mount")
+        da.docker_create_args(job, "img", None, name="c", campaign="c1", source_mode="mount")
 
 
 def test_names_are_unique_and_docker_safe() -> None:
-    a, b = dx.container_name("pass 01/cand"), dx.container_name("pass 01/cand")
+    a, b = da.container_name("pass 01/cand"), da.container_name("pass 01/cand")
     assert a != b
     assert a.startswith("turbo-campaign-pass-01-cand-") and len(a) == len(b)
-    assert dx.cache_volumes("gemm_fp8 x") == {
+    assert da.cache_volumes("gemm_fp8 x") == {
         "turbo-campaign-gemm_fp8-x-triton": "/cache/triton",
         "turbo-campaign-gemm_fp8-x-ccache": "/cache/ccache",
     }
@@ -329,8 +330,8 @@ def test_interrupt_during_the_run_still_removes_the_container(
 
 def test_docker_run_line_is_the_create_argv_as_one_run(tmp_path: Path) -> None:
     job = make_job(tmp_path)
-    create = dx.docker_create_args(job, "img:1", None, name="ctr", campaign="c1", caches=False)
-    line = dx.docker_run_line(job, create, "img:1")
+    create = da.docker_create_args(job, "img:1", None, name="ctr", campaign="c1", caches=False)
+    line = da.docker_run_line(job, create, "img:1")
     head, run = line.rstrip("\n").split("\n", 1)
     assert (
         head
@@ -342,12 +343,12 @@ def test_docker_run_line_is_the_create_argv_as_one_run(tmp_path: Path) -> None:
         *HOME, "-e", "PYTHONDONTWRITEBYTECODE=1", *SOURCE_ENV, "img:1", "sh", "-c", SCRIPT,
     ])  # fmt: skip
     copied = make_job(tmp_path, prepare=(("make",),))
-    create = dx.docker_create_args(copied, "img:1", None, name="c", campaign="c1", caches=False)
-    lines = dx.docker_run_line(copied, create, "img:1").split("\n", 2)
+    create = da.docker_create_args(copied, "img:1", None, name="c", campaign="c1", caches=False)
+    lines = da.docker_run_line(copied, create, "img:1").split("\n", 2)
     assert "was copied to /workspace/target (docker cp)" in lines[1]
     assert lines[2].startswith("docker run --rm --init ")
     with pytest.raises(ValueError, match="not a docker create argv"):
-        dx.docker_run_line(job, create, "other:2")
+        da.docker_run_line(job, create, "other:2")
 
 
 TOPOLOGY = Path(__file__).resolve().parent / "data" / "kfd_topology"
@@ -378,7 +379,7 @@ def test_amd_argv_for_two_gpus_of_the_sample_topology(tmp_path: Path) -> None:
     )
     assert gpu == cx.GpuRequest("amd", (2, 5), (144, 168), (44, 993), "16g", "64g", 4096)
     job = make_job(tmp_path)
-    args = dx.docker_create_args(
+    args = da.docker_create_args(
         job, "rocm:1", gpu, name="ctr", campaign="c1", caches=False, source_mode="copy"
     )
     assert args == [
@@ -496,7 +497,7 @@ def test_build_container_argv_replaces_the_image_tree_with_a_writable_copy(
         commands=(("pip", "install", "--no-build-isolation", "-e", "."),),
         env={"GPU_ARCHS": "gfx942"}, reason="rebuilt",
     )  # fmt: skip
-    args = dx.build_create_args(build, "rocm:1", name="b", campaign="c1")
+    args = da.build_create_args(build, "rocm:1", name="b", campaign="c1")
     assert args == [
         "docker", "create", "--name", "b", "--init", "--pull", "never", "--network", "none",
         "--workdir", "/", "--label", "turbo-campaign.campaign=c1",
@@ -517,7 +518,7 @@ def test_reuse_lays_only_the_changed_files_over_the_other_roles_image(tmp_path: 
                     image="turbo-campaign-build/c1:r3-incumbent-1")  # fmt: skip
     build = BuildJob("candidate", 3, tmp_path / "wt", tmp_path / "out", reuse=inc,
                      changed=("pkg/ops.py",), reason="reused")  # fmt: skip
-    args = dx.build_create_args(build, "rocm:1", name="b", campaign="c1", caches=False)
+    args = da.build_create_args(build, "rocm:1", name="b", campaign="c1", caches=False)
     assert args[-4] == "turbo-campaign-build/c1:r3-incumbent-1"
     assert args[-1] == (
         "set -e\ncd /\nif [ -e /workspace/incoming/pkg/ops.py ]; then mkdir -p "
@@ -533,7 +534,7 @@ def test_a_job_on_a_built_role_runs_its_image_with_nothing_over_the_tree(tmp_pat
     built = BuiltRole("incumbent", tmp_path / "wt", True, "rebuilt", tmp_path / "l", 1.0,
                       image="turbo-campaign-build/c1:r2-incumbent-9")  # fmt: skip
     job = make_job(tmp_path, built=built)
-    args = dx.docker_create_args(job, "rocm:1", None, name="ctr", campaign="c1", caches=False)
+    args = da.docker_create_args(job, "rocm:1", None, name="ctr", campaign="c1", caches=False)
     assert args == [
         "docker", "create", "--name", "ctr", *COMMON, *labels(job), *confine(job, True),
         *HOME, *SOURCE_ENV, "turbo-campaign-build/c1:r2-incumbent-9", "sh", "-c", SCRIPT,

@@ -23,26 +23,22 @@ from runner.core import processes as cmd
 from runner.core.errors import ConfigError, InfrastructureError
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings, save_spec
-from runner.executors import slurm
+from runner.executors import slurm_scripts
 from runner.executors.base import WorkerJob
 from runner.executors.container import containment_args, safe_name
-from runner.executors.slurm import (
-    LOST_RC,
-    NO_CSV_RC,
-    STATE_RC,
-    SlurmExecutor,
-    SlurmSettings,
-    array_script,
-    docker_run_line,
-    sbatch_args,
-    task_returncode,
-    task_script,
-)
+from runner.executors.slurm import LOST_RC, NO_CSV_RC, STATE_RC, SlurmExecutor, task_returncode
 from runner.executors.slurm_parse import (
     all_final,
     parse_job_id,
     parse_scontrol,
     state_by_task,
+)
+from runner.executors.slurm_scripts import (
+    SlurmSettings,
+    array_script,
+    docker_run_line,
+    sbatch_args,
+    task_script,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +81,7 @@ def _job(tmp: Path, **kw: object) -> WorkerJob:
 
 
 def test_task_script_native(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(slurm, "clean_env", lambda job: {"PATH": "/bin", **job.env})
+    monkeypatch.setattr(slurm_scripts, "clean_env", lambda job: {"PATH": "/bin", **job.env})
     job = _job(Path("/shared/r"), prepare=(("pip", "install", "-e", "."),))
     text = task_script(job, python="/venv/bin/python")
     lines = text.splitlines()
@@ -108,7 +104,7 @@ def test_task_script_native(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_task_env_drops_the_submitters_gpu_visibility(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "3")
-    env = slurm.task_env(_job(Path("/s"), env={"HIP_VISIBLE_DEVICES": "0"}))
+    env = slurm_scripts.task_env(_job(Path("/s"), env={"HIP_VISIBLE_DEVICES": "0"}))
     assert "CUDA_VISIBLE_DEVICES" not in env and "ROCR_VISIBLE_DEVICES" not in env
     assert env["HIP_VISIBLE_DEVICES"] == "0" and env["TURBO_CAMPAIGN_SOURCE"] == "/s/tree"
 
