@@ -85,6 +85,15 @@ def test_every_module_belongs_to_a_side() -> None:
     assert len(list(RUNNER.glob("*.py"))) <= 15
 
 
+def test_no_module_is_over_450_lines() -> None:
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in RUNNER.rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 450
+    }
+    assert long == {}, "split it along what its parts hold (docs/architecture.md §4)"
+
+
 def test_the_worker_side_imports_without_pydantic_and_host_libraries() -> None:
     done = blocked_run(HOST_ONLY, ",".join(WORKER_SIDE))
     assert done.returncode == 0, done.stdout + done.stderr

@@ -11,6 +11,7 @@ from runner.cli.app import App
 from runner.cli.options import campaign_option, executor_override_option, gpus_option
 from runner.core.errors import ConfigError, InfrastructureError, RolledBack
 from runner.core.outcomes import RoundResult, Status
+from runner.core.timestamps import name_stamp
 from runner.executors.factory import make_executor
 from runner.flow.baseline import run_baseline
 from runner.flow.rounds import Request, validate_round
@@ -34,7 +35,7 @@ def _new_campaign(app: App, opts: dict[str, Any]) -> Campaign:
     if source is None:
         if opts["target"] != "example":
             raise ConfigError("--source is required for the primus-turbo target (your checkout)")
-        stamp = click.get_current_context().meta.setdefault("stamp", _stamp())
+        stamp = click.get_current_context().meta.setdefault("stamp", name_stamp())
         source = fresh_example_copy(app.campaigns_root / "sources" / f"example-{stamp}")
     return create_campaign(
         app.campaigns_root,
@@ -48,12 +49,6 @@ def _new_campaign(app: App, opts: dict[str, Any]) -> Campaign:
         executor=opts.get("executor"),
         image=opts.get("image"),
     )
-
-
-def _stamp() -> str:
-    from datetime import datetime
-
-    return datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
 def print_result(result: RoundResult, campaign: Campaign) -> None:

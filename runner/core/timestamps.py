@@ -1,11 +1,14 @@
-"""The one timestamp format of every record: local time to the minute
-(``YYYY-MM-DD HH:MM``, docs/protocol.md §2.1)."""
+"""The timestamp formats: every record's, local time to the minute
+(``YYYY-MM-DD HH:MM``, docs/protocol.md §2.1); a second-resolution form for progress
+records (``at`` of an unfinished round); and a compact one for file and folder names."""
 
 from __future__ import annotations
 
 import datetime as dt
 
 MINUTE_FORMAT = "%Y-%m-%d %H:%M"
+SECOND_FORMAT = "%Y-%m-%d %H:%M:%S"
+NAME_FORMAT = "%Y%m%d-%H%M%S"
 
 
 def now_minute() -> str:
@@ -20,3 +23,13 @@ def is_minute_stamp(text: str) -> bool:
     except ValueError:
         return False
     return parsed.strftime(MINUTE_FORMAT) == text
+
+
+def now_second() -> str:
+    """Now, local time, to the second (progress records)."""
+    return dt.datetime.now().strftime(SECOND_FORMAT)
+
+
+def name_stamp() -> str:
+    """Now, local time, compact, for a file or folder name (``20261130-161600``)."""
+    return dt.datetime.now().strftime(NAME_FORMAT)

@@ -8,10 +8,10 @@ lineage head in fresh processes.  Ends by printing ``campaign: <path>``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 
 from runner.core.outcomes import RoundResult
+from runner.core.timestamps import name_stamp
 from runner.executors.local import LocalExecutor
 from runner.flow.baseline import run_baseline
 from runner.flow.new_campaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
@@ -60,7 +60,7 @@ def demo_manifest_fields(source: Path, stamp: str, device: str) -> dict[str, obj
 def run_demo(
     root: Path, say: Callable[[str], None] = print, *, device: str = "cpu", passes: int = 3
 ) -> tuple[Campaign, list[RoundResult]]:
-    stamp = datetime.now().strftime("%Y%m%d_%H%M%S")
+    stamp = name_stamp().replace("-", "_")
     source = fresh_example_copy(root / "sources" / f"demo-{stamp}")
     say(f"demo: fresh git copy of the example package at {source}")
     campaign = create_campaign(root, **demo_manifest_fields(source, stamp, device))

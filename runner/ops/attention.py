@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from runner.core.shapes import ATTENTION_BWD_RATIO
 from runner.ops.base import (
     Case,
     CheckResult,
@@ -35,7 +36,6 @@ from runner.ops.base import (
 )
 
 SNR_THRESHOLD = 30.0
-BWD_RATIO = 2.5
 Tensors = tuple[torch.Tensor, ...]
 
 
@@ -71,7 +71,7 @@ class AttentionOp(OpAdapter):
         flops = shape.flops_fwd
         refs = {"forward": (("out",), ref[:1]), "backward": (("dq", "dk", "dv"), ref[1:])}
         verify = snr_verifier(refs, _snr_problems)
-        return Case(forward, backward, flops, BWD_RATIO * flops, verify=verify)
+        return Case(forward, backward, flops, ATTENTION_BWD_RATIO * flops, verify=verify)
 
     def fresh_step(self, shape: Any, device: str, seed: int) -> FreshStep:
         """A training step: q, k, v and grad_out are activations, new values on new

@@ -26,7 +26,6 @@ import re
 import shutil
 import signal
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 
 from runner.core.errors import CommandFailed
 from runner.core.processes import run
+from runner.core.timestamps import now_second
 from runner.store.appendlog import write_atomic
 
 JOB_PREFIX = "turbo-campaign-job-"
@@ -135,7 +135,7 @@ def note_step(round_dir: Path, step: str) -> None:
     except (OSError, ValueError):
         old = {}
     started = old.get("started") if old.get("pid") == os.getpid() else None
-    now = time.strftime("%Y-%m-%d %H:%M:%S")
+    now = now_second()
     record = {"pid": os.getpid(), "step": step, "at": now, "started": started or now}
     write_atomic(path, json.dumps(record) + "\n")
 
