@@ -8,11 +8,14 @@ from typing import Any, TypeVar
 
 import click
 
+from runner.executors.factory import EXECUTORS
+
 F = TypeVar("F", bound=Callable[..., Any])
 
-# The executors a manifest may name (``Manifest.executor``; a test keeps the two equal).
-EXECUTOR_NAMES = ("local", "docker", "slurm")
-_EXECUTORS_TEXT = "local, docker or slurm"
+# The executors by name (``runner.executors.factory.EXECUTORS``; a test keeps them equal
+# to the names ``Manifest.executor`` accepts).
+EXECUTOR_NAMES = tuple(EXECUTORS)
+_EXECUTORS_TEXT = ", ".join(EXECUTOR_NAMES[:-1]) + " or " + EXECUTOR_NAMES[-1]
 
 campaign_option: Callable[[F], F] = click.option(
     "--campaign",
