@@ -230,6 +230,8 @@ def test_cli_validate_gpus_leases_and_shards(tmp_path: Path) -> None:
         assert meta["visible_devices"]["CUDA_VISIBLE_DEVICES"] == d[-1]
     merged = read_csv(art / "passes" / "pass-01-incumbent" / "benchmark.csv")
     assert merged.labels() == [s.label for s in Campaign.load(root).load_result(1).score.shapes]
+    samples = json.loads((art / "passes" / "pass-01-incumbent" / "samples.json").read_text())
+    assert sorted(samples["shapes"]) == sorted(merged.labels())  # every shard's records
     assert (art / "turns-gpu0.jsonl").is_file() and (art / "turns-gpu1.jsonl").is_file()
 
 

@@ -3,6 +3,7 @@ and a real run of workers in parallel processes (CPU)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -104,6 +105,31 @@ def test_merge_restores_the_original_order_bit_for_bit(tmp_path: Path) -> None:
     assert merged.header == GEMM_SCHEMA.header == first.header
     src = {r.label: r.values for c in (read_csv(a), read_csv(b)) for r in c.rows}
     assert all(r.values == src[r.label] for r in merged.rows)
+
+
+def test_merge_joins_the_shards_samples(tmp_path: Path) -> None:
+    """A sharded pass reads like an unsharded one: its fresh-step times, check problems
+    and seconds per shape come from every shard."""
+    from runner.flow.passes import check_problems, fresh_step_ms, shape_seconds
+
+    parts = []
+    for name, labels in (("s0", ["d", "b"]), ("s1", ["a", "c"])):
+        csv = shard_csv(tmp_path / name / "benchmark.csv", labels)
+        shapes = {
+            label: {"seconds": 2.0, "fresh_step": {"median_ms": 3.0}, "fresh_draw": None,
+                    "checks": [{"problems": [f"{label} is off"]}]}
+            for label in labels
+        }  # fmt: skip
+        record = {"spec": {"k": name}, "shapes": shapes}
+        (csv.parent / "samples.json").write_text(json.dumps(record))
+        parts.append(csv)
+    dest = tmp_path / "pass-01-incumbent" / "benchmark.csv"
+    write_shard_merge(dest, parts, ["a", "b", "c", "d"])
+    merged = json.loads((dest.parent / "samples.json").read_text())
+    assert sorted(merged["shapes"]) == ["a", "b", "c", "d"] and merged["spec"] == {"k": "s0"}
+    assert fresh_step_ms(dest) == {label: 3.0 for label in "abcd"}
+    assert shape_seconds([dest]) == {label: 2.0 for label in "abcd"}  # counted once
+    assert sorted(check_problems([dest])) == [f"{x}: {x} is off" for x in "abcd"]
 
 
 def test_merge_refuses_header_drift(tmp_path: Path) -> None:

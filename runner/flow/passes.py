@@ -212,11 +212,9 @@ def shape_seconds(csv_paths: Sequence[Path]) -> dict[str, float]:
     timing budget and compile, not its FLOPs."""
     per_shape: dict[str, list[float]] = {}
     for path in csv_paths:
-        # a sharded pass: the shards' own folders (pass-NN-baseline-gpuG / -shardK)
-        shards = sorted(path.parent.parent.glob(f"{path.parent.name}-*/samples.json"))
-        for samples in [path.parent / "samples.json", *shards]:
-            if samples.exists():
-                _add_seconds(per_shape, samples)
+        merged = path.parent / "samples.json"  # a sharded pass: its shards' records merged
+        if merged.exists():
+            _add_seconds(per_shape, merged)
     return {label: round(median(values), 3) for label, values in per_shape.items()}
 
 

@@ -23,13 +23,13 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from runner.core.csv_io import check_header, read_csv, write_csv
 from runner.core.csv_schema import BenchCSV, Row
 from runner.core.errors import ConfigError
 from runner.core.shapes import Shape
-from runner.core.spec import RoundSpec, save_spec
+from runner.core.spec import RoundSpec, save_spec, write_json_atomic
 from runner.executors.base import Executor, JobOutcome, WorkerJob
 
 T = TypeVar("T")
@@ -329,4 +329,23 @@ def write_shard_merge(
     first, rows = merge_shard_csvs(shard_csv_paths, order, pinned)
     dest.parent.mkdir(parents=True, exist_ok=True)
     write_csv(dest, first.schema, [dict(row.values) for row in rows])
+    merge_shard_samples(dest.parent / "samples.json", shard_csv_paths)
     return read_csv(dest, pinned=first.header)
+
+
+def merge_shard_samples(dest: Path, shard_csv_paths: Sequence[Path]) -> None:
+    """The shards' ``samples.json`` (beside each shard CSV) as one, so what is read per
+    pass (fresh-step times, state probes, check problems, seconds per shape) sees every
+    shape of a sharded pass: the shapes' records side by side, the first shard's spec,
+    and where each shard's record came from."""
+    merged: dict[str, Any] = {"spec": None, "shapes": {}, "shards": []}
+    for csv_path in shard_csv_paths:
+        samples = Path(csv_path).parent / "samples.json"
+        if not samples.is_file():
+            continue
+        data = json.loads(samples.read_text(encoding="utf-8"))
+        merged["spec"] = merged["spec"] or data.get("spec")
+        merged["shapes"].update(data.get("shapes", {}))
+        merged["shards"].append(str(samples))
+    if merged["shards"]:
+        write_json_atomic(dest, merged)
