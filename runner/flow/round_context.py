@@ -10,10 +10,10 @@ from pathlib import Path
 
 from runner.core.errors import ConfigError
 from runner.core.shapes import Shape, shape_set, shapes_by_label
-from runner.core.spec import RoundSpec, TimingSettings, save_spec
+from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
 from runner.flow.measure import RoundFailed
-from runner.flow.sharding import detect_vendor, gpu_env, pass_name, worker_failure
+from runner.flow.sharding import detect_vendor, gpu_env, job_in, pass_name, worker_failure
 from runner.judge.import_cause import explain_failure
 from runner.store.campaign import Campaign
 from runner.store.leases import acquire
@@ -94,8 +94,6 @@ class Round:
         """The job for one worker (a pass, or a serving worker of a paired round), on
         ``tree``'s build (when the target has one) and on its own leased GPU: ``gpu`` (a
         shard's), else the round's only one."""
-        spec_path = self.tmp / "specs" / f"{name}.json"
-        save_spec(spec_path, spec)
         m = self.manifest
         job_env = {
             **STEADY_MALLOC,
@@ -106,12 +104,8 @@ class Round:
             gpu = self.gpus[0]
         if gpu is not None and not env:
             job_env.update(gpu_env(gpu, detect_vendor()))
-        gpus = () if gpu is None else (gpu,)
-        built = self.builds.get(tree)
         self.step(name)
-        return WorkerJob(
-            name, spec_path, tree, self.tmp / name, env=job_env, built=built, gpus=gpus
-        )
+        return job_in(self.tmp, name, spec, tree, job_env, gpu, self.builds.get(tree))
 
     def job(
         self,

@@ -30,7 +30,7 @@ from runner.core.csv_schema import BenchCSV, Row
 from runner.core.errors import ConfigError
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, save_spec, write_json_atomic
-from runner.executors.base import Executor, JobOutcome, WorkerJob
+from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
 
 T = TypeVar("T")
 Vendor = Literal["nvidia", "amd"]
@@ -38,8 +38,8 @@ BCCB: tuple[str, ...] = ("incumbent", "candidate", "candidate", "incumbent")
 
 
 class ShardHost(Protocol):
-    """What sharding needs from a round (``runner.flow.round_context.Round`` once ``Round.job``
-    takes ``env``; ``benchmarks/sharded_speedup.py`` has a pydantic-free one)."""
+    """What sharding needs from a round: ``runner.flow.round_context.Round``, or a
+    ``PlainHost`` without a campaign (benchmarks, tests)."""
 
     tmp: Path
 
@@ -53,6 +53,23 @@ class ShardHost(Protocol):
         env: Mapping[str, str] | None = None,
         gpu: int | None = None,
     ) -> JobOutcome: ...
+
+
+def job_in(
+    tmp: Path,
+    name: str,
+    spec: RoundSpec,
+    tree: Path,
+    env: Mapping[str, str],
+    gpu: int | None = None,
+    built: BuiltRole | None = None,
+) -> WorkerJob:
+    """A worker job in a round's scratch folder ``tmp``: its spec saved as
+    ``specs/<name>.json``, its artifacts in ``<name>/``, on ``gpu`` when given."""
+    spec_path = tmp / "specs" / f"{name}.json"
+    save_spec(spec_path, spec)
+    gpus = () if gpu is None else (gpu,)
+    return WorkerJob(name, spec_path, tree, tmp / name, env=dict(env), built=built, gpus=gpus)
 
 
 @dataclass
@@ -78,11 +95,7 @@ class PlainHost:
         env: Mapping[str, str] | None = None,
         gpu: int | None = None,
     ) -> WorkerJob:
-        spec_path = self.tmp / "specs" / f"{name}.json"
-        save_spec(spec_path, spec)
-        job_env = {**self.job_env(tree), **(env or {})}
-        gpus = () if gpu is None else (gpu,)
-        return WorkerJob(name, spec_path, tree, self.tmp / name, env=job_env, gpus=gpus)
+        return job_in(self.tmp, name, spec, tree, {**self.job_env(tree), **(env or {})}, gpu)
 
     def job(
         self,
