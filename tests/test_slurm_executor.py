@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shlex
 import shutil
 import subprocess
@@ -434,3 +435,63 @@ def test_real_image_task_runs_in_the_docker_executors_container(
     assert rows[1].startswith("tiny,1,16,64,64,PASS")
     provenance = json.loads((job.out_dir / "provenance.json").read_text())
     assert provenance["expected_root"] == "/workspace/target" and provenance["error"] is None
+
+
+def test_a_campaigns_jobs_carry_its_name_and_pid() -> None:
+    from runner.executors.slurm_scripts import SlurmSettings
+    from runner.store.leftovers import job_comment, parse_job_comment
+
+    argv = sbatch_args(
+        Path("/s/t.sh"), job_name="j", output="o", settings=SlurmSettings(campaign="c-1")
+    )
+    assert f"--comment=turbo-campaign:c-1:{os.getpid()}" in argv and argv[-1] == "/s/t.sh"
+    assert "--comment" not in " ".join(sbatch_args(Path("/t"), job_name="j", output="o",
+                                                    settings=SlurmSettings()))  # fmt: skip
+    assert parse_job_comment(job_comment("a:b", 42)) == ("a:b", 42)
+    for other in ("", "someone else's", "turbo-campaign:x:notapid", "turbo-campaign::7"):
+        assert parse_job_comment(other) is None
+
+
+@pytest.mark.slurm
+def test_a_killed_campaigns_slurm_job_is_cancelled_by_the_next_command(
+    cluster: None, tmp_path: Path
+) -> None:
+    """kill -9 of the submitting process leaves its job running on the cluster;
+    ``campaign status`` names it and the next command of the campaign scancels it."""
+    from runner.core.pause_points import PAUSE_ENV, PAUSE_FILE_ENV
+    from runner.store.leftovers import clean_leftovers, describe_leftovers
+
+    marker = tmp_path / "paused"
+    job = _worker_job(tmp_path, "pass-01-baseline", TINY,
+                      env={"PYTHONPATH": str(tmp_path / "tree"), PAUSE_ENV: "worker-pass",
+                           PAUSE_FILE_ENV: str(marker)})  # fmt: skip
+    (tmp_path / "job.pickle").write_bytes(pickle.dumps(job))
+    code = (
+        "import pickle, sys; from runner.executors.slurm import SlurmExecutor; "
+        "job = pickle.load(open(sys.argv[1], 'rb')); "
+        "SlurmExecutor(campaign='slurmkill', poll_s=0.2).run_job(job)"
+    )
+    submitter = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "job.pickle")],
+                                 cwd=ROOT)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert marker.exists(), "the worker never reached its pause point"
+    finally:
+        submitter.kill()
+        submitter.wait()
+    ours = [line for line in describe_leftovers(tmp_path / "campaigns", "slurmkill", tmp_path)
+            if line.startswith("stale worker: slurm ")]  # fmt: skip
+    assert len(ours) == 1, ours
+    job_id = ours[0].split()[3]
+    done = clean_leftovers(tmp_path / "campaigns", "slurmkill", tmp_path)
+    assert any(d.startswith(f"killed stale slurm {job_id}") for d in done), done
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        queued = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"],
+                                capture_output=True, text=True).stdout.strip()  # fmt: skip
+        if queued in ("", "CANCELLED", "COMPLETING"):
+            break
+        time.sleep(0.5)
+    assert queued in ("", "CANCELLED", "COMPLETING"), queued

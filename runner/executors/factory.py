@@ -36,7 +36,7 @@ def _slurm(m: Manifest) -> Executor:
     # Each task runs the same worker (inside the image when one is named); the round's
     # temporary folder must be on a filesystem the compute nodes share (on a one-node
     # cluster, as in the tests, it always is).
-    return SlurmExecutor(image=m.image)
+    return SlurmExecutor(image=m.image, campaign=m.campaign_name)
 
 
 EXECUTORS: dict[str, Callable[[Manifest], Executor]] = {

@@ -137,11 +137,12 @@ class SlurmExecutor:
         array_limit: int | None = None,
         poll_s: float = 1.0,
         unreachable_s: float = 300.0,
+        campaign: str | None = None,
     ) -> None:
         if image_gpus not in IMAGE_GPU_ARGS:
             raise ConfigError(f"image_gpus {image_gpus!r}: use one of {sorted(IMAGE_GPU_ARGS)}")
         self.settings = SlurmSettings(
-            partition, account, time_limit, gres, tuple(extra_args), array_limit
+            partition, account, time_limit, gres, tuple(extra_args), array_limit, campaign
         )
         self.image = image
         self.python = python or sys.executable  # the same venv path on the shared FS

@@ -24,6 +24,7 @@ from runner.executors.container import (
     translate_env,
 )
 from runner.executors.local import SOURCE_ENV, clean_env
+from runner.store.leftovers import job_comment
 
 TASK_SCRIPT = "slurm-task.sh"
 SLURM_JSON = "slurm.json"
@@ -56,6 +57,9 @@ class SlurmSettings:
     gres: str | None = None
     extra_args: tuple[str, ...] = ()
     array_limit: int | None = None  # at most this many array tasks at once
+    # the campaign the jobs belong to: with the submitting pid in ``--comment``, so the
+    # next command of that campaign cancels the jobs of a killed one (leftovers)
+    campaign: str | None = None
 
 
 # ---- pure: the exact argv and scripts ------------------------------------------------
@@ -88,6 +92,8 @@ def sbatch_args(
     if array_size is not None:
         limit = f"%{settings.array_limit}" if settings.array_limit else ""
         args.append(f"--array=0-{array_size - 1}{limit}")
+    if settings.campaign:
+        args.append(f"--comment={job_comment(settings.campaign, os.getpid())}")
     return [*args, *settings.extra_args, os.fspath(script)]
 
 

@@ -48,6 +48,24 @@ _PARTIAL = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
 PARTIAL_ARTIFACTS = ".artifacts.partial"
 
 
+# Slurm jobs carry the same two facts in their --comment
+COMMENT_PREFIX = "turbo-campaign"
+
+
+def job_comment(campaign: str, pid: int) -> str:
+    """The ``--comment`` of a campaign's jobs: ``turbo-campaign:<campaign>:<pid>``."""
+    return f"{COMMENT_PREFIX}:{campaign}:{pid}"
+
+
+def parse_job_comment(comment: str) -> tuple[str, int] | None:
+    """(campaign, pid) of a ``job_comment``; None for anybody else's job."""
+    prefix, _, rest = comment.strip().partition(":")
+    campaign, _, pid = rest.rpartition(":")
+    if prefix != COMMENT_PREFIX or not campaign or not pid.isdigit():
+        return None
+    return campaign, int(pid)
+
+
 def temp_root() -> Path:
     return Path(tempfile.gettempdir())
 
@@ -157,8 +175,8 @@ def describe_attempt(round_dir: Path) -> str:
 # ---- workers and containers -------------------------------------------------------
 @dataclass(frozen=True)
 class StaleWorker:
-    kind: str  # "process" or "container"
-    ident: str  # pid or container name
+    kind: str  # "process", "container" or "slurm"
+    ident: str  # pid, container name or Slurm job id
     what: str
 
     def describe(self) -> str:
@@ -215,6 +233,26 @@ def _containers(name: str) -> list[tuple[str, int]]:
     return out
 
 
+def _slurm_jobs(name: str) -> list[tuple[str, int]]:
+    """This campaign's Slurm jobs still queued or running (their ``--comment`` names the
+    campaign and the submitting pid, ``job_comment``)."""
+    if shutil.which("squeue") is None:
+        return []
+    try:
+        proc = run(["squeue", "-h", "-o", "%i|%k"], check=False, timeout=20)
+    except CommandFailed:
+        return []
+    if proc.returncode != 0:
+        return []
+    out = []
+    for line in (proc.stdout or "").splitlines():
+        job_id, _, comment = line.partition("|")
+        parsed = parse_job_comment(comment)
+        if parsed and parsed[0] == name:
+            out.append((job_id.strip(), parsed[1]))
+    return out
+
+
 def stale_workers(campaign_root: Path, name: str, *, locked: bool = False) -> list[StaleWorker]:
     """Workers and containers of this campaign whose campaign process is gone (with
     ``locked``: every one not started by this process)."""
@@ -230,6 +268,11 @@ def stale_workers(campaign_root: Path, name: str, *, locked: bool = False) -> li
     found += [
         StaleWorker("container", ctr, f"docker container of campaign process {owner}, gone")
         for ctr, owner in _containers(name)
+        if stale(owner)
+    ]
+    found += [
+        StaleWorker("slurm", job, f"Slurm job of campaign process {owner}, gone")
+        for job, owner in _slurm_jobs(name)
         if stale(owner)
     ]
     return found
@@ -275,6 +318,8 @@ def clean_leftovers(campaign_root: Path, name: str, source: Path) -> list[str]:
                     os.killpg(pid, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+        elif w.kind == "slurm":
+            run(["scancel", w.ident], check=False, timeout=60)
         else:
             run(["docker", "rm", "--force", "--volumes", w.ident], check=False, timeout=60)
         done.append(f"killed stale {w.describe()}")
