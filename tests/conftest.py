@@ -7,6 +7,10 @@ Tests that write into a campaign use ``demo_copy``, a private copy.  To reuse a
 demo built earlier (the sources it names must still exist), set
 ``TURBO_CAMPAIGN_DEMO_DIR`` to its campaign directory.
 
+``copy_campaign(base, dest, name)``: a copy of a campaign built once per module (its
+folder ``base`` holds the source repository and the campaigns root), repointed at the
+copied source, so every test gets its own lineage without paying for a baseline.
+
 ``cpu_image``: the CPU test image for the docker tests.  Skipped only when ``docker
 info`` fails and neither CI nor REQUIRE_DOCKER is set; then they must run (.ci/run
 calls docker/ci-setup.sh first).  It runs ci-setup.sh once per session, which is idempotent:
@@ -19,6 +23,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -68,3 +73,19 @@ def cpu_image() -> str:
     )
     assert setup.returncode == 0, setup.stdout + setup.stderr
     return IMAGE
+
+
+def _copy_campaign(base: Path, dest: Path, name: str) -> Path:
+    """Copy ``base`` (a folder with the campaign's source repository and its campaigns
+    root) to ``dest`` and point the copied manifest at the copied source; returns the
+    copied campaign folder ``dest/campaigns/<name>``."""
+    shutil.copytree(base, dest, symlinks=True, ignore=shutil.ignore_patterns(".lock"))
+    manifest = dest / "campaigns" / name / "manifest.yaml"
+    manifest.write_text(manifest.read_text().replace(str(base), str(dest)), encoding="utf-8")
+    return dest / "campaigns" / name
+
+
+@pytest.fixture(scope="session")
+def copy_campaign() -> Callable[[Path, Path, str], Path]:
+    """``copy_campaign(base, dest, name)``: see the module docstring."""
+    return _copy_campaign

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -196,8 +197,18 @@ def tiny_campaign(root: Path) -> Path:
     return campaign.root
 
 
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``tiny_campaign`` built once for the module; tests take private copies."""
+    root = tmp_path_factory.mktemp("tiny-base")
+    tiny_campaign(root)
+    return root
+
+
 @pytest.mark.integration
-def test_cli_validate_gpus_leases_and_shards(tmp_path: Path) -> None:
+def test_cli_validate_gpus_leases_and_shards(
+    tiny_base: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
+) -> None:
     """`campaign validate --gpus 0,1` on simulated devices (CPU): both GPUs leased for
     the round, every worker shown only its GPU, the shards merged into the round."""
     import os
@@ -206,7 +217,7 @@ def test_cli_validate_gpus_leases_and_shards(tmp_path: Path) -> None:
     from runner.flow.new_campaign import EXAMPLES_DIR
     from runner.store.campaign import Campaign
 
-    root = tiny_campaign(tmp_path)
+    root = copy_campaign(tiny_base, tmp_path / "c", "t")
     campaign = Campaign.load(root)
     assert set(campaign.manifest.shape_seconds) == {
         s.label for s in campaign.load_result(1).score.shapes
@@ -236,7 +247,9 @@ def test_cli_validate_gpus_leases_and_shards(tmp_path: Path) -> None:
 
 
 @pytest.mark.slurm
-def test_slurm_round_shards_as_one_job_array(tmp_path: Path) -> None:
+def test_slurm_round_shards_as_one_job_array(
+    tiny_base: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
+) -> None:
     """A VALIDATE round through the Slurm executor with --gpus 0,1 on the real one-node
     cluster: the shards go as one job array, one task per shard, then merge."""
     from runner.executors.slurm import SlurmExecutor
@@ -247,7 +260,7 @@ def test_slurm_round_shards_as_one_job_array(tmp_path: Path) -> None:
     out = subprocess.run(["sinfo", "-h"], capture_output=True, text=True, check=False)
     if out.returncode != 0 or not out.stdout.strip():
         pytest.skip("no Slurm cluster (sinfo failing); run scripts/slurm-setup.sh")
-    campaign = Campaign.load(tiny_campaign(tmp_path))
+    campaign = Campaign.load(copy_campaign(tiny_base, tmp_path / "c", "t"))
     patch = (EXAMPLES_DIR / "demo_patches" / "speedup_reuse_fp8_weight.patch").read_text()
     request = Request(2, "reuse the fp8 weight", patch, level="full", bucket="K4", gpus=(0, 1))
     said: list[str] = []

@@ -14,7 +14,7 @@ timed outputs, harness bindings, the 8-step simulation), not a speed comparison.
 from __future__ import annotations
 
 import json
-import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -59,13 +59,11 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def campaign(base: Path, tmp_path: Path) -> Campaign:
+def campaign(
+    base: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
+) -> Campaign:
     """A private copy of the baseline campaign and its source repository."""
-    root = tmp_path / "rt"
-    shutil.copytree(base, root, symlinks=True)
-    manifest = root / "campaigns" / "redteam" / "manifest.yaml"
-    manifest.write_text(manifest.read_text().replace(str(base), str(root)), encoding="utf-8")
-    return Campaign.load(root / "campaigns" / "redteam")
+    return Campaign.load(copy_campaign(base, tmp_path / "rt", "redteam"))
 
 
 def run_round(

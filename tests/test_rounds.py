@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -52,9 +53,20 @@ def make_campaign(root: Path) -> Campaign:
     return Campaign.load(campaign.root)
 
 
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The campaign with its baseline, built once for the module."""
+    root = tmp_path_factory.mktemp("rounds-base")
+    make_campaign(root)
+    return root
+
+
 @pytest.fixture
-def campaign(tmp_path: Path) -> Campaign:
-    return make_campaign(tmp_path)
+def campaign(
+    base: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
+) -> Campaign:
+    """A private copy of the baseline campaign and its source repository."""
+    return Campaign.load(copy_campaign(base, tmp_path / "c", "t"))
 
 
 def snapshot_records(c: Campaign) -> dict[str, bytes]:
