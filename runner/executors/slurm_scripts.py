@@ -18,6 +18,7 @@ from runner.executors.container import (
     CONTAINER_SPEC,
     CONTAINER_SRC,
     CONTAINER_TARGET,
+    NOBODY,
     VISIBILITY,
     bind_mount,
     containment_args,
@@ -181,9 +182,9 @@ def docker_run_line(job: WorkerJob, image: str, image_gpus: str = "none") -> str
 
 def _image_body(job: WorkerJob, image: str, image_gpus: str) -> list[str]:
     return [
-        # a measuring container runs unprivileged (nobody when the task is root): it
-        # must be able to write its artifacts into the out folder
-        'chmod a+rwx "$out"',
+        # a measuring container runs as the task's user, or as nobody when the task is
+        # root (``container.worker_user``): that user must own the out folder it writes
+        f'[ "$(id -u)" != 0 ] || chown {NOBODY} "$out"',
         'ctr="tc-${SLURM_JOB_ID:-0}-$$"',
         "trap 'docker rm -f \"$ctr\" >/dev/null 2>&1' TERM",
         f"echo '$ '{shlex.quote(docker_run_line(job, image, image_gpus))}",

@@ -239,7 +239,9 @@ def _slurm_jobs(name: str) -> list[tuple[str, int]]:
     if shutil.which("squeue") is None:
         return []
     try:
-        proc = run(["squeue", "-h", "-o", "%i|%k"], check=False, timeout=20)
+        # every command of a campaign asks: a short limit, as a host with Slurm's
+        # client but no reachable controller would otherwise make each one wait
+        proc = run(["squeue", "-h", "-o", "%i|%k"], check=False, timeout=5)
     except CommandFailed:
         return []
     if proc.returncode != 0:
