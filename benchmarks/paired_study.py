@@ -52,7 +52,12 @@ import runner.cli  # noqa: E402,F401  (import order: newcampaign after the CLI)
 from runner.core.shapes import default_shape_set, shape_set  # noqa: E402
 from runner.executors.local import LocalExecutor  # noqa: E402
 from runner.flow.baseline import run_baseline  # noqa: E402
-from runner.flow.measure import Comparison, measure_and_judge, measure_roles  # noqa: E402
+from runner.flow.measure import (  # noqa: E402
+    Comparison,
+    first_samples,
+    measure_and_judge,
+    measure_roles,
+)
 from runner.flow.new_campaign import create_campaign, fresh_example_copy  # noqa: E402
 from runner.flow.round_context import Round, level_shapes  # noqa: E402
 from runner.flow.rounds import Request, validate_round  # noqa: E402
@@ -240,7 +245,7 @@ def one_study_round(
         head = rnd.lineage.head()
         trees = {r: stack.enter_context(rnd.lineage.worktree(head, p)) for r, p in patches.items()}
         shapes = level_shapes(m, "quick")
-        samples = 2 * m.pairs
+        samples = first_samples(rnd, 2 * m.pairs)
         measured = measure_roles(rnd, trees, shapes, samples)
         record: dict[str, Any] = {"round": k}
         for name, ref, cand in COMPARISONS:

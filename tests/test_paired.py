@@ -67,6 +67,35 @@ def test_block_order_and_pool_walk() -> None:
     assert (half.warmup_s, half.budget_s, half.max_repeats, half.repeats) == (0.15, 2.5, 15, 5)
     short = block_timing(TimingSettings(warmup_s=0.1, budget_s=0.4), 2)
     assert (short.warmup_s, short.budget_s) == (0.1, 0.2)  # the floor: re-warm every turn
+    # A quick round on a GPU: short turns, never longer than the pinned share.
+    pinned = TimingSettings(warmup_s=0.3, budget_s=5.0, repeats=5, max_repeats=30)
+    quick = block_timing(pinned, 2, quick_gpu=True)
+    got = (quick.warmup_s, quick.budget_s, quick.repeats, quick.max_repeats, quick.batch_s)
+    assert got == (0.05, 0.16, 3, 8, 0.02)
+    assert block_timing(short, 1, quick_gpu=True).budget_s == 0.16
+    tiny = TimingSettings(warmup_s=0.01, budget_s=0.05, repeats=2, max_repeats=3, batch_s=0.005)
+    assert block_timing(tiny, 2, quick_gpu=True) == block_timing(tiny, 2)
+
+
+def test_quick_gpu_rounds_start_every_pair_the_gate_may_ask_for() -> None:
+    from types import SimpleNamespace
+
+    from runner.executors.slurm import SlurmExecutor
+    from runner.flow.measure import first_samples
+
+    def rnd(level: str, gpu: bool, executor: object, sigma: float) -> SimpleNamespace:
+        manifest = SimpleNamespace(sigma_g=sigma)
+        return SimpleNamespace(level=level, gpu_target=gpu, executor=executor, manifest=manifest)
+
+    local = LocalExecutor()
+    assert first_samples(rnd("quick", True, local, 0.012), 2) == 5  # volatile: 5 pairs
+    assert first_samples(rnd("quick", True, local, 0.004), 2) == 3
+    assert first_samples(rnd("quick", True, local, 0.004), 4) == 4
+    assert first_samples(rnd("quick", True, local, 0.012), 2, remeasure=False) == 2
+    assert first_samples(rnd("full", True, local, 0.012), 2) == 2  # full: ask when needed
+    assert first_samples(rnd("quick", False, local, 0.012), 2) == 2  # CPU campaign
+    slurm = SlurmExecutor.__new__(SlurmExecutor)  # one pass per worker: no serving
+    assert first_samples(rnd("quick", True, slurm, 0.012), 2) == 2
 
 
 def test_seconds_cost_balances_by_measured_time() -> None:

@@ -3,8 +3,8 @@
 ``measure_gpu(fn, settings, device)``:
 
 * warms up with the same work it times until the clocks have ramped: at least ``warmup_s``
-  and until three successive ~50 ms windows agree within 1% (capped at max(2 s, 4 *
-  ``warmup_s``)), after one call for JIT/autotune;
+  and until three successive windows (50 ms, or ``batch_s`` when shorter) agree within 1%
+  (capped at max(2 s, 4 * ``warmup_s``)), after one call for JIT/autotune;
 * hot mode: device events around batches of back-to-back calls sized to ``batch_s``; the
   batch is a replayed CUDA/HIP graph when the callable can be captured (``graph_replay``),
   else plain launches (``cuda_events``);
@@ -32,7 +32,7 @@ from runner.bench.timing import Timing
 from runner.core.spec import TimingSettings
 from runner.core.stats import median
 
-WINDOW_S = 0.05  # warm-up window length
+WINDOW_S = 0.05  # warm-up window length (``batch_s`` when that is shorter)
 WARMUP_AGREE = 0.01  # successive windows agree within this (relative)
 WARMUP_WINDOWS = 3  # ... this many of them
 WARMUP_CAP_MIN_S = 2.0  # warm-up never runs longer than max(this, 4 * warmup_s)
@@ -227,13 +227,15 @@ def _leaves_work_behind(fn: Callable[[], object], region: _Region) -> bool:
 
 
 def _warm_up(unit: _Unit, settings: TimingSettings, region: _Region, t0: float) -> _WarmUp:
-    """~50 ms windows of the same work as the timed batches until the clocks have ramped:
-    at least ``warmup_s`` since ``t0`` and three successive windows within 1%, capped."""
+    """Windows (50 ms, or ``batch_s`` when shorter) of the same work as the timed batches
+    until the clocks have ramped: at least ``warmup_s`` since ``t0`` and three
+    successive windows within 1%, capped."""
     per_call = region.time(unit.run) / unit.calls
+    window_s = min(WINDOW_S, settings.batch_s)
     cap_s = max(WARMUP_CAP_MIN_S, 4 * settings.warmup_s)
     windows: list[float] = []
     while True:
-        window_calls = min(MAX_ITERS, round(WINDOW_S * 1e3 / max(per_call, 1e-6)))
+        window_calls = min(MAX_ITERS, round(window_s * 1e3 / max(per_call, 1e-6)))
         reps = max(1, window_calls // unit.calls)
         per_call = region.time(functools.partial(_repeat, unit.run, reps)) / (reps * unit.calls)
         windows.append(per_call)

@@ -259,7 +259,7 @@ def measure_and_judge(
     if measured is not None:
         paths = {role: list(measured[role]) for role in how.roles}
     else:
-        paths = measure_roles(rnd, ordered, shapes, samples)
+        paths = measure_roles(rnd, ordered, shapes, first_samples(rnd, samples, remeasure))
     judged = judge(rnd, paths, how, vetoes)
     while remeasure and judged.gate.decision is Decision.NEEDS_REMEASURE:
         have = len(paths[how.roles[1]])
@@ -271,6 +271,18 @@ def measure_and_judge(
             paths[role] += got[role]
         judged = judge(rnd, paths, how, vetoes)
     return judged
+
+
+def first_samples(rnd: Any, samples: int, remeasure: bool = True) -> int:
+    """The pairs to start a comparison with.  A quick round on a GPU with paired
+    workers starts every pair the near-noise rule may ask for (``required_pairs``) at
+    once: its turns are short, so a second set of workers (start-up, compile, first
+    calls, the fresh step at the end) would cost more than the turns it saves.
+    Otherwise ``samples``, and more only when the gate asks."""
+    quick_gpu = rnd.level == "quick" and bool(getattr(rnd, "gpu_target", False))
+    if remeasure and quick_gpu and supports_paired(rnd.executor):
+        return max(samples, required_pairs(rnd.manifest.sigma_g))
+    return samples
 
 
 def last_index(tmp: Path) -> int:
@@ -310,4 +322,12 @@ def judge(
     return Judged(gate, ref_score, cand_score, {k: list(v) for k, v in paths.items()}, csvs)
 
 
-__all__ = ["BCCB", "Comparison", "Judged", "RoundFailed", "measure_and_judge", "measure_roles"]
+__all__ = [
+    "BCCB",
+    "Comparison",
+    "Judged",
+    "RoundFailed",
+    "first_samples",
+    "measure_and_judge",
+    "measure_roles",
+]

@@ -38,6 +38,14 @@ from runner.flow.sharding import pass_name
 READY_TIMEOUT_S = 1800.0  # import, checks, compile/JIT and first calls of every shape
 TURN_TIMEOUT_S = 900.0  # one block or the finish
 BLOCK_WARMUP_FLOOR_S = 0.1  # a turn's warm-up never shorter than this (or the pinned one)
+# A quick round's turn on a GPU (``block_timing``): upper bounds per callable and block.
+QUICK_TURN: dict[str, float] = {
+    "batch_s": 0.02,
+    "warmup_s": 0.05,
+    "budget_s": 0.16,
+    "repeats": 3,
+    "max_repeats": 8,
+}
 
 
 class PairedHost(Protocol):
@@ -47,6 +55,9 @@ class PairedHost(Protocol):
 
     @property
     def executor(self) -> Any: ...
+
+    @property
+    def gpu_target(self) -> bool: ...
 
     def spec(self, role: str, index: int, shapes: list[Shape], **extra: object) -> RoundSpec: ...
 
@@ -71,22 +82,34 @@ def supports_paired(executor: object) -> bool:
     return isinstance(executor, ServingExecutor)
 
 
-def block_timing(settings: TimingSettings, turns: int) -> TimingSettings:
+def block_timing(
+    settings: TimingSettings, turns: int, *, quick_gpu: bool = False
+) -> TimingSettings:
     """The timing of one block when a worker has ``turns`` blocks: the pinned warm-up
     and budget are per callable and process, so each block gets its share (at least
     ``repeats`` batches each).  Every turn follows another process's, so its warm-up
     never drops below ``min(warmup_s, BLOCK_WARMUP_FLOOR_S)``: caches and clocks must
     settle again (the GPU engine also waits for its windows to agree; the CPU one
-    does not)."""
-    if turns <= 1:
-        return settings
-    floor = min(settings.warmup_s, BLOCK_WARMUP_FLOOR_S)
-    return replace(
-        settings,
-        warmup_s=max(settings.warmup_s / turns, floor),
-        budget_s=settings.budget_s / turns,
-        max_repeats=max(settings.repeats, math.ceil(settings.max_repeats / turns)),
-    )
+    does not).
+
+    ``quick_gpu`` (a quick round on a GPU target): each block is a short turn, at most
+    the ``QUICK_TURN`` figures (graph-replayed batches of about 20 ms, as the probe
+    that motivated turn-taking used).  Turn-taking removes the drift between blocks,
+    and the gate's independent samples are process pairs, so a turn needs only enough
+    batches for a stable median; the pinned timing still governs full rounds, the
+    baseline and every CPU round (CPU timing noise needs its longer batches)."""
+    out = settings
+    if turns > 1:
+        floor = min(settings.warmup_s, BLOCK_WARMUP_FLOOR_S)
+        out = replace(
+            settings,
+            warmup_s=max(settings.warmup_s / turns, floor),
+            budget_s=settings.budget_s / turns,
+            max_repeats=max(settings.repeats, math.ceil(settings.max_repeats / turns)),
+        )
+    if not quick_gpu:
+        return out
+    return replace(out, **{k: min(getattr(out, k), v) for k, v in QUICK_TURN.items()})
 
 
 @dataclass
@@ -153,7 +176,8 @@ def measure_paired(
                 index += 1
                 name = pass_name(index, role) + suffix
                 spec = host.spec(role, index, list(shapes))
-                spec = replace(spec, timing=block_timing(spec.timing, turns))
+                quick = spec.level == "quick" and host.gpu_target
+                spec = replace(spec, timing=block_timing(spec.timing, turns, quick_gpu=quick))
                 job = host.worker_job(name, spec, trees[role], env)
                 group.append(_Worker(executor.start_worker(job), role, index))
             workers.append(group)

@@ -54,6 +54,11 @@ class Round:
         return self.campaign.manifest
 
     @property
+    def gpu_target(self) -> bool:
+        """Whether the campaign measures on a GPU (its ``target_gpu`` is not "cpu")."""
+        return self.manifest.target_gpu != "cpu"
+
+    @property
     def target(self) -> Target:
         return get_target(self.manifest.target)
 

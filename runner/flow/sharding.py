@@ -83,6 +83,11 @@ class PlainHost:
     template: RoundSpec
     job_env: Callable[[Path], dict[str, str]] = field(default=lambda tree: {})
 
+    @property
+    def gpu_target(self) -> bool:
+        """Whether the work is meant for a GPU (``template.device`` is not "cpu")."""
+        return self.template.device != "cpu"
+
     def spec(self, role: str, index: int, shapes: list[Shape], **extra: object) -> RoundSpec:
         more = {**self.template.extra, **extra}
         return replace(self.template, role=role, pass_index=index, shapes=tuple(shapes), extra=more)
