@@ -221,10 +221,10 @@ def simulate_training_steps(
     ``judge(out, a, w)``, when given, says whether a step's output is right (an op's
     own tolerance, e.g. an SNR floor for FP8).  ``state()``, when given, fingerprints
     the state the op keeps between calls: each step records whether it changed."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    gen = torch.Generator(device=torch.device(device)).manual_seed(seed)  # drawn in place
 
     def randn(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen).to(device=device, dtype=dtype)
+        return torch.randn(*shape, generator=gen, device=device).to(dtype)
 
     w = torch.nn.Parameter(randn(n, k))
     keep_alive: list[torch.Tensor] = []  # no id() reuse across steps (module docstring)

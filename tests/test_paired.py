@@ -26,6 +26,7 @@ from runner.flow.paired import (
     block_timing,
     measure_paired,
     supports_paired,
+    wave_size,
 )
 from runner.flow.sharding import (
     PlainHost,
@@ -157,6 +158,36 @@ def test_serving_workers_take_turns_abba(tmp_path: Path) -> None:
     spans = sorted((t["start"], t["end"]) for t in turns)
     for (_, end), (start, _) in itertools.pairwise(spans):
         assert end <= start  # the token: never two workers measuring at once
+    assert alive(host.tmp) == []
+
+
+def test_wave_size_fits_the_device_memory() -> None:
+    gib = 1 << 30
+    # The OOM seen on one H200: ten workers of about 13 GiB each on a 140 GiB device.
+    first_pair = [
+        {"reserved": 13 * gib, "free": 110 * gib},
+        {"reserved": 12 * gib, "free": 97 * gib},
+    ]
+    # one worker counts 1.5 * 13 + 1 = 20.5 GiB; 90% of 97 GiB holds 4 workers = 2 pairs
+    assert wave_size(first_pair, roles=2, pairs=5) == 1 + 2
+    assert wave_size(first_pair, roles=4, pairs=5) == 1 + 1
+    assert wave_size([{"reserved": 13 * gib, "free": 5 * gib}] * 2, 2, 5) == 1  # alone
+    assert wave_size([{}, {}], 2, 5) == 5  # the CPU: every pair at once
+
+
+@pytest.mark.integration
+def test_pairs_run_in_waves(tmp_path: Path) -> None:
+    host, tree = example_host(tmp_path, wave_pairs=1)
+    trees = {"incumbent": tree, "candidate": tree}
+    got = measure_paired(host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"],
+                         pairs=2)  # fmt: skip
+    assert [p.parent.name for p in got["candidate"]] == ["pass-02-candidate", "pass-04-candidate"]
+    turns = [json.loads(line) for line in (host.tmp / "turns.jsonl").read_text().splitlines()]
+    assert [t["pair"] for t in turns] == [0, 0, 0, 0, 1, 1, 1, 1]
+    # the second wave started after the first finished: its workers' logs begin later
+    first_done = (tmp_path / "round" / "pass-01-incumbent" / "benchmark.csv").stat().st_mtime
+    second_log = (tmp_path / "round" / "pass-03-incumbent" / "worker.log").read_text()
+    assert second_log and turns[4]["start"] > first_done
     assert alive(host.tmp) == []
 
 

@@ -8,7 +8,9 @@ processes never run kernels at once, and the host decides the A B B A order.
 
 Messages (one JSON object per line):
 
-* worker -> host, after set-up: ``{"ok": true, "ready": [labels]}``;
+* worker -> host, after set-up: ``{"ok": true, "ready": [labels], "memory": {...}}``
+  (on a GPU: ``reserved``, the most device memory it has held, and the device's
+  ``free`` and ``total``; the host sizes its waves of live workers by them);
 * host -> worker ``{"op": "block", "index": i, "pick": k}``: measure every shape once
   (forward, backward) on member ``k`` of its buffer pool; reply
   ``{"ok": true, "block": i, "seconds": s, "start": t0, "end": t1}`` (wall clock);
@@ -129,6 +131,7 @@ class Server:
                 if self.device != "cpu":
                     torch.cuda.synchronize()
             except Exception as exc:  # a shape that raises still gets a FAIL row
+                out_of_memory(exc)
                 log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
                 st.error = f"{type(exc).__name__}: {exc}"
                 st.cases = []
@@ -156,6 +159,7 @@ class Server:
                     st.bwd.append(bwd)
                 st.timed_problems += [p for p in problems if p not in st.timed_problems]
             except Exception as exc:
+                out_of_memory(exc)
                 log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
                 st.error = f"{type(exc).__name__}: {exc}"
             st.seconds += time.perf_counter() - t1
@@ -175,6 +179,7 @@ class Server:
             try:
                 row, record = self._finish_shape(st, ROW_BUILDERS[schema.name])
             except Exception as exc:
+                out_of_memory(exc)
                 log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
                 st.error = st.error or f"{type(exc).__name__}: {exc}"
                 row, record = None, {}
@@ -214,6 +219,34 @@ class Server:
         return row, record
 
 
+class DeviceMemoryExhausted(RuntimeError):
+    """The device ran out of memory: the worker stops (the round FAILs as an
+    infrastructure failure) instead of writing FAIL rows that would read as wrong
+    results of the code under test."""
+
+
+def out_of_memory(exc: BaseException) -> None:
+    """Raise DeviceMemoryExhausted when ``exc`` is the device running out of memory."""
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError):
+        raise DeviceMemoryExhausted(
+            f"out of device memory, not a wrong result of the code under test: {exc}"
+        ) from exc
+
+
+def device_memory(device: str) -> dict[str, int]:
+    """For the host's wave sizing: the most device memory this process has reserved and
+    the device's free memory now (``{}`` on the CPU)."""
+    if device == "cpu":
+        return {}
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    reserved = int(torch.cuda.max_memory_reserved())
+    return {"reserved": reserved, "free": int(free), "total": int(total)}
+
+
 def over_blocks(timings: list[Timing]) -> Timing:
     """One Timing from a process's blocks: one sample per block (its median), so the
     row's time is the median over blocks and its stddev the spread between blocks."""
@@ -241,7 +274,8 @@ def serve(spec: RoundSpec, out_dir: Path, load: Callable[[RoundSpec, Path], Any]
         adapter, device, guard = load(spec, out_dir)
         server = Server(spec, out_dir, adapter, device, guard)
         server.prepare()
-        channel.send({"ok": True, "ready": [s.label for s in spec.shapes]})
+        ready = [s.label for s in spec.shapes]
+        channel.send({"ok": True, "ready": ready, "memory": device_memory(device)})
         while True:
             message = channel.receive()
             if message is None:

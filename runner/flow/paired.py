@@ -38,6 +38,10 @@ from runner.flow.sharding import pass_name
 READY_TIMEOUT_S = 1800.0  # import, checks, compile/JIT and first calls of every shape
 TURN_TIMEOUT_S = 900.0  # one block or the finish
 BLOCK_WARMUP_FLOOR_S = 0.1  # a turn's warm-up never shorter than this (or the pinned one)
+# Sizing a wave of live workers by device memory (``wave_size``).
+WORKER_GROWTH = 1.5  # a worker's later peak, over what it held after set-up
+WORKER_CONTEXT_BYTES = 1 << 30  # its device context and allocator slack
+FREE_MARGIN = 0.1  # of the device's free memory, never planned for
 # A quick round's turn on a GPU (``block_timing``): upper bounds per callable and block.
 QUICK_TURN: dict[str, float] = {
     "batch_s": 0.02,
@@ -153,6 +157,12 @@ def measure_paired(
     """``pairs`` process pairs (one worker per role each; with one role, ``pairs``
     workers), ``groups`` A B B A block groups per pair, turn by turn on one device.
 
+    Pairs run in waves that fit in device memory (``wave_size``): the first pair starts
+    alone and reports what one worker holds and what the device has free, the rest of
+    its wave then joins it; a wave takes its turns and finishes before the next starts.
+    On the CPU (no memory report) every pair starts at once.  ``extra["wave_pairs"]``
+    in the spec fixes the wave size instead (a device shared with other work).
+
     Worker ``index`` numbers continue from ``start_index`` as pass numbers did, and each
     worker's folder is ``<tmp>/pass-NN-<role><suffix>``.  Returns, per role, the pinned
     CSV of each of its workers in pair order (pair i of the incumbent with pair i of
@@ -165,52 +175,94 @@ def measure_paired(
     missing = sorted(set(roles) - set(trees))
     if missing:
         raise PairedFailed(f"no source tree for role(s) {missing}")
-    order = _order(roles)
     turns = turns_per_worker(roles, groups)
-    workers: list[list[_Worker]] = []
+    started: list[list[_Worker]] = []
+    next_index = start_index
+
+    def start_pair() -> list[_Worker]:
+        nonlocal next_index
+        group = []
+        for role in roles:
+            next_index += 1
+            name = pass_name(next_index, role) + suffix
+            spec = host.spec(role, next_index, list(shapes))
+            quick = spec.level == "quick" and host.gpu_target
+            spec = replace(spec, timing=block_timing(spec.timing, turns, quick_gpu=quick))
+            job = host.worker_job(name, spec, trees[role], env)
+            group.append(_Worker(executor.start_worker(job), role, next_index))
+        started.append(group)
+        return group
+
     try:
-        index = start_index
-        for _ in range(pairs):
-            group = []
-            for role in roles:
-                index += 1
-                name = pass_name(index, role) + suffix
-                spec = host.spec(role, index, list(shapes))
-                quick = spec.level == "quick" and host.gpu_target
-                spec = replace(spec, timing=block_timing(spec.timing, turns, quick_gpu=quick))
-                job = host.worker_job(name, spec, trees[role], env)
-                group.append(_Worker(executor.start_worker(job), role, index))
-            workers.append(group)
-        for group in workers:
-            for w in group:
-                _expect(w, READY_TIMEOUT_S, "ready")
-        pool = max(1, int(host.spec(roles[0], 0, []).extra.get("pool", 4)))
+        extra = host.spec(roles[0], 0, []).extra
+        pool = max(1, int(extra.get("pool", 4)))
         picks = _picks(pairs, 2 * groups, pool, seed)
-        turns_log = host.tmp / f"turns{suffix}.jsonl"
-        with turns_log.open("a", encoding="utf-8") as record:
-            for g in range(groups):
-                for p, group in enumerate(workers):
-                    for half, slot in enumerate(order):
-                        pick = picks[p][(2 * g + (half >= len(order) // 2)) % len(picks[p])]
-                        msg = {"op": "block", "index": g, "pick": pick}
-                        reply = _talk(group[slot], msg, TURN_TIMEOUT_S, "block")
-                        name = group[slot].live.name
-                        span = {"start": reply.get("start"), "end": reply.get("end")}
-                        turn = {"worker": name, "pair": p, "group": g, "pick": pick, **span}
-                        record.write(json.dumps(turn) + "\n")
-        for group in workers:
-            for w in group:
-                _talk(w, {"op": "finish"}, TURN_TIMEOUT_S, "finished")
-                _reap(w)
+        size: int | None = int(extra["wave_pairs"]) if extra.get("wave_pairs") else None
+        while len(started) < pairs:
+            first = len(started)
+            wave = [start_pair()] if size is None else []
+            reports = [_expect(w, READY_TIMEOUT_S, "ready") for w in wave[0]] if wave else []
+            if size is None:
+                size = wave_size([r.get("memory") or {} for r in reports], len(roles), pairs)
+            while len(started) - first < min(size, pairs - first):
+                wave.append(start_pair())
+            for group in wave[1 if reports else 0 :]:
+                for w in group:
+                    _expect(w, READY_TIMEOUT_S, "ready")
+            _take_turns(host, wave, first, groups, picks, suffix)
+            for group in wave:
+                for w in group:
+                    _talk(w, {"op": "finish"}, TURN_TIMEOUT_S, "finished")
+                    _reap(w)
     finally:
-        for group in workers:
+        for group in started:
             for w in group:
                 _stop(w)
     out: dict[str, list[Path]] = {role: [] for role in roles}
-    for group in workers:
+    for group in started:
         for w in group:
             out[w.role].append(w.csv)
     return out
+
+
+def wave_size(memory: Sequence[Mapping[str, int]], roles: int, pairs: int) -> int:
+    """How many pairs can be alive at once on one device, from the first pair's reports
+    (``reserved``: the most device memory one of its workers held after set-up;
+    ``free``: the device's free memory then).  A worker is counted at
+    ``WORKER_GROWTH`` times what it held plus ``WORKER_CONTEXT_BYTES`` (turns, graphs
+    and the fresh step allocate more later), and ``FREE_MARGIN`` of the free memory
+    is left alone.  No report (the CPU): every pair at once."""
+    reported = [m for m in memory if m.get("free") is not None and m.get("reserved") is not None]
+    if not reported:
+        return max(1, pairs)
+    one = WORKER_GROWTH * max(int(m["reserved"]) for m in reported) + WORKER_CONTEXT_BYTES
+    free = (1.0 - FREE_MARGIN) * min(int(m["free"]) for m in reported)
+    return max(1, 1 + int(free // (one * max(1, roles))))
+
+
+def _take_turns(
+    host: PairedHost,
+    wave: list[list[_Worker]],
+    first: int,
+    groups: int,
+    picks: list[list[int]],
+    suffix: str,
+) -> None:
+    """The wave's blocks: per group, per pair, the roles in palindrome order."""
+    order = _order([w.role for w in wave[0]])
+    turns_log = host.tmp / f"turns{suffix}.jsonl"
+    with turns_log.open("a", encoding="utf-8") as record:
+        for g in range(groups):
+            for k, group in enumerate(wave):
+                p = first + k
+                for half, slot in enumerate(order):
+                    pick = picks[p][(2 * g + (half >= len(order) // 2)) % len(picks[p])]
+                    msg = {"op": "block", "index": g, "pick": pick}
+                    reply = _talk(group[slot], msg, TURN_TIMEOUT_S, "block")
+                    name = group[slot].live.name
+                    span = {"start": reply.get("start"), "end": reply.get("end")}
+                    turn = {"worker": name, "pair": p, "group": g, "pick": pick, **span}
+                    record.write(json.dumps(turn) + "\n")
 
 
 def _picks(pairs: int, per_pair: int, pool: int, seed: int) -> list[list[int]]:

@@ -31,6 +31,7 @@ from runner.ops.base import (
     OpAdapter,
     fresh_training_step,
     input_problems,
+    seeded,
     snr_db,
     snr_verifier,
 )
@@ -48,12 +49,13 @@ class AttentionOp(OpAdapter):
     def inputs(self, shape: Any, device: str, seed: int) -> Tensors:
         """q, k, v (requiring grad) and grad_out, bf16, "bshd"."""
         heads, kv_heads = int(shape.params["heads"]), int(shape.params["kv_heads"])
-        gen = torch.Generator(device="cpu").manual_seed(seed)
-        dims = {"q": heads, "k": kv_heads, "v": kv_heads, "g": heads}
-        made = {
-            n: torch.randn(shape.b, shape.m, h, shape.k, generator=gen) for n, h in dims.items()
-        }
-        q, k, v, g = (t.to(device=device, dtype=torch.bfloat16) for t in made.values())
+        gen = seeded(device, seed)
+        q, k, v, g = (
+            torch.randn(shape.b, shape.m, h, shape.k, generator=gen, device=device).to(
+                torch.bfloat16
+            )
+            for h in (heads, kv_heads, kv_heads, heads)
+        )
         return q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True), g
 
     def case(self, shape: Any, device: str, seed: int) -> Case:

@@ -57,6 +57,14 @@ FRESH_LR = 1e-3  # SGD step on the weight, relative to the gradient's RMS
 FRESH_KEEP = 64  # fresh tensors kept alive, so no id() or address repeats among them
 
 
+def seeded(device: str, seed: int) -> torch.Generator:
+    """A generator on ``device`` seeded with ``seed``: inputs are drawn where they are
+    used, so every process on one kind of device draws the same values for a seed.
+    Drawing Llama-size inputs on the CPU cost about 1 s per 90M values and was most of
+    a GPU worker's start-up (four pool members and two checks per shape)."""
+    return torch.Generator(device=torch.device(device)).manual_seed(seed)
+
+
 def fresh_training_step(
     device: str,
     seed: int,

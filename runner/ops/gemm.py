@@ -21,6 +21,7 @@ from runner.ops.base import (
     OpAdapter,
     fresh_training_step,
     input_problems,
+    seeded,
     snr_db,
     snr_verifier,
 )
@@ -38,11 +39,11 @@ class GemmOp(OpAdapter):
     def inputs(
         self, shape: Any, device: str, seed: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        gen = torch.Generator(device="cpu").manual_seed(seed)
-        a = torch.randn(shape.m, shape.k, generator=gen, dtype=torch.float32)
-        b = torch.randn(shape.n, shape.k, generator=gen, dtype=torch.float32)
-        g = torch.randn(shape.m, shape.n, generator=gen, dtype=torch.float32)
-        a, b, g = (t.to(device=device, dtype=torch.bfloat16) for t in (a, b, g))
+        gen = seeded(device, seed)
+        a, b, g = (
+            torch.randn(*dims, generator=gen, device=device).to(torch.bfloat16)
+            for dims in ((shape.m, shape.k), (shape.n, shape.k), (shape.m, shape.n))
+        )
         return a.requires_grad_(True), b.requires_grad_(True), g
 
     def case(self, shape: Any, device: str, seed: int) -> Case:

@@ -27,6 +27,7 @@ from runner.ops.base import (
     FreshStep,
     fresh_training_step,
     input_problems,
+    seeded,
     snr_db,
     snr_verifier,
 )
@@ -46,11 +47,11 @@ class GroupedGemmOp(GemmOp):
         """a (M, K), b (G, N, K), grad_out (M, N) in bf16; group_lens int64 (G,)."""
         sizes = _sizes(shape)
         rows = sum(sizes)
-        gen = torch.Generator(device="cpu").manual_seed(seed)
-        a = torch.randn(rows, shape.k, generator=gen)
-        b = torch.randn(len(sizes), shape.n, shape.k, generator=gen)
-        g = torch.randn(rows, shape.n, generator=gen)
-        a, b, g = (t.to(device=device, dtype=torch.bfloat16) for t in (a, b, g))
+        gen = seeded(device, seed)
+        a, b, g = (
+            torch.randn(*dims, generator=gen, device=device).to(torch.bfloat16)
+            for dims in ((rows, shape.k), (len(sizes), shape.n, shape.k), (rows, shape.n))
+        )
         lens = torch.tensor(sizes, dtype=torch.int64, device=device)
         return a.requires_grad_(True), b.requires_grad_(True), lens, g
 

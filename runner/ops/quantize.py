@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from runner.ops.base import Case, CheckResult, OpAdapter
+from runner.ops.base import Case, CheckResult, OpAdapter, seeded
 
 MANTISSA_BITS = {"e4m3": 3, "e5m2": 2}
 SCALE_RTOL = 2.0**-20
@@ -73,12 +73,14 @@ class QuantizeOp(OpAdapter):
     def inputs(self, shape: Any, device: str, seed: int) -> torch.Tensor:
         """Activations with a per-row spread of magnitudes (so per-row and per-block
         scales differ from the tensor scale) and a few outliers."""
-        gen = torch.Generator(device="cpu").manual_seed(seed)
-        x = torch.randn(shape.m, shape.n, generator=gen)
-        x *= torch.exp2(torch.randint(-4, 5, (shape.m, 1), generator=gen).float())
-        outliers = torch.randint(0, shape.m * shape.n, (max(1, shape.m // 16),), generator=gen)
+        gen = seeded(device, seed)
+        x = torch.randn(shape.m, shape.n, generator=gen, device=device)
+        spread = torch.randint(-4, 5, (shape.m, 1), generator=gen, device=device)
+        x *= torch.exp2(spread.float())
+        count = (max(1, shape.m // 16),)
+        outliers = torch.randint(0, shape.m * shape.n, count, generator=gen, device=device)
         x.view(-1)[outliers] *= 30.0
-        return x.to(device=device, dtype=torch.bfloat16)
+        return x.to(torch.bfloat16)
 
     def case(self, shape: Any, device: str, seed: int) -> Case:
         x = self.inputs(shape, device, seed)
