@@ -168,9 +168,11 @@ def test_wave_size_fits_the_device_memory() -> None:
         {"reserved": 13 * gib, "free": 110 * gib},
         {"reserved": 12 * gib, "free": 97 * gib},
     ]
-    # one worker counts 1.5 * 13 + 1 = 20.5 GiB; 90% of 97 GiB holds 4 workers = 2 pairs
+    # one worker counts 1.25 * 13 + 1 = 17.25 GiB; 90% of 97 GiB holds 5 workers = 2 pairs
     assert wave_size(first_pair, roles=2, pairs=5) == 1 + 2
     assert wave_size(first_pair, roles=4, pairs=5) == 1 + 1
+    # The OOM seen when sharding: workers of 37 GiB after their turns, 66 GiB free
+    assert wave_size([{"reserved": 37 * gib, "free": 66 * gib}] * 2, 2, 2) == 1
     assert wave_size([{"reserved": 13 * gib, "free": 5 * gib}] * 2, 2, 5) == 1  # alone
     assert wave_size([{}, {}], 2, 5) == 5  # the CPU: every pair at once
 
@@ -188,6 +190,26 @@ def test_pairs_run_in_waves(tmp_path: Path) -> None:
     first_done = (tmp_path / "round" / "pass-01-incumbent" / "benchmark.csv").stat().st_mtime
     second_log = (tmp_path / "round" / "pass-03-incumbent" / "worker.log").read_text()
     assert second_log and turns[4]["start"] > first_done
+    assert alive(host.tmp) == []
+
+
+@pytest.mark.integration
+def test_on_a_gpu_target_the_first_pair_measures_alone(tmp_path: Path) -> None:
+    """A GPU target (device "auto": the CPU here, so no memory report): the first pair
+    starts and takes its turns alone; the rest start after it (here all of them)."""
+    from dataclasses import replace
+
+    host, tree = example_host(tmp_path)
+    host.template = replace(host.template, device="auto")
+    assert host.gpu_target
+    trees = {"incumbent": tree, "candidate": tree}
+    measure_paired(host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"], pairs=3,
+                   groups=2)  # fmt: skip
+    turns = [json.loads(line) for line in (host.tmp / "turns.jsonl").read_text().splitlines()]
+    assert [t["pair"] for t in turns[:8]] == [0] * 8  # both groups of pair 0 first
+    assert [t["pair"] for t in turns[8:12]] == [1, 1, 1, 1]  # then group 0 of pairs 1, 2
+    assert [t["pair"] for t in turns[12:16]] == [2, 2, 2, 2]
+    assert [t["group"] for t in turns[16:]] == [1] * 8
     assert alive(host.tmp) == []
 
 

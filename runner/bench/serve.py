@@ -13,7 +13,8 @@ Messages (one JSON object per line):
   ``free`` and ``total``; the host sizes its waves of live workers by them);
 * host -> worker ``{"op": "block", "index": i, "pick": k}``: measure every shape once
   (forward, backward) on member ``k`` of its buffer pool; reply
-  ``{"ok": true, "block": i, "seconds": s, "start": t0, "end": t1}`` (wall clock);
+  ``{"ok": true, "block": i, "seconds": s, "start": t0, "end": t1, "memory": {...}}``
+  (wall clock; the memory as in the ready message, after the block);
 * host -> worker ``{"op": "finish"}``: the fresh-step timing, the re-check after
   timing, then ``benchmark.csv``, ``samples.json``, ``meta.json`` in OUT as a
   per-pass worker writes them (per shape the median over its blocks); reply
@@ -285,7 +286,8 @@ def serve(spec: RoundSpec, out_dir: Path, load: Callable[[RoundSpec, Path], Any]
             if op == "block":
                 start = time.time()
                 seconds = server.block(int(message.get("pick", 0)))
-                reply = {"block": message.get("index"), "seconds": seconds, "start": start}
+                reply = {"block": message.get("index"), "seconds": seconds, "start": start,
+                         "memory": device_memory(server.device)}  # fmt: skip
                 channel.send({"ok": True, **reply, "end": time.time()})
             elif op == "finish":
                 server.finish()

@@ -39,7 +39,7 @@ READY_TIMEOUT_S = 1800.0  # import, checks, compile/JIT and first calls of every
 TURN_TIMEOUT_S = 900.0  # one block or the finish
 BLOCK_WARMUP_FLOOR_S = 0.1  # a turn's warm-up never shorter than this (or the pinned one)
 # Sizing a wave of live workers by device memory (``wave_size``).
-WORKER_GROWTH = 1.5  # a worker's later peak, over what it held after set-up
+WORKER_GROWTH = 1.25  # a worker's peak at its finish, over its peak after its turns
 WORKER_CONTEXT_BYTES = 1 << 30  # its device context and allocator slack
 FREE_MARGIN = 0.1  # of the device's free memory, never planned for
 # A quick round's turn on a GPU (``block_timing``): upper bounds per callable and block.
@@ -157,10 +157,11 @@ def measure_paired(
     """``pairs`` process pairs (one worker per role each; with one role, ``pairs``
     workers), ``groups`` A B B A block groups per pair, turn by turn on one device.
 
-    Pairs run in waves that fit in device memory (``wave_size``): the first pair starts
-    alone and reports what one worker holds and what the device has free, the rest of
-    its wave then joins it; a wave takes its turns and finishes before the next starts.
-    On the CPU (no memory report) every pair starts at once.  ``extra["wave_pairs"]``
+    Pairs run in waves that fit in device memory (``wave_size``): the first pair
+    starts alone and takes its turns, and the most memory one of its workers then held
+    (reported with each block) and the device's free memory size the waves; the rest of
+    the first wave then starts, and a wave finishes before the next one starts.
+    A CPU target (``host.gpu_target`` false) starts every pair at once.  ``extra["wave_pairs"]``
     in the spec fixes the wave size instead (a device shared with other work).
 
     Worker ``index`` numbers continue from ``start_index`` as pass numbers did, and each
@@ -198,18 +199,24 @@ def measure_paired(
         pool = max(1, int(extra.get("pool", 4)))
         picks = _picks(pairs, 2 * groups, pool, seed)
         size: int | None = int(extra["wave_pairs"]) if extra.get("wave_pairs") else None
+        if size is None and not host.gpu_target:
+            size = pairs  # the CPU: no device memory to share out, every pair at once
         while len(started) < pairs:
             first = len(started)
-            wave = [start_pair()] if size is None else []
-            reports = [_expect(w, READY_TIMEOUT_S, "ready") for w in wave[0]] if wave else []
-            if size is None:
-                size = wave_size([r.get("memory") or {} for r in reports], len(roles), pairs)
+            wave: list[list[_Worker]] = []
+            alone = readied = 0  # pairs of the wave that took their turns / are ready
+            if size is None:  # the first pair alone: its peak memory sizes the waves
+                wave.append(start_pair())
+                for w in wave[0]:
+                    _expect(w, READY_TIMEOUT_S, "ready")
+                peaks = _take_turns(host, wave, first, groups, picks, suffix)
+                size, alone, readied = wave_size(peaks, len(roles), pairs), 1, 1
             while len(started) - first < min(size, pairs - first):
                 wave.append(start_pair())
-            for group in wave[1 if reports else 0 :]:
+            for group in wave[readied:]:
                 for w in group:
                     _expect(w, READY_TIMEOUT_S, "ready")
-            _take_turns(host, wave, first, groups, picks, suffix)
+            _take_turns(host, wave[alone:], first + alone, groups, picks, suffix)
             for group in wave:
                 for w in group:
                     _talk(w, {"op": "finish"}, TURN_TIMEOUT_S, "finished")
@@ -227,11 +234,11 @@ def measure_paired(
 
 def wave_size(memory: Sequence[Mapping[str, int]], roles: int, pairs: int) -> int:
     """How many pairs can be alive at once on one device, from the first pair's reports
-    (``reserved``: the most device memory one of its workers held after set-up;
-    ``free``: the device's free memory then).  A worker is counted at
-    ``WORKER_GROWTH`` times what it held plus ``WORKER_CONTEXT_BYTES`` (turns, graphs
-    and the fresh step allocate more later), and ``FREE_MARGIN`` of the free memory
-    is left alone.  No report (the CPU): every pair at once."""
+    after its turns (``reserved``: the most device memory one of its workers held;
+    ``free``: the device's free memory then, with that pair alive).  A worker is
+    counted at ``WORKER_GROWTH`` times what it held (its finish allocates the fresh
+    step's inputs) plus ``WORKER_CONTEXT_BYTES``, and ``FREE_MARGIN`` of the free
+    memory is left alone.  No report (the CPU): every pair at once."""
     reported = [m for m in memory if m.get("free") is not None and m.get("reserved") is not None]
     if not reported:
         return max(1, pairs)
@@ -247,9 +254,14 @@ def _take_turns(
     groups: int,
     picks: list[list[int]],
     suffix: str,
-) -> None:
-    """The wave's blocks: per group, per pair, the roles in palindrome order."""
+) -> list[dict[str, int]]:
+    """The blocks of the pairs in ``wave`` (pair numbers from ``first``): per group,
+    per pair, the roles in palindrome order.  Returns the memory each worker reported
+    with its last block (none on the CPU)."""
+    if not wave:
+        return []
     order = _order([w.role for w in wave[0]])
+    memory: dict[str, dict[str, int]] = {}
     turns_log = host.tmp / f"turns{suffix}.jsonl"
     with turns_log.open("a", encoding="utf-8") as record:
         for g in range(groups):
@@ -260,9 +272,11 @@ def _take_turns(
                     msg = {"op": "block", "index": g, "pick": pick}
                     reply = _talk(group[slot], msg, TURN_TIMEOUT_S, "block")
                     name = group[slot].live.name
+                    memory[name] = reply.get("memory") or {}
                     span = {"start": reply.get("start"), "end": reply.get("end")}
                     turn = {"worker": name, "pair": p, "group": g, "pick": pick, **span}
                     record.write(json.dumps(turn) + "\n")
+    return list(memory.values())
 
 
 def _picks(pairs: int, per_pair: int, pool: int, seed: int) -> list[list[int]]:
