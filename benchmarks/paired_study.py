@@ -11,13 +11,14 @@ through the product's functions:
 * ``study``: ``--rounds`` study rounds.  Each starts one fresh serving worker per tree
   and process pair, all taking turns on the GPU (``runner.flow.measure.measure_roles``
   with four roles: the head twice, the head with the planted slowdown, the head with
-  the planted double slowdown) and judges three comparisons through
+  the planted speed-up's copies) and judges three comparisons through
   ``runner.flow.measure.measure_and_judge`` (more fresh pairs when the gate asks):
-  A/A (head vs head), slowdown (head vs head + 1 extra copy of the forward output: the
-  candidate must be reported as a regression), speed-up (head + 2 extra copies vs the
-  head: the candidate removes them, it must be ACCEPTED).  Sharing one session keeps the
-  study inside ~15 minutes of GPU time; every verdict still comes from the rounds' own
-  measure-and-judge path.
+  A/A (head vs head), slowdown (head vs head + ``--slow-copies`` extra copies of the
+  forward output, about 1% of the step: the candidate must be reported as a
+  regression), speed-up (head + ``--fast-copies`` copies, about 2%, vs the head: the
+  candidate removes them, it must be ACCEPTED).  Sharing one session saves GPU time (a
+  round of four trees took about 4 minutes on an H200); every verdict still comes from
+  the rounds' own measure-and-judge path.
 
 Results go to ``--out/paired_study.json`` (appended round by round, so a command that
 runs past its time limit loses at most one round; run the same command again to go on:
