@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -210,6 +211,28 @@ def test_on_a_gpu_target_the_first_pair_measures_alone(tmp_path: Path) -> None:
     assert [t["pair"] for t in turns[8:12]] == [1, 1, 1, 1]  # then group 0 of pairs 1, 2
     assert [t["pair"] for t in turns[12:16]] == [2, 2, 2, 2]
     assert [t["group"] for t in turns[16:]] == [1] * 8
+    assert alive(host.tmp) == []
+
+
+@pytest.mark.integration
+def test_out_of_device_memory_fails_the_worker_not_the_code(tmp_path: Path) -> None:
+    """A worker whose device runs out of memory stops and says so (the round FAILs as an
+    infrastructure failure), instead of writing FAIL rows that read as a wrong result."""
+    host, tree = example_host(tmp_path)
+    starved = tmp_path / "starved"
+    shutil.copytree(tree, starved)
+    kernel = starved / "turbo_kernels" / "cpu" / "gemm.py"
+    text = kernel.read_text(encoding="utf-8")
+    head = "-> torch.Tensor:\n"  # the end of gemm_torch's signature, its only function
+    assert head in text
+    oom = '    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")\n'
+    kernel.write_text(text.replace(head, head + oom), encoding="utf-8")
+    trees = {"incumbent": tree, "candidate": starved}
+    with pytest.raises(PairedFailed) as info:
+        measure_paired(host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"], pairs=1)
+    assert "pass-02-candidate failed" in info.value.message
+    assert "out of device memory, not a wrong result of the code under test" in info.value.message
+    assert not (host.tmp / "pass-02-candidate" / "benchmark.csv").exists()
     assert alive(host.tmp) == []
 
 
