@@ -317,6 +317,10 @@ def test_fresh_veto_is_statistical() -> None:
     # one noisy real-step pair among agreeing ones does not decide alone
     assert inflation_veto(_gate(30.0), [0.29, 0.31, -0.35, 0.30], 0.01) is None
     assert inflation_veto(_gate(30.0), [], 0.01) is None
+    # an honest compute saving as the CPU real step carried it (test_faults, 2-core host)
+    assert inflation_veto(_gate(29.571), [0.1788, 0.1889], 0.0203) is None
+    # a gain of which the real step keeps well under half: vetoed
+    assert inflation_veto(_gate(30.0), [0.10, 0.12, 0.11, 0.09], 0.01)
 
 
 # ------------------------------------------------------------------ held-out shapes

@@ -45,6 +45,10 @@ def audit_candidate(
 
 
 INFLATION_LIMIT_PCT = 1.0
+# The real-step gain must fall below this fraction of the idiom gain for the veto.  Honest
+# compute savings on a 2-core CPU host carried over at 0.55-0.62 of the idiom gain
+# (docs/measurement.md §6; cause not yet known); a cache's real-step gain is near zero.
+REAL_STEP_FRACTION = 0.5
 
 
 def heldout_flag(gate: GateResult, heldout: list[str]) -> GateResult:
@@ -73,8 +77,9 @@ def inflation_veto(gate: GateResult, fresh: list[float], sigma_g: float) -> str 
     paired as the benchmark is, each the median of many repeated steps.  The rule is
     statistical: the gap between the idiom gain and the mean real-step gain must exceed
     max(1%, 3 sigma_G) plus two standard errors of the paired real-step gains, and the
-    real-step gain must fall below three quarters of the idiom gain.  A gain that lives
-    on reused tensors or values (a cache) shows a real-step gain near zero: caught."""
+    real-step gain must fall below ``REAL_STEP_FRACTION`` (half) of the idiom gain.  A
+    gain that lives on reused tensors or values (a cache) shows a real-step gain near
+    zero: caught."""
     if not fresh or not gate.decision.accepted:
         return None
     n = len(fresh)
@@ -82,7 +87,7 @@ def inflation_veto(gate: GateResult, fresh: list[float], sigma_g: float) -> str 
     se = stdev(fresh) / math.sqrt(n) if n > 1 else 0.0
     gap = gate.delta_pct - 100.0 * mean
     limit = max(INFLATION_LIMIT_PCT, 300.0 * sigma_g) + 200.0 * se
-    if gap > limit and 100.0 * mean < 0.75 * gate.delta_pct:
+    if gap > limit and 100.0 * mean < REAL_STEP_FRACTION * gate.delta_pct:
         return (
             f"over-fit (fresh-tensor veto): benchmark-idiom gain {gate.delta_pct:+.3f}% exceeds "
             f"the real-training-step gain {100.0 * mean:+.3f}% (+-{100.0 * se:.3f}, {n} paired "
@@ -133,7 +138,11 @@ def state_transfer(
     parts.append(gain)
     parts += [f"8-step simulation FAIL: {p}" for p in sim.get("problems") or []]
     problems = list(sim.get("problems") or [])
-    inflated = fresh_pct is not None and gate.delta_pct > 0 and fresh_pct < 0.75 * gate.delta_pct
+    inflated = (
+        fresh_pct is not None
+        and gate.delta_pct > 0
+        and fresh_pct < REAL_STEP_FRACTION * gate.delta_pct
+    )
     rejected = transfer.decision == "REJECT-as-overfit" or problems or inflated
     return replace(
         transfer,
