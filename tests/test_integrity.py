@@ -321,6 +321,8 @@ def test_fresh_veto_is_statistical() -> None:
     assert inflation_veto(_gate(29.571), [0.1788, 0.1889], 0.0203) is None
     # a gain of which the real step keeps well under half: vetoed
     assert inflation_veto(_gate(30.0), [0.10, 0.12, 0.11, 0.09], 0.01)
+    # two pairs that disagree widely (a CPU host under load): too uncertain to veto
+    assert inflation_veto(_gate(25.844), [0.0439, 0.0972], 0.00896) is None
 
 
 # ------------------------------------------------------------------ held-out shapes

@@ -49,6 +49,14 @@ INFLATION_LIMIT_PCT = 1.0
 # compute savings on a 2-core CPU host carried over at 0.55-0.62 of the idiom gain
 # (docs/measurement.md §6; cause not yet known); a cache's real-step gain is near zero.
 REAL_STEP_FRACTION = 0.5
+# Two-sided 97.5% quantiles of Student's t by degrees of freedom: with two or three
+# paired passes a standard error is itself uncertain, and two of them are too few.
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
+
+
+def t975(dof: int) -> float:
+    """The 97.5% quantile of Student's t with ``dof`` degrees of freedom (2.0 past 8)."""
+    return T975.get(dof, 2.0) if dof >= 1 else 0.0
 
 
 def heldout_flag(gate: GateResult, heldout: list[str]) -> GateResult:
@@ -76,7 +84,8 @@ def inflation_veto(gate: GateResult, fresh: list[float], sigma_g: float) -> str 
     ``fresh`` holds one real-step gain (a fraction) per incumbent/candidate pass pair,
     paired as the benchmark is, each the median of many repeated steps.  The rule is
     statistical: the gap between the idiom gain and the mean real-step gain must exceed
-    max(1%, 3 sigma_G) plus two standard errors of the paired real-step gains, and the
+    max(1%, 3 sigma_G) plus the paired real-step gains' standard error times Student's
+    t (97.5%, n - 1 degrees of freedom: 12.7 for two pairs, 2.8 for five), and the
     real-step gain must fall below ``REAL_STEP_FRACTION`` (half) of the idiom gain.  A
     gain that lives on reused tensors or values (a cache) shows a real-step gain near
     zero: caught."""
@@ -86,7 +95,7 @@ def inflation_veto(gate: GateResult, fresh: list[float], sigma_g: float) -> str 
     mean = sum(fresh) / n
     se = stdev(fresh) / math.sqrt(n) if n > 1 else 0.0
     gap = gate.delta_pct - 100.0 * mean
-    limit = max(INFLATION_LIMIT_PCT, 300.0 * sigma_g) + 200.0 * se
+    limit = max(INFLATION_LIMIT_PCT, 300.0 * sigma_g) + 100.0 * t975(n - 1) * se
     if gap > limit and 100.0 * mean < REAL_STEP_FRACTION * gate.delta_pct:
         return (
             f"over-fit (fresh-tensor veto): benchmark-idiom gain {gate.delta_pct:+.3f}% exceeds "
