@@ -38,6 +38,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from runner.ops.base import seeded
+
 KINDS = ("weight", "activation")
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -221,7 +223,7 @@ def simulate_training_steps(
     ``judge(out, a, w)``, when given, says whether a step's output is right (an op's
     own tolerance, e.g. an SNR floor for FP8).  ``state()``, when given, fingerprints
     the state the op keeps between calls: each step records whether it changed."""
-    gen = torch.Generator(device=torch.device(device)).manual_seed(seed)  # drawn in place
+    gen = seeded(str(device), seed)  # drawn in place
 
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, device=device).to(dtype)

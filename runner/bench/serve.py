@@ -8,13 +8,13 @@ processes never run kernels at once, and the host decides the A B B A order.
 
 Messages (one JSON object per line):
 
-* worker -> host, after set-up: ``{"ok": true, "ready": [labels], "memory": {...}}``
-  (on a GPU: ``reserved``, the most device memory it has held, and the device's
-  ``free`` and ``total``; the host sizes its waves of live workers by them);
+* worker -> host, after set-up: ``{"ok": true, "ready": [labels]}``;
 * host -> worker ``{"op": "block", "index": i, "pick": k}``: measure every shape once
   (forward, backward) on member ``k`` of its buffer pool; reply
   ``{"ok": true, "block": i, "seconds": s, "start": t0, "end": t1, "memory": {...}}``
-  (wall clock; the memory as in the ready message, after the block);
+  (wall clock; on a GPU the memory is ``reserved``, the most device memory this
+  process has held, and the device's ``free`` and ``total``: the host sizes its waves
+  of live workers by them);
 * host -> worker ``{"op": "finish"}``: the fresh-step timing, the re-check after
   timing, then ``benchmark.csv``, ``samples.json``, ``meta.json`` in OUT as a
   per-pass worker writes them (per shape the median over its blocks); reply
@@ -275,8 +275,7 @@ def serve(spec: RoundSpec, out_dir: Path, load: Callable[[RoundSpec, Path], Any]
         adapter, device, guard = load(spec, out_dir)
         server = Server(spec, out_dir, adapter, device, guard)
         server.prepare()
-        ready = [s.label for s in spec.shapes]
-        channel.send({"ok": True, "ready": ready, "memory": device_memory(device)})
+        channel.send({"ok": True, "ready": [s.label for s in spec.shapes]})
         while True:
             message = channel.receive()
             if message is None:

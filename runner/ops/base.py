@@ -81,7 +81,7 @@ def fresh_training_step(
     # A seed the measured code cannot know: the values never repeat between two runs of
     # the step in one process (a memo filled by the first would hit in the second).
     secret = random.SystemRandom().getrandbits(62)
-    gen = torch.Generator(device=torch.device(device)).manual_seed(seed ^ secret)
+    gen = seeded(device, seed ^ secret)
     keep: list[torch.Tensor] = []
 
     def draw() -> list[torch.Tensor]:
