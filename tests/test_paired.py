@@ -26,9 +26,11 @@ from runner.flow.paired import (
     _picks,
     block_timing,
     measure_paired,
+    pool_members,
     supports_paired,
     wave_size,
 )
+from runner.flow.round_context import FocusedTest, FocusedTestFailed, Round, level_shapes
 from runner.flow.sharding import (
     PlainHost,
     PlainManifest,
@@ -38,6 +40,7 @@ from runner.flow.sharding import (
     shard_shapes,
 )
 from runner.judge.gate import decide, required_pairs
+from runner.store.campaign import Campaign
 
 TIMING = TimingSettings(warmup_s=0.01, repeats=2, max_repeats=3, budget_s=0.05, batch_s=0.005)
 ENV = {"TURBO_KERNELS_GEMM_BACKEND": "TORCH"}
@@ -87,7 +90,8 @@ def test_quick_gpu_rounds_start_every_pair_the_gate_may_ask_for() -> None:
 
     def rnd(level: str, gpu: bool, executor: object, sigma: float) -> SimpleNamespace:
         manifest = SimpleNamespace(sigma_g=sigma)
-        return SimpleNamespace(level=level, gpu_target=gpu, executor=executor, manifest=manifest)
+        quick_gpu = level == "quick" and gpu
+        return SimpleNamespace(quick_gpu=quick_gpu, executor=executor, manifest=manifest)
 
     local = LocalExecutor()
     assert first_samples(rnd("quick", True, local, 0.012), 2) == 5  # volatile: 5 pairs
@@ -380,3 +384,69 @@ def test_slurm_round_shards_as_one_job_array(
         tasks.add((record["array_job_id"], record["array_task_id"]))
     assert {t for _, t in tasks} == {"0", "1"} and len({j for j, _ in tasks}) >= 1
     assert read_csv(passes / "pass-01-incumbent" / "benchmark.csv").labels()
+
+
+def test_a_worker_holds_only_the_pool_members_its_turns_use() -> None:
+    assert pool_members({}, gpu_target=True, turns=2) == 2  # A B B A: two turns, not four
+    assert pool_members({}, gpu_target=True, turns=8) == 4
+    assert pool_members({"pool": 6}, gpu_target=True, turns=8) == 6
+    assert pool_members({"pool": 1}, gpu_target=True, turns=2) == 1
+    assert pool_members({}, gpu_target=False, turns=2) == 2
+    assert pool_members({}, gpu_target=False, turns=1) == 1  # one role: one turn each
+
+
+def gpu_round(campaign_dir: Path, tmp: Path) -> Round:
+    """A quick round of the demo campaign as if it measured a GPU (its manifest says
+    sm90 in memory only); on this CPU host the workers' device "auto" is the CPU."""
+    campaign = Campaign.load(campaign_dir)
+    campaign.manifest = campaign.manifest.model_copy(update={"target_gpu": "sm90"})
+    tmp.mkdir()
+    rnd = Round(campaign, LocalExecutor(), lambda message: None, tmp, 99, "quick")
+    assert rnd.gpu_target and rnd.quick_gpu
+    return rnd
+
+
+@pytest.mark.integration
+def test_on_a_gpu_target_the_focused_test_runs_beside_worker_start_up(
+    demo_copy: Path, tmp_path: Path
+) -> None:
+    rnd = gpu_round(demo_copy, tmp_path / "round")
+    shapes = level_shapes(rnd.manifest, "quick")
+    with rnd.lineage.worktree(rnd.lineage.head()) as tree:
+        with FocusedTest(rnd, "candidate", tree) as test:
+            assert rnd.before_turns == test.require
+            trees = {"incumbent": tree, "candidate": tree}
+            measure_roles(rnd, trees, shapes, 1)
+        assert test.ok and rnd.before_turns is None
+    tested = (rnd.tmp / "test-candidate" / "test.log").stat().st_mtime
+    spawned = (rnd.tmp / "specs" / "pass-01-incumbent.json").stat().st_mtime
+    turns = [json.loads(line) for line in (rnd.tmp / "turns.jsonl").read_text().splitlines()]
+    assert spawned < tested  # the workers started while the test ran
+    assert min(t["start"] for t in turns) >= tested  # and nothing was timed before it passed
+    samples = json.loads((rnd.tmp / "pass-02-candidate" / "samples.json").read_text())
+    assert samples["pool"] == 2  # two turns each: two members, not the default four
+    assert alive(rnd.tmp) == []
+
+
+@pytest.mark.integration
+def test_a_focused_test_failing_beside_the_workers_stops_them_before_any_turn(
+    demo_copy: Path, tmp_path: Path
+) -> None:
+    rnd = gpu_round(demo_copy, tmp_path / "round")
+    shapes = level_shapes(rnd.manifest, "quick")
+    kernel = "turbo_kernels/pytorch/ops/gemm_fp8.py"
+    with rnd.lineage.worktree(rnd.lineage.head()) as tree:
+        text = (tree / kernel).read_text(encoding="utf-8")
+        old = "return gemm_fp8_impl("
+        assert old in text
+        broken = text.replace(old, "return 2 * gemm_fp8_impl(")  # wrong by a factor 2
+        with rnd.lineage.worktree(rnd.lineage.head()) as bad:
+            (bad / kernel).write_text(broken, encoding="utf-8")
+            with FocusedTest(rnd, "candidate", bad) as test:
+                trees = {"incumbent": tree, "candidate": bad}
+                with pytest.raises(FocusedTestFailed) as info:
+                    measure_roles(rnd, trees, shapes, 1)
+    assert not test.ok and "failed" in info.value.tail
+    assert not (rnd.tmp / "turns.jsonl").exists() or not (rnd.tmp / "turns.jsonl").read_text()
+    assert (rnd.tmp / "specs" / "pass-02-candidate.json").exists()  # they had started
+    assert alive(rnd.tmp) == []

@@ -46,11 +46,9 @@ from typing import IO, Any
 
 from runner.bench.timing import Timing
 from runner.core.shapes import Shape
-from runner.core.spec import RoundSpec, write_json_atomic
+from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec, write_json_atomic
 
 log = logging.getLogger("runner.worker")
-POOL_GPU = 4
-POOL_CPU = 2
 SPACER_UNIT = 4096  # bytes; spacer k is k * SPACER_UNIT * (1 + member) bytes
 
 

@@ -11,13 +11,21 @@ from pathlib import Path
 from runner.core.csv_schema import BenchCSV
 from runner.core.errors import ConfigError
 from runner.core.outcomes import RoundResult, Status
+from runner.core.shapes import Shape
 from runner.core.spec import OUT_ENV
 from runner.core.stats import rel_stdev
 from runner.executors.base import Executor
 from runner.flow.build import built_roles, describe
 from runner.flow.passes import per_pass_metric, read_passes, shape_seconds, write_merged
 from runner.flow.quickscript import write_quick_script
-from runner.flow.round_context import Progress, Round, all_shapes, gpu_lease, run_focused_test
+from runner.flow.round_context import (
+    FocusedTest,
+    FocusedTestFailed,
+    Progress,
+    Round,
+    all_shapes,
+    gpu_lease,
+)
 from runner.flow.rounds import MIN_SIGMA, RoundFailed, measure_roles, now
 from runner.judge.gate import calibrate_sigma
 from runner.judge.representative import choose_heldout, select_representative
@@ -73,10 +81,7 @@ def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:
         lineage.worktree(m.base_commit or "") as tree,
         built_roles(rnd, {"baseline": tree}) as builds,
     ):
-        ok, tail = run_focused_test(rnd, "baseline", tree)
-        if not ok:
-            raise ConfigError(f"the focused test fails on the base commit:\n{tail}")
-        paths = measure_roles(rnd, {"baseline": tree}, shapes, passes)["baseline"]
+        paths = _measured(rnd, tree, shapes, passes)
         csvs = read_passes(paths, None)
         merged = write_merged(rnd.tmp / "benchmark.csv", csvs)
         base_score = score(merged, m.primary_metric)
@@ -126,6 +131,19 @@ def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:
     )
     close_round(campaign, result, progress=rnd.step)
     return result
+
+
+def _measured(rnd: Round, tree: Path, shapes: list[Shape], passes: int) -> list[Path]:
+    """The focused test (beside the workers' start-up on a GPU target), then the
+    baseline's passes; a failing test stops the command."""
+    failed = "the focused test fails on the base commit:\n"
+    with FocusedTest(rnd, "baseline", tree) as test:
+        if test.done and not test.wait():
+            raise ConfigError(failed + test.tail)
+        try:
+            return measure_roles(rnd, {"baseline": tree}, shapes, passes)["baseline"]
+        except FocusedTestFailed as exc:
+            raise ConfigError(failed + exc.tail) from None
 
 
 def _representative(

@@ -279,8 +279,7 @@ def first_samples(rnd: Any, samples: int, remeasure: bool = True) -> int:
     once: its turns are short, so a second set of workers (start-up, compile, first
     calls, the fresh step at the end) would cost more than the turns it saves.
     Otherwise ``samples``, and more only when the gate asks."""
-    quick_gpu = getattr(rnd, "level", "full") == "quick" and bool(getattr(rnd, "gpu_target", False))
-    if remeasure and quick_gpu and supports_paired(rnd.executor):
+    if remeasure and rnd.quick_gpu and supports_paired(rnd.executor):
         return max(samples, required_pairs(rnd.manifest.sigma_g))
     return samples
 

@@ -25,13 +25,13 @@ import math
 import random
 import select
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from runner.core.shapes import Shape
-from runner.core.spec import RoundSpec, TimingSettings
+from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec, TimingSettings
 from runner.executors.base import LiveWorker, ServingExecutor, WorkerJob
 from runner.flow.sharding import pass_name
 
@@ -56,12 +56,16 @@ class PairedHost(Protocol):
     """What paired measurement needs from a round (``runner.flow.round_context.Round``)."""
 
     tmp: Path
+    before_turns: Callable[[], None] | None  # e.g. a focused test that must pass first
 
     @property
     def executor(self) -> Any: ...
 
     @property
     def gpu_target(self) -> bool: ...
+
+    @property
+    def quick_gpu(self) -> bool: ...
 
     def spec(self, role: str, index: int, shapes: list[Shape], **extra: object) -> RoundSpec: ...
 
@@ -187,8 +191,8 @@ def measure_paired(
             next_index += 1
             name = pass_name(next_index, role) + suffix
             spec = host.spec(role, next_index, list(shapes))
-            quick = spec.level == "quick" and host.gpu_target
-            spec = replace(spec, timing=block_timing(spec.timing, turns, quick_gpu=quick))
+            timing = block_timing(spec.timing, turns, quick_gpu=host.quick_gpu)
+            spec = replace(spec, timing=timing, extra={**spec.extra, "pool": members})
             job = host.worker_job(name, spec, trees[role], env)
             group.append(_Worker(executor.start_worker(job), role, next_index))
         started.append(group)
@@ -196,8 +200,8 @@ def measure_paired(
 
     try:
         extra = host.spec(roles[0], 0, []).extra
-        pool = max(1, int(extra.get("pool", 4)))
-        picks = _picks(pairs, 2 * groups, pool, seed)
+        members = pool_members(extra, host.gpu_target, turns)
+        picks = _picks(pairs, 2 * groups, members, seed)
         size: int | None = int(extra["wave_pairs"]) if extra.get("wave_pairs") else None
         if size is None and not host.gpu_target:
             size = pairs  # the CPU: no device memory to share out, every pair at once
@@ -209,6 +213,7 @@ def measure_paired(
                 wave.append(start_pair())
                 for w in wave[0]:
                     _expect(w, READY_TIMEOUT_S, "ready")
+                _hold(host)
                 peaks = _take_turns(host, wave, first, groups, picks, suffix)
                 size, alone, readied = wave_size(peaks, len(roles), pairs), 1, 1
             while len(started) - first < min(size, pairs - first):
@@ -216,6 +221,7 @@ def measure_paired(
             for group in wave[readied:]:
                 for w in group:
                     _expect(w, READY_TIMEOUT_S, "ready")
+            _hold(host)
             _take_turns(host, wave[alone:], first + alone, groups, picks, suffix)
             for group in wave:
                 for w in group:
@@ -230,6 +236,24 @@ def measure_paired(
         for w in group:
             out[w.role].append(w.csv)
     return out
+
+
+def pool_members(extra: Mapping[str, Any], gpu_target: bool, turns: int) -> int:
+    """Members of each worker's buffer pool: ``extra["pool"]`` (default 4 on a GPU
+    target, 2 on the CPU), but never more than the ``turns`` (blocks) a worker
+    measures: a member no block picks would only hold device memory, and memory bounds
+    how many workers a wave can hold (a GPU worker of a two-role round takes two turns,
+    so it held twice the inputs it used).  Placement still varies: each block of a
+    worker is on another member, and every worker places its own buffers."""
+    default = POOL_GPU if gpu_target else POOL_CPU
+    return max(1, min(int(extra.get("pool", default)), turns))
+
+
+def _hold(host: PairedHost) -> None:
+    """Before the first timed turn of a wave: whatever ran beside the workers' start-up
+    (``host.before_turns``) must be done and have passed."""
+    if host.before_turns is not None:
+        host.before_turns()
 
 
 def wave_size(memory: Sequence[Mapping[str, int]], roles: int, pairs: int) -> int:

@@ -4,6 +4,7 @@ folder, its GPUs and builds; the worker jobs and focused tests it starts."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ from runner.core.shapes import Shape, shape_set, shapes_by_label
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
 from runner.flow.measure import RoundFailed
+from runner.flow.paired import supports_paired
 from runner.flow.sharding import detect_vendor, gpu_env, job_in, pass_name, worker_failure
 from runner.judge.import_cause import explain_failure
 from runner.store.campaign import Campaign
@@ -48,6 +50,9 @@ class Round:
     level: str
     gpus: tuple[int, ...] = ()
     builds: dict[Path, BuiltRole] = field(default_factory=dict)  # tree -> its build
+    # Called before the first timed turn of serving workers: a focused test that runs
+    # beside their start-up must have passed first (``FocusedTest``).
+    before_turns: Callable[[], None] | None = None
 
     @property
     def manifest(self) -> Manifest:
@@ -57,6 +62,11 @@ class Round:
     def gpu_target(self) -> bool:
         """Whether the campaign measures on a GPU (its ``target_gpu`` is not "cpu")."""
         return self.manifest.target_gpu != "cpu"
+
+    @property
+    def quick_gpu(self) -> bool:
+        """A quick round on a GPU target: short turns, every pair started at once."""
+        return self.level == "quick" and self.gpu_target
 
     @property
     def target(self) -> Target:
@@ -176,3 +186,75 @@ def run_focused_test(rnd: Round, role: str, tree: Path) -> tuple[bool, str]:
     log = outcome.out_dir / "test.log"
     text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
     return outcome.returncode == 0, explain_failure(text[-1500:], text)
+
+
+class FocusedTestFailed(Exception):
+    """The focused test failed while serving workers started beside it."""
+
+    def __init__(self, tail: str) -> None:
+        super().__init__(tail)
+        self.tail = tail
+
+
+class FocusedTest:
+    """The focused test of one tree, run before anything is timed.
+
+    When the round measures a GPU target with serving workers, the test runs in a
+    thread beside the workers' start-up (imports, compile/JIT, first calls: nothing is
+    timed then), and ``rnd.before_turns`` makes the first timed turn wait for it and
+    raise ``FocusedTestFailed`` when it failed.  That saved the test's 12-26 s of a
+    round on an H200.  Elsewhere (the CPU, docker and Slurm passes) it runs at once, as
+    it always did: two CPU cores shared by a test and worker start-up would slow both,
+    and a pass-per-worker executor has no start-up to hide it behind.
+
+    ``done`` and ``ok``/``tail`` after ``wait()``; leave through ``close()`` (or use it
+    as a context manager), which waits for the thread and clears the hook."""
+
+    def __init__(self, rnd: Round, role: str, tree: Path) -> None:
+        self.rnd = rnd
+        self.ok = False
+        self.tail = ""
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        if rnd.gpu_target and supports_paired(rnd.executor):
+            self._thread = threading.Thread(
+                target=self._run, args=(role, tree), name=f"focused-test-{role}", daemon=True
+            )
+            self._thread.start()
+            rnd.before_turns = self.require
+        else:
+            self._run(role, tree)
+
+    def _run(self, role: str, tree: Path) -> None:
+        try:
+            self.ok, self.tail = run_focused_test(self.rnd, role, tree)
+        except BaseException as exc:  # raised again by wait(), in the round's thread
+            self._error = exc
+
+    @property
+    def done(self) -> bool:
+        return self._thread is None or not self._thread.is_alive()
+
+    def wait(self) -> bool:
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.ok
+
+    def require(self) -> None:
+        """``before_turns``: wait for the test; raise FocusedTestFailed when it failed."""
+        if not self.wait():
+            raise FocusedTestFailed(self.tail)
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+        if self.rnd.before_turns == self.require:
+            self.rnd.before_turns = None
+
+    def __enter__(self) -> FocusedTest:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -34,7 +34,14 @@ from runner.executors.base import Executor
 from runner.flow.build import built_roles, describe
 from runner.flow.measure import RoundFailed, measure_and_judge, measure_roles
 from runner.flow.passes import fresh_gains, state_report
-from runner.flow.round_context import Progress, Round, gpu_lease, level_shapes, run_focused_test
+from runner.flow.round_context import (
+    FocusedTest,
+    FocusedTestFailed,
+    Progress,
+    Round,
+    gpu_lease,
+    level_shapes,
+)
 from runner.judge.vetoes import audit_candidate, state_transfer
 from runner.store.appendlog import write_atomic
 from runner.store.campaign import Campaign
@@ -172,14 +179,18 @@ def _measure_and_judge(
     vetoes: list[str],
 ) -> tuple[GateResult, Score, Score]:
     m = rnd.manifest
-    ok, tail = run_focused_test(rnd, "candidate", cand_tree)
-    if not ok:
-        vetoes.append(f"focused test failed on the candidate ({m.test_command}):\n{tail}")
-    if vetoes:
-        return _veto_only(rnd, vetoes, shapes)
-    samples = 2 * (request.pairs or m.pairs)
-    trees = {"incumbent": inc_tree, "candidate": cand_tree}
-    got = measure_and_judge(rnd, trees, shapes, samples, vetoes=vetoes)
+    failed = f"focused test failed on the candidate ({m.test_command}):\n"
+    with FocusedTest(rnd, "candidate", cand_tree) as test:
+        if test.done and not test.wait():
+            vetoes.append(failed + test.tail)
+        if vetoes:
+            return _veto_only(rnd, vetoes, shapes)
+        samples = 2 * (request.pairs or m.pairs)
+        trees = {"incumbent": inc_tree, "candidate": cand_tree}
+        try:
+            got = measure_and_judge(rnd, trees, shapes, samples, vetoes=vetoes)
+        except FocusedTestFailed as exc:  # it ran beside the workers' start-up
+            return _veto_only(rnd, [*vetoes, failed + exc.tail], shapes)
     return got.gate, got.reference, got.candidate
 
 

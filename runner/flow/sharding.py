@@ -82,11 +82,16 @@ class PlainHost:
     executor: Executor
     template: RoundSpec
     job_env: Callable[[Path], dict[str, str]] = field(default=lambda tree: {})
+    before_turns: Callable[[], None] | None = None
 
     @property
     def gpu_target(self) -> bool:
         """Whether the work is meant for a GPU (``template.device`` is not "cpu")."""
         return self.template.device != "cpu"
+
+    @property
+    def quick_gpu(self) -> bool:
+        return self.template.level == "quick" and self.gpu_target
 
     def spec(self, role: str, index: int, shapes: list[Shape], **extra: object) -> RoundSpec:
         more = {**self.template.extra, **extra}
