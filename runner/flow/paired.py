@@ -173,7 +173,8 @@ def measure_paired(
     CSV of each of its workers in pair order (pair i of the incumbent with pair i of
     the candidate).  Raises PairedFailed when a worker fails; every worker started
     here has exited when this returns or raises.  Each turn is logged, with the
-    worker's own wall-clock start and end, in ``<tmp>/turns<suffix>.jsonl``."""
+    worker's own wall-clock start and end (and on a GPU the most device memory it has
+    held), in ``<tmp>/turns<suffix>.jsonl``."""
     executor = host.executor
     if not supports_paired(executor):
         raise PairedFailed(f"executor {executor.name} cannot keep workers alive for a round")
@@ -298,7 +299,8 @@ def _take_turns(
                     name = group[slot].live.name
                     memory[name] = reply.get("memory") or {}
                     span = {"start": reply.get("start"), "end": reply.get("end")}
-                    turn = {"worker": name, "pair": p, "group": g, "pick": pick, **span}
+                    held = {"reserved": memory[name].get("reserved")} if memory[name] else {}
+                    turn = {"worker": name, "pair": p, "group": g, "pick": pick, **span, **held}
                     record.write(json.dumps(turn) + "\n")
     return list(memory.values())
 
