@@ -280,6 +280,8 @@ def summary(state: dict[str, Any]) -> str:
             f"| quick VALIDATE round (A/A), {len(quick)} rounds | {secs[0]}-{secs[-1]} s, "
             f"median {secs[len(secs) // 2]} s | <= 60 s |"
         )
+        accepted = sum(str(q["status"]).startswith("ACCEPTED") for q in quick)
+        lines.append(f"| quick A/A rounds ACCEPTED | {accepted}/{len(quick)} | |")
     study = state.get("study", [])
     if study:
         n = len(study)
