@@ -181,7 +181,7 @@ def _measure_and_judge(
     m = rnd.manifest
     failed = f"focused test failed on the candidate ({m.test_command}):\n"
     with FocusedTest(rnd, "candidate", cand_tree) as test:
-        if test.done and not test.wait():
+        if (vetoes or test.done) and not test.wait():  # a vetoed round still records it
             vetoes.append(failed + test.tail)
         if vetoes:
             return _veto_only(rnd, vetoes, shapes)
