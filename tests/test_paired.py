@@ -395,23 +395,23 @@ def test_a_worker_holds_only_the_pool_members_its_turns_use() -> None:
     assert pool_members({}, gpu_target=False, turns=1) == 1  # one role: one turn each
 
 
-def gpu_round(campaign_dir: Path, tmp: Path) -> Round:
+def gpu_round(campaign_dir: Path, tmp: Path) -> tuple[Round, list[Shape]]:
     """A quick round of the demo campaign as if it measured a GPU (its manifest says
-    sm90 in memory only); on this CPU host the workers' device "auto" is the CPU."""
+    sm90 in memory only), and its shapes; on this CPU host the workers' device "auto"
+    is the CPU."""
     campaign = Campaign.load(campaign_dir)
     campaign.manifest = campaign.manifest.model_copy(update={"target_gpu": "sm90"})
     tmp.mkdir()
     rnd = Round(campaign, LocalExecutor(), lambda message: None, tmp, 99, "quick")
     assert rnd.gpu_target and rnd.quick_gpu
-    return rnd
+    return rnd, level_shapes(campaign.manifest, "quick")
 
 
 @pytest.mark.integration
 def test_on_a_gpu_target_the_focused_test_runs_beside_worker_start_up(
     demo_copy: Path, tmp_path: Path
 ) -> None:
-    rnd = gpu_round(demo_copy, tmp_path / "round")
-    shapes = level_shapes(rnd.manifest, "quick")
+    rnd, shapes = gpu_round(demo_copy, tmp_path / "round")
     with rnd.lineage.worktree(rnd.lineage.head()) as tree:
         with FocusedTest(rnd, "candidate", tree) as test:
             assert rnd.before_turns == test.require
@@ -432,8 +432,7 @@ def test_on_a_gpu_target_the_focused_test_runs_beside_worker_start_up(
 def test_a_focused_test_failing_beside_the_workers_stops_them_before_any_turn(
     demo_copy: Path, tmp_path: Path
 ) -> None:
-    rnd = gpu_round(demo_copy, tmp_path / "round")
-    shapes = level_shapes(rnd.manifest, "quick")
+    rnd, shapes = gpu_round(demo_copy, tmp_path / "round")
     kernel = "turbo_kernels/pytorch/ops/gemm_fp8.py"
     with rnd.lineage.worktree(rnd.lineage.head()) as tree:
         text = (tree / kernel).read_text(encoding="utf-8")
