@@ -15,12 +15,15 @@ from pathlib import Path
 import pytest
 
 from runner.core.csv_io import read_csv
+from runner.core.errors import ConfigError
 from runner.core.outcomes import Decision, Score, ShapeScore
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.local import LocalExecutor
 from runner.flow.measure import RoundFailed, measure_roles
 from runner.flow.paired import (
+    READY_TIMEOUT_ENV,
+    TURN_TIMEOUT_ENV,
     PairedFailed,
     _order,
     _picks,
@@ -251,6 +254,39 @@ def test_a_failing_worker_stops_the_others_and_says_why(tmp_path: Path) -> None:
     assert "pass-02-candidate failed (exit 1)" in info.value.message
     assert info.value.log_path and "turbo_kernels" in info.value.log_path.read_text()
     assert alive(host.tmp) == []
+
+
+@pytest.mark.integration
+def test_a_worker_that_never_gets_ready_fails_within_the_ready_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TURBO_CAMPAIGN_READY_TIMEOUT_S lowers the limit a serving worker has to say it is
+    ready (1800 s by default): a candidate that hangs at import fails the measurement
+    with that limit named, and no worker is left alive."""
+    host, tree = example_host(tmp_path)
+    hung = tmp_path / "hung"
+    shutil.copytree(tree, hung)
+    init = hung / "turbo_kernels" / "__init__.py"
+    init.write_text("import time\ntime.sleep(600)\n" + init.read_text(encoding="utf-8"))
+    monkeypatch.setenv(READY_TIMEOUT_ENV, "4")
+    trees = {"incumbent": tree, "candidate": hung}
+    with pytest.raises(PairedFailed) as info:
+        measure_paired(host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"], pairs=1)
+    assert "pass-02-candidate failed" in info.value.message
+    assert "gave no answer within 4 s" in info.value.message
+    assert alive(host.tmp) == []
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-3", "nan"])
+def test_a_bad_worker_limit_is_refused_before_any_worker_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    host, tree = example_host(tmp_path)
+    monkeypatch.setenv(TURN_TIMEOUT_ENV, value)
+    with pytest.raises(ConfigError, match=f"{TURN_TIMEOUT_ENV}=.*unset it or fix it"):
+        measure_paired(host, {"incumbent": tree, "candidate": tree}, [Shape("s1", 16, 64, 64)],
+                       ["incumbent", "candidate"], pairs=1)  # fmt: skip
+    assert not list(host.tmp.glob("pass-*"))
 
 
 @pytest.mark.integration

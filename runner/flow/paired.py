@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import random
 import select
 import subprocess
@@ -30,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from runner.core.errors import ConfigError
 from runner.core.shapes import Shape
 from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec, TimingSettings
 from runner.executors.base import LiveWorker, ServingExecutor, WorkerJob
@@ -37,6 +39,9 @@ from runner.flow.sharding import pass_name
 
 READY_TIMEOUT_S = 1800.0  # import, checks, compile/JIT and first calls of every shape
 TURN_TIMEOUT_S = 900.0  # one block or the finish
+# Either limit can be lowered (or raised) for a host or a test suite, in seconds.
+READY_TIMEOUT_ENV = "TURBO_CAMPAIGN_READY_TIMEOUT_S"
+TURN_TIMEOUT_ENV = "TURBO_CAMPAIGN_TURN_TIMEOUT_S"
 BLOCK_WARMUP_FLOOR_S = 0.1  # a turn's warm-up never shorter than this (or the pinned one)
 # Sizing a wave of live workers by device memory (``wave_size``).
 WORKER_GROWTH = 1.25  # a worker's peak at its finish, over its peak after its turns
@@ -50,6 +55,20 @@ QUICK_TURN: dict[str, float] = {
     "repeats": 3,
     "max_repeats": 8,
 }
+
+
+def worker_timeout(env: str, default: float) -> float:
+    """A serving worker's answer limit: ``default``, or the seconds ``env`` names."""
+    raw = os.environ.get(env, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{env}={raw!r} is not a number of seconds above 0; unset it or fix it")
+    return value
 
 
 class PairedHost(Protocol):
@@ -181,6 +200,8 @@ def measure_paired(
     missing = sorted(set(roles) - set(trees))
     if missing:
         raise PairedFailed(f"no source tree for role(s) {missing}")
+    ready_s = worker_timeout(READY_TIMEOUT_ENV, READY_TIMEOUT_S)
+    turn_s = worker_timeout(TURN_TIMEOUT_ENV, TURN_TIMEOUT_S)
     turns = turns_per_worker(roles, groups)
     started: list[list[_Worker]] = []
     next_index = start_index
@@ -213,20 +234,20 @@ def measure_paired(
             if size is None:  # the first pair alone: its peak memory sizes the waves
                 wave.append(start_pair())
                 for w in wave[0]:
-                    _expect(w, READY_TIMEOUT_S, "ready")
+                    _expect(w, ready_s, "ready")
                 _hold(host)
-                peaks = _take_turns(host, wave, first, groups, picks, suffix)
+                peaks = _take_turns(host, wave, first, groups, picks, suffix, turn_s)
                 size, alone, readied = wave_size(peaks, len(roles), pairs), 1, 1
             while len(started) - first < min(size, pairs - first):
                 wave.append(start_pair())
             for group in wave[readied:]:
                 for w in group:
-                    _expect(w, READY_TIMEOUT_S, "ready")
+                    _expect(w, ready_s, "ready")
             _hold(host)
-            _take_turns(host, wave[alone:], first + alone, groups, picks, suffix)
+            _take_turns(host, wave[alone:], first + alone, groups, picks, suffix, turn_s)
             for group in wave:
                 for w in group:
-                    _talk(w, {"op": "finish"}, TURN_TIMEOUT_S, "finished")
+                    _talk(w, {"op": "finish"}, turn_s, "finished")
                     _reap(w)
     finally:
         for group in started:
@@ -279,6 +300,7 @@ def _take_turns(
     groups: int,
     picks: list[list[int]],
     suffix: str,
+    turn_s: float,
 ) -> list[dict[str, int]]:
     """The blocks of the pairs in ``wave`` (pair numbers from ``first``): per group,
     per pair, the roles in palindrome order.  Returns the memory each worker reported
@@ -295,7 +317,7 @@ def _take_turns(
                 for half, slot in enumerate(order):
                     pick = picks[p][(2 * g + (half >= len(order) // 2)) % len(picks[p])]
                     msg = {"op": "block", "index": g, "pick": pick}
-                    reply = _talk(group[slot], msg, TURN_TIMEOUT_S, "block")
+                    reply = _talk(group[slot], msg, turn_s, "block")
                     name = group[slot].live.name
                     memory[name] = reply.get("memory") or {}
                     span = {"start": reply.get("start"), "end": reply.get("end")}
