@@ -20,7 +20,7 @@ LEVEL ?= quick
 CAMPAIGN ?=
 CAMPAIGN_ARG := $(if $(CAMPAIGN),--campaign $(CAMPAIGN),)
 
-.PHONY: install test lint format typecheck demo baseline validate status report accept \
+.PHONY: install test test-fast check lint format typecheck demo baseline validate status report accept \
         image image-workspace image-cpu export reproduce mcp clean
 
 install: $(STAMP)
@@ -32,11 +32,21 @@ $(STAMP): pyproject.toml examples/pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]" -e examples
 	touch $(STAMP)
 
-test: install
+# The whole suite, on every core (PYTEST_WORKERS); `make test-fast` while working.
+PYTEST_WORKERS ?= 2
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
+
+test: install check
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) tests examples/tests
+
+# What needs no campaign, no container and no cluster: seconds to a few minutes.
+test-fast: install check
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not integration and not docker and not slurm and not browser" tests examples/tests
+
+check: install
 	$(BIN)/python -m ruff check runner tests examples benchmarks
 	$(BIN)/python -m ruff format --check runner tests examples benchmarks
 	$(BIN)/python -m mypy
-	$(BIN)/python -m pytest tests examples/tests
 
 lint: install
 	$(BIN)/python -m ruff check runner tests examples benchmarks

@@ -1,11 +1,20 @@
 """Shared fixtures.
 
+``build_once(tmp_path_factory, name, build)``: a folder that ``build(folder)`` filled,
+made once per test session even when pytest-xdist runs the suite in several workers
+(they share the session's temporary root; a file lock makes the others wait for the
+first).  A half-built folder left by a killed worker is built again, never used.
+
 ``demo_campaign``: ONE real demo campaign (baseline, a rolled-back slow-down, an
 accepted speed-up on the bundled example package, ``runner.flow.demo.run_demo`` with 2
 calibration passes) built once per test session; the value is the campaign directory.
-Tests that write into a campaign use ``demo_copy``, a private copy.  To reuse a
-demo built earlier (the sources it names must still exist), set
+Tests that write into a campaign use ``demo_copy``, a private copy (with its source).
+To reuse a demo built earlier (the sources it names must still exist), set
 ``TURBO_CAMPAIGN_DEMO_DIR`` to its campaign directory.
+
+``slow_tiny``: the folder of ``campaign_helpers.tiny_campaign(root, "t", slow_base=True)``
+(the campaign ``t`` with its baseline, its source, ``speedup.patch``) built once per
+session, for the tests that need a verdict that noise cannot turn; take copies.
 
 ``copy_campaign(base, dest, name)``: a copy of a campaign built once per module (its
 folder ``base`` holds the source repository and the campaigns root), repointed at the
@@ -15,7 +24,14 @@ copied source, so every test gets its own lineage without paying for a baseline.
 info`` fails and neither CI nor REQUIRE_DOCKER is set; then they must run (.ci/run
 calls docker/ci-setup.sh first).  It runs ci-setup.sh once per session, which is idempotent:
 it (re)builds the image from the current tree (the runner in it must match) in seconds
-when the base image and the wheelhouse exist.
+when the base image and the wheelhouse exist.  ``.ci/run`` builds the image before
+pytest and sets ``TURBO_CAMPAIGN_CPU_IMAGE_BUILT=1`` so it is not built twice.
+
+Parallel runs (``pytest -n 2``, ``make test``): every test of a module runs in the same
+xdist worker (the module's fixtures are built once), and every module that uses
+Docker, Slurm or a native rebuild runs in ONE worker (group ``services``), one after
+the other.  Each worker gets its own GPU lease folder, and serving workers answer
+within lowered limits, so a hung worker fails its test instead of the whole run.
 """
 
 from __future__ import annotations
@@ -23,39 +39,111 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 DEMO_DIR_ENV = "TURBO_CAMPAIGN_DEMO_DIR"
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = os.environ.get("CPU_IMAGE", "turbo-campaign/cpu:py311")
+IMAGE_BUILT_ENV = "TURBO_CAMPAIGN_CPU_IMAGE_BUILT"
 # The Primus-Turbo-shaped fixture package holds its own (focused) tests; they run
 # inside the rebuild tests' campaigns, never in this suite's collection.
 collect_ignore_glob = ["data/fake_primus_turbo/*"]
+SERVICE_MARKS = ("docker", "slurm", "rebuild", "gpu")
+SERVICES_GROUP = "services"
+# A serving worker of these tests is ready within seconds and takes sub-second turns:
+# minutes mean it hangs (the product's defaults are 1800 s and 900 s, for GPU compiles).
+WORKER_LIMITS = {"TURBO_CAMPAIGN_READY_TIMEOUT_S": "300", "TURBO_CAMPAIGN_TURN_TIMEOUT_S": "300"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for key, value in WORKER_LIMITS.items():
+        os.environ.setdefault(key, value)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:  # simulated GPUs of two workers must not wait on each other's leases
+        leases = Path(tempfile.gettempdir()) / f"turbo-campaign-test-leases-{os.getpid()}"
+        os.environ.setdefault("CAMPAIGN_LEASE_DIR", str(leases))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (--dist loadgroup)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group every test with its module; a module that needs Docker, Slurm, a native
+    build or a GPU joins the one ``services`` group."""
+    services = {
+        item.path for item in items if any(item.get_closest_marker(m) for m in SERVICE_MARKS)
+    }
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        group = SERVICES_GROUP if item.path in services else item.path.name
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def build_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
+    """``build(folder)`` into ``<session tmp>/shared-<name>`` once per session (see the
+    module docstring); returns the folder."""
+    base = factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = shared / f"shared-{name}"
+    done = shared / f"shared-{name}.built"
+    with FileLock(str(shared / f"shared-{name}.lock")):
+        if not done.exists():
+            if folder.exists():  # a worker was killed while building it
+                shutil.rmtree(folder)
+            folder.mkdir()
+            build(folder)
+            done.write_text("", encoding="utf-8")
+    return folder
 
 
 @pytest.fixture(scope="session")
 def demo_campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     given = os.environ.get(DEMO_DIR_ENV)
-    root = tmp_path_factory.mktemp("demo")
     if given:
-        dest = root / Path(given).name
+        dest = tmp_path_factory.mktemp("demo") / Path(given).name
         shutil.copytree(given, dest)
         return dest
-    from runner.flow.demo import run_demo
 
-    campaign, _ = run_demo(root, say=lambda m: None, passes=2)
-    return campaign.root
+    def build(root: Path) -> None:
+        from runner.flow.demo import run_demo
+
+        run_demo(root, say=lambda m: None, passes=2)
+
+    root = build_once(tmp_path_factory, "demo", build)
+    (campaign,) = [p for p in (root).iterdir() if (p / "manifest.yaml").is_file()]
+    return campaign
+
+
+@pytest.fixture(scope="session")
+def slow_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from campaign_helpers import tiny_campaign
+
+    return build_once(
+        tmp_path_factory, "slow-tiny", lambda root: tiny_campaign(root, "t", slow_base=True)
+    )
 
 
 @pytest.fixture
 def demo_copy(demo_campaign: Path, tmp_path: Path) -> Path:
-    """A private copy of the demo campaign (same name, same source repository) under
-    ``tmp_path / "campaigns"``, for tests that write into a campaign."""
+    """A private copy of the demo campaign (same name) and of its source repository
+    under ``tmp_path / "campaigns"``, for tests that write into a campaign."""
+    root = demo_campaign.parent
+    if os.environ.get(DEMO_DIR_ENV):  # a demo of yours: its source stays where it is
+        dest = tmp_path / "campaigns" / demo_campaign.name
+        shutil.copytree(demo_campaign, dest, ignore=shutil.ignore_patterns(".lock"))
+        return dest
+    # The campaign with its source repository: two tests (two xdist workers) never
+    # share a lineage, worktrees or leftovers.
+    shutil.copytree(root, tmp_path / "campaigns", symlinks=True,
+                    ignore=shutil.ignore_patterns(".lock"))  # fmt: skip
     dest = tmp_path / "campaigns" / demo_campaign.name
-    shutil.copytree(demo_campaign, dest, ignore=shutil.ignore_patterns(".lock"))
+    manifest = dest / "manifest.yaml"
+    text = manifest.read_text(encoding="utf-8").replace(str(root), str(tmp_path / "campaigns"))
+    manifest.write_text(text, encoding="utf-8")
     return dest
 
 
@@ -68,6 +156,8 @@ def cpu_image() -> str:
                 "docker/ci-setup.sh (.ci/run does) before pytest"
             )
         pytest.skip("no Docker daemon (docker info failed); run docker/ci-setup.sh")
+    if os.environ.get(IMAGE_BUILT_ENV) == "1":  # .ci/run built it from this tree
+        return IMAGE
     setup = subprocess.run(
         ["bash", str(ROOT / "docker" / "ci-setup.sh")], capture_output=True, text=True
     )
