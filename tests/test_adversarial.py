@@ -1,10 +1,10 @@
 """Planted cheats (docs/measurement.md §5).
 
 Each test plants one known way of cheating a benchmark harness into the example
-package, runs it through ``validate_round`` on a shared small campaign, and checks that
-the guard meant for it caught it and that the round's result and ``summary.md`` say
-why.  A vetoed or rolled-back round leaves the lineage where it was, so every cheat
-applies to the same base; the honest speed-up runs last (it may be accepted).
+package, runs it through ``validate_round`` on a private copy of a small campaign, and
+checks that the guard meant for it caught it and that the round's result and
+``summary.md`` say why.  The honest speed-up (the slow base's waste removed, about
+1.6x) is ACCEPTED and not flagged.
 
 Work on a side stream (GPU only) is covered by
 ``tests/test_gpu_engine.py::test_side_stream_work_is_timed``.
@@ -13,53 +13,55 @@ Work on a side stream (GPU only) is covered by
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from campaign_helpers import QUIET, speedup_patch
 
 from runner.bench import timing
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.local import LocalExecutor
 from runner.flow.baseline import run_baseline
-from runner.flow.new_campaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
+from runner.flow.new_campaign import create_campaign, fresh_example_copy
 from runner.flow.rounds import Request, validate_round
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 
 pytestmark = pytest.mark.integration
 
-QUIET = {"repeats": 3, "warmup_s": 0.02, "batch_s": 0.01, "max_repeats": 4, "budget_s": 0.1}
 OPS_FP8 = "turbo_kernels/pytorch/ops/gemm_fp8.py"
 CPU_GROUPED = "turbo_kernels/cpu/grouped_gemm.py"
 PACKAGE_INIT = "turbo_kernels/__init__.py"
 
 
-def make_campaign(root: Path, op: str, shape_set: str, granularity: str | None) -> Campaign:
+@pytest.fixture
+def fp8(
+    slow_tiny: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
+) -> Campaign:
+    """A private copy of the session's tiny gemm_fp8 campaign (conftest ``slow_tiny``:
+    its base quantises the FP8 weight three times; every cheat below is caught by a
+    check, not by its speed, and the honest speed-up removes that waste)."""
+    return Campaign.load(copy_campaign(slow_tiny, tmp_path / "fp8", "t"))
+
+
+@pytest.fixture(scope="module")
+def grouped(tmp_path_factory: pytest.TempPathFactory) -> Campaign:
+    root = tmp_path_factory.mktemp("adv-gg")
     source = fresh_example_copy(root / "src")
     campaign = create_campaign(
         root / "campaigns",
         target="example",
         source=str(source),
-        target_op=op,
-        granularity=granularity,
+        target_op="grouped_gemm",
         target_backend="TORCH",
         target_gpu="cpu",
-        shape_set=shape_set,
+        shape_set="moe-tiny",
         campaign_name="adv",
         timing=QUIET,
     )
     run_baseline(campaign, LocalExecutor(), passes=2, progress=lambda _m: None)
     return Campaign.load(campaign.root)
-
-
-@pytest.fixture(scope="module")
-def fp8(tmp_path_factory: pytest.TempPathFactory) -> Campaign:
-    return make_campaign(tmp_path_factory.mktemp("adv-fp8"), "gemm_fp8", "tiny", "blockwise")
-
-
-@pytest.fixture(scope="module")
-def grouped(tmp_path_factory: pytest.TempPathFactory) -> Campaign:
-    return make_campaign(tmp_path_factory.mktemp("adv-gg"), "grouped_gemm", "moe-tiny", None)
 
 
 def plant(campaign: Campaign, path: str, edits: list[tuple[str, str]]) -> str:
@@ -325,9 +327,9 @@ def test_a_uniform_only_grouped_gemm_is_vetoed(grouped: Campaign) -> None:
 
 
 def test_an_honest_speedup_is_not_flagged(fp8: Campaign) -> None:
-    patch = (EXAMPLES_DIR / "demo_patches" / "speedup_reuse_fp8_weight.patch").read_text()
-    result, summary = validate(fp8, "reuse the fp8 weight in backward", patch)
-    assert result.status in (Status.ACCEPTED, Status.ROLLED_BACK)
+    patch = speedup_patch(fp8.root.parent.parent)
+    result, summary = validate(fp8, "quantise the FP8 weight once", patch)
+    assert result.status is Status.ACCEPTED, result.reasons
     assert not audit_vetoes(result), result.reasons
     assert not any("over-fit" in r for r in result.reasons), result.reasons
     assert result.transfer is not None and result.transfer.decision == "ACCEPT-as-real"

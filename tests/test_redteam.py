@@ -1,7 +1,8 @@
 """The red-team suite: shortcuts that once slipped through, and new ones, each a patch
 against the example package (``tests/data/redteam/*.patch``) run as a VALIDATE round
 on the CPU demo campaign, asserted not ACCEPTED with the guard that caught it named in
-the round's summary; next to them the demo's genuine speed-up, asserted ACCEPTED.
+the round's summary; next to them a genuine speed-up (large enough that no timing noise
+turns it), asserted ACCEPTED.
 
 Keep it growing: every shortcut that once got through stays here.
 
@@ -22,7 +23,7 @@ import pytest
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.local import LocalExecutor
 from runner.flow.baseline import run_baseline
-from runner.flow.new_campaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
+from runner.flow.new_campaign import create_campaign, fresh_example_copy
 from runner.flow.rounds import Request, validate_round
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
@@ -191,9 +192,15 @@ def test_a_legitimate_fp8_weight_cache_passes_the_simulation(campaign: Campaign)
     assert "fresh activations, weight held still" in trace and "hit rate 7/8" in trace, trace
 
 
-def test_the_demo_speedup_is_accepted(campaign: Campaign) -> None:
-    patch = EXAMPLES_DIR / "demo_patches" / "speedup_reuse_fp8_weight.patch"
-    result, summary = run_round(campaign, str(patch), "reuse the fp8 weight in backward")
+def test_an_honest_speedup_is_accepted(
+    slow_tiny: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
+) -> None:
+    # On the session's slow base (conftest ``slow_tiny``): the waste removed, about 1.6x,
+    # a verdict no noise of a busy 2-core machine turns (the demo's own speed-up, +7-13%
+    # with other work beside it, was rolled back 2 times in 4).
+    campaign = Campaign.load(copy_campaign(slow_tiny, tmp_path / "st", "t"))
+    patch = campaign.root.parent.parent / "speedup.patch"
+    result, summary = run_round(campaign, str(patch), "quantise the FP8 weight once")
     assert result.status is Status.ACCEPTED, result.reasons
     # paired and interleaved: B C C B (a B B C C order would pair drift with the change)
     order = pass_order(campaign, result.round)
