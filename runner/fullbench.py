@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-mode", choices=("hot", "cold"), default="hot")
     parser.add_argument("--out", type=Path, help="also write the CSV here")
     args = parser.parse_args(argv)
-    from runner.worker import resolve_device, run_spec
+    from runner.bench.worker_pass import resolve_device, run_spec
 
     try:
         spec = build_spec(args, resolve_device(args.device))

@@ -113,6 +113,21 @@ def test_a_worker_pass_runs_without_pydantic_and_host_libraries(tmp_path: Path) 
     assert rows[1].startswith("tiny-16x32x64,") and ",PASS," in rows[1], rows
 
 
+def test_the_focused_test_mode_runs_without_torch(tmp_path: Path) -> None:
+    """A worker in test mode imports no torch (the test command's own interpreter
+    imports the target): every round's focused test saves that import."""
+    command = "python -c 'print(\"focused ok\")'"
+    spec = RoundSpec("seam", 2, "candidate", 0, "quick", "example", "gemm", {"backend": "TORCH"},
+                     (), TimingSettings(), device="cpu",
+                     extra={"mode": "test", "command": command})  # fmt: skip
+    save_spec(tmp_path / "spec.json", spec)
+    out = tmp_path / "out"
+    blocked = (*HOST_ONLY, *GPU_STACK)
+    done = blocked_run(blocked, "--run", "runner.worker", str(tmp_path / "spec.json"), str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "focused ok" in (out / "test.log").read_text(encoding="utf-8")
+
+
 def test_the_host_side_imports_without_torch() -> None:
     done = blocked_run(GPU_STACK, ",".join(HOST_SIDE))
     assert done.returncode == 0, done.stdout + done.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.worker import loaded_from
+from runner.bench.provenance import loaded_from
 
 
 @pytest.fixture

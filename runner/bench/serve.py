@@ -139,7 +139,7 @@ class Server:
 
     def block(self, pick: int) -> float:
         """One turn: every shape forward and backward on pool member ``pick``."""
-        from runner.worker import time_case
+        from runner.bench.worker_pass import time_case
 
         t0 = time.perf_counter()
         for st in self.states:
@@ -166,10 +166,10 @@ class Server:
 
     def finish(self) -> None:
         """Fresh-step timing, the re-check, then the pass's files."""
+        from runner.bench.environment import environment_meta
         from runner.core.csv_io import write_csv
         from runner.core.csv_schema import get_schema
         from runner.rows import ROW_BUILDERS, failed_row
-        from runner.worker import environment_meta
 
         schema = get_schema(self.adapter.info.schema)
         rows: list[dict[str, object]] = []
@@ -194,7 +194,7 @@ class Server:
         write_csv(self.out_dir / "benchmark.csv", schema, rows)
 
     def _finish_shape(self, st: _ShapeState, build: Any) -> tuple[Any, dict[str, Any]]:
-        from runner.worker import after_timing
+        from runner.bench.worker_pass import after_timing
 
         if st.error or not st.fwd:
             return None, {}
@@ -265,7 +265,7 @@ def _worst(key: str, values: list[float]) -> float:
 
 def serve(spec: RoundSpec, out_dir: Path, load: Callable[[RoundSpec, Path], Any]) -> int:
     """Set up (``load`` gives the op adapter, the device and the binding guard, like
-    ``runner.worker.load_for``; it runs after the protocol stream is private, so the
+    ``runner.bench.worker_pass.load_for``; it runs after the protocol stream is private, so the
     target's import may print), then answer the host's messages until ``finish`` (or
     end of input)."""
     channel = Channel()

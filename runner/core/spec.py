@@ -23,6 +23,9 @@ SPEC_SCHEMA_VERSION = 1
 # The environment variable that names a job's artifacts folder (set by the worker for
 # the code it runs, read by the generated quick bench script).
 OUT_ENV = "TURBO_CAMPAIGN_OUT"
+# The tree a job measures (set by every executor, checked by the worker: it runs there
+# and loads the target from there).
+SOURCE_ENV = "TURBO_CAMPAIGN_SOURCE"
 # A serving worker's buffer pool (``extra["pool"]`` overrides): members per shape.
 POOL_GPU = 4
 POOL_CPU = 2

@@ -9,6 +9,7 @@ import shlex
 import uuid
 from collections.abc import Sequence
 
+from runner.core.spec import SOURCE_ENV
 from runner.executors.base import BuildJob, WorkerJob
 from runner.executors.container import (
     CONTAINER_OUT,
@@ -24,7 +25,6 @@ from runner.executors.container import (
     safe_name,
     translate_env,
 )
-from runner.executors.local import SOURCE_ENV
 
 CONTAINER_INCOMING = "/workspace/incoming"
 

@@ -17,6 +17,7 @@ from typing import TextIO
 import runner
 from runner.core.pause_points import ENV_NAMES as PAUSE_ENV_NAMES
 from runner.core.processes import run, start
+from runner.core.spec import SOURCE_ENV
 from runner.executors.base import (
     BuildJob,
     BuiltRole,
@@ -48,7 +49,6 @@ _PASS_THROUGH = (
     "CUDA_HOME",
     *PAUSE_ENV_NAMES,  # the documented debug hook (runner.core.pause_points)
 )
-SOURCE_ENV = "TURBO_CAMPAIGN_SOURCE"
 
 
 def clean_env(job: WorkerJob) -> dict[str, str]:

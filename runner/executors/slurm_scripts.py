@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from runner.core.spec import SOURCE_ENV
 from runner.executors.base import WorkerJob
 from runner.executors.container import (
     CONTAINER_OUT,
@@ -24,7 +25,7 @@ from runner.executors.container import (
     containment_args,
     translate_env,
 )
-from runner.executors.local import SOURCE_ENV, clean_env
+from runner.executors.local import clean_env
 from runner.store.leftovers import job_comment
 
 TASK_SCRIPT = "slurm-task.sh"

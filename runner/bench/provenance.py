@@ -1,0 +1,74 @@
+"""Where the measured code was loaded from: the worker proves that the target package
+and its compiled modules come from the tree under test (``SOURCE_ENV``, set by the
+executor) and records it in ``provenance.json``, before a number is taken.
+
+Worker-side: no torch needed, never pydantic.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from runner.core.spec import SOURCE_ENV, write_json_atomic
+
+log = logging.getLogger("runner.worker")
+
+PROVENANCE = "provenance.json"
+
+
+def loaded_from(names: list[str]) -> dict[str, str | None]:
+    """``__file__`` of each module as the process holds it: the ``sys.modules`` entry
+    (else a fresh import) and, for a submodule, the parent package's attribute too,
+    recorded as ``<name> (attribute)`` when it is another module (code that rebinds
+    ``package._C`` to a copy loaded from elsewhere); None when it has no file."""
+    import importlib
+
+    def file_of(module: Any) -> str | None:
+        file = getattr(module, "__file__", None)
+        return str(Path(file).resolve()) if file else None
+
+    files: dict[str, str | None] = {}
+    for name in names:
+        module = sys.modules.get(name)
+        parent, _, attr = name.rpartition(".")
+        held = getattr(sys.modules.get(parent), attr, None) if parent else None
+        if module is None:
+            module = held if held is not None else importlib.import_module(name)
+        files[name] = file_of(module)
+        if held is not None and held is not module:
+            files[f"{name} (attribute)"] = file_of(held)
+    return files
+
+
+def check_provenance(target: Any, api: Any, out_dir: Path) -> None:
+    """Prove that the target package and its compiled modules were loaded from the
+    tree under test (``SOURCE_ENV``, set by the executor); record where
+    each came from in ``provenance.json``.  Anything else (a copy in site-packages,
+    a library loaded from elsewhere) stops the pass before a number is taken."""
+    expected = os.environ.get(SOURCE_ENV)
+    names = [target.package, *target.api_modules, *target.native_modules]
+    files = loaded_from(names)
+    files[api.ops.__name__] = str(Path(api.ops.__file__).resolve())
+    root = Path(expected).resolve() if expected else None
+    outside = {
+        name: file
+        for name, file in files.items()
+        if root is not None and (file is None or root not in Path(file).parents)
+    }
+    error = None
+    if outside:
+        where = "; ".join(f"{n} from {f or 'no file'}" for n, f in outside.items())
+        error = (
+            f"the tree under test is {root}, but {where}: the measurement would not be of "
+            "that tree; uninstall the other copy (pip uninstall), rebuild the tree, or fix "
+            "the import that reaches outside it"
+        )
+    record = {"expected_root": str(root) if root else None, "modules": files, "error": error}
+    write_json_atomic(out_dir / PROVENANCE, record)
+    if error:
+        log.error("%s", error)
+        raise SystemExit(f"provenance: {error}")

@@ -1,0 +1,179 @@
+"""One worker pass: the target imported from the measured tree (its provenance proven),
+then every shape of the spec checked on fresh seeded inputs, timed forward and backward
+by the timing engine, and checked again after timing; ``benchmark.csv`` (the pinned
+schema), ``samples.json`` (raw per-batch times and correctness figures) and
+``meta.json`` (device and versions) written into the pass's folder.  A shape that
+raises still gets a row (Check=FAIL, numbers nan).  The serving worker of a paired
+round (``runner.bench.serve``) measures with the same parts.
+
+Worker-side: imports torch, never pydantic.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import runner.bench.gpu  # noqa: F401  (imported before the target: its bindings are guarded)
+from runner.bench.environment import environment_meta
+from runner.bench.integrity import BindingGuard, OutputSampler
+from runner.bench.provenance import check_provenance
+from runner.bench.statecheck import stateful_probe
+from runner.bench.timing import measure
+from runner.core.shapes import Shape
+from runner.core.spec import RoundSpec, write_json_atomic
+from runner.rows import ROW_BUILDERS, failed_row
+
+log = logging.getLogger("runner.worker")
+
+
+def resolve_device(requested: str) -> str:
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return requested
+
+
+def pin_cpu_threads(spec: RoundSpec) -> None:
+    """CPU passes run single-threaded (``extra.cpu_threads`` overrides): the CPU-time
+    clock then measures exactly the work of the op, and two workers never fight over
+    the same cores."""
+    import torch
+
+    torch.set_num_threads(int(spec.extra.get("cpu_threads", 1)))
+
+
+def measure_shape(adapter: Any, shape: Shape, spec: RoundSpec, device: str) -> dict[str, Any]:
+    """Check, time, re-check one shape; return its CSV row and raw record.
+
+    The timed closures run through ``OutputSampler``s (``time_case``); then
+    ``after_timing`` times the real-training step, runs the state probe and the
+    re-check.  The paired workers (``runner.bench.serve``) use the same two parts."""
+    checks = [adapter.check(shape, device, spec.seed + 1000 * i) for i in range(spec.check_seeds)]
+    case = adapter.case(shape, device, spec.seed)
+    fwd, bwd, timed_problems = time_case(case, spec, device)
+    moved = {"fwd_bytes": case.fwd_bytes, "bwd_bytes": case.bwd_bytes}
+    del case  # free the timed tensors before the fresh-step measurement
+    problems, figures, raw = after_timing(adapter, shape, spec, device, checks, timed_problems)
+    build = ROW_BUILDERS[adapter.info.schema]
+    row = build(shape, fwd, bwd, moved, figures, not problems)
+    raw = {"forward": fwd.to_dict(), "backward": bwd.to_dict() if bwd else None, **raw}
+    return {"row": row, "raw": raw, "problems": problems}
+
+
+def time_case(case: Any, spec: RoundSpec, device: str) -> tuple[Any, Any, list[str]]:
+    """Forward and backward timed through ``OutputSampler``s: a few timed calls, chosen
+    at random after they returned, are judged against the reference (a shortcut taken
+    only while timed FAILs the shape).  Returns (forward, backward or None, problems)."""
+    problems: list[str] = []
+    fwd_calls = OutputSampler(case.forward)
+    fwd = measure(fwd_calls, spec.timing, device)
+    problems += fwd_calls.problems(case.verify, "forward")
+    bwd = None
+    if case.backward:
+        bwd_calls = OutputSampler(case.backward)
+        bwd = measure(bwd_calls, spec.timing, device)
+        problems += bwd_calls.problems(case.verify, "backward")
+    return fwd, bwd, problems
+
+
+def after_timing(
+    adapter: Any,
+    shape: Shape,
+    spec: RoundSpec,
+    device: str,
+    checks: list[Any],
+    timed_problems: list[str],
+) -> tuple[list[str], dict[str, float], dict[str, Any]]:
+    """After the idiom's timing: the real-training step (fresh values, new buffers, a
+    weight update) timed, and the cost of drawing its inputs apart; the 8-step
+    simulation when the op keeps state between calls; the re-check on new inputs.
+    Returns (problems, worst figures, raw record fields)."""
+    fresh = draw = None
+    state: dict[str, Any] | None = None
+    if spec.extra.get("fresh", True) and hasattr(adapter, "fresh_step"):
+        step = adapter.fresh_step(shape, device, spec.seed)
+        state = stateful_probe(adapter, shape, device, spec, step.step)
+        fresh = measure(step.step, spec.timing, device)
+        draw = measure(step.draw, spec.timing, device)
+    checks = [*checks, adapter.check(shape, device, spec.seed + 7919)]
+    integrity = list(timed_problems)
+    if state and state.get("simulation") and state["simulation"].get("problems"):
+        integrity += [f"8-step simulation: {p}" for p in state["simulation"]["problems"]]
+    problems = [p for c in checks for p in c.problems] + integrity
+    figures = {k: _worst(k, [c.figures[k] for c in checks]) for k in checks[0].figures}
+    raw = {
+        "fresh_step": fresh.to_dict() if fresh else None,
+        "fresh_draw": draw.to_dict() if draw else None,
+        "state": state,
+        "checks": [{"ok": c.ok, "figures": c.figures, "problems": c.problems} for c in checks],
+        "integrity_problems": integrity,  # sampled timed outputs, the 8-step simulation
+    }
+    return problems, figures, raw
+
+
+def _worst(key: str, values: list[float]) -> float:
+    """The worst figure over the checks: the lowest SNR, the largest error."""
+    return max(values) if key == "max_abs_err" else min(values)
+
+
+class Loaded(NamedTuple):
+    """What a worker measures with: the op adapter, the device, and the guard over the
+    harness bindings (taken before the target was imported)."""
+
+    adapter: Any
+    device: str
+    guard: BindingGuard
+
+
+def load_for(spec: RoundSpec, out_dir: Path) -> Loaded:
+    """The op adapter over the target imported from the measured tree (its provenance
+    proven and recorded in ``out_dir``), the device, and the binding guard."""
+    from runner.ops.base import load_adapter
+    from runner.targets.registry import get_target
+
+    device = resolve_device(spec.device)
+    if device == "cpu":
+        pin_cpu_threads(spec)
+    guard = BindingGuard()  # before the target is imported: the bindings it must not touch
+    target = get_target(spec.target)
+    api = target.load_api()
+    check_provenance(target, api, out_dir)
+    return Loaded(load_adapter(spec.op, api, spec.options), device, guard)
+
+
+def run_spec(spec: RoundSpec, out_dir: Path) -> int:
+    """Measure every shape of ``spec`` into ``out_dir``; return the process exit code."""
+    from runner.core.csv_io import write_csv
+    from runner.core.csv_schema import get_schema
+
+    adapter, device, guard = load_for(spec, out_dir)
+    schema = get_schema(adapter.info.schema)
+    rows: list[dict[str, object]] = []
+    raw: dict[str, Any] = {}
+    for shape in spec.shapes:
+        t0 = time.perf_counter()
+        try:
+            guard.verify()
+            result = measure_shape(adapter, shape, spec, device)
+            guard.verify()  # a binding replaced while this shape ran voids its timings
+        except Exception as exc:  # a shape that raised still gets a FAIL row
+            log.error("shape %s raised: %s\n%s", shape.label, exc, traceback.format_exc())
+            rows.append(failed_row(shape, schema.name, schema.columns))
+            raw[shape.label] = {"error": f"{type(exc).__name__}: {exc}"}
+            continue
+        rows.append(result["row"])
+        raw[shape.label] = {**result["raw"], "seconds": round(time.perf_counter() - t0, 4)}
+        for problem in result["problems"]:
+            log.error("shape %s failed a check: %s", shape.label, problem)
+        log.info(
+            "shape %s: %s in %.1f s", shape.label, result["row"]["Check"], time.perf_counter() - t0
+        )
+    write_json_atomic(out_dir / "samples.json", {"spec": spec.to_dict(), "shapes": raw})
+    write_json_atomic(out_dir / "meta.json", environment_meta(device))
+    write_csv(out_dir / "benchmark.csv", schema, rows)
+    return 0
