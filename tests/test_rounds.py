@@ -28,7 +28,7 @@ from runner.flow.new_campaign import EXAMPLES_DIR
 from runner.flow.rounds import Request, validate_round
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
-from runner.store.lineage import Lineage
+from runner.store.lineage import Lineage, patch_paths
 
 pytestmark = pytest.mark.integration
 
@@ -127,6 +127,34 @@ def test_working_tree_diff_is_the_default_patch_and_restore_resets_it(
     assert r2.status is Status.ROLLED_BACK
     assert "ACCUM_DTYPE = torch.float64" in (campaign.round_dir(2) / "candidate.patch").read_text()
     assert kernel.read_text() == original
+
+
+def test_a_checkout_behind_the_lineage_is_refused_unless_it_holds_the_rounds(
+    campaign: Campaign,
+) -> None:
+    """Without --patch, a clean checkout left at the base after an accepted round (as
+    `make demo` leaves it) would make a round of the accepted change undone: refused,
+    nothing written.  A checkout that holds the accepted change and edits on gives just
+    the new edit."""
+    source = Path(campaign.manifest.source)
+    lin = lineage(campaign)
+    base = lin.head()
+    accepted = speedup_patch(campaign.root.parent.parent)
+    commit = lin.make_commit(base, accepted, "an accepted round")
+    lin.advance(commit, base, move_branch=True)  # what an ACCEPTED round does
+    before = snapshot_records(campaign)
+    request = Request(2, "nobody changed anything", None)
+    with pytest.raises(ConfigError, match="would undo accepted rounds") as info:
+        validate_round(campaign, LocalExecutor(), request, progress=lambda _m: None)
+    assert f"checkout --detach {commit[:12]}" in str(info.value) and "--patch" in str(info.value)
+    assert snapshot_records(campaign) == before and not campaign.round_dir(2).exists()
+    subprocess.run(["git", "apply", "-"], cwd=source, input=accepted, text=True, check=True)
+    kernel = source / KERNEL
+    kernel.write_text(
+        kernel.read_text().replace("ACCUM_DTYPE = torch.float32", "ACCUM_DTYPE = torch.float64")
+    )
+    patch = Lineage(source, campaign.name, None).working_tree_patch()
+    assert patch_paths(patch) == [KERNEL] and "+ACCUM_DTYPE = torch.float64" in patch
 
 
 def test_refusals_write_nothing(campaign: Campaign) -> None:

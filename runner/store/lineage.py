@@ -73,7 +73,14 @@ class Lineage:
     # ---- patches ----------------------------------------------------------------
     def working_tree_patch(self) -> str:
         """The user's working-tree diff against the chain head (tracked files and
-        untracked files not ignored)."""
+        untracked files not ignored).
+
+        Refused when the checkout does not hold the accepted rounds: its HEAD must be
+        the chain head, or an ancestor of it whose working tree carries every change
+        the chain made since (the user editing on, uncommitted, after an accepted
+        round).  Otherwise the diff would undo accepted rounds: a round of a change
+        nobody made."""
+        self.check_checkout()
         untracked = self.git("ls-files", "--others", "--exclude-standard").splitlines()
         if untracked:
             self.git("add", "--intent-to-add", "--", *untracked)
@@ -84,6 +91,36 @@ class Lineage:
         finally:
             if untracked:
                 self.git("reset", "-q", "--", *untracked)
+
+    def check_checkout(self) -> None:
+        """See ``working_tree_patch``; raises ConfigError with the way out."""
+        head = self.head()
+        at = self.git("rev-parse", "--verify", "-q", "HEAD", check=False)
+        if at == head:
+            return
+        ahead = self.git("rev-list", "--count", f"{at}..{head}", check=False) if at else ""
+        is_ancestor = bool(at) and (
+            run(["git", "merge-base", "--is-ancestor", at, head], cwd=self.source, check=False,
+                env=_git_env()).returncode == 0
+        )  # fmt: skip
+        if is_ancestor:
+            made = run(["git", "diff", "--binary", at, head], cwd=self.source, env=_git_env())
+            held = run(
+                ["git", "apply", "--check", "--reverse", "--whitespace=nowarn", "-"],
+                cwd=self.source, check=False, input_text=made.stdout, env=_git_env(),
+            )  # fmt: skip
+            if held.returncode == 0:
+                return
+        where = f"at {at[:12]}" if at else "without a commit"
+        since = f", {ahead} accepted commit(s) behind it" if is_ancestor else ""
+        raise ConfigError(
+            f"the checkout {self.source} is {where}, not at the lineage head {head[:12]}"
+            f"{since}, and its working tree does not hold those rounds' changes: its diff "
+            "against the head would undo accepted rounds (a change nobody made). Bring the "
+            f"checkout to the head (git -C {self.source} stash; git -C {self.source} "
+            f"checkout --detach {head[:12]}; git -C {self.source} stash pop), or pass the "
+            "change as --patch FILE"
+        )
 
     def check_patch(self, patch: str) -> list[str]:
         """Refuse an empty patch or one that does not apply to the head; return the
