@@ -14,13 +14,25 @@ time), which a 2-core machine running other tests beside it still reads far abov
 threshold.
 The demo's own speed-up (+20-30% on these shapes alone, +7-13% with other work
 beside it) is not large enough for that.
+
+``build_once(tmp_path_factory, name, build)``: ``build(folder)`` run once per test
+session into ``<session tmp>/shared-<name>``, even when pytest-xdist runs the suite in
+several workers (they share the session's temporary root; a file lock makes the
+others wait for the first); a half-built folder left by a killed worker is built
+again, never used.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
+from filelock import FileLock
 
 from runner.executors.local import LocalExecutor
 from runner.flow.baseline import run_baseline
@@ -83,3 +95,20 @@ def tiny_campaign(
 def speedup_patch(root: Path) -> str:
     """The patch that removes the slow base's waste (``tiny_campaign(slow_base=True)``)."""
     return (root / "speedup.patch").read_text(encoding="utf-8")
+
+
+def build_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
+    """``build(folder)`` into ``<session tmp>/shared-<name>`` once per session (see the
+    module docstring); returns the folder."""
+    base = factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = shared / f"shared-{name}"
+    done = shared / f"shared-{name}.built"
+    with FileLock(str(shared / f"shared-{name}.lock")):
+        if not done.exists():
+            if folder.exists():  # a worker was killed while building it
+                shutil.rmtree(folder)
+            folder.mkdir()
+            build(folder)
+            done.write_text("", encoding="utf-8")
+    return folder

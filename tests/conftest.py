@@ -1,9 +1,7 @@
 """Shared fixtures.
 
-``build_once(tmp_path_factory, name, build)``: a folder that ``build(folder)`` filled,
-made once per test session even when pytest-xdist runs the suite in several workers
-(they share the session's temporary root; a file lock makes the others wait for the
-first).  A half-built folder left by a killed worker is built again, never used.
+Session campaigns are built with ``campaign_helpers.build_once``: once per session
+even when pytest-xdist runs several workers.
 
 ``demo_campaign``: ONE real demo campaign (baseline, a rolled-back slow-down, an
 accepted speed-up on the bundled example package, ``runner.flow.demo.run_demo`` with 2
@@ -28,9 +26,9 @@ when the base image and the wheelhouse exist.  ``.ci/run`` builds the image befo
 pytest and sets ``TURBO_CAMPAIGN_CPU_IMAGE_BUILT=1`` so it is not built twice.
 
 Parallel runs (``pytest -n 2``, ``make test``): every test of a module runs in the same
-xdist worker (the module's fixtures are built once), and every module that uses
-Docker, Slurm or a native rebuild runs in ONE worker (group ``services``), one after
-the other.  Each worker gets its own GPU lease folder, and serving workers answer
+xdist worker (the module's fixtures are built once), and every test that uses Docker,
+Slurm, a native rebuild or a GPU runs in ONE worker (group ``services``), one after the
+other.  Each worker gets its own GPU lease folder, and serving workers answer
 within lowered limits, so a hung worker fails its test instead of the whole run.
 """
 
@@ -44,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
+from campaign_helpers import build_once
 
 DEMO_DIR_ENV = "TURBO_CAMPAIGN_DEMO_DIR"
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,33 +69,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group every test with its module; a module that needs Docker, Slurm, a native
-    build or a GPU joins the one ``services`` group."""
-    services = {
-        item.path for item in items if any(item.get_closest_marker(m) for m in SERVICE_MARKS)
-    }
+    """Group every test with its module, except that every test marked docker, slurm,
+    rebuild or gpu joins the one ``services`` group (a module fixture such a test
+    shares with the module's other tests is a ``build_once``, built once for both)."""
     for item in items:
         if item.get_closest_marker("xdist_group"):
             continue
-        group = SERVICES_GROUP if item.path in services else item.path.name
+        service = any(item.get_closest_marker(m) for m in SERVICE_MARKS)
+        group = SERVICES_GROUP if service else item.path.name
         item.add_marker(pytest.mark.xdist_group(group))
-
-
-def build_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
-    """``build(folder)`` into ``<session tmp>/shared-<name>`` once per session (see the
-    module docstring); returns the folder."""
-    base = factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    folder = shared / f"shared-{name}"
-    done = shared / f"shared-{name}.built"
-    with FileLock(str(shared / f"shared-{name}.lock")):
-        if not done.exists():
-            if folder.exists():  # a worker was killed while building it
-                shutil.rmtree(folder)
-            folder.mkdir()
-            build(folder)
-            done.write_text("", encoding="utf-8")
-    return folder
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -49,14 +49,26 @@ def new_campaign(root: Path, image: str) -> Campaign:
     )  # fmt: skip
 
 
-@pytest.fixture
-def campaign(tmp_path: Path, cpu_image: str) -> Iterator[Campaign]:
-    c = new_campaign(tmp_path, cpu_image)
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory, cpu_image: str) -> Iterator[tuple[Path, str]]:
+    """The docker campaign with its baseline (in containers), built once for the module:
+    (its folder, its name)."""
+    root = tmp_path_factory.mktemp("docker-rounds")
+    c = new_campaign(root, cpu_image)
     run_baseline(c, make_executor(c.manifest), passes=2, progress=lambda _m: None)
-    yield Campaign.load(c.root)
+    yield root, c.name
     for kind in ("triton", "ccache"):
         subprocess.run(["docker", "volume", "rm", "-f", f"turbo-campaign-{c.name}-{kind}"],
                        capture_output=True, check=False)  # fmt: skip
+
+
+@pytest.fixture
+def campaign(
+    base: tuple[Path, str], tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
+) -> Campaign:
+    """A private copy of the module's campaign and its source (the same name: the tests
+    run one after the other, and each asserts no container of it is left)."""
+    return Campaign.load(copy_campaign(base[0], tmp_path / "c", base[1]))
 
 
 def lineage(c: Campaign) -> Lineage:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from campaign_helpers import build_once
 
 from runner.core.csv_io import read_csv
 from runner.core.errors import ConfigError
@@ -342,12 +343,11 @@ def tiny_campaign(root: Path) -> Path:
     return campaign.root
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``tiny_campaign`` built once for the module; tests take private copies."""
-    root = tmp_path_factory.mktemp("tiny-base")
-    tiny_campaign(root)
-    return root
+    """``tiny_campaign`` built once (``build_once``: the Slurm test runs in the services
+    worker, the CLI test in this module's); tests take private copies."""
+    return build_once(tmp_path_factory, "paired-tiny", tiny_campaign)
 
 
 @pytest.mark.integration
