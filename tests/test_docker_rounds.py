@@ -49,10 +49,10 @@ def new_campaign(root: Path, image: str) -> Campaign:
     )  # fmt: skip
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # the services worker may interleave other modules
 def base(tmp_path_factory: pytest.TempPathFactory, cpu_image: str) -> Iterator[tuple[Path, str]]:
-    """The docker campaign with its baseline (in containers), built once for the module:
-    (its folder, its name)."""
+    """The docker campaign with its baseline (in containers), built once for the module's
+    tests: (its folder, its name)."""
     root = tmp_path_factory.mktemp("docker-rounds")
     c = new_campaign(root, cpu_image)
     run_baseline(c, make_executor(c.manifest), passes=2, progress=lambda _m: None)

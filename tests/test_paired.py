@@ -262,19 +262,18 @@ def test_a_worker_that_never_gets_ready_fails_within_the_ready_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """TURBO_CAMPAIGN_READY_TIMEOUT_S lowers the limit a serving worker has to say it is
-    ready (1800 s by default): a candidate that hangs at import fails the measurement
-    with that limit named, and no worker is left alive."""
+    ready (1800 s by default): a tree that hangs at import fails the measurement with
+    that limit named (the first worker the host waits for), and no worker is left
+    alive."""
     host, tree = example_host(tmp_path)
-    hung = tmp_path / "hung"
-    shutil.copytree(tree, hung)
-    init = hung / "turbo_kernels" / "__init__.py"
+    init = tree / "turbo_kernels" / "__init__.py"
     init.write_text("import time\ntime.sleep(600)\n" + init.read_text(encoding="utf-8"))
-    monkeypatch.setenv(READY_TIMEOUT_ENV, "4")
-    trees = {"incumbent": tree, "candidate": hung}
+    monkeypatch.setenv(READY_TIMEOUT_ENV, "3")
+    trees = {"incumbent": tree, "candidate": tree}
     with pytest.raises(PairedFailed) as info:
         measure_paired(host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"], pairs=1)
-    assert "pass-02-candidate failed" in info.value.message
-    assert "gave no answer within 4 s" in info.value.message
+    assert "worker pass-01-incumbent failed" in info.value.message
+    assert "gave no answer within 3 s" in info.value.message
     assert alive(host.tmp) == []
 
 
