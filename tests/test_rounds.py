@@ -157,6 +157,45 @@ def test_a_checkout_behind_the_lineage_is_refused_unless_it_holds_the_rounds(
     assert patch_paths(patch) == [KERNEL] and "+ACCUM_DTYPE = torch.float64" in patch
 
 
+def test_a_patch_file_that_is_not_utf8_text_is_refused(
+    campaign: Campaign, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runner.cli import main
+
+    before = snapshot_records(campaign)
+    bad = tmp_path / "latin1.patch"
+    bad.write_bytes((PATCHES / "speedup_reuse_fp8_weight.patch").read_bytes() + b"# caf\xe9\n")
+    argv = ["--campaigns-root", str(campaign.root.parent), "validate", "--round", "2",
+            "--hypothesis", "h", "--patch", str(bad)]  # fmt: skip
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == ConfigError.return_code
+    err = capsys.readouterr().err
+    assert "is not UTF-8 text" in err and "git diff --binary" in err and "Traceback" not in err
+    assert snapshot_records(campaign) == before and not campaign.round_dir(2).exists()
+
+
+def test_a_source_that_is_gone_is_a_clear_error(
+    campaign: Campaign, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The manifest's source moved away: exit 2 naming the folder (git is installed;
+    "not found on PATH" would send the user after the wrong thing)."""
+    from runner.cli import main
+
+    manifest = campaign.manifest_path
+    source = campaign.manifest.source
+    manifest.write_text(manifest.read_text().replace(source, "/nonexistent/src"))
+    patch = PATCHES / "speedup_reuse_fp8_weight.patch"
+    argv = ["--campaigns-root", str(campaign.root.parent), "validate", "--round", "2",
+            "--hypothesis", "h", "--patch", str(patch)]  # fmt: skip
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == ConfigError.return_code, err
+    assert "/nonexistent/src" in err and "does not exist" in err and "not found on PATH" not in err
+    assert not campaign.round_dir(2).exists()
+
+
 def test_refusals_write_nothing(campaign: Campaign) -> None:
     before = snapshot_records(campaign)
     fast = (PATCHES / "speedup_reuse_fp8_weight.patch").read_text()

@@ -17,6 +17,7 @@ from runner.flow.baseline import run_baseline
 from runner.flow.rounds import Request, validate_round
 from runner.store.campaign import Campaign
 from runner.store.leases import parse_gpus
+from runner.store.lineage import read_patch_file
 from runner.store.tips import read_tips, resolve_tips_root
 
 
@@ -158,7 +159,7 @@ def validate_cmd(
 ) -> None:
     """VALIDATE round N: the candidate against the last accepted round, paired."""
     campaign = find_campaign(app, name)
-    text = patch.read_text(encoding="utf-8") if patch else None
+    text = read_patch_file(patch) if patch else None
     request = Request(
         round_n,
         hypothesis,

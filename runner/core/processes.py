@@ -16,10 +16,22 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from runner.core.errors import CommandFailed, InfrastructureError
+from runner.core.errors import CommandFailed, ConfigError, InfrastructureError
 from runner.core.lifeline import child_preexec, kill_group
 
 log = logging.getLogger("runner.core.processes")
+
+
+def _not_found(program: str, cwd: str | os.PathLike[str] | None) -> Exception:
+    """What a FileNotFoundError from starting ``program`` means: the folder it was to
+    run in is missing (a moved source, say), or the program is not installed."""
+    if cwd is not None and not Path(cwd).is_dir():
+        return ConfigError(
+            f"cannot run {program!r} in {cwd}: that folder does not exist; check the path "
+            "(for a campaign: the source: line of its manifest.yaml, or the folder it was "
+            "moved to)"
+        )
+    return InfrastructureError(f"cannot run {program!r}: not found on PATH; install it or fix PATH")
 
 
 def run(
@@ -52,9 +64,7 @@ def run(
             pass_fds=tuple(pass_fds),
         )
     except FileNotFoundError as exc:
-        raise InfrastructureError(
-            f"cannot run {args[0]!r}: not found on PATH; install it or fix PATH"
-        ) from exc
+        raise _not_found(args[0], cwd) from exc
     with proc:
         try:
             out, _ = proc.communicate(input_text, timeout=timeout)
@@ -136,6 +146,4 @@ def start(
                 pass_fds=tuple(pass_fds),
             )
     except FileNotFoundError as exc:
-        raise InfrastructureError(
-            f"cannot run {args[0]!r}: not found on PATH; install it or fix PATH"
-        ) from exc
+        raise _not_found(args[0], cwd) from exc

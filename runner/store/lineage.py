@@ -220,6 +220,29 @@ def _git_env() -> dict[str, str]:
     return env
 
 
+MAX_PATCH_BYTES = 64 << 20  # one hypothesis's change; a bigger file is not a patch
+
+
+def read_patch_file(path: Path) -> str:
+    """A candidate patch file as text; a file too large or not UTF-8 is refused with
+    what to do (never a traceback)."""
+    size = path.stat().st_size
+    if size > MAX_PATCH_BYTES:
+        raise ConfigError(
+            f"{path} is {size} bytes, over the {MAX_PATCH_BYTES >> 20} MiB a round's patch may "
+            "be: one hypothesis per round; pass the patch of that one change"
+        )
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path} is not UTF-8 text (byte {exc.start}: {data[exc.start : exc.start + 1]!r}): "
+            "pass a patch made by `git diff --binary` (binary files are encoded as text "
+            "there), with the changed text files in UTF-8"
+        ) from None
+
+
 def patch_paths(patch: str) -> list[str]:
     """Paths a unified git diff touches (new names for renames)."""
     paths: list[str] = []
