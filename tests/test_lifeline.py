@@ -96,6 +96,9 @@ def test_a_stale_worker_is_named_then_killed(tmp_path: Path) -> None:
         ["sh", "-c", "sleep 120; true", "runner.worker", str(spec)], start_new_session=True
     )
     try:
+        # a loaded machine: the child may not have exec'd its command line yet
+        cmdline = Path(f"/proc/{worker.pid}/cmdline")
+        assert _wait(lambda: b"runner.worker" in cmdline.read_bytes(), 30)
         lines = describe_leftovers(root, name, tmp_path / "source")
         text = "\n".join(lines)
         assert f"stale worker: process {worker.pid} (worker pass-01-candidate" in text
