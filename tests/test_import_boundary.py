@@ -128,6 +128,18 @@ def test_the_focused_test_mode_runs_without_torch(tmp_path: Path) -> None:
     assert "focused ok" in (out / "test.log").read_text(encoding="utf-8")
 
 
+def test_quick_scripts_pinned_before_the_move_still_find_run_spec() -> None:
+    """A baseline's quick_test_bench.py written before the worker was split imports
+    ``run_spec`` from ``runner.worker``: still served (lazily), nothing else is."""
+    import runner.worker as worker
+    from runner.bench import worker_pass
+
+    assert worker.run_spec is worker_pass.run_spec
+    assert worker.resolve_device is worker_pass.resolve_device
+    with pytest.raises(AttributeError, match="no attribute 'time_case'"):
+        _ = worker.time_case
+
+
 def test_the_host_side_imports_without_torch() -> None:
     done = blocked_run(GPU_STACK, ",".join(HOST_SIDE))
     assert done.returncode == 0, done.stdout + done.stderr
