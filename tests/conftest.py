@@ -94,7 +94,7 @@ def demo_campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
         run_demo(root, say=lambda m: None, passes=2)
 
     root = build_once(tmp_path_factory, "demo", build)
-    (campaign,) = [p for p in (root).iterdir() if (p / "manifest.yaml").is_file()]
+    (campaign,) = [p for p in root.iterdir() if (p / "manifest.yaml").is_file()]
     return campaign
 
 
@@ -121,9 +121,7 @@ def demo_copy(demo_campaign: Path, tmp_path: Path) -> Path:
     shutil.copytree(root, tmp_path / "campaigns", symlinks=True,
                     ignore=shutil.ignore_patterns(".lock"))  # fmt: skip
     dest = tmp_path / "campaigns" / demo_campaign.name
-    manifest = dest / "manifest.yaml"
-    text = manifest.read_text(encoding="utf-8").replace(str(root), str(tmp_path / "campaigns"))
-    manifest.write_text(text, encoding="utf-8")
+    _repoint(dest, root, tmp_path / "campaigns")
     return dest
 
 
@@ -150,9 +148,14 @@ def _copy_campaign(base: Path, dest: Path, name: str) -> Path:
     root) to ``dest`` and point the copied manifest at the copied source; returns the
     copied campaign folder ``dest/campaigns/<name>``."""
     shutil.copytree(base, dest, symlinks=True, ignore=shutil.ignore_patterns(".lock"))
-    manifest = dest / "campaigns" / name / "manifest.yaml"
-    manifest.write_text(manifest.read_text().replace(str(base), str(dest)), encoding="utf-8")
+    _repoint(dest / "campaigns" / name, base, dest)
     return dest / "campaigns" / name
+
+
+def _repoint(campaign: Path, old: Path, new: Path) -> None:
+    """The copied campaign's manifest names the copied source (``old`` -> ``new``)."""
+    manifest = campaign / "manifest.yaml"
+    manifest.write_text(manifest.read_text().replace(str(old), str(new)), encoding="utf-8")
 
 
 @pytest.fixture(scope="session")
