@@ -34,16 +34,15 @@ $(STAMP): pyproject.toml examples/pyproject.toml
 
 # The whole suite, on every core (PYTEST_WORKERS); `make test-fast` while working.
 PYTEST_WORKERS ?= 2
-PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
 
-# The example package's own tests run first, in processes of their own, each file in
-# one worker in its order (--dist loadfile): its ahead-of-time Triton compiles for
-# gfx942 failed (v.size() == 2 in the FNUZ conversion) in workers that ran them out of
-# the file's order: the file split over two workers, or campaign tests before it.
-PYTEST_EXAMPLES := -n $(PYTEST_WORKERS) --dist loadfile
+# Each file runs in one worker, in its order (--dist loadfile).  The example package's
+# own tests run first, in processes of their own: its ahead-of-time Triton compiles for
+# gfx942 failed (v.size() == 2 in the FNUZ conversion) in workers that ran the file
+# split over two workers.
 test: install check
 	rc=0; \
-	$(BIN)/python -m pytest $(PYTEST_EXAMPLES) examples/tests || rc=$$?; \
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) examples/tests || rc=$$?; \
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) tests || rc=$$?; \
 	exit $$rc
 
@@ -51,7 +50,7 @@ test: install check
 FAST := -m "not integration and not docker and not slurm and not browser"
 test-fast: install check
 	rc=0; \
-	$(BIN)/python -m pytest $(PYTEST_EXAMPLES) $(FAST) examples/tests || rc=$$?; \
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) $(FAST) examples/tests || rc=$$?; \
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) $(FAST) tests || rc=$$?; \
 	exit $$rc
 

@@ -25,11 +25,14 @@ it (re)builds the image from the current tree (the runner in it must match) in s
 when the base image and the wheelhouse exist.  ``.ci/run`` builds the image before
 pytest and sets ``TURBO_CAMPAIGN_CPU_IMAGE_BUILT=1`` so it is not built twice.
 
-Parallel runs (``pytest -n 2``, ``make test``): every test of a module runs in the same
-xdist worker (the module's fixtures are built once), and every test that uses Docker,
-Slurm, a native rebuild or a GPU runs in ONE worker (group ``services``), one after the
-other.  Each worker gets its own GPU lease folder, and serving workers answer
-within lowered limits, so a hung worker fails its test instead of the whole run.
+Parallel runs (``make test``: ``pytest -n 2 --dist loadfile``): every test of a file runs
+in the same xdist worker, in the file's order (its module fixtures are built once).
+Files run side by side, so a test whose containers or Slurm jobs another campaign's
+next command could clear (``runner.store.leftovers``, by campaign name) gives its
+campaign a unique name.  Each worker gets its own GPU lease folder, and serving
+workers answer within lowered limits, so a hung worker fails its test instead of the
+whole run.  (``--dist loadgroup`` is no use here: pytest-xdist 3.8 renames a grouped
+test's ``_nodeid``, which pytest 9.2 no longer reads, so every group was ignored.)
 """
 
 from __future__ import annotations
@@ -51,8 +54,6 @@ IMAGE_BUILT_ENV = "TURBO_CAMPAIGN_CPU_IMAGE_BUILT"
 # The Primus-Turbo-shaped fixture package holds its own (focused) tests; they run
 # inside the rebuild tests' campaigns, never in this suite's collection.
 collect_ignore_glob = ["data/fake_primus_turbo/*"]
-SERVICE_MARKS = ("docker", "slurm", "rebuild", "gpu")
-SERVICES_GROUP = "services"
 # A serving worker of these tests is ready within seconds and takes sub-second turns:
 # minutes mean it hangs (the product's defaults are 1800 s and 900 s, for GPU compiles).
 WORKER_LIMITS = {"TURBO_CAMPAIGN_READY_TIMEOUT_S": "300", "TURBO_CAMPAIGN_TURN_TIMEOUT_S": "300"}
@@ -65,19 +66,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if worker:  # simulated GPUs of two workers must not wait on each other's leases
         leases = Path(tempfile.gettempdir()) / f"turbo-campaign-test-leases-{os.getpid()}"
         os.environ.setdefault("CAMPAIGN_LEASE_DIR", str(leases))
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (--dist loadgroup)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group every test with its module, except that every test marked docker, slurm,
-    rebuild or gpu joins the one ``services`` group (a module fixture such a test
-    shares with the module's other tests is a ``build_once``, built once for both)."""
-    for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        service = any(item.get_closest_marker(m) for m in SERVICE_MARKS)
-        group = SERVICES_GROUP if service else item.path.name
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

@@ -49,7 +49,7 @@ def new_campaign(root: Path, image: str) -> Campaign:
     )  # fmt: skip
 
 
-@pytest.fixture(scope="session")  # the services worker may interleave other modules
+@pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory, cpu_image: str) -> Iterator[tuple[Path, str]]:
     """The docker campaign with its baseline (in containers), built once for the module's
     tests: (its folder, its name)."""

@@ -344,8 +344,8 @@ def tiny_campaign(root: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``tiny_campaign`` built once (``build_once``: the Slurm test runs in the services
-    worker, the CLI test in this module's); tests take private copies."""
+    """``tiny_campaign`` built once per session (``build_once``); tests take private
+    copies."""
     return build_once(tmp_path_factory, "paired-tiny", tiny_campaign)
 
 

@@ -4,7 +4,7 @@ gate sees (issue 15, item 6).
 The Primus-Turbo-shaped fixture (``tests/data/fake_primus_turbo``: package
 ``primus_turbo`` with a compiled ``primus_turbo.pytorch._C``) runs as a real
 ``primus-turbo`` campaign through the DOCKER executor and the CPU image: the baseline
-and four rounds of ``benchmarks/rebuild_pipeline.py`` (run ONCE per session): a
+and four rounds of ``benchmarks/rebuild_pipeline.py`` (run ONCE for this module): a
 native slow-down rebuilt and ROLLED BACK, a native speed-up rebuilt and ACCEPTED, a
 Python-only speed-up that skips the rebuild and is ACCEPTED (so the candidate's own
 Python file was imported over the reused native build), and a package that loads its
@@ -62,9 +62,7 @@ def docker_out(*args: str) -> str:
     return proc.stdout
 
 
-# Session scope: the services worker runs this module's tests among other docker and
-# Slurm tests, not always in one stretch, and a module fixture was built twice (200 s).
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def pipeline(cpu_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
     probe = subprocess.run(
         ["docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", cpu_image, "-c",
