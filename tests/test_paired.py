@@ -61,7 +61,8 @@ def test_required_pairs_is_the_gate_s_own_rule() -> None:
     for sigma in (0.002, 0.02):
         gate = decide(best, cand, sigma_g=sigma)
         assert gate.decision is Decision.NEEDS_REMEASURE
-        assert f"need {required_pairs(sigma)}," in gate.reasons[0]
+        assert gate.more_pairs == required_pairs(sigma)
+        assert f"measure {required_pairs(sigma)} fresh" in gate.reasons[0]
 
 
 def test_block_order_and_pool_walk() -> None:

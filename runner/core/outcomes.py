@@ -115,6 +115,10 @@ class GateResult:
     reasons: tuple[str, ...]
     threshold_pct: float | None = None
     pairs_used: int = 0
+    # the paired evidence judged (``runner.judge.evidence``): the paired gain and each
+    # gating shape's mean with its interval, the re-measurement size; None without pairs
+    evidence: dict[str, Any] | None = None
+    more_pairs: int = 0  # NEEDS_REMEASURE: the fresh pairs the gate asks for next
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -128,6 +132,8 @@ class GateResult:
             "reasons": list(self.reasons),
             "threshold_pct": self.threshold_pct,
             "pairs_used": self.pairs_used,
+            "evidence": self.evidence,
+            "more_pairs": self.more_pairs,
         }
 
     @classmethod
@@ -143,6 +149,8 @@ class GateResult:
             reasons=tuple(d["reasons"]),
             threshold_pct=d.get("threshold_pct"),
             pairs_used=int(d.get("pairs_used", 0)),
+            evidence=d.get("evidence"),
+            more_pairs=int(d.get("more_pairs", 0)),
         )
 
 

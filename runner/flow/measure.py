@@ -19,6 +19,8 @@ judges with the gate and, while the gate asks for more paired samples
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -29,7 +31,7 @@ from runner.core.csv_schema import BenchCSV
 from runner.core.errors import InfrastructureError
 from runner.core.outcomes import Decision, GateResult, Score
 from runner.core.shapes import Shape
-from runner.flow.paired import PairedFailed, measure_paired, supports_paired
+from runner.flow.paired import PairedFailed, measure_paired, supports_paired, worker_timeout
 from runner.flow.passes import check_problems, fresh_gains, pair_samples, read_passes, write_merged
 from runner.flow.sharding import (
     BCCB,
@@ -46,6 +48,12 @@ from runner.flow.sharding import (
 from runner.judge.gate import decide, required_pairs
 from runner.judge.import_cause import explain_failure
 from runner.judge.scoring import score
+
+# How long one comparison may measure, by validation level (docs/measurement.md §4.2):
+# past it the verdict is final.  Either can be set for a host or a test suite.
+ROUND_CAP_S = {"quick": 150.0, "full": 600.0}
+ROUND_CAP_ENV = "TURBO_CAMPAIGN_ROUND_CAP_S"
+MAX_PAIRS = 96  # fresh process pairs of one comparison, at most
 
 
 class RoundFailed(InfrastructureError):
@@ -252,25 +260,58 @@ def measure_and_judge(
     measured: Mapping[str, list[Path]] | None = None,
 ) -> Judged:
     """Measure ``samples`` pairs, judge, and while the gate asks for more paired
-    samples, measure that many more fresh pairs and judge again.  ``measured``: passes
-    of both roles already taken (e.g. in a session with more roles); then only the
-    extra pairs are measured here."""
+    samples, measure the fresh pairs it asks for and judge again: sequential
+    measurement that stops as soon as the verdict is clear, either way.  The round's
+    measurement cap (``measurement_cap``: seconds by level, and MAX_PAIRS) ends it; the
+    last judgement is then final (what is still unclear rolls back as too volatile to
+    tell, naming the noise measured).  ``measured``: passes of both roles already taken
+    (e.g. in a session with more roles); then only the extra pairs are measured here."""
     ordered = {role: trees[role] for role in how.roles}
+    started = time.monotonic()
     if measured is not None:
         paths = {role: list(measured[role]) for role in how.roles}
     else:
         paths = measure_roles(rnd, ordered, shapes, first_samples(rnd, samples, remeasure))
-    judged = judge(rnd, paths, how, vetoes)
-    while remeasure and judged.gate.decision is Decision.NEEDS_REMEASURE:
+    judged = judge(rnd, paths, how, vetoes, final=not remeasure)
+    cap_s = measurement_cap(getattr(rnd, "level", "full"))
+    while judged.gate.decision is Decision.NEEDS_REMEASURE:
         have = len(paths[how.roles[1]])
-        more = max(required_pairs(rnd.manifest.sigma_g) - have, 1)
-        rnd.progress(f"round-{rnd.round}: near noise, {more} more pair(s)")
-        start = last_index(rnd.tmp)
-        got = measure_roles(rnd, ordered, shapes, more, start)
+        more = next_pairs(judged.gate.more_pairs, have, time.monotonic() - started, cap_s)
+        if more < 1:
+            rnd.progress(f"round-{rnd.round}: measurement cap reached at {have} pair(s)")
+            judged = judge(rnd, paths, how, vetoes, final=True)
+            break
+        rnd.progress(f"round-{rnd.round}: not clear yet ({_evidence_line(judged.gate)}): "
+                     f"{more} more pair(s)")  # fmt: skip
+        got = measure_roles(rnd, ordered, shapes, more, last_index(rnd.tmp))
         for role in how.roles:
             paths[role] += got[role]
         judged = judge(rnd, paths, how, vetoes)
     return judged
+
+
+def measurement_cap(level: str) -> float:
+    """The seconds a comparison may measure for: ROUND_CAP_S by level, or the seconds
+    ``TURBO_CAMPAIGN_ROUND_CAP_S`` names (a host or a test suite)."""
+    return worker_timeout(ROUND_CAP_ENV, ROUND_CAP_S.get(level, ROUND_CAP_S["full"]))
+
+
+def next_pairs(asked: int, have: int, elapsed_s: float, cap_s: float) -> int:
+    """The fresh pairs to measure next: what the gate asked for, no more than fit in
+    the time left at the rate measured so far (start-up included) and in MAX_PAIRS;
+    0 when none fits (the judgement is then final)."""
+    per_pair = elapsed_s / max(have, 1)
+    room = math.floor((cap_s - elapsed_s) / per_pair) if per_pair > 0 else asked
+    return max(0, min(max(asked, 1), room, MAX_PAIRS - have))
+
+
+def _evidence_line(gate: GateResult) -> str:
+    gain = (gate.evidence or {}).get("gain") or {}
+    half = gain.get("half_width_pct")
+    if not gain:
+        return f"{gate.pairs_used} pair(s)"
+    width = f" \u00b1 {half:.2f}%" if half is not None else ""
+    return f"paired gain {gain['mean_pct']:+.2f}%{width} over {gain['pairs']} pair(s)"
 
 
 def first_samples(rnd: Any, samples: int, remeasure: bool = True) -> int:
@@ -291,9 +332,15 @@ def last_index(tmp: Path) -> int:
 
 
 def judge(
-    rnd: Any, paths: Mapping[str, list[Path]], how: Comparison, vetoes: Sequence[str]
+    rnd: Any,
+    paths: Mapping[str, list[Path]],
+    how: Comparison,
+    vetoes: Sequence[str],
+    *,
+    final: bool = False,
 ) -> Judged:
-    """Merge, score, pair and gate the passes measured so far."""
+    """Merge, score, pair and gate the passes measured so far (``final``: no more
+    pairs will come)."""
     from runner.judge.vetoes import heldout_flag, inflation_veto
 
     m = rnd.manifest
@@ -305,7 +352,9 @@ def judge(
     if ref_score.n_fail:
         raise RoundFailed(how.broken)
     pairs = pair_samples(ref, cand, ref_score.metric)
-    gate = decide(ref_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=list(vetoes))
+    gate = decide(
+        ref_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=list(vetoes), final=final
+    )
     if cand_score.n_fail:
         why = tuple(f"candidate check: {p}" for p in check_problems(paths[cand_role]))
         gate = replace(gate, reasons=(*gate.reasons, *why))
@@ -315,8 +364,9 @@ def judge(
         inflated = inflation_veto(gate, gain, m.sigma_g or 0.0)
         if inflated:
             gate = decide(
-                ref_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=[*vetoes, inflated]
-            )
+                ref_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=[*vetoes, inflated],
+                final=final,
+            )  # fmt: skip
     csvs = {ref_role: ref, cand_role: cand}
     return Judged(gate, ref_score, cand_score, {k: list(v) for k, v in paths.items()}, csvs)
 

@@ -47,6 +47,7 @@ BLOCK_WARMUP_FLOOR_S = 0.1  # a turn's warm-up never shorter than this (or the p
 WORKER_GROWTH = 1.25  # a worker's peak at its finish, over its peak after its turns
 WORKER_CONTEXT_BYTES = 1 << 30  # its device context and allocator slack
 FREE_MARGIN = 0.1  # of the device's free memory, never planned for
+CPU_WAVE_PAIRS = 8  # a CPU target's pairs alive at once (host memory; turns are serial)
 # A quick round's turn on a GPU (``block_timing``): upper bounds per callable and block.
 QUICK_TURN: dict[str, float] = {
     "batch_s": 0.02,
@@ -184,8 +185,9 @@ def measure_paired(
     starts alone and takes its turns, and the most memory one of its workers then held
     (reported with each block) and the device's free memory size the waves; the rest of
     the first wave then starts, and a wave finishes before the next one starts.
-    A CPU target (``host.gpu_target`` false) starts every pair at once.  ``extra["wave_pairs"]``
-    in the spec fixes the wave size instead (a device shared with other work).
+    A CPU target (``host.gpu_target`` false) starts up to CPU_WAVE_PAIRS pairs at once.
+    ``extra["wave_pairs"]`` in the spec fixes the wave size instead (a device shared
+    with other work).
 
     Worker ``index`` numbers continue from ``start_index`` as pass numbers did, and each
     worker's folder is ``<tmp>/pass-NN-<role><suffix>``.  Returns, per role, the pinned
@@ -226,7 +228,7 @@ def measure_paired(
         picks = _picks(pairs, 2 * groups, members, seed)
         size: int | None = int(extra["wave_pairs"]) if extra.get("wave_pairs") else None
         if size is None and not host.gpu_target:
-            size = pairs  # the CPU: no device memory to share out, every pair at once
+            size = min(pairs, CPU_WAVE_PAIRS)  # the CPU: no device memory to share out
         while len(started) < pairs:
             first = len(started)
             wave: list[list[_Worker]] = []

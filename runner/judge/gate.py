@@ -10,11 +10,23 @@ Order of the rules, all on the primary metric (higher is better), d(s) = ln(cand
 4. any shape with d(s) <= -ln(1.05) -> ROLLED_BACK, naming the shapes;
 5. G - 1 >= T = max(2%, 3*sigma_G) -> ACCEPTED (ACCEPTED_TRADEOFF when some shape's
    d(s) < 0, each named with its percentage);
-6. otherwise near noise: with fewer than the required paired samples (``min_pairs``,
-   at least 5 when sigma_G > 1%) -> NEEDS_REMEASURE; with enough, G_i = geomean over
-   shapes of cand/incumbent for pair i, m and s the mean and sample stdev of G_i - 1:
-   accept only if m > 1%, s < m/2 and no shape's mean d over the pairs is at or below
-   -ln(1.05); otherwise ROLLED_BACK (noise).
+6. otherwise near noise: accept only if the re-measurements (runs of k fresh pairs,
+   ``runner.judge.evidence``) have a mean gain m > 1% and a stdev s < m/2, at least 3
+   of them, and no shape's paired mean is at or below -ln(1.05); otherwise ROLLED_BACK
+   (noise).
+
+How the rules meet noisy evidence (docs/measurement.md §4.2):
+
+* without pairs (``campaign gate`` on two CSVs): the rules on the merged scores, and
+  near noise NEEDS_REMEASURE;
+* with fewer pairs than ``required_pairs``: only a reading beyond the threshold either
+  way decides; anything else NEEDS_REMEASURE;
+* with enough pairs: each rule decides on the paired evidence when its interval is
+  clear (rule 3: the whole interval of the paired gain below +1%; rule 4: a shape's
+  whole interval at or below -5%, and one straddling -5% asks for more pairs; rule 5:
+  G - 1 >= T and the interval above 0) and otherwise NEEDS_REMEASURE with the fresh
+  pairs it needs (``more_pairs``); with ``final`` (the round's cap is reached) the point
+  estimates decide and what is still unclear is ROLLED_BACK as too volatile to tell.
 
 Targeted-shape round (``targeted_shapes`` non-empty; docs/protocol.md §5.4): rules 3-6
 are judged on the targeted shapes only (their geomean ratio and their per-shape regressions); shapes
@@ -33,10 +45,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from runner.core.errors import ConfigError
 from runner.core.outcomes import Decision, GateResult, PairSample, Score, ShapeDelta
-from runner.core.stats import mean, stdev
+from runner.core.stats import stdev
+from runner.judge.evidence import FLOOR_GAIN, MAX_REMEASURE_SIZE, Evidence, Z, gather, noise_rule
 
 SEVERE_LOG = math.log(1.05)  # d <= -SEVERE_LOG: a shape regressed by 5% or more
 MIN_THRESHOLD = 0.02  # the direct-accept floor, 2%
@@ -80,8 +94,11 @@ def decide(
     vetoes: Sequence[str] = (),
     targeted_shapes: Sequence[str] = (),
     min_pairs: int = 3,
+    final: bool = False,
 ) -> GateResult:
     """Judge ``candidate`` against ``best`` (see the module docstring for the rules).
+    ``final``: no more pairs will come (the round's measurement cap is reached), so
+    nothing may be NEEDS_REMEASURE: what is still unclear rolls back as too volatile.
     Raises ConfigError when the inputs cannot be compared (different shapes or metric,
     a best score with FAIL rows, malformed pairs or sigma)."""
     _check_sigma(sigma_g)
@@ -93,12 +110,24 @@ def decide(
     if candidate.n_fail:
         return _failed(best, candidate)
     facts = _facts(best, candidate, sigma_g, targeted_shapes, min_pairs)
-    return _judge(facts, pairs)
+    return _judge(facts, pairs, final)
 
 
-def _judge(facts: _Facts, pairs: Sequence[PairSample]) -> GateResult:
-    """Rules 3-6 on a comparable, all-PASS pair of scores."""
+def _judge(facts: _Facts, pairs: Sequence[PairSample], final: bool) -> GateResult:
+    """Rules 3-6 on a comparable, all-PASS pair of scores: on the merged scores alone
+    without pairs, the clear cases only while pairs are still coming in, and on the
+    paired evidence once the required pairs are in."""
     gain = math.expm1(math.fsum(facts.logs[lb] for lb in facts.gating) / len(facts.gating))
+    if not pairs:
+        return _single(facts, gain)
+    _check_pairs(pairs, facts.logs)
+    if len(pairs) < facts.required_pairs and not final:
+        return _early(facts, pairs, gain)
+    return _paired(facts, gather(pairs, facts.gating), gain, final)
+
+
+def _single(facts: _Facts, gain: float) -> GateResult:
+    """One comparison of two merged scores and nothing else (``campaign gate``)."""
     if gain <= 0:
         why = f"aggregate not improved: {_pct(gain)} (merely equal is not an improvement)"
         return _result(facts, Decision.ROLLED_BACK, [why], 100 * gain)
@@ -109,35 +138,125 @@ def _judge(facts: _Facts, pairs: Sequence[PairSample]) -> GateResult:
     if gain >= facts.threshold:
         why = f"aggregate {_pct(gain)} >= threshold {100 * facts.threshold:.2f}%"
         return _accept(facts, why, 100 * gain)
-    return _near_noise(facts, pairs, gain)
+    why = (
+        f"aggregate {_pct(gain)} is below the threshold {100 * facts.threshold:.2f}%: "
+        f"near noise; measure {facts.required_pairs} fresh interleaved pair(s) and gate again"
+    )
+    return _result(facts, Decision.NEEDS_REMEASURE, [why], 100 * gain,
+                   more_pairs=facts.required_pairs)  # fmt: skip
 
 
-def _near_noise(facts: _Facts, pairs: Sequence[PairSample], gain: float) -> GateResult:
-    """Rule 6: below the threshold, only fresh paired passes can tell."""
+def _early(facts: _Facts, pairs: Sequence[PairSample], gain: float) -> GateResult:
+    """Fewer pairs than the rules need: only a reading beyond the threshold either way
+    decides (the threshold is 3 sigma_G: one reading that far out is not noise); a
+    shape reading a 5% regression, or anything nearer, waits for the pairs."""
+    have, need = len(pairs), facts.required_pairs
+    if gain >= facts.threshold and not _severe(facts, facts.gating):
+        why = f"aggregate {_pct(gain)} >= threshold {100 * facts.threshold:.2f}%"
+        return _accept(facts, why, 100 * gain, have)
+    if gain <= -facts.threshold:
+        why = f"aggregate {_pct(gain)}: a slow-down beyond the threshold {_pct(facts.threshold)}"
+        return _result(facts, Decision.ROLLED_BACK, [why], 100 * gain, pairs_used=have)
+    why = (
+        f"aggregate {_pct(gain)} after {have} pair(s): not clear; measure {need - have} "
+        f"more fresh interleaved pair(s) (need {need}) and gate again"
+    )
+    return _result(facts, Decision.NEEDS_REMEASURE, [why], 100 * gain, pairs_used=have,
+                   more_pairs=need - have)  # fmt: skip
+
+
+def _paired(facts: _Facts, ev: Evidence, gain: float, final: bool) -> GateResult:
+    """Rules 3-6 on the paired evidence (docs/measurement.md §4.2): each rule decides
+    when its evidence is clear; otherwise more pairs, and at the cap (``final``) the
+    point estimates decide and "too volatile to tell" rolls back."""
+    info = _evidence_dict(ev)
+    if ev.gain.high < FLOOR_GAIN:
+        why = f"not improved by more than 1%: {ev.summary()}"
+        return _rolled_back(facts, ev, why, info)
+    clear, unclear = _paired_severe(ev)
+    if clear or (final and unclear):
+        why = "shape(s) regressed by 5% or more: " + _named(ev, clear or unclear)
+        return _rolled_back(facts, ev, why, info)
+    if unclear:
+        more = min(_pairs_to_resolve(ev, unclear) - ev.n, ev.n)
+        why = f"shape(s) near a 5% regression, within their noise: {_named(ev, unclear)}"
+        return _remeasure(facts, ev, why, more, info)
+    if gain >= facts.threshold and ev.gain.low > 0:
+        why = f"aggregate {_pct(gain)} >= threshold {100 * facts.threshold:.2f}%; {ev.summary()}"
+        return _accept(facts, why, 100 * gain, ev.n, info)
+    passed, figures = noise_rule(ev)
+    m = 100 * math.expm1(ev.gain.mean)
     band = f"aggregate {_pct(gain)} is below the threshold {100 * facts.threshold:.2f}%"
-    have = len(pairs)
-    if have < facts.required_pairs:
-        more = facts.required_pairs - have
+    if passed and gain > 0:  # the merged scores must agree that it is a gain
+        return _accept(facts, f"{band}; {ev.summary()}; {figures} (m > 1%, s < m/2)", m, ev.n,
+                       info)  # fmt: skip
+    need = ev.pairs_for_precision()
+    if final:
         why = (
-            f"{band}: near noise; measure {more} more fresh interleaved pair(s) "
-            f"(need {facts.required_pairs}, have {have}) and gate again"
+            f"too volatile to tell: {ev.summary()}; {figures} (accepting needs mean > 1% "
+            f"and stdev < half of it); about {max(need, ev.n + 1)} pairs would be needed"
         )
-        return _result(facts, Decision.NEEDS_REMEASURE, [why], 100 * gain, pairs_used=have)
-    _check_pairs(pairs, facts.logs)
-    gains = [_pair_gain(p, facts.gating) for p in pairs]
-    m, s = mean(gains), stdev(gains)
-    summary = f"mean gain {_pct(m)}, stdev {100 * s:.2f}% over {have} pairs"
-    severe = _severe_paired(pairs, facts.gating)
-    if severe:
-        why = f"{band}; paired: {summary}; shape(s) regressed by 5% or more: {severe}"
-        return _result(facts, Decision.ROLLED_BACK, [why], 100 * m, pairs_used=have)
-    if m > NOISE_MIN_GAIN and s < m / 2:
-        return _accept(facts, f"{band}; paired: {summary} (m > 1%, s < m/2)", 100 * m, have)
-    why = f"noise: {summary} (accepting needs mean > 1% and stdev < half of it)"
-    return _result(facts, Decision.ROLLED_BACK, [why], 100 * m, pairs_used=have)
+        return _rolled_back(facts, ev, why, info)
+    # at most as many again as are in: a clear case, either way, stops at the next look
+    more = min(max(need - ev.n, ev.remeasure_size()), ev.n)
+    return _remeasure(facts, ev, f"{band}: near noise; {ev.summary()}; {figures}", more, info)
 
 
-def _accept(facts: _Facts, why: str, delta_pct: float, pairs_used: int = 0) -> GateResult:
+def _rolled_back(facts: _Facts, ev: Evidence, why: str, info: dict[str, Any]) -> GateResult:
+    m = 100 * math.expm1(ev.gain.mean)
+    return _result(facts, Decision.ROLLED_BACK, [why], m, pairs_used=ev.n, evidence=info)
+
+
+def _remeasure(
+    facts: _Facts, ev: Evidence, why: str, more: int, info: dict[str, Any]
+) -> GateResult:
+    more = max(1, more)
+    reason = f"{why}; measure {more} more fresh interleaved pair(s) and gate again"
+    m = 100 * math.expm1(ev.gain.mean)
+    return _result(facts, Decision.NEEDS_REMEASURE, [reason], m, pairs_used=ev.n,
+                   evidence=info, more_pairs=more)  # fmt: skip
+
+
+def _paired_severe(ev: Evidence) -> tuple[list[str], list[str]]:
+    """Gating shapes whose paired mean is a 5% regression beyond its noise (the whole
+    interval at or below -5%), and those whose interval straddles -5% (unclear); at
+    the cap an unclear shape is judged by its mean alone."""
+    clear = [lb for lb, est in ev.shapes.items() if est.high <= -SEVERE_LOG]
+    unclear = [lb for lb, est in ev.shapes.items() if est.low <= -SEVERE_LOG < est.high]
+    return clear, unclear
+
+
+def _named(ev: Evidence, labels: Sequence[str]) -> str:
+    return ", ".join(f"{lb} {ev.shapes[lb].pct()}" for lb in labels)
+
+
+def _pairs_to_resolve(ev: Evidence, labels: Sequence[str]) -> int:
+    """The pairs at which each of ``labels``' intervals would clear -5% at the noise
+    measured so far (at most MAX_REMEASURE_SIZE more than now)."""
+    need = ev.n + 1
+    for lb in labels:
+        est = ev.shapes[lb]
+        gap = abs(est.mean + SEVERE_LOG)
+        if gap > 0 and math.isfinite(est.spread):
+            need = max(need, math.ceil((Z * est.spread / gap) ** 2))  # large-n estimate
+    return min(need, ev.n + MAX_REMEASURE_SIZE)
+
+
+def _evidence_dict(ev: Evidence) -> dict[str, Any]:
+    return {
+        "gain": ev.gain.to_dict(),
+        "shapes": {lb: est.to_dict() for lb, est in ev.shapes.items()},
+        "remeasure_size": ev.remeasure_size(),
+    }
+
+
+def _accept(
+    facts: _Facts,
+    why: str,
+    delta_pct: float,
+    pairs_used: int = 0,
+    evidence: dict[str, Any] | None = None,
+) -> GateResult:
     """ACCEPTED, or ACCEPTED_TRADEOFF naming every shape that went down."""
     reasons = [why]
     if facts.targeted:
@@ -148,7 +267,7 @@ def _accept(facts: _Facts, why: str, delta_pct: float, pairs_used: int = 0) -> G
         tag = "trade-off" if gated else "trade-off (outside the targeted shapes)"
         reasons.append(f"{tag}: {lb} {_pct(math.expm1(facts.logs[lb]))}")
     decision = Decision.ACCEPTED_TRADEOFF if down else Decision.ACCEPTED
-    return _result(facts, decision, reasons, delta_pct, pairs_used=pairs_used)
+    return _result(facts, decision, reasons, delta_pct, pairs_used=pairs_used, evidence=evidence)
 
 
 def _targeted_note(facts: _Facts) -> str:
@@ -164,22 +283,6 @@ def _severe(facts: _Facts, labels: Sequence[str]) -> str:
     """'label -x.xx%' for each of ``labels`` at or below -ln(1.05); '' when none."""
     hits = [lb for lb in labels if facts.logs[lb] <= -SEVERE_LOG]
     return ", ".join(f"{lb} {_pct(math.expm1(facts.logs[lb]))}" for lb in hits)
-
-
-def _severe_paired(pairs: Sequence[PairSample], labels: Sequence[str]) -> str:
-    """Shapes whose mean d over the pairs is at or below -ln(1.05)."""
-    hits = []
-    for lb in labels:
-        d = math.fsum(math.log(p.candidate[lb] / p.incumbent[lb]) for p in pairs) / len(pairs)
-        if d <= -SEVERE_LOG:
-            hits.append(f"{lb} {_pct(math.expm1(d))}")
-    return ", ".join(hits)
-
-
-def _pair_gain(pair: PairSample, labels: Sequence[str]) -> float:
-    """G_i - 1 for one pair: the geomean over ``labels`` of candidate/incumbent, less 1."""
-    logs = (math.log(pair.candidate[lb] / pair.incumbent[lb]) for lb in labels)
-    return math.expm1(math.fsum(logs) / len(labels))
 
 
 def _pct(fraction: float) -> str:
@@ -226,6 +329,8 @@ def _result(
     delta_pct: float,
     *,
     pairs_used: int = 0,
+    evidence: dict[str, Any] | None = None,
+    more_pairs: int = 0,
 ) -> GateResult:
     return GateResult(
         decision=decision,
@@ -238,6 +343,8 @@ def _result(
         reasons=tuple(reasons),
         threshold_pct=100 * facts.threshold,
         pairs_used=pairs_used,
+        evidence=evidence,
+        more_pairs=more_pairs,
     )
 
 

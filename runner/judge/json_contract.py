@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
@@ -70,6 +70,8 @@ class GateJSON(TypedDict):
     reasons: list[str]
     threshold_pct: float | None
     pairs_used: int
+    evidence: dict[str, Any] | None  # the paired evidence (``runner.judge.evidence``)
+    more_pairs: int  # NEEDS_REMEASURE: the fresh pairs the gate asks for next
 
 
 def read_pinned_header(path: str) -> str:

@@ -110,6 +110,39 @@ def _gate_line(result: RoundResult) -> str | None:
     return ", ".join(parts) + "."
 
 
+def _evidence(result: RoundResult) -> str | None:
+    """The paired evidence the gate judged: per gating shape the paired mean with its
+    95% interval and the pairs, and the round's measured noise."""
+    ev = result.gate.evidence if result.gate else None
+    if not ev:
+        return None
+    gain = ev["gain"]
+
+    def cell(e: dict) -> str:
+        half = e.get("half_width_pct")
+        return (
+            f"{e['mean_pct']:+.2f}% \u00b1 {half:.2f}%"
+            if half is not None
+            else (f"{e['mean_pct']:+.2f}%")
+        )
+
+    rows = [f"| {lb} | {cell(e)} | {e['pairs']} |" for lb, e in ev["shapes"].items()]
+    spread = gain.get("spread_pct")
+    noise = f"{spread:.2f}% a pair" if spread is not None else "unknown (one pair)"
+    return "\n".join([
+        "Paired evidence (candidate / incumbent, each pair a fresh process pair; "
+        "95% interval):",
+        "",
+        "| shape | paired change | pairs |",
+        "|---|---|---|",
+        *rows,
+        f"| **all (geomean)** | {cell(gain)} | {gain['pairs']} |",
+        "",
+        f"Measured noise: stdev {noise}; re-measurements of "
+        f"{ev.get('remeasure_size', 1)} pair(s) (docs/measurement.md §4.2).",
+    ])  # fmt: skip
+
+
 def _decision(result: RoundResult) -> str:
     if _is_baseline(result):
         return (
@@ -120,6 +153,9 @@ def _decision(result: RoundResult) -> str:
     lines += [f"- {r}" for r in decision_reasons(result)] or ["- no reason recorded"]
     extra = [x for x in (_gate_line(result), tradeoff_note(result)) if x]
     lines += [f"- {x}" for x in extra]
+    evidence = _evidence(result)
+    if evidence:
+        lines += ["", evidence]
     return "\n".join(lines)
 
 
