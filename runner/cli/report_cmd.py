@@ -48,12 +48,12 @@ def status_cmd(app: App, name: str | None, as_json: bool) -> None:
 @click.option("--stop", "user_stop", is_flag=True, help="T4: the user asked to stop.")
 @click.pass_obj
 def report_cmd(app: App, name: str | None, user_stop: bool) -> None:
-    """Append the Termination Check and the Final Report to logs/optimize.md and write
-    report/index.html with its pictures."""
+    """Write the Termination Check and the Final Report to report/final_report.md and
+    report/index.html with its pictures (regenerated each run; logs/ is not touched)."""
     from runner.render.html_report import write_report
 
     outcome = write_report(_find(app, name), user_stop=user_stop)
-    click.echo(f"appended the report to {outcome.optimize_log}")
+    click.echo(f"report: {outcome.markdown}")
     click.echo(f"html: {outcome.html}")
     for picture in outcome.pictures:
         click.echo(f"picture: {picture}")
