@@ -23,7 +23,7 @@ from runner.store.manifest import branch_name
 RECOVERY = (
     "restore each file named above to its recorded "
     "content (`git checkout`, a backup, or the bytes the ledger names), check it with "
-    "`campaign status`, then append a correction (runner.store.appendlog.append_correction) "
+    "`campaign status`, then append a correction with `campaign correct --text TEXT` "
     "instead of editing"
 )
 
