@@ -5,9 +5,9 @@ The header is frozen at BASELINE and its columns are compared exactly in every r
 Upstream, a drifted header silently switched the per-shape regression gate off; here any
 difference in the columns (a renamed, moved, extra or missing column, stray whitespace)
 raises ``SchemaDriftError`` naming what differs.  A UTF-8 byte-order mark or a carriage
-return (CRLF line endings) stop the round the same way (§4.4), in every CSV the runner
-reads.  Row values are validated too: a PASS row must carry usable numbers, because the
-gate divides and takes logarithms of them.
+return (CRLF line endings) stop the round the same way (docs/protocol.md §4.4), in every
+CSV the runner reads.  Row values are validated too: a PASS row must carry usable
+numbers, because the gate divides and takes logarithms of them.
 
 Value conventions (shared by reader and writer):
 
