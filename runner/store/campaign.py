@@ -109,6 +109,7 @@ class Campaign:
         ``force`` an existing directory that is not a campaign (no manifest.yaml) may be
         filled, but an existing campaign is never overwritten."""
         campaigns_root = Path(campaigns_root).resolve()
+        check_campaigns_root(campaigns_root)
         root = campaigns_root / manifest.campaign_name
         if root.exists() and (not force or (root / MANIFEST_NAME).exists() or not root.is_dir()):
             raise ConfigError(
@@ -119,7 +120,7 @@ class Campaign:
             data = manifest.model_dump()
             data["quick_command"] = f"python {root / 'quick_test_bench.py'}"
             manifest = validate_manifest(data, "manifest")
-        campaigns_root.mkdir(parents=True, exist_ok=True)
+        _make_root(campaigns_root)
         if root.exists():
             _populate(root, manifest)
         else:
@@ -204,7 +205,7 @@ class Campaign:
             finally:
                 self._lock_depth -= 1
             return
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self._open_lock()
         try:
             self._acquire(fd)
             self._lock_depth = 1
@@ -215,6 +216,20 @@ class Campaign:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+
+    def _open_lock(self) -> int:
+        """The lock file's descriptor; a folder that cannot hold it (read-only, not
+        yours, the lock path a directory) is a ConfigError saying what to do."""
+        try:
+            return os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot take the campaign lock {self.lock_path} ({exc.strerror or exc}): "
+                "every command that runs rounds or writes the report needs the campaign "
+                "folder writable by you. Remount it read-write or fix its permissions, or "
+                "copy the folder somewhere writable (then `campaign relocate` if its source "
+                "moved too); `campaign status` only reads"
+            ) from None
 
     def _acquire(self, fd: int) -> None:
         try:
@@ -284,6 +299,29 @@ class Campaign:
             if r.status in (Status.BASELINE, Status.ACCEPTED):
                 return r
         return None
+
+
+def check_campaigns_root(campaigns_root: Path) -> None:
+    """Refuse a campaigns root that is not a folder (a file, say: CAMPAIGN_ROOT pointing
+    at one, or a file above it), with what to do (ConfigError, exit 2).  A missing one
+    is fine: ``Campaign.init`` creates it."""
+    for path in (campaigns_root, *campaigns_root.parents):
+        if path.exists() and not path.is_dir():
+            raise ConfigError(
+                f"the campaigns root {campaigns_root} is not a folder ({path} is a file): "
+                "point --campaigns-root or CAMPAIGN_ROOT at a folder (it is created when "
+                "missing)"
+            )
+
+
+def _make_root(campaigns_root: Path) -> None:
+    try:
+        campaigns_root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the campaigns root {campaigns_root} ({exc.strerror or exc}): "
+            "point --campaigns-root or CAMPAIGN_ROOT at a folder you can write"
+        ) from None
 
 
 def _populate(root: Path, manifest: Manifest) -> None:
