@@ -116,10 +116,11 @@ class Campaign:
                 f"{root} already exists; a campaign is never overwritten: pick another "
                 "--name, or remove that directory yourself if it is really unwanted"
             )
+        data = manifest.model_dump()
+        data["campaign_dir"] = str(root)
         if not manifest.quick_command:
-            data = manifest.model_dump()
             data["quick_command"] = f"python {root / 'quick_test_bench.py'}"
-            manifest = validate_manifest(data, "manifest")
+        manifest = validate_manifest(data, "manifest")
         _make_root(campaigns_root)
         if root.exists():
             _populate(root, manifest)
@@ -188,6 +189,24 @@ class Campaign:
         raise ConfigError(
             f"{len(names)} campaigns under {campaigns_root}: {', '.join(names)}; "
             "name one with --campaign NAME"
+        )
+
+    def check_home(self) -> None:
+        """Refuse a campaign folder that is not the one its manifest was written for
+        (copied with ``cp -r``, or moved): its absolute ``source`` may still be the
+        original's repository, so rounds would run git there and move the original's
+        lineage.  ConfigError (exit 2) naming ``campaign relocate``."""
+        home = self.manifest.campaign_dir
+        if home is None or Path(home) == self.root:
+            return
+        raise ConfigError(
+            f"the campaign folder {self.root} was written for {home}: it was copied or "
+            f"moved, and its source: {self.manifest.source} may be the original's "
+            "repository (this folder would run git there and move the original's "
+            "lineage). If this folder is the one to go on with, point it at its own "
+            "checkout: `campaign relocate --campaign "
+            f"{self.name} --source PATH` (PATH may be the same source if only the folder "
+            "moved); nothing was done"
         )
 
     def save_manifest(self) -> None:

@@ -114,8 +114,10 @@ def finish_lineage(campaign: Campaign) -> str | None:
 
 
 def preflight(campaign: Campaign, progress: Callable[[str], None] | None = None) -> None:
-    """Under the campaign lock, before any work: clear leftovers, finish the lineage,
-    verify every append-only record."""
+    """Under the campaign lock, before any work: refuse a copied or moved folder
+    (``Campaign.check_home``), clear leftovers, finish the lineage, verify every
+    append-only record."""
+    campaign.check_home()
     m = campaign.manifest
     done = clean_leftovers(campaign.root, campaign.name, Path(m.source))
     try:
