@@ -38,6 +38,7 @@ test's ``_nodeid``, which pytest 9.2 no longer reads, so every group was ignored
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -74,6 +75,7 @@ def demo_campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if given:
         dest = tmp_path_factory.mktemp("demo") / Path(given).name
         shutil.copytree(given, dest)
+        _rehome(dest)
         return dest
 
     def build(root: Path) -> None:
@@ -103,6 +105,7 @@ def demo_copy(demo_campaign: Path, tmp_path: Path) -> Path:
     if os.environ.get(DEMO_DIR_ENV):  # a demo of yours: its source stays where it is
         dest = tmp_path / "campaigns" / demo_campaign.name
         shutil.copytree(demo_campaign, dest, ignore=shutil.ignore_patterns(".lock"))
+        _rehome(dest)
         return dest
     # The campaign with its source repository: two tests (two xdist workers) never
     # share a lineage, worktrees or leftovers.
@@ -138,6 +141,14 @@ def _copy_campaign(base: Path, dest: Path, name: str) -> Path:
     shutil.copytree(base, dest, symlinks=True, ignore=shutil.ignore_patterns(".lock"))
     _repoint(dest / "campaigns" / name, base, dest)
     return dest / "campaigns" / name
+
+
+def _rehome(campaign: Path) -> None:
+    """A copy of a demo of yours keeps its source: the manifest's ``campaign_dir`` names
+    the copy (what ``campaign relocate --source <the same source>`` records)."""
+    manifest = campaign / "manifest.yaml"
+    text = re.sub(r"(?m)^campaign_dir: .*$", f"campaign_dir: {campaign}", manifest.read_text())
+    manifest.write_text(text, encoding="utf-8")
 
 
 def _repoint(campaign: Path, old: Path, new: Path) -> None:

@@ -232,3 +232,95 @@ def test_init_holds_shapes_out_by_default(
                         "--source", str(repo), *BASIC, "--no-heldout")  # fmt: skip
     m = load_manifest(Path(out.split("campaign: ")[1].strip()) / "manifest.yaml")
     assert rc == 0 and m.heldout_shapes == [] and m.heldout_seed is None
+
+
+def _branches(repo: Path) -> list[str]:
+    out = subprocess.run(["git", "-C", str(repo), "for-each-ref", "--format=%(refname)"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return [r for r in out.splitlines() if "optimize/" in r or "refs/campaigns/" in r]
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("--backend", "triton", "--gpu", "cpu"), "on the CPU choose --backend TORCH"),
+        (("--gpu", "gfx999"), "choose one of: cpu, gfx942, gfx950, sm90"),
+    ],
+)
+def test_init_refuses_a_device_that_cannot_run(
+    tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...],
+    named: str,
+) -> None:  # fmt: skip
+    """Issue 27 row 10: refused at init (exit 2, the valid choices named); no campaign
+    folder and nothing in the source repository."""
+    root = tmp_path / "c"
+    rc, _, err = invoke(capsys, root, "--op", "gemm_fp8", "--granularity", "blockwise",
+                        "--source", str(repo), *args, *BASIC)  # fmt: skip
+    assert rc == 2 and named in err, err
+    assert not root.exists() and _branches(repo) == []
+
+
+def test_init_on_cpu_defaults_to_a_backend_that_runs(
+    tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, out, err = invoke(capsys, tmp_path / "c", "--op", "gemm", "--source", str(repo), *BASIC)
+    assert rc == 0, err
+    m = load_manifest(Path(out.removeprefix("campaign: ").strip()) / "manifest.yaml")
+    assert (m.target_gpu, m.target_backend) == ("cpu", "TORCH")
+
+
+def test_init_refuses_a_source_with_uncommitted_edits(
+    tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 27 row 9: an uncommitted edit of a tracked file would silently become part
+    of the first round's candidate: refused (exit 2) naming the file and the way out;
+    an untracked file is not an edit of the base commit."""
+    (repo / "README").write_text("edited\n")
+    (repo / "notes.txt").write_text("untracked\n")
+    root = tmp_path / "c"
+    rc, _, err = invoke(capsys, root, "--op", "gemm", "--source", str(repo), *BASIC)
+    assert rc == 2, err
+    assert "uncommitted changes to tracked files (README)" in err
+    assert "commit -am" in err and "stash" in err
+    assert not root.exists() and _branches(repo) == []
+    subprocess.run(["git", "-C", str(repo), "checkout", "README"], check=True)
+    assert invoke(capsys, root, "--op", "gemm", "--source", str(repo), *BASIC)[0] == 0
+
+
+def test_init_refuses_a_campaigns_root_that_is_a_file(
+    tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Issue 27 row 6: CAMPAIGN_ROOT pointing at a file is exit 2 with what to do (it
+    was a FileExistsError traceback), and nothing is left in the source."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    monkeypatch.setenv("CAMPAIGN_ROOT", str(afile))
+    with pytest.raises(SystemExit) as info:
+        main(["init", "--op", "gemm", "--source", str(repo), *BASIC])
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err
+    assert f"the campaigns root {afile} is not a folder" in err and "CAMPAIGN_ROOT" in err
+    assert "Traceback" not in err and afile.read_text() == "x" and _branches(repo) == []
+    monkeypatch.setenv("CAMPAIGN_ROOT", str(afile / "below"))
+    with pytest.raises(SystemExit) as info:
+        main(["init", "--op", "gemm", "--source", str(repo), *BASIC])
+    assert info.value.code == 2 and "is not a folder" in capsys.readouterr().err
+
+
+def test_a_failed_baseline_leaves_nothing_in_the_source(
+    tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 27 row 10: a baseline that fails (here: its focused test, before anything
+    is measured) removes the chain head and the optimize/<name> branch it created."""
+    root = tmp_path / "c"
+    failing = ("--test-command", "python -c 'raise SystemExit(1)'",
+               "--benchmark-command", "python bench.py")  # fmt: skip
+    rc, _, err = invoke(capsys, root, "--op", "gemm", "--source", str(repo), "--name", "fb",
+                        *failing)  # fmt: skip
+    assert rc == 0, err
+    with pytest.raises(SystemExit) as info:
+        main(["--campaigns-root", str(root), "baseline", "--campaign", "fb", "--passes", "2"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "focused test fails on the base commit" in err, err
+    assert _branches(repo) == []

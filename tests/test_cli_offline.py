@@ -202,19 +202,68 @@ def test_gate_different_shapes_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "missing ['b'], extra ['z']" in capsys.readouterr().err
 
 
+def exit_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``campaign ARGV`` through ``main`` (errors mapped to exit codes): (code, stderr)."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    code = info.value.code
+    return code if isinstance(code, int) else 1, capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("crlf_best", "crlf_cand"), [(False, True), (True, False), (True, True)])
-def test_gate_reads_crlf_like_lf(tmp_path: Path, crlf_best: bool, crlf_cand: bool) -> None:
-    """Python's csv module writes CRLF by default: the line ending is not the schema."""
+def test_gate_refuses_crlf(
+    tmp_path: Path, crlf_best: bool, crlf_cand: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/protocol.md §4.4: CRLF line endings stop the round, in either CSV (exit 2)."""
     best, cand = Path(best_csv(tmp_path)), Path(cand_csv(tmp_path, 1.05))
-    lf = invoke("gate", "--best", str(best), "--candidate", str(cand), "--json")
     for path, crlf in ((best, crlf_best), (cand, crlf_cand)):
         if crlf:
             path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
-    got = invoke("gate", "--best", str(best), "--candidate", str(cand), "--json")
-    assert got.exit_code == lf.exit_code == 0
-    assert json.loads(got.stdout) == json.loads(lf.stdout)
-    scored = invoke("score", str(cand), "--json")
-    assert scored.exit_code == 0, scored.output
+    code, err = exit_of(["gate", "--best", str(best), "--candidate", str(cand), "--json"], capsys)
+    assert code == 2 and "carriage return" in err, err
+    code, err = exit_of(["score", str(cand), "--json"], capsys)
+    assert code == (2 if crlf_cand else 0), err
+
+
+def _sparse(path: Path, size: int) -> Path:
+    with open(path, "wb") as fh:
+        fh.truncate(size)  # a file of NUL bytes that takes no disk
+    return path
+
+
+@pytest.mark.parametrize("size", [1 << 30, 50 << 20])
+def test_score_huge_nul_file_is_refused_at_once(
+    tmp_path: Path, size: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 27 row 4: a 1 GB or 50 MB file of NUL bytes is refused by its size, before
+    it is read (no memory spent), with a short message (no echo of the content)."""
+    import resource
+
+    path = _sparse(tmp_path / "nul.csv", size)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    code, err = exit_of(["score", str(path)], capsys)
+    assert code == 2, err
+    assert "MiB a benchmark CSV may be" in err and len(err) < 600, err
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 << 10  # KiB
+
+
+def test_score_long_line_and_nul_header_are_short_refusals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under the size limit, a line over the line-length limit is refused by its
+    line number; a header of NULs within it is a drift whose echo is capped."""
+    path = _sparse(tmp_path / "line.csv", 1 << 20)
+    code, err = exit_of(["score", str(path)], capsys)
+    assert code == 2 and "line.csv:1: a line of 1048576 bytes" in err, err
+    assert len(err) < 600
+    path.write_bytes(b"\0" * 20000 + b"\n" + b"x" * 10)
+    code, err = exit_of(["score", str(path)], capsys)
+    assert code == 2, err
+    assert len(err) < 2000 and "20000 characters" in err, err
+    header = tmp_path / "h.txt"
+    header.write_bytes(b"\0" * 70000)
+    code, err = exit_of(["score", best_csv(tmp_path), "--pinned-header", str(header)], capsys)
+    assert code == 2 and "not a CSV header" in err and len(err) < 600, err
 
 
 def test_gate_drifted_candidate_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -309,6 +309,8 @@ def test_hand_edit_is_refused_before_any_work(
     campaign, patch = slow_campaign
     copy = tmp_path / "campaigns" / campaign.name
     shutil.copytree(campaign.root, copy, ignore=shutil.ignore_patterns(".lock"))
+    manifest = copy / "manifest.yaml"  # the copy's home is the copy (campaign relocate)
+    manifest.write_text(manifest.read_text().replace(str(campaign.root), str(copy)))
     edited = Campaign.load(copy)
     log = edited.optimize_log
     data = log.read_bytes()

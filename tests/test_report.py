@@ -187,25 +187,35 @@ def test_final_report_sections_without_acceptance(tmp_path: Path) -> None:
 
 
 # ---- integration ---------------------------------------------------------------------------
+def _record_bytes(campaign: Path) -> dict[str, bytes]:
+    """Every file of the campaign's permanent records (logs/, rounds/, the manifest)."""
+    files = [campaign / "manifest.yaml", *(campaign / "logs").rglob("*"),
+             *(campaign / "rounds").rglob("*")]  # fmt: skip
+    return {str(p.relative_to(campaign)): p.read_bytes() for p in files if p.is_file()}
+
+
 @pytest.mark.integration
-def test_report_twice_appends_and_keeps_the_first(demo_copy: Path) -> None:
+def test_report_twice_leaves_every_record_byte_identical(demo_copy: Path) -> None:
+    """Issue 27 row 12: reading is not writing.  `campaign report` (and `status`) run
+    any number of times leave optimize.md and every other record byte-identical; the
+    report is regenerated in report/."""
     campaign = Campaign.load(demo_copy)
-    log = campaign.optimize_log
-    before = log.read_bytes()
+    before = _record_bytes(demo_copy)
     write_report(campaign, when="2026-11-29 18:00")
-    first = log.read_bytes()
-    assert first.startswith(before) and len(first) > len(before)
-    res = CliRunner().invoke(cli, ["--campaigns-root", str(demo_copy.parent), "report"])
+    markdown = demo_copy / "report" / "final_report.md"
+    first = markdown.read_bytes()
+    root = ["--campaigns-root", str(demo_copy.parent)]
+    res = CliRunner().invoke(cli, [*root, "report"])
     assert res.exit_code == 0, res.output
-    second = log.read_bytes()
-    assert second.startswith(first) and len(second) > len(first)
-    verify(log)
-    text = second.decode("utf-8")
-    assert text.count("## Final Report (") == 2
-    assert text.count("## Termination Check") == 2
+    assert CliRunner().invoke(cli, [*root, "status"]).exit_code == 0
+    assert _record_bytes(demo_copy) == before
+    verify(campaign.optimize_log)
+    text = markdown.read_text("utf-8")
+    assert text.count("## Final Report (") == 1 and text.count("## Termination Check") == 1
     assert "full validation has not been run" in text
+    assert first.count(b"## Final Report (2026-11-29 18:00)") == 1
     html = demo_copy / "report" / "index.html"
     assert html.is_file() and "data:image/png;base64," in html.read_text("utf-8")
     for name in ("rounds.png", "shapes.png", "roofline.png"):
         assert (demo_copy / "report" / name).stat().st_size > 5000
-    assert "html: " in res.output
+    assert "html: " in res.output and f"report: {markdown}" in res.output

@@ -209,28 +209,35 @@ def test_drifted_file_is_a_loud_error(tmp_path: Path, text: str) -> None:
         read_csv(path, pinned=GEMM_HEADER)
 
 
+def test_line_endings_lf_reads(tmp_path: Path) -> None:
+    got = read_csv(write_text(tmp_path, f"{GEMM_HEADER}\n{GOOD_ROW}\n"), pinned=GEMM_HEADER)
+    assert got.header == GEMM_HEADER and [r.label for r in got.rows] == ["s1"]
+
+
 @pytest.mark.parametrize(
-    ("text", "noted"),
+    ("text", "named"),
     [
-        (f"{GEMM_HEADER}\n{GOOD_ROW}\n", False),  # LF
-        (f"{GEMM_HEADER}\r\n{GOOD_ROW}\r\n", False),  # CRLF (Python's csv module default)
-        (f"{GEMM_HEADER}\r\n{GOOD_ROW}\n", False),  # mixed
-        (f"{GEMM_HEADER}\n{GOOD_ROW}\r\n", False),  # mixed the other way
-        (f"\ufeff{GEMM_HEADER}\n{GOOD_ROW}\n", True),  # BOM
-        (f"\ufeff{GEMM_HEADER}\r\n{GOOD_ROW}\r\n", True),  # BOM and CRLF
+        (f"{GEMM_HEADER}\r\n{GOOD_ROW}\r\n", "line 1 ends with a carriage return"),
+        (f"{GEMM_HEADER}\r\n{GOOD_ROW}\n", "line 1 ends with a carriage return"),
+        (f"{GEMM_HEADER}\n{GOOD_ROW}\r\n", "line 2 ends with a carriage return"),
+        (f"\ufeff{GEMM_HEADER}\n{GOOD_ROW}\n", "byte-order mark"),
+        (f"\ufeff{GEMM_HEADER}\r\n{GOOD_ROW}\r\n", "byte-order mark"),
     ],
 )
-def test_line_endings_and_bom_read_the_same(tmp_path: Path, text: str, noted: bool) -> None:
-    """The line ending is not part of the schema; a BOM is tolerated and noted."""
+def test_bom_and_crlf_stop_like_the_pinned_header(tmp_path: Path, text: str, named: str) -> None:
+    """docs/protocol.md §4.4: a BOM or CRLF line endings stop the round (exit 2), in the
+    candidate's CSV exactly as in a pinned header file: one check (check_encoding)."""
+    from runner.judge.json_contract import read_pinned_header
+
     path = write_text(tmp_path, text)
-    got = read_csv(path, pinned=GEMM_HEADER)
-    lf = read_csv(write_text(tmp_path, f"{GEMM_HEADER}\n{GOOD_ROW}\n", "lf.csv"))
-    assert got.header == GEMM_HEADER
-    assert got.rows == lf.rows
-    assert [r.values for r in got.rows] == [r.values for r in lf.rows]
-    assert bool(got.notes) == noted
-    if noted:
-        assert "byte-order mark" in got.notes[0]
+    for pinned in (None, GEMM_HEADER):
+        with pytest.raises(SchemaDriftError, match=re.escape(named)) as info:
+            read_csv(path, pinned=pinned)
+        assert info.value.return_code == 2 and str(path) in str(info.value)
+    header_file = write_text(tmp_path, text.partition("\n")[0] + "\n", "header.txt")
+    if "line 2" not in named:
+        with pytest.raises(SchemaDriftError, match=re.escape(named)):
+            read_pinned_header(str(header_file))
 
 
 def test_drift_against_pinned_even_if_known_schema(tmp_path: Path) -> None:

@@ -162,3 +162,50 @@ def test_status_reports_an_unclosed_round(demo_copy: Path) -> None:
     res = CliRunner().invoke(cli, ["--campaigns-root", str(copy.parent), "status", "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["unclosed_rounds"] == [4]
+
+
+def _main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``campaign ARGV`` through ``runner.cli.main`` (errors mapped to exit codes)."""
+    from runner.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    code = info.value.code
+    got = capsys.readouterr()
+    return code if isinstance(code, int) else 1, got.out + got.err
+
+
+@pytest.mark.integration
+def test_campaign_correct_appends_and_the_chain_holds(
+    demo_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 27 row 13: `campaign correct` is the recovery path the exit-5 text names; a
+    correction appends (the earlier bytes stay), the ledger verifies, status stays OK."""
+    from runner.store.appendlog import verify
+
+    camp = Campaign.load(demo_copy)
+    root = ["--campaigns-root", str(demo_copy.parent)]
+    opt, trend = camp.optimize_log.read_bytes(), camp.trend_log.read_bytes()
+    code, out = _main([*root, "correct", "--round", "2", "--text", "round-2 was quick"], capsys)
+    assert code == 0, out
+    grown = camp.optimize_log.read_bytes()
+    assert grown.startswith(opt) and b"**CORRECTION (" in grown[len(opt) :]
+    assert b"> round-2: round-2 was quick" in grown
+    code, out = _main([*root, "correct", "--round", "2", "--trend", "--text", "a | b"], capsys)
+    assert code == 0, out
+    assert camp.trend_log.read_bytes().startswith(trend)
+    assert "| round-2 (correction) | CORRECTION |" in camp.trend_log.read_text("utf-8")
+    verify(camp.optimize_log)
+    verify(camp.trend_log)
+    code, out = _main([*root, "status"], capsys)
+    assert code == 0 and "chain integrity: OK" in out, out
+    for bad in (["--round", "99"], ["--trend"], ["--text", " "]):
+        argv = [*root, "correct", "--text", "x", *bad]
+        assert _main(argv, capsys)[0] == 2
+    # a hand edit: correct refuses (exit 5, nothing appended) and status names the command
+    data = camp.optimize_log.read_bytes()
+    camp.optimize_log.write_bytes(data.replace(b"## ", b"##X", 1))
+    code, out = _main([*root, "correct", "--text", "x"], capsys)
+    assert code == 5 and len(camp.optimize_log.read_bytes()) == len(data), out
+    code, out = _main([*root, "status"], capsys)
+    assert code == 5 and "`campaign correct --text TEXT`" in out, out

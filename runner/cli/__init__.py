@@ -1,9 +1,11 @@
 """The ``campaign`` command line.  One module per command group; each module exposes
 ``COMMANDS`` (a list of click commands) that is registered here.  Errors are caught
-only in ``main``."""
+only in ``main`` (a ``CampaignError`` by its exit code; an ``OSError`` of a path that
+cannot be written, such as a read-only folder, as bad input: exit 2)."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 
@@ -21,7 +23,7 @@ from runner.cli import (
     rounds_cmd,
 )
 from runner.cli.app import CAMPAIGNS_ROOT_ENV, App
-from runner.core.errors import CampaignError
+from runner.core.errors import CampaignError, ConfigError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -72,4 +74,27 @@ def main(argv: list[str] | None = None) -> None:
     except CampaignError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.return_code)
+    except OSError as exc:
+        if exc.errno not in PATH_ERRNOS:
+            raise
+        click.echo(f"error: {path_error(exc)}", err=True)
+        sys.exit(ConfigError.return_code)
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+# A folder the user pointed us at cannot be written (read-only, not theirs, a file where
+# a folder belongs): bad input with a way out (exit 2), never a traceback.
+PATH_ERRNOS = frozenset(
+    (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.EEXIST)
+)
+
+
+def path_error(exc: OSError) -> str:
+    """What went wrong with which path, and what to do about it."""
+    where = f"{exc.filename}" if exc.filename is not None else "a file"
+    return (
+        f"cannot write {where} ({exc.strerror or exc}): the campaign folder, the campaigns "
+        "root and the tips root must be folders you can write. Remount read-write or fix "
+        "the permissions, point --campaigns-root/--tips-root elsewhere, or copy the "
+        "campaign somewhere writable"
+    )

@@ -1,5 +1,6 @@
 """``campaign init``: record the campaign parameters (docs/protocol.md §2) and
-create the campaign directory (docs/protocol.md §3)."""
+create the campaign directory (docs/protocol.md §3); ``campaign relocate``: point a
+copied or moved campaign folder at its own source."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any, get_args
 import click
 
 from runner.cli.app import App
-from runner.cli.options import executor_init_option
+from runner.cli.options import campaign_option, executor_init_option
 from runner.core.errors import ConfigError
 from runner.flow.new_campaign import git_toplevel
 from runner.store.manifest import (
@@ -114,4 +115,23 @@ def init_cmd(app: App, **opts: Any) -> None:
     click.echo(f"campaign: {campaign.root}")
 
 
-COMMANDS: list[click.Command] = [init_cmd]
+@click.command("relocate")
+@campaign_option
+@click.option(
+    "--source",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The checkout this campaign folder runs in from now on (with its lineage).",
+)
+@click.pass_obj
+def relocate_cmd(app: App, name: str | None, source: Path) -> None:
+    """Point a copied or moved campaign folder at its own source checkout: rewrites the
+    manifest's source and folder, and records the change in logs/optimize.md."""
+    from runner.store.campaign import Campaign
+    from runner.store.relocation import relocate
+
+    entry = relocate(Campaign.find(app.campaigns_root, name), source)
+    click.echo(entry)
+
+
+COMMANDS: list[click.Command] = [init_cmd, relocate_cmd]

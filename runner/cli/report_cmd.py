@@ -1,4 +1,5 @@
-"""``campaign status``, ``campaign report``, ``campaign accept`` and ``campaign tip``."""
+"""``campaign status``, ``campaign report``, ``campaign accept``, ``campaign tip`` and
+``campaign correct``."""
 
 from __future__ import annotations
 
@@ -48,12 +49,12 @@ def status_cmd(app: App, name: str | None, as_json: bool) -> None:
 @click.option("--stop", "user_stop", is_flag=True, help="T4: the user asked to stop.")
 @click.pass_obj
 def report_cmd(app: App, name: str | None, user_stop: bool) -> None:
-    """Append the Termination Check and the Final Report to logs/optimize.md and write
-    report/index.html with its pictures."""
+    """Write the Termination Check and the Final Report to report/final_report.md and
+    report/index.html with its pictures (regenerated each run; logs/ is not touched)."""
     from runner.render.html_report import write_report
 
     outcome = write_report(_find(app, name), user_stop=user_stop)
-    click.echo(f"appended the report to {outcome.optimize_log}")
+    click.echo(f"report: {outcome.markdown}")
     click.echo(f"html: {outcome.html}")
     for picture in outcome.pictures:
         click.echo(f"picture: {picture}")
@@ -125,4 +126,22 @@ def tip_cmd(
     click.echo(f"appended a tip for round-{round_n} to {path}")
 
 
-COMMANDS: list[click.Command] = [status_cmd, report_cmd, accept_cmd, tip_cmd]
+@click.command("correct")
+@campaign_option
+@click.option("--text", required=True, help="What was wrong, and what is right.")
+@click.option("--round", "round_n", type=int, default=None, help="The closed round it is about.")
+@click.option(
+    "--trend", is_flag=True, help="Correct the round's row of performance_trend.md instead."
+)
+@click.pass_obj
+def correct_cmd(app: App, name: str | None, text: str, round_n: int | None, trend: bool) -> None:
+    """Append a correction to logs/optimize.md (or, with --trend, a correction row to
+    logs/performance_trend.md): the only way to fix a wrong entry; the entry stays.
+    Exit 5 while a record does not verify (restore it first)."""
+    from runner.store.records import append_log_correction
+
+    path = append_log_correction(_find(app, name), text, round_n=round_n, trend=trend)
+    click.echo(f"appended a correction to {path}")
+
+
+COMMANDS: list[click.Command] = [status_cmd, report_cmd, accept_cmd, tip_cmd, correct_cmd]

@@ -1,11 +1,11 @@
 """Reading, checking and writing CSVs in a pinned schema: header drift named column by
-column, line endings and a BOM tolerated, PASS rows held to their values, atomic writes."""
+column, a BOM or CRLF line endings refused (docs/protocol.md §4.4), size and line length
+bounded, PASS rows held to their values, atomic writes."""
 
 from __future__ import annotations
 
 import csv
 import io
-import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -24,9 +24,18 @@ from runner.core.csv_schema import (
     Schema,
 )
 from runner.core.errors import ConfigError, CsvValueError, SchemaDriftError
-from runner.core.files import write_atomic
+from runner.core.files import read_bounded, write_atomic
 
-log = logging.getLogger("runner.core.csv_io")
+MAX_CSV_BYTES = 16 << 20  # thousands of shapes; a bigger file is not a benchmark CSV
+MAX_CSV_LINE = 64 << 10  # a header or one shape's row
+SHOWN = 200  # characters of a file's text a message may echo
+MAX_NOTES = 12  # differences listed before "... and N more"
+
+
+def shown(text: str, limit: int = SHOWN) -> str:
+    """``repr(text)``, cut to about ``limit`` characters: what a message may echo."""
+    r = repr(text)
+    return r if len(r) <= limit else f"{r[:limit]}... ({len(text)} characters)"
 
 
 def check_header(actual: str, pinned: str, *, source: str | None = None) -> None:
@@ -34,10 +43,13 @@ def check_header(actual: str, pinned: str, *, source: str | None = None) -> None
     if actual == pinned:
         return
     where = f"{source}: " if source else ""
-    notes = "\n".join(f"  - {n}" for n in describe_drift(actual, pinned))
+    found = describe_drift(actual, pinned)
+    if len(found) > MAX_NOTES:
+        found = [*found[:MAX_NOTES], f"... and {len(found) - MAX_NOTES} more differences"]
+    notes = "\n".join(f"  - {n}" for n in found)
     raise SchemaDriftError(
         f"{where}CSV header differs from the pinned schema:\n{notes}\n"
-        f"  found:  {actual!r}\n  pinned: {pinned!r}\n{_WHAT_NEXT}"
+        f"  found:  {shown(actual)}\n  pinned: {shown(pinned)}\n{_WHAT_NEXT}"
     )
 
 
@@ -51,7 +63,7 @@ def describe_drift(actual: str, pinned: str) -> list[str]:
     found = actual.split(",")
     for i, col in enumerate(found, start=1):
         if col != col.strip():
-            notes.append(f"column {i} {col!r} has leading or trailing whitespace")
+            notes.append(f"column {i} {shown(col, 60)} has leading or trailing whitespace")
     found = [c.strip() for c in found]
     want = pinned.split(",")
     notes += _column_differences(found, want)
@@ -82,18 +94,20 @@ def _column_differences(found: list[str], want: list[str]) -> list[str]:
     extra = [(i, c) for i, c in enumerate(found, start=1) if c not in want]
     renamed = {p for p, _ in missing} & {p for p, _ in extra}
     for pos in sorted(renamed):
-        notes.append(f"column {pos} renamed: pinned {want[pos - 1]!r}, found {found[pos - 1]!r}")
+        notes.append(
+            f"column {pos} renamed: pinned {want[pos - 1]!r}, found {shown(found[pos - 1], 60)}"
+        )
     for pos, col in missing:
         if pos not in renamed:
             notes.append(f"missing column {col!r} (pinned position {pos})")
     for pos, col in extra:
         if pos not in renamed:
-            notes.append(f"extra column {col!r} at position {pos}")
+            notes.append(f"extra column {shown(col, 60)} at position {pos}")
     common_found = [c for c in found if c in want]
     common_want = [c for c in want if c in found]
     if common_found != common_want:
         moved = [
-            f"{c!r} at position {found.index(c) + 1} (pinned {want.index(c) + 1})"
+            f"{shown(c, 60)} at position {found.index(c) + 1} (pinned {want.index(c) + 1})"
             for c in common_want
             if found.index(c) != want.index(c)
         ]
@@ -129,33 +143,46 @@ def _pinned_schema(header: str, pinned: str | Schema | None, source: str) -> Sch
 
 def read_csv(path: str | os.PathLike[str], pinned: str | Schema | None = None) -> BenchCSV:
     """Read and validate a benchmark CSV.  ``pinned`` (a header line or a Schema) is the
-    header frozen at BASELINE; without it the header must equal a built-in schema's."""
+    header frozen at BASELINE; without it the header must equal a built-in schema's.
+    A BOM or a carriage return is refused (``check_encoding``), as is a file over
+    ``MAX_CSV_BYTES`` or with a line over ``MAX_CSV_LINE`` bytes (never read whole)."""
     p = Path(path)
     text = _read_text(p)
-    notes: list[str] = []
-    if text.startswith("\ufeff"):
-        notes.append(f"{p}: a UTF-8 byte-order mark (BOM) at the start was ignored")
-        log.warning("%s", notes[-1])
-        text = text[1:]
+    check_encoding(text, str(p))
     header, _, body = text.partition("\n")
-    header = header.removesuffix("\r")  # CRLF: the line ending is not part of the schema
     schema = _pinned_schema(header, pinned, str(p))
     rows = _parse_rows(body, schema, str(p))
-    return BenchCSV(path=p, header=header, schema=schema, rows=rows, notes=tuple(notes))
+    return BenchCSV(path=p, header=header, schema=schema, rows=rows)
+
+
+def check_encoding(text: str, source: str) -> None:
+    """Raise SchemaDriftError (exit 2) when ``text`` starts with a UTF-8 byte-order mark or
+    holds a carriage return (CRLF line endings): docs/protocol.md §4.4 stops the round on
+    both.  The one check for every CSV the runner reads and for a pinned header file."""
+    notes: list[str] = []
+    if text.startswith("\ufeff"):
+        notes.append("it starts with a UTF-8 byte-order mark (BOM): save it as UTF-8 without BOM")
+    cr = text.find("\r")
+    if cr >= 0:
+        line = text.count("\n", 0, cr) + 1
+        notes.append(
+            f"line {line} ends with a carriage return (CRLF line endings): write LF line "
+            "endings (Python: csv.writer(fh, lineterminator='\\n'))"
+        )
+    if notes:
+        listed = "; ".join(notes)
+        raise SchemaDriftError(f"{source}: {listed}.\n{_WHAT_NEXT}")
 
 
 def _read_text(path: Path) -> str:
-    """The file decoded as UTF-8 (a BOM is kept: ``read_csv`` notes and drops it)."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(
-            f"{path}: cannot read the CSV ({exc.strerror or exc}); check the path"
-        ) from None
+    """The file decoded as UTF-8, bounded in size and line length."""
+    raw = read_bounded(path, "benchmark CSV", max_bytes=MAX_CSV_BYTES, max_line=MAX_CSV_LINE)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 ({exc}); re-save the CSV as UTF-8") from None
+        raise ConfigError(
+            f"{path}: not UTF-8 (byte {exc.start}); re-save the CSV as UTF-8"
+        ) from None
 
 
 def _parse_rows(body: str, schema: Schema, source: str) -> tuple[Row, ...]:

@@ -4,10 +4,10 @@ atomic writer.
 The header is frozen at BASELINE and its columns are compared exactly in every round.
 Upstream, a drifted header silently switched the per-shape regression gate off; here any
 difference in the columns (a renamed, moved, extra or missing column, stray whitespace)
-raises ``SchemaDriftError`` naming what differs.  The file's encoding is not part of the
-schema: LF and CRLF line endings (even mixed) read the same, and a UTF-8 byte-order mark
-is tolerated and noted (``BenchCSV.notes``).  Row values are validated too: a PASS
-row must carry usable numbers, because the gate divides and takes logarithms of them.
+raises ``SchemaDriftError`` naming what differs.  A UTF-8 byte-order mark or a carriage
+return (CRLF line endings) stop the round the same way (docs/protocol.md §4.4), in every
+CSV the runner reads.  Row values are validated too: a PASS row must carry usable
+numbers, because the gate divides and takes logarithms of them.
 
 Value conventions (shared by reader and writer):
 
@@ -201,7 +201,6 @@ class BenchCSV:
     header: str
     schema: Schema
     rows: tuple[Row, ...]
-    notes: tuple[str, ...] = ()  # what the reader tolerated (a BOM)
 
     def labels(self) -> list[str]:
         return [r.label for r in self.rows]

@@ -1,4 +1,6 @@
-"""Atomic file writes: the one writer every record, spec and CSV goes through.
+"""Atomic file writes (the one writer every record, spec and CSV goes through) and
+bounded reads of user input (a size and a line-length limit, checked before the file is
+read whole).
 
 Standard library only, so the worker side (no pydantic) can use it too.
 """
@@ -10,6 +12,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from runner.core.errors import ConfigError
 
 
 def write_atomic(path: Path, content: str | bytes) -> None:
@@ -50,3 +54,43 @@ def _fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def read_bounded(path: Path, what: str, *, max_bytes: int, max_line: int) -> bytes:
+    """The bytes of ``path`` (``what`` names it in messages: "benchmark CSV"), refused
+    with ConfigError (exit 2) when it is over ``max_bytes`` or holds a line over
+    ``max_line`` bytes.  The size is checked before reading, and at most
+    ``max_bytes + 1`` bytes are ever read (a file whose size lies, such as a device,
+    stays bounded).  Messages never echo the content."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size <= max_bytes:
+                data = fh.read(max_bytes + 1)
+                size = len(data)
+    except OSError as exc:
+        raise ConfigError(
+            f"{path}: cannot read the {what} ({exc.strerror or exc}); check the path"
+        ) from None
+    if size > max_bytes:
+        raise ConfigError(
+            f"{path}: {size} bytes or more, over the {max_bytes >> 20} MiB a {what} may be; "
+            f"this is not a {what}: check the path (or what wrote the file)"
+        )
+    _check_lines(path, what, data, max_line)
+    return data
+
+
+def _check_lines(path: Path, what: str, data: bytes, max_line: int) -> None:
+    """ConfigError naming the first line of ``data`` longer than ``max_line`` bytes."""
+    start, lineno = 0, 1
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        if end - start > max_line:
+            raise ConfigError(
+                f"{path}:{lineno}: a line of {end - start} bytes, over the {max_line} bytes "
+                f"a line of a {what} may be; this is not a {what}: check the path (or what "
+                "wrote the file)"
+            )
+        start, lineno = end + 1, lineno + 1

@@ -73,9 +73,15 @@ def run_baseline(
 
 
 def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:
+    """The baseline under its lineage start: if it fails before it is closed, the chain
+    head and the branch it created are removed again (nothing left in the source)."""
+    with rnd.lineage.starting(rnd.manifest.base_commit or ""):
+        return _measure_baseline(rnd, passes, started)
+
+
+def _measure_baseline(rnd: Round, passes: int, started: str) -> RoundResult:
     m, campaign = rnd.manifest, rnd.campaign
     lineage = rnd.lineage
-    lineage.start(m.base_commit or "")
     shapes = all_shapes(m)
     with (
         lineage.worktree(m.base_commit or "") as tree,

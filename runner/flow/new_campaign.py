@@ -16,7 +16,7 @@ from runner.core.shapes import default_shape_set, shape_set, shapes_by_label
 from runner.core.timestamps import now_minute
 from runner.judge.representative import reserve_heldout
 from runner.ops.info import op_info
-from runner.store.campaign import Campaign
+from runner.store.campaign import Campaign, check_campaigns_root
 from runner.store.lineage import Lineage
 from runner.store.manifest import (
     MANIFEST_SCHEMA_VERSION,
@@ -97,9 +97,13 @@ def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
     info = op_info(op)
     info.check_granularity(fields.get("granularity"))
     gran = fields.get("granularity")
-    backend = str(fields.get("target_backend") or target.default_backend(op, gran)).upper()
+    gpu = str(fields.get("target_gpu") or "cpu")
+    backend = str(fields.get("target_backend") or target.default_backend(op, gran, gpu)).upper()
     target.check_request(op, gran, backend)
+    target.check_device(backend, gpu)
+    check_campaigns_root(Path(campaigns_root).resolve())
     source = git_toplevel(Path(fields["source"]).resolve())
+    check_clean(source)
     fields.update(source=str(source), target=target.name, target_backend=backend)
     named = target.upstream_files(op, gran, backend)
     defaulted = [k for k in ("test_command", "benchmark_command", "kernel_source")
@@ -131,6 +135,29 @@ def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
     campaign = Campaign.init(campaigns_root, manifest)
     Lineage(source, manifest.campaign_name, None).resolve(manifest.base_commit or "HEAD")
     return campaign
+
+
+MAX_LISTED = 10  # changed files a refusal names before "and N more"
+
+
+def check_clean(source: Path) -> None:
+    """Refuse a checkout with uncommitted changes to tracked files: the baseline
+    measures the base commit, so an edit left in the tree would silently become part of
+    the first round's candidate.  The ConfigError names the files and the way out."""
+    proc = run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=source)
+    changed = [line[3:] for line in proc.stdout.splitlines() if line.strip()]
+    if not changed:
+        return
+    listed = ", ".join(changed[:MAX_LISTED])
+    if len(changed) > MAX_LISTED:
+        listed += f" and {len(changed) - MAX_LISTED} more"
+    raise ConfigError(
+        f"--source {source} has uncommitted changes to tracked files ({listed}): the "
+        "baseline measures the last commit, and these edits would silently become part "
+        f"of the first round's candidate. Commit them (git -C {source} commit -am "
+        f"'...') so the baseline measures them, or stash them (git -C {source} stash), "
+        "then run `campaign init` again"
+    )
 
 
 def check_upstream_files(source: Path, files: list[str], target: str) -> None:

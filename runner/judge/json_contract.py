@@ -13,12 +13,11 @@ subclasses) with a message that says what to fix.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, cast
 
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-from runner.core.csv_io import read_csv
+from runner.core.csv_io import MAX_CSV_LINE, check_encoding, read_csv
 from runner.core.errors import ConfigError
 from runner.core.outcomes import GateResult, Score
 from runner.judge.gate import decide
@@ -75,19 +74,28 @@ class GateJSON(TypedDict):
 
 
 def read_pinned_header(path: str) -> str:
-    """The first line of ``path`` (a header file or a pinned CSV), byte for byte (a BOM
-    or a carriage return is kept so that the comparison reports it)."""
+    """The first line of ``path`` (a header file or a pinned CSV), held to the same rules
+    as every CSV (a BOM or a carriage return is refused: ``check_encoding``), reading at
+    most ``MAX_CSV_LINE`` bytes of it."""
     try:
-        raw = Path(path).read_bytes()
+        with open(path, "rb") as fh:
+            raw = fh.readline(MAX_CSV_LINE + 2)
     except OSError as exc:
         raise ConfigError(
             f"{path}: cannot read the pinned header ({exc.strerror or exc}); pass the "
             "BASELINE CSV or a file holding its header line"
         ) from None
+    if len(raw.removesuffix(b"\n")) > MAX_CSV_LINE:
+        raise ConfigError(
+            f"{path}: its first line is over {MAX_CSV_LINE} bytes, so it is not a CSV "
+            "header; pass the BASELINE CSV or a file holding its header line"
+        )
     try:
-        return raw.decode("utf-8").partition("\n")[0]
+        line = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 ({exc}); re-save it as UTF-8") from None
+        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start}); re-save it as UTF-8") from None
+    check_encoding(line, path)
+    return line.removesuffix("\n")
 
 
 # ---------------------------------------------------------------- score

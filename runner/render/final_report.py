@@ -320,7 +320,7 @@ def render_report(
     when: str,
     user_stop: bool = False,
 ) -> str:
-    """The whole block appended to optimize.md."""
+    """The whole report block: what `campaign report` writes to report/final_report.md."""
     m = campaign.manifest
     baseline, final, _ = compared_scores(results, acceptance)
     peak, _dtype = peak_info(m)

@@ -7,7 +7,7 @@ records the new length and sha256 in a sidecar ledger ``<file>.sha256`` (one lin
 per append: ``<byte length> <sha256 hex>``).  The check: the first L bytes of the
 file hash to the ledger's last entry (L its length).  An edit, a truncation or a
 rewrite raises ``AppendOnlyViolation``; the fix is to restore the file and append a
-correction (``append_correction``).
+correction (``append_correction``, which ``campaign correct`` calls).
 
 An interrupted append leaves either the old file or the new one (``os.replace`` is
 atomic); if it stopped between the rename and the ledger update, the ledger's last
@@ -63,7 +63,7 @@ def _violation(path: Path, what: str, offset: str) -> AppendOnlyViolation:
     return AppendOnlyViolation(
         f"{path} is append-only but {what}{offset}; restore the file (e.g. `git checkout` "
         "or from a backup) and append a correction instead of editing "
-        "(runner.store.appendlog.append_correction)"
+        "(`campaign correct --text TEXT`)"
     )
 
 

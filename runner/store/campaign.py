@@ -109,17 +109,19 @@ class Campaign:
         ``force`` an existing directory that is not a campaign (no manifest.yaml) may be
         filled, but an existing campaign is never overwritten."""
         campaigns_root = Path(campaigns_root).resolve()
+        check_campaigns_root(campaigns_root)
         root = campaigns_root / manifest.campaign_name
         if root.exists() and (not force or (root / MANIFEST_NAME).exists() or not root.is_dir()):
             raise ConfigError(
                 f"{root} already exists; a campaign is never overwritten: pick another "
                 "--name, or remove that directory yourself if it is really unwanted"
             )
+        data = manifest.model_dump()
+        data["campaign_dir"] = str(root)
         if not manifest.quick_command:
-            data = manifest.model_dump()
             data["quick_command"] = f"python {root / 'quick_test_bench.py'}"
-            manifest = validate_manifest(data, "manifest")
-        campaigns_root.mkdir(parents=True, exist_ok=True)
+        manifest = validate_manifest(data, "manifest")
+        _make_root(campaigns_root)
         if root.exists():
             _populate(root, manifest)
         else:
@@ -189,6 +191,24 @@ class Campaign:
             "name one with --campaign NAME"
         )
 
+    def check_home(self) -> None:
+        """Refuse a campaign folder that is not the one its manifest was written for
+        (copied with ``cp -r``, or moved): its absolute ``source`` may still be the
+        original's repository, so rounds would run git there and move the original's
+        lineage.  ConfigError (exit 2) naming ``campaign relocate``."""
+        home = self.manifest.campaign_dir
+        if home is None or Path(home) == self.root:
+            return
+        raise ConfigError(
+            f"the campaign folder {self.root} was written for {home}: it was copied or "
+            f"moved, and its source: {self.manifest.source} may be the original's "
+            "repository (this folder would run git there and move the original's "
+            "lineage). If this folder is the one to go on with, point it at its own "
+            "checkout: `campaign relocate --campaign "
+            f"{self.name} --source PATH` (PATH may be the same source if only the folder "
+            "moved); nothing was done"
+        )
+
     def save_manifest(self) -> None:
         save_manifest(self.manifest_path, self.manifest)
 
@@ -204,7 +224,7 @@ class Campaign:
             finally:
                 self._lock_depth -= 1
             return
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self._open_lock()
         try:
             self._acquire(fd)
             self._lock_depth = 1
@@ -215,6 +235,20 @@ class Campaign:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+
+    def _open_lock(self) -> int:
+        """The lock file's descriptor; a folder that cannot hold it (read-only, not
+        yours, the lock path a directory) is a ConfigError saying what to do."""
+        try:
+            return os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot take the campaign lock {self.lock_path} ({exc.strerror or exc}): "
+                "every command that runs rounds or writes the report needs the campaign "
+                "folder writable by you. Remount it read-write or fix its permissions, or "
+                "copy the folder somewhere writable (then `campaign relocate` if its source "
+                "moved too); `campaign status` only reads"
+            ) from None
 
     def _acquire(self, fd: int) -> None:
         try:
@@ -284,6 +318,29 @@ class Campaign:
             if r.status in (Status.BASELINE, Status.ACCEPTED):
                 return r
         return None
+
+
+def check_campaigns_root(campaigns_root: Path) -> None:
+    """Refuse a campaigns root that is not a folder (a file, say: CAMPAIGN_ROOT pointing
+    at one, or a file above it), with what to do (ConfigError, exit 2).  A missing one
+    is fine: ``Campaign.init`` creates it."""
+    for path in (campaigns_root, *campaigns_root.parents):
+        if path.exists() and not path.is_dir():
+            raise ConfigError(
+                f"the campaigns root {campaigns_root} is not a folder ({path} is a file): "
+                "point --campaigns-root or CAMPAIGN_ROOT at a folder (it is created when "
+                "missing)"
+            )
+
+
+def _make_root(campaigns_root: Path) -> None:
+    try:
+        campaigns_root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the campaigns root {campaigns_root} ({exc.strerror or exc}): "
+            "point --campaigns-root or CAMPAIGN_ROOT at a folder you can write"
+        ) from None
 
 
 def _populate(root: Path, manifest: Manifest) -> None:

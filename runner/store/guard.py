@@ -23,7 +23,7 @@ from runner.store.manifest import branch_name
 RECOVERY = (
     "restore each file named above to its recorded "
     "content (`git checkout`, a backup, or the bytes the ledger names), check it with "
-    "`campaign status`, then append a correction (runner.store.appendlog.append_correction) "
+    "`campaign status`, then append a correction with `campaign correct --text TEXT` "
     "instead of editing"
 )
 
@@ -114,8 +114,10 @@ def finish_lineage(campaign: Campaign) -> str | None:
 
 
 def preflight(campaign: Campaign, progress: Callable[[str], None] | None = None) -> None:
-    """Under the campaign lock, before any work: clear leftovers, finish the lineage,
-    verify every append-only record."""
+    """Under the campaign lock, before any work: refuse a copied or moved folder
+    (``Campaign.check_home``), clear leftovers, finish the lineage, verify every
+    append-only record."""
+    campaign.check_home()
     m = campaign.manifest
     done = clean_leftovers(campaign.root, campaign.name, Path(m.source))
     try:

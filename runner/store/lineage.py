@@ -48,19 +48,39 @@ class Lineage:
         except CommandFailed:
             raise ConfigError(f"{rev!r} is not a commit in {self.source}") from None
 
-    def start(self, base_commit: str) -> None:
-        """Point the chain head (and the branch, if any) at the base commit."""
+    def start(self, base_commit: str) -> list[str]:
+        """Point the chain head (and the branch, if any) at the base commit.  Returns
+        the refs this call created (those that did not exist before)."""
+        created = [] if self._exists(self.ref) else [self.ref]
         self.git("update-ref", self.ref, base_commit)
         if self.branch:
-            existing = self.git(
-                "rev-parse", "--verify", "-q", f"refs/heads/{self.branch}", check=False
-            )
+            branch = f"refs/heads/{self.branch}"
+            existing = self.git("rev-parse", "--verify", "-q", branch, check=False)
             if existing and existing != base_commit:
                 raise ConfigError(
                     f"branch {self.branch} already exists at {existing[:12]} in {self.source}; "
                     "pick another --git-branch or delete that branch"
                 )
-            self.git("update-ref", f"refs/heads/{self.branch}", base_commit)
+            self.git("update-ref", branch, base_commit)
+            created += [] if existing else [branch]
+        return created
+
+    @contextlib.contextmanager
+    def starting(self, base_commit: str) -> Iterator[None]:
+        """``start`` for the baseline, undone when the body raises: a baseline that
+        fails leaves no chain head and no branch of its own in the source repository
+        (a ref is deleted only while it still points at the base commit)."""
+        created = self.start(base_commit)
+        try:
+            yield
+        except BaseException:
+            for ref in created:
+                with contextlib.suppress(CommandFailed):
+                    self.git("update-ref", "-d", ref, base_commit)
+            raise
+
+    def _exists(self, ref: str) -> bool:
+        return bool(self.git("rev-parse", "--verify", "-q", ref, check=False))
 
     def head(self) -> str:
         head = self.git("rev-parse", "--verify", "-q", self.ref, check=False)

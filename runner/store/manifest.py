@@ -149,6 +149,10 @@ class Manifest(BaseModel):
     campaign_name: str
     target: Literal["example", "primus-turbo"] = "example"
     source: str
+    # The folder this manifest was written for (``Campaign.init``, ``campaign
+    # relocate``): a copied or moved folder no longer matches it, and its ``source``
+    # may still be the original's repository.  None in campaigns made before it.
+    campaign_dir: str | None = None
     base_commit: str | None = None
     granularity: Granularity | None = None
     shape_set: str

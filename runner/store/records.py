@@ -1,6 +1,7 @@
-"""The records of a round (docs/protocol.md §6): closing a round and checking the
-chain.  The renderers live in ``runner.render.summary`` (summary.md) and ``runner.render.markdown``
-(optimize.md, performance_trend.md) and are re-exported here.
+"""The records of a round (docs/protocol.md §6): closing a round, checking the chain and
+appending corrections (``campaign correct``).  The renderers live in
+``runner.render.summary`` (summary.md) and ``runner.render.markdown`` (optimize.md,
+performance_trend.md) and are re-exported here.
 
 ``close_round`` writes, in this order: ``summary.md`` (rewritten while the round is
 not closed), the optimize.md entries, the trend row, and ``result.json`` last.  If it
@@ -39,14 +40,16 @@ from runner.render.markdown import (
     trend_marker,
 )
 from runner.render.summary import SECTIONS, render_summary
-from runner.store.appendlog import append, verify, write_atomic
+from runner.store.appendlog import append, append_correction, verify, write_atomic
 from runner.store.campaign import Campaign
+from runner.store.guard import verify_records
 from runner.store.leftovers import ATTEMPT
 
 __all__ = [
     "SECTIONS",
     "TREND_HEADER",
     "TREND_SEPARATOR",
+    "append_log_correction",
     "append_trend_correction",
     "check_chain",
     "close_round",
@@ -132,6 +135,33 @@ def append_trend_correction(campaign: Campaign, n: int, note: str) -> None:
             render_trend_correction(n, note, when),
             expected_prefix=trend_header(campaign.manifest),
         )
+
+
+def append_log_correction(
+    campaign: Campaign, text: str, *, round_n: int | None = None, trend: bool = False
+) -> Path:
+    """``campaign correct``: append a correction (``appendlog.append_correction``) to
+    optimize.md, or with ``trend`` a correction row for round ``round_n`` to the trend
+    table.  Under the campaign lock, after every record verifies (a broken one is exit
+    5: restore it first).  Returns the log written."""
+    if not text.strip():
+        raise ConfigError("the correction is empty: say what was wrong with --text TEXT")
+    if trend and round_n is None:
+        raise ConfigError("a trend-table correction is about one round: pass --round N")
+    if round_n is not None and round_n not in campaign.closed_rounds():
+        raise ConfigError(
+            f"round {round_n} of {campaign.name} is not closed; only a closed round's "
+            "entries can be corrected"
+        )
+    with campaign.lock():
+        verify_records(campaign)
+        if trend:
+            assert round_n is not None
+            append_trend_correction(campaign, round_n, " ".join(text.split()))
+            return campaign.trend_log
+        about = f"round-{round_n}: " if round_n is not None else ""
+        append_correction(campaign.optimize_log, about + text)
+    return campaign.optimize_log
 
 
 def check_chain(results: Sequence[RoundResult]) -> list[str]:

@@ -14,6 +14,10 @@ from typing import Any
 
 from runner.core.errors import ConfigError
 
+# The devices a campaign can be measured on: the CPU and the GPU architectures with a
+# peak table (runner.judge.peaks).  ``campaign init`` refuses any other --gpu.
+KNOWN_GPUS = ("cpu", "gfx942", "gfx950", "sm90")
+
 
 @dataclass(frozen=True)
 class TargetAPI:
@@ -42,6 +46,8 @@ class Target:
     # Compiled modules the package loads (e.g. "primus_turbo.pytorch._C"); the worker
     # proves each was loaded from the tree under test.
     native_modules: tuple[str, ...] = ()
+    # The backends whose kernels run on the CPU (--gpu cpu); None: any backend may.
+    cpu_backends: tuple[str, ...] | None = None
 
     def load_api(self) -> TargetAPI:
         """Import the target package (worker side)."""
@@ -68,9 +74,29 @@ class Target:
             + f"; known: {known}"
         )
 
-    def default_backend(self, op: str, granularity: str | None) -> str:
-        """The backend a campaign gets when ``--backend`` is not given."""
+    def default_backend(self, op: str, granularity: str | None, gpu: str = "") -> str:
+        """The backend a campaign gets when ``--backend`` is not given: TRITON, or on
+        the CPU the first of ``cpu_backends`` when TRITON cannot run there."""
+        if gpu == "cpu" and self.cpu_backends and "TRITON" not in self.cpu_backends:
+            return self.cpu_backends[0]
         return "TRITON"
+
+    def check_device(self, backend: str, gpu: str) -> None:
+        """Refuse a device the runner cannot measure on, and a backend whose kernels
+        cannot run on the CPU (ConfigError naming the valid choices)."""
+        if gpu not in KNOWN_GPUS:
+            raise ConfigError(
+                f"--gpu {gpu!r} is not a device turbo-campaign can measure on; choose one "
+                f"of: {', '.join(KNOWN_GPUS)}"
+            )
+        allowed = self.cpu_backends
+        if gpu == "cpu" and allowed is not None and backend.upper() not in allowed:
+            gpus = ", ".join(g for g in KNOWN_GPUS if g != "cpu")
+            raise ConfigError(
+                f"backend {backend.upper()} of target {self.name} cannot run on the CPU "
+                f"(--gpu cpu): on the CPU choose --backend {' or '.join(allowed)}; for "
+                f"{backend.upper()} pass the GPU's architecture with --gpu ({gpus})"
+            )
 
     def check_request(self, op: str, granularity: str | None, backend: str) -> None:
         """Refuse an op/granularity/backend the target does not have (ConfigError)."""

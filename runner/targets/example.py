@@ -47,6 +47,7 @@ class ExampleTarget(Target):
 EXAMPLE = ExampleTarget(
     name="example",
     package="turbo_kernels",
+    cpu_backends=("TORCH",),  # the Triton kernels need a GPU
     api_modules=("turbo_kernels.pytorch.ops", "turbo_kernels.pytorch.core.low_precision"),
     backend_env={
         "gemm": "TURBO_KERNELS_GEMM_BACKEND",

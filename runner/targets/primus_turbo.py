@@ -195,7 +195,7 @@ def check_backend(op: str, granularity: str | None, backend: str) -> None:
 
 
 class PrimusTurboTarget(Target):
-    def default_backend(self, op: str, granularity: str | None) -> str:
+    def default_backend(self, op: str, granularity: str | None, gpu: str = "") -> str:
         valid = valid_backends(op, granularity)
         return "TRITON" if "TRITON" in valid else valid[0]
 
