@@ -138,7 +138,7 @@ def test_gate_accepts(tmp_path: Path) -> None:
         "reasons",
     }
     assert required <= set(data)
-    assert set(data) - required <= {"threshold_pct", "pairs_used"}
+    assert set(data) - required <= {"threshold_pct", "pairs_used", "pair_gains_pct"}
     assert data["decision"] == "ACCEPTED"
     assert data["metric"] == "Combined Step TFLOPS"
     assert data["best_aggregate"] == pytest.approx(207.846, abs=5e-4)

@@ -383,3 +383,14 @@ def test_shape_order_does_not_matter(sc: dict, seed: int) -> None:
     assert set(moved.regressed) == set(base.regressed)
     assert moved.delta_pct == base.delta_pct
     assert [s.label for s in moved.shapes] == order
+
+
+def test_every_verdict_records_the_pairs_it_was_given() -> None:
+    """A direct accept (above the threshold) judges no pair, yet the per-pair gains are
+    recorded so that the gain can be shown with its spread."""
+    result = judge(scaled(BEST, all=1.10), pairs=pairs_with_gains([0.09, 0.10, 0.11]))
+    assert result.decision is Decision.ACCEPTED
+    assert result.pairs_used == 0
+    assert result.pair_gains_pct == pytest.approx((9.0, 10.0, 11.0))
+    assert GateResult.from_dict(result.to_dict()).pair_gains_pct == result.pair_gains_pct
+    assert judge(scaled(BEST, all=1.10)).pair_gains_pct == ()

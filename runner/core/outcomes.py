@@ -115,6 +115,9 @@ class GateResult:
     reasons: tuple[str, ...]
     threshold_pct: float | None = None
     pairs_used: int = 0
+    # G_i - 1 in percent for every interleaved pair the gate was given (on the shapes
+    # the verdict was judged on), whichever rule decided: the spread behind the gain
+    pair_gains_pct: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -128,6 +131,7 @@ class GateResult:
             "reasons": list(self.reasons),
             "threshold_pct": self.threshold_pct,
             "pairs_used": self.pairs_used,
+            "pair_gains_pct": list(self.pair_gains_pct),
         }
 
     @classmethod
@@ -143,6 +147,7 @@ class GateResult:
             reasons=tuple(d["reasons"]),
             threshold_pct=d.get("threshold_pct"),
             pairs_used=int(d.get("pairs_used", 0)),
+            pair_gains_pct=tuple(float(x) for x in d.get("pair_gains_pct", ())),
         )
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from runner.core.errors import ConfigError
 from runner.core.outcomes import Decision, GateResult, PairSample, Score, ShapeDelta
@@ -93,7 +93,17 @@ def decide(
     if candidate.n_fail:
         return _failed(best, candidate)
     facts = _facts(best, candidate, sigma_g, targeted_shapes, min_pairs)
-    return _judge(facts, pairs)
+    return replace(_judge(facts, pairs), pair_gains_pct=_pair_gains_pct(facts, pairs))
+
+
+def _pair_gains_pct(facts: _Facts, pairs: Sequence[PairSample]) -> tuple[float, ...]:
+    """G_i - 1 (percent) of each pair on the gating shapes, recorded whichever rule
+    decided so that a gain can be shown with its spread; () when a pair is unusable."""
+    usable = all(
+        all(_usable(side.get(lb)) for lb in facts.logs for side in (p.incumbent, p.candidate))
+        for p in pairs
+    )
+    return tuple(100 * _pair_gain(p, facts.gating) for p in pairs) if usable else ()
 
 
 def _judge(facts: _Facts, pairs: Sequence[PairSample]) -> GateResult:

@@ -70,6 +70,7 @@ class GateJSON(TypedDict):
     reasons: list[str]
     threshold_pct: float | None
     pairs_used: int
+    pair_gains_pct: list[float]
 
 
 def read_pinned_header(path: str) -> str:
