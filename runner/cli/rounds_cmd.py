@@ -15,6 +15,7 @@ from runner.core.timestamps import name_stamp
 from runner.executors.factory import make_executor
 from runner.flow.baseline import run_baseline
 from runner.flow.rounds import Request, validate_round
+from runner.render.figures import fmt_gain, fmt_metric, scale_for
 from runner.store.campaign import Campaign
 from runner.store.leases import parse_gpus
 from runner.store.lineage import read_patch_file
@@ -56,12 +57,14 @@ def print_result(result: RoundResult, campaign: Campaign) -> None:
     gate = result.gate
     click.echo(f"round-{result.round}: {result.status.value}")
     if gate is not None:
+        scale = scale_for(gate.metric, [gate.best_aggregate, gate.candidate_aggregate])
         click.echo(
-            f"  {gate.metric}: {gate.best_aggregate:.3f} -> "
-            f"{gate.candidate_aggregate:.3f} ({gate.delta_pct:+.3f}%)"
+            f"  {gate.metric}: {scale.num(gate.best_aggregate)} -> "
+            f"{scale.value(gate.candidate_aggregate)} ({fmt_gain(gate.delta_pct, gate)})"
         )
     else:
-        click.echo(f"  {result.score.metric} geomean {result.score.aggregate:.3f}")
+        score = result.score
+        click.echo(f"  {score.metric} geomean {fmt_metric(score.aggregate, score.metric)}")
     for reason in result.reasons:
         click.echo(f"  - {reason.splitlines()[0] if reason else reason}")
     click.echo(f"  summary: {campaign.summary_path(result.round)}")

@@ -11,6 +11,7 @@ from typing import Any
 from runner.core.errors import CampaignError, ConfigError
 from runner.core.outcomes import GateResult, Score
 from runner.core.versions import require_schema_version
+from runner.render.figures import score_scale
 from runner.store.appendlog import write_atomic
 from runner.store.campaign import Campaign
 
@@ -117,22 +118,20 @@ def write_acceptance(out: Path, result: Acceptance) -> None:
     write_atomic(out / "acceptance.md", render_acceptance(result))
 
 
-def _fmt(x: float | None) -> str:
-    return f"{x:.3f}" if x is not None else "-"
-
-
 def shape_rows(result: Acceptance) -> list[list[str]]:
     """Per shape: baseline, final, change, check, held-out marker."""
     if result.baseline is None or result.final is None:
         return []
     final = result.final.by_label()
+    scale = score_scale(result.baseline.metric, result.baseline, result.final)
     rows = []
     for s in result.baseline.shapes:
         f = final.get(s.label)
         fv = f.value if f else None
         delta = f"{(fv / s.value - 1) * 100:+.3f}%" if fv and s.value else "—"
         kind = "held-out" if s.label in result.heldout else "target"
-        rows.append([s.label, kind, _fmt(s.value), _fmt(fv), delta, f.check if f else "-"])
+        check = f.check if f else "-"
+        rows.append([s.label, kind, scale.value(s.value), scale.value(fv), delta, check])
     return rows
 
 
