@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from runner.core.csv_schema import CHECK, LABEL, BenchCSV, Row, Schema, get_schema
 from runner.core.errors import ConfigError
 from runner.core.outcomes import RoundResult
+from runner.render.headline import headline_gain
 from runner.store.campaign import Campaign
 
 
@@ -75,6 +76,11 @@ class CampaignStatus(BaseModel):
     baseline_aggregate: float | None
     best_round: int | None = Field(description="The last BASELINE/ACCEPTED round.")
     best_aggregate: float | None
+    headline_gain_pct: float | None = Field(
+        description="The headline gain over the baseline in percent: the accepted rounds' "
+        "paired gate gains compounded (docs/protocol.md §7.4), as `campaign status` and "
+        "the report show it; null before any round is accepted."
+    )
     max_iterations: int | None
 
 
@@ -139,6 +145,7 @@ def campaign_status_of(campaign: Campaign) -> CampaignStatus:
     closed = campaign.closed_rounds()
     best = campaign.last_accepted()
     baseline = campaign.load_result(1) if 1 in closed else None
+    headline = headline_gain(campaign.results())
     return CampaignStatus(
         name=campaign.name,
         root=str(campaign.root),
@@ -155,6 +162,7 @@ def campaign_status_of(campaign: Campaign) -> CampaignStatus:
         baseline_aggregate=baseline.score.aggregate if baseline else None,
         best_round=best.round if best else None,
         best_aggregate=best.score.aggregate if best else None,
+        headline_gain_pct=headline.pct_or_none,
         max_iterations=m.max_iterations,
     )
 

@@ -206,7 +206,8 @@ class TurboTools:
 
     def campaign_status(self, campaign: CampaignName = None) -> CampaignStatus:
         """Where a campaign stands: target, pinned header, closed rounds, the next round
-        number, the baseline and current-best aggregates.  Errors: no campaign, several
+        number, the baseline and current-best aggregates, the headline gain (the accepted
+        rounds' paired gate gains compounded, docs/protocol.md §7.4).  Errors: no campaign, several
         campaigns and none named, a broken manifest or result.json."""
         with tool_errors():
             return campaign_status_of(self._campaign(campaign))
