@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.core.errors import CampaignError, ConfigError
+from runner.core.errors import ConfigError, Verdict
 from runner.core.outcomes import GateResult, Score
 from runner.core.versions import require_schema_version
 from runner.render.figures import score_scale
@@ -18,7 +18,7 @@ from runner.store.campaign import Campaign
 ACCEPTANCE_SCHEMA_VERSION = 1
 
 
-class NotAccepted(CampaignError):
+class NotAccepted(Verdict):
     """Final acceptance ran and the final best was not accepted."""
 
     return_code = 3
@@ -155,7 +155,7 @@ def render_acceptance(result: Acceptance) -> str:
         f"# Final acceptance — {result.campaign}\n\n"
         f"Outcome: **{verdict}** ({result.started} → {result.finished})\n\n{why}\n\n"
         f"Base commit `{result.base_commit}`, lineage head `{result.head}`; "
-        f"{result.passes} B C C B block(s) per side.\n\n## Checks\n\n{checks}\n\n"
+        f"{result.passes} paired block(s) per side.\n\n## Checks\n\n{checks}\n\n"
         f"## Full validation ({metric}, every target and held-out shape)\n\n"
         f"{table or 'not measured'}\n\n"
         f"## Full benchmark (stored apart; never compared with the quick CSV)\n\n"

@@ -273,6 +273,16 @@ def measure_and_judge(
     return judged
 
 
+def pairing_words(executor: object) -> str:
+    """How incumbent and candidate were interleaved, in the words of the records."""
+    if supports_paired(executor):
+        return (
+            "paired in A B B A turns of long-lived workers (A the incumbent, B the "
+            "candidate; one worker pair per sample)"
+        )
+    return "paired in B C C B passes of fresh processes (B the incumbent, C the candidate)"
+
+
 def first_samples(rnd: Any, samples: int, remeasure: bool = True) -> int:
     """The pairs to start a comparison with.  A quick round on a GPU with paired
     workers starts every pair the near-noise rule may ask for (``required_pairs``) at
@@ -329,4 +339,5 @@ __all__ = [
     "first_samples",
     "measure_and_judge",
     "measure_roles",
+    "pairing_words",
 ]
