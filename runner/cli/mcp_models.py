@@ -53,6 +53,10 @@ class RoundInfo(BaseModel):
     metric: str
     aggregate: float = Field(description="Geomean of the primary metric (0 with a FAIL row).")
     delta_pct: float | None = Field(description="Against the best at the time; null: round-1.")
+    pair_gains_pct: list[float] = Field(
+        default_factory=list,
+        description="The gain of each interleaved incumbent/candidate pair, in percent.",
+    )
     decision: str | None = Field(description="The gate's decision; null for round-1.")
     finished: str
     commit: str | None
@@ -134,10 +138,16 @@ def round_info(r: RoundResult) -> RoundInfo:
         metric=r.score.metric,
         aggregate=r.score.aggregate,
         delta_pct=r.gate.delta_pct if r.gate else None,
+        pair_gains_pct=list(r.gate.pair_gains_pct) if r.gate else [],
         decision=r.gate.decision.value if r.gate else None,
         finished=r.finished,
         commit=r.commit,
     )
+
+
+def round_infos(campaign: Campaign) -> list[RoundInfo]:
+    """The closed rounds, oldest first (MCP ``list_rounds``, ``campaign rounds``)."""
+    return [round_info(r) for r in campaign.results()]
 
 
 def campaign_status_of(campaign: Campaign) -> CampaignStatus:
@@ -168,6 +178,7 @@ def campaign_status_of(campaign: Campaign) -> CampaignStatus:
 
 
 def round_report(campaign: Campaign, n: int) -> RoundReport:
+    """One closed round (MCP ``round_summary``, ``campaign show``, ``validate --json``)."""
     result = campaign.load_result(n)
     path = campaign.summary_path(n)
     try:

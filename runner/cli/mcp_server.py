@@ -40,9 +40,10 @@ from runner.cli.mcp_models import (
     campaign_schema,
     campaign_status_of,
     parsed_csv,
-    round_info,
+    round_infos,
     round_report,
 )
+from runner.cli.options import PAIRS_HELP
 from runner.core.csv_io import read_csv
 from runner.core.errors import CampaignError, ConfigError
 from runner.core.outcomes import RoundResult
@@ -217,7 +218,7 @@ class TurboTools:
         against the best of the time, gate decision, finish time, lineage commit.
         Errors: as campaign_status."""
         with tool_errors():
-            return [round_info(r) for r in self._campaign(campaign).results()]
+            return round_infos(self._campaign(campaign))
 
     def round_summary(
         self,
@@ -268,9 +269,7 @@ class TurboTools:
         restore: Annotated[
             bool, Field(description="On rollback, reset the touched files to the head.")
         ] = False,
-        pairs: Annotated[
-            int | None, Field(description="B C C B blocks (default: the manifest's).")
-        ] = None,
+        pairs: Annotated[int | None, Field(description=PAIRS_HELP)] = None,
     ) -> RoundReport:
         """VALIDATE round n (`campaign validate`): the candidate against the last accepted
         round, paired, then the gate and the records.  Long-running; sends progress

@@ -15,7 +15,7 @@ the report: the one place for number formatting.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from runner.core.outcomes import GateResult, Score
@@ -107,18 +107,23 @@ def fmt_pct(p: float | None) -> str:
     return f"{p:+.3f}%" if p != 0 else "+0.000%"
 
 
-def pair_spread(gate: GateResult | None) -> tuple[float, int] | None:
-    """(sample stdev of the per-pair gains in percent, pairs) when the gate recorded at
-    least two interleaved pairs; None otherwise."""
-    gains = gate.pair_gains_pct if gate is not None else ()
+Evidence = GateResult | Sequence[float] | None  # a verdict, or its per-pair gains (percent)
+
+
+def pair_spread(evidence: Evidence) -> tuple[float, int] | None:
+    """(sample stdev of the per-pair gains in percent, pairs) when at least two
+    interleaved pairs were recorded; None otherwise."""
+    if isinstance(evidence, GateResult):
+        evidence = evidence.pair_gains_pct
+    gains = list(evidence or ())
     if len(gains) < 2:
         return None
-    return stdev(list(gains)), len(gains)
+    return stdev(gains), len(gains)
 
 
-def fmt_gain(delta_pct: float | None, gate: GateResult | None = None) -> str:
-    """A gain, with ``± x.xx% (n pairs)`` from the gate's paired evidence when recorded."""
-    spread = pair_spread(gate)
+def fmt_gain(delta_pct: float | None, evidence: Evidence = None) -> str:
+    """A gain, with ``± x.xx% (n pairs)`` from the paired evidence when recorded."""
+    spread = pair_spread(evidence)
     if delta_pct is None or spread is None:
         return fmt_pct(delta_pct)
     sd, n = spread

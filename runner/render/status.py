@@ -194,7 +194,7 @@ def _best_line(s: CampaignStatus) -> str:
         return f"round-1 (baseline), {s.metric} geomean {scale.value(s.best_aggregate)}"
     return (
         f"round-{s.best_round}, {s.metric} geomean {scale.value(s.best_aggregate)} "
-        f"as measured (baseline {scale.value(s.baseline_aggregate)}); the gain is the headline's"
+        f"as measured in its round (the baseline's: {scale.value(s.baseline_aggregate)})"
     )
 
 
