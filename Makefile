@@ -79,6 +79,7 @@ baseline: install
 
 validate: install
 	@test -n "$(ROUND)" || { echo "make validate needs ROUND=N HYPOTHESIS='...'"; exit 2; }
+	@test -n "$(HYPOTHESIS)" || { echo "make validate needs HYPOTHESIS='the one hypothesis round $(ROUND) tests'"; exit 2; }
 	$(CAMPAIGN_CMD) validate $(CAMPAIGN_ARG) --round $(ROUND) --hypothesis "$(HYPOTHESIS)" \
 	  --level $(LEVEL) $(if $(PATCH),--patch $(PATCH),)
 

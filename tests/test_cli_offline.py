@@ -138,7 +138,8 @@ def test_gate_accepts(tmp_path: Path) -> None:
         "reasons",
     }
     assert required <= set(data)
-    assert set(data) - required <= {"threshold_pct", "pairs_used", "evidence", "more_pairs"}
+    extra = {"threshold_pct", "pairs_used", "evidence", "more_pairs", "pair_gains_pct"}
+    assert set(data) - required <= extra
     assert data["decision"] == "ACCEPTED"
     assert data["metric"] == "Combined Step TFLOPS"
     assert data["best_aggregate"] == pytest.approx(207.846, abs=5e-4)

@@ -48,3 +48,31 @@ def test_gpus_option_is_one_declaration_on_every_measuring_command() -> None:
     helps = {command: _param(command, "gpus").help
              for command in ("baseline", "validate", "accept", "reproduce")}  # fmt: skip
     assert len(set(helps.values())) == 1, helps
+
+
+def test_init_and_baseline_offer_the_same_choices() -> None:
+    """`baseline --op` creates a campaign as `init` does: the same choice lists (the
+    manifest's types), not free text."""
+    for name in ("granularity", "backend", "target"):
+        init, baseline = _param("init", name), _param("baseline", name)
+        assert isinstance(init.type, click.Choice), name
+        assert isinstance(baseline.type, click.Choice), name
+        assert tuple(init.type.choices) == tuple(baseline.type.choices), name
+    assert tuple(baseline.type.choices) == ("example", "primus-turbo")  # the last: target
+    bad = CliRunner().invoke(cli, ["baseline", "--op", "gemm_fp8", "--granularity", "blokwise"])
+    assert bad.exit_code == 2 and "blokwise" in bad.output
+
+
+def test_init_help_shows_its_defaults() -> None:
+    ctx = click.Context(cli.commands["init"])
+    for name, default in (("target", "example"), ("mode", "repo"), ("cache_mode", "hot")):
+        record = _param("init", name).get_help_record(ctx)
+        assert record is not None and f"[default: {default}]" in record[1], (name, record)
+
+
+def test_pairs_help_names_both_orders_and_their_letters() -> None:
+    for command, name in (("validate", "pairs"), ("accept", "passes")):
+        text = _param(command, name).help or ""
+        assert "A B B A" in text and "B C C B" in text, (command, text)
+        assert "B the incumbent, C the candidate" in text
+        assert "A the incumbent, B the" in text

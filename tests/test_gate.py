@@ -489,3 +489,14 @@ def test_clear_cases_stop_early() -> None:
     assert median_pairs(0.0) <= 12
     assert median_pairs(-0.01) <= 6
     assert median_pairs(0.03) <= 3
+
+
+def test_every_verdict_records_the_pairs_it_was_given() -> None:
+    """A direct accept (above the threshold) records the per-pair gains too, so that
+    the gain can be shown with its spread."""
+    result = judge(scaled(BEST, all=1.10), pairs=pairs_with_gains([0.09, 0.10, 0.11]))
+    assert result.decision is Decision.ACCEPTED
+    assert result.pairs_used == 3
+    assert result.pair_gains_pct == pytest.approx((9.0, 10.0, 11.0))
+    assert GateResult.from_dict(result.to_dict()).pair_gains_pct == result.pair_gains_pct
+    assert judge(scaled(BEST, all=1.10)).pair_gains_pct == ()

@@ -225,8 +225,8 @@ def test_accepted_summary_with_tradeoff() -> None:
         "`artifacts/benchmark.csv`",
         "Δ vs current best",
         "+1.852%",  # a: 244.444 vs 240
-        "vs baseline (round-1): 207.846 -> 217.832 (+4.805%)",
-        "vs current best: 207.846 -> 217.832 (+4.805%)",
+        "vs baseline (round-1): 207.846 -> 217.832 TFLOPS (+4.805%)",
+        "vs current best: 207.846 -> 217.832 TFLOPS (+4.805%)",
     ):
         assert needle in results, needle
     decision = text.split("## Decision")[1].split("## Attribution")[0]
@@ -286,7 +286,7 @@ def test_history_entry() -> None:
         "- Notes",
     ]
     assert (
-        "- Result: Combined Step TFLOPS geomean 207.846 -> 217.832 (+4.805% vs current best"
+        "- Result: Combined Step TFLOPS geomean 207.846 -> 217.832 TFLOPS (+4.805% vs current best"
         in entry
     )
     assert "- Details: [rounds/round-2/summary.md](../rounds/round-2/summary.md)" in entry

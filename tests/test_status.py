@@ -3,6 +3,7 @@ the command on the real demo campaign (integration)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli import cli
+from runner.cli.mcp_models import campaign_status_of
 from runner.core.outcomes import (
     Decision,
     GateResult,
@@ -19,6 +21,9 @@ from runner.core.outcomes import (
     Status,
 )
 from runner.core.stats import geomean
+from runner.render.figures import fmt_pct
+from runner.render.final_report import render_final_report, render_transfer, transfer_split
+from runner.render.headline import headline_gain
 from runner.render.status import (
     ESCALATION,
     consecutive_rollbacks,
@@ -90,7 +95,7 @@ def test_escalation_steps_follow_protocol_section_7() -> None:
 def test_summarise_counts_best_and_next() -> None:
     better = score(a=110.0, b=220.0)
     results = [*chain(R, A, F, R)]
-    results[2] = result(3, A, better)
+    results[2] = paired(result(3, A, better), 10.0)
     s = summarise("c", "/c", results, unclosed=[7])
     assert (s.accepted, s.rolled_back, s.failed) == (1, 2, 1)
     assert s.best_round == 3
@@ -105,6 +110,35 @@ def test_summarise_counts_best_and_next() -> None:
     assert "escalation: step 2: stagnation review" in text
     assert "round-7 is unclosed" in text
     assert "chain integrity: OK" in text
+
+
+def paired(r: RoundResult, gain_pct: float) -> RoundResult:
+    """``r`` with the gain its gate judged it on (paired, in its own round)."""
+    assert r.gate is not None
+    return dataclasses.replace(r, gate=dataclasses.replace(r.gate, delta_pct=gain_pct))
+
+
+def test_one_headline_gain_the_accepted_rounds_paired_gains_compounded() -> None:
+    """Round-2's own numbers are 10% above the baseline's (the machine drifted between
+    the rounds); its paired gate said +4%.  Status and the report say the same."""
+    results = chain(A, R, A)
+    results[1] = paired(result(2, A, score(a=110.0, b=220.0)), 4.0)
+    results[2] = paired(result(3, R, score(a=120.0, b=240.0)), 30.0)
+    results[3] = paired(result(4, A, score(a=120.0, b=240.0)), 5.0)
+    s = summarise("c", "/c", results)
+    headline = (1.04 * 1.05 - 1) * 100
+    assert s.gain_pct == pytest.approx(headline)
+    assert s.to_dict()["headline_rounds"] == [2, 4]
+    line = (
+        "headline gain: +9.200% over the baseline (the paired gate gains of round-2, "
+        "round-4 compounded; docs/protocol.md §7.4)"
+    )
+    assert line in render_status(s)
+    assert transfer_split(results).headline_pct == pytest.approx(headline)
+    assert "Headline gain (docs/protocol.md §7.4): +9.200%" in render_transfer(
+        transfer_split(results)
+    )
+    assert summarise("c", "/c", chain(R)).gain_pct is None
 
 
 def test_summarise_flags_a_broken_chain() -> None:
@@ -153,6 +187,24 @@ def test_status_command_on_demo(demo_campaign: Path) -> None:
     assert data["next_round"] == 4 and data["unclosed_rounds"] == []
     assert data["best_round"] == expected.best_round
     assert data["consecutive_rollbacks"] == consecutive_rollbacks(results)
+
+
+@pytest.mark.integration
+def test_status_report_and_mcp_show_one_headline_gain(demo_campaign: Path) -> None:
+    campaign = Campaign.load(demo_campaign)
+    results = campaign.results()
+    headline = headline_gain(results)
+    res = CliRunner().invoke(
+        cli, ["--campaigns-root", str(demo_campaign.parent), "status", "--json"]
+    )
+    assert json.loads(res.output)["gain_pct"] == headline.pct_or_none
+    text = CliRunner().invoke(cli, ["--campaigns-root", str(demo_campaign.parent), "status"])
+    assert f"headline gain: {headline.describe()}" in text.output
+    assert campaign_status_of(campaign).headline_gain_pct == headline.pct_or_none
+    report = render_final_report(campaign, results, None, "2026-12-01 12:00")
+    assert f"Headline gain, {campaign.manifest.primary_metric} geomean: " in report
+    assert headline.describe() in report
+    assert f"Headline gain (docs/protocol.md §7.4): {fmt_pct(headline.pct)}" in report
 
 
 @pytest.mark.integration

@@ -3,12 +3,13 @@ fresh virtual environment, ``campaign demo`` runs from an empty folder with the 
 verdicts.
 
 Offline and quick: the wheel is built without build isolation (this interpreter's
-setuptools) and installed without dependencies; the fresh environment reaches the
-dependencies (torch, click, pydantic, ...) through a ``.pth`` line naming this
-interpreter's site-packages.  A path line in a ``.pth`` file adds the folder to
-``sys.path`` but does not run the ``.pth`` files inside it, so the editable installs of
-the development environment (``runner`` from the checkout, ``turbo_kernels``) stay
-invisible: the test checks that.
+setuptools) and installed without dependencies; the fresh environment then sees exactly
+what ``pip install <wheel> torch`` would bring: the wheel's own requirements (no
+extras) and torch, with everything they require in turn, linked from this interpreter's
+site-packages into one folder that a ``.pth`` line names.  A dependency a round needs
+at run time but the wheel does not declare (pytest, for the focused test) is missing
+there, as after a real install.  The editable installs of the development environment
+(``runner`` from the checkout, ``turbo_kernels``) are not linked: the test checks that.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
+import zipfile
+from importlib.metadata import Distribution, distribution
 from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 # what a wheel is built from: the files pyproject.toml, setup.py and MANIFEST.in name
@@ -69,6 +73,39 @@ def _build_wheel(tmp: Path) -> Path:
     return wheel
 
 
+def _closure(requirements: list[str]) -> list[Distribution]:
+    """The installed distributions ``requirements`` name, and theirs, without extras."""
+    seen: dict[str, Distribution] = {}
+    todo = list(requirements)
+    while todo:
+        req = Requirement(todo.pop())
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        key = canonicalize_name(req.name)
+        if key in seen:
+            continue
+        seen[key] = distribution(req.name)
+        todo += seen[key].requires or []
+    return list(seen.values())
+
+
+def _link_dependencies(wheel: Path, dest: Path) -> None:
+    """Link the top-level entries (packages, modules, dist-info) of the wheel's runtime
+    dependency closure, plus torch, into ``dest``."""
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        text = z.read(meta).decode("utf-8")
+    requires = [line.split(":", 1)[1].strip() for line in text.splitlines()
+                if line.startswith("Requires-Dist:")]  # fmt: skip
+    dest.mkdir()
+    for dist in _closure([*requires, "torch"]):
+        for file in dist.files or ():
+            top = file.parts[0]
+            if top == ".." or (dest / top).exists():
+                continue
+            (dest / top).symlink_to(Path(str(dist.locate_file(top))))
+
+
 def _fresh_venv(tmp: Path, wheel: Path) -> Path:
     venv = tmp / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp)
@@ -80,8 +117,9 @@ def _fresh_venv(tmp: Path, wheel: Path) -> Path:
             [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp
         ).strip()
     )
-    dev = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    (site / "_dev_dependencies.pth").write_text("\n".join(sorted(dev)) + "\n", encoding="utf-8")
+    deps = tmp / "dependencies"
+    _link_dependencies(wheel, deps)
+    (site / "_dependencies.pth").write_text(f"{deps}\n", encoding="utf-8")
     return venv
 
 

@@ -15,6 +15,7 @@ from runner import __version__
 from runner.cli import (
     bundle_cmd,
     demo_cmd,
+    history_cmd,
     image_cmd,
     init_cmd,
     mcp_cmd,
@@ -23,7 +24,7 @@ from runner.cli import (
     rounds_cmd,
 )
 from runner.cli.app import CAMPAIGNS_ROOT_ENV, App
-from runner.core.errors import CampaignError, ConfigError
+from runner.core.errors import CampaignError, ConfigError, Verdict
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -48,6 +49,7 @@ for _module in (
     offline,
     init_cmd,
     rounds_cmd,
+    history_cmd,
     demo_cmd,
     image_cmd,
     mcp_cmd,
@@ -71,6 +73,9 @@ def main(argv: list[str] | None = None) -> None:
             err=True,
         )
         sys.exit(130)
+    except Verdict as exc:  # the verdict itself was printed; this says what it means
+        click.echo(f"verdict: {exc}", err=True)
+        sys.exit(exc.return_code)
     except CampaignError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.return_code)

@@ -6,6 +6,7 @@ import click
 
 from runner.cli.app import App
 from runner.flow.demo import run_demo
+from runner.render.figures import fmt_gain
 
 
 @click.command("demo")
@@ -19,7 +20,7 @@ def demo_cmd(app: App, passes: int, device: str) -> None:
     )
     for r in results:
         gate = r.gate
-        delta = f" ({gate.delta_pct:+.2f}% vs incumbent)" if gate else ""
+        delta = f" ({fmt_gain(gate.delta_pct, gate)} vs incumbent)" if gate else ""
         click.echo(f"round-{r.round}: {r.status.value}{delta}")
     click.echo(f"campaign: {campaign.root}")
 

@@ -10,14 +10,16 @@ from typing import Any, get_args
 import click
 
 from runner.cli.app import App
-from runner.cli.options import campaign_option, executor_init_option
+from runner.cli.options import (
+    backend_option,
+    campaign_option,
+    executor_init_option,
+    granularity_option,
+    target_option,
+)
 from runner.core.errors import ConfigError
 from runner.flow.new_campaign import git_toplevel
-from runner.store.manifest import (
-    Backend,
-    Granularity,
-    PrimaryMetric,
-)
+from runner.store.manifest import CacheMode, ExecutionMode, PrimaryMetric
 
 
 def parse_shapes(text: str) -> str | list[str]:
@@ -31,22 +33,23 @@ def parse_shapes(text: str) -> str | list[str]:
 
 @click.command("init")
 @click.option("--op", required=True, help="Operator, e.g. gemm_fp8, gemm, grouped_gemm.")
-@click.option("--granularity", type=click.Choice(get_args(Granularity)), default=None)
-@click.option(
-    "--backend",
-    type=click.Choice(get_args(Backend), case_sensitive=False),
-    default=None,
-    help="Kernel backend (default: TRITON where the op has it, else the op's only one).",
-)
+@granularity_option
+@backend_option
 @click.option("--gpu", default="cpu", show_default=True, help="gfx942, gfx950, sm90, cpu...")
-@click.option("--target", type=click.Choice(["example", "primus-turbo"]), default="example")
+@target_option
 @click.option(
     "--source",
     required=True,
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="The target git repository (a work tree).",
 )
-@click.option("--mode", type=click.Choice(["repo", "workspace"]), default="repo")
+@click.option(
+    "--mode",
+    type=click.Choice(get_args(ExecutionMode)),
+    default="repo",
+    show_default=True,
+    help="repo: rounds change the source tree; workspace: docs/protocol.md §3.2.",
+)
 @click.option("--name", default=None, help="Campaign name (default <op>_<backend>_<gpu>_<date>).")
 @click.option("--performance-target", default=None, help="e.g. '>500 TFLOPS'.")
 @click.option("--max-iterations", type=int, default=None, help="At most 119.")
@@ -66,7 +69,13 @@ def parse_shapes(text: str) -> str | list[str]:
     "judged by `campaign accept`).",
 )
 @click.option("--heldout-seed", type=int, default=None, help="Seed of the held-out pick.")
-@click.option("--cache-mode", type=click.Choice(["hot", "cold"]), default="hot")
+@click.option(
+    "--cache-mode",
+    type=click.Choice(get_args(CacheMode)),
+    default="hot",
+    show_default=True,
+    help="hot: inputs stay in the GPU's L2 between timed calls; cold: L2 flushed before each.",
+)
 @click.option("--primary-metric", type=click.Choice(get_args(PrimaryMetric)), default=None)
 @click.option("--test-command", default=None, help="The focused test command.")
 @click.option("--benchmark-command", default=None, help="The focused benchmark command.")

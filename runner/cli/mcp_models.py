@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from runner.core.csv_schema import CHECK, LABEL, BenchCSV, Row, Schema, get_schema
 from runner.core.errors import ConfigError
 from runner.core.outcomes import RoundResult
+from runner.render.headline import headline_gain
 from runner.store.campaign import Campaign
 
 
@@ -52,6 +53,10 @@ class RoundInfo(BaseModel):
     metric: str
     aggregate: float = Field(description="Geomean of the primary metric (0 with a FAIL row).")
     delta_pct: float | None = Field(description="Against the best at the time; null: round-1.")
+    pair_gains_pct: list[float] = Field(
+        default_factory=list,
+        description="The gain of each interleaved incumbent/candidate pair, in percent.",
+    )
     decision: str | None = Field(description="The gate's decision; null for round-1.")
     finished: str
     commit: str | None
@@ -75,6 +80,11 @@ class CampaignStatus(BaseModel):
     baseline_aggregate: float | None
     best_round: int | None = Field(description="The last BASELINE/ACCEPTED round.")
     best_aggregate: float | None
+    headline_gain_pct: float | None = Field(
+        description="The headline gain over the baseline in percent: the accepted rounds' "
+        "paired gate gains compounded (docs/protocol.md §7.4), as `campaign status` and "
+        "the report show it; null before any round is accepted."
+    )
     max_iterations: int | None
 
 
@@ -128,10 +138,16 @@ def round_info(r: RoundResult) -> RoundInfo:
         metric=r.score.metric,
         aggregate=r.score.aggregate,
         delta_pct=r.gate.delta_pct if r.gate else None,
+        pair_gains_pct=list(r.gate.pair_gains_pct) if r.gate else [],
         decision=r.gate.decision.value if r.gate else None,
         finished=r.finished,
         commit=r.commit,
     )
+
+
+def round_infos(campaign: Campaign) -> list[RoundInfo]:
+    """The closed rounds, oldest first (MCP ``list_rounds``, ``campaign rounds``)."""
+    return [round_info(r) for r in campaign.results()]
 
 
 def campaign_status_of(campaign: Campaign) -> CampaignStatus:
@@ -139,6 +155,7 @@ def campaign_status_of(campaign: Campaign) -> CampaignStatus:
     closed = campaign.closed_rounds()
     best = campaign.last_accepted()
     baseline = campaign.load_result(1) if 1 in closed else None
+    headline = headline_gain(campaign.results())
     return CampaignStatus(
         name=campaign.name,
         root=str(campaign.root),
@@ -155,11 +172,13 @@ def campaign_status_of(campaign: Campaign) -> CampaignStatus:
         baseline_aggregate=baseline.score.aggregate if baseline else None,
         best_round=best.round if best else None,
         best_aggregate=best.score.aggregate if best else None,
+        headline_gain_pct=headline.pct_or_none,
         max_iterations=m.max_iterations,
     )
 
 
 def round_report(campaign: Campaign, n: int) -> RoundReport:
+    """One closed round (MCP ``round_summary``, ``campaign show``, ``validate --json``)."""
     result = campaign.load_result(n)
     path = campaign.summary_path(n)
     try:

@@ -40,9 +40,10 @@ from runner.cli.mcp_models import (
     campaign_schema,
     campaign_status_of,
     parsed_csv,
-    round_info,
+    round_infos,
     round_report,
 )
+from runner.cli.options import PAIRS_HELP
 from runner.core.csv_io import read_csv
 from runner.core.errors import CampaignError, ConfigError
 from runner.core.outcomes import RoundResult
@@ -206,7 +207,8 @@ class TurboTools:
 
     def campaign_status(self, campaign: CampaignName = None) -> CampaignStatus:
         """Where a campaign stands: target, pinned header, closed rounds, the next round
-        number, the baseline and current-best aggregates.  Errors: no campaign, several
+        number, the baseline and current-best aggregates, the headline gain (the accepted
+        rounds' paired gate gains compounded, docs/protocol.md §7.4).  Errors: no campaign, several
         campaigns and none named, a broken manifest or result.json."""
         with tool_errors():
             return campaign_status_of(self._campaign(campaign))
@@ -216,7 +218,7 @@ class TurboTools:
         against the best of the time, gate decision, finish time, lineage commit.
         Errors: as campaign_status."""
         with tool_errors():
-            return [round_info(r) for r in self._campaign(campaign).results()]
+            return round_infos(self._campaign(campaign))
 
     def round_summary(
         self,
@@ -267,9 +269,7 @@ class TurboTools:
         restore: Annotated[
             bool, Field(description="On rollback, reset the touched files to the head.")
         ] = False,
-        pairs: Annotated[
-            int | None, Field(description="B C C B blocks (default: the manifest's).")
-        ] = None,
+        pairs: Annotated[int | None, Field(description=PAIRS_HELP)] = None,
     ) -> RoundReport:
         """VALIDATE round n (`campaign validate`): the candidate against the last accepted
         round, paired, then the gate and the records.  Long-running; sends progress

@@ -20,6 +20,7 @@ from runner.core.errors import NeedsRemeasure, RolledBack
 from runner.core.outcomes import Decision, GateResult, Score
 from runner.judge.json_contract import gate_csvs, gate_json, score_csv, score_json
 from runner.judge.scoring import Metric
+from runner.render.figures import fmt_num, scale_for, score_scale
 
 EXIT_CODES = {
     Decision.ACCEPTED: 0,
@@ -43,29 +44,26 @@ def _dump(obj: Mapping[str, Any]) -> None:
     click.echo(json.dumps(obj, allow_nan=False))
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
 # ---------------------------------------------------------------- score
 
 
 def _print_score(sc: Score) -> None:
+    scale = score_scale(sc.metric, sc)
     rows = [
         [
             s.label,
             s.check,
-            _num(s.value),
-            _num(s.forward),
-            _num(s.backward),
-            _num(s.forward_ms),
-            _num(s.backward_ms),
+            scale.num(s.value),
+            scale.num(s.forward),
+            scale.num(s.backward),
+            fmt_num(s.forward_ms),
+            fmt_num(s.backward_ms),
         ]
         for s in sc.shapes
     ]
-    headers = ["label", "check", sc.metric, "forward", "backward", "fwd ms", "bwd ms"]
+    headers = ["label", "check", scale.label(sc.metric), "forward", "backward", "fwd ms", "bwd ms"]
     click.echo(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
-    click.echo(f"\naggregate ({sc.metric}, geomean): {sc.aggregate:.3f}")
+    click.echo(f"\naggregate ({sc.metric}, geomean): {scale.value(sc.aggregate)}")
     click.echo(f"pass: {sc.n_pass}  fail: {sc.n_fail}")
 
 
@@ -92,22 +90,23 @@ def score_cmd(csv_path: str, metric: str, pinned_header: str | None, as_json: bo
 
 
 def _print_gate(result: GateResult) -> None:
+    scale = scale_for(result.metric, [v for s in result.shapes for v in (s.best, s.candidate)])
     rows = [
         [
             s.label,
-            _num(s.best),
-            _num(s.candidate),
+            scale.num(s.best),
+            scale.num(s.candidate),
             "-" if s.delta_pct is None else f"{s.delta_pct:+.2f}",
             s.check,
         ]
         for s in result.shapes
     ]
-    headers = ["label", f"best {result.metric}", "candidate", "delta %", "check"]
+    headers = ["label", f"best {scale.label(result.metric)}", "candidate", "delta %", "check"]
     click.echo(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
     threshold = "" if result.threshold_pct is None else f", threshold {result.threshold_pct:.2f}%"
     click.echo(
-        f"\naggregate: best {result.best_aggregate:.3f}, candidate "
-        f"{result.candidate_aggregate:.3f} ({result.delta_pct:+.2f}%{threshold})"
+        f"\naggregate: best {scale.value(result.best_aggregate)}, candidate "
+        f"{scale.value(result.candidate_aggregate)} ({result.delta_pct:+.2f}%{threshold})"
     )
     click.echo(f"decision: {result.decision.value}")
     for reason in result.reasons:

@@ -4,11 +4,12 @@ cannot drift apart."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import click
 
 from runner.executors.factory import EXECUTORS
+from runner.store.manifest import Backend, Granularity, TargetName
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,6 +40,38 @@ executor_init_option: Callable[[F], F] = click.option(
     help=f"Where the passes run: {_EXECUTORS_TEXT} (docker and slurm take --image); "
     "default: docker for primus-turbo (the image `campaign image` built), local otherwise.",
 )
+
+# The choices `init` and `baseline --op` offer, from the manifest's own types.
+granularity_option: Callable[[F], F] = click.option(
+    "--granularity",
+    type=click.Choice(get_args(Granularity)),
+    default=None,
+    help="FP8 scaling granularity; the fp8 ops need one, the others take none.",
+)
+
+backend_option: Callable[[F], F] = click.option(
+    "--backend",
+    type=click.Choice(get_args(Backend), case_sensitive=False),
+    default=None,
+    help="Kernel backend (default: TRITON where the op has it, else the op's only one).",
+)
+
+target_option: Callable[[F], F] = click.option(
+    "--target",
+    type=click.Choice(get_args(TargetName)),
+    default="example",
+    show_default=True,
+    help="The target adapter: the bundled example package or a Primus-Turbo checkout.",
+)
+
+# What one paired block is, for `validate --pairs`, `accept --passes` and the MCP tools.
+BLOCKS_HELP = (
+    "Paired blocks to start with, each two incumbent/candidate samples: B C C B passes "
+    "of fresh processes (docker, slurm; B the incumbent, C the candidate), or two "
+    "long-lived worker pairs taking A B B A turns (local; A the incumbent, B the "
+    "candidate).  The gate asks for more near its threshold."
+)
+PAIRS_HELP = BLOCKS_HELP + "  Default: the manifest's pairs."
 
 gpus_option: Callable[[F], F] = click.option(
     "--gpus",

@@ -9,7 +9,12 @@ from pathlib import Path
 import click
 
 from runner.cli.app import App
-from runner.cli.options import campaign_option, executor_override_option, gpus_option
+from runner.cli.options import (
+    BLOCKS_HELP,
+    campaign_option,
+    executor_override_option,
+    gpus_option,
+)
 from runner.core.errors import AppendOnlyViolation
 from runner.store.campaign import Campaign
 from runner.store.guard import RECOVERY
@@ -62,7 +67,7 @@ def report_cmd(app: App, name: str | None, user_stop: bool) -> None:
 
 @click.command("accept")
 @campaign_option
-@click.option("--passes", default=2, show_default=True, help="B C C B blocks per side.")
+@click.option("--passes", default=2, show_default=True, help=BLOCKS_HELP)
 @executor_override_option
 @gpus_option
 @click.pass_obj

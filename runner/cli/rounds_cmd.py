@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import click
 
 from runner.cli.app import App
-from runner.cli.options import campaign_option, executor_override_option, gpus_option
+from runner.cli.options import (
+    PAIRS_HELP,
+    backend_option,
+    campaign_option,
+    executor_override_option,
+    gpus_option,
+    granularity_option,
+    target_option,
+)
 from runner.core.errors import ConfigError, InfrastructureError, RolledBack
 from runner.core.outcomes import RoundResult, Status
 from runner.core.timestamps import name_stamp
 from runner.executors.factory import make_executor
 from runner.flow.baseline import run_baseline
 from runner.flow.rounds import Request, validate_round
+from runner.render.figures import fmt_gain, fmt_metric, scale_for
 from runner.store.campaign import Campaign
 from runner.store.leases import parse_gpus
 from runner.store.lineage import read_patch_file
@@ -56,12 +66,14 @@ def print_result(result: RoundResult, campaign: Campaign) -> None:
     gate = result.gate
     click.echo(f"round-{result.round}: {result.status.value}")
     if gate is not None:
+        scale = scale_for(gate.metric, [gate.best_aggregate, gate.candidate_aggregate])
         click.echo(
-            f"  {gate.metric}: {gate.best_aggregate:.3f} -> "
-            f"{gate.candidate_aggregate:.3f} ({gate.delta_pct:+.3f}%)"
+            f"  {gate.metric}: {scale.num(gate.best_aggregate)} -> "
+            f"{scale.value(gate.candidate_aggregate)} ({fmt_gain(gate.delta_pct, gate)})"
         )
     else:
-        click.echo(f"  {result.score.metric} geomean {result.score.aggregate:.3f}")
+        score = result.score
+        click.echo(f"  {score.metric} geomean {fmt_metric(score.aggregate, score.metric)}")
     for reason in result.reasons:
         click.echo(f"  - {reason.splitlines()[0] if reason else reason}")
     click.echo(f"  summary: {campaign.summary_path(result.round)}")
@@ -70,9 +82,9 @@ def print_result(result: RoundResult, campaign: Campaign) -> None:
 @click.command("baseline")
 @campaign_option
 @click.option("--op", default=None, help="Create the campaign first: operator, e.g. gemm_fp8.")
-@click.option("--granularity", default=None, help="tensorwise, rowwise or blockwise (fp8).")
-@click.option("--backend", default=None, help="Default: TRITON where the op has it.")
-@click.option("--target", default="example", show_default=True, help="example or primus-turbo.")
+@granularity_option
+@backend_option
+@target_option
 @click.option(
     "--source",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -127,12 +139,7 @@ def baseline_cmd(
     show_default=True,
     help="Transfer bucket (docs/protocol.md §8.2): K1-K4, W1.",
 )
-@click.option(
-    "--pairs",
-    type=int,
-    default=None,
-    help="Paired blocks; the round starts 2x this many process pairs (default: manifest).",
-)
+@click.option("--pairs", type=int, default=None, help=PAIRS_HELP)
 @executor_override_option
 @gpus_option
 @click.option(
@@ -141,6 +148,12 @@ def baseline_cmd(
     metavar="REASON",
     default=None,
     help="Compare despite a performance-relevant environment difference (recorded).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the closed round as one JSON object (as `campaign show N --json`).",
 )
 @click.pass_obj
 def validate_cmd(
@@ -156,8 +169,10 @@ def validate_cmd(
     executor: str | None,
     gpus: str,
     allow_env_mismatch: str | None,
+    as_json: bool,
 ) -> None:
-    """VALIDATE round N: the candidate against the last accepted round, paired."""
+    """VALIDATE round N: the candidate against the last accepted round, paired.  Exit 0
+    ACCEPTED, 3 ROLLED BACK (a verdict), 6 FAILED to measure, 2 bad input."""
     campaign = find_campaign(app, name)
     text = read_patch_file(patch) if patch else None
     request = Request(
@@ -174,9 +189,18 @@ def validate_cmd(
     result = validate_round(
         campaign, make_executor(campaign.manifest, executor), request, progress=echo_progress
     )
-    print_result(result, campaign)
+    if as_json:
+        from runner.cli.mcp_models import round_report
+
+        report = round_report(campaign, result.round).model_dump(mode="json")
+        click.echo(json.dumps(report, allow_nan=False))
+    else:
+        print_result(result, campaign)
     if result.status is Status.ROLLED_BACK:
-        raise RolledBack(f"round-{round_n} rolled back; the lineage is unchanged")
+        raise RolledBack(
+            f"round-{round_n} ROLLED BACK; the lineage is unchanged (exit code "
+            f"{RolledBack.return_code}); validate the next hypothesis as round-{round_n + 1}"
+        )
     if result.status is Status.FAILED:
         raise InfrastructureError(
             f"round-{round_n} failed to measure (recorded as FAILED; the lineage is "

@@ -53,13 +53,18 @@ class CommandFailed(InfrastructureError):
         )
 
 
-class RolledBack(CampaignError):
+class Verdict(CampaignError):
+    """A judged outcome that is not a success (a rollback, a refused acceptance): its exit
+    code tells scripts so, and ``runner.cli.main`` prints it as a verdict, not an error."""
+
+
+class RolledBack(Verdict):
     """The round was judged and rolled back (a normal outcome, not a crash)."""
 
     return_code = 3
 
 
-class NeedsRemeasure(CampaignError):
+class NeedsRemeasure(Verdict):
     """The improvement is in the near-noise band; more paired passes are needed."""
 
     return_code = 4

@@ -119,6 +119,9 @@ class GateResult:
     # gating shape's mean with its interval, the re-measurement size; None without pairs
     evidence: dict[str, Any] | None = None
     more_pairs: int = 0  # NEEDS_REMEASURE: the fresh pairs the gate asks for next
+    # G_i - 1 in percent for every interleaved pair the gate was given (on the shapes
+    # the verdict was judged on), whichever rule decided: the spread behind the gain
+    pair_gains_pct: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -134,6 +137,7 @@ class GateResult:
             "pairs_used": self.pairs_used,
             "evidence": self.evidence,
             "more_pairs": self.more_pairs,
+            "pair_gains_pct": list(self.pair_gains_pct),
         }
 
     @classmethod
@@ -151,6 +155,7 @@ class GateResult:
             pairs_used=int(d.get("pairs_used", 0)),
             evidence=d.get("evidence"),
             more_pairs=int(d.get("more_pairs", 0)),
+            pair_gains_pct=tuple(float(x) for x in d.get("pair_gains_pct", ())),
         )
 
 

@@ -197,7 +197,7 @@ def run_acceptance(
 ) -> Acceptance:
     """Final acceptance of the lineage head; writes ``acceptance/`` and returns it."""
     if passes < 1:
-        raise ConfigError("--passes must be at least 1 (B C C B blocks; 2 is the default)")
+        raise ConfigError("--passes must be at least 1 (paired blocks; 2 is the default)")
     with campaign.lock():
         preflight(campaign, progress)
         _refuse_unready(campaign)

@@ -10,6 +10,7 @@ from runner.core.errors import ConfigError, InfrastructureError
 from runner.core.outcomes import GateResult, Score
 from runner.core.stats import geomean
 from runner.flow.acceptance_record import Check
+from runner.render.figures import fmt_gain, scale_for
 from runner.store.lineage import Lineage
 from runner.store.manifest import Manifest, branch_name
 from runner.targets.upstream_csv import BENCH_CSV_NAME
@@ -18,10 +19,11 @@ COMMIT_PREFIX = "[optimize] "
 
 
 def validation_check(gate: GateResult, final: Score) -> Check:
+    scale = scale_for(gate.metric, [gate.best_aggregate, gate.candidate_aggregate])
     verdict = (
-        f"{gate.metric} geomean {gate.best_aggregate:.3f} (base) -> "
-        f"{gate.candidate_aggregate:.3f} (final) ({gate.delta_pct:+.3f}%), gate "
-        f"{gate.decision.value}"
+        f"{gate.metric} geomean {scale.value(gate.best_aggregate)} (base) -> "
+        f"{scale.value(gate.candidate_aggregate)} (final) ({fmt_gain(gate.delta_pct, gate)}), "
+        f"gate {gate.decision.value}"
     )
     if final.n_fail:
         return Check("full validation", False, f"{final.n_fail} shape(s) FAIL; {verdict}")

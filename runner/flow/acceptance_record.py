@@ -8,16 +8,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.core.errors import CampaignError, ConfigError
+from runner.core.errors import ConfigError, Verdict
 from runner.core.outcomes import GateResult, Score
 from runner.core.versions import require_schema_version
+from runner.render.figures import score_scale
 from runner.store.appendlog import write_atomic
 from runner.store.campaign import Campaign
 
 ACCEPTANCE_SCHEMA_VERSION = 1
 
 
-class NotAccepted(CampaignError):
+class NotAccepted(Verdict):
     """Final acceptance ran and the final best was not accepted."""
 
     return_code = 3
@@ -117,22 +118,20 @@ def write_acceptance(out: Path, result: Acceptance) -> None:
     write_atomic(out / "acceptance.md", render_acceptance(result))
 
 
-def _fmt(x: float | None) -> str:
-    return f"{x:.3f}" if x is not None else "-"
-
-
 def shape_rows(result: Acceptance) -> list[list[str]]:
     """Per shape: baseline, final, change, check, held-out marker."""
     if result.baseline is None or result.final is None:
         return []
     final = result.final.by_label()
+    scale = score_scale(result.baseline.metric, result.baseline, result.final)
     rows = []
     for s in result.baseline.shapes:
         f = final.get(s.label)
         fv = f.value if f else None
         delta = f"{(fv / s.value - 1) * 100:+.3f}%" if fv and s.value else "—"
         kind = "held-out" if s.label in result.heldout else "target"
-        rows.append([s.label, kind, _fmt(s.value), _fmt(fv), delta, f.check if f else "-"])
+        check = f.check if f else "-"
+        rows.append([s.label, kind, scale.value(s.value), scale.value(fv), delta, check])
     return rows
 
 
@@ -156,7 +155,7 @@ def render_acceptance(result: Acceptance) -> str:
         f"# Final acceptance — {result.campaign}\n\n"
         f"Outcome: **{verdict}** ({result.started} → {result.finished})\n\n{why}\n\n"
         f"Base commit `{result.base_commit}`, lineage head `{result.head}`; "
-        f"{result.passes} B C C B block(s) per side.\n\n## Checks\n\n{checks}\n\n"
+        f"{result.passes} paired block(s) per side.\n\n## Checks\n\n{checks}\n\n"
         f"## Full validation ({metric}, every target and held-out shape)\n\n"
         f"{table or 'not measured'}\n\n"
         f"## Full benchmark (stored apart; never compared with the quick CSV)\n\n"

@@ -314,6 +314,16 @@ def _evidence_line(gate: GateResult) -> str:
     return f"paired gain {gain['mean_pct']:+.2f}%{width} over {gain['pairs']} pair(s)"
 
 
+def pairing_words(executor: object) -> str:
+    """How incumbent and candidate were interleaved, in the words of the records."""
+    if supports_paired(executor):
+        return (
+            "paired in A B B A turns of long-lived workers (A the incumbent, B the "
+            "candidate; one worker pair per sample)"
+        )
+    return "paired in B C C B passes of fresh processes (B the incumbent, C the candidate)"
+
+
 def first_samples(rnd: Any, samples: int, remeasure: bool = True) -> int:
     """The pairs to start a comparison with.  A quick round on a GPU with paired
     workers starts every pair the near-noise rule may ask for (``required_pairs``) at
@@ -379,4 +389,5 @@ __all__ = [
     "first_samples",
     "measure_and_judge",
     "measure_roles",
+    "pairing_words",
 ]

@@ -2,7 +2,8 @@
 
 Flow: refuse bad requests before writing anything -> fresh worktrees of the incumbent
 (the lineage head) and the candidate (head + patch) -> focused test -> interleaved
-worker passes (B C C B) through the executor into a temporary folder -> merged pinned
+measurement through the executor (A B B A turns of paired local workers, or B C C B
+passes of fresh processes; ``runner.flow.measure``) into a temporary folder -> merged pinned
 CSVs -> the gate (more paired passes when it asks) -> artifacts copied into the round
 folder -> kernel snapshot -> records (summary, both logs, result.json last) -> on
 ACCEPTED the lineage commit and ref update, after the records.
@@ -32,7 +33,7 @@ from runner.core.spec import write_json_atomic
 from runner.core.timestamps import now_minute
 from runner.executors.base import Executor
 from runner.flow.build import built_roles, describe
-from runner.flow.measure import RoundFailed, measure_and_judge, measure_roles
+from runner.flow.measure import RoundFailed, measure_and_judge, measure_roles, pairing_words
 from runner.flow.passes import fresh_gains, state_report
 from runner.flow.round_context import (
     FocusedTest,
@@ -276,7 +277,7 @@ def _round_result(
         reasons=list(gate.reasons),
         artifacts=artifact_list(campaign, rnd.round),
         attribution=f"single change to {', '.join(touched)}; incumbent and candidate measured "
-        "paired (B C C B) in fresh processes on the same device",
+        f"on the same device, {pairing_words(rnd.executor)}",
         next_direction="continue along this direction"
         if status is Status.ACCEPTED
         else "diagnose and try another approach to the same bottleneck",

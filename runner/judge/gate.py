@@ -44,13 +44,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from runner.core.errors import ConfigError
 from runner.core.outcomes import Decision, GateResult, PairSample, Score, ShapeDelta
 from runner.core.stats import stdev
 from runner.judge.evidence import FLOOR_GAIN, MAX_REMEASURE_SIZE, Evidence, Z, gather, noise_rule
+from runner.judge.gate_inputs import (
+    check_pairs,
+    check_same_labels,
+    check_scores,
+    check_sigma,
+    positive,
+    usable,
+)
 
 SEVERE_LOG = math.log(1.05)  # d <= -SEVERE_LOG: a shape regressed by 5% or more
 MIN_THRESHOLD = 0.02  # the direct-accept floor, 2%
@@ -101,16 +109,26 @@ def decide(
     nothing may be NEEDS_REMEASURE: what is still unclear rolls back as too volatile.
     Raises ConfigError when the inputs cannot be compared (different shapes or metric,
     a best score with FAIL rows, malformed pairs or sigma)."""
-    _check_sigma(sigma_g)
+    check_sigma(sigma_g)
     if min_pairs < 1:
         raise ConfigError(f"min_pairs must be at least 1, got {min_pairs}")
     if vetoes:
         return _veto(best, candidate, vetoes)
-    _check_scores(best, candidate)
+    check_scores(best, candidate)
     if candidate.n_fail:
         return _failed(best, candidate)
     facts = _facts(best, candidate, sigma_g, targeted_shapes, min_pairs)
-    return _judge(facts, pairs, final)
+    judged = _judge(facts, pairs, final)
+    return replace(judged, pair_gains_pct=_pair_gains_pct(facts, pairs))
+
+
+def _pair_gains_pct(facts: _Facts, pairs: Sequence[PairSample]) -> tuple[float, ...]:
+    """G_i - 1 (percent) of each pair on the gating shapes, recorded whichever rule
+    decided so that a gain can be shown with its spread (``_judge`` has checked the
+    pairs by now)."""
+    if not pairs:
+        return ()
+    return tuple(100 * math.expm1(g) for g in gather(pairs, facts.gating).gains)
 
 
 def _judge(facts: _Facts, pairs: Sequence[PairSample], final: bool) -> GateResult:
@@ -120,7 +138,7 @@ def _judge(facts: _Facts, pairs: Sequence[PairSample], final: bool) -> GateResul
     gain = math.expm1(math.fsum(facts.logs[lb] for lb in facts.gating) / len(facts.gating))
     if not pairs:
         return _single(facts, gain)
-    _check_pairs(pairs, facts.logs)
+    check_pairs(pairs, facts.logs)
     if len(pairs) < facts.required_pairs and not final:
         return _early(facts, pairs, gain)
     return _paired(facts, gather(pairs, facts.gating), gain, final)
@@ -301,7 +319,7 @@ def _facts(
 ) -> _Facts:
     cand = candidate.by_label()
     logs = {
-        s.label: math.log(_positive(cand[s.label].value) / _positive(s.value)) for s in best.shapes
+        s.label: math.log(positive(cand[s.label].value) / positive(s.value)) for s in best.shapes
     }
     unknown = [lb for lb in targeted_shapes if lb not in logs]
     if unknown:
@@ -389,70 +407,6 @@ def _plain_rollback(best: Score, candidate: Score, reasons: tuple[str, ...]) -> 
     )
 
 
-# ---------------------------------------------------------------- input checks
-
-
-def _check_sigma(sigma_g: float | None) -> None:
-    if sigma_g is not None and not (math.isfinite(sigma_g) and sigma_g >= 0):
-        raise ConfigError(
-            f"sigma_G must be a non-negative fraction (e.g. 0.004), got {sigma_g!r}; "
-            "re-run the BASELINE calibration"
-        )
-
-
-def _check_scores(best: Score, candidate: Score) -> None:
-    """Both scores must be comparable: same metric, same labels, best all PASS."""
-    if best.metric != candidate.metric:
-        raise ConfigError(
-            f"best is scored on {best.metric!r} but the candidate on "
-            f"{candidate.metric!r}; score both with the same metric"
-        )
-    for name, sc in (("best", best), ("candidate", candidate)):
-        labels = [s.label for s in sc.shapes]
-        if len(set(labels)) != len(labels) or not labels:
-            raise ConfigError(f"the {name} score has no shapes or duplicate labels")
-    _check_same_labels([s.label for s in best.shapes], candidate.by_label(), "candidate")
-    failed = [s.label for s in best.shapes if s.check != "PASS" or not _usable(s.value)]
-    if failed:
-        raise ConfigError(
-            f"the best score has FAIL or unusable shapes {failed}; the best must be all "
-            "PASS — drop failing shapes from the shape set at BASELINE"
-        )
-
-
-def _check_same_labels(want: Sequence[str], have: Mapping[str, object], what: str) -> None:
-    missing = [lb for lb in want if lb not in have]
-    extra = sorted(lb for lb in have if lb not in set(want))
-    if missing or extra:
-        raise ConfigError(
-            f"the {what} does not cover the same shapes as the best: missing {missing}, "
-            f"extra {extra}; measure exactly the best's shape set (no shape may be skipped)"
-        )
-
-
-def _check_pairs(pairs: Sequence[PairSample], logs: Mapping[str, float]) -> None:
-    labels = list(logs)
-    for i, pair in enumerate(pairs, start=1):
-        for side, values in (("incumbent", pair.incumbent), ("candidate", pair.candidate)):
-            _check_same_labels(labels, values, f"pair {i} ({side})")
-            bad = [lb for lb, v in values.items() if not _usable(v)]
-            if bad:
-                raise ConfigError(
-                    f"pair {i} ({side}) has non-positive or non-finite values for {bad}; "
-                    "re-measure that pair"
-                )
-
-
-def _usable(value: float | None) -> bool:
-    return value is not None and math.isfinite(value) and value > 0
-
-
-def _positive(value: float | None) -> float:
-    if value is None or not _usable(value):
-        raise ConfigError(f"a PASS shape has no usable value ({value!r}); re-score the CSV")
-    return value
-
-
 # ---------------------------------------------------------------- calibration
 
 
@@ -471,8 +425,8 @@ def calibrate_sigma(passes: Sequence[Mapping[str, float]]) -> tuple[float, dict[
     if not labels:
         raise ConfigError("calibration pass 1 has no shapes")
     for i, p in enumerate(passes, start=1):
-        _check_same_labels(labels, p, f"calibration pass {i}")
-        bad = [lb for lb, v in p.items() if not _usable(v)]
+        check_same_labels(labels, p, f"calibration pass {i}")
+        bad = [lb for lb, v in p.items() if not usable(v)]
         if bad:
             raise ConfigError(f"calibration pass {i} has unusable values for {bad}")
     logs = [{lb: math.log(p[lb]) for lb in labels} for p in passes]

@@ -71,6 +71,7 @@ class GateJSON(TypedDict):
     pairs_used: int
     evidence: dict[str, Any] | None  # the paired evidence (``runner.judge.evidence``)
     more_pairs: int  # NEEDS_REMEASURE: the fresh pairs the gate asks for next
+    pair_gains_pct: list[float]
 
 
 def read_pinned_header(path: str) -> str:

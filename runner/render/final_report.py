@@ -11,28 +11,22 @@ links to the round summaries and the real-training audit (S_real / W_real / R_re
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runner.core.outcomes import RoundResult, Score, Status
+from runner.core.outcomes import GateResult, RoundResult, Score, Status
 from runner.core.stats import geomean
 from runner.judge.peaks import peak_for
 from runner.ops.info import op_info
+from runner.render.figures import fmt_gain, fmt_pct, score_scale
+from runner.render.headline import compound, headline_gain, round_gain
 from runner.render.markdown import (
-    fmt_num,
-    fmt_pct,
     md_table,
     render_final_sections,
     render_termination_check,
 )
-from runner.render.status import (
-    best_round,
-    consecutive_rollbacks,
-    escalation_step,
-    gain_vs_baseline,
-)
+from runner.render.status import best_round, consecutive_rollbacks, escalation_step
 from runner.store.campaign import Campaign
 from runner.store.manifest import Manifest
 
@@ -61,7 +55,7 @@ class TransferSplit:
 
     @property
     def real_pct(self) -> float:
-        return _compound([self.s_real_pct, self.w_real_pct])
+        return compound([self.s_real_pct, self.w_real_pct])
 
     @property
     def gap_pct(self) -> float:
@@ -73,20 +67,10 @@ class TransferSplit:
         return self.gap_pct > INFLATION_LIMIT_PCT
 
 
-def _compound(pcts: Sequence[float]) -> float:
-    return (math.prod(1 + p / 100 for p in pcts) - 1) * 100
-
-
-def _round_gain(r: RoundResult) -> float:
-    if r.transfer.benchmark_gain_pct is not None:
-        return r.transfer.benchmark_gain_pct
-    return r.gate.delta_pct if r.gate is not None else 0.0
-
-
 def transfer_row(r: RoundResult) -> TransferRow:
     """One accepted round's share: K1-K4 count 1:1 (S), W1 counts its estimated
     real-training gain (W), W2/W3 or REJECT-as-overfit count nothing (R)."""
-    t, gain = r.transfer, _round_gain(r)
+    t, gain = r.transfer, round_gain(r)
     bucket = t.bucket.upper()
     if bucket in REAL_BUCKETS and t.decision != "REJECT-as-overfit":
         return TransferRow(r.round, bucket, t.decision, gain, gain, "S")
@@ -101,12 +85,12 @@ def transfer_split(results: Sequence[RoundResult]) -> TransferSplit:
     rows = tuple(transfer_row(r) for r in accepted)
 
     def share(kind: str) -> float:
-        return _compound([x.benchmark_gain_pct for x in rows if x.share == kind])
+        return compound([x.benchmark_gain_pct for x in rows if x.share == kind])
 
-    w_real = _compound([x.real_gain_pct for x in rows if x.share == "W"])
+    w_real = compound([x.real_gain_pct for x in rows if x.share == "W"])
     return TransferSplit(
         rows=rows,
-        headline_pct=_compound([x.benchmark_gain_pct for x in rows]),
+        headline_pct=headline_gain(results).pct,
         s_real_pct=share("S"),
         w_real_pct=w_real,
         r_real_pct=share("R"),
@@ -129,7 +113,7 @@ def render_transfer(split: TransferSplit) -> str:
         ],
     )
     lines = [
-        f"- Headline (compounded per-round gate gains): {fmt_pct(split.headline_pct)}",
+        f"- Headline gain (docs/protocol.md §7.4): {fmt_pct(split.headline_pct)}",
         f"- S_real (K1-K4, counted 1:1): {fmt_pct(split.s_real_pct)}",
         f"- W_real (W1 weight caches, capped at the estimated real gain): "
         f"{fmt_pct(split.w_real_pct)}",
@@ -146,7 +130,7 @@ def render_transfer(split: TransferSplit) -> str:
 
 # ---- directions and next steps -----------------------------------------------------------
 def _delta(r: RoundResult) -> str:
-    return f"{r.gate.delta_pct:+.3f}% vs incumbent" if r.gate else "no gate verdict"
+    return f"{fmt_gain(r.gate.delta_pct, r.gate)} vs incumbent" if r.gate else "no gate verdict"
 
 
 def effective_directions(results: Sequence[RoundResult]) -> list[str]:
@@ -246,18 +230,20 @@ def peak_fraction(final: Score, peak: float | None) -> float | None:
 # ---- the markdown ------------------------------------------------------------------------
 def _vs_table(baseline: Score, final: Score) -> str:
     fin = final.by_label()
+    scale = score_scale(baseline.metric, baseline, final)
     rows = []
     for s in baseline.shapes:
         f = fin.get(s.label)
         fv = f.value if f else None
         change = fmt_pct((fv / s.value - 1) * 100) if fv and s.value else "—"
-        rows.append([s.label, fmt_num(s.value), fmt_num(fv), change])
+        rows.append([s.label, scale.num(s.value), scale.num(fv), change])
     labels = [s.label for s in final.shapes if s.value]
     b_agg = geomean([s.value for s in baseline.shapes if s.label in labels and s.value])
     f_agg = geomean([s.value for s in final.shapes if s.value])
     change = fmt_pct((f_agg / b_agg - 1) * 100 if b_agg else None)
-    rows.append(["geomean", fmt_num(b_agg), fmt_num(f_agg), change])
-    return md_table(["Shape", "Baseline", "Final best", "Change"], rows)
+    rows.append(["geomean", scale.num(b_agg), scale.num(f_agg), change])
+    unit = f" ({scale.unit})"
+    return md_table(["Shape", f"Baseline{unit}", f"Final best{unit}", "Change"], rows)
 
 
 def _acceptance_line(acceptance: dict[str, Any] | None) -> str:
@@ -268,6 +254,27 @@ def _acceptance_line(acceptance: dict[str, Any] | None) -> str:
         f"Final acceptance: **{acceptance['outcome']}** ({acceptance['finished']}): {why}. "
         "Details: [acceptance/acceptance.md](../acceptance/acceptance.md)"
     )
+
+
+def _cumulative(
+    results: Sequence[RoundResult],
+    acceptance: dict[str, Any] | None,
+    metric: str,
+    best: RoundResult | None,
+) -> str:
+    """The headline gain; beside it, final acceptance's own paired measurement of the
+    lineage head against the base commit when it ran (a measurement, not the headline)."""
+    text = (
+        f"Headline gain, {metric} geomean: {headline_gain(results).describe()}; final best: "
+        f"round-{best.round if best else '-'}."
+    )
+    if acceptance and acceptance.get("gate"):
+        gate = GateResult.from_dict(acceptance["gate"])
+        text += (
+            " Final acceptance measured the head against the base commit, paired: "
+            f"{fmt_gain(gate.delta_pct, gate)} ({acceptance['finished']})."
+        )
+    return text
 
 
 def _links(results: Sequence[RoundResult]) -> str:
@@ -290,9 +297,6 @@ def render_final_report(
 ) -> str:
     baseline, final, source = compared_scores(results, acceptance)
     best = best_round(results)
-    gain = gain_vs_baseline(best) if best and best.status is Status.ACCEPTED else 0.0
-    if acceptance and acceptance.get("gate"):
-        gain = acceptance["gate"]["delta_pct"]
     audit = render_transfer(transfer_split(results))
     steps = "\n".join(
         f"{i}. {s}" for i, s in enumerate(next_steps(results, acceptance, (baseline, final)), 1)
@@ -301,8 +305,7 @@ def render_final_report(
         f"\n## Final Report ({when})\n\n"
         f"### Baseline vs final best\n\nSource: {source}.\n\n{_vs_table(baseline, final)}\n\n"
         f"{_acceptance_line(acceptance)}\n\n"
-        f"### Cumulative gain\n\n{baseline.metric} geomean {fmt_pct(gain)} vs baseline "
-        f"(final best: round-{best.round if best else '-'}).\n\n"
+        f"### Cumulative gain\n\n{_cumulative(results, acceptance, baseline.metric, best)}\n\n"
         f"### Effective directions\n\n{_items(effective_directions(results))}\n\n"
         f"### Ineffective directions\n\n{_items(ineffective_directions(results))}\n\n"
         f"### Top three next steps\n\n{steps}\n\n"

@@ -17,6 +17,7 @@ from runner.core.errors import ConfigError
 from runner.core.outcomes import RoundResult, Score, Status
 from runner.core.timestamps import now_minute
 from runner.flow.acceptance_record import load_acceptance
+from runner.render.figures import scale_for, score_scale
 from runner.render.final_report import (
     _delta,
     compared_scores,
@@ -25,7 +26,6 @@ from runner.render.final_report import (
     render_report,
     termination_text,
 )
-from runner.render.markdown import fmt_num
 from runner.store.appendlog import write_atomic
 from runner.store.campaign import Campaign
 from runner.store.guard import preflight
@@ -60,13 +60,15 @@ ROUND_HEADERS = ("Round", "Status", "Level", "Description", "Geomean", "Gate", "
 
 
 def _round_rows(results: Sequence[RoundResult]) -> list[list[object]]:
+    metric = results[0].score.metric if results else ""
+    scale = scale_for(metric, [r.score.aggregate for r in results])
     return [
         [
             f"round-{r.round}",
             r.status.value,
             r.level,
             r.description,
-            fmt_num(r.score.aggregate),
+            scale.value(r.score.aggregate),
             _delta(r) if r.gate else "—",
             r.finished,
         ]
@@ -139,8 +141,9 @@ def render_html(
 
 def _score_rows(baseline: Score, final: Score) -> list[list[object]]:
     fin = final.by_label()
+    scale = score_scale(baseline.metric, baseline, final)
     return [
-        [s.label, fmt_num(s.value), fmt_num(fin[s.label].value if s.label in fin else None)]
+        [s.label, scale.value(s.value), scale.value(fin[s.label].value if s.label in fin else None)]
         for s in baseline.shapes
     ]
 

@@ -1,8 +1,9 @@
-"""Renderers for the two append-only logs (docs/protocol.md §6.2-6.3) and the number
-formatting shared with ``summary.md``.
+"""Renderers for the two append-only logs (docs/protocol.md §6.2-6.3) and the tables
+shared with ``summary.md``; every figure is written by ``runner.render.figures``.
 
 ``logs/performance_trend.md``: one table, one row per round.  Avg = geomean over the
-round's PASS shapes, Peak = the largest per-shape value, 3 decimals.  ``vs Baseline``
+round's PASS shapes, Peak = the largest per-shape value, in the header's unit
+with at least 3 significant digits (the other tables pick a unit for their size).  ``vs Baseline``
 compares with round-1 restricted to the round's PASS shapes (a quick round measures
 only the representative shapes; comparing its geomean with the geomean over all
 baseline shapes would compare different shape sets).  Combined Step TFLOPS is the
@@ -20,7 +21,6 @@ baseline table; then one history entry per round; ``render_current_best``,
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -28,6 +28,16 @@ from tabulate import tabulate
 
 from runner.core.outcomes import RoundResult, Score, ShapeScore, Status
 from runner.core.stats import geomean
+from runner.render.figures import (
+    DASH,
+    fmt_metric,
+    fmt_num,
+    fmt_pct,
+    scale_for,
+    score_scale,
+    unit_of,
+    valid,
+)
 from runner.store.manifest import Manifest, branch_name, parse_performance_target
 
 COMBINED = "Combined Step TFLOPS"
@@ -37,31 +47,13 @@ TREND_HEADER = (
 )
 TREND_SEPARATOR = "|---|---|---|---|---|---|---|---|---|---|"
 BASELINE_MARKER = "## Basic information"
-DASH = "—"
 
 
-# -- formatting -------------------------------------------------------------------
-def valid(x: float | None) -> bool:
-    return x is not None and not math.isnan(x)
-
-
-def fmt_num(x: float | None) -> str:
-    """3 decimals; ``-`` for a missing number."""
-    return f"{x:.3f}" if x is not None and valid(x) else "-"
-
-
+# -- formatting (the figures themselves: runner.render.figures) --------------------
 def pct_change(new: float | None, old: float | None) -> float | None:
     if new is None or old is None or not valid(new) or not valid(old) or old <= 0:
         return None
     return (new / old - 1.0) * 100.0
-
-
-def fmt_pct(p: float | None) -> str:
-    """``+1.234%`` / ``-1.234%``; ``—`` when undefined."""
-    if p is None:
-        return DASH
-    p = round(p, 3)
-    return f"{p:+.3f}%" if p != 0 else "+0.000%"
 
 
 def cell(text: str) -> str:
@@ -81,10 +73,6 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         tablefmt="github",
         disable_numparse=True,
     )
-
-
-def unit_of(metric: str) -> str:
-    return "GB/s" if "GB/s" in metric else "TFLOPS"
 
 
 def passing(score: Score, labels: Iterable[str] | None = None) -> list[ShapeScore]:
@@ -213,20 +201,23 @@ def history_marker(n: int) -> str:
 
 def shape_table(score: Score, best: Score | None = None, *, delta: bool = True) -> str:
     """Per shape: Check, Forward/Backward, the primary metric, delta vs current best
-    (``—`` without a best; the column is left out when ``delta`` is false)."""
+    (``—`` without a best; the column is left out when ``delta`` is false), in one unit
+    chosen for the size of the figures."""
     unit = unit_of(score.metric)
     diag = [f"Forward {unit}", f"Backward {unit}"]
     show_metric = score.metric not in diag
+    scale = score_scale(score.metric, score)
     best_by = best.by_label() if best is not None else {}
     rows = []
     for s in score.shapes:
         ref = best_by.get(s.label)
-        row = [s.label, s.check, fmt_num(s.forward), fmt_num(s.backward)]
-        row += [fmt_num(s.value)] if show_metric else []
+        row = [s.label, s.check, scale.num(s.forward), scale.num(s.backward)]
+        row += [scale.num(s.value)] if show_metric else []
         if delta:
             row.append(fmt_pct(pct_change(s.value, ref.value if ref else None)))
         rows.append(row)
-    headers = ["Shape", "Check", *diag, *([score.metric] if show_metric else [])]
+    metric = [scale.label(score.metric)] if show_metric else []
+    headers = ["Shape", "Check", *(scale.label(d) for d in diag), *metric]
     return md_table([*headers, *(["Δ vs current best"] if delta else [])], rows)
 
 
@@ -262,7 +253,7 @@ def render_optimize_header(manifest: Manifest, baseline: RoundResult) -> str:
     score = baseline.score
     agg = (
         f"Aggregate {score.metric} (geomean over {score.n_pass} PASS shapes): "
-        f"{fmt_num(score.aggregate)}; {score.n_fail} FAIL"
+        f"{fmt_metric(score.aggregate, score.metric)}; {score.n_fail} FAIL"
     )
     return (
         f"\n{BASELINE_MARKER}\n\n{md_table(['Field', 'Value'], _info_rows(manifest))}\n\n"
@@ -275,14 +266,15 @@ def result_line(result: RoundResult) -> str:
     score = result.score
     if result.best is None or result.status == Status.BASELINE:
         return (
-            f"{score.metric} geomean {fmt_num(score.aggregate)} over {score.n_pass} PASS "
-            f"shapes, {score.n_fail} FAIL"
+            f"{score.metric} geomean {fmt_metric(score.aggregate, score.metric)} over "
+            f"{score.n_pass} PASS shapes, {score.n_fail} FAIL"
         )
     labels = [s.label for s in passing(score)]
     best = aggregate_over(result.best, labels)
     base = aggregate_over(result.baseline, labels)
+    scale = scale_for(score.metric, [best, score.aggregate])
     return (
-        f"{score.metric} geomean {fmt_num(best)} -> {fmt_num(score.aggregate)} "
+        f"{score.metric} geomean {scale.num(best)} -> {scale.value(score.aggregate)} "
         f"({fmt_pct(pct_change(score.aggregate, best))} vs current best, "
         f"{fmt_pct(pct_change(score.aggregate, base))} vs baseline)"
     )
@@ -323,18 +315,27 @@ def render_history_entry(result: RoundResult) -> str:
 def render_current_best(baseline: Score, best: Score, best_round: int) -> str:
     """Current best vs baseline, per shape, on the primary metric."""
     best_by = best.by_label()
+    scale = score_scale(baseline.metric, baseline, best)
     rows = []
     for s in baseline.shapes:
         b = best_by.get(s.label)
         now = b.value if b is not None else None
-        rows.append([s.label, fmt_num(s.value), fmt_num(now), fmt_pct(pct_change(now, s.value))])
+        rows.append(
+            [s.label, scale.num(s.value), scale.num(now), fmt_pct(pct_change(now, s.value))]
+        )
     labels = [s.label for s in passing(best)]
     base_agg, best_agg = aggregate_over(baseline, labels), aggregate_over(best, labels)
     rows.append(
-        ["geomean", fmt_num(base_agg), fmt_num(best_agg), fmt_pct(pct_change(best_agg, base_agg))]
+        [
+            "geomean",
+            scale.num(base_agg),
+            scale.num(best_agg),
+            fmt_pct(pct_change(best_agg, base_agg)),
+        ]
     )
     headers = ["Shape", "Baseline", f"Current best (round-{best_round})", "Change"]
-    return f"\n## Current best vs baseline ({baseline.metric})\n\n{md_table(headers, rows)}\n"
+    metric = scale.label(baseline.metric)
+    return f"\n## Current best vs baseline ({metric})\n\n{md_table(headers, rows)}\n"
 
 
 def render_directions(to_try: Sequence[str], ineffective: Sequence[str]) -> str:

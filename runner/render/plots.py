@@ -23,7 +23,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from runner.core.outcomes import RoundResult, Score, Status
-from runner.render.markdown import aggregate_over, unit_of
+from runner.render.figures import unit_of
+from runner.render.markdown import aggregate_over
 
 DPI = 100
 _COLORS = {

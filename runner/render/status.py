@@ -25,7 +25,8 @@ from typing import Any
 
 from runner.core.errors import CampaignError
 from runner.core.outcomes import RoundResult, Status
-from runner.render.markdown import aggregate_over, fmt_num, fmt_pct, passing, pct_change
+from runner.render.figures import scale_for
+from runner.render.headline import Headline, headline_gain
 from runner.store.campaign import Campaign
 from runner.store.guard import check_records, lineage_behind
 from runner.store.leases import list_leases
@@ -71,13 +72,6 @@ def best_round(results: Sequence[RoundResult]) -> RoundResult | None:
     return max(kept, key=lambda r: r.round) if kept else None
 
 
-def gain_vs_baseline(best: RoundResult) -> float | None:
-    """The best round's geomean against the baseline's on the best round's PASS shapes
-    (a quick round measures only the representative shapes)."""
-    labels = [s.label for s in passing(best.score)]
-    return pct_change(aggregate_over(best.score, labels), aggregate_over(best.baseline, labels))
-
-
 @dataclass
 class CampaignStatus:
     campaign: str
@@ -86,7 +80,7 @@ class CampaignStatus:
     baseline_aggregate: float | None
     best_round: int | None
     best_aggregate: float | None
-    gain_pct: float | None
+    gain_pct: float | None  # the headline gain (runner.render.headline); None: none accepted
     accepted: int
     rolled_back: int
     failed: int
@@ -99,6 +93,7 @@ class CampaignStatus:
     record_problems: list[str] = field(default_factory=list)
     unclosed_why: dict[int, str] = field(default_factory=dict)
     leftovers: list[str] = field(default_factory=list)
+    headline_rounds: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         step = self.escalation
@@ -110,6 +105,7 @@ class CampaignStatus:
             "best_round": self.best_round,
             "best_aggregate": self.best_aggregate,
             "gain_pct": self.gain_pct,
+            "headline_rounds": list(self.headline_rounds),
             "rounds": {
                 "accepted": self.accepted,
                 "rolled_back": self.rolled_back,
@@ -137,6 +133,7 @@ def summarise(
     count = {s: sum(1 for r in results if r.status is s) for s in Status}
     closed = [r.round for r in results]
     rollbacks = consecutive_rollbacks(results)
+    headline = headline_gain(results)
     return CampaignStatus(
         campaign=name,
         root=root,
@@ -144,7 +141,8 @@ def summarise(
         baseline_aggregate=base.score.aggregate if base else None,
         best_round=best.round if best else None,
         best_aggregate=best.score.aggregate if best else None,
-        gain_pct=gain_vs_baseline(best) if best and best.status is Status.ACCEPTED else None,
+        gain_pct=headline.pct_or_none,
+        headline_rounds=list(headline.rounds),
         accepted=count[Status.ACCEPTED],
         rolled_back=count[Status.ROLLED_BACK],
         failed=count[Status.FAILED],
@@ -191,13 +189,17 @@ def collect_status(campaign: Campaign) -> CampaignStatus:
 def _best_line(s: CampaignStatus) -> str:
     if s.best_round is None:
         return "no baseline yet: run `campaign baseline`"
+    scale = scale_for(s.metric or "", [s.best_aggregate, s.baseline_aggregate])
     if s.best_round == 1:
-        return f"round-1 (baseline), {s.metric} geomean {fmt_num(s.best_aggregate)}"
+        return f"round-1 (baseline), {s.metric} geomean {scale.value(s.best_aggregate)}"
     return (
-        f"round-{s.best_round}, {s.metric} geomean {fmt_num(s.best_aggregate)} "
-        f"({fmt_pct(s.gain_pct)} vs baseline on the same shapes; baseline "
-        f"{fmt_num(s.baseline_aggregate)} over all target shapes)"
+        f"round-{s.best_round}, {s.metric} geomean {scale.value(s.best_aggregate)} "
+        f"as measured in its round (the baseline's: {scale.value(s.baseline_aggregate)})"
     )
+
+
+def _headline_line(s: CampaignStatus) -> str:
+    return Headline(s.gain_pct or 0.0, tuple(s.headline_rounds)).describe()
 
 
 def _escalation_line(s: CampaignStatus) -> str:
@@ -228,6 +230,7 @@ def render_status(s: CampaignStatus) -> str:
     lines = [
         f"campaign: {s.campaign} ({s.root})",
         f"current best: {_best_line(s)}",
+        f"headline gain: {_headline_line(s)}",
         f"rounds: {s.accepted} accepted, {s.rolled_back} rolled back, {s.failed} failed",
         f"consecutive rollbacks: {s.consecutive_rollbacks}",
         f"escalation: {_escalation_line(s)}",

@@ -9,12 +9,10 @@ decision is BASELINE.
 from __future__ import annotations
 
 from runner.core.outcomes import RoundResult, Status, TransferCheck
+from runner.render.figures import DASH, fmt_gain, fmt_pct, scale_for
 from runner.render.markdown import (
-    DASH,
     aggregate_over,
     decision_reasons,
-    fmt_num,
-    fmt_pct,
     passing,
     pct_change,
     shape_table,
@@ -59,22 +57,25 @@ def _change(result: RoundResult, manifest: Manifest) -> str:
 def _aggregates(result: RoundResult) -> str:
     score = result.score
     labels = [s.label for s in passing(score)]
+    base = aggregate_over(result.baseline, labels)
+    best = aggregate_over(result.best, labels) if result.best is not None else None
+    scale = scale_for(score.metric, [score.aggregate, base, best])
     lines = [
         f"- Aggregate {score.metric} (geomean over {score.n_pass} PASS shapes, "
-        f"{score.n_fail} FAIL): {fmt_num(score.aggregate)}"
+        f"{score.n_fail} FAIL): {scale.value(score.aggregate)}"
     ]
     if score.n_fail:
         lines.append("- A shape FAILed: the aggregate is 0 and the candidate is rejected.")
     if not _is_baseline(result):
-        base = aggregate_over(result.baseline, labels)
         pct = fmt_pct(pct_change(score.aggregate, base))
         lines.append(
-            f"- vs baseline (round-1): {fmt_num(base)} -> {fmt_num(score.aggregate)} ({pct})"
+            f"- vs baseline (round-1): {scale.num(base)} -> {scale.value(score.aggregate)} ({pct})"
         )
     if result.best is not None and not _is_baseline(result):
-        best = aggregate_over(result.best, labels)
         pct = fmt_pct(pct_change(score.aggregate, best))
-        lines.append(f"- vs current best: {fmt_num(best)} -> {fmt_num(score.aggregate)} ({pct})")
+        lines.append(
+            f"- vs current best: {scale.num(best)} -> {scale.value(score.aggregate)} ({pct})"
+        )
     if len(labels) < len(result.baseline.shapes):
         lines.append("- Comparisons use the baseline/best restricted to this round's PASS shapes.")
     return "\n".join(lines)
@@ -99,14 +100,15 @@ def _gate_line(result: RoundResult) -> str | None:
     g = result.gate
     if g is None:
         return None
+    scale = scale_for(g.metric, [g.best_aggregate, g.candidate_aggregate])
     parts = [
-        f"Gate {g.decision.value} on {g.metric}: best {fmt_num(g.best_aggregate)} -> "
-        f"candidate {fmt_num(g.candidate_aggregate)} ({fmt_pct(g.delta_pct)})"
+        f"Gate {g.decision.value} on {g.metric}: best {scale.value(g.best_aggregate)} -> "
+        f"candidate {scale.value(g.candidate_aggregate)} ({fmt_gain(g.delta_pct, g)})"
     ]
     if g.threshold_pct is not None:
         parts.append(f"threshold {g.threshold_pct:.3f}%")
     if g.pairs_used:
-        parts.append(f"{g.pairs_used} interleaved pair(s)")
+        parts.append(f"{g.pairs_used} interleaved pair(s) judged by the near-noise rule")
     return ", ".join(parts) + "."
 
 
@@ -182,7 +184,7 @@ def _transfer(result: RoundResult) -> str:
             ("Bucket", na),
             ("Cache key", na),
             ("id() audit", na),
-            ("4-step hit-rate trace", na),
+            ("8-step hit-rate trace", na),
             ("Skew robustness", na),
             ("Benchmark gain", na),
             ("Estimated real-training gain", na),
@@ -196,7 +198,7 @@ def _transfer(result: RoundResult) -> str:
             ("Bucket", t.bucket),
             ("Cache key", t.cache_key),
             ("id() audit", t.id_audit),
-            ("4-step hit-rate trace", t.hit_rate_trace),
+            ("8-step hit-rate trace", t.hit_rate_trace),
             ("Skew robustness", t.skew_robustness),
             ("Benchmark gain", fmt_pct(gain)),
             ("Estimated real-training gain", fmt_pct(t.estimated_real_gain_pct)),

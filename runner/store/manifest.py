@@ -33,6 +33,9 @@ MANIFEST_SCHEMA_VERSION = 1
 Backend = Literal["TRITON", "CK", "HIPBLASLT", "TURBO", "FLYDSL", "AITER", "HIPKITTENS", "TORCH"]
 Lang = Literal["TRITON", "HIP", "FLYDSL", "PYTORCH"]
 Granularity = Literal["tensorwise", "rowwise", "blockwise", "mx_blockwise"]
+TargetName = Literal["example", "primus-turbo"]
+ExecutionMode = Literal["repo", "workspace"]
+CacheMode = Literal["hot", "cold"]
 PrimaryMetric = Literal["Combined Step TFLOPS", "Forward TFLOPS", "Forward GB/s"]
 
 BACKEND_LANG: dict[str, str] = {
@@ -131,7 +134,7 @@ class Manifest(BaseModel):
     target_backend: Backend
     target_lang: Lang
     target_gpu: str
-    execution_mode: Literal["repo", "workspace"] = "repo"
+    execution_mode: ExecutionMode = "repo"
     performance_target: str | None = None
     primary_metric: PrimaryMetric
     target_shapes: Literal["all"] | list[str] = "all"
@@ -147,7 +150,7 @@ class Manifest(BaseModel):
     # The runner's own fields.
     schema_version: int = MANIFEST_SCHEMA_VERSION
     campaign_name: str
-    target: Literal["example", "primus-turbo"] = "example"
+    target: TargetName = "example"
     source: str
     # The folder this manifest was written for (``Campaign.init``, ``campaign
     # relocate``): a copied or moved folder no longer matches it, and its ``source``
@@ -160,7 +163,7 @@ class Manifest(BaseModel):
     heldout_seed: int | None = None  # the seed `campaign init` reserved them with
     pinned_header: str | None = None
     csv_schema: Literal["gemm", "memory", "attention"] = "gemm"
-    cache_mode: Literal["hot", "cold"] = "hot"
+    cache_mode: CacheMode = "hot"
     timing: Timing = Field(default_factory=Timing)
     sigma_g: float | None = Field(default=None, gt=0)
     # Seconds a worker spent on each shape at the baseline (median over its passes):

@@ -20,6 +20,7 @@ from runner.core.errors import ConfigError
 from runner.core.outcomes import RoundResult, Status
 from runner.core.pause_points import pause_point
 from runner.core.timestamps import now_minute
+from runner.render.figures import fmt_num
 from runner.render.markdown import (
     BASELINE_MARKER,
     TREND_HEADER,
@@ -185,7 +186,7 @@ def check_chain(results: Sequence[RoundResult]) -> list[str]:
         if drop > CHAIN_TOLERANCE_PCT:
             problems.append(
                 f"round-{cur.round} ({cur.status.value}) {cur.score.metric} geomean "
-                f"{after:.3f} is {drop:.3f}% below round-{prev.round} ({before:.3f}) on "
+                f"{fmt_num(after)} is {drop:.3f}% below round-{prev.round} ({fmt_num(before)}) on "
                 f"{len(shared)} shared shapes; the chain may drop at most "
                 f"{CHAIN_TOLERANCE_PCT:g}%: re-measure both rounds and append a correction "
                 "if a round was wrongly accepted"

@@ -11,6 +11,7 @@ from typing import Protocol
 
 from runner.core.outcomes import GateResult
 from runner.core.pause_points import pause_point
+from runner.render.figures import scale_for
 from runner.store.campaign import Campaign
 from runner.store.fingerprint_check import record_fingerprint
 from runner.store.leftovers import PARTIAL_ARTIFACTS
@@ -26,9 +27,10 @@ class RoundLike(Protocol):
 def commit_message(m: Manifest, n: int, hypothesis: str, gate: GateResult) -> str:
     """docs/protocol.md §6.7: the lineage commit message of an accepted round."""
     summary = hypothesis.strip().splitlines()[0][:72]
+    scale = scale_for(gate.metric, [gate.best_aggregate, gate.candidate_aggregate])
     change = (
-        f"geomean {gate.best_aggregate:.3f} -> {gate.candidate_aggregate:.3f} "
-        f"{_unit(gate.metric)} ({gate.delta_pct:+.1f}%)"
+        f"geomean {scale.num(gate.best_aggregate)} -> {scale.value(gate.candidate_aggregate)} "
+        f"({gate.delta_pct:+.1f}%)"
     )
     return (
         f"[optimize] {m.target_op} {m.target_backend} round-{n}: {summary}\n\n"
@@ -36,10 +38,6 @@ def commit_message(m: Manifest, n: int, hypothesis: str, gate: GateResult) -> st
         f"Result: {change}\n"
         f"Details: {Path(m.quick_command.split()[-1]).parent / 'logs' / 'optimize.md'}\n"
     )
-
-
-def _unit(metric: str) -> str:
-    return "GB/s" if "GB/s" in metric else "TFLOPS"
 
 
 def describe_patch(patch: str, touched: list[str]) -> str:

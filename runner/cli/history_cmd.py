@@ -1,0 +1,72 @@
+"""``campaign rounds`` and ``campaign show N``: the closed rounds of a campaign, read by
+the same functions as the MCP tools ``list_rounds`` and ``round_summary``
+(``runner.cli.mcp_models``), so the command line and an agent see the same records."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from tabulate import tabulate
+
+from runner.cli.app import App
+from runner.cli.options import campaign_option
+from runner.store.campaign import Campaign
+
+_json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON value.")
+HYPOTHESIS_WIDTH = 60
+
+
+def _short(text: str, width: int = HYPOTHESIS_WIDTH) -> str:
+    """The first line, cut at a word boundary with an ellipsis when too long."""
+    line = " ".join(text.strip().splitlines()[0].split()) if text.strip() else "—"
+    if len(line) <= width:
+        return line
+    return line[: width - 1].rsplit(" ", 1)[0] + "…"
+
+
+@click.command("rounds")
+@campaign_option
+@_json_option
+@click.pass_obj
+def rounds_cmd(app: App, name: str | None, as_json: bool) -> None:
+    """The closed rounds, oldest first: number, status, the gate's decision, the gain
+    against the best of the time (± over its pairs), the hypothesis."""
+    from runner.cli.mcp_models import round_infos
+    from runner.render.figures import fmt_gain
+
+    infos = round_infos(Campaign.find(app.campaigns_root, name))
+    if as_json:
+        click.echo(json.dumps([i.model_dump(mode="json") for i in infos], allow_nan=False))
+        return
+    rows = [
+        [
+            f"round-{i.round}",
+            i.status,
+            i.decision or "—",
+            fmt_gain(i.delta_pct, i.pair_gains_pct) if i.delta_pct is not None else "—",
+            "baseline" if i.round == 1 else _short(i.hypothesis),
+        ]
+        for i in infos
+    ]
+    headers = ["Round", "Status", "Decision", "Gain vs best", "Hypothesis"]
+    click.echo(tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True))
+
+
+@click.command("show")
+@click.argument("n", type=int, metavar="N")
+@campaign_option
+@_json_option
+@click.pass_obj
+def show_cmd(app: App, n: int, name: str | None, as_json: bool) -> None:
+    """One closed round: its summary.md (with --json: the summary and result.json)."""
+    from runner.cli.mcp_models import round_report
+
+    report = round_report(Campaign.find(app.campaigns_root, name), n)
+    if as_json:
+        click.echo(json.dumps(report.model_dump(mode="json"), allow_nan=False))
+    else:
+        click.echo(report.summary_md, nl=False)
+
+
+COMMANDS: list[click.Command] = [rounds_cmd, show_cmd]
