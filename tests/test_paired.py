@@ -485,3 +485,20 @@ def test_a_focused_test_failing_beside_the_workers_stops_them_before_any_turn(
     assert not (rnd.tmp / "turns.jsonl").exists() or not (rnd.tmp / "turns.jsonl").read_text()
     assert (rnd.tmp / "specs" / "pass-02-candidate.json").exists()  # they had started
     assert alive(rnd.tmp) == []
+
+
+def test_sequential_batches_fit_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.flow.measure import MAX_PAIRS, measurement_cap, next_pairs
+
+    # 3 pairs took 60 s (20 s a pair, start-up included): 4 more fit in 150 s, not 6
+    assert next_pairs(6, 3, 60.0, 150.0) == 4
+    assert next_pairs(2, 3, 60.0, 150.0) == 2
+    assert next_pairs(6, 3, 140.0, 150.0) == 0  # the judgement is then final
+    assert next_pairs(50, MAX_PAIRS - 2, 1.0, 1e9) == 2
+    monkeypatch.delenv("TURBO_CAMPAIGN_ROUND_CAP_S", raising=False)
+    assert measurement_cap("quick") == 150.0 and measurement_cap("full") == 600.0
+    monkeypatch.setenv("TURBO_CAMPAIGN_ROUND_CAP_S", "30")
+    assert measurement_cap("quick") == 30.0
+    monkeypatch.setenv("TURBO_CAMPAIGN_ROUND_CAP_S", "soon")
+    with pytest.raises(ConfigError, match="TURBO_CAMPAIGN_ROUND_CAP_S"):
+        measurement_cap("quick")
