@@ -226,6 +226,7 @@ def test_accept_end_to_end_then_report(demo_copy: Path, capsys: pytest.CaptureFi
     with pytest.raises(SystemExit) as exc:
         main([*root, "report"])
     assert exc.value.code == 0
-    log = (demo_copy / "logs" / "optimize.md").read_text("utf-8")
-    assert "Source: full validation by `campaign accept`" in log
-    assert f"Final acceptance: **{data['outcome']}**" in log
+    # the final report is regenerated into report/, never appended to the logs
+    report = (demo_copy / "report" / "final_report.md").read_text("utf-8")
+    assert "Source: full validation by `campaign accept`" in report
+    assert f"Final acceptance: **{data['outcome']}**" in report

@@ -186,7 +186,7 @@ def test_offline_tools_share_the_cli_contract_and_errors_keep_the_server_up(
         assert row_b["nonfinite"] == {"Forward TFLOPS": "nan", "db_snr": "inf"}
         assert row_b["values"]["M"] == 4096
         missing_csv = str(tmp_path / "campaigns" / "no")
-        assert "cannot read the CSV" in await error(session, "score", path=missing_csv)
+        assert "cannot read the benchmark CSV" in await error(session, "score", path=missing_csv)
         drift = await error(session, "gate", best=best, candidate=mem)
         assert "differs from the pinned schema" in drift and "Forward GB/s" in drift
         assert "no campaign under" in await error(session, "campaign_status")
