@@ -80,7 +80,8 @@ def run_round(
     result = validate_round(
         campaign,
         LocalExecutor(),
-        Request(n, hypothesis, patch, bucket=bucket),
+        # the harness-clock patches change the package's __init__: declared
+        Request(n, hypothesis, patch, bucket=bucket, allow_outside=("turbo_kernels/__init__.py",)),
         progress=lambda _m: None,
     )
     if result.status is not Status.ACCEPTED:

@@ -22,6 +22,7 @@ from runner.cli import (
     offline,
     report_cmd,
     rounds_cmd,
+    settings_cmd,
 )
 from runner.cli.app import CAMPAIGNS_ROOT_ENV, App
 from runner.core.errors import CampaignError, ConfigError, Verdict
@@ -55,6 +56,7 @@ for _module in (
     mcp_cmd,
     report_cmd,
     bundle_cmd,
+    settings_cmd,
 ):
     for _command in _module.COMMANDS:
         cli.add_command(_command)

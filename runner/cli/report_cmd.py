@@ -17,7 +17,7 @@ from runner.cli.options import (
 )
 from runner.core.errors import AppendOnlyViolation
 from runner.store.campaign import Campaign
-from runner.store.guard import RECOVERY
+from runner.store.guard import GATE_RECOVERY, RECOVERY
 from runner.store.tips import TIPS_ROOT_ENV, Tip, append_tip, resolve_tips_root
 
 
@@ -43,9 +43,11 @@ def status_cmd(app: App, name: str | None, as_json: bool) -> None:
     else:
         click.echo(render_status(status))
     if status.record_problems:
-        files = ", ".join(p.split(" ", 1)[0] for p in status.record_problems)
+        files = ", ".join(p.split(" ", 1)[0].rstrip(":") for p in status.record_problems)
+        fields = any("gate field(s)" in p for p in status.record_problems)
+        how = GATE_RECOVERY if fields else RECOVERY
         raise AppendOnlyViolation(
-            f"the append-only records of {status.campaign} do not verify ({files}); {RECOVERY}"
+            f"the append-only records of {status.campaign} do not verify ({files}); {how}"
         )
 
 

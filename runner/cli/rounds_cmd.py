@@ -150,6 +150,14 @@ def baseline_cmd(
     help="Compare despite a performance-relevant environment difference (recorded).",
 )
 @click.option(
+    "--allow-outside",
+    "allow_outside",
+    metavar="PATH",
+    multiple=True,
+    help="Let the change touch PATH outside kernel_source (repeatable; recorded). The "
+    "focused test still runs as the lineage head has it.",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -169,6 +177,7 @@ def validate_cmd(
     executor: str | None,
     gpus: str,
     allow_env_mismatch: str | None,
+    allow_outside: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """VALIDATE round N: the candidate against the last accepted round, paired.  Exit 0
@@ -185,6 +194,7 @@ def validate_cmd(
         pairs,
         tuple(parse_gpus(gpus)) if gpus else (),
         allow_env_mismatch,
+        tuple(allow_outside),
     )
     result = validate_round(
         campaign, make_executor(campaign.manifest, executor), request, progress=echo_progress

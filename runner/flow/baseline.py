@@ -31,6 +31,8 @@ from runner.judge.gate import calibrate_sigma
 from runner.judge.representative import choose_heldout, select_representative
 from runner.judge.scoring import score
 from runner.store.campaign import Campaign
+from runner.store.gate_ledger import LEDGERED_NOTE
+from runner.store.gate_ledger import record as record_gate_fields
 from runner.store.guard import preflight
 from runner.store.leftovers import job_dir
 from runner.store.lineage import snapshot
@@ -111,6 +113,7 @@ def _measure_baseline(rnd: Round, passes: int, started: str) -> RoundResult:
         snapshot(tree, m.kernel_source, campaign.snapshot_dir(1))
     store_artifacts(rnd, campaign.artifacts_dir(1), extra={"quick_baseline.log": quick_log})
     campaign.save_manifest()
+    ledgered = record_gate_fields(campaign, "baseline", "fixed at the baseline")
     result = RoundResult(
         round=1,
         status=Status.BASELINE,
@@ -128,6 +131,7 @@ def _measure_baseline(rnd: Round, passes: int, started: str) -> RoundResult:
         reasons=[
             f"noise calibration over {passes} passes: sigma_G = {100 * sigma_g:.3f}%",
             *([describe(builds)] if builds else []),
+            f"{LEDGERED_NOTE} (sha256 {ledgered[:12]}): a change goes through `campaign set`",
         ],
         artifacts=artifact_list(campaign, 1),
         attribution="No code changed; the baseline is the reference for every later round.",

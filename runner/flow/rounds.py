@@ -1,7 +1,9 @@
 """Rounds end to end: the baseline (round-1) and each VALIDATE round.
 
 Flow: refuse bad requests before writing anything -> fresh worktrees of the incumbent
-(the lineage head) and the candidate (head + patch) -> focused test -> interleaved
+(the lineage head) and the candidate (head + patch; a change outside the kernel scope
+refused unless declared, the focused test files the head's: ``runner.flow.judge_files``)
+-> focused test -> interleaved
 measurement through the executor (A B B A turns of paired local workers, or B C C B
 passes of fresh processes; ``runner.flow.measure``) into a temporary folder -> merged pinned
 CSVs -> the gate (more paired passes when it asks) -> artifacts copied into the round
@@ -33,6 +35,7 @@ from runner.core.spec import write_json_atomic
 from runner.core.timestamps import now_minute
 from runner.executors.base import Executor
 from runner.flow.build import built_roles, describe
+from runner.flow.judge_files import check_scope, restore_judge, scope_notes
 from runner.flow.measure import RoundFailed, measure_and_judge, measure_roles, pairing_words
 from runner.flow.passes import fresh_gains, state_report
 from runner.flow.round_context import (
@@ -54,6 +57,7 @@ from runner.store.lineage import Lineage, snapshot
 from runner.store.manifest import branch_name
 from runner.store.records import close_round
 from runner.store.roundfiles import artifact_list, commit_message, describe_patch, store_artifacts
+from runner.targets.registry import get_target
 
 MIN_SIGMA = 1e-6
 
@@ -74,6 +78,8 @@ class Request:
     pairs: int | None = None
     gpus: tuple[int, ...] = ()
     allow_env_mismatch: str | None = None  # compare despite a fingerprint difference (why)
+    # Paths outside kernel_source the change may touch (declared; recorded in the round).
+    allow_outside: tuple[str, ...] = ()
 
 
 def validate_round(
@@ -98,6 +104,8 @@ def validate_round(
         )
         patch = request.patch if request.patch is not None else lineage.working_tree_patch()
         touched = lineage.check_patch(patch)
+        target = get_target(campaign.manifest.target)
+        declared = check_scope(campaign.manifest, target, touched, request.allow_outside)
         best = _current_best(campaign)
         diffs = check_round_comparable(campaign, best.round, request.allow_env_mismatch)
         started = now()
@@ -109,7 +117,7 @@ def validate_round(
                 campaign, executor, progress, tmp, request.round, request.level,
                 tuple(request.gpus),
             )  # fmt: skip
-            return _validate_in(rnd, request, patch, touched, started, diffs)
+            return _validate_in(rnd, request, patch, touched, started, diffs, declared)
 
 
 def _validate_in(
@@ -119,6 +127,7 @@ def _validate_in(
     touched: list[str],
     started: str,
     diffs: Sequence[FingerprintDiff],
+    declared: Sequence[str] = (),
 ) -> RoundResult:
     campaign, m = rnd.campaign, rnd.manifest
     round_dir = campaign.round_dir(rnd.round)
@@ -133,13 +142,17 @@ def _validate_in(
     lineage = rnd.lineage
     head = lineage.head()
     shapes = level_shapes(m, request.level)
+    notes: list[str] = []
     try:
         with lineage.worktree(head) as inc_tree, lineage.worktree(head, patch) as cand_tree:
             pause_point("candidate-tree")
-            snapshot(cand_tree, m.kernel_source, campaign.snapshot_dir(rnd.round))
+            # every file the change touched, kernel_source or declared outside it
+            kept = [*m.kernel_source, *(p for p in touched if p not in m.kernel_source)]
+            snapshot(cand_tree, kept, campaign.snapshot_dir(rnd.round))
             vetoes, transfer, report = audit_candidate(
                 patch, touched, inc_tree, cand_tree, request.bucket
             )
+            notes = scope_notes(declared, restore_judge(m, inc_tree, cand_tree, touched))
             write_json_atomic(rnd.tmp / "audit.json", report.to_dict())
             roles = {"incumbent": inc_tree, "candidate": cand_tree}
             with built_roles(rnd, roles, touched) as builds:
@@ -147,7 +160,8 @@ def _validate_in(
                     rnd, request, inc_tree, cand_tree, shapes, vetoes
                 )
     except RoundFailed as exc:
-        return _close_failed(rnd, request, patch, touched, started, best, str(exc))
+        why = "\n".join([str(exc), *notes])
+        return _close_failed(rnd, request, patch, touched, started, best, why)
     commit = None
     message = ""
     if gate.decision.accepted:
@@ -159,6 +173,7 @@ def _validate_in(
     )
     if builds:
         result.reasons.append(describe(builds))
+    result.reasons.extend(notes)
     transfer.benchmark_gain_pct = round(gate.delta_pct, 3)
     transfer.estimated_real_gain_pct = 0.0 if report.rejects else round(gate.delta_pct, 3)
     result.transfer = _behaviour_transfer(rnd, transfer, gate)

@@ -5,8 +5,9 @@ failed, the consecutive rollbacks with the escalation step they call for, the ne
 round number, any unclosed round (a ``rounds/round-N`` folder without
 ``result.json``) with the step where it stopped, the chain integrity check (the
 append-only records against their ledgers, by file and byte range, and the
-accepted rounds' aggregates), and what a killed command left behind (stale workers,
-folders, partial files).  Pure functions on a list of
+accepted rounds' aggregates, and the manifest's gate fields against their ledger:
+"not ledgered" for a campaign made before they were), and what a killed command left
+behind (stale workers, folders, partial files).  Pure functions on a list of
 ``RoundResult`` do the work; ``collect_status`` only reads the campaign.
 
 A FAILED round (the measurement did not complete) counts toward the consecutive
@@ -28,6 +29,8 @@ from runner.core.outcomes import RoundResult, Status
 from runner.render.figures import scale_for
 from runner.render.headline import Headline, headline_gain
 from runner.store.campaign import Campaign
+from runner.store.gate_ledger import check_gate_fields
+from runner.store.gate_ledger import describe as describe_gate_fields
 from runner.store.guard import check_records, lineage_behind
 from runner.store.leases import list_leases
 from runner.store.leftovers import describe_attempt, describe_leftovers
@@ -94,6 +97,7 @@ class CampaignStatus:
     unclosed_why: dict[int, str] = field(default_factory=dict)
     leftovers: list[str] = field(default_factory=list)
     headline_rounds: list[int] = field(default_factory=list)
+    gate_fields: str = ""  # runner.store.gate_ledger.describe
 
     def to_dict(self) -> dict[str, Any]:
         step = self.escalation
@@ -120,6 +124,7 @@ class CampaignStatus:
             "chain_problems": list(self.chain_problems),
             "record_problems": list(self.record_problems),
             "leftovers": list(self.leftovers),
+            "gate_fields": self.gate_fields,
             "extra": {k: v for k, v in self.extra},
         }
 
@@ -171,7 +176,8 @@ def collect_status(campaign: Campaign) -> CampaignStatus:
     status = summarise(
         campaign.name, str(campaign.root), campaign.results(), unclosed_rounds(campaign)
     )
-    status.record_problems = check_records(campaign)
+    status.record_problems = check_records(campaign) + check_gate_fields(campaign)
+    status.gate_fields = describe_gate_fields(campaign)
     status.unclosed_why = {n: describe_attempt(campaign.round_dir(n)) for n in status.unclosed}
     status.leftovers = describe_leftovers(
         campaign.root, campaign.name, Path(campaign.manifest.source)
@@ -238,6 +244,7 @@ def render_status(s: CampaignStatus) -> str:
         f"unclosed rounds: {', '.join(f'round-{n}' for n in s.unclosed) or 'none'}",
         *(f"round-{n} stopped: {why}" for n, why in sorted(s.unclosed_why.items())),
         f"chain integrity: {chain}",
+        *([f"gate fields: {s.gate_fields}"] if s.gate_fields else []),
         *s.leftovers,
     ]
     lines += [f"{key}: {line}" for key, line in s.extra]

@@ -1,7 +1,9 @@
 """Checks before work (docs/reliability.md): every command that appends to a campaign
 (baseline, validate, accept, report) first clears what a killed command left behind,
-finishes an interrupted lineage update, and verifies every append-only file against
-its ledger, before it measures anything.  A broken record stops it with exit 5.
+finishes an interrupted lineage update, verifies every append-only file against
+its ledger and the manifest's gate fields against theirs (``runner.store.gate_ledger``),
+before it measures anything.  A broken record or a gate field changed without
+``campaign set`` stops it with exit 5.
 
 ``check_records`` is also what ``campaign status`` reports, by file and byte range.
 """
@@ -16,6 +18,7 @@ from runner.core.outcomes import Status
 from runner.render.markdown import optimize_title, trend_header
 from runner.store.appendlog import LEDGER_SUFFIX, verify
 from runner.store.campaign import Campaign
+from runner.store.gate_ledger import verify_gate_fields
 from runner.store.leftovers import clean_leftovers
 from runner.store.lineage import Lineage
 from runner.store.manifest import branch_name
@@ -25,6 +28,11 @@ RECOVERY = (
     "content (`git checkout`, a backup, or the bytes the ledger names), check it with "
     "`campaign status`, then append a correction with `campaign correct --text TEXT` "
     "instead of editing"
+)
+GATE_RECOVERY = (
+    "for a gate field of manifest.yaml changed by hand: restore its ledgered value, or "
+    "record the change with `campaign set FIELD VALUE --reason TEXT`; for any other "
+    "file: " + RECOVERY
 )
 
 
@@ -130,3 +138,4 @@ def preflight(campaign: Campaign, progress: Callable[[str], None] | None = None)
         if progress is not None:
             progress(f"cleanup: {line}")
     verify_records(campaign)
+    verify_gate_fields(campaign)

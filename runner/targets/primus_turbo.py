@@ -338,6 +338,7 @@ PRIMUS_TURBO = PrimusTurboTarget(
     },
     code_map=CODE_MAP,
     rebuild_globs=("csrc/**", "setup.py", "CMakeLists.txt"),
+    build_files=("setup.py", "CMakeLists.txt"),
     editable_install=True,
     native_modules=("primus_turbo.pytorch._C",),  # setup.py's CUDAExtension (a6a16cdc)
 )

@@ -1,0 +1,221 @@
+"""What steers the gate is ledgered (issue 27 row 3).
+
+The manifest fields the verdict depends on (``GATE_FIELDS``: sigma_G, the primary
+metric, the shape set and every list of shapes, the pairs, the timing, the cache mode,
+the CSV schema and pinned header, the performance target, the kernel scope and the
+focused test) are fixed at the baseline: their values and a sha256 over them are
+appended to ``logs/gate_fields.jsonl``, an append-only record with its ``.sha256``
+ledger like the two logs (``runner.store.appendlog``; ``guard.record_files`` picks it
+up, so an edit to the file itself is a broken record).  The gate's own thresholds (2%,
+3 sigma_G, 5%, 1%) are constants of ``runner.judge.gate``, not manifest fields; the
+manifest's sigma_G is what moves them.
+
+``check_gate_fields`` compares the manifest with the last entry: a field that differs
+is named (recorded value, value now); ``campaign status`` says BROKEN and every command
+that measures (``guard.preflight``) refuses with exit 5 before it measures.  A
+deliberate change goes through ``campaign set FIELD VALUE --reason TEXT``
+(``set_gate_field``), which appends a new entry and a marked line to optimize.md.
+
+A campaign made before this (no ledger, and a baseline that does not say it ledgered
+its fields) keeps working: ``describe`` says "not ledgered"; its first ``campaign set``
+starts the ledger.  A ledger that was deleted (together with its ``.sha256``) while
+the baseline's record says it was written is BROKEN too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runner.core.errors import AppendOnlyViolation, ConfigError
+from runner.core.outcomes import Status
+from runner.core.timestamps import now_minute
+from runner.store.appendlog import append, append_correction
+from runner.store.campaign import Campaign
+from runner.store.manifest import Manifest, validate_manifest
+
+LEDGER_NAME = "gate_fields.jsonl"
+GATE_FIELDS = (
+    "primary_metric",
+    "sigma_g",
+    "shape_set",
+    "target_shapes",
+    "representative_shapes",
+    "heldout_shapes",
+    "pairs",
+    "timing",
+    "cache_mode",
+    "csv_schema",
+    "pinned_header",
+    "performance_target",
+    "kernel_source",
+    "test_command",
+)
+# The words the baseline's record carries when it wrote the ledger.
+LEDGERED_NOTE = "gate fields ledgered in logs/" + LEDGER_NAME
+
+
+def ledger_file(campaign: Campaign) -> Path:
+    return campaign.logs_dir / LEDGER_NAME
+
+
+def gate_values(m: Manifest) -> dict[str, Any]:
+    data = m.model_dump(mode="json")
+    return {k: data[k] for k in GATE_FIELDS}
+
+
+def values_sha(values: dict[str, Any]) -> str:
+    text = json.dumps(values, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def gate_sha(m: Manifest) -> str:
+    return values_sha(gate_values(m))
+
+
+def record(campaign: Campaign, by: str, reason: str) -> str:
+    """Append the manifest's gate fields as the new ledgered state; returns its sha256."""
+    values = gate_values(campaign.manifest)
+    sha = values_sha(values)
+    entry = {"when": now_minute(), "by": by, "reason": reason, "sha256": sha, "fields": values}
+    append(ledger_file(campaign), json.dumps(entry, sort_keys=True, ensure_ascii=True) + "\n")
+    return sha
+
+
+def last_entry(campaign: Campaign) -> dict[str, Any] | None:
+    """The last ledgered state; None when there is no ledger.  A line that is not an
+    entry is an AppendOnlyViolation (the file's own ledger catches an edit first)."""
+    path = ledger_file(campaign)
+    if not path.exists():
+        return None
+    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    try:
+        entry = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        entry = None
+    if not isinstance(entry, dict) or not isinstance(entry.get("fields"), dict):
+        raise AppendOnlyViolation(f"{path}: its last line is not a gate-fields entry; restore it")
+    return entry
+
+
+def _baseline_ledgered(campaign: Campaign) -> bool:
+    if 1 not in campaign.closed_rounds():
+        return False
+    base = campaign.load_result(1)
+    return base.status is Status.BASELINE and any(LEDGERED_NOTE in r for r in base.reasons)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_gate_fields(campaign: Campaign) -> list[str]:
+    """One line naming every gate field that differs from its ledgered value (empty:
+    ledgered and unchanged, or not ledgered at all)."""
+    try:
+        entry = last_entry(campaign)
+    except (AppendOnlyViolation, OSError, UnicodeDecodeError) as exc:
+        return [str(exc)]
+    if entry is None:
+        if _baseline_ledgered(campaign):
+            return [
+                f"{ledger_file(campaign)} is missing but the baseline recorded it "
+                "(deleted with its ledger); restore it from a backup"
+            ]
+        return []
+    recorded, now = entry["fields"], gate_values(campaign.manifest)
+    changed = [k for k in GATE_FIELDS if recorded.get(k) != now[k]]
+    if not changed and values_sha(now) == entry.get("sha256"):
+        return []
+    listed = "; ".join(f"{k} {_short(recorded.get(k))} -> {_short(now[k])}" for k in changed)
+    return [
+        f"{campaign.manifest_path}: gate field(s) {', '.join(changed) or '(hash)'} changed "
+        f"since they were ledgered ({listed}); restore the ledgered value(s) in "
+        "manifest.yaml, or record a deliberate change with "
+        "`campaign set FIELD VALUE --reason TEXT`"
+    ]
+
+
+def verify_gate_fields(campaign: Campaign) -> None:
+    """Raise AppendOnlyViolation (exit 5) when a gate field differs from the ledger."""
+    problems = check_gate_fields(campaign)
+    if problems:
+        raise AppendOnlyViolation(
+            f"campaign {campaign.name}: what steers the gate changed without a record:\n"
+            + "\n".join(f"  - {p}" for p in problems)
+            + "\nNothing was measured or written."
+        )
+
+
+def describe(campaign: Campaign) -> str:
+    """The status line: ledgered (its hash and entries), not ledgered, or BROKEN."""
+    problems = check_gate_fields(campaign)
+    if problems:
+        return "BROKEN: changed without `campaign set` (named under chain integrity)"
+    entry = last_entry(campaign)
+    if entry is None:
+        return (
+            "not ledgered (a campaign made before the gate fields were ledgered, or no "
+            "baseline yet)"
+        )
+    return f"ledgered, unchanged (sha256 {str(entry.get('sha256'))[:12]}, by {entry.get('by')})"
+
+
+def parse_value(text: str) -> Any:
+    """A VALUE of ``campaign set``: YAML (``0.05``, ``[a, b, c]``, ``Forward TFLOPS``);
+    a percentage ``5%`` is a fraction (sigma_g)."""
+    stripped = text.strip()
+    if stripped.endswith("%"):
+        try:
+            return float(stripped[:-1]) / 100
+        except ValueError:
+            pass
+    try:
+        return yaml.safe_load(stripped)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"VALUE {text!r} is not a YAML value ({exc})") from None
+
+
+def set_gate_field(campaign: Campaign, field: str, value: str, reason: str) -> str:
+    """``campaign set``: change one gate field as a recorded, deliberate change.  Refused
+    while a record does not verify or another gate field differs from its ledgered
+    value (that one must be restored or set on its own first).  Returns the line
+    appended to optimize.md."""
+    from runner.store.guard import verify_records
+
+    if field not in GATE_FIELDS:
+        raise ConfigError(f"{field!r} is not a gate field; one of: {', '.join(GATE_FIELDS)}")
+    if not reason.strip():
+        raise ConfigError("say why the field changes: --reason TEXT (it is recorded)")
+    with campaign.lock():
+        verify_records(campaign)
+        m = campaign.manifest
+        entry = last_entry(campaign)
+        if entry is not None:
+            others = [
+                k for k in GATE_FIELDS if k != field and entry["fields"].get(k) != gate_values(m)[k]
+            ]
+            if others:
+                raise AppendOnlyViolation(
+                    f"gate field(s) {', '.join(others)} of {campaign.manifest_path} differ "
+                    "from their ledgered values too: restore them, or set each with its "
+                    "own `campaign set FIELD VALUE --reason TEXT`; nothing was changed"
+                )
+        old = gate_values(m)[field] if entry is None else entry["fields"][field]
+        data = m.model_dump()
+        data[field] = parse_value(value)
+        new = validate_manifest(data, f"campaign set {field}")
+        line = (
+            f"gate field {field}: {_short(old)} "
+            f"-> {_short(gate_values(new)[field])} (`campaign set`); reason: {reason.strip()}"
+        )
+        append_correction(campaign.optimize_log, line)
+        campaign.manifest = new
+        campaign.save_manifest()
+        record(campaign, "campaign set", f"{field}: {reason.strip()}")
+    return line
