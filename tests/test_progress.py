@@ -204,8 +204,20 @@ def test_a_validate_round_on_the_demo_shows_pairs_and_an_estimate(
     stamp = re.compile(r"^  \.\. \d\d:\d\d:\d\d round-\d+: ")
     assert lines and all(stamp.match(line) for line in lines), err
     planned = [line for line in lines if ": measuring 2 pair(s): 0/2 pairs done" in line]
-    assert len(planned) == 1 and re.search(r"about \d+ s left", planned[0]), err
+    assert len(planned) == 1 and re.search(r"about (\d+ min )?\d+ s left", planned[0]), err
     done = [line for line in lines if re.search(r"pair [12]/2 done: gain [+-]\d", line)]
     assert len(done) == 2 and "about" in done[0], err
     assert any(line.endswith(f"round-{n}: records") for line in lines), err
     assert "turn 1/8" not in err  # single turns only move a terminal's live line
+
+
+def test_acceptance_says_its_events_as_accept() -> None:
+    from runner.flow.accept import ACCEPT_ROUND, _prefixed
+
+    said: list[str] = []
+    say = _prefixed(said.append)
+    say(StepStarted(f"round-{ACCEPT_ROUND}", name="records"))
+    say(f"round-{ACCEPT_ROUND}: measurement cap reached at 4 pair(s)")
+    step, line = said
+    assert isinstance(step, StepStarted) and step == "accept: records" and step.label == "accept"
+    assert line == "accept: measurement cap reached at 4 pair(s)"
