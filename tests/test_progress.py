@@ -22,6 +22,7 @@ from runner.flow.progress import (
     PairWatch,
     StepStarted,
     TurnDone,
+    batch_seconds,
     estimate_left,
     fmt_seconds,
     pair_seconds,
@@ -57,17 +58,38 @@ def test_the_estimate_comes_from_the_recorded_shape_seconds_then_the_rate() -> N
     assert prior == pytest.approx(8.0 * PAIR_SECONDS_FACTOR)  # both workers, every shape
     assert pair_seconds(SHAPES, ["a", "missing"], roles=2) is None
     assert pair_seconds({}, ["a"], roles=2) is None
-    # Before any pair: one start-up and the planned pairs at the prior, less elapsed.
-    assert estimate_left(3, 0, 0.0, prior_s=8.0) == pytest.approx(START_UP_S + 24.0)
-    assert estimate_left(3, 0, 10.0, prior_s=8.0) == pytest.approx(START_UP_S + 14.0)
-    assert estimate_left(3, 0, 1e3, prior_s=prior) == 0.0  # late: never negative
-    # After a pair: the rate measured so far (20 s a pair) times the pairs left.
-    assert estimate_left(3, 1, 20.0, prior_s=prior, last_done_s=20.0) == pytest.approx(40.0)
-    assert estimate_left(3, 1, 25.0, prior_s=prior, last_done_s=20.0) == pytest.approx(35.0)
-    # No prior (the baseline): the share of the turns done, extrapolated.
-    assert estimate_left(4, 0, 10.0, prior_s=None, turn_fraction=0.25) == pytest.approx(30.0)
-    assert estimate_left(4, 0, 10.0, prior_s=None) is None
-    assert estimate_left(2, 2, 50.0, prior_s=prior, last_done_s=50.0) == 0.0
+    # A batch's seconds: before any pair, one start-up and the prior a pair; then the
+    # rate measured so far (the pairs done, their start-ups included).
+    assert batch_seconds(3, 0, None, prior) == pytest.approx(START_UP_S + 3 * prior)
+    assert batch_seconds(3, 2, 50.0, prior) == pytest.approx(75.0)
+    assert batch_seconds(3, 0, None, None) is None
+    # What is left counts the batch's estimate down, never below 0.
+    assert estimate_left(3, 0, 10.0, batch_s=40.0, batch_elapsed_s=10.0) == 30.0
+    assert estimate_left(5, 2, 60.0, batch_s=75.0, batch_elapsed_s=5.0) == 70.0
+    assert estimate_left(3, 0, 1e3, batch_s=40.0, batch_elapsed_s=1e3) == 0.0
+    assert estimate_left(2, 2, 50.0, batch_s=40.0, batch_elapsed_s=50.0) == 0.0
+    # No estimate (the baseline, nothing recorded yet): the share of the turns done.
+    assert estimate_left(4, 0, 10.0, batch_s=None, turn_fraction=0.25) == pytest.approx(30.0)
+    assert estimate_left(4, 0, 10.0, batch_s=None) is None
+
+
+def test_a_later_batch_is_estimated_at_the_rate_measured_so_far() -> None:
+    said: list[str] = []
+    clock = Clock()
+    watch = PairWatch(said.append, "round-3", roles=2, turns_per_pair=4, prior_s=8.0,
+                      clock=clock)  # fmt: skip
+    watch.plan(2)
+    clock.now += 30
+    watch.pair_done()
+    watch.pair_done()  # 15 s a pair, start-up included
+    watch.plan(3)
+    assert said[-1].left_s == pytest.approx(45.0)  # type: ignore[attr-defined]
+    assert said[-1] == (
+        "round-3: measuring 3 pair(s): 2/5 pairs done, 30 s elapsed, about 45 s left"
+    )
+    clock.now += 40
+    watch.pair_done()  # the batch's pairs finish together at its end: count down
+    assert said[-1].left_s == pytest.approx(5.0)  # type: ignore[attr-defined]
 
 
 def test_a_watch_says_pairs_planned_turns_and_readings() -> None:
@@ -89,7 +111,9 @@ def test_a_watch_says_pairs_planned_turns_and_readings() -> None:
     )
     assert isinstance(turn, TurnDone) and (turn.turns, turn.turns_planned) == (1, 8)
     assert isinstance(first, PairDone) and first.gain_pct is None and first.done == 1
-    assert first == "round-5: pair 1/2 done, 20 s elapsed, about 20 s left"
+    assert (
+        first == f"round-5: pair 1/2 done, 20 s elapsed, about {fmt_seconds(START_UP_S - 4)} left"
+    )
     assert second.gain_pct == 4.25 and second.left_s == 0.0
     assert second == (
         "round-5: pair 2/2 done: gain +4.25% on this pair, 20 s elapsed, about 0 s left"
@@ -134,7 +158,8 @@ def test_plain_progress_is_timestamped_lines_without_single_turns() -> None:
         "  .. 12:00:00 round-4: test-candidate",
         f"  .. 12:00:00 round-4: measuring 2 pair(s): 0/2 pairs done, 0 s elapsed, about "
         f"{fmt_seconds(START_UP_S + 20)} left",
-        "  .. 12:00:00 round-4: pair 1/2 done, 24 s elapsed, about 24 s left",
+        f"  .. 12:00:00 round-4: pair 1/2 done, 24 s elapsed, about "
+        f"{fmt_seconds(START_UP_S - 4)} left",
         "  .. 12:00:00 round-4: pair 2/2 done: gain -1.50% on this pair, 25 s elapsed, "
         "about 0 s left",
     ]  # one line each however narrow the console: CI logs are grepped
@@ -170,7 +195,7 @@ def test_on_a_terminal_a_live_line_shows_step_pairs_elapsed_estimate_reading() -
         clock.now += 2
         assert view.status_text() == (
             "round-4: pass-01-incumbent · pairs 1/2 · turn 1/8 · 15 s elapsed · "
-            "about 11 s left · last pair +7.00%"
+            f"about {fmt_seconds(START_UP_S + 5)} left · last pair +7.00%"
         )
         clock.now += 60
         assert "finishing" in view.status_text()

@@ -13,8 +13,9 @@ display, ``runner.cli.progress_view``) reads their fields:
   the incumbent on that pair's two CSVs) when there is one.
 
 The measuring ones carry the seconds elapsed and an estimate of the seconds left,
-from ``PairWatch``: before any pair is done, from the baseline's recorded seconds per
-shape (``pair_seconds``), then from the rate measured so far.
+from ``PairWatch``: each batch's time is estimated when it is planned, for the first
+from the baseline's recorded seconds per shape (``pair_seconds``), for later ones
+from the rate measured so far, and counts down.
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ E = TypeVar("E", bound="Event")
 
 # A paired worker's seconds on a shape in a round, per second the baseline's worker
 # spent preparing and timing it (``shape_seconds``): its turns take about that (the
-# same budget, split over them), its finish (the fresh step, the re-check) 0.7 more.
+# same budget, split over them), its finish (the fresh step, the re-check) 0.55 more.
 # And the start-up of a batch's workers (imports, first calls, side by side).  Both
 # measured on the CPU demo (docs/benchmarks.md, "Progress estimate"); after the
 # first pair the rate measured so far replaces them.
-PAIR_SECONDS_FACTOR = 1.7
+PAIR_SECONDS_FACTOR = 1.55
 START_UP_S = 15.0
 
 
@@ -150,28 +151,37 @@ def pair_seconds(
     return roles * PAIR_SECONDS_FACTOR * sum(shape_seconds[label] for label in labels)
 
 
+def batch_seconds(
+    more: int, done: int, last_done_s: float | None, prior_s: float | None
+) -> float | None:
+    """The seconds a batch of ``more`` pairs should take: at the rate measured so far
+    (``done`` pairs by ``last_done_s``, their start-ups included), else one start-up and
+    ``prior_s`` a pair; None without either."""
+    if done and last_done_s is not None:
+        return more * last_done_s / done
+    if prior_s is not None:
+        return START_UP_S + more * prior_s
+    return None
+
+
 def estimate_left(
     planned: int,
     done: int,
     elapsed_s: float,
     *,
-    prior_s: float | None,
-    last_done_s: float | None = None,
+    batch_s: float | None,
+    batch_elapsed_s: float = 0.0,
     turn_fraction: float = 0.0,
 ) -> float | None:
-    """Seconds left for the ``planned`` pairs at ``elapsed_s``.
-
-    After a pair is done: the rate measured so far (``last_done_s``: when the last one
-    finished) times the pairs left.  Before: ``prior_s`` a pair (plus one start-up)
-    less what has elapsed; without a prior, the share of the turns done
-    (``turn_fraction``) extrapolated; else None.  Never below 0."""
-    left = planned - done
-    if left <= 0:
+    """Seconds left for the ``planned`` pairs at ``elapsed_s``: what is left of the
+    current batch's estimate (``batch_seconds``; a batch's pairs finish together at
+    its end, so the estimate counts down rather than follows each pair); without one,
+    the share of the turns done (``turn_fraction``) extrapolated; else None.  Never
+    below 0; 0 when every planned pair is done."""
+    if planned - done <= 0:
         return 0.0
-    if done and last_done_s is not None:
-        return max(0.0, left * last_done_s / done - (elapsed_s - last_done_s))
-    if prior_s is not None:
-        return max(0.0, START_UP_S + planned * prior_s - elapsed_s)
+    if batch_s is not None:
+        return max(0.0, batch_s - batch_elapsed_s)
     if turn_fraction > 0:
         return max(0.0, elapsed_s * (1 - turn_fraction) / turn_fraction)
     return None
@@ -202,6 +212,8 @@ class PairWatch:
         self.started = clock()
         self.planned = self.done = self.turns = 0
         self.last_done_s: float | None = None
+        self.batch_s: float | None = None  # the current batch's estimate
+        self.batch_started = 0.0
         self._lock = threading.Lock()
 
     def elapsed(self) -> float:
@@ -210,9 +222,10 @@ class PairWatch:
     def left_s(self) -> float | None:
         total_turns = self.planned * self.turns_per_pair
         fraction = self.turns / total_turns if total_turns else 0.0
+        elapsed = self.elapsed()
         return estimate_left(
-            self.planned, self.done, self.elapsed(), prior_s=self.prior_s,
-            last_done_s=self.last_done_s, turn_fraction=fraction,
+            self.planned, self.done, elapsed, batch_s=self.batch_s,
+            batch_elapsed_s=elapsed - self.batch_started, turn_fraction=fraction,
         )  # fmt: skip
 
     def _fields(self) -> dict[str, Any]:
@@ -221,6 +234,8 @@ class PairWatch:
 
     def plan(self, more: int) -> None:
         with self._lock:
+            self.batch_s = batch_seconds(more, self.done, self.last_done_s, self.prior_s)
+            self.batch_started = self.elapsed()
             self.planned += more
             event = PairsPlanned(self.label, more=more, cap_s=self.cap_s, **self._fields())
         self.progress(event)
