@@ -59,8 +59,10 @@ def test_the_estimate_comes_from_the_recorded_shape_seconds_then_the_rate() -> N
     assert pair_seconds(SHAPES, ["a", "missing"], roles=2) is None
     assert pair_seconds({}, ["a"], roles=2) is None
     # A batch's seconds: before any pair, one start-up and the prior a pair; then the
-    # rate measured so far (the pairs done, their start-ups included).
+    # start-up measured and the rate measured without it (none: fresh passes).
     assert batch_seconds(3, 0, None, prior) == pytest.approx(START_UP_S + 3 * prior)
+    assert batch_seconds(3, 2, 50.0, prior, [10.0]) == pytest.approx(10.0 + 3 * 20.0)
+    assert batch_seconds(3, 4, 80.0, prior, [10.0, 20.0]) == pytest.approx(15.0 + 3 * 12.5)
     assert batch_seconds(3, 2, 50.0, prior) == pytest.approx(75.0)
     assert batch_seconds(3, 0, None, None) is None
     # What is left counts the batch's estimate down, never below 0.
@@ -79,17 +81,21 @@ def test_a_later_batch_is_estimated_at_the_rate_measured_so_far() -> None:
     watch = PairWatch(said.append, "round-3", roles=2, turns_per_pair=4, prior_s=8.0,
                       clock=clock)  # fmt: skip
     watch.plan(2)
-    clock.now += 30
+    clock.now += 10
+    watch.turn_done()  # the workers are up: a 10 s start-up
+    clock.now += 2
+    watch.turn_done()
+    clock.now += 18
     watch.pair_done()
-    watch.pair_done()  # 15 s a pair, start-up included
+    watch.pair_done()  # 10 s a pair after the start-up
     watch.plan(3)
-    assert said[-1].left_s == pytest.approx(45.0)  # type: ignore[attr-defined]
+    assert said[-1].left_s == pytest.approx(10.0 + 30.0)  # type: ignore[attr-defined]
     assert said[-1] == (
-        "round-3: measuring 3 pair(s): 2/5 pairs done, 30 s elapsed, about 45 s left"
+        "round-3: measuring 3 pair(s): 2/5 pairs done, 30 s elapsed, about 40 s left"
     )
-    clock.now += 40
+    clock.now += 36
     watch.pair_done()  # the batch's pairs finish together at its end: count down
-    assert said[-1].left_s == pytest.approx(5.0)  # type: ignore[attr-defined]
+    assert said[-1].left_s == pytest.approx(4.0)  # type: ignore[attr-defined]
 
 
 def test_a_watch_says_pairs_planned_turns_and_readings() -> None:

@@ -152,13 +152,20 @@ def pair_seconds(
 
 
 def batch_seconds(
-    more: int, done: int, last_done_s: float | None, prior_s: float | None
+    more: int,
+    done: int,
+    last_done_s: float | None,
+    prior_s: float | None,
+    start_ups: Sequence[float] = (),
 ) -> float | None:
-    """The seconds a batch of ``more`` pairs should take: at the rate measured so far
-    (``done`` pairs by ``last_done_s``, their start-ups included), else one start-up and
-    ``prior_s`` a pair; None without either."""
+    """The seconds a batch of ``more`` pairs should take.  After a pair: one start-up
+    as the batches measured theirs (``start_ups``: from a batch's planning to its first
+    turn's end; none, e.g. fresh processes per pass: 0) and ``more`` pairs at the rate
+    measured so far (``done`` pairs by ``last_done_s``, less those start-ups).  Before:
+    one ``START_UP_S`` and ``prior_s`` a pair.  None without either."""
     if done and last_done_s is not None:
-        return more * last_done_s / done
+        start_up = sum(start_ups) / len(start_ups) if start_ups else 0.0
+        return start_up + more * max(last_done_s - sum(start_ups), 0.0) / done
     if prior_s is not None:
         return START_UP_S + more * prior_s
     return None
@@ -214,6 +221,8 @@ class PairWatch:
         self.last_done_s: float | None = None
         self.batch_s: float | None = None  # the current batch's estimate
         self.batch_started = 0.0
+        self.start_ups: list[float] = []  # per batch: planned -> its first turn's end
+        self._batch_turned = False
         self._lock = threading.Lock()
 
     def elapsed(self) -> float:
@@ -234,8 +243,11 @@ class PairWatch:
 
     def plan(self, more: int) -> None:
         with self._lock:
-            self.batch_s = batch_seconds(more, self.done, self.last_done_s, self.prior_s)
+            self.batch_s = batch_seconds(
+                more, self.done, self.last_done_s, self.prior_s, self.start_ups
+            )
             self.batch_started = self.elapsed()
+            self._batch_turned = False
             self.planned += more
             event = PairsPlanned(self.label, more=more, cap_s=self.cap_s, **self._fields())
         self.progress(event)
@@ -243,6 +255,9 @@ class PairWatch:
     def turn_done(self) -> None:
         with self._lock:
             self.turns += 1
+            if not self._batch_turned:  # the batch's workers are up and measuring
+                self._batch_turned = True
+                self.start_ups.append(self.elapsed() - self.batch_started)
             event = TurnDone(self.label, turns=self.turns,
                              turns_planned=self.planned * self.turns_per_pair,
                              **self._fields())  # fmt: skip
