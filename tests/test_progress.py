@@ -252,3 +252,19 @@ def test_acceptance_says_its_events_as_accept() -> None:
     step, line = said
     assert isinstance(step, StepStarted) and step == "accept: records" and step.label == "accept"
     assert line == "accept: measurement cap reached at 4 pair(s)"
+
+
+def test_the_first_turns_rescale_the_estimate_to_the_load_now() -> None:
+    """The baseline's shape seconds were measured under some load; the first timed
+    turns say how fast the machine is now, before any pair is done."""
+    said: list[str] = []
+    watch = PairWatch(said.append, "round-2", roles=2, turns_per_pair=4, prior_s=8.0,
+                      clock=Clock())  # fmt: skip
+    watch.plan(2)
+    prior_turn = 8.0 / PAIR_SECONDS_FACTOR / 4
+    watch.turn_done(prior_turn / 2)  # twice as fast as at the baseline
+    finish = (PAIR_SECONDS_FACTOR - 1) * 8.0 / PAIR_SECONDS_FACTOR
+    expected = 7 * prior_turn / 2 + 2 * finish / 2
+    assert said[-1].left_s == pytest.approx(expected)  # type: ignore[attr-defined]
+    watch.turn_done(None)  # a turn without its seconds counts, but times nothing
+    assert said[-1].left_s == pytest.approx(expected - prior_turn / 2)  # type: ignore[attr-defined]

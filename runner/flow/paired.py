@@ -332,7 +332,7 @@ def _take_turns(
                     turn = {"worker": name, "pair": p, "group": g, "pick": pick, **span, **held}
                     record.write(json.dumps(turn) + "\n")
                     if watch is not None:
-                        watch.turn_done()
+                        watch.turn_done(reply.get("seconds"))
     return list(memory.values())
 
 

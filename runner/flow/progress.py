@@ -223,6 +223,7 @@ class PairWatch:
         self.batch_started = 0.0
         self.start_ups: list[float] = []  # per batch: planned -> its first turn's end
         self._batch_turned = False
+        self.turn_seconds: list[float] = []
         self._lock = threading.Lock()
 
     def elapsed(self) -> float:
@@ -232,10 +233,22 @@ class PairWatch:
         total_turns = self.planned * self.turns_per_pair
         fraction = self.turns / total_turns if total_turns else 0.0
         elapsed = self.elapsed()
+        if not self.done and self.prior_s and self.turn_seconds:
+            return self._from_turns(total_turns - self.turns)
         return estimate_left(
             self.planned, self.done, elapsed, batch_s=self.batch_s,
             batch_elapsed_s=elapsed - self.batch_started, turn_fraction=fraction,
         )  # fmt: skip
+
+    def _from_turns(self, turns_left: int) -> float:
+        """Before any pair is done, once turns were timed: the turns left at the
+        measured turn time, and each pair's finish at the prior's share scaled as the
+        turns came out against it (the machine's load now against the baseline's)."""
+        turn_s = sum(self.turn_seconds) / len(self.turn_seconds)
+        assert self.prior_s is not None
+        prior_turn = self.prior_s / PAIR_SECONDS_FACTOR / self.turns_per_pair
+        finish = (PAIR_SECONDS_FACTOR - 1) * self.prior_s / PAIR_SECONDS_FACTOR
+        return turns_left * turn_s + self.planned * finish * turn_s / prior_turn
 
     def _fields(self) -> dict[str, Any]:
         return {"done": self.done, "planned": self.planned, "unit": self.unit,
@@ -252,9 +265,13 @@ class PairWatch:
             event = PairsPlanned(self.label, more=more, cap_s=self.cap_s, **self._fields())
         self.progress(event)
 
-    def turn_done(self) -> None:
+    def turn_done(self, seconds: float | None = None) -> None:
+        """One worker turn ended; ``seconds``: how long it measured for (the worker's
+        own figure)."""
         with self._lock:
             self.turns += 1
+            if seconds:
+                self.turn_seconds.append(float(seconds))
             if not self._batch_turned:  # the batch's workers are up and measuring
                 self._batch_turned = True
                 self.start_ups.append(self.elapsed() - self.batch_started)
