@@ -152,7 +152,7 @@ def feed(view: ProgressView, clock: Clock) -> None:
     watch.pair_done(["a", "b"])  # type: ignore[list-item]
 
 
-def test_plain_progress_is_timestamped_lines_without_single_turns() -> None:
+def test_plain_progress_is_timestamped_lines_with_only_a_batchs_first_turn() -> None:
     out = StringIO()
     clock = Clock()
     view = ProgressView(console=Console(file=out, width=60), clock=clock, stamp=lambda: "12:00:00")
@@ -164,6 +164,8 @@ def test_plain_progress_is_timestamped_lines_without_single_turns() -> None:
         "  .. 12:00:00 round-4: test-candidate",
         f"  .. 12:00:00 round-4: measuring 2 pair(s): 0/2 pairs done, 0 s elapsed, about "
         f"{fmt_seconds(START_UP_S + 20)} left",
+        f"  .. 12:00:00 round-4: turn 1/8 (0/2 pairs done), 4 s elapsed, about "
+        f"{fmt_seconds(START_UP_S + 16)} left",
         f"  .. 12:00:00 round-4: pair 1/2 done, 24 s elapsed, about "
         f"{fmt_seconds(START_UP_S - 4)} left",
         "  .. 12:00:00 round-4: pair 2/2 done: gain -1.50% on this pair, 25 s elapsed, "
@@ -239,7 +241,7 @@ def test_a_validate_round_on_the_demo_shows_pairs_and_an_estimate(
     done = [line for line in lines if re.search(r"pair [12]/2 done: gain [+-]\d", line)]
     assert len(done) == 2 and "about" in done[0], err
     assert any(line.endswith(f"round-{n}: records") for line in lines), err
-    assert "turn 1/8" not in err  # single turns only move a terminal's live line
+    assert "turn 1/8" in err and "turn 2/8" not in err  # only a batch's first turn
 
 
 def test_acceptance_says_its_events_as_accept() -> None:

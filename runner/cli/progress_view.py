@@ -7,7 +7,8 @@ It is the ``progress`` callable the flows report to (``runner.flow.progress``):
   turn, the time elapsed, the estimate left, the last pair's reading; the steps, the
   pairs planned and each pair's reading also print above it as they land;
 * elsewhere (CI logs, a pipe): the same as plain lines, each with the time of day
-  (``  .. 13:45:02 round-2: pair 1/2 done: ...``); single turns are left out;
+  (``  .. 13:45:02 round-2: pair 1/2 done: ...``); of the turns only each batch's
+  first (its estimate is the first from timed turns);
 * ``--quiet``: nothing.
 
 Use it as a context manager around the command, so the live line is cleared at the
@@ -69,10 +70,11 @@ class ProgressView:
     def __call__(self, message: str) -> None:
         if self.quiet:
             return
+        first_turn = isinstance(message, TurnDone) and not isinstance(self.measuring, TurnDone)
         self._note(message)
         if self.live_mode:
             self._show_live(message)
-        elif not isinstance(message, TurnDone):
+        elif first_turn or not isinstance(message, TurnDone):
             self.console.print(f"  .. {self.stamp()} {message}", markup=False, soft_wrap=True)
 
     def _note(self, message: str) -> None:

@@ -233,8 +233,6 @@ class PairWatch:
         total_turns = self.planned * self.turns_per_pair
         fraction = self.turns / total_turns if total_turns else 0.0
         elapsed = self.elapsed()
-        if not self.done and self.prior_s and self.turn_seconds:
-            return self._from_turns(total_turns - self.turns)
         return estimate_left(
             self.planned, self.done, elapsed, batch_s=self.batch_s,
             batch_elapsed_s=elapsed - self.batch_started, turn_fraction=fraction,
@@ -272,6 +270,9 @@ class PairWatch:
             self.turns += 1
             if seconds:
                 self.turn_seconds.append(float(seconds))
+            if not self.done and self.prior_s and self.turn_seconds:  # the batch counts
+                left = self._from_turns(self.planned * self.turns_per_pair - self.turns)
+                self.batch_s = self.elapsed() - self.batch_started + left  # down from here
             if not self._batch_turned:  # the batch's workers are up and measuring
                 self._batch_turned = True
                 self.start_ups.append(self.elapsed() - self.batch_started)
