@@ -270,3 +270,17 @@ def test_the_first_turns_rescale_the_estimate_to_the_load_now() -> None:
     assert said[-1].left_s == pytest.approx(expected)  # type: ignore[attr-defined]
     watch.turn_done(None)  # a turn without its seconds counts, but times nothing
     assert said[-1].left_s == pytest.approx(expected - prior_turn / 2)  # type: ignore[attr-defined]
+
+
+def test_a_baseline_counts_passes_and_extrapolates_its_turns() -> None:
+    """One role, nothing recorded yet: passes, and the share of the turns done."""
+    said: list[str] = []
+    clock = Clock()
+    watch = PairWatch(said.append, "round-1", roles=1, turns_per_pair=1, clock=clock)
+    watch.plan(4)
+    assert said[-1] == "round-1: measuring 4 pass(s): 0/4 passes done, 0 s elapsed"
+    clock.now += 10
+    watch.turn_done(2.0)
+    assert said[-1] == "round-1: turn 1/4 (0/4 passes done), 10 s elapsed, about 30 s left"
+    watch.pair_done()
+    assert said[-1].startswith("round-1: pass 1/4 done, 10 s elapsed")

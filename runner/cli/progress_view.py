@@ -35,6 +35,7 @@ from runner.flow.progress import (
     StepStarted,
     TurnDone,
     fmt_seconds,
+    plural,
 )
 
 quiet_option = click.option(
@@ -105,7 +106,7 @@ class ProgressView:
         parts = [self.step or "starting"]
         m = self.measuring
         if m is not None:
-            parts.append(f"{m.unit}s {m.done}/{m.planned}")
+            parts.append(f"{plural(m.unit)} {m.done}/{m.planned}")
             if self.turn:
                 parts.append(self.turn)
         parts.append(f"{fmt_seconds(self.clock() - self.started)} elapsed")

@@ -106,7 +106,8 @@ class PairsPlanned(_Measuring):
         cap = fields.get("cap_s")
         capped = f", measurement capped at {fmt_seconds(cap)}" if cap else ""
         return (
-            f"measuring {more} {unit}(s): {fields['done']}/{fields['planned']} {unit}s done, "
+            f"measuring {more} {unit}(s): {fields['done']}/{fields['planned']} {plural(unit)} "
+            "done, "
             f"{cls.clock(fields)}{capped}"
         )
 
@@ -118,7 +119,8 @@ class TurnDone(_Measuring):
     def describe(cls, fields: Mapping[str, Any]) -> str:
         return (
             f"turn {fields['turns']}/{fields['turns_planned']} "
-            f"({fields['done']}/{fields['planned']} {fields['unit']}s done), {cls.clock(fields)}"
+            f"({fields['done']}/{fields['planned']} {plural(fields['unit'])} done), "
+            f"{cls.clock(fields)}"
         )
 
 
@@ -133,6 +135,11 @@ class PairDone(_Measuring):
             f"{fields['unit']} {fields['done']}/{fields['planned']} done{reading}, "
             f"{cls.clock(fields)}"
         )
+
+
+def plural(unit: str) -> str:
+    """``pairs``, ``passes``."""
+    return unit + ("es" if unit.endswith("s") else "s")
 
 
 def fmt_seconds(seconds: float) -> str:
