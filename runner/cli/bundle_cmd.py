@@ -9,14 +9,11 @@ import click
 
 from runner.cli.app import App
 from runner.cli.options import campaign_option, executor_override_option, gpus_option
+from runner.cli.progress_view import ProgressView, quiet_option
 from runner.portable.bundle import export_bundle, sha256_file
 from runner.portable.reproduce import NotReproduced, ReproduceRequest, reproduce
 from runner.store.campaign import Campaign
 from runner.store.leases import parse_gpus
-
-
-def echo_progress(message: str) -> None:
-    click.echo(f"  .. {message}", err=True)
 
 
 @click.command("export")
@@ -69,6 +66,7 @@ def export_cmd(app: App, name: str | None, out: Path | None) -> None:
     help="Compare absolute figures although the environments differ (the reason is recorded).",
 )
 @gpus_option
+@quiet_option
 @click.pass_obj
 def reproduce_cmd(
     app: App,
@@ -80,6 +78,7 @@ def reproduce_cmd(
     out: Path | None,
     reason: str | None,
     gpus: str,
+    quiet: bool,
 ) -> None:
     """Verify BUNDLE, replay its lineage onto --source and re-measure round N paired
     against the baseline.  Exit 0 REPRODUCED, 3 NOT REPRODUCED, 2 bad or tampered input."""
@@ -94,7 +93,8 @@ def reproduce_cmd(
         allow_env_mismatch=reason,
         gpus=tuple(parse_gpus(gpus)) if gpus else (),
     )
-    outcome = reproduce(request, progress=echo_progress)
+    with ProgressView(quiet=quiet) as view:
+        outcome = reproduce(request, progress=view)
     v = outcome.verdict
     word = "REPRODUCED" if v.reproduced else "NOT REPRODUCED"
     click.echo(f"{word}: gain vs baseline {v.measured:.4f} here, {v.recorded:.4f} recorded")

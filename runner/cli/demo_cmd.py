@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from runner.cli.app import App
+from runner.cli.progress_view import ProgressView, quiet_option
 from runner.flow.demo import run_demo
 from runner.render.figures import fmt_gain
 
@@ -12,12 +13,12 @@ from runner.render.figures import fmt_gain
 @click.command("demo")
 @click.option("--passes", default=3, show_default=True, help="Baseline calibration passes.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@quiet_option
 @click.pass_obj
-def demo_cmd(app: App, passes: int, device: str) -> None:
+def demo_cmd(app: App, passes: int, device: str, quiet: bool) -> None:
     """Baseline, a slow-down (ROLLED BACK) and a speed-up (ACCEPTED) on a fresh copy."""
-    campaign, results = run_demo(
-        app.campaigns_root, lambda m: click.echo(m, err=True), device=device, passes=passes
-    )
+    with ProgressView(quiet=quiet) as view:
+        campaign, results = run_demo(app.campaigns_root, view, device=device, passes=passes)
     for r in results:
         gate = r.gate
         delta = f" ({fmt_gain(gate.delta_pct, gate)} vs incumbent)" if gate else ""

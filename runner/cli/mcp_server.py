@@ -49,7 +49,7 @@ from runner.core.errors import CampaignError, ConfigError
 from runner.core.outcomes import RoundResult
 from runner.executors.factory import make_executor
 from runner.flow import baseline, rounds
-from runner.flow.round_context import Progress
+from runner.flow.progress import Progress, TurnDone
 from runner.judge.json_contract import (
     GateJSON,
     ScoreJSON,
@@ -100,10 +100,13 @@ def tool_errors() -> Iterator[None]:
 
 async def run_in_worker(ctx: Context, job: Callable[[Progress], RoundResult]) -> RoundResult:
     """Run ``job(progress)`` in a worker thread; each progress line becomes a progress
-    notification (numbered 1, 2, ...; no total) and a log line on stderr."""
+    notification (numbered 1, 2, ...; no total) and a log line on stderr (single
+    worker turns neither: a step, the pairs planned and each pair done do)."""
     step = itertools.count(1)
 
     def progress(message: str) -> None:
+        if isinstance(message, TurnDone):
+            return
         log.info("%s", message)
         try:
             anyio.from_thread.run(ctx.report_progress, float(next(step)), None, message)

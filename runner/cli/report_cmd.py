@@ -15,6 +15,7 @@ from runner.cli.options import (
     executor_override_option,
     gpus_option,
 )
+from runner.cli.progress_view import ProgressView, quiet_option
 from runner.core.errors import AppendOnlyViolation
 from runner.store.campaign import Campaign
 from runner.store.guard import GATE_RECOVERY, RECOVERY
@@ -23,10 +24,6 @@ from runner.store.tips import TIPS_ROOT_ENV, Tip, append_tip, resolve_tips_root
 
 def _find(app: App, name: str | None) -> Campaign:
     return Campaign.find(app.campaigns_root, name)
-
-
-def _progress(message: str) -> None:
-    click.echo(f"  .. {message}", err=True)
 
 
 @click.command("status")
@@ -72,8 +69,11 @@ def report_cmd(app: App, name: str | None, user_stop: bool) -> None:
 @click.option("--passes", default=2, show_default=True, help=BLOCKS_HELP)
 @executor_override_option
 @gpus_option
+@quiet_option
 @click.pass_obj
-def accept_cmd(app: App, name: str | None, passes: int, executor: str | None, gpus: str) -> None:
+def accept_cmd(
+    app: App, name: str | None, passes: int, executor: str | None, gpus: str, quiet: bool
+) -> None:
     """Final acceptance of the lineage head: full validation against the base commit,
     the full benchmark, the full test suite, the branch check.  Exit 0 ACCEPTED,
     3 NOT ACCEPTED, 2 bad input."""
@@ -83,13 +83,14 @@ def accept_cmd(app: App, name: str | None, passes: int, executor: str | None, gp
     from runner.store.leases import parse_gpus
 
     campaign = _find(app, name)
-    result = run_acceptance(
-        campaign,
-        make_executor(campaign.manifest, executor),
-        passes=passes,
-        progress=_progress,
-        gpus=tuple(parse_gpus(gpus)) if gpus else (),
-    )
+    with ProgressView(quiet=quiet) as view:
+        result = run_acceptance(
+            campaign,
+            make_executor(campaign.manifest, executor),
+            passes=passes,
+            progress=view,
+            gpus=tuple(parse_gpus(gpus)) if gpus else (),
+        )
     verdict = "ACCEPTED" if result.accepted else "NOT ACCEPTED"
     click.echo(f"final acceptance: {verdict}")
     for check in result.checks:

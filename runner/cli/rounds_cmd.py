@@ -18,6 +18,7 @@ from runner.cli.options import (
     granularity_option,
     target_option,
 )
+from runner.cli.progress_view import ProgressView, quiet_option
 from runner.core.errors import ConfigError, InfrastructureError, RolledBack
 from runner.core.outcomes import RoundResult, Status
 from runner.core.timestamps import name_stamp
@@ -29,10 +30,6 @@ from runner.store.campaign import Campaign
 from runner.store.leases import parse_gpus
 from runner.store.lineage import read_patch_file
 from runner.store.tips import read_tips, resolve_tips_root
-
-
-def echo_progress(message: str) -> None:
-    click.echo(f"  .. {message}", err=True)
 
 
 def find_campaign(app: App, name: str | None) -> Campaign:
@@ -96,9 +93,16 @@ def print_result(result: RoundResult, campaign: Campaign) -> None:
 @executor_override_option
 @click.option("--image", default=None, help="With --op: the container image (docker).")
 @gpus_option
+@quiet_option
 @click.pass_obj
 def baseline_cmd(
-    app: App, name: str | None, passes: int, executor: str | None, gpus: str, **opts: Any
+    app: App,
+    name: str | None,
+    passes: int,
+    executor: str | None,
+    gpus: str,
+    quiet: bool,
+    **opts: Any,
 ) -> None:
     """Round-1: full validation, noise calibration, representative shapes, records."""
     if opts["op"]:
@@ -109,13 +113,14 @@ def baseline_cmd(
     tips = read_tips(campaign.manifest, resolve_tips_root(app.campaigns_root, None))
     if tips:
         click.echo(f"historical tips ({campaign.manifest.target_gpu}):\n{tips}")
-    result = run_baseline(
-        campaign,
-        make_executor(campaign.manifest, executor),
-        passes=passes,
-        progress=echo_progress,
-        gpus=tuple(parse_gpus(gpus)) if gpus else (),
-    )
+    with ProgressView(quiet=quiet) as view:
+        result = run_baseline(
+            campaign,
+            make_executor(campaign.manifest, executor),
+            passes=passes,
+            progress=view,
+            gpus=tuple(parse_gpus(gpus)) if gpus else (),
+        )
     print_result(result, campaign)
     click.echo(f"representative shapes: {', '.join(campaign.manifest.representative_shapes)}")
     click.echo(f"campaign: {campaign.root}")
@@ -163,6 +168,7 @@ def baseline_cmd(
     is_flag=True,
     help="Print the closed round as one JSON object (as `campaign show N --json`).",
 )
+@quiet_option
 @click.pass_obj
 def validate_cmd(
     app: App,
@@ -179,6 +185,7 @@ def validate_cmd(
     allow_env_mismatch: str | None,
     allow_outside: tuple[str, ...],
     as_json: bool,
+    quiet: bool,
 ) -> None:
     """VALIDATE round N: the candidate against the last accepted round, paired.  Exit 0
     ACCEPTED, 3 ROLLED BACK (a verdict), 6 FAILED to measure, 2 bad input."""
@@ -196,9 +203,10 @@ def validate_cmd(
         allow_env_mismatch,
         tuple(allow_outside),
     )
-    result = validate_round(
-        campaign, make_executor(campaign.manifest, executor), request, progress=echo_progress
-    )
+    with ProgressView(quiet=quiet) as view:
+        result = validate_round(
+            campaign, make_executor(campaign.manifest, executor), request, progress=view
+        )
     if as_json:
         from runner.cli.mcp_models import round_report
 

@@ -45,6 +45,7 @@ from runner.flow.acceptance_record import Acceptance, Check, acceptance_dir, wri
 from runner.flow.build import built_roles
 from runner.flow.measure import Comparison, measure_and_judge
 from runner.flow.passes import read_passes
+from runner.flow.progress import Event
 from runner.flow.round_context import Progress, Round, all_shapes, gpu_lease
 from runner.flow.rounds import RoundFailed
 from runner.judge.scoring import score
@@ -248,7 +249,13 @@ def _fresh_dir(out: Path) -> Path:
 
 
 def _prefixed(progress: Progress) -> Progress:
-    return lambda msg: progress(msg.replace(f"round-{ACCEPT_ROUND}: ", "accept: ", 1))
+    def say(msg: str) -> None:
+        if isinstance(msg, Event) and msg.label == f"round-{ACCEPT_ROUND}":
+            progress(msg.relabel("accept"))
+        else:
+            progress(msg.replace(f"round-{ACCEPT_ROUND}: ", "accept: ", 1))
+
+    return say
 
 
 def _measure(

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,22 @@ from runner.core.csv_schema import BenchCSV
 from runner.core.errors import InfrastructureError
 from runner.core.outcomes import Decision, GateResult, Score
 from runner.core.shapes import Shape
-from runner.flow.paired import PairedFailed, measure_paired, supports_paired, worker_timeout
-from runner.flow.passes import check_problems, fresh_gains, pair_samples, read_passes, write_merged
+from runner.flow.paired import (
+    PairedFailed,
+    measure_paired,
+    supports_paired,
+    turns_per_worker,
+    worker_timeout,
+)
+from runner.flow.passes import (
+    check_problems,
+    fresh_gains,
+    pair_gain,
+    pair_samples,
+    read_passes,
+    write_merged,
+)
+from runner.flow.progress import PairWatch, pair_seconds
 from runner.flow.sharding import (
     BCCB,
     ShardFailed,
@@ -71,16 +86,24 @@ class RoundFailed(InfrastructureError):
 
 # ---- measuring -----------------------------------------------------------------------
 def measure_roles(
-    rnd: Any, trees: Mapping[str, Path], shapes: list[Shape], samples: int, start_index: int = 0
+    rnd: Any,
+    trees: Mapping[str, Path],
+    shapes: list[Shape],
+    samples: int,
+    start_index: int = 0,
+    watch: PairWatch | None = None,
 ) -> dict[str, list[Path]]:
     """``samples`` independent samples of the roles of ``trees`` (in their order; one
     role: that many passes of it, two roles: that many pairs).  Returns per role the
-    pinned CSV of each pass, pass i of one role paired with pass i of the other."""
+    pinned CSV of each pass, pass i of one role paired with pass i of the other.
+    ``watch`` (default: a new one) says the pairs planned, each turn and pair done."""
     roles = list(trees)
+    watch = watch or pair_watch(rnd, roles, shapes)
+    watch.plan(samples)
     try:
         if supports_paired(rnd.executor):
-            return _paired(rnd, trees, shapes, roles, samples, start_index)
-        return _per_pass(rnd, trees, shapes, roles, samples, start_index)
+            return _paired(rnd, trees, shapes, roles, samples, start_index, watch)
+        return _per_pass(rnd, trees, shapes, roles, samples, start_index, watch)
     except (PairedFailed, ShardFailed) as exc:
         raise RoundFailed(exc.message, exc.log_path) from exc
 
@@ -92,14 +115,14 @@ def _paired(
     roles: list[str],
     samples: int,
     start_index: int,
+    watch: PairWatch,
 ) -> dict[str, list[Path]]:
     gpus = tuple(rnd.gpus)
     seed = 7919 * rnd.round + start_index
     if len(gpus) <= 1:
         env = gpu_env(gpus[0], detect_vendor()) if gpus else None
-        return measure_paired(
-            rnd, trees, shapes, roles, pairs=samples, start_index=start_index, env=env, seed=seed
-        )
+        return measure_paired(rnd, trees, shapes, roles, pairs=samples, start_index=start_index,
+                              env=env, seed=seed, watch=watch)  # fmt: skip
     shards = [s for s in shard_shapes(shapes, len(gpus), cost=_cost(rnd)) if s]
     used = gpus[: len(shards)]
     vendor = detect_vendor()
@@ -141,6 +164,7 @@ def _per_pass(
     roles: list[str],
     samples: int,
     start_index: int,
+    watch: PairWatch,
 ) -> dict[str, list[Path]]:
     """One fresh worker per pass: B C C B blocks (two samples each), C B for an odd
     one; one role: ``samples`` passes."""
@@ -170,6 +194,8 @@ def _per_pass(
         for role in pattern:
             index += 1
             paths[role].append(_run_pass(rnd, role, index, trees[role], shapes))
+        for _ in range(len(pattern) // len(roles)):
+            watch.pair_done()
     return paths
 
 
@@ -221,6 +247,27 @@ def _cost(rnd: Any) -> Callable[[Shape], float]:
     return seconds_cost(getattr(rnd.manifest, "shape_seconds", None) or {})
 
 
+def pair_watch(rnd: Any, roles: Sequence[str], shapes: Sequence[Shape]) -> PairWatch:
+    """The progress of one comparison of ``roles`` on ``shapes`` in ``rnd``: the
+    baseline's seconds per shape give the first estimate; a pair's reading is its
+    gain (two roles)."""
+    m = rnd.manifest
+    recorded = getattr(m, "shape_seconds", None) or {}
+    prior = pair_seconds(recorded, [s.label for s in shapes], len(roles))
+    if len(gpus := tuple(getattr(rnd, "gpus", ()))) > 1 and prior is not None:
+        prior /= len(gpus)  # the shards measure side by side
+    reading = None
+    if len(roles) == 2:
+        pinned, metric = m.pinned_header, m.primary_metric
+        reading = partial(pair_gain, pinned=pinned, metric=metric)
+    return PairWatch(
+        getattr(rnd, "progress", None) or (lambda _m: None), f"round-{rnd.round}",
+        roles=len(roles), turns_per_pair=len(roles) * turns_per_worker(roles, 1),
+        prior_s=prior, cap_s=measurement_cap(getattr(rnd, "level", "full")) if len(roles) == 2
+        else None, reading=reading,
+    )  # fmt: skip
+
+
 # ---- judging -------------------------------------------------------------------------
 @dataclass
 class Judged:
@@ -268,10 +315,13 @@ def measure_and_judge(
     (e.g. in a session with more roles); then only the extra pairs are measured here."""
     ordered = {role: trees[role] for role in how.roles}
     started = time.monotonic()
+    watch = pair_watch(rnd, how.roles, shapes)  # the pairs measured here
     if measured is not None:
         paths = {role: list(measured[role]) for role in how.roles}
     else:
-        paths = measure_roles(rnd, ordered, shapes, first_samples(rnd, samples, remeasure))
+        paths = measure_roles(
+            rnd, ordered, shapes, first_samples(rnd, samples, remeasure), watch=watch
+        )
     judged = judge(rnd, paths, how, vetoes, final=not remeasure)
     cap_s = measurement_cap(getattr(rnd, "level", "full"))
     while judged.gate.decision is Decision.NEEDS_REMEASURE:
@@ -283,7 +333,7 @@ def measure_and_judge(
             break
         rnd.progress(f"round-{rnd.round}: not clear yet ({_evidence_line(judged.gate)}): "
                      f"{more} more pair(s)")  # fmt: skip
-        got = measure_roles(rnd, ordered, shapes, more, last_index(rnd.tmp))
+        got = measure_roles(rnd, ordered, shapes, more, last_index(rnd.tmp), watch)
         for role in how.roles:
             paths[role] += got[role]
         judged = judge(rnd, paths, how, vetoes)

@@ -35,6 +35,7 @@ from runner.core.errors import ConfigError
 from runner.core.shapes import Shape
 from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec, TimingSettings
 from runner.executors.base import LiveWorker, ServingExecutor, WorkerJob
+from runner.flow.progress import PairWatch
 from runner.flow.sharding import pass_name
 
 READY_TIMEOUT_S = 1800.0  # import, checks, compile/JIT and first calls of every shape
@@ -177,6 +178,7 @@ def measure_paired(
     env: Mapping[str, str] | None = None,
     suffix: str = "",
     seed: int = 0,
+    watch: PairWatch | None = None,
 ) -> dict[str, list[Path]]:
     """``pairs`` process pairs (one worker per role each; with one role, ``pairs``
     workers), ``groups`` A B B A block groups per pair, turn by turn on one device.
@@ -238,7 +240,7 @@ def measure_paired(
                 for w in wave[0]:
                     _expect(w, ready_s, "ready")
                 _hold(host)
-                peaks = _take_turns(host, wave, first, groups, picks, suffix, turn_s)
+                peaks = _take_turns(host, wave, first, groups, picks, suffix, turn_s, watch)
                 size, alone, readied = wave_size(peaks, len(roles), pairs), 1, 1
             while len(started) - first < min(size, pairs - first):
                 wave.append(start_pair())
@@ -246,11 +248,13 @@ def measure_paired(
                 for w in group:
                     _expect(w, ready_s, "ready")
             _hold(host)
-            _take_turns(host, wave[alone:], first + alone, groups, picks, suffix, turn_s)
+            _take_turns(host, wave[alone:], first + alone, groups, picks, suffix, turn_s, watch)
             for group in wave:
                 for w in group:
                     _talk(w, {"op": "finish"}, turn_s, "finished")
                     _reap(w)
+                if watch is not None:
+                    watch.pair_done([w.csv for w in group])
     finally:
         for group in started:
             for w in group:
@@ -303,6 +307,7 @@ def _take_turns(
     picks: list[list[int]],
     suffix: str,
     turn_s: float,
+    watch: PairWatch | None = None,
 ) -> list[dict[str, int]]:
     """The blocks of the pairs in ``wave`` (pair numbers from ``first``): per group,
     per pair, the roles in palindrome order.  Returns the memory each worker reported
@@ -326,6 +331,8 @@ def _take_turns(
                     held = {"reserved": memory[name].get("reserved")} if memory[name] else {}
                     turn = {"worker": name, "pair": p, "group": g, "pick": pick, **span, **held}
                     record.write(json.dumps(turn) + "\n")
+                    if watch is not None:
+                        watch.turn_done(reply.get("seconds"))
     return list(memory.values())
 
 

@@ -97,6 +97,15 @@ def pair_samples(
     return [PairSample(i, c) for i, c in zip(inc, cand, strict=True) if i and c]
 
 
+def pair_gain(paths: Sequence[Path], *, pinned: str | None, metric: str) -> float | None:
+    """One finished pair's reading: the geomean gain (%) of the candidate (second CSV)
+    over the incumbent (first) on the shapes both passed."""
+    csvs = read_passes(paths, pinned)
+    inc, cand = per_pass_metric(csvs, score(csvs[0], metric).metric)
+    ratios = [cand[k] / inc[k] for k in inc if k in cand and inc[k] > 0 and cand[k] > 0]
+    return 100.0 * (geomean(ratios) - 1.0) if ratios else None
+
+
 def fresh_step_ms(csv_path: Path) -> dict[str, float]:
     """Median real-training-step time per shape of one pass, less the median time of
     drawing its fresh inputs (both from the ``samples.json`` beside its CSV; the draw

@@ -15,6 +15,7 @@ from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
 from runner.flow.measure import RoundFailed
 from runner.flow.paired import supports_paired
+from runner.flow.progress import Progress, StepStarted
 from runner.flow.sharding import detect_vendor, gpu_env, job_in, pass_name, worker_failure
 from runner.judge.import_cause import explain_failure
 from runner.store.campaign import Campaign
@@ -30,8 +31,6 @@ from runner.targets.registry import get_target
 # allocation; every timed call then pays for page faults.  Measured on the CPU demo
 # shapes: 40% of the time and a +-20% spread between fresh processes, gone with these
 # (+-4%).  Harmless on GPU hosts.  Read by glibc at process start, so set per job.
-Progress = Callable[[str], None]
-
 STEADY_MALLOC = {
     "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
     "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
@@ -134,7 +133,7 @@ class Round:
 
     def step(self, name: str) -> None:
         """Say (and note, for ``campaign status``) which step the round is at."""
-        self.progress(f"round-{self.round}: {name}")
+        self.progress(StepStarted(f"round-{self.round}", name=name))
         if self.round >= 1:
             note_step(self.campaign.round_dir(self.round), name)
 
