@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import re
 from io import StringIO
@@ -28,7 +29,6 @@ from runner.flow.progress import (
     pair_seconds,
 )
 from runner.store.campaign import Campaign
-from runner.store.manifest import Timing
 
 SHAPES = {"a": 2.0, "b": 1.5, "c": 0.5}
 
@@ -223,11 +223,13 @@ def test_a_validate_round_on_the_demo_shows_pairs_and_an_estimate(
     with an estimate from the baseline's shape seconds, then each pair as it lands."""
     campaign = Campaign.load(demo_copy)
     assert campaign.manifest.shape_seconds, "the demo's baseline records its shape seconds"
-    campaign.manifest = campaign.manifest.model_copy(update={"timing": Timing(**QUIET)})
-    campaign.save_manifest()
+    root = ["--campaigns-root", str(demo_copy.parent)]
+    with pytest.raises(SystemExit) as exc:  # timing steers the gate: a recorded change
+        main([*root, "set", "timing", json.dumps(QUIET), "--reason", "test: quiet timing"])
+    assert exc.value.code == 0
+    capsys.readouterr()
     monkeypatch.setenv("TURBO_CAMPAIGN_ROUND_CAP_S", "1")  # the first pairs are final
     patch = EXAMPLES_DIR / "demo_patches" / "slowdown_fp64_accumulate.patch"
-    root = ["--campaigns-root", str(demo_copy.parent)]
     n = campaign.next_round()
     with pytest.raises(SystemExit) as exc:
         main([*root, "validate", "--round", str(n), "--hypothesis", "fp64", "--patch", str(patch)])
