@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from runner.cli import cli, rounds_cmd
 from runner.cli.mcp_models import round_infos, round_report
 from runner.cli.mcp_server import TurboTools
+from runner.core.errors import Verdict
 from runner.core.outcomes import Status
 from runner.render.figures import fmt_gain
 from runner.store.campaign import Campaign
@@ -60,7 +61,11 @@ def test_validate_json_prints_the_closed_round(
     monkeypatch.setattr(rounds_cmd, "validate_round", lambda *a, **k: closed)
     args = ["validate", "--round", "3", "--hypothesis", "x", "--json"]
     res = CliRunner().invoke(cli, ["--campaigns-root", str(demo_campaign.parent), *args])
-    assert res.exit_code == (3 if closed.status is Status.ROLLED_BACK else 0), res.output
+    if closed.status is Status.ROLLED_BACK:  # a verdict: main() makes it exit 3
+        assert isinstance(res.exception, Verdict), res.output
+        assert res.exception.return_code == 3
+    else:
+        assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     assert data == round_report(campaign, 3).model_dump(mode="json")
     assert closed.gate is not None

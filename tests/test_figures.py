@@ -46,10 +46,11 @@ def test_at_least_three_significant_digits() -> None:
 
 
 def test_a_gain_carries_its_pairs() -> None:
-    # the 95% interval: t(1 dof) = 12.706 times the standard error 1.0 of two pairs
+    # the 95% interval in log space, as the gate computes it: t(1 dof) = 12.706 times
+    # the standard error of ln(1.01) and ln(1.03)
     base = GateResult(Decision.ACCEPTED, "m", 1.0, 1.02, 2.0, (), (), (), 2.0)
     gate = replace(base, pair_gains_pct=(1.0, 3.0))
-    assert fmt_gain(2.0, gate) == "+2.000% ± 12.71% (2 pairs)"
+    assert fmt_gain(2.0, gate) == "+2.000% ± 12.46% (2 pairs)"
     assert fmt_gain(2.0, None) == "+2.000%"
     one = replace(base, pair_gains_pct=(1.0,))
     assert fmt_gain(2.0, one) == "+2.000%"  # no spread from one pair

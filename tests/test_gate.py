@@ -233,8 +233,15 @@ def test_a_shape_reading_a_5pct_loss_inside_its_noise_is_measured_more() -> None
     assert result.decision is Decision.NEEDS_REMEASURE, result.reasons
     assert "small" in result.reasons[0] and "within their noise" in result.reasons[0]
     capped = judge(scaled(BEST, all=1.095, small=0.923), sigma_g=0.048, pairs=pairs, final=True)
+    assert capped.decision is Decision.ROLLED_BACK  # its mean is a gain: too volatile
+    assert capped.reasons[0].startswith("too volatile to tell"), capped.reasons
+    # at the cap a shape whose paired mean is a 5% loss rolls back, however wide
+    lossy = [
+        pairs_with_gains([0.095], per_shape={"small": f})[0] for f in (0.7, 1.0, 0.8, 0.95, 0.78)
+    ]
+    capped = judge(scaled(BEST, all=1.095, small=0.923), sigma_g=0.048, pairs=lossy, final=True)
     assert capped.decision is Decision.ROLLED_BACK
-    assert "small" in capped.reasons[0]
+    assert "regressed by 5% or more: small" in capped.reasons[0], capped.reasons
 
 
 def test_paired_shape_regression_rolls_back() -> None:
@@ -500,3 +507,11 @@ def test_every_verdict_records_the_pairs_it_was_given() -> None:
     assert result.pair_gains_pct == pytest.approx((9.0, 10.0, 11.0))
     assert GateResult.from_dict(result.to_dict()).pair_gains_pct == result.pair_gains_pct
     assert judge(scaled(BEST, all=1.10)).pair_gains_pct == ()
+
+
+def test_at_the_cap_a_shape_inside_its_noise_is_judged_by_its_mean() -> None:
+    # two noisy pairs, every shape gaining on average: no shape regressed at the cap
+    pairs = [pairs_with_gains([0.06])[0], pairs_with_gains([0.21])[0]]
+    capped = judge(scaled(BEST, all=1.13), sigma_g=0.09, pairs=pairs, final=True)
+    assert "regressed by 5% or more" not in capped.reasons[0], capped.reasons
+    assert capped.reasons[0].startswith("too volatile to tell"), capped.reasons

@@ -192,8 +192,11 @@ def _paired(facts: _Facts, ev: Evidence, gain: float, final: bool) -> GateResult
         why = f"not improved by more than 1%: {ev.summary()}"
         return _rolled_back(facts, ev, why, info)
     clear, unclear = _paired_severe(ev)
-    if clear or (final and unclear):
-        why = "shape(s) regressed by 5% or more: " + _named(ev, clear or unclear)
+    if final:  # at the cap an unclear shape is judged by its paired mean alone
+        clear += [lb for lb in unclear if ev.shapes[lb].mean <= -SEVERE_LOG]
+        unclear = []
+    if clear:
+        why = "shape(s) regressed by 5% or more: " + _named(ev, clear)
         return _rolled_back(facts, ev, why, info)
     if unclear:
         more = min(_pairs_to_resolve(ev, unclear) - ev.n, ev.n)

@@ -121,10 +121,10 @@ def pair_spread(evidence: Evidence) -> tuple[float, int] | None:
         if gain.get("half_width_pct") is not None:
             return float(gain["half_width_pct"]), int(gain["pairs"])
         evidence = evidence.pair_gains_pct
-    gains = list(evidence or ())
-    if len(gains) < 2:
+    logs = [math.log1p(g / 100) for g in evidence or ()]  # as the gate computes it
+    if len(logs) < 2:
         return None
-    return t95(len(gains) - 1) * stdev(gains) / math.sqrt(len(gains)), len(gains)
+    return 100 * t95(len(logs) - 1) * stdev(logs) / math.sqrt(len(logs)), len(logs)
 
 
 def fmt_gain(delta_pct: float | None, evidence: Evidence = None) -> str:
