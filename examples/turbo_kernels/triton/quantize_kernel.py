@@ -66,8 +66,10 @@ def quantize_fp8_triton(
     cfg = QUANT_CONFIG
     if granularity == "tensorwise":
         amax = x.abs().amax().float().clamp(min=1e-12)
-        # a tensor divisor: correctly rounded, as the torch path (see quantization.py)
-        scale = (amax / torch.tensor(fp8_max, device=x.device)).reshape(())
+        # a tensor divisor: correctly rounded, as the torch path (see quantization.py);
+        # filled on the device, so the step stays capturable in a CUDA graph
+        fp8_max_t = torch.full((), fp8_max, dtype=torch.float32, device=x.device)
+        scale = (amax / fp8_max_t).reshape(())
         block = cfg["ROW_BLOCK"]
         _quant_tensor_kernel[(triton.cdiv(m * n, block),)](
             x, q, scale, m * n, FP8_MAX=fp8_max, BLOCK=block, num_warps=cfg["num_warps"]

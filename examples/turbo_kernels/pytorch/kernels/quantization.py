@@ -92,8 +92,10 @@ def quantize_fp8(
     # Divide by a tensor, not a Python float: on CUDA, torch turns division by a host
     # scalar into multiplication by its reciprocal, which can round the scale 1 ULP away
     # from amax / fp8_max (and then move an FP8 code).  Tensor division is correctly
-    # rounded on every device, as the Triton kernels' div_rn.
-    max_t = torch.tensor(fp8_max, dtype=torch.float32, device=amax.device)
+    # rounded on every device, as the Triton kernels' div_rn.  ``torch.full`` fills on
+    # the device: no host-to-device copy, so the step can be captured in a CUDA graph
+    # (``torch.tensor(value, device=...)`` copies from the host every call).
+    max_t = torch.full((), fp8_max, dtype=torch.float32, device=amax.device)
     if granularity is ScalingGranularity.MX_BLOCKWISE:
         # Power-of-two scale rounded up (as NVIDIA's MXFP8 recipe), so nothing saturates;
         # the OCP spec's floor(log2(amax)) - emax can clip a block's largest values.
