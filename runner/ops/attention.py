@@ -29,6 +29,7 @@ from runner.ops.base import (
     CheckResult,
     FreshStep,
     OpAdapter,
+    Refs,
     fresh_training_step,
     input_problems,
     seeded,
@@ -61,7 +62,6 @@ class AttentionOp(OpAdapter):
     def case(self, shape: Any, device: str, seed: int) -> Case:
         q, k, v, g = self.inputs(shape, device, seed)
         causal = bool(shape.params.get("causal"))
-        ref = attention_reference(q.detach(), k.detach(), v.detach(), g, causal)
         out = self.call(q, k, v, causal)
 
         def forward() -> Any:
@@ -71,7 +71,12 @@ class AttentionOp(OpAdapter):
             return torch.autograd.grad(out, (q, k, v), g, retain_graph=True)
 
         flops = shape.flops_fwd
-        refs = {"forward": (("out",), ref[:1]), "backward": (("dq", "dk", "dv"), ref[1:])}
+
+        def refs() -> Refs:  # pristine inputs, drawn again from the seed
+            q0, k0, v0, g0 = self.inputs(shape, device, seed)
+            ref = attention_reference(q0.detach(), k0.detach(), v0.detach(), g0, causal)
+            return {"forward": (("out",), ref[:1]), "backward": (("dq", "dk", "dv"), ref[1:])}
+
         verify = snr_verifier(refs, _snr_problems)
         return Case(forward, backward, flops, ATTENTION_BWD_RATIO * flops, verify=verify)
 

@@ -107,17 +107,41 @@ def fresh_training_step(
     return FreshStep(step, draw)
 
 
+Refs = dict[str, tuple[tuple[str, ...], tuple[torch.Tensor, ...]]]
+# The one reference set alive in a worker (``snr_verifier``): {"owner": ..., "refs": ...}.
+_REFS_SLOT: dict[str, Any] = {}
+
+
 def snr_verifier(
-    refs: dict[str, tuple[tuple[str, ...], tuple[torch.Tensor, ...]]],
+    make_refs: Callable[[], Refs],
     judge: Callable[[dict[str, float], Tensors, Tensors], list[str]],
 ) -> Callable[[str, Any], list[str]]:
-    """A ``Case.verify``: ``refs`` maps "forward"/"backward" to (names, reference
-    tensors); what the closure returned is judged name by name with ``judge``."""
+    """A ``Case.verify``: ``make_refs()`` maps "forward"/"backward" to (names, reference
+    tensors), built from inputs drawn again from the case's seed; what the closure
+    returned is judged name by name with ``judge``.
+
+    References are made when a sampled output is judged, not held by the case: one set
+    is alive per process (consecutive checks of one case share it, the next case's
+    replaces it), so a worker's device memory is its inputs and pool, not float32
+    copies of every output of every pool member (about 1.8 GiB per member for the
+    Llama-2-7B shapes, which bounded how many workers a wave could hold)."""
+    owner = object()
+
+    def refs() -> Refs:
+        if _REFS_SLOT.get("owner") is not owner:
+            _REFS_SLOT.clear()  # the last case's set goes before this one is made
+            _REFS_SLOT["refs"] = make_refs()
+            _REFS_SLOT["owner"] = owner
+        made: Refs = _REFS_SLOT["refs"]
+        return made
 
     def verify(kind: str, got: Any) -> list[str]:
-        if kind not in refs:
+        if kind not in ("forward", "backward"):
             return []
-        names, ref = refs[kind]
+        table = refs()
+        if kind not in table:
+            return []
+        names, ref = table[kind]
         outs = (got,) if isinstance(got, torch.Tensor) else tuple(got)
         if len(outs) != len(ref):
             return [f"timed {kind} returned {len(outs)} tensor(s), expected {len(ref)}"]

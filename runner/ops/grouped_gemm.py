@@ -25,6 +25,7 @@ from runner.ops.base import (
     Case,
     CheckResult,
     FreshStep,
+    Refs,
     fresh_training_step,
     input_problems,
     seeded,
@@ -57,7 +58,6 @@ class GroupedGemmOp(GemmOp):
 
     def case(self, shape: Any, device: str, seed: int) -> Case:
         a, b, lens, g = self.grouped_inputs(shape, device, seed)
-        ref_out, ref_da, ref_db = grouped_reference(a.detach(), b.detach(), lens, g)
         out = self.grouped_call(a, b, lens)
 
         def forward() -> torch.Tensor:
@@ -67,7 +67,12 @@ class GroupedGemmOp(GemmOp):
             return torch.autograd.grad(out, (a, b), g, retain_graph=True)
 
         flops = shape.flops_fwd
-        refs = {"forward": (("out",), (ref_out,)), "backward": (("da", "db"), (ref_da, ref_db))}
+
+        def refs() -> Refs:  # pristine inputs, drawn again from the seed
+            a0, b0, lens0, g0 = self.grouped_inputs(shape, device, seed)
+            ref_out, ref_da, ref_db = grouped_reference(a0.detach(), b0.detach(), lens0, g0)
+            return {"forward": (("out",), (ref_out,)), "backward": (("da", "db"), (ref_da, ref_db))}
+
         return Case(forward, backward, flops, 2.0 * flops, verify=snr_verifier(refs, self.judge))
 
     def fresh_step(self, shape: Any, device: str, seed: int) -> FreshStep:
