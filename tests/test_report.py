@@ -5,6 +5,7 @@ grows and the first report's bytes stay intact (integration)."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from runner.core.outcomes import (
 )
 from runner.core.stats import geomean
 from runner.render.final_report import (
+    brief,
     effective_directions,
     ineffective_directions,
     next_steps,
@@ -127,6 +129,15 @@ def test_directions_and_next_steps() -> None:
     assert steps[1].startswith("Escalation step 1")
 
 
+def test_a_description_cut_mid_word_is_cut_at_a_word_instead() -> None:
+    long = "Keep the dequantised operands of the backward GEMM in registers across 128x128 blocks"
+    r = replace(rnd(2, Status.ROLLED_BACK), hypothesis=long, description=long[:80])
+    assert long[:80].endswith("128x128 b")  # what the record holds
+    (line,) = ineffective_directions([rnd(1, Status.BASELINE), r])
+    assert line.startswith(f"round-2: {long[:78]}… (")  # "...across 128x128…"
+    assert brief(rnd(3, Status.ACCEPTED)) == "idea 3"  # a whole description is kept
+
+
 def manifest_campaign(tmp_path: Path, **over: Any) -> Campaign:
     data: dict[str, Any] = {
         "campaign_name": "gemm_triton_gfx942_20261129",
@@ -216,6 +227,8 @@ def test_report_twice_leaves_every_record_byte_identical(demo_copy: Path) -> Non
     assert first.count(b"## Final Report (2026-11-29 18:00)") == 1
     html = demo_copy / "report" / "index.html"
     assert html.is_file() and "data:image/png;base64," in html.read_text("utf-8")
-    for name in ("rounds.png", "shapes.png", "roofline.png"):
+    for name in ("rounds.png", "shape_trend.png", "noise.png", "shapes.png"):
         assert (demo_copy / "report" / name).stat().st_size > 5000
+    # no peak is known for a CPU: no "fraction of peak" chart repeating the figures
+    assert not (demo_copy / "report" / "roofline.png").exists()
     assert "html: " in res.output and f"report: {markdown}" in res.output
