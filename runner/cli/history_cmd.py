@@ -10,15 +10,13 @@ import click
 from tabulate import tabulate
 
 from runner.cli.app import App
-from runner.cli.options import campaign_option
+from runner.cli.options import campaign_option, json_option
 from runner.store.campaign import Campaign
-
-_json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON value.")
 
 
 @click.command("rounds")
 @campaign_option
-@_json_option
+@json_option("the rounds")
 @click.pass_obj
 def rounds_cmd(app: App, name: str | None, as_json: bool) -> None:
     """The closed rounds, oldest first: number, status, the gate's decision, the gain
@@ -47,7 +45,7 @@ def rounds_cmd(app: App, name: str | None, as_json: bool) -> None:
 @click.command("show")
 @click.argument("n", type=int, metavar="N")
 @campaign_option
-@_json_option
+@json_option("the round's summary and result.json")
 @click.pass_obj
 def show_cmd(app: App, n: int, name: str | None, as_json: bool) -> None:
     """One closed round: its summary.md (with --json: the summary and result.json)."""
