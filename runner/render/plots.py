@@ -1,4 +1,5 @@
-"""The report's pictures (matplotlib, Agg backend, no pyplot state).
+"""The report's pictures (matplotlib, Agg backend, no pyplot state); figures of the
+metric in the unit that fits their size (``runner.render.figures``: GFLOPS on a CPU).
 
 * ``plot_rounds``: the primary metric per round (geomean over the representative
   shapes, so that quick and full rounds compare like with like), ACCEPTED and
@@ -17,7 +18,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import matplotlib
@@ -28,7 +29,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from runner.core.outcomes import RoundResult, Score, Status
-from runner.render.figures import pair_spread, unit_of
+from runner.render.figures import pair_spread, scale_for, score_scale, unit_of
 from runner.render.markdown import aggregate_over
 from runner.render.report_rounds import paired_change
 
@@ -80,9 +81,20 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def _scaled(p: RoundPoint, factor: float) -> RoundPoint:
+    def times(x: float | None) -> float | None:
+        return None if x is None else x * factor
+
+    return replace(p, value=times(p.value), measured=times(p.measured), error=p.error * factor,
+                   bar=times(p.bar))  # fmt: skip
+
+
 def plot_rounds(results: Sequence[RoundResult], labels: Sequence[str], path: Path) -> Path:
-    points = round_points(results, labels)
-    metric = results[0].score.metric if results else "primary metric"
+    raw_points = round_points(results, labels)
+    base_metric = results[0].score.metric if results else "primary metric"
+    scale = scale_for(base_metric, [p.value for p in raw_points] + [p.measured for p in raw_points])
+    points = [_scaled(p, scale.factor) for p in raw_points]  # GFLOPS on a CPU, TFLOPS on a GPU
+    metric = scale.label(base_metric)
     fig = Figure(figsize=(10, 4.8))
     ax = fig.add_subplot()
     base = next((p.value for p in points if p.status is Status.BASELINE), None)
@@ -252,8 +264,9 @@ def _best_line(ax: Axes, points: Sequence[RoundPoint]) -> None:
 def plot_shapes(baseline: Score, best: Score, title: str, path: Path) -> Path:
     best_by = best.by_label()
     labels = [s.label for s in baseline.shapes if s.label in best_by]
-    base_vals = [_value(baseline, lb) for lb in labels]
-    best_vals = [_value(best, lb) for lb in labels]
+    scale = score_scale(baseline.metric, baseline, best)
+    base_vals = [_value(baseline, lb) * scale.factor for lb in labels]
+    best_vals = [_value(best, lb) * scale.factor for lb in labels]
     fig = Figure(figsize=(max(8, 0.9 * len(labels) + 3), 5))
     ax = fig.add_subplot()
     xs = range(len(labels))
@@ -261,7 +274,7 @@ def plot_shapes(baseline: Score, best: Score, title: str, path: Path) -> Path:
     ax.bar([x + 0.2 for x in xs], best_vals, width=0.4, label="final best", color="#2ca02c")
     ax.set_xticks(list(xs))
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel(baseline.metric)
+    ax.set_ylabel(scale.label(baseline.metric))
     ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)

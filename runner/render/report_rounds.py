@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from runner.core.outcomes import RoundResult, Score, Status
+from runner.core.stats import stdev
 from runner.render.figures import DASH, Scale, fmt_gain, fmt_pct, score_scale
 from runner.render.mdhtml import LinkMap, to_html
 
@@ -129,6 +130,8 @@ def _evidence(r: RoundResult) -> str:
         return "<p>No gate verdict (the round was not measured to the end).</p>"
     gain = (g.evidence or {}).get("gain") or {}
     spread = gain.get("spread_pct")
+    if spread is None and len(g.pair_gains_pct) > 1:  # decided before the paired rules
+        spread = stdev(g.pair_gains_pct)
     per_pair = ", ".join(f"{x:+.2f}%" for x in g.pair_gains_pct) or "none recorded"
     facts = [
         ["Decision", g.decision.value],
