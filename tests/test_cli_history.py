@@ -79,6 +79,13 @@ def test_status_json_holds_what_status_prints(demo_campaign: Path) -> None:
     assert f"consecutive rollbacks: {data['consecutive_rollbacks']}" in text
     counts = data["rounds"]
     assert f"rounds: {counts['accepted']} accepted, {counts['rolled_back']} rolled back" in text
+    for row in data["round_table"]:  # the table of rounds, as printed
+        assert row["hypothesis"] in text and (row["gain"] or "—") in text
+    assert [row["round"] for row in data["round_table"]] == [1, 2, 3]
+    assert f"= {data['threshold_pct']:.3f}% (docs/protocol.md §5.3)" in text
+    assert data["sigma_g"] == Campaign.load(demo_campaign).manifest.sigma_g
+    assert data["acceptance"] is None  # (another worker may hold the shared demo's lock)
+    assert data["checkout"]["at_head"] is True
 
 
 def test_baseline_json_prints_the_closed_baseline(
