@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -144,17 +145,34 @@ def test_find(tmp_path: Path) -> None:
 
 def test_lock_is_exclusive_and_fails_fast(camp: Campaign) -> None:
     second = Campaign.load(camp.root)
+    assert camp.lock_holder() is None
     with camp.lock():
-        assert camp.lock_path.read_text().strip() == str(os.getpid())
+        assert camp.lock_path.read_text().splitlines()[0] == str(os.getpid())
+        holder = camp.lock_holder()  # what `campaign status` shows as running
+        assert holder is not None and holder.pid == os.getpid() and holder.started
         start = time.monotonic()
         with pytest.raises(ConfigError) as info, second.lock():
             pass
         assert time.monotonic() - start < 1.0
         assert f"campaign {NAME} is busy (pid {os.getpid()})" in str(info.value)
+        assert f"(`{holder.command}`)" in str(info.value)
         with camp.lock():  # re-entrant on the same object
             pass
+    assert camp.lock_holder() is None and camp.lock_path.read_text() == ""
     with second.lock():  # released
         pass
+
+
+def test_a_dead_holder_is_not_running(camp: Campaign) -> None:
+    """A command killed with SIGKILL leaves its pid in the lock file (the kernel drops
+    the flock): status must not call it running."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    camp.lock_path.write_text(f'{dead.pid}\n{{"command": "campaign validate"}}\n')
+    assert camp.lock_holder() is None
+    camp.lock_path.write_text(f'{os.getpid()}\n{{"command": "campaign validate --round 4"}}\n')
+    holder = camp.lock_holder()
+    assert holder is not None and holder.command == "campaign validate --round 4"
 
 
 def test_save_and_load_result(camp: Campaign) -> None:

@@ -79,3 +79,42 @@ def test_status_json_holds_what_status_prints(demo_campaign: Path) -> None:
     assert f"consecutive rollbacks: {data['consecutive_rollbacks']}" in text
     counts = data["rounds"]
     assert f"rounds: {counts['accepted']} accepted, {counts['rolled_back']} rolled back" in text
+    for row in data["round_table"]:  # the table of rounds, as printed
+        assert row["hypothesis"] in text and (row["gain"] or "—") in text
+    assert [row["round"] for row in data["round_table"]] == [1, 2, 3]
+    assert f"= {data['threshold_pct']:.3f}% (docs/protocol.md §5.3)" in text
+    assert data["sigma_g"] == Campaign.load(demo_campaign).manifest.sigma_g
+    assert data["acceptance"] is None  # (another worker may hold the shared demo's lock)
+    assert data["checkout"]["at_head"] is True
+
+
+def test_baseline_json_prints_the_closed_baseline(
+    demo_campaign: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's round-1 replayed through `baseline --json` (nothing is measured):
+    stdout is the one JSON object `campaign show 1 --json` prints."""
+    campaign = Campaign.load(demo_campaign)
+    monkeypatch.setattr(rounds_cmd, "run_baseline", lambda *a, **k: campaign.load_result(1))
+    res = CliRunner().invoke(
+        cli, ["--campaigns-root", str(demo_campaign.parent), "baseline", "--json", "--quiet"]
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == round_report(campaign, 1).model_dump(mode="json")
+
+
+def test_accept_json_prints_the_acceptance_record(
+    demo_campaign: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`accept --json`: the acceptance record on stdout; NOT ACCEPTED keeps exit 3."""
+    from runner.flow import accept
+    from runner.flow.acceptance_record import Acceptance, Check, NotAccepted
+
+    record = Acceptance("c", "2026-12-01 16:00", "2026-12-01 16:09", head="abc",
+                        checks=[Check("branch check", False, "behind")])  # fmt: skip
+    monkeypatch.setattr(accept, "run_acceptance", lambda *a, **k: record)
+    res = CliRunner().invoke(
+        cli, ["--campaigns-root", str(demo_campaign.parent), "accept", "--json", "--quiet"]
+    )
+    assert isinstance(res.exception, NotAccepted) and res.exception.return_code == 3
+    data = json.loads(res.stdout)
+    assert data == record.to_dict() and data["outcome"] == "NOT ACCEPTED"

@@ -5,6 +5,7 @@ grows and the first report's bytes stay intact (integration)."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from runner.core.outcomes import (
 )
 from runner.core.stats import geomean
 from runner.render.final_report import (
+    brief,
     effective_directions,
     ineffective_directions,
     next_steps,
@@ -31,6 +33,7 @@ from runner.render.final_report import (
     transfer_split,
 )
 from runner.render.html_report import write_report
+from runner.render.plots import round_points, shape_trend
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
 from runner.store.manifest import validate_manifest
@@ -127,6 +130,38 @@ def test_directions_and_next_steps() -> None:
     assert steps[1].startswith("Escalation step 1")
 
 
+def test_a_description_cut_mid_word_is_cut_at_a_word_instead() -> None:
+    long = "Keep the dequantised operands of the backward GEMM in registers across 128x128 blocks"
+    r = replace(rnd(2, Status.ROLLED_BACK), hypothesis=long, description=long[:80])
+    assert long[:80].endswith("128x128 b")  # what the record holds
+    (line,) = ineffective_directions([rnd(1, Status.BASELINE), r])
+    assert line.startswith(f"round-2: {long[:78]}… (")  # "...across 128x128…"
+    assert brief(rnd(3, Status.ACCEPTED)) == "idea 3"  # a whole description is kept
+
+
+def test_shape_trend_chains_paired_changes_with_their_intervals() -> None:
+    """The per-shape trend: accepted rounds move a shape's level, a rolled-back one is
+    drawn where it landed without moving it; the error bar is the paired interval."""
+    evidence = {"gain": {"mean_pct": 4.0, "half_width_pct": 1.0, "pairs": 3},
+                "shapes": {"a": {"mean_pct": 10.0, "half_width_pct": 2.0, "pairs": 3}}}  # fmt: skip
+    accepted = rnd(2, Status.ACCEPTED, 4.0)
+    assert accepted.gate is not None
+    accepted = replace(accepted, gate=replace(accepted.gate, evidence=evidence, threshold_pct=2.0))
+    gone = rnd(3, Status.ROLLED_BACK, -50.0)
+    assert gone.gate is not None
+    gone = replace(gone, gate=replace(gone.gate, evidence={**evidence, "shapes": {
+        "a": {"mean_pct": -50.0, "half_width_pct": 5.0, "pairs": 3}}}))  # fmt: skip
+    results = [rnd(1, Status.BASELINE), accepted, gone]
+    a = shape_trend(results)["a"]
+    assert [(x[0], x[3]) for x in a] == [(1, Status.BASELINE), (2, Status.ACCEPTED),
+                                         (3, Status.ROLLED_BACK)]  # fmt: skip
+    assert a[1][1] == pytest.approx(110.0) and a[1][2] == pytest.approx(2.0)
+    assert a[2][1] == pytest.approx(55.0) and a[2][2] == pytest.approx(5.5)  # of 110
+    points = round_points(results, ["a", "b"])
+    assert points[1].error == pytest.approx(points[0].value * 0.01)  # ± 1% of the incumbent
+    assert points[1].bar == pytest.approx(points[0].value * 1.02)  # what it had to clear
+
+
 def manifest_campaign(tmp_path: Path, **over: Any) -> Campaign:
     data: dict[str, Any] = {
         "campaign_name": "gemm_triton_gfx942_20261129",
@@ -216,6 +251,8 @@ def test_report_twice_leaves_every_record_byte_identical(demo_copy: Path) -> Non
     assert first.count(b"## Final Report (2026-11-29 18:00)") == 1
     html = demo_copy / "report" / "index.html"
     assert html.is_file() and "data:image/png;base64," in html.read_text("utf-8")
-    for name in ("rounds.png", "shapes.png", "roofline.png"):
+    for name in ("rounds.png", "shape_trend.png", "noise.png", "shapes.png"):
         assert (demo_copy / "report" / name).stat().st_size > 5000
+    # no peak is known for a CPU: no "fraction of peak" chart repeating the figures
+    assert not (demo_copy / "report" / "roofline.png").exists()
     assert "html: " in res.output and f"report: {markdown}" in res.output

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,17 +23,20 @@ from runner.core.outcomes import (
     Status,
 )
 from runner.core.stats import geomean
-from runner.render.figures import fmt_pct
+from runner.flow.acceptance_record import Acceptance, Check, acceptance_dir, write_acceptance
+from runner.render.figures import fmt_gain, fmt_pct
 from runner.render.final_report import render_final_report, render_transfer, transfer_split
 from runner.render.headline import headline_gain
 from runner.render.status import (
     ESCALATION,
+    collect_status,
     consecutive_rollbacks,
     escalation_step,
     render_status,
     summarise,
 )
 from runner.store.campaign import Campaign
+from runner.store.lineage import Lineage
 
 METRIC = "Combined Step TFLOPS"
 
@@ -139,6 +144,22 @@ def test_one_headline_gain_the_accepted_rounds_paired_gains_compounded() -> None
         transfer_split(results)
     )
     assert summarise("c", "/c", chain(R)).gain_pct is None
+
+
+def test_the_table_of_rounds_shows_decision_gain_and_hypothesis() -> None:
+    long = "Retile the backward GEMM so that each wave keeps the dequantised operands in registers"
+    rolled = dataclasses.replace(result(2, R), hypothesis=long)
+    assert rolled.gate is not None
+    gate = dataclasses.replace(rolled.gate, decision=Decision.ROLLED_BACK, delta_pct=-3.5,
+                               pair_gains_pct=(-3.0, -4.0, -3.5))  # fmt: skip
+    s = summarise("c", "/c", [result(1, Status.BASELINE), dataclasses.replace(rolled, gate=gate)])
+    text = render_status(s)
+    (row,) = [line for line in text.splitlines() if line.strip().startswith("round-2 ")]
+    assert "ROLLED BACK" in row and "ROLLED_BACK" in row
+    assert fmt_gain(-3.5, gate) in row and "(3 pairs)" in row
+    assert "Retile the backward GEMM so that each wave keeps the…" in row  # a whole word
+    assert s.to_dict()["round_table"][1]["gain"] == fmt_gain(-3.5, gate)
+    assert "noise: not calibrated yet" in text and "running: nothing" in text
 
 
 def test_summarise_flags_a_broken_chain() -> None:
@@ -261,3 +282,47 @@ def test_campaign_correct_appends_and_the_chain_holds(
     assert code == 5 and len(camp.optimize_log.read_bytes()) == len(data), out
     code, out = _main([*root, "status"], capsys)
     assert code == 5 and "`campaign correct --text TEXT`" in out, out
+
+
+@pytest.mark.integration
+def test_status_at_a_glance_running_acceptance_checkout(demo_copy: Path) -> None:
+    """Issue 29 item 5 on a copy of the demo: sigma_G and the threshold in force, the
+    command holding the campaign lock (and the next step waits for it), the last final
+    acceptance from its record, the source checkout against the lineage head."""
+    campaign = Campaign.load(demo_copy)
+    root = ["--campaigns-root", str(demo_copy.parent)]
+
+    def status() -> tuple[str, dict]:  # each costs a probe of Slurm and Docker: few
+        s = collect_status(Campaign.load(demo_copy))
+        return render_status(s), json.loads(json.dumps(s.to_dict()))
+
+    res = CliRunner().invoke(cli, [*root, "status"])
+    assert res.exit_code == 0, res.output
+    text = res.output
+    sigma = campaign.manifest.sigma_g
+    assert sigma is not None
+    assert f"{100 * max(0.02, 3 * sigma):.3f}% (docs/protocol.md §5.3)" in text
+    assert all(f"round-{n} " in text for n in (1, 2, 3))
+    assert "running: nothing" in text and "last acceptance: not run" in text
+    assert "checkout: at the lineage head" in text
+    head = Lineage(Path(campaign.manifest.source), campaign.name, None).head()
+    assert f"checkout: at the lineage head {head[:12]}" in text
+
+    checks = [Check("full test suite", False, "2 failed")]
+    record = Acceptance(campaign.name, "2026-12-01 16:00", "2026-12-01 16:09", head=head,
+                        checks=checks)  # fmt: skip
+    write_acceptance(acceptance_dir(campaign), record)
+    source = Path(campaign.manifest.source)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "on"], cwd=source, check=True)
+    try:
+        with campaign.lock():  # a command is running: status names it, next waits for it
+            text, data = status()
+    finally:  # with TURBO_CAMPAIGN_DEMO_DIR the source is the given demo's own
+        subprocess.run(["git", "reset", "-q", "--soft", "HEAD~1"], cwd=source, check=True)
+    assert data["running"]["pid"] == os.getpid()
+    assert f"(pid {os.getpid()}, since " in text and "next: wait: `" in text
+    assert data["acceptance"]["outcome"] == "NOT ACCEPTED"
+    assert "last acceptance: NOT ACCEPTED (2026-12-01 16:09): full test suite: 2 failed" in text
+    assert data["checkout"]["at_head"] is False and data["checkout"]["head"] == head
+    assert f"is not the lineage head {head[:12]}" in text

@@ -10,30 +10,19 @@ import click
 from tabulate import tabulate
 
 from runner.cli.app import App
-from runner.cli.options import campaign_option
+from runner.cli.options import campaign_option, json_option
 from runner.store.campaign import Campaign
-
-_json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON value.")
-HYPOTHESIS_WIDTH = 60
-
-
-def _short(text: str, width: int = HYPOTHESIS_WIDTH) -> str:
-    """The first line, cut at a word boundary with an ellipsis when too long."""
-    line = " ".join(text.strip().splitlines()[0].split()) if text.strip() else "—"
-    if len(line) <= width:
-        return line
-    return line[: width - 1].rsplit(" ", 1)[0] + "…"
 
 
 @click.command("rounds")
 @campaign_option
-@_json_option
+@json_option("the rounds")
 @click.pass_obj
 def rounds_cmd(app: App, name: str | None, as_json: bool) -> None:
     """The closed rounds, oldest first: number, status, the gate's decision, the gain
     against the best of the time (± over its pairs), the hypothesis."""
     from runner.cli.mcp_models import round_infos
-    from runner.render.figures import fmt_gain
+    from runner.render.figures import fmt_gain, short_text
 
     infos = round_infos(Campaign.find(app.campaigns_root, name))
     if as_json:
@@ -45,7 +34,7 @@ def rounds_cmd(app: App, name: str | None, as_json: bool) -> None:
             i.status,
             i.decision or "—",
             fmt_gain(i.delta_pct, i.pair_gains_pct) if i.delta_pct is not None else "—",
-            "baseline" if i.round == 1 else _short(i.hypothesis),
+            "baseline" if i.round == 1 else short_text(i.hypothesis),
         ]
         for i in infos
     ]
@@ -56,7 +45,7 @@ def rounds_cmd(app: App, name: str | None, as_json: bool) -> None:
 @click.command("show")
 @click.argument("n", type=int, metavar="N")
 @campaign_option
-@_json_option
+@json_option("the round's summary and result.json")
 @click.pass_obj
 def show_cmd(app: App, n: int, name: str | None, as_json: bool) -> None:
     """One closed round: its summary.md (with --json: the summary and result.json)."""

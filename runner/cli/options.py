@@ -79,3 +79,10 @@ gpus_option: Callable[[F], F] = click.option(
     default="",
     help="Lease and shard over these GPUs, e.g. 0,1 (shapes balanced by their measured seconds).",
 )
+
+
+def json_option(what: str) -> Callable[[F], F]:
+    """``--json``: print ``what`` as one JSON value on stdout (progress stays on stderr)."""
+    return click.option(
+        "--json", "as_json", is_flag=True, help=f"Print {what} as one JSON value on stdout."
+    )

@@ -14,6 +14,7 @@ from runner.cli.options import (
     campaign_option,
     executor_override_option,
     gpus_option,
+    json_option,
 )
 from runner.cli.progress_view import ProgressView, quiet_option
 from runner.core.errors import AppendOnlyViolation
@@ -28,10 +29,13 @@ def _find(app: App, name: str | None) -> Campaign:
 
 @click.command("status")
 @campaign_option
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option("the status")
 @click.pass_obj
 def status_cmd(app: App, name: str | None, as_json: bool) -> None:
-    """Current best, round counts, escalation step, next round, chain integrity."""
+    """At a glance: the current best and headline gain, the table of rounds, sigma_G and
+    the acceptance threshold, the running command, the last final acceptance, the
+    checkout against the lineage head, the escalation step, the next round, chain
+    integrity."""
     from runner.render.status import collect_status, render_status
 
     status = collect_status(_find(app, name))
@@ -69,10 +73,17 @@ def report_cmd(app: App, name: str | None, user_stop: bool) -> None:
 @click.option("--passes", default=2, show_default=True, help=BLOCKS_HELP)
 @executor_override_option
 @gpus_option
+@json_option("the acceptance record (acceptance/acceptance.json)")
 @quiet_option
 @click.pass_obj
 def accept_cmd(
-    app: App, name: str | None, passes: int, executor: str | None, gpus: str, quiet: bool
+    app: App,
+    name: str | None,
+    passes: int,
+    executor: str | None,
+    gpus: str,
+    as_json: bool,
+    quiet: bool,
 ) -> None:
     """Final acceptance of the lineage head: full validation against the base commit,
     the full benchmark, the full test suite, the branch check.  Exit 0 ACCEPTED,
@@ -91,11 +102,14 @@ def accept_cmd(
             progress=view,
             gpus=tuple(parse_gpus(gpus)) if gpus else (),
         )
-    verdict = "ACCEPTED" if result.accepted else "NOT ACCEPTED"
-    click.echo(f"final acceptance: {verdict}")
-    for check in result.checks:
-        click.echo(f"  {'PASS' if check.ok else 'FAIL'} {check.name}: {check.detail}")
-    click.echo(f"record: {acceptance_dir(campaign) / 'acceptance.md'}")
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), allow_nan=False))
+    else:
+        verdict = "ACCEPTED" if result.accepted else "NOT ACCEPTED"
+        click.echo(f"final acceptance: {verdict}")
+        for check in result.checks:
+            click.echo(f"  {'PASS' if check.ok else 'FAIL'} {check.name}: {check.detail}")
+        click.echo(f"record: {acceptance_dir(campaign) / 'acceptance.md'}")
     if not result.accepted:
         raise NotAccepted(
             "the final best is NOT ACCEPTED: fix the failed checks above, then run "

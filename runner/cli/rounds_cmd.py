@@ -16,6 +16,7 @@ from runner.cli.options import (
     executor_override_option,
     gpus_option,
     granularity_option,
+    json_option,
     target_option,
 )
 from runner.cli.progress_view import ProgressView, quiet_option
@@ -76,6 +77,13 @@ def print_result(result: RoundResult, campaign: Campaign) -> None:
     click.echo(f"  summary: {campaign.summary_path(result.round)}")
 
 
+def print_round_json(campaign: Campaign, n: int) -> None:
+    """The closed round N as `campaign show N --json` prints it."""
+    from runner.cli.mcp_models import round_report
+
+    click.echo(json.dumps(round_report(campaign, n).model_dump(mode="json"), allow_nan=False))
+
+
 @click.command("baseline")
 @campaign_option
 @click.option("--op", default=None, help="Create the campaign first: operator, e.g. gemm_fp8.")
@@ -93,6 +101,7 @@ def print_result(result: RoundResult, campaign: Campaign) -> None:
 @executor_override_option
 @click.option("--image", default=None, help="With --op: the container image (docker).")
 @gpus_option
+@json_option("the closed baseline (as `campaign show 1 --json`)")
 @quiet_option
 @click.pass_obj
 def baseline_cmd(
@@ -101,6 +110,7 @@ def baseline_cmd(
     passes: int,
     executor: str | None,
     gpus: str,
+    as_json: bool,
     quiet: bool,
     **opts: Any,
 ) -> None:
@@ -111,8 +121,8 @@ def baseline_cmd(
     else:
         campaign = find_campaign(app, name)
     tips = read_tips(campaign.manifest, resolve_tips_root(app.campaigns_root, None))
-    if tips:
-        click.echo(f"historical tips ({campaign.manifest.target_gpu}):\n{tips}")
+    if tips:  # with --json stdout holds the JSON alone
+        click.echo(f"historical tips ({campaign.manifest.target_gpu}):\n{tips}", err=as_json)
     with ProgressView(quiet=quiet) as view:
         result = run_baseline(
             campaign,
@@ -121,6 +131,9 @@ def baseline_cmd(
             progress=view,
             gpus=tuple(parse_gpus(gpus)) if gpus else (),
         )
+    if as_json:
+        print_round_json(campaign, result.round)
+        return
     print_result(result, campaign)
     click.echo(f"representative shapes: {', '.join(campaign.manifest.representative_shapes)}")
     click.echo(f"campaign: {campaign.root}")
@@ -162,12 +175,7 @@ def baseline_cmd(
     help="Let the change touch PATH outside kernel_source (repeatable; recorded). The "
     "focused test still runs as the lineage head has it.",
 )
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print the closed round as one JSON object (as `campaign show N --json`).",
-)
+@json_option("the closed round (as `campaign show N --json`)")
 @quiet_option
 @click.pass_obj
 def validate_cmd(
@@ -208,10 +216,7 @@ def validate_cmd(
             campaign, make_executor(campaign.manifest, executor), request, progress=view
         )
     if as_json:
-        from runner.cli.mcp_models import round_report
-
-        report = round_report(campaign, result.round).model_dump(mode="json")
-        click.echo(json.dumps(report, allow_nan=False))
+        print_round_json(campaign, result.round)
     else:
         print_result(result, campaign)
     if result.status is Status.ROLLED_BACK:

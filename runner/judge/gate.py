@@ -67,6 +67,11 @@ VOLATILE_SIGMA = 0.01  # sigma_G above 1% -> at least 5 pairs
 VOLATILE_PAIRS = 5
 
 
+def accept_threshold(sigma_g: float | None) -> float:
+    """T = max(2%, 3 sigma_G) as a fraction (docs/protocol.md §5.3)."""
+    return max(MIN_THRESHOLD, 3 * (sigma_g or 0.0))
+
+
 def required_pairs(sigma_g: float | None, min_pairs: int = 3) -> int:
     """The paired samples the near-noise rule needs: ``min_pairs``, at least
     VOLATILE_PAIRS when sigma_G is above VOLATILE_SIGMA.  The measuring side asks this
@@ -332,13 +337,12 @@ def _facts(
         )
     targeted = set(targeted_shapes)
     gating = tuple(lb for lb in logs if lb in targeted) or tuple(logs)
-    sigma = sigma_g or 0.0
     return _Facts(
         best=best,
         candidate=candidate,
         logs=logs,
         gating=gating,
-        threshold=max(MIN_THRESHOLD, 3 * sigma),
+        threshold=accept_threshold(sigma_g),
         required_pairs=required_pairs(sigma_g, min_pairs),
     )
 

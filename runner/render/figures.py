@@ -12,6 +12,8 @@ the report: the one place for number formatting.
   of the 95% interval of the paired gain (``GateResult.evidence``, as the gate judged
   it; from the per-pair gains ``pair_gains_pct`` with the same Student-t rule when a
   record has no evidence).
+* ``short_text``: the first line of a text (a hypothesis) cut at a word boundary, with
+  an ellipsis, never mid-word.
 """
 
 from __future__ import annotations
@@ -134,3 +136,12 @@ def fmt_gain(delta_pct: float | None, evidence: Evidence = None) -> str:
         return fmt_pct(delta_pct)
     sd, n = spread
     return f"{fmt_pct(delta_pct)} ± {sd:.2f}% ({n} pairs)"
+
+
+def short_text(text: str, width: int = 60) -> str:
+    """The first line, cut at a word boundary with an ellipsis when too long."""
+    line = " ".join(text.strip().splitlines()[0].split()) if text.strip() else DASH
+    if len(line) <= width:
+        return line
+    cut = line[: width - 1].rsplit(" ", 1)[0]
+    return cut.rstrip(" ,;:(") + "…"

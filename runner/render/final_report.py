@@ -19,7 +19,7 @@ from runner.core.outcomes import GateResult, RoundResult, Score, Status
 from runner.core.stats import geomean
 from runner.judge.peaks import peak_for
 from runner.ops.info import op_info
-from runner.render.figures import fmt_gain, fmt_pct, score_scale
+from runner.render.figures import fmt_gain, fmt_pct, score_scale, short_text
 from runner.render.headline import compound, headline_gain, round_gain
 from runner.render.markdown import (
     md_table,
@@ -129,15 +129,26 @@ def render_transfer(split: TransferSplit) -> str:
 
 
 # ---- directions and next steps -----------------------------------------------------------
+DESCRIPTION_WIDTH = 80
+
+
+def brief(r: RoundResult) -> str:
+    """The round's description; when the record cut it from a longer hypothesis (at 80
+    characters, mid-word), the hypothesis cut at a word boundary instead."""
+    first = " ".join(r.hypothesis.strip().splitlines()[0].split()) if r.hypothesis.strip() else ""
+    cut = r.description.strip()
+    if cut and len(first) > len(cut) and first.startswith(" ".join(cut.split())):
+        return short_text(first, DESCRIPTION_WIDTH)
+    return r.description
+
+
 def _delta(r: RoundResult) -> str:
     return f"{fmt_gain(r.gate.delta_pct, r.gate)} vs incumbent" if r.gate else "no gate verdict"
 
 
 def effective_directions(results: Sequence[RoundResult]) -> list[str]:
     return [
-        f"round-{r.round}: {r.description} ({_delta(r)})"
-        for r in results
-        if r.status is Status.ACCEPTED
+        f"round-{r.round}: {brief(r)} ({_delta(r)})" for r in results if r.status is Status.ACCEPTED
     ]
 
 
@@ -146,9 +157,9 @@ def ineffective_directions(results: Sequence[RoundResult]) -> list[str]:
     for r in results:
         if r.status is Status.ROLLED_BACK:
             lesson = f"; lesson: {r.rollback.lesson}" if r.rollback else ""
-            out.append(f"round-{r.round}: {r.description} ({_delta(r)}){lesson}")
+            out.append(f"round-{r.round}: {brief(r)} ({_delta(r)}){lesson}")
         elif r.status is Status.FAILED:
-            out.append(f"round-{r.round}: {r.description} (not measured: the worker failed)")
+            out.append(f"round-{r.round}: {brief(r)} (not measured: the worker failed)")
     return out
 
 
@@ -280,7 +291,7 @@ def _cumulative(
 def _links(results: Sequence[RoundResult]) -> str:
     return "\n".join(
         f"- [rounds/round-{r.round}/summary.md](../rounds/round-{r.round}/summary.md) — "
-        f"{r.status.value}: {r.description}"
+        f"{r.status.value}: {brief(r)}"
         for r in results
     )
 

@@ -15,6 +15,12 @@ rollbacks: the lineage did not move, and the escalation ladder starts with "diag
 
 GPU leases held on this host (by any campaign) are listed as ``gpu leases`` lines,
 placed under ``"extra"`` in ``--json``.
+
+At a glance besides: the table of rounds (number, decision, gain with its ± over the
+pairs, the hypothesis cut at a word boundary), sigma_G with the acceptance threshold in
+force (docs/protocol.md §5.3), the command that holds the campaign lock now (its next
+step waits for it), the last final acceptance (``acceptance/acceptance.json``) and
+whether the source checkout's HEAD is the lineage head.
 """
 
 from __future__ import annotations
@@ -24,9 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tabulate import tabulate
+
 from runner.core.errors import CampaignError
-from runner.core.outcomes import RoundResult, Status
-from runner.render.figures import scale_for
+from runner.core.outcomes import GateResult, RoundResult, Status
+from runner.flow.acceptance_record import load_acceptance
+from runner.judge.gate import accept_threshold
+from runner.render.figures import fmt_gain, scale_for, short_text
 from runner.render.headline import Headline, headline_gain
 from runner.store.campaign import Campaign
 from runner.store.gate_ledger import check_gate_fields
@@ -34,6 +44,8 @@ from runner.store.gate_ledger import describe as describe_gate_fields
 from runner.store.guard import check_records, lineage_behind
 from runner.store.leases import list_leases
 from runner.store.leftovers import describe_attempt, describe_leftovers
+from runner.store.lineage import Lineage
+from runner.store.manifest import branch_name
 from runner.store.records import check_chain
 
 ESCALATION: dict[int, str] = {
@@ -98,6 +110,12 @@ class CampaignStatus:
     leftovers: list[str] = field(default_factory=list)
     headline_rounds: list[int] = field(default_factory=list)
     gate_fields: str = ""  # runner.store.gate_ledger.describe
+    round_table: list[dict[str, Any]] = field(default_factory=list)  # round_rows
+    sigma_g: float | None = None
+    threshold_pct: float | None = None  # max(2%, 3 sigma_G), docs/protocol.md §5.3
+    running: dict[str, Any] | None = None  # the campaign lock's holder: pid, command, started
+    acceptance: dict[str, Any] | None = None  # the last `campaign accept`: see acceptance_facts
+    checkout: dict[str, Any] = field(default_factory=dict)  # see checkout_facts
 
     def to_dict(self) -> dict[str, Any]:
         step = self.escalation
@@ -125,6 +143,12 @@ class CampaignStatus:
             "record_problems": list(self.record_problems),
             "leftovers": list(self.leftovers),
             "gate_fields": self.gate_fields,
+            "round_table": [dict(row) for row in self.round_table],
+            "sigma_g": self.sigma_g,
+            "threshold_pct": self.threshold_pct,
+            "running": self.running,
+            "acceptance": self.acceptance,
+            "checkout": dict(self.checkout),
             "extra": {k: v for k, v in self.extra},
         }
 
@@ -156,7 +180,64 @@ def summarise(
         next_round=max(closed) + 1 if closed else 1,
         unclosed=sorted(unclosed),
         chain_problems=check_chain(results),
+        round_table=round_rows(results),
     )
+
+
+def round_rows(results: Sequence[RoundResult]) -> list[dict[str, Any]]:
+    """One row per closed round: number, status, the gate's decision, the gain against
+    the incumbent with its ± over the pairs (``gain``, as every table writes it), the
+    hypothesis cut at a word boundary."""
+    return [
+        {
+            "round": r.round,
+            "status": r.status.value,
+            "decision": r.gate.decision.value if r.gate else None,
+            "delta_pct": r.gate.delta_pct if r.gate else None,
+            "gain": fmt_gain(r.gate.delta_pct, r.gate) if r.gate else None,
+            "hypothesis": short_text(r.hypothesis or r.description),
+        }
+        for r in sorted(results, key=lambda r: r.round)
+    ]
+
+
+def acceptance_facts(acceptance: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The last final acceptance: outcome, when, why not, its paired head-vs-base gain."""
+    if acceptance is None:
+        return None
+    gate = GateResult.from_dict(acceptance["gate"]) if acceptance.get("gate") else None
+    return {
+        "outcome": acceptance["outcome"],
+        "finished": acceptance.get("finished", ""),
+        "head": acceptance.get("head", ""),
+        "reasons": list(acceptance.get("reasons", [])),
+        "gain": fmt_gain(gate.delta_pct, gate) if gate else None,
+    }
+
+
+def checkout_facts(campaign: Campaign) -> dict[str, Any]:
+    """The source checkout's HEAD against the lineage head: ``at_head``, both commits,
+    and ``note`` in words (what `validate` will make of it)."""
+    m = campaign.manifest
+    lineage = Lineage(Path(m.source), campaign.name, branch_name(m))
+    try:
+        head = lineage.head()
+        at = lineage.git("rev-parse", "--verify", "-q", "HEAD", check=False)
+    except CampaignError as exc:
+        return {"at_head": None, "head": None, "checkout": None, "note": str(exc)}
+    facts: dict[str, Any] = {"at_head": at == head, "head": head, "checkout": at or None}
+    if at == head:
+        facts["note"] = f"at the lineage head {head[:12]}"
+        return facts
+    try:
+        lineage.check_checkout()
+        facts["note"] = (
+            f"HEAD {at[:12]} is behind the lineage head {head[:12]}; its working tree "
+            "carries the accepted changes (validate diffs against the head)"
+        )
+    except CampaignError as exc:
+        facts["note"] = f"HEAD {(at or 'none')[:12]} is not the lineage head {head[:12]}: {exc}"
+    return facts
 
 
 def unclosed_rounds(campaign: Campaign) -> list[int]:
@@ -189,6 +270,17 @@ def collect_status(campaign: Campaign) -> CampaignStatus:
     if behind:
         status.leftovers.insert(0, f"lineage: {behind}")
     status.extra.extend(lease_lines())
+    status.sigma_g = campaign.manifest.sigma_g
+    if status.sigma_g is not None:
+        status.threshold_pct = 100 * accept_threshold(status.sigma_g)
+    holder = campaign.lock_holder()
+    if holder is not None:
+        status.running = {"pid": holder.pid, "command": holder.command, "started": holder.started}
+    try:
+        status.acceptance = acceptance_facts(load_acceptance(campaign))
+    except CampaignError as exc:
+        status.acceptance = {"outcome": "unreadable", "reasons": [str(exc)]}
+    status.checkout = checkout_facts(campaign)
     return status
 
 
@@ -216,6 +308,12 @@ def _escalation_line(s: CampaignStatus) -> str:
 
 
 def _next_line(s: CampaignStatus) -> str:
+    if s.running:
+        return f"wait: `{s.running['command']}` holds the campaign; then {_after(s)}"
+    return _after(s)
+
+
+def _after(s: CampaignStatus) -> str:
     if s.unclosed and s.unclosed[0] == 1:
         return "round-1 (the baseline) is unclosed: re-run `campaign baseline` to close it"
     if s.unclosed:
@@ -229,8 +327,46 @@ def _next_line(s: CampaignStatus) -> str:
     return f"round-{s.next_round}: `campaign validate --round {s.next_round} --hypothesis ...`"
 
 
+def _table(s: CampaignStatus) -> list[str]:
+    rows = [
+        [f"round-{r['round']}", r["status"], r["decision"] or "—", r["gain"] or "—",
+         r["hypothesis"]]
+        for r in s.round_table
+    ]  # fmt: skip
+    if not rows:
+        return []
+    headers = ["Round", "Status", "Decision", "Gain vs incumbent", "Hypothesis"]
+    text = tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+    return [f"  {line}" for line in text.splitlines()]
+
+
+def _noise_line(s: CampaignStatus) -> str:
+    if s.sigma_g is None or s.threshold_pct is None:
+        return "not calibrated yet (the baseline measures sigma_G)"
+    return (
+        f"sigma_G {s.sigma_g:.3%}; acceptance threshold in force max(2%, 3 sigma_G) = "
+        f"{s.threshold_pct:.3f}% (docs/protocol.md §5.3)"
+    )
+
+
+def _running_line(s: CampaignStatus) -> str:
+    if not s.running:
+        return "nothing (no command holds the campaign lock)"
+    r = s.running
+    return f"`{r['command']}` (pid {r['pid']}, since {r['started'] or 'unknown'})"
+
+
+def _acceptance_line(s: CampaignStatus) -> str:
+    a = s.acceptance
+    if a is None:
+        return "not run (`campaign accept`)"
+    why = "; ".join(a.get("reasons") or []) or "every check passed"
+    gain = f", head vs base {a['gain']}" if a.get("gain") else ""
+    return f"{a['outcome']} ({a.get('finished') or 'unknown'}{gain}): {why}"
+
+
 def render_status(s: CampaignStatus) -> str:
-    """The human-readable status, one fact per line."""
+    """The human-readable status, one fact per line (the rounds as a table)."""
     problems = [*s.record_problems, *s.chain_problems]
     chain = "OK" if not problems else "BROKEN — " + "; ".join(problems)
     lines = [
@@ -238,6 +374,11 @@ def render_status(s: CampaignStatus) -> str:
         f"current best: {_best_line(s)}",
         f"headline gain: {_headline_line(s)}",
         f"rounds: {s.accepted} accepted, {s.rolled_back} rolled back, {s.failed} failed",
+        *_table(s),
+        f"noise: {_noise_line(s)}",
+        f"running: {_running_line(s)}",
+        f"last acceptance: {_acceptance_line(s)}",
+        *([f"checkout: {s.checkout['note']}"] if s.checkout else []),
         f"consecutive rollbacks: {s.consecutive_rollbacks}",
         f"escalation: {_escalation_line(s)}",
         f"next: {_next_line(s)}",

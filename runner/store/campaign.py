@@ -12,7 +12,9 @@ import errno
 import fcntl
 import json
 import os
+import shlex
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from runner.core.errors import ConfigError
 from runner.core.outcomes import RoundResult, Status
+from runner.core.timestamps import now_second
 from runner.core.versions import require_schema_version
 from runner.render.markdown import optimize_title, trend_header
 from runner.store.appendlog import append, write_atomic
@@ -35,6 +38,52 @@ from runner.store.manifest import (
 RESULT_SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.yaml"
 LOCK_NAME = ".lock"
+COMMAND_WIDTH = 200
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    """Who holds the campaign lock: its pid, command line and start (``now_second``)."""
+
+    pid: int
+    command: str
+    started: str
+
+    def describe(self) -> str:
+        return f"`{self.command}` (pid {self.pid}, since {self.started or 'unknown'})"
+
+
+def _command_line() -> str:
+    """This process's command line as the user typed it (``campaign validate ...``)."""
+    argv = sys.argv or ["python"]
+    first = Path(argv[0])
+    prog = "campaign" if first.name == "campaign" or first.parent.name == "runner" else first.name
+    text = " ".join([prog, *(shlex.quote(a) for a in argv[1:])])
+    return text if len(text) <= COMMAND_WIDTH else text[: COMMAND_WIDTH - 1] + "…"
+
+
+def _parse_holder(text: str) -> LockHolder | None:
+    """The lock file's text: the holder's pid, then one JSON line about it."""
+    first, _, rest = text.partition("\n")
+    if not first.strip().isdigit():
+        return None
+    try:
+        about = json.loads(rest.strip() or "{}")
+    except ValueError:
+        about = {}
+    about = about if isinstance(about, dict) else {}
+    command = str(about.get("command") or "a campaign command")
+    return LockHolder(int(first), command, str(about.get("started") or ""))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 @dataclass
@@ -232,6 +281,7 @@ class Campaign:
                 yield
             finally:
                 self._lock_depth = 0
+                os.ftruncate(fd, 0)  # nobody holds it: `campaign status` shows nothing running
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
@@ -256,13 +306,24 @@ class Campaign:
         except OSError as exc:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            holder = _parse_holder(os.pread(fd, 4096, 0).decode("utf-8", "replace"))
+            pid, what = (holder.pid, f" (`{holder.command}`)") if holder else ("unknown", "")
             raise ConfigError(
-                f"campaign {self.name} is busy (pid {holder}): another campaign command holds "
-                f"{self.lock_path}; wait for it to finish, then retry"
+                f"campaign {self.name} is busy (pid {pid}): another campaign command{what} "
+                f"holds {self.lock_path}; wait for it to finish, then retry"
             ) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        about = json.dumps({"command": _command_line(), "started": now_second()})
+        os.pwrite(fd, f"{os.getpid()}\n{about}\n".encode(), 0)
+
+    def lock_holder(self) -> LockHolder | None:
+        """The command that holds the campaign lock now (from what it wrote into the lock
+        file, a live pid), or None.  Display only: nothing decides on it."""
+        try:
+            holder = _parse_holder(self.lock_path.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            return None
+        return holder if holder is not None and _alive(holder.pid) else None
 
     # -- rounds -------------------------------------------------------------------
     def save_result(self, result: RoundResult) -> None:
