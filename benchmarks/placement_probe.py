@@ -46,18 +46,24 @@ SHAPES = {
 }
 
 
-def child(args: argparse.Namespace) -> None:
+def blockwise_op(name: str) -> tuple[Any, Any]:
+    """The example's blockwise ``gemm_fp8`` through the product's adapter (Triton backend
+    when TURBO_KERNELS_GEMM_BACKEND says so), and the probe shape ``name``."""
     sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
-    import torch
-
     from runner.core.shapes import Shape
     from runner.ops.base import load_adapter
     from runner.targets.registry import get_target
 
     api = get_target("example").load_api()
     op = load_adapter("gemm_fp8", api, {"granularity": "blockwise"})
-    m, n, k = SHAPES[args.shape]
-    shape = Shape(args.shape, m, n, k)
+    m, n, k = SHAPES[name]
+    return op, Shape(name, m, n, k)
+
+
+def child(args: argparse.Namespace) -> None:
+    import torch
+
+    op, shape = blockwise_op(args.shape)
     rng = random.Random(args.seed)
     out: list[dict[str, Any]] = []
     held: list[Any] = []
@@ -95,17 +101,10 @@ def trace(args: argparse.Namespace) -> None:
     """Window times of one process against the SM clock nvidia-smi reads meanwhile."""
     import time
 
-    sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
     import torch
 
-    from runner.core.shapes import Shape
-    from runner.ops.base import load_adapter
-    from runner.targets.registry import get_target
-
-    api = get_target("example").load_api()
-    op = load_adapter("gemm_fp8", api, {"granularity": "blockwise"})
-    m, n, k = SHAPES[args.shape]
-    a, b, g = op.inputs(Shape(args.shape, m, n, k), "cuda", seed=1)
+    op, shape = blockwise_op(args.shape)
+    a, b, g = op.inputs(shape, "cuda", seed=1)
     out = op.call(a, b)
 
     def ten() -> None:  # ten steps: the forward and the backward callables a worker times

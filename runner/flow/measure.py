@@ -63,6 +63,7 @@ from runner.flow.sharding import (
 from runner.judge.gate import decide, required_pairs
 from runner.judge.import_cause import explain_failure
 from runner.judge.scoring import score
+from runner.render.figures import fmt_gain
 
 # How long one comparison may measure, by validation level (docs/measurement.md §4.2):
 # past it the verdict is final.  Either can be set for a host or a test suite.
@@ -357,11 +358,9 @@ def next_pairs(asked: int, have: int, elapsed_s: float, cap_s: float) -> int:
 
 def _evidence_line(gate: GateResult) -> str:
     gain = (gate.evidence or {}).get("gain") or {}
-    half = gain.get("half_width_pct")
     if not gain:
         return f"{gate.pairs_used} pair(s)"
-    width = f" \u00b1 {half:.2f}%" if half is not None else ""
-    return f"paired gain {gain['mean_pct']:+.2f}%{width} over {gain['pairs']} pair(s)"
+    return f"paired gain {fmt_gain(gain['mean_pct'], gate)}"
 
 
 def pairing_words(executor: object) -> str:

@@ -149,6 +149,11 @@ def _judge(facts: _Facts, pairs: Sequence[PairSample], final: bool) -> GateResul
     return _paired(facts, gather(pairs, facts.gating), gain, final)
 
 
+def _over(facts: _Facts, gain: float) -> str:
+    """Why an aggregate at or over the threshold is accepted (rule 5)."""
+    return f"aggregate {_pct(gain)} >= threshold {100 * facts.threshold:.2f}%"
+
+
 def _single(facts: _Facts, gain: float) -> GateResult:
     """One comparison of two merged scores and nothing else (``campaign gate``)."""
     if gain <= 0:
@@ -159,8 +164,7 @@ def _single(facts: _Facts, gain: float) -> GateResult:
         why = "shape(s) regressed by 5% or more: " + severe
         return _result(facts, Decision.ROLLED_BACK, [why], 100 * gain)
     if gain >= facts.threshold:
-        why = f"aggregate {_pct(gain)} >= threshold {100 * facts.threshold:.2f}%"
-        return _accept(facts, why, 100 * gain)
+        return _accept(facts, _over(facts, gain), 100 * gain)
     why = (
         f"aggregate {_pct(gain)} is below the threshold {100 * facts.threshold:.2f}%: "
         f"near noise; measure {facts.required_pairs} fresh interleaved pair(s) and gate again"
@@ -175,8 +179,7 @@ def _early(facts: _Facts, pairs: Sequence[PairSample], gain: float) -> GateResul
     shape reading a 5% regression, or anything nearer, waits for the pairs."""
     have, need = len(pairs), facts.required_pairs
     if gain >= facts.threshold and not _severe(facts, facts.gating):
-        why = f"aggregate {_pct(gain)} >= threshold {100 * facts.threshold:.2f}%"
-        return _accept(facts, why, 100 * gain, have)
+        return _accept(facts, _over(facts, gain), 100 * gain, have)
     if gain <= -facts.threshold:
         why = f"aggregate {_pct(gain)}: a slow-down beyond the threshold {_pct(facts.threshold)}"
         return _result(facts, Decision.ROLLED_BACK, [why], 100 * gain, pairs_used=have)
@@ -208,7 +211,7 @@ def _paired(facts: _Facts, ev: Evidence, gain: float, final: bool) -> GateResult
         why = f"shape(s) near a 5% regression, within their noise: {_named(ev, unclear)}"
         return _remeasure(facts, ev, why, more, info)
     if gain >= facts.threshold and ev.gain.low > 0:
-        why = f"aggregate {_pct(gain)} >= threshold {100 * facts.threshold:.2f}%; {ev.summary()}"
+        why = f"{_over(facts, gain)}; {ev.summary()}"
         return _accept(facts, why, 100 * gain, ev.n, info)
     passed, figures = noise_rule(ev)
     m = 100 * math.expm1(ev.gain.mean)
