@@ -150,6 +150,8 @@ def test_lists_every_tool_with_documented_schemas(tmp_path: Path) -> None:
         validate = tools["validate_round"].input_schema
         assert validate["required"] == ["n", "hypothesis"]
         assert validate["properties"]["level"]["enum"] == ["quick", "full"]
+        outside = validate["properties"]["allow_outside"]  # as the CLI's --allow-outside
+        assert {"type": "array", "items": {"type": "string"}} in outside["anyOf"]
         assert "ctx" not in tools["run_baseline"].input_schema["properties"]
         assert tools["parse_bench_csv"].input_schema["required"] == ["path"]
 

@@ -28,7 +28,7 @@ from runner.flow.new_campaign import EXAMPLES_DIR
 from runner.flow.rounds import Request, validate_round
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
-from runner.store.lineage import Lineage, patch_paths
+from runner.store.lineage import MAX_PATCH_LINE, Lineage, patch_paths
 
 pytestmark = pytest.mark.integration
 
@@ -157,21 +157,35 @@ def test_a_checkout_behind_the_lineage_is_refused_unless_it_holds_the_rounds(
     assert patch_paths(patch) == [KERNEL] and "+ACCUM_DTYPE = torch.float64" in patch
 
 
+@pytest.mark.parametrize(
+    ("tail", "says"),
+    [
+        (b"# caf\xe9\n", ("is not UTF-8 text", "git diff --binary")),
+        (b"+" + b"x" * (MAX_PATCH_LINE + 1) + b"\n", ("a line of", "over the 1048576 bytes")),
+    ],
+    ids=["not-utf8", "line-too-long"],
+)
 def test_a_patch_file_that_is_not_utf8_text_is_refused(
-    campaign: Campaign, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    campaign: Campaign,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    tail: bytes,
+    says: tuple[str, str],
 ) -> None:
+    """Bounded patch intake: non-UTF-8 bytes, or one line over MAX_PATCH_LINE, are
+    exit 2 before anything is made."""
     from runner.cli import main
 
     before = snapshot_records(campaign)
-    bad = tmp_path / "latin1.patch"
-    bad.write_bytes((PATCHES / "speedup_reuse_fp8_weight.patch").read_bytes() + b"# caf\xe9\n")
+    bad = tmp_path / "bad.patch"
+    bad.write_bytes((PATCHES / "speedup_reuse_fp8_weight.patch").read_bytes() + tail)
     argv = ["--campaigns-root", str(campaign.root.parent), "validate", "--round", "2",
             "--hypothesis", "h", "--patch", str(bad)]  # fmt: skip
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == ConfigError.return_code
     err = capsys.readouterr().err
-    assert "is not UTF-8 text" in err and "git diff --binary" in err and "Traceback" not in err
+    assert all(text in err for text in says) and "Traceback" not in err
     assert snapshot_records(campaign) == before and not campaign.round_dir(2).exists()
 
 

@@ -273,14 +273,25 @@ class TurboTools:
             bool, Field(description="On rollback, reset the touched files to the head.")
         ] = False,
         pairs: Annotated[int | None, Field(description=PAIRS_HELP)] = None,
+        allow_outside: Annotated[
+            list[str] | None,
+            Field(
+                description="Paths outside kernel_source the change may touch (recorded in "
+                "the round); the focused test still runs as the lineage head has it."
+            ),
+        ] = None,
     ) -> RoundReport:
         """VALIDATE round n (`campaign validate`): the candidate against the last accepted
         round, paired, then the gate and the records.  Long-running; sends progress
         notifications.  Returns the closed round; ROLLED BACK and FAILED are results
         (see status and summary_md), not errors.  Errors (nothing written): no
         baseline, n not the next round, an empty hypothesis, an empty or
-        non-applying patch, the campaign busy."""
-        request = rounds.Request(n, hypothesis, patch, level, restore, bucket, pairs)
+        non-applying patch, a change outside kernel_source not in allow_outside, the
+        campaign busy."""
+        request = rounds.Request(
+            n, hypothesis, patch, level, restore, bucket, pairs,
+            allow_outside=tuple(allow_outside or ()),
+        )  # fmt: skip
         with tool_errors():
             found = self._campaign(campaign)
             executor = make_executor(found.manifest)

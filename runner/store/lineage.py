@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from runner.core.errors import CommandFailed, ConfigError, InfrastructureError, NothingToDo
+from runner.core.files import read_bounded
 from runner.core.pause_points import pause_point
 from runner.core.processes import run
 from runner.store.leftovers import WORKTREE_PREFIX, make_owned_dir
@@ -241,18 +242,21 @@ def _git_env() -> dict[str, str]:
 
 
 MAX_PATCH_BYTES = 64 << 20  # one hypothesis's change; a bigger file is not a patch
+# A line of a patch (a source line, or a `git diff --binary` line of at most 66 chars):
+# generated tables stay well under it; a longer line is not a reviewable change.
+MAX_PATCH_LINE = 1 << 20
 
 
 def read_patch_file(path: Path) -> str:
-    """A candidate patch file as text; a file too large or not UTF-8 is refused with
-    what to do (never a traceback)."""
+    """A candidate patch file as text; a file too large, with a line over
+    MAX_PATCH_LINE bytes, or not UTF-8 is refused with what to do (never a traceback)."""
     size = path.stat().st_size
     if size > MAX_PATCH_BYTES:
         raise ConfigError(
             f"{path} is {size} bytes, over the {MAX_PATCH_BYTES >> 20} MiB a round's patch may "
             "be: one hypothesis per round; pass the patch of that one change"
         )
-    data = path.read_bytes()
+    data = read_bounded(path, "patch", max_bytes=MAX_PATCH_BYTES, max_line=MAX_PATCH_LINE)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
