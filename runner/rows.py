@@ -31,11 +31,6 @@ def rate_stats(work: float, timing: Timing, unit: float) -> tuple[float, float]:
     return work / (timing.median_ms * 1e-3) / unit, stdev(values)
 
 
-def tflops_stats(flops: float, timing: Timing) -> tuple[float, float]:
-    """TFLOPS of the median time and the stddev of the per-batch TFLOPS."""
-    return rate_stats(flops, timing, 1e12)
-
-
 def shape_columns(shape: Shape, schema_name: str) -> dict[str, object]:
     """The columns that describe the shape under ``schema_name``."""
     if schema_name == "attention":

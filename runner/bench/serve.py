@@ -259,10 +259,6 @@ def over_blocks(timings: list[Timing]) -> Timing:
     )
 
 
-def _worst(key: str, values: list[float]) -> float:
-    return max(values) if key == "max_abs_err" else min(values)
-
-
 def serve(spec: RoundSpec, out_dir: Path, load: Callable[[RoundSpec, Path], Any]) -> int:
     """Set up (``load`` gives the op adapter, the device and the binding guard, like
     ``runner.bench.worker_pass.load_for``; it runs after the protocol stream is private, so the

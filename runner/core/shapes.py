@@ -368,17 +368,3 @@ def shapes_by_label(
         listed = f"; known: {list(by_label)}" if known else ""
         raise ConfigError(f"{what} not in shape set {name}: {missing}{hint}{listed}")
     return [by_label[label] for label in labels]
-
-
-def parse_shape(text: str) -> Shape:
-    """Parse ``MxNxK`` (or ``BxMxNxK``) into a Shape labelled by the text."""
-    parts = text.lower().split("x")
-    try:
-        dims = [int(p) for p in parts]
-    except ValueError:
-        raise ConfigError(f"bad shape {text!r}: write MxNxK, e.g. 4096x4096x4096") from None
-    if len(dims) == 3:
-        return Shape(text, dims[0], dims[1], dims[2])
-    if len(dims) == 4:
-        return Shape(text, dims[1], dims[2], dims[3], b=dims[0])
-    raise ConfigError(f"bad shape {text!r}: write MxNxK or BxMxNxK")

@@ -49,10 +49,6 @@ def op_info(name: str) -> OpInfo:
         raise ConfigError(f"unknown op {name!r}; choose one of: {valid}") from None
 
 
-def all_ops() -> dict[str, OpInfo]:
-    return dict(_OPS)
-
-
 COMBINED = "Combined Step TFLOPS"
 
 register_info(OpInfo("gemm", "gemm", True, "bf16", "runner.ops.gemm:GemmOp", COMBINED))

@@ -19,7 +19,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = "Dockerfile.rocm"
 ROCM_REPO = "turbo-campaign/rocm"
 WORKSPACE_TAG = "turbo-campaign/rocm-workspace:latest"
-CPU_TAG = "turbo-campaign/cpu:py311"
 SUPPORTED_ARCHS = ("gfx942", "gfx950")
 
 

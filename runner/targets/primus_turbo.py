@@ -57,7 +57,6 @@ BACKENDS: dict[tuple[str, str | None], tuple[str, ...]] = {
 # block_size=MXFP8_BLOCK_SIZE, scale_dtype=ScaleDtype.E8M0); any other block size or
 # scale dtype fails upstream's __post_init__ assertion.  Runs on gfx950 only.
 MX_BLOCK_SIZE = 32
-MX_SCALE_DTYPE = "E8M0"
 
 _HIPBLASLT_GEMM = ("csrc/kernels/gemm/hipblaslt_gemm.cu", "csrc/pytorch/gemm/hipblaslt_gemm.cpp")
 _CK_GEMM = (
