@@ -132,7 +132,6 @@ def test_mx_blockwise_uses_the_benchmarks_mxfp8_choice(tmp_path: Path, checkout:
     assert m.kernel_source[0] == "csrc/kernels/gemm/turbo_gemm.cu"
 
 
-
 def test_build_files_are_the_ones_at_upstreams_root(checkout: Path) -> None:
     """At a6a16cdc the build is setup.py (the CUDAExtension) with pyproject.toml beside
     it; there is no CMakeLists.txt.  A change to either declared build file rebuilds,
@@ -145,6 +144,7 @@ def test_build_files_are_the_ones_at_upstreams_root(checkout: Path) -> None:
         assert PRIMUS_TURBO.needs_rebuild([name]), name
     assert PRIMUS_TURBO.needs_rebuild(["csrc/kernels/gemm/ck_gemm.cu"])
     assert not PRIMUS_TURBO.needs_rebuild(["primus_turbo/triton/gemm/gemm_kernel.py"])
+
 
 def invoke(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str]:
     with pytest.raises(SystemExit) as info:

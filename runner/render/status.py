@@ -14,7 +14,8 @@ A FAILED round (the measurement did not complete) counts toward the consecutive
 rollbacks: the lineage did not move, and the escalation ladder starts with "diagnose".
 
 GPU leases held on this host (by any campaign) are listed as ``gpu leases`` lines,
-placed under ``"extra"`` in ``--json``.
+and the native build cache of the campaigns root (``runner.executors.build_cache``)
+as ``build cache`` lines, placed under ``"extra"`` in ``--json``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 from runner.core.errors import CampaignError
 from runner.core.outcomes import RoundResult, Status
+from runner.executors.build_cache import BuildCache
 from runner.render.figures import scale_for
 from runner.render.headline import Headline, headline_gain
 from runner.store.campaign import Campaign
@@ -189,6 +191,7 @@ def collect_status(campaign: Campaign) -> CampaignStatus:
     if behind:
         status.leftovers.insert(0, f"lineage: {behind}")
     status.extra.extend(lease_lines())
+    status.extra.extend(BuildCache.for_campaign(campaign.root).status_lines())
     return status
 
 
