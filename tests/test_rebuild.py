@@ -28,11 +28,13 @@ from typing import Any
 
 import pytest
 
-from runner.executors.build_cache import BuildCache
+from runner.executors.base import BuildJob
+from runner.executors.build_cache import BuildCache, build_key, native_inputs
 from runner.executors.container import CONTAINER_TARGET
-from runner.executors.docker import image_digest
+from runner.executors.docker import DockerExecutor, image_digest
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
+from runner.targets.primus_turbo import PRIMUS_TURBO
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.rebuild, pytest.mark.docker, pytest.mark.integration]
@@ -208,3 +210,40 @@ def test_a_library_loaded_from_outside_the_tree_fails_the_round(pipeline: Pipeli
     lineage = Lineage(Path(pipeline.campaign.manifest.source), pipeline.campaign.name, None)
     head_init = lineage.git("show", f"{lineage.head()}:primus_turbo/pytorch/__init__.py")
     assert "tempfile" not in head_init  # nothing of the failed round reached the lineage
+
+
+def test_a_corrupted_cached_image_is_rebuilt_never_used(cpu_image: str, tmp_path: Path) -> None:
+    """Without a campaign: the fixture compiled into the cache's image, that image's
+    ``_C`` then changed in place (same tag, same index entry): the next build of the
+    key finds the checksums differ, removes the entry and compiles again."""
+    tree = load_pipeline().fixture_repo(tmp_path / "src")
+    cache = BuildCache(tmp_path / "cache")
+    executor = DockerExecutor(cpu_image, gpu=None, campaign=f"corrupt-{tmp_path.name}",
+                              caches=False)  # fmt: skip
+    commands = tuple(tuple(c) for c in PRIMUS_TURBO.build_commands(None, in_place=False))
+    inputs = native_inputs(tree, lambda p: PRIMUS_TURBO.needs_rebuild([p]))
+    key = build_key(inputs, gpu_archs=None, commands=commands,
+                    identity=executor.build_identity())  # fmt: skip
+
+    def prepare(n: int) -> Any:
+        job = BuildJob("baseline", n, tree, tmp_path / f"b{n}", key, cache, commands=commands)
+        built = executor.prepare_role(job)
+        executor.release_role(built)
+        return built
+
+    try:
+        assert prepare(1).outcome == "compile"
+        tag = cache.lookup(key)[0].image  # type: ignore[union-attr]
+        name = f"corrupt-{tmp_path.name}"
+        so = f"{CONTAINER_TARGET}/primus_turbo/pytorch/_C*.so"
+        # through the image's own entrypoint, so the committed image keeps it
+        docker_out("run", "--name", name, "--network", "none", str(tag),
+                   "sh", "-c", f'for f in {so}; do printf x >> "$f"; done')  # fmt: skip
+        docker_out("commit", "--change", 'CMD ["/bin/bash"]', name, str(tag))
+        docker_out("rm", "-f", name)
+        again = prepare(2)
+        assert again.outcome == "compile" and "corrupted" in again.reason
+        assert "FAILED" in again.log_path.read_text(encoding="utf-8")  # sha256sum -c said
+    finally:
+        for entry in cache.entries():
+            docker_out("image", "rm", "-f", str(entry.image))
