@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -31,8 +32,7 @@ from runner.store.campaign import Campaign
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.integration  # real git trees, a real compiler
-if shutil.which("cc") is None:
-    pytest.skip("no C compiler on this host", allow_module_level=True)
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this host")
 
 
 def pipeline() -> ModuleType:
@@ -89,6 +89,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Campaign, Path]:
     return campaign, root
 
 
+@needs_cc
 def test_the_head_is_compiled_once_and_an_accepted_build_is_the_next_incumbents(
     made: tuple[Campaign, Path],
 ) -> None:
@@ -118,6 +119,7 @@ def test_the_head_is_compiled_once_and_an_accepted_build_is_the_next_incumbents(
     assert sum(1 for k in lines if k.startswith("build ") and k != "build cache") == 3
 
 
+@needs_cc
 def test_trees_differing_only_in_a_native_file_never_share_a_build(
     made: tuple[Campaign, Path],
 ) -> None:
@@ -139,6 +141,7 @@ def test_trees_differing_only_in_a_native_file_never_share_a_build(
     assert lib(a / "primus_turbo") != lib(b / "primus_turbo")
 
 
+@needs_cc
 @pytest.mark.parametrize("damage", ["corrupt", "half-written"])
 def test_a_damaged_entry_is_rebuilt_never_used(made: tuple[Campaign, Path], damage: str) -> None:
     campaign, root = made
@@ -161,3 +164,24 @@ def test_a_damaged_entry_is_rebuilt_never_used(made: tuple[Campaign, Path], dama
     # the rebuilt entry is whole again and the tree imports its own fresh build
     assert cache.lookup(first["key"])[0] is not None
     assert Path(loaded_c(fresh)).is_relative_to(fresh)
+
+
+def test_the_least_recently_used_entries_are_evicted_past_the_limit(tmp_path: Path) -> None:
+    """Real files, no compiler: three 1 MiB builds in a 2.5 MiB cache keep the two used
+    last; an entry the round still uses is never evicted."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "_C.so").write_bytes(os.urandom(1 << 20))
+    cache = BuildCache(tmp_path / "cache", limit=int(2.5 * (1 << 20)))
+    for key in ("a", "b"):
+        cache.store(key * 64, {"executor": "local"}, tree=tree, products=["_C.so"])
+    for key, stamp in (("a", 100.0), ("b", 200.0)):
+        os.utime(cache.root / (key * 64) / "used", (stamp, stamp))
+    cache.lookup("a" * 64)  # used now: b is the least recently used
+    cache.store("c" * 64, {"executor": "local"}, tree=tree, products=["_C.so"])
+    assert sorted(e.key[0] for e in cache.entries()) == ["a", "c"]
+    os.utime(cache.root / ("c" * 64) / "used", (300.0, 300.0))
+    cache.store("d" * 64, {"executor": "local"}, tree=tree, products=["_C.so"], keep=["c" * 64])
+    assert sorted(e.key[0] for e in cache.entries()) == ["c", "d"]
+    head, *lines = cache.status_lines()
+    assert "2 entries, 2.0 MiB of 2.5 MiB" in head[1] and len(lines) == 2

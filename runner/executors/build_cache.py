@@ -53,6 +53,7 @@ PRODUCTS = "products"
 SUMS = "products.sha256"
 COMPLETE = "complete"
 USED = "used"
+STALE_TMP_S = 86400.0
 _CHUNK = 1 << 20
 
 
@@ -293,6 +294,9 @@ class BuildCache:
         return sorted(found, key=lambda e: e.last_used, reverse=True)
 
     def _evict(self, keep: set[str]) -> None:
+        for tmp in self.root.glob(".tmp-*"):  # a writer killed a day or more ago
+            if time.time() - tmp.stat().st_mtime > STALE_TMP_S:
+                shutil.rmtree(tmp, ignore_errors=True)
         entries = self.entries()
         total = sum(e.size for e in entries)
         for entry in reversed(entries):  # least recently used first
