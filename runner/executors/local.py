@@ -78,19 +78,21 @@ def lay_products(entry: Entry, tree: Path) -> list[str]:
 
 
 def toolchain(python: str) -> str:
-    """The local build environment's identity: the C compiler's and nvcc's/hipcc's
-    first version line, the Python (version, executable) and its torch version."""
+    """The local build environment's identity: the Python (version, executable), its
+    torch version, and the ``--version`` output of the C compiler it builds extensions
+    with (sysconfig's CC, as the build sees it: CC is not passed through), of nvcc and
+    of hipcc."""
     probe = (
-        "import sys, importlib.metadata as m\n"
+        "import sys, sysconfig, importlib.metadata as m\n"
         "print(sys.version.split()[0], sys.executable)\n"
         "try:\n    print('torch', m.version('torch'))\n"
-        "except m.PackageNotFoundError:\n    print('no torch')"
+        "except m.PackageNotFoundError:\n    print('no torch')\n"
+        "print((sysconfig.get_config_var('CC') or 'cc').split()[0])"
     )
-    lines = [run([python, "-c", probe], check=False).stdout.strip()]
-    for tool in (os.environ.get("CC", "cc"), "nvcc", "hipcc"):
+    *lines, cc = (run([python, "-c", probe], check=False).stdout or "").strip().splitlines()
+    for tool in (cc, "nvcc", "hipcc"):
         if shutil.which(tool):
-            out = run([tool, "--version"], check=False).stdout or ""
-            lines.append(f"{tool}: {next((ln for ln in out.splitlines() if ln.strip()), '')}")
+            lines.append(f"{tool}: {run([tool, '--version'], check=False).stdout or ''}")
     return "\n".join(lines)
 
 
