@@ -96,8 +96,9 @@ def test_the_head_is_compiled_once_and_an_accepted_build_is_the_next_incumbents(
     campaign, root = made
     repo = Path(campaign.manifest.source)
     t = root / "trees"
-    # round 2: a native slow-down (rolled back); round 3: a native speed-up
-    # (accepted); round 4: a Python-only change on the accepted speed-up
+    # the baseline, then round 2: a native slow-down (rolled back); round 3: a native
+    # speed-up (accepted); round 4: a Python-only change on the accepted speed-up
+    r1 = build(campaign, t, 1, {"baseline": tree(repo, t / "b1")})
     r2 = build(campaign, t, 2, {"incumbent": tree(repo, t / "i2"),
                                 "candidate": tree(repo, t / "c2", SLOWER)}, SLOWER)  # fmt: skip
     r3 = build(campaign, t, 3, {"incumbent": tree(repo, t / "i3"),
@@ -105,10 +106,15 @@ def test_the_head_is_compiled_once_and_an_accepted_build_is_the_next_incumbents(
     inc4 = tree(repo, t / "i4", FASTER)
     cand4 = tree(repo, t / "c4", {**FASTER, **PY_ONLY})
     r4 = build(campaign, t, 4, {"incumbent": inc4, "candidate": cand4}, PY_ONLY)
+    assert r1["baseline"]["build"] == "compile"
     got = [(r["incumbent"]["build"], r["candidate"]["build"]) for r in (r2, r3, r4)]
-    assert got == [("compile", "compile"), ("hit", "compile"), ("hit", "reuse")]
+    assert got == [("hit", "compile"), ("hit", "compile"), ("hit", "reuse")]
+    compiled = [sum(b["build"] == "compile" for b in r.values()) for r in (r2, r3, r4)]
+    assert compiled == [1, 1, 0]  # was 2, 2, 1: the head compiled again every round
+    assert r2["incumbent"]["key"] == r3["incumbent"]["key"] == r1["baseline"]["key"]
     assert r4["incumbent"]["key"] == r3["candidate"]["key"] != r3["incumbent"]["key"]
-    assert all(b["seconds"] > 0 for r in (r2, r3, r4) for b in r.values())
+    seconds = [(b["build"], b["seconds"]) for r in (r1, r2, r3, r4) for b in r.values()]
+    assert all(s > 0 if build == "compile" else s >= 0 for build, s in seconds)
     assert "reused the incumbent's native build" in r4["candidate"]["reason"]
     # each role imports the build laid into its own tree, never another tree's
     for role_tree in (inc4, cand4):
