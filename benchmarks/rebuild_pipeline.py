@@ -6,15 +6,18 @@ then four VALIDATE rounds through the product's own functions
 (``runner.flow.new_campaign.create_campaign``, ``runner.flow.baseline.run_baseline``,
 ``runner.flow.rounds.validate_round``):
 
-1. native slow-down (the kernel sweeps its output 6 times instead of 3): rebuilt,
+1. native slow-down (the kernel sweeps its output 6 times instead of 3): the candidate
+   compiled, the incumbent (the base commit, built at the baseline) a cache hit,
    ROLLED BACK;
-2. native speed-up (2 sweeps): rebuilt, ACCEPTED;
+2. native speed-up (2 sweeps): the candidate compiled, the incumbent a hit, ACCEPTED;
 3. Python-only speed-up (the forward's second, checking native call turned off): the
-   rebuild is skipped (the incumbent's native build is reused), ACCEPTED;
+   incumbent (round 3's accepted commit) a hit on the build its candidate made, the
+   candidate reuses it: nothing compiled, ACCEPTED;
 4. the package loads its ``_C`` from a copy outside the tree under test: FAILED.
 
-Prints each round's verdict, whether each role was rebuilt or reused, and timings;
-``--json`` writes them.  Exit status 1 when a verdict differs from the expected one.
+Prints each round's verdict, what each role's build was (compile, hit or reuse) and
+its seconds; ``--json`` writes them.  Exit status 1 when a verdict or a build differs
+from the expected one.
 
 CPU through the docker executor and the CPU image (what the ``rebuild`` tests run):
 
@@ -88,7 +91,7 @@ class Step:
     old: str | None  # None: replace the whole file with ``new``
     new: str
     expected: str
-    candidate_rebuilt: bool | None  # None: not checked (the round FAILs)
+    builds: dict[str, str]  # role -> the build it must get (compile, hit, reuse)
 
 
 STEPS = (
@@ -99,7 +102,7 @@ STEPS = (
         "#define PT_FIXTURE_SWEEPS 3",
         "#define PT_FIXTURE_SWEEPS 6",
         "ROLLED BACK",
-        True,
+        {"incumbent": "hit", "candidate": "compile"},
     ),
     Step(
         "native-speedup",
@@ -108,7 +111,7 @@ STEPS = (
         "#define PT_FIXTURE_SWEEPS 3",
         "#define PT_FIXTURE_SWEEPS 2",
         "ACCEPTED",
-        True,
+        {"incumbent": "hit", "candidate": "compile"},
     ),
     Step(
         "python-only",
@@ -117,7 +120,7 @@ STEPS = (
         "VERIFY_FORWARD = True",
         "VERIFY_FORWARD = False",
         "ACCEPTED",
-        False,
+        {"incumbent": "hit", "candidate": "reuse"},
     ),
     Step(
         "outside-import",
@@ -126,7 +129,7 @@ STEPS = (
         None,
         OUTSIDE_INIT,
         "FAILED",
-        None,
+        {"incumbent": "hit", "candidate": "reuse"},
     ),
 )
 
@@ -204,14 +207,14 @@ class Outcome:
     reasons: list[str]
 
     @property
+    def compiled(self) -> int:
+        return sum(1 for b in self.builds if b["build"] == "compile")
+
+    @property
     def ok(self) -> bool:
-        if self.status != self.expected:
-            return False
         step = next(s for s in STEPS if s.name == self.step)
-        cand = [b for b in self.builds if b["role"] == "candidate"]
-        return step.candidate_rebuilt is None or (
-            bool(cand) and cand[0]["rebuilt"] is step.candidate_rebuilt
-        )
+        got = {b["role"]: b["build"] for b in self.builds}
+        return self.status == self.expected and got == step.builds
 
 
 def run_pipeline(
@@ -231,7 +234,7 @@ def run_pipeline(
     campaign = Campaign.load(campaign.root)
     say(
         f"baseline: {time.perf_counter() - t0:.1f} s; builds "
-        f"{[(b['role'], b['rebuilt'], b['seconds']) for b in builds_of(campaign, 1)]}; "
+        f"{[(b['role'], b['build'], b['seconds']) for b in builds_of(campaign, 1)]}; "
         f"native: {native_kind(campaign, 1)}"
     )
     source = Path(campaign.manifest.source)
@@ -256,11 +259,10 @@ def run_pipeline(
         )
         outcomes.append(outcome)
         builds = ", ".join(
-            f"{b['role']} {'rebuilt' if b['rebuilt'] else 'reused'} ({b['seconds']:.1f} s)"
-            for b in outcome.builds
+            f"{b['role']} {b['build']} ({b['seconds']:.1f} s)" for b in outcome.builds
         )
         delta = "n/a" if outcome.delta_pct is None else f"{outcome.delta_pct:+.2f}%"
-        mark = "ok" if outcome.ok else f"UNEXPECTED (wanted {step.expected})"
+        mark = "ok" if outcome.ok else f"UNEXPECTED (wanted {step.expected}, {step.builds})"
         say(
             f"round-{n} {step.name}: {outcome.status} {delta} in {outcome.seconds:.1f} s; "
             f"{builds or 'no build record'}; {mark}"

@@ -491,47 +491,61 @@ def test_build_container_argv_replaces_the_image_tree_with_a_writable_copy(
     tmp_path: Path,
 ) -> None:
     from runner.executors.base import BuildJob
+    from runner.executors.build_cache import BuildCache
 
     build = BuildJob(
-        "candidate", 3, tmp_path / "wt", tmp_path / "out",
+        "candidate", 3, tmp_path / "wt", tmp_path / "out", "k" * 64, BuildCache(tmp_path),
         commands=(("pip", "install", "--no-build-isolation", "-e", "."),),
-        env={"GPU_ARCHS": "gfx942"}, reason="rebuilt",
+        env={"GPU_ARCHS": "gfx942"},
     )  # fmt: skip
     args = da.build_create_args(build, "rocm:1", name="b", campaign="c1")
-    assert args == [
+    assert args[:-1] == [
         "docker", "create", "--name", "b", "--init", "--pull", "never", "--network", "none",
         "--workdir", "/", "--label", "turbo-campaign.campaign=c1",
         "--label", "turbo-campaign.build=candidate", "--label", f"turbo-campaign.pid={os.getpid()}",
         "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--pids-limit", "4096",
         *CACHES, *CACHE_ENV,
         "-e", "GPU_ARCHS=gfx942", "rocm:1", "sh", "-c",
-        "set -e\ncd /\nrm -rf /workspace/target\nmv /workspace/incoming /workspace/target\n"
-        "cd /workspace/target\npip install --no-build-isolation -e .",
     ]  # fmt: skip
+    script = args[-1].splitlines()
+    assert script[:5] == [
+        "set -e", "cd /", "rm -rf /workspace/target /workspace/.turbo-build",
+        "mv /workspace/incoming /workspace/target", "cd /workspace/target",
+    ]  # fmt: skip
+    # the files the build adds are listed before and after it, with their checksums,
+    # the completion marker last
+    assert script[6] == "pip install --no-build-isolation -e ."
+    assert script[5].endswith("> /tmp/turbo-before") and script[8].endswith("> /tmp/turbo-after")
+    assert script[-1] == (
+        "sha256sum /workspace/.turbo-build/products /workspace/.turbo-build/products.sha256 "
+        "> /workspace/.turbo-build/complete"
+    )
     assert "--privileged" not in args and not any("readonly" in a for a in args)
 
 
-def test_reuse_lays_only_the_changed_files_over_the_other_roles_image(tmp_path: Path) -> None:
-    from runner.executors.base import BuildJob, BuiltRole
+def test_a_cached_build_is_checked_then_gets_the_roles_own_tree(tmp_path: Path) -> None:
+    from runner.executors.base import BuildJob
+    from runner.executors.build_cache import BuildCache
 
-    inc = BuiltRole("incumbent", tmp_path / "inc", True, "rebuilt", tmp_path / "l", 1.0,
-                    image="turbo-campaign-build/c1:r3-incumbent-1")  # fmt: skip
-    build = BuildJob("candidate", 3, tmp_path / "wt", tmp_path / "out", reuse=inc,
-                     changed=("pkg/ops.py",), reason="reused")  # fmt: skip
-    args = da.build_create_args(build, "rocm:1", name="b", campaign="c1", caches=False)
-    assert args[-4] == "turbo-campaign-build/c1:r3-incumbent-1"
-    assert args[-1] == (
-        "set -e\ncd /\nif [ -e /workspace/incoming/pkg/ops.py ]; then mkdir -p "
-        '"$(dirname /workspace/target/pkg/ops.py)" && cp -p /workspace/incoming/pkg/ops.py '
-        "/workspace/target/pkg/ops.py; else rm -f /workspace/target/pkg/ops.py; fi\n"
-        "rm -rf /workspace/incoming"
+    build = BuildJob("candidate", 3, tmp_path / "wt", tmp_path / "out", "k" * 64,
+                     BuildCache(tmp_path), commands=(("pip", "install", "-e", "."),))  # fmt: skip
+    cached = da.cache_tag("k" * 64)
+    args = da.build_create_args(build, "rocm:1", name="b", campaign="c1", caches=False,
+                                cached=cached)  # fmt: skip
+    assert args[-4] == "turbo-campaign-cache:" + "k" * 64
+    script = args[-1]
+    assert "pip install" not in script  # nothing is compiled
+    assert (
+        script.splitlines()[1] == "sha256sum -c --quiet /workspace/.turbo-build/complete || exit 86"
     )
+    assert "sha256sum -c --quiet /workspace/.turbo-build/products.sha256 || exit 86" in script
+    assert script.endswith("rm -rf /workspace/target\nmv /workspace/incoming /workspace/target")
 
 
 def test_a_job_on_a_built_role_runs_its_image_with_nothing_over_the_tree(tmp_path: Path) -> None:
     from runner.executors.base import BuiltRole
 
-    built = BuiltRole("incumbent", tmp_path / "wt", True, "rebuilt", tmp_path / "l", 1.0,
+    built = BuiltRole("incumbent", tmp_path / "wt", "hit", "", tmp_path / "l", 1.0,
                       image="turbo-campaign-build/c1:r2-incumbent-9")  # fmt: skip
     job = make_job(tmp_path, built=built)
     args = da.docker_create_args(job, "rocm:1", None, name="ctr", campaign="c1", caches=False)

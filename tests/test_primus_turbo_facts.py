@@ -132,6 +132,20 @@ def test_mx_blockwise_uses_the_benchmarks_mxfp8_choice(tmp_path: Path, checkout:
     assert m.kernel_source[0] == "csrc/kernels/gemm/turbo_gemm.cu"
 
 
+def test_build_files_are_the_ones_at_upstreams_root(checkout: Path) -> None:
+    """At a6a16cdc the build is setup.py (the CUDAExtension) with pyproject.toml beside
+    it; there is no CMakeLists.txt.  A change to either declared build file rebuilds,
+    and each one exists in a checkout laid out like upstream."""
+    assert PRIMUS_TURBO.build_files == ("setup.py", "pyproject.toml")
+    assert "CMakeLists.txt" not in upstream_paths()
+    assert "CMakeLists.txt" not in PRIMUS_TURBO.rebuild_globs
+    for name in PRIMUS_TURBO.build_files:
+        assert (checkout / name).is_file(), name
+        assert PRIMUS_TURBO.needs_rebuild([name]), name
+    assert PRIMUS_TURBO.needs_rebuild(["csrc/kernels/gemm/ck_gemm.cu"])
+    assert not PRIMUS_TURBO.needs_rebuild(["primus_turbo/triton/gemm/gemm_kernel.py"])
+
+
 def invoke(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str]:
     with pytest.raises(SystemExit) as info:
         main(

@@ -1,14 +1,16 @@
-"""Native targets are built per role per round, in the image, and that build is what the
-gate sees (issue 15, item 6).
+"""Native targets are built in the image once per build key, and that build is what
+the gate sees (issue 15, item 6; issue 28: the lineage head is never compiled twice).
 
 The Primus-Turbo-shaped fixture (``tests/data/fake_primus_turbo``: package
 ``primus_turbo`` with a compiled ``primus_turbo.pytorch._C``) runs as a real
 ``primus-turbo`` campaign through the DOCKER executor and the CPU image: the baseline
 and four rounds of ``benchmarks/rebuild_pipeline.py`` (run ONCE for this module): a
-native slow-down rebuilt and ROLLED BACK, a native speed-up rebuilt and ACCEPTED, a
-Python-only speed-up that skips the rebuild and is ACCEPTED (so the candidate's own
-Python file was imported over the reused native build), and a package that loads its
-``_C`` from outside the tree under test: FAILED, never a number.
+native slow-down compiled and ROLLED BACK, a native speed-up compiled and ACCEPTED, a
+Python-only speed-up that compiles nothing and is ACCEPTED (so the candidate's own
+Python file was imported over the cached native build), and a package that loads its
+``_C`` from outside the tree under test: FAILED, never a number.  Every incumbent is a
+cache hit: the roles compiled per round after the baseline are 1, 1, 0 (they were
+2, 2, 1 before the build cache).
 """
 
 from __future__ import annotations
@@ -27,10 +29,9 @@ from typing import Any
 import pytest
 
 from runner.executors.base import BuildJob
+from runner.executors.build_cache import BuildCache, build_key, native_inputs
 from runner.executors.container import CONTAINER_TARGET
-from runner.executors.docker import image_digest
-from runner.executors.local import LocalExecutor
-from runner.flow.build import plan_builds
+from runner.executors.docker import DockerExecutor, image_digest
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 from runner.targets.primus_turbo import PRIMUS_TURBO
@@ -81,6 +82,8 @@ def pipeline(cpu_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         root, executor="docker", image=cpu_image, say=lambda _m: None
     )
     yield Pipeline(campaign, {o.step: o for o in outcomes}, cpu_image)
+    for entry in BuildCache.for_campaign(campaign.root).entries():
+        subprocess.run(["docker", "image", "rm", "-f", str(entry.image)], capture_output=True)
     for kind in ("triton", "ccache"):
         subprocess.run(
             ["docker", "volume", "rm", "-f", f"turbo-campaign-{campaign.name}-{kind}"],
@@ -103,9 +106,29 @@ def test_campaign_runs_the_image_recorded_by_id(pipeline: Pipeline) -> None:
     assert (m.target, m.executor, m.image) == ("primus-turbo", "docker", pipeline.image)
     assert m.image_id == image_digest(pipeline.image)
     base = builds_json(pipeline.campaign, 1)
-    assert [(b["role"], b["rebuilt"]) for b in base] == [("baseline", True)]
+    assert [(b["role"], b["build"]) for b in base] == [("baseline", "compile")]
     install = base[0]["commands"][2]
     assert install[2:] == ["pip", "install", "--no-build-isolation", "-e", ".", "-v"]
+
+
+def test_the_lineage_head_is_compiled_once(pipeline: Pipeline) -> None:
+    """Compiled roles per round after the baseline: 1, 1, 0 (the incumbent is always
+    a cache hit: the baseline's build, then the accepted candidate's), with times."""
+    steps = ("native-slowdown", "native-speedup", "python-only")
+    assert [pipeline.rounds[s].compiled for s in steps] == [1, 1, 0]
+    for step in steps:
+        assert pipeline.rounds[step].ok, pipeline.rounds[step].builds
+        assert all(b["seconds"] > 0 for b in pipeline.rounds[step].builds)
+    base_key = builds_json(pipeline.campaign, 1)[0]["key"]
+    slow, fast, py = (builds(pipeline.rounds[s]) for s in steps)
+    assert slow["incumbent"]["key"] == fast["incumbent"]["key"] == base_key
+    # the accepted candidate's build is the next round's incumbent's, and only a
+    # change of a native file changes the key
+    assert py["incumbent"]["key"] == fast["candidate"]["key"] != base_key
+    assert py["candidate"]["key"] == py["incumbent"]["key"]
+    assert slow["candidate"]["key"] not in (base_key, fast["candidate"]["key"])
+    status = BuildCache.for_campaign(pipeline.campaign.root).status_lines()
+    assert status[0][1].split(": ")[1].startswith("3 entries")  # base, slow-down, speed-up
 
 
 def builds_json(campaign: Campaign, n: int) -> list[dict[str, Any]]:
@@ -123,7 +146,7 @@ def test_a_native_slowdown_is_rebuilt_and_rolled_back(pipeline: Pipeline) -> Non
     # its direction and the verdict hold
     assert out.delta_pct < 0
     roles = builds(out)
-    assert roles["incumbent"]["rebuilt"] and roles["candidate"]["rebuilt"]
+    assert (roles["incumbent"]["build"], roles["candidate"]["build"]) == ("hit", "compile")
     assert "native or build files (csrc/kernels/gemm/gemm_config.h)" in roles["candidate"]["reason"]
     log = pipeline.campaign.artifacts_dir(out.round) / "passes/build-candidate/build.log"
     assert "gemm.c" in log.read_text(encoding="utf-8")  # compiled in the build container
@@ -133,9 +156,9 @@ def test_a_native_speedup_is_rebuilt_and_accepted(pipeline: Pipeline) -> None:
     out = pipeline.rounds["native-speedup"]
     assert out.status == "ACCEPTED", out.reasons
     assert out.delta_pct > 5.0
-    assert builds(out)["candidate"]["rebuilt"] is True
+    assert builds(out)["candidate"]["build"] == "compile"
     summary = pipeline.campaign.summary_path(out.round).read_text(encoding="utf-8")
-    assert "build: incumbent rebuilt" in summary and "candidate rebuilt" in summary
+    assert "build: incumbent cache hit" in summary and "candidate compiled" in summary
 
 
 def test_a_python_only_change_reuses_the_native_build_and_is_what_runs(
@@ -143,8 +166,7 @@ def test_a_python_only_change_reuses_the_native_build_and_is_what_runs(
 ) -> None:
     out = pipeline.rounds["python-only"]
     roles = builds(out)
-    assert roles["incumbent"]["rebuilt"] is True
-    assert roles["candidate"]["rebuilt"] is False
+    assert (roles["incumbent"]["build"], roles["candidate"]["build"]) == ("hit", "reuse")
     assert "reused the incumbent's native build" in roles["candidate"]["reason"]
     # The candidate's own Python file was imported over the reused native library:
     # dropping the forward's second native call is a measured speed-up.
@@ -190,41 +212,38 @@ def test_a_library_loaded_from_outside_the_tree_fails_the_round(pipeline: Pipeli
     assert "tempfile" not in head_init  # nothing of the failed round reached the lineage
 
 
-# ---- without docker: the plan, and the local executor's in-place build and reuse ------
-def test_plan_builds_reuses_only_for_a_change_without_native_files(tmp_path: Path) -> None:
-    roles = {"candidate": tmp_path / "c", "incumbent": tmp_path / "i"}
-    py = ["primus_turbo/pytorch/ops/gemm_fp8.py"]
-    native = ["csrc/kernels/gemm/gemm.c", *py]
-    assert PRIMUS_TURBO.needs_rebuild(native) and not PRIMUS_TURBO.needs_rebuild(py)
-    plan = plan_builds(roles, py, needs_rebuild=False)
-    assert [(p.role, p.reuse_from) for p in plan] == [
-        ("incumbent", None),
-        ("candidate", "incumbent"),
-    ]
-    plan = plan_builds(roles, native, needs_rebuild=True)
-    assert [(p.role, p.reuse_from) for p in plan] == [("incumbent", None), ("candidate", None)]
-    assert [p.reuse_from for p in plan_builds({"baseline": tmp_path}, None, False)] == [None]
+def test_a_corrupted_cached_image_is_rebuilt_never_used(cpu_image: str, tmp_path: Path) -> None:
+    """Without a campaign: the fixture compiled into the cache's image, that image's
+    ``_C`` then changed in place (same tag, same index entry): the next build of the
+    key finds the checksums differ, removes the entry and compiles again."""
+    tree = load_pipeline().fixture_repo(tmp_path / "src")
+    cache = BuildCache(tmp_path / "cache")
+    executor = DockerExecutor(cpu_image, gpu=None, campaign=f"corrupt-{tmp_path.name}",
+                              caches=False)  # fmt: skip
+    commands = tuple(tuple(c) for c in PRIMUS_TURBO.build_commands(None, in_place=False))
+    inputs = native_inputs(tree, lambda p: PRIMUS_TURBO.needs_rebuild([p]))
+    key = build_key(inputs, gpu_archs=None, commands=commands,
+                    identity=executor.build_identity())  # fmt: skip
 
+    def prepare(n: int) -> Any:
+        job = BuildJob("baseline", n, tree, tmp_path / f"b{n}", key, cache, commands=commands)
+        built = executor.prepare_role(job)
+        executor.release_role(built)
+        return built
 
-def test_local_in_place_build_and_reuse(tmp_path: Path) -> None:
-    """The local executor builds each role's tree in place (the tree the worker imports)
-    and lays the incumbent's build products into a Python-only candidate."""
-    if subprocess.run(["sh", "-c", "command -v cc"], capture_output=True).returncode != 0:
-        pytest.skip("no C compiler on this host (the docker tests build in the image)")
-    module = load_pipeline()
-    inc = module.fixture_repo(tmp_path / "inc")
-    cand = module.fixture_repo(tmp_path / "cand")
-    executor = LocalExecutor()
-    commands = tuple(tuple(c) for c in PRIMUS_TURBO.build_commands(None, in_place=True))
-    built = executor.prepare_role(
-        BuildJob("incumbent", 2, inc, tmp_path / "b-inc", commands=commands, reason="rebuilt")
-    )
-    products = sorted(p.name for p in (inc / "primus_turbo" / "pytorch").glob("_C*.so"))
-    assert built.rebuilt and len(products) == 1
-    changed = ("primus_turbo/pytorch/ops/gemm_fp8.py",)
-    reused = executor.prepare_role(
-        BuildJob("candidate", 2, cand, tmp_path / "b-cand", reuse=built, changed=changed)
-    )
-    assert not reused.rebuilt
-    assert (cand / "primus_turbo" / "pytorch" / products[0]).is_file()
-    assert "reused the incumbent build" in reused.log_path.read_text(encoding="utf-8")
+    try:
+        assert prepare(1).outcome == "compile"
+        tag = cache.lookup(key)[0].image  # type: ignore[union-attr]
+        name = f"corrupt-{tmp_path.name}"
+        so = f"{CONTAINER_TARGET}/primus_turbo/pytorch/_C*.so"
+        # through the image's own entrypoint, so the committed image keeps it
+        docker_out("run", "--name", name, "--network", "none", str(tag),
+                   "sh", "-c", f'for f in {so}; do printf x >> "$f"; done')  # fmt: skip
+        docker_out("commit", "--change", 'CMD ["/bin/bash"]', name, str(tag))
+        docker_out("rm", "-f", name)
+        again = prepare(2)
+        assert again.outcome == "compile" and "corrupted" in again.reason
+        assert "FAILED" in again.log_path.read_text(encoding="utf-8")  # sha256sum -c said
+    finally:
+        for entry in cache.entries():
+            docker_out("image", "rm", "-f", str(entry.image))

@@ -10,7 +10,10 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from runner.executors.build_cache import BuildCache
 
 
 @dataclass(frozen=True)
@@ -38,43 +41,55 @@ class WorkerJob:
 
 @dataclass(frozen=True)
 class BuildJob:
-    """Build one role's tree once per round (a target with native code).
+    """Build one role's tree, once per build key (a target with native code).
 
-    ``commands`` (argv lists, cwd = the tree) build it; ``reuse`` is the role whose
-    build this one takes over instead (the candidate of a change that touches no
-    native or build file): then only ``changed`` files (paths relative to the tree;
-    a missing one was deleted) are laid over that build.  ``env`` is the build's
-    environment (GPU_ARCHS, ...); ``out_dir`` gets ``build.log``.
+    ``key`` is the build key (``runner.executors.build_cache.build_key``); ``cache``
+    the build cache: a whole, intact entry of ``key`` is laid under the tree (its build
+    products, the tree's own files kept: "hit"), otherwise ``commands`` (argv lists,
+    cwd = the tree) compile it ("compile") and the build is stored under ``key``.
+    ``env`` is the build's environment (GPU_ARCHS, ...); ``out_dir`` gets
+    ``build.log``; ``keep`` are the keys the round still uses (never evicted).
     """
 
     role: str
     round: int
     source_dir: Path
     out_dir: Path
+    key: str
+    cache: BuildCache
     commands: tuple[tuple[str, ...], ...] = ()
     env: dict[str, str] = field(default_factory=dict)
-    reuse: BuiltRole | None = None
-    changed: tuple[str, ...] = ()
-    reason: str = ""
     timeout_s: float | None = None
+    built_from: str = ""  # "campaign c, round N, role r": recorded in a new entry
+    keep: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class BuiltRole:
     """A role's built tree that the role's jobs run on.
 
-    ``source_dir`` is the host tree the build came from; ``image`` the per-round image
-    holding the built tree (docker; None: the tree itself was built in place);
-    ``rebuilt`` False when the native build of another role was reused.
+    ``source_dir`` is the host tree the build came from; ``image`` the image holding
+    the built tree (docker; None: the tree itself holds the build); ``outcome``
+    "compile" (compiled now), "hit" (an earlier build of the same key, from the cache)
+    or "reuse" (another role of this round had the same key); ``reason`` why it was
+    compiled (no entry, or a corrupted one) and then why it was built so (the round's
+    records); ``cached_image`` True
+    when ``image`` is the cache's own (never removed with the round).
     """
 
     role: str
     source_dir: Path
-    rebuilt: bool
+    outcome: str
     reason: str
     log_path: Path
     seconds: float
     image: str | None = None
+    key: str = ""
+    cached_image: bool = False
+
+    @property
+    def rebuilt(self) -> bool:
+        return self.outcome == "compile"
 
 
 @dataclass(frozen=True)
@@ -126,9 +141,14 @@ class Executor(Protocol):
         says it), raises InfrastructureError when the environment itself broke."""
         ...
 
+    def build_identity(self) -> str:
+        """What of the build environment determines a build (docker: the image id;
+        locally: the compiler and the Python), part of the build key."""
+        ...
+
     def prepare_role(self, build: BuildJob) -> BuiltRole:
-        """Build the role's tree once (or lay a change over another role's build);
-        raises RoleBuildFailed with the build's log when the build fails."""
+        """Lay the cached build of ``build.key`` under the role's tree, or compile it
+        and store it; raises RoleBuildFailed with the build's log when it fails."""
         ...
 
     def release_role(self, built: BuiltRole) -> None:

@@ -22,15 +22,19 @@ build outputs into the tree) gets a copy (``docker cp``), so the host tree is ne
 written.  ``source_mode="copy"`` forces the copy, e.g. for an image that holds a
 prebuilt tree at ``/workspace/target`` (Dockerfile.rocm) that a mount would hide.
 
-Native targets (``prepare_role``): once per role per round, a build container of the
-campaign image gets a writable copy of the role's tree, which replaces
-``/workspace/target`` (the image's own built tree is removed first, so nothing stale
-survives), runs the build (``pip install --no-build-isolation -e .``, GPU_ARCHS, ccache
-on the campaign's named volume) and is committed as a per-round, per-role image.
-Every job of that role then runs in a fresh container of that image: nothing is
-mounted or copied over the built tree.  A candidate whose change touches no native
-or build file starts from the incumbent's built image with only the changed files
-laid over it.  ``release_role`` removes the image at the end of the round.
+Native targets (``prepare_role``): a role's build is made once per build key
+(``runner.executors.build_cache``).  To compile, a build container of the campaign
+image gets a writable copy of the role's tree, which replaces ``/workspace/target``
+(the image's own built tree is removed first, so nothing stale survives), runs the
+build (``pip install --no-build-isolation -e .``, GPU_ARCHS, ccache on the campaign's
+named volume), lists the files it added with their checksums, and is committed as
+the cache's image of that key (``turbo-campaign-cache:<key>``, kept across rounds and
+campaigns).  A role whose key is cached gets a container of that image that checks
+the checksums (a mismatch: the entry is removed and the role compiled) and replaces
+the tree with the role's own, the build products copied in; it is committed as a
+per-round image, which ``release_role`` removes at the end of the round.  Every job
+of the role then runs in a fresh container of its image: nothing is mounted or copied
+over the built tree.
 
 GPUs: each job names the host GPUs leased to it (``WorkerJob.gpus``); the container
 gets only those (``GpuRequest.for_job``) and sees them numbered from 0, so the
@@ -77,9 +81,11 @@ from runner.executors.container import (
 )
 from runner.executors.docker_args import (
     CONTAINER_INCOMING,
+    CORRUPT_EXIT,
     DEFAULT_COMMAND,
     build_create_args,
     build_tag,
+    cache_tag,
     cache_volumes,
     container_name,
     docker_create_args,
@@ -284,17 +290,61 @@ class DockerExecutor:
         docker([*args, self.image, "1777", *cache_volumes(self.campaign).values()])
         self._caches_open = True
 
+    def build_identity(self) -> str:
+        return f"image {image_digest(self.image)}"
+
     def prepare_role(self, build: BuildJob) -> BuiltRole:
-        """Build the role's tree in a container of the campaign image (or lay the
-        change over the reused role's image) and commit it as a per-round image."""
+        """The role's tree laid over the cached build of its key (a per-round image),
+        or compiled in a container of the campaign image and committed as the cache's
+        image of that key (``runner.executors.build_cache``)."""
         build.out_dir.mkdir(parents=True, exist_ok=True)
         log_path = build.out_dir / "build.log"
+        t0 = time.perf_counter()
+        entry, why = build.cache.lookup(build.key)
+        if entry is not None and (not entry.image or not self._has_image(entry.image)):
+            build.cache.remove(build.key)
+            entry, why = None, "the cached build's image is gone"
+        if entry is not None and entry.image:
+            tag = build_tag(self.campaign, build.round, build.role)
+            code = self._build_container(build, log_path, tag, cached=entry.image)
+            if code == 0:
+                return BuiltRole(build.role, build.source_dir, "hit", "", log_path,
+                                 round(time.perf_counter() - t0, 3), tag, build.key)  # fmt: skip
+            build.cache.remove(build.key)
+            why = f"the cached build was corrupted (its checksums differ: {log_path.name})"
+        tag = cache_tag(build.key)
+        self._build_container(build, log_path, tag)
+        size = int(docker(["image", "inspect", "--format", "{{.Size}}", tag]).strip() or 0)
+        base = int(docker(["image", "inspect", "--format", "{{.Size}}", self.image]).strip() or 0)
+        info = {"executor": self.name, "image": tag, "campaign_image": self.image,
+                "size_bytes": max(size - base, 0), "built_from": build.built_from}  # fmt: skip
+        build.cache.store(build.key, info, keep=build.keep)
+        return BuiltRole(
+            role=build.role,
+            source_dir=build.source_dir,
+            outcome="compile",
+            reason=why,
+            log_path=log_path,
+            seconds=round(time.perf_counter() - t0, 3),
+            image=tag,
+            key=build.key,
+            cached_image=True,
+        )
+
+    @staticmethod
+    def _has_image(image: str) -> bool:
+        return cmd.run(["docker", "image", "inspect", image], check=False).returncode == 0
+
+    def _build_container(
+        self, build: BuildJob, log_path: Path, tag: str, cached: str | None = None
+    ) -> int:
+        """Run one build container and commit it as ``tag``: 0, or (``cached``) the
+        exit code that says the cached build is corrupted; RoleBuildFailed otherwise."""
         name = container_name(f"build-r{build.round}-{build.role}")
         create_args = build_create_args(
-            build, self.image, name=name, campaign=self.campaign, caches=self.caches
-        )
-        tag = build_tag(self.campaign, build.round, build.role)
-        t0 = time.perf_counter()
+            build, self.image, name=name, campaign=self.campaign, caches=self.caches,
+            cached=cached,
+        )  # fmt: skip
         with _Container(create_args, name, self.keep), _Reaper(name, self.keep):
             docker(["cp", f"{os.fspath(build.source_dir)}/.", f"{name}:{CONTAINER_INCOMING}"])
             proc = cmd.run(
@@ -302,28 +352,25 @@ class DockerExecutor:
             )
             output = docker(["logs", name])
             header = f"$ {shlex.join(create_args)}\n"
-            log_path.write_text(header + output, encoding="utf-8")
+            with log_path.open("a", encoding="utf-8") as log:
+                log.write(header + output)
             state = docker(["inspect", "--format", "{{.State.ExitCode}}", name]).strip()
+            if cached and state == str(CORRUPT_EXIT):
+                return CORRUPT_EXIT
             if state != "0":
                 raise RoleBuildFailed(
-                    f"building the {build.role} tree failed in {self.image} (exit {state}; "
-                    f"docker start said: {(proc.stdout or '').strip()[-300:]})",
+                    f"building the {build.role} tree failed in {cached or self.image} (exit "
+                    f"{state}; docker start said: {(proc.stdout or '').strip()[-300:]})",
                     log_path,
                 )
-            change = f"WORKDIR {CONTAINER_TARGET}"
-            docker(["commit", "--change", change, name, tag])
-        return BuiltRole(
-            role=build.role,
-            source_dir=build.source_dir,
-            rebuilt=build.reuse is None,
-            reason=build.reason,
-            log_path=log_path,
-            seconds=round(time.perf_counter() - t0, 3),
-            image=tag,
-        )
+            changes = ["--change", f"WORKDIR {CONTAINER_TARGET}"]
+            changes += ["--change", f"LABEL turbo-campaign.build-key={build.key}"]
+            docker(["commit", *changes, name, tag])
+        return 0
 
     def release_role(self, built: BuiltRole) -> None:
-        if built.image and not self.keep:
+        """Remove the role's per-round image (a cached build's image stays)."""
+        if built.image and not built.cached_image and not self.keep:
             cmd.run(["docker", "image", "rm", "--force", built.image], check=False)
 
     def _record(self, job: WorkerJob, create_args: list[str]) -> None:

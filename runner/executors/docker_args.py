@@ -32,6 +32,9 @@ CONTAINER_INCOMING = "/workspace/incoming"
 BUILD_REPO = "turbo-campaign-build"
 
 
+CACHE_REPO = "turbo-campaign-cache"
+
+
 TRITON_CACHE = "/cache/triton"
 
 
@@ -94,33 +97,73 @@ def docker_create_args(
     return [*args, image, *job_script(job, command)]
 
 
+BUILD_META = "/workspace/.turbo-build"
+
+
+CORRUPT_EXIT = 86
+
+
+_LIST = (
+    "find . -path ./.git -prune -o -name __pycache__ -prune -o \\( -type f -o -type l \\) "
+    "-print | LC_ALL=C sort"
+)
+
+
 def build_script(build: BuildJob) -> str:
-    """The build container's script.  A fresh build: the copied tree (at the incoming
-    folder) replaces the image's ``/workspace/target`` and the build commands run in
-    it.  A reuse: each changed file is laid over the other role's built tree (a path
-    missing from the copy was deleted by the change)."""
-    target, incoming = CONTAINER_TARGET, CONTAINER_INCOMING
-    lines = ["set -e", "cd /"]
-    if build.reuse is None:
-        lines += [f"rm -rf {target}", f"mv {incoming} {target}", f"cd {target}"]
-        lines += [shlex.join(step) for step in build.commands]
-    else:
-        for rel in build.changed:
-            src, dest = shlex.quote(f"{incoming}/{rel}"), shlex.quote(f"{target}/{rel}")
-            lines.append(
-                f'if [ -e {src} ]; then mkdir -p "$(dirname {dest})" && cp -p {src} {dest}; '
-                f"else rm -f {dest}; fi"
-            )
-        lines.append(f"rm -rf {incoming}")
+    """The compiling container's script: the copied tree (at the incoming folder)
+    replaces the image's ``/workspace/target``, the build commands run in it, and the
+    files they added (the build products) are listed with their checksums in
+    ``BUILD_META``, its completion marker (the checksums of both lists) last."""
+    target, incoming, meta = CONTAINER_TARGET, CONTAINER_INCOMING, BUILD_META
+    lines = ["set -e", "cd /", f"rm -rf {target} {meta}", f"mv {incoming} {target}"]
+    lines += [f"cd {target}", f"{_LIST} > /tmp/turbo-before"]
+    lines += [shlex.join(step) for step in build.commands]
+    lines += [
+        f"mkdir -p {meta}",
+        f"{_LIST} > /tmp/turbo-after",
+        f"LC_ALL=C comm -13 /tmp/turbo-before /tmp/turbo-after > {meta}/products",
+        f"tr '\\n' '\\0' < {meta}/products | xargs -0 -r sha256sum > {meta}/products.sha256",
+        f"sha256sum {meta}/products {meta}/products.sha256 > {meta}/complete",
+    ]
     return "\n".join(lines)
 
 
+def cached_build_script() -> str:
+    """The script of a container of a cached build's image: check the build's
+    checksums (exit ``CORRUPT_EXIT`` when anything differs), then the role's own tree
+    (at the incoming folder) with the build products copied into it replaces
+    ``/workspace/target``."""
+    target, incoming, meta = CONTAINER_TARGET, CONTAINER_INCOMING, BUILD_META
+    return "\n".join(
+        [
+            "set -e",
+            f"sha256sum -c --quiet {meta}/complete || exit {CORRUPT_EXIT}",
+            f"cd {target}",
+            f"sha256sum -c --quiet {meta}/products.sha256 || exit {CORRUPT_EXIT}",
+            'while IFS= read -r rel; do dest="' + incoming + '/$rel"; '
+            'if [ ! -e "$dest" ]; then mkdir -p "$(dirname "$dest")" && cp -a "$rel" "$dest"; '
+            f"fi; done < {meta}/products",
+            "cd /",
+            f"rm -rf {target}",
+            f"mv {incoming} {target}",
+        ]
+    )
+
+
 def build_create_args(
-    build: BuildJob, image: str, *, name: str, campaign: str, caches: bool = True
+    build: BuildJob,
+    image: str,
+    *,
+    name: str,
+    campaign: str,
+    caches: bool = True,
+    cached: str | None = None,
 ) -> list[str]:
     """The exact ``docker create`` argv of a role's build container (pure): no GPU
-    (GPU_ARCHS names the targets), no network, the campaign's ccache volume."""
-    base = build.reuse.image if build.reuse is not None and build.reuse.image else image
+    (GPU_ARCHS names the targets), no network, the campaign's ccache volume.  With
+    ``cached`` (a cached build's image) the container lays the role's tree over it
+    instead of compiling (``cached_build_script``)."""
+    base = cached or image
     args = ["docker", "create", "--name", name, "--init", "--pull", "never"]
     args += ["--network", "none", "--workdir", "/"]
     args += ["--label", f"turbo-campaign.campaign={campaign}"]
@@ -137,13 +180,19 @@ def build_create_args(
     env |= build.env
     for key, value in env.items():
         args += ["-e", f"{key}={value}"]
-    return [*args, base, "sh", "-c", build_script(build)]
+    script = cached_build_script() if cached else build_script(build)
+    return [*args, base, "sh", "-c", script]
 
 
 def build_tag(campaign: str, round_n: int, role: str) -> str:
     """A per-round, per-role image name (lower case, unique)."""
     repo = f"{BUILD_REPO}/{safe_name(campaign).lower()}"
     return f"{repo}:r{round_n}-{safe_name(role).lower()}-{uuid.uuid4().hex[:8]}"
+
+
+def cache_tag(key: str) -> str:
+    """The image of a cached build: named by its build key, shared by campaigns."""
+    return f"{CACHE_REPO}:{key}"
 
 
 def docker_run_line(job: WorkerJob, create_args: Sequence[str], image: str) -> str:

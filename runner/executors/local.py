@@ -26,6 +26,7 @@ from runner.executors.base import (
     RoleBuildFailed,
     WorkerJob,
 )
+from runner.executors.build_cache import PRODUCTS, Entry, tree_files
 from runner.store.leases import held_fds
 
 _PASS_THROUGH = (
@@ -62,27 +63,37 @@ def clean_env(job: WorkerJob) -> dict[str, str]:
     return env
 
 
-def build_products(tree: Path) -> list[str]:
-    """Files a build left in ``tree``: everything git does not track (ignored files
-    included), bytecode caches aside.  Paths relative to ``tree``."""
-    proc = run(["git", "ls-files", "--others", "-z"], cwd=tree)
-    return sorted(
-        p for p in (proc.stdout or "").split("\0") if p and "__pycache__" not in Path(p).parts
-    )
-
-
-def reuse_build(built: BuiltRole, tree: Path) -> list[str]:
-    """Copy the build products of ``built``'s tree into ``tree`` (files ``tree`` already
-    has are left alone: they are the change's own).  Returns the copied paths."""
+def lay_products(entry: Entry, tree: Path) -> list[str]:
+    """Copy a cached build's products into ``tree`` (a file ``tree`` already has is its
+    own and stays).  Returns the copied paths."""
     copied = []
-    for rel in build_products(built.source_dir):
+    for rel in entry.products():
         dest = tree / rel
         if dest.exists():
             continue
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(built.source_dir / rel, dest)
+        shutil.copy2(entry.path / PRODUCTS / rel, dest)
         copied.append(rel)
     return copied
+
+
+def toolchain(python: str) -> str:
+    """The local build environment's identity: the Python (version, executable), its
+    torch version, and the ``--version`` output of the C compiler it builds extensions
+    with (sysconfig's CC, as the build sees it: CC is not passed through), of nvcc and
+    of hipcc."""
+    probe = (
+        "import sys, sysconfig, importlib.metadata as m\n"
+        "print(sys.version.split()[0], sys.executable)\n"
+        "try:\n    print('torch', m.version('torch'))\n"
+        "except m.PackageNotFoundError:\n    print('no torch')\n"
+        "print((sysconfig.get_config_var('CC') or 'cc').split()[0])"
+    )
+    *lines, cc = (run([python, "-c", probe], check=False).stdout or "").strip().splitlines()
+    for tool in (cc, "nvcc", "hipcc"):
+        if shutil.which(tool):
+            lines.append(f"{tool}: {run([tool, '--version'], check=False).stdout or ''}")
+    return "\n".join(lines)
 
 
 class LocalExecutor:
@@ -104,39 +115,54 @@ class LocalExecutor:
             return [self.python, "-m", "pip", *command[1:]]
         return list(command)
 
+    def build_identity(self) -> str:
+        return toolchain(self.python)
+
     def prepare_role(self, build: BuildJob) -> BuiltRole:
-        """Build the role's own tree in place (it stays the imported tree), or copy
-        the reused role's build products into it."""
+        """The cached build of the key laid into the role's own tree (it stays the
+        imported tree), or the tree built in place and its products stored."""
         build.out_dir.mkdir(parents=True, exist_ok=True)
         log_path = build.out_dir / "build.log"
         t0 = time.perf_counter()
         with log_path.open("w", encoding="utf-8") as log:
-            if build.reuse is not None:
-                copied = reuse_build(build.reuse, build.source_dir)
-                log.write(f"reused the {build.reuse.role} build: copied {copied}\n")
+            outcome = "compile"
+            entry, why = build.cache.lookup(build.key)
+            if entry is not None:
+                copied = lay_products(entry, build.source_dir)
+                log.write(f"build cache hit {build.key}: copied {copied}\n")
+                outcome = "hit"
             else:
-                env = {k: os.environ[k] for k in _PASS_THROUGH if k in os.environ}
-                env |= build.env
-                for command in build.commands:
-                    argv = self.argv(command)
-                    proc = run(
-                        argv, cwd=build.source_dir, env=env, check=False, timeout=build.timeout_s
-                    )
-                    log.write(f"$ {' '.join(argv)}\n{proc.stdout}\n")
-                    if proc.returncode != 0:
-                        raise RoleBuildFailed(
-                            f"building the {build.role} tree failed (exit {proc.returncode}): "
-                            f"{' '.join(argv)}",
-                            log_path,
-                        )
+                log.write(f"build key {build.key}: {why}; compiling\n")
+                before = set(tree_files(build.source_dir))
+                self._compile(build, log, log_path)
+                products = [p for p in tree_files(build.source_dir) if p not in before]
+                info = {"executor": self.name, "built_from": build.built_from}
+                build.cache.store(build.key, info, tree=build.source_dir,
+                                  products=products, keep=build.keep)  # fmt: skip
+                log.write(f"stored {len(products)} build products under {build.key}\n")
         return BuiltRole(
             role=build.role,
             source_dir=build.source_dir,
-            rebuilt=build.reuse is None,
-            reason=build.reason,
+            outcome=outcome,
+            reason="" if entry is not None else why,
             log_path=log_path,
             seconds=round(time.perf_counter() - t0, 3),
+            key=build.key,
         )
+
+    def _compile(self, build: BuildJob, log: TextIO, log_path: Path) -> None:
+        env = {k: os.environ[k] for k in _PASS_THROUGH if k in os.environ}
+        env |= build.env
+        for command in build.commands:
+            argv = self.argv(command)
+            proc = run(argv, cwd=build.source_dir, env=env, check=False, timeout=build.timeout_s)
+            log.write(f"$ {' '.join(argv)}\n{proc.stdout}\n")
+            if proc.returncode != 0:
+                raise RoleBuildFailed(
+                    f"building the {build.role} tree failed (exit {proc.returncode}): "
+                    f"{' '.join(argv)}",
+                    log_path,
+                )
 
     def release_role(self, built: BuiltRole) -> None:
         """Nothing to free: the build lives in the role's worktree."""

@@ -162,6 +162,12 @@ class SlurmExecutor:
         path.chmod(0o755)
         return path
 
+    def build_identity(self) -> str:
+        """The submit host's toolchain (the tree is built there, without an image)."""
+        from runner.executors.local import toolchain
+
+        return f"image {self.image}" if self.image else toolchain(self.python)
+
     def prepare_role(self, build: BuildJob) -> BuiltRole:
         """Without an image: the role's tree (on the shared filesystem) is built in
         place on the submit host, as the local executor does.  Building inside an image

@@ -1,16 +1,24 @@
-"""Building the trees under test of a target with native code, once per role per round.
+"""Building the trees under test of a target with native code, once per build key.
 
 A round's roles are fresh git worktrees: the incumbent (the lineage head), the
-candidate (head + change), or the baseline.  Nothing has compiled them, so before
-anything tests or measures a role, ``built_roles`` builds it through the executor
-(``Executor.prepare_role``): the docker executor commits a per-round image holding the
-built tree, the local one builds the tree in place.  Every job of that role then runs
-in a fresh process on that build (``Round.job`` hands the build to the job).
+candidate (head + change), or the baseline.  Before anything tests or measures a
+role, ``built_roles`` gives it a build through the executor (``Executor.prepare_role``)
+keyed by what determines a build (``runner.executors.build_cache.build_key``: the
+tree's native and build files, GPU_ARCHS, the image or toolchain, the commands):
 
-A candidate whose change touches no native or build file (``Target.needs_rebuild``)
-is not compiled again: it takes the incumbent's native build with its own changed
-files laid over it, so its own Python files are what is imported.  Which role was
-rebuilt or reused, and why, goes into ``builds.json`` and the round's reasons.
+* "compile": no intact build of the key is cached; the tree is compiled and its build
+  stored under the key (the docker executor commits it as the key's image, the local
+  one keeps its build products under the campaigns root);
+* "hit": the key's build was made before (an earlier round, or another campaign on
+  the same commit): it is laid under the role's own tree, nothing is compiled;
+* "reuse": another role of this round has the same key (a change that touches no
+  native or build file), and takes its build the same way.
+
+So the lineage head is compiled once: a rolled-back round leaves its build cached,
+and an accepted candidate's build is the next round's incumbent's.  Every job of the
+role then runs in a fresh process on that build (``Round.job`` hands it to the job).
+What each role got, how long it took and why goes into ``builds.json`` and the
+round's reasons.
 """
 
 from __future__ import annotations
@@ -18,11 +26,12 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.executors.base import BuildJob, BuiltRole, RoleBuildFailed
+from runner.executors.build_cache import BuildCache, build_key, native_inputs
 
 if TYPE_CHECKING:
     from runner.flow.round_context import Round
@@ -43,42 +52,29 @@ def gpu_archs(target_gpu: str) -> str | None:
     return target_gpu if target_gpu.startswith("gfx") else None
 
 
-@dataclass(frozen=True)
-class RolePlan:
-    role: str
-    tree: Path
-    reuse_from: str | None  # the role whose native build is reused, or None: build
-    reason: str
+def ordered(roles: Mapping[str, Path]) -> list[str]:
+    """The roles in build order: the lineage head before the candidate."""
+    return sorted(roles, key=lambda r: _ORDER.index(r) if r in _ORDER else len(_ORDER))
 
 
-def plan_builds(
-    roles: Mapping[str, Path], changed: Sequence[str] | None, needs_rebuild: bool
-) -> list[RolePlan]:
-    """Which role is built and which reuses another's build, with the reason.
-
-    ``changed``: the files the candidate's change touches (None: no change, e.g. the
-    baseline); ``needs_rebuild``: whether any of them is a native or build file."""
-    plans = []
-    for role in sorted(roles, key=lambda r: _ORDER.index(r) if r in _ORDER else len(_ORDER)):
-        tree = roles[role]
-        if role == "candidate" and "incumbent" in roles and changed is not None:
-            if needs_rebuild:
-                why = f"rebuilt: the change touches native or build files ({', '.join(changed)})"
-                plans.append(RolePlan(role, tree, None, why))
-            else:
-                plans.append(
-                    RolePlan(
-                        role,
-                        tree,
-                        "incumbent",
-                        "reused the incumbent's native build: the change touches no native "
-                        f"or build file ({', '.join(changed)}), so only those files differ",
-                    )
-                )
-            continue
-        what = TREE_OF.get(role, role)
-        plans.append(RolePlan(role, tree, None, f"rebuilt: a fresh tree of {what}"))
-    return plans
+def reason_for(built: BuiltRole, changed: Sequence[str] | None, first: str | None) -> str:
+    """Why the role was built as it was (``first``: the role of this round whose build
+    it reused)."""
+    what = TREE_OF.get(built.role, built.role)
+    touched = ", ".join(changed or ())
+    if built.outcome == "reuse":
+        if built.role == "candidate" and changed is not None:
+            return (
+                f"reused the {first}'s native build: the change touches no native or build "
+                f"file ({touched}), so only those files differ"
+            )
+        return f"reused the {first}'s native build: the same native and build files"
+    if built.outcome == "hit":
+        return f"cache hit: {what} was built before (key {built.key[:12]})"
+    why = f"; {built.reason}" if built.reason else ""
+    if built.role == "candidate" and changed is not None:
+        return f"compiled: the change touches native or build files ({touched}){why}"
+    return f"compiled: {what}{why}"
 
 
 def describe(built: Sequence[BuiltRole]) -> str:
@@ -91,10 +87,11 @@ def describe(built: Sequence[BuiltRole]) -> str:
 def built_roles(
     rnd: Round, roles: Mapping[str, Path], changed: Sequence[str] | None = None
 ) -> Iterator[list[BuiltRole]]:
-    """Build every role of ``roles`` (role -> tree) once for this round and register
-    the builds with the round, so each of its jobs runs on its role's build; free them
-    when the round is done.  A target without native code builds nothing.  A failed
-    build raises ``RoundFailed`` with the build log's tail."""
+    """Give every role of ``roles`` (role -> tree) its build for this round and
+    register the builds with the round, so each of its jobs runs on its role's build;
+    free the per-round parts when the round is done.  A target without native code
+    builds nothing.  A failed build raises ``RoundFailed`` with the build log's tail.
+    ``changed``: the files the candidate's change touches (None: no change)."""
     from runner.flow.rounds import RoundFailed
 
     target = rnd.target
@@ -106,35 +103,47 @@ def built_roles(
     in_place = rnd.executor.name != "docker"
     commands = tuple(tuple(c) for c in target.build_commands(archs, in_place=in_place))
     env = target.build_env(archs)
-    needs = changed is not None and target.needs_rebuild(list(changed))
+    cache = BuildCache.for_campaign(rnd.campaign.root)
+    identity = rnd.executor.build_identity()
+    keys = {}
+    for role, tree in roles.items():
+        inputs = native_inputs(tree, lambda p: target.needs_rebuild([p]))
+        keys[role] = build_key(inputs, gpu_archs=archs, commands=commands, identity=identity)
     done: dict[str, BuiltRole] = {}
+    first: dict[str, str] = {}  # key -> the first role of this round built on it
     try:
-        for plan in plan_builds(roles, changed, needs):
-            reuse = done[plan.reuse_from] if plan.reuse_from else None
+        for role in ordered(roles):
+            tree, key = roles[role], keys[role]
             job = BuildJob(
-                role=plan.role,
+                role=role,
                 round=rnd.round,
-                source_dir=plan.tree,
-                out_dir=rnd.tmp / f"build-{plan.role}",
-                commands=() if reuse else commands,
+                source_dir=tree,
+                out_dir=rnd.tmp / f"build-{role}",
+                key=key,
+                cache=cache,
+                commands=commands,
                 env=env,
-                reuse=reuse,
-                changed=tuple(changed or ()),
-                reason=plan.reason,
+                built_from=f"campaign {m.campaign_name}, round {rnd.round}, {role}",
+                keep=tuple(keys.values()),
             )
-            rnd.progress(f"round-{rnd.round}: build-{plan.role} ({plan.reason})")
+            rnd.progress(f"round-{rnd.round}: build-{role} (key {key[:12]})")
             try:
                 built = rnd.executor.prepare_role(job)
             except RoleBuildFailed as exc:
                 raise RoundFailed(exc.message, exc.log_path) from exc
-            done[plan.role] = built
-            rnd.builds[plan.tree] = built
+            if built.outcome == "hit" and key in first:
+                built = replace(built, outcome="reuse")
+            built = replace(built, reason=reason_for(built, changed, first.get(key)))
+            first.setdefault(key, role)
+            done[role] = built
+            rnd.builds[tree] = built
         record = [
             {
                 "role": b.role,
-                "rebuilt": b.rebuilt,
-                "reason": b.reason,
+                "build": b.outcome,
                 "seconds": b.seconds,
+                "reason": b.reason,
+                "key": b.key,
                 "image": b.image,
                 "executor": rnd.executor.name,
                 "commands": [list(c) for c in commands] if b.rebuilt else [],

@@ -14,7 +14,8 @@ A FAILED round (the measurement did not complete) counts toward the consecutive
 rollbacks: the lineage did not move, and the escalation ladder starts with "diagnose".
 
 GPU leases held on this host (by any campaign) are listed as ``gpu leases`` lines,
-placed under ``"extra"`` in ``--json``.
+placed under ``"extra"`` in ``--json``, and so is the native build cache of the campaigns
+root (``runner.executors.build_cache``) as ``build cache`` lines.
 
 At a glance besides: the table of rounds (number, decision, gain with its ± over the
 pairs, the hypothesis cut at a word boundary), sigma_G with the acceptance threshold in
@@ -34,6 +35,7 @@ from tabulate import tabulate
 
 from runner.core.errors import CampaignError
 from runner.core.outcomes import GateResult, RoundResult, Status
+from runner.executors.build_cache import BuildCache
 from runner.flow.acceptance_record import load_acceptance
 from runner.judge.gate import accept_threshold
 from runner.render.figures import fmt_gain, scale_for, short_text
@@ -281,6 +283,7 @@ def collect_status(campaign: Campaign) -> CampaignStatus:
     except CampaignError as exc:
         status.acceptance = {"outcome": "unreadable", "reasons": [str(exc)]}
     status.checkout = checkout_facts(campaign)
+    status.extra.extend(BuildCache.for_campaign(campaign.root).status_lines())
     return status
 
 

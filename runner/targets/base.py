@@ -150,9 +150,10 @@ class Target:
 
     def build_commands(self, gpu_archs: str | None, *, in_place: bool) -> list[list[str]]:
         """Commands (cwd = the role's tree) that build a target with native code, once
-        per role per round.  ``in_place``: build into the tree itself, which the worker
-        imports from its working directory (local executor); otherwise the image's
-        editable install of the tree (docker).  Pure-Python targets: none."""
+        per build key (``runner.executors.build_cache``).  ``in_place``: build into the
+        tree itself, which the worker imports from its working directory (local
+        executor); otherwise the image's editable install of the tree (docker).
+        Pure-Python targets: none."""
         return []
 
     def build_env(self, gpu_archs: str | None) -> dict[str, str]:

@@ -336,8 +336,10 @@ PRIMUS_TURBO = PrimusTurboTarget(
         "attention": ATTN_ENV,
     },
     code_map=CODE_MAP,
-    rebuild_globs=("csrc/**", "setup.py", "CMakeLists.txt"),
-    build_files=("setup.py", "CMakeLists.txt"),
+    # The build files at the root of a6a16cdc: setup.py (the CUDAExtension) and
+    # pyproject.toml (build requirements); upstream has no CMakeLists.txt.
+    rebuild_globs=("csrc/**", "setup.py", "pyproject.toml"),
+    build_files=("setup.py", "pyproject.toml"),
     editable_install=True,
     native_modules=("primus_turbo.pytorch._C",),  # setup.py's CUDAExtension (a6a16cdc)
 )

@@ -1,0 +1,193 @@
+"""The native build cache (issue 28) through the local executor: real git trees of the
+Primus-Turbo-shaped fixture, its real C extension compiled with the host's compiler
+(a second or two each), a real campaign folder (no baseline: ``built_roles`` is driven
+directly, as a round drives it).
+
+The lineage head is compiled once, a Python-only candidate reuses its build, an
+accepted candidate's build is the next incumbent's; two trees that differ only in a
+native file never share a build; a corrupted or half-written entry is rebuilt, never
+used.  The same pipeline through docker and a whole campaign: tests/test_rebuild.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from runner.executors.build_cache import COMPLETE, PRODUCTS, BuildCache
+from runner.executors.local import LocalExecutor
+from runner.flow.build import BUILDS_RECORD, built_roles
+from runner.flow.round_context import Round
+from runner.render.status import collect_status
+from runner.store.campaign import Campaign
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.integration  # real git trees, a real compiler
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this host")
+
+
+def pipeline() -> ModuleType:
+    path = ROOT / "benchmarks" / "rebuild_pipeline.py"
+    spec = importlib.util.spec_from_file_location("rebuild_pipeline", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("rebuild_pipeline", module)
+    spec.loader.exec_module(sys.modules["rebuild_pipeline"])
+    return sys.modules["rebuild_pipeline"]
+
+
+def tree(repo: Path, dest: Path, edits: dict[str, tuple[str, str]] | None = None) -> Path:
+    """A fresh clone of ``repo`` with ``edits`` (path -> (old, new)) applied."""
+    subprocess.run(["git", "clone", "-q", str(repo), str(dest)], check=True)
+    for rel, (old, new) in (edits or {}).items():
+        path = dest / rel
+        text = path.read_text(encoding="utf-8")
+        assert old in text, rel
+        path.write_text(text.replace(old, new), encoding="utf-8")
+    return dest
+
+
+def build(
+    campaign: Campaign, tmp: Path, n: int, roles: dict[str, Path], changed: Any = None
+) -> dict[str, Any]:
+    """One round's builds (role -> its builds.json record); ``changed``: the
+    candidate's edits."""
+    rnd = Round(campaign, LocalExecutor(), lambda _m: None, tmp / f"r{n}", n, "quick")
+    with built_roles(rnd, roles, sorted(changed) if changed else None):
+        record = json.loads((rnd.tmp / BUILDS_RECORD).read_text(encoding="utf-8"))
+    return {b["role"]: b for b in record}
+
+
+def loaded_c(root: Path) -> str:
+    """Where ``primus_turbo.pytorch._C`` is imported from in ``root`` (no torch)."""
+    code = "import importlib.util as u; print(u.find_spec('primus_turbo.pytorch._C').origin)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    )
+    return proc.stdout.strip()
+
+
+SLOWER = {"csrc/kernels/gemm/gemm_config.h": ("SWEEPS 3", "SWEEPS 6")}
+FASTER = {"csrc/kernels/gemm/gemm_config.h": ("SWEEPS 3", "SWEEPS 2")}
+OPS_PY = "primus_turbo/pytorch/ops/gemm_fp8.py"
+PY_ONLY = {OPS_PY: ("VERIFY_FORWARD = True", "VERIFY_FORWARD = False")}
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Campaign, Path]:
+    root = tmp_path_factory.mktemp("cache")
+    campaign = pipeline().new_campaign(root, "local", None, "cpu")
+    return campaign, root
+
+
+@needs_cc
+def test_the_head_is_compiled_once_and_an_accepted_build_is_the_next_incumbents(
+    made: tuple[Campaign, Path],
+) -> None:
+    campaign, root = made
+    repo = Path(campaign.manifest.source)
+    t = root / "trees"
+    # the baseline, then round 2: a native slow-down (rolled back); round 3: a native
+    # speed-up (accepted); round 4: a Python-only change on the accepted speed-up
+    r1 = build(campaign, t, 1, {"baseline": tree(repo, t / "b1")})
+    r2 = build(campaign, t, 2, {"incumbent": tree(repo, t / "i2"),
+                                "candidate": tree(repo, t / "c2", SLOWER)}, SLOWER)  # fmt: skip
+    r3 = build(campaign, t, 3, {"incumbent": tree(repo, t / "i3"),
+                                "candidate": tree(repo, t / "c3", FASTER)}, FASTER)  # fmt: skip
+    inc4 = tree(repo, t / "i4", FASTER)
+    cand4 = tree(repo, t / "c4", {**FASTER, **PY_ONLY})
+    r4 = build(campaign, t, 4, {"incumbent": inc4, "candidate": cand4}, PY_ONLY)
+    assert r1["baseline"]["build"] == "compile"
+    got = [(r["incumbent"]["build"], r["candidate"]["build"]) for r in (r2, r3, r4)]
+    assert got == [("hit", "compile"), ("hit", "compile"), ("hit", "reuse")]
+    compiled = [sum(b["build"] == "compile" for b in r.values()) for r in (r2, r3, r4)]
+    assert compiled == [1, 1, 0]  # was 2, 2, 1: the head compiled again every round
+    assert r2["incumbent"]["key"] == r3["incumbent"]["key"] == r1["baseline"]["key"]
+    assert r4["incumbent"]["key"] == r3["candidate"]["key"] != r3["incumbent"]["key"]
+    seconds = [(b["build"], b["seconds"]) for r in (r1, r2, r3, r4) for b in r.values()]
+    assert all(s > 0 if build == "compile" else s >= 0 for build, s in seconds)
+    assert "reused the incumbent's native build" in r4["candidate"]["reason"]
+    # each role imports the build laid into its own tree, never another tree's
+    for role_tree in (inc4, cand4):
+        assert Path(loaded_c(role_tree)).parent == role_tree / "primus_turbo" / "pytorch"
+    # campaign status lists the three builds (base, slow-down, speed-up)
+    lines = dict(collect_status(campaign).extra)
+    assert "3 entries" in lines["build cache"]
+    assert sum(1 for k in lines if k.startswith("build ") and k != "build cache") == 3
+
+
+@needs_cc
+def test_trees_differing_only_in_a_native_file_never_share_a_build(
+    made: tuple[Campaign, Path],
+) -> None:
+    campaign, root = made
+    repo = Path(campaign.manifest.source)
+    t = root / "native"
+    a, b = tree(repo, t / "a", FASTER), tree(repo, t / "b", SLOWER)
+    one = build(campaign, t, 2, {"baseline": a})["baseline"]
+    other = build(campaign, t, 3, {"baseline": b})["baseline"]
+    assert one["key"] != other["key"]
+    cache = BuildCache.for_campaign(campaign.root)
+
+    def lib(where: Path) -> bytes:
+        return next(where.rglob("_C*.so")).read_bytes()
+
+    # each tree got the build of its own key, and the two compiled kernels differ
+    assert lib(a / "primus_turbo") == lib(cache.root / one["key"] / PRODUCTS)
+    assert lib(b / "primus_turbo") == lib(cache.root / other["key"] / PRODUCTS)
+    assert lib(a / "primus_turbo") != lib(b / "primus_turbo")
+
+
+@needs_cc
+@pytest.mark.parametrize("damage", ["corrupt", "half-written"])
+def test_a_damaged_entry_is_rebuilt_never_used(made: tuple[Campaign, Path], damage: str) -> None:
+    campaign, root = made
+    repo = Path(campaign.manifest.source)
+    t = root / damage
+    first = build(campaign, t, 2, {"baseline": tree(repo, t / "a")})["baseline"]
+    cache = BuildCache.for_campaign(campaign.root)
+    entry = cache.root / first["key"]
+    lib = next((entry / PRODUCTS).rglob("_C*.so"))
+    if damage == "corrupt":
+        lib.write_bytes(lib.read_bytes()[:-64] + b"\0" * 64)  # same size, other bytes
+    else:
+        (entry / COMPLETE).unlink()  # as if the writer died before the marker
+    fresh = tree(repo, t / "b")
+    again = build(campaign, t, 3, {"baseline": fresh})["baseline"]
+    assert (again["key"], again["build"]) == (first["key"], "compile")
+    assert "unusable" in again["reason"]
+    want = "does not match its checksum" if damage == "corrupt" else "half-written"
+    assert want in again["reason"]
+    # the rebuilt entry is whole again and the tree imports its own fresh build
+    assert cache.lookup(first["key"])[0] is not None
+    assert Path(loaded_c(fresh)).is_relative_to(fresh)
+
+
+def test_the_least_recently_used_entries_are_evicted_past_the_limit(tmp_path: Path) -> None:
+    """Real files, no compiler: three 1 MiB builds in a 2.5 MiB cache keep the two used
+    last; an entry the round still uses is never evicted."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "_C.so").write_bytes(os.urandom(1 << 20))
+    cache = BuildCache(tmp_path / "cache", limit=int(2.5 * (1 << 20)))
+    for key in ("a", "b"):
+        cache.store(key * 64, {"executor": "local"}, tree=tree, products=["_C.so"])
+    for key, stamp in (("a", 100.0), ("b", 200.0)):
+        os.utime(cache.root / (key * 64) / "used", (stamp, stamp))
+    cache.lookup("a" * 64)  # used now: b is the least recently used
+    cache.store("c" * 64, {"executor": "local"}, tree=tree, products=["_C.so"])
+    assert sorted(e.key[0] for e in cache.entries()) == ["a", "c"]
+    os.utime(cache.root / ("c" * 64) / "used", (300.0, 300.0))
+    cache.store("d" * 64, {"executor": "local"}, tree=tree, products=["_C.so"], keep=["c" * 64])
+    assert sorted(e.key[0] for e in cache.entries()) == ["c", "d"]
+    head, *lines = cache.status_lines()
+    assert "2 entries, 2.0 MiB of 2.5 MiB" in head[1] and len(lines) == 2
