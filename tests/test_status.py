@@ -221,7 +221,12 @@ def test_status_report_and_mcp_show_one_headline_gain(demo_campaign: Path) -> No
     assert json.loads(res.output)["gain_pct"] == headline.pct_or_none
     text = CliRunner().invoke(cli, ["--campaigns-root", str(demo_campaign.parent), "status"])
     assert f"headline gain: {headline.describe()}" in text.output
-    assert campaign_status_of(campaign).headline_gain_pct == headline.pct_or_none
+    mcp = campaign_status_of(campaign)
+    assert mcp.headline_gain_pct == headline.pct_or_none
+    status = json.loads(res.output)  # the at-a-glance facts: one source for both
+    assert (mcp.sigma_g, mcp.threshold_pct) == (status["sigma_g"], status["threshold_pct"])
+    assert mcp.threshold_pct is not None and mcp.threshold_pct >= 2.0
+    assert mcp.checkout == status["checkout"] and "at_head" in (mcp.checkout or {})
     report = render_final_report(campaign, results, None, "2026-12-01 12:00")
     assert f"Headline gain, {campaign.manifest.primary_metric} geomean: " in report
     assert headline.describe() in report

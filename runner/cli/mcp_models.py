@@ -12,6 +12,7 @@ from runner.core.csv_schema import CHECK, LABEL, BenchCSV, Row, Schema, get_sche
 from runner.core.errors import ConfigError
 from runner.core.outcomes import RoundResult
 from runner.render.headline import headline_gain
+from runner.render.status import glance
 from runner.store.campaign import Campaign
 
 
@@ -86,6 +87,19 @@ class CampaignStatus(BaseModel):
         "the report show it; null before any round is accepted."
     )
     max_iterations: int | None
+    sigma_g: float | None = Field(None, description="The baseline's noise (a fraction).")
+    threshold_pct: float | None = Field(
+        None, description="The acceptance threshold in force, max(2%, 3 sigma_G), in percent."
+    )
+    running: dict[str, Any] | None = Field(
+        None, description="The command holding the campaign lock (pid, command, started)."
+    )
+    acceptance: dict[str, Any] | None = Field(
+        None, description="The last `campaign accept`: outcome, when, reasons, its gain."
+    )
+    checkout: dict[str, Any] | None = Field(
+        None, description="The source checkout's HEAD against the lineage head (at_head, note)."
+    )
 
 
 class RoundReport(BaseModel):
@@ -174,6 +188,7 @@ def campaign_status_of(campaign: Campaign) -> CampaignStatus:
         best_aggregate=best.score.aggregate if best else None,
         headline_gain_pct=headline.pct_or_none,
         max_iterations=m.max_iterations,
+        **glance(campaign),
     )
 
 

@@ -255,6 +255,28 @@ def unclosed_rounds(campaign: Campaign) -> list[int]:
     return sorted(found)
 
 
+def glance(campaign: Campaign) -> dict[str, Any]:
+    """The at-a-glance facts `campaign status` and the MCP ``campaign_status`` tool
+    share: sigma_G and the acceptance threshold in force, the command holding the
+    campaign lock, the last final acceptance, the checkout against the lineage head."""
+    sigma = campaign.manifest.sigma_g
+    holder = campaign.lock_holder()
+    running = None
+    if holder is not None:
+        running = {"pid": holder.pid, "command": holder.command, "started": holder.started}
+    try:
+        acceptance = acceptance_facts(load_acceptance(campaign))
+    except CampaignError as exc:
+        acceptance = {"outcome": "unreadable", "reasons": [str(exc)]}
+    return {
+        "sigma_g": sigma,
+        "threshold_pct": 100 * accept_threshold(sigma) if sigma is not None else None,
+        "running": running,
+        "acceptance": acceptance,
+        "checkout": checkout_facts(campaign),
+    }
+
+
 def collect_status(campaign: Campaign) -> CampaignStatus:
     status = summarise(
         campaign.name, str(campaign.root), campaign.results(), unclosed_rounds(campaign)
@@ -272,17 +294,10 @@ def collect_status(campaign: Campaign) -> CampaignStatus:
     if behind:
         status.leftovers.insert(0, f"lineage: {behind}")
     status.extra.extend(lease_lines())
-    status.sigma_g = campaign.manifest.sigma_g
-    if status.sigma_g is not None:
-        status.threshold_pct = 100 * accept_threshold(status.sigma_g)
-    holder = campaign.lock_holder()
-    if holder is not None:
-        status.running = {"pid": holder.pid, "command": holder.command, "started": holder.started}
-    try:
-        status.acceptance = acceptance_facts(load_acceptance(campaign))
-    except CampaignError as exc:
-        status.acceptance = {"outcome": "unreadable", "reasons": [str(exc)]}
-    status.checkout = checkout_facts(campaign)
+    facts = glance(campaign)
+    status.sigma_g, status.threshold_pct = facts["sigma_g"], facts["threshold_pct"]
+    status.running, status.acceptance = facts["running"], facts["acceptance"]
+    status.checkout = facts["checkout"]
     status.extra.extend(BuildCache.for_campaign(campaign.root).status_lines())
     return status
 
