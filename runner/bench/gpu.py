@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.bench.clocks import sample_clocks
-from runner.bench.timing import Timing
+from runner.bench.timing_result import Timing
 from runner.core.spec import TimingSettings
 from runner.core.stats import median
 

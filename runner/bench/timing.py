@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
+from runner.bench.timing_result import Timing
 from runner.core.spec import TimingSettings
-from runner.core.stats import median, rel_stdev, stdev
 
 # The clocks as they were when the runner was imported, before any target code ran
 # (the worker imports this module before it imports the target).  The CPU engine
@@ -52,42 +50,6 @@ def check_clocks() -> None:
             + ", time.".join(changed)
             + ": timer patching, refusing to time it"
         )
-
-
-@dataclass
-class Timing:
-    """Per-call times (ms) of each timed batch, their median and spread."""
-
-    samples_ms: list[float]
-    method: str  # "perf_counter" | "cuda_events" | "graph_replay"
-    stop_reason: str  # "converged" | "budget" | "max_repeats" | "fixed"
-    iters_per_sample: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def median_ms(self) -> float:
-        return median(self.samples_ms)
-
-    @property
-    def stddev_ms(self) -> float:
-        return stdev(self.samples_ms)
-
-    @property
-    def rsd_of_median(self) -> float:
-        """Relative standard error of the median (~1.2533 * rsd / sqrt(n))."""
-        n = len(self.samples_ms)
-        return 1.2533 * rel_stdev(self.samples_ms) / n**0.5 if n > 1 else float("inf")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "samples_ms": list(self.samples_ms),
-            "median_ms": self.median_ms,
-            "stddev_ms": self.stddev_ms,
-            "method": self.method,
-            "stop_reason": self.stop_reason,
-            "iters_per_sample": self.iters_per_sample,
-            "extra": dict(self.extra),
-        }
 
 
 def measure(fn: Callable[[], object], settings: TimingSettings, device: str) -> Timing:
