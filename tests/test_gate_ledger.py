@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from runner.flow.new_campaign import EXAMPLES_DIR
+from runner.flow.settings import parse_value
 from runner.store.campaign import Campaign
-from runner.store.gate_ledger import LEDGER_NAME, LEDGERED_NOTE, gate_sha, parse_value
+from runner.store.gate_ledger import LEDGER_NAME, LEDGERED_NOTE, gate_sha
 
 PATCH = EXAMPLES_DIR / "demo_patches" / "slowdown_fp64_accumulate.patch"
 

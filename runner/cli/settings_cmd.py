@@ -22,7 +22,7 @@ def set_cmd(app: App, field: str, value: str, name: str | None, reason: str) -> 
     change: a line in optimize.md and a new entry in logs/gate_fields.jsonl.  VALUE is
     YAML (0.05, 5%, [a, b, c], Forward TFLOPS).  Exit 5 while a record does not verify
     or another gate field was edited by hand."""
-    from runner.store.gate_ledger import set_gate_field
+    from runner.flow.settings import set_gate_field
 
     line = set_gate_field(Campaign.find(app.campaigns_root, name), field, value, reason)
     click.echo(f"recorded: {line}")

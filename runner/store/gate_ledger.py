@@ -14,7 +14,8 @@ manifest's sigma_G is what moves them.
 is named (recorded value, value now); ``campaign status`` says BROKEN and every command
 that measures (``guard.preflight``) refuses with exit 5 before it measures.  A
 deliberate change goes through ``campaign set FIELD VALUE --reason TEXT``
-(``set_gate_field``), which appends a new entry and a marked line to optimize.md.
+(``runner.flow.settings.set_gate_field``), which appends a new entry and a marked
+line to optimize.md.
 
 A campaign made before this (no ledger, and a baseline that does not say it ledgered
 its fields) keeps working: ``describe`` says "not ledgered"; its first ``campaign set``
@@ -29,14 +30,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from runner.core.errors import AppendOnlyViolation, ConfigError
+from runner.core.errors import AppendOnlyViolation
 from runner.core.outcomes import Status
 from runner.core.timestamps import now_minute
-from runner.store.appendlog import append, append_correction
+from runner.store.appendlog import append
 from runner.store.campaign import Campaign
-from runner.store.manifest import Manifest, validate_manifest
+from runner.store.manifest import Manifest
 
 LEDGER_NAME = "gate_fields.jsonl"
 GATE_FIELDS = (
@@ -109,7 +108,7 @@ def _baseline_ledgered(campaign: Campaign) -> bool:
     return base.status is Status.BASELINE and any(LEDGERED_NOTE in r for r in base.reasons)
 
 
-def _short(value: Any) -> str:
+def short_value(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, ensure_ascii=False)
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -132,7 +131,9 @@ def check_gate_fields(campaign: Campaign) -> list[str]:
     changed = [k for k in GATE_FIELDS if recorded.get(k) != now[k]]
     if not changed and values_sha(now) == entry.get("sha256"):
         return []
-    listed = "; ".join(f"{k} {_short(recorded.get(k))} -> {_short(now[k])}" for k in changed)
+    listed = "; ".join(
+        f"{k} {short_value(recorded.get(k))} -> {short_value(now[k])}" for k in changed
+    )
     return [
         f"{campaign.manifest_path}: gate field(s) {', '.join(changed) or '(hash)'} changed "
         f"since they were ledgered ({listed}); restore the ledgered value(s) in "
@@ -164,58 +165,3 @@ def describe(campaign: Campaign) -> str:
             "baseline yet)"
         )
     return f"ledgered, unchanged (sha256 {str(entry.get('sha256'))[:12]}, by {entry.get('by')})"
-
-
-def parse_value(text: str) -> Any:
-    """A VALUE of ``campaign set``: YAML (``0.05``, ``[a, b, c]``, ``Forward TFLOPS``);
-    a percentage ``5%`` is a fraction (sigma_g)."""
-    stripped = text.strip()
-    if stripped.endswith("%"):
-        try:
-            return float(stripped[:-1]) / 100
-        except ValueError:
-            pass
-    try:
-        return yaml.safe_load(stripped)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"VALUE {text!r} is not a YAML value ({exc})") from None
-
-
-def set_gate_field(campaign: Campaign, field: str, value: str, reason: str) -> str:
-    """``campaign set``: change one gate field as a recorded, deliberate change.  Refused
-    while a record does not verify or another gate field differs from its ledgered
-    value (that one must be restored or set on its own first).  Returns the line
-    appended to optimize.md."""
-    from runner.store.guard import verify_records
-
-    if field not in GATE_FIELDS:
-        raise ConfigError(f"{field!r} is not a gate field; one of: {', '.join(GATE_FIELDS)}")
-    if not reason.strip():
-        raise ConfigError("say why the field changes: --reason TEXT (it is recorded)")
-    with campaign.lock():
-        verify_records(campaign)
-        m = campaign.manifest
-        entry = last_entry(campaign)
-        if entry is not None:
-            others = [
-                k for k in GATE_FIELDS if k != field and entry["fields"].get(k) != gate_values(m)[k]
-            ]
-            if others:
-                raise AppendOnlyViolation(
-                    f"gate field(s) {', '.join(others)} of {campaign.manifest_path} differ "
-                    "from their ledgered values too: restore them, or set each with its "
-                    "own `campaign set FIELD VALUE --reason TEXT`; nothing was changed"
-                )
-        old = gate_values(m)[field] if entry is None else entry["fields"][field]
-        data = m.model_dump()
-        data[field] = parse_value(value)
-        new = validate_manifest(data, f"campaign set {field}")
-        line = (
-            f"gate field {field}: {_short(old)} "
-            f"-> {_short(gate_values(new)[field])} (`campaign set`); reason: {reason.strip()}"
-        )
-        append_correction(campaign.optimize_log, line)
-        campaign.manifest = new
-        campaign.save_manifest()
-        record(campaign, "campaign set", f"{field}: {reason.strip()}")
-    return line
