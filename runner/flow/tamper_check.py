@@ -1,0 +1,172 @@
+"""The end-of-round proof that every role ran its own files (docs/reliability.md §7,
+issue 27 row 14).
+
+Before the first process of a round's measurement starts (after the builds), the host
+takes each role's tree state (``tree_state``): HEAD, the index and the blob id of every
+file that differs from it or that git does not track (build products included; bytecode
+caches aside).  Each worker records the files it loaded from its tree and their blob
+ids right after the target's import and again at the end of its pass
+(``runner.bench.provenance.record_loaded``, ``loaded.json``).  After the round,
+``prove_untouched`` compares those with the role's state, and the guarded roles' trees
+(the incumbent's) with their state before: a difference is ``Tampered`` naming the role
+and the file, and the round is FAILED, never judged.
+
+Host-side; runs git through ``runner.core.processes.run``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.core.errors import Tampered
+from runner.core.files import blob_hash
+from runner.core.processes import run
+
+LOADED = "loaded.json"  # written by runner.bench.provenance.record_loaded
+SKIPPED_PARTS = frozenset({"__pycache__", ".pytest_cache", ".git"})
+GONE = "(deleted)"
+
+
+@dataclass(frozen=True)
+class TreeState:
+    """One role's tree as the round found it: ``head`` (HEAD's commit) and ``files``
+    (path -> blob id: the index's, or the file's own where it differs, is untracked or
+    is ignored; GONE for a tracked file deleted in the working tree)."""
+
+    role: str
+    tree: Path
+    head: str
+    files: dict[str, str]
+
+    def changes(self, later: TreeState) -> list[str]:
+        """The paths whose blob differs in ``later`` (HEAD as ``HEAD``)."""
+        paths = sorted(p for p in self.files.keys() | later.files.keys()
+                       if self.files.get(p) != later.files.get(p))  # fmt: skip
+        return (["HEAD"] if self.head != later.head else []) + paths
+
+
+def _git(tree: Path, *args: str) -> str:
+    return run(["git", *args], cwd=tree).stdout or ""
+
+
+def _skipped(path: str) -> bool:
+    return any(part in SKIPPED_PARTS for part in Path(path).parts)
+
+
+def _walk(tree: Path, rel: str) -> Iterable[str]:
+    """``rel`` itself, or every file under it when git reported a folder."""
+    path = tree / rel
+    if not path.is_dir() or path.is_symlink():
+        yield rel.rstrip("/")
+        return
+    for p in sorted(path.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            yield p.relative_to(tree).as_posix()
+
+
+def _status_paths(tree: Path) -> list[str]:
+    """Every path ``git status`` names (changed, untracked, ignored), folders expanded;
+    the source of a rename too."""
+    out = _git(tree, "status", "--porcelain", "-z", "--untracked-files=all", "--ignored")
+    fields = out.split("\0")
+    paths: list[str] = []
+    i = 0
+    while i < len(fields):
+        entry = fields[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        paths.append(entry[3:])
+        if entry[0] in "RC":  # "R  new\0old": the old path follows
+            paths.append(fields[i])
+            i += 1
+    return sorted({p for rel in paths for p in _walk(tree, rel) if not _skipped(p)})
+
+
+def tree_state(role: str, tree: Path) -> TreeState:
+    """``role``'s tree as it is now (see ``TreeState``)."""
+    files: dict[str, str] = {}
+    for line in _git(tree, "ls-files", "-s", "-z").split("\0"):
+        if line:
+            meta, _, path = line.partition("\t")
+            files[path] = meta.split()[1]
+    for rel in _status_paths(tree):
+        file = tree / rel
+        try:
+            files[rel] = blob_hash(file.read_bytes()) if file.is_file() else GONE
+        except OSError:
+            files[rel] = GONE
+    return TreeState(role, tree, _git(tree, "rev-parse", "HEAD").strip(), files)
+
+
+def snapshot(trees: Mapping[str, Path]) -> dict[str, TreeState]:
+    """Every role's tree state (role -> tree), taken before its processes start."""
+    return {role: tree_state(role, tree) for role, tree in trees.items()}
+
+
+def _worker_records(tmp: Path) -> Iterable[tuple[Path, dict[str, object] | None]]:
+    """Each worker folder of the round (it has a ``worker.log``) that left a
+    ``benchmark.csv``, with its ``loaded.json`` (None when missing or unreadable)."""
+    for log in sorted(tmp.glob("*/worker.log")):
+        folder = log.parent
+        if not (folder / "benchmark.csv").is_file():
+            continue
+        try:
+            yield folder, json.loads((folder / LOADED).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            yield folder, None
+
+
+def tampering(
+    before: Mapping[str, TreeState], tmp: Path, guarded: Iterable[str] = ("incumbent",)
+) -> list[str]:
+    """What changed under a role while the round ran: a file a worker loaded whose
+    blob is not its role's, a worker that left numbers but no record of what it loaded,
+    a guarded role's tree that is not as it was.  Empty: nothing."""
+    problems: list[str] = []
+    for folder, record in _worker_records(tmp):
+        role = str((record or {}).get("role", ""))
+        state = before.get(role)
+        if record is None or state is None or "end" not in record:
+            problems.append(f"{folder.name} left numbers without a record of the files it "
+                            f"loaded ({LOADED})")  # fmt: skip
+            continue
+        wrong: dict[str, list[str]] = {}
+        for phase, when in (("load", "at import"), ("end", "at the end of its pass")):
+            loaded = record.get(phase) or {}
+            for rel, got in sorted(loaded.items() if isinstance(loaded, dict) else ()):
+                want = state.files.get(rel)
+                if want is not None and got != want:
+                    wrong.setdefault(rel, []).append(f"{when} blob {str(got)[:12]}")
+        for rel, seen in wrong.items():
+            want = state.files[rel][:12]
+            problems.append(f"{folder.name} ({role}) loaded {rel}, not the {role}'s (blob "
+                            f"{want}): {', '.join(seen)}")  # fmt: skip
+    for role in guarded:
+        if role not in before:
+            continue
+        state = before[role]
+        changed = state.changes(tree_state(role, state.tree))
+        if changed:
+            problems.append(f"the {role}'s tree {state.tree} changed while the round ran: "
+                            + ", ".join(changed[:10]))  # fmt: skip
+    return problems
+
+
+def prove_untouched(
+    before: Mapping[str, TreeState], tmp: Path, guarded: Iterable[str] = ("incumbent",)
+) -> None:
+    """Raise ``Tampered`` naming every file that ``tampering`` finds."""
+    problems = tampering(before, tmp, guarded)
+    if problems:
+        raise Tampered(
+            "TAMPERED: a role's files changed while the round ran, so its numbers are not "
+            "of its own commit; the round is FAILED and nothing was judged:\n  "
+            + "\n  ".join(problems)
+            + "\nanother role's process wrote to them (the candidate's code can reach every "
+            "tree the round's processes can write: docs/reliability.md §7); review the "
+            "candidate patch before measuring it again"
+        )
