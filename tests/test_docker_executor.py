@@ -35,8 +35,9 @@ def _docker(*args: str) -> subprocess.CompletedProcess[str]:
 def campaign() -> Iterator[str]:
     name = f"test-{uuid.uuid4().hex[:8]}"
     yield name
-    for kind in ("triton", "ccache"):
-        _docker("volume", "rm", "-f", f"turbo-campaign-{name}-{kind}")
+    listed = _docker("volume", "ls", "-q", "--filter", f"name=turbo-campaign-{name}-")
+    for volume in listed.stdout.split():  # each role's cache volumes
+        _docker("volume", "rm", "-f", volume)
 
 
 def leftover(job_name: str) -> list[str]:
@@ -69,7 +70,7 @@ WRITE_CSV = (
 def test_artifacts_copied_out_and_container_removed(
     cpu_image: str, campaign: str, tmp_path: Path
 ) -> None:
-    job = make_job(tmp_path, "artifacts")
+    job = make_job(tmp_path, "artifacts", role="candidate")  # its caches are its own
     outcome = DockerExecutor(cpu_image, gpu=None, campaign=campaign, command=py(WRITE_CSV)).run_job(
         job
     )
@@ -80,8 +81,8 @@ def test_artifacts_copied_out_and_container_removed(
     assert leftover("artifacts") == []
     volumes = _docker("volume", "ls", "-q", "--filter", f"name=turbo-campaign-{campaign}-")
     assert sorted(volumes.stdout.split()) == [
-        f"turbo-campaign-{campaign}-ccache",
-        f"turbo-campaign-{campaign}-triton",
+        f"turbo-campaign-{campaign}-candidate-ccache",
+        f"turbo-campaign-{campaign}-candidate-triton",
     ]
 
 

@@ -57,9 +57,11 @@ def base(tmp_path_factory: pytest.TempPathFactory, cpu_image: str) -> Iterator[t
     c = new_campaign(root, cpu_image)
     run_baseline(c, make_executor(c.manifest), passes=2, progress=lambda _m: None)
     yield root, c.name
-    for kind in ("triton", "ccache"):
-        subprocess.run(["docker", "volume", "rm", "-f", f"turbo-campaign-{c.name}-{kind}"],
-                       capture_output=True, check=False)  # fmt: skip
+    listed = subprocess.run(["docker", "volume", "ls", "-q", "--filter",
+                             f"name=turbo-campaign-{c.name}-"],
+                            capture_output=True, text=True, check=False)  # fmt: skip
+    for volume in listed.stdout.split():  # each role's cache volumes
+        subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True, check=False)
 
 
 @pytest.fixture

@@ -37,6 +37,7 @@ class WorkerJob:
     # Paths the job's processes must not write (other roles' trees, the campaign...):
     # the local executor mounts them read-only where it can (runner.executors.isolation).
     readonly: tuple[Path, ...] = ()
+    role: str = ""  # the spec's role: its compiler caches are its own (docker volumes)
 
 
 @dataclass(frozen=True)
