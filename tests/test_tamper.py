@@ -130,6 +130,15 @@ def test_a_changed_loaded_file_and_a_new_file_are_named(tmp_path: Path) -> None:
     assert "pass-01-incumbent (incumbent) loaded k.py, not the incumbent's" in problems
     assert "at the end of its pass blob 000000000000" in problems and "at import" not in problems
     assert "build/k.so, sitecustomize.py" in problems
+    harness = before["harness"]  # the runner package: a local worker's own harness
+    assert "bench/timing.py" in harness.files
+    record |= {"harness_root": str(harness.tree), "harness_end": {"bench/timing.py": "1" * 40}}
+    (out / "loaded.json").write_text(json.dumps(record))
+    problems = "\n".join(tampering(before, tmp_path / "tmp"))
+    assert "loaded harness file bench/timing.py, not the harness's" in problems
+    record["harness_root"] = "/opt/image/runner"  # a container's harness: its image's own
+    (out / "loaded.json").write_text(json.dumps(record))
+    assert "harness file" not in "\n".join(tampering(before, tmp_path / "tmp"))
     (out / "loaded.json").unlink()
     assert "without a record of the files it loaded" in "\n".join(
         tampering(before, tmp_path / "tmp", guarded=())

@@ -98,17 +98,22 @@ def loaded_files(root: Path) -> dict[str, str | None]:
 
 def record_loaded(out_dir: Path, role: str, phase: str) -> None:
     """Add to ``loaded.json`` the files this process loaded from the tree under test
-    and their blob ids, as of ``phase`` ("load": right after the target's import,
-    "end": when the pass is done).  The host compares them with the role's own files
+    and from the harness (the ``runner`` package) and their blob ids, as of ``phase``
+    ("load": right after the target's import, "end": when the pass is done).  The host
+    compares them with the role's own files and its own harness
     (``runner.flow.tamper_check``): a file another role changed fails the round."""
     import json
+
+    import runner
 
     expected = os.environ.get(SOURCE_ENV)
     if not expected:
         return
+    harness = Path(runner.__file__).resolve().parent
     path = out_dir / LOADED
-    record: dict[str, Any] = {"role": role}
+    record: dict[str, Any] = {"role": role, "harness_root": str(harness)}
     if path.is_file():
         record = json.loads(path.read_text(encoding="utf-8"))
     record[phase] = loaded_files(Path(expected).resolve())
+    record[f"harness_{phase}"] = loaded_files(harness)
     write_json_atomic(path, record)

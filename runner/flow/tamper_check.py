@@ -102,9 +102,25 @@ def tree_state(role: str, tree: Path) -> TreeState:
     return TreeState(role, tree, _git(tree, "rev-parse", "HEAD").strip(), files)
 
 
+HARNESS = "harness"  # the runner package, as this host holds it
+
+
+def harness_state() -> TreeState:
+    """The blob id of every file of the ``runner`` package this host runs (what a
+    local worker imports as its harness)."""
+    import runner
+
+    root = Path(runner.__file__).resolve().parent
+    rels = [p.relative_to(root).as_posix() for p in sorted(root.rglob("*.py"))]
+    files = {rel: blob_hash((root / rel).read_bytes()) for rel in rels if not _skipped(rel)}
+    return TreeState(HARNESS, root, "", files)
+
+
 def snapshot(trees: Mapping[str, Path]) -> dict[str, TreeState]:
-    """Every role's tree state (role -> tree), taken before its processes start."""
-    return {role: tree_state(role, tree) for role, tree in trees.items()}
+    """Every role's tree state (role -> tree) and the harness's, taken before the
+    round's processes start."""
+    roles = {role: tree_state(role, tree) for role, tree in trees.items()}
+    return {HARNESS: harness_state(), **roles}
 
 
 def _worker_records(tmp: Path) -> Iterable[tuple[Path, dict[str, object] | None]]:
@@ -118,6 +134,27 @@ def _worker_records(tmp: Path) -> Iterable[tuple[Path, dict[str, object] | None]
             yield folder, json.loads((folder / LOADED).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             yield folder, None
+
+
+def _mismatches(
+    name: str, role: str, state: TreeState, record: Mapping[str, object], prefix: str
+) -> list[str]:
+    """The files of ``state`` that a worker's ``record`` (its phases under ``prefix``)
+    loaded with other bytes."""
+    wrong: dict[str, list[str]] = {}
+    for phase, when in (("load", "at import"), ("end", "at the end of its pass")):
+        loaded = record.get(prefix + phase) or {}
+        for rel, got in sorted(loaded.items() if isinstance(loaded, dict) else ()):
+            want = state.files.get(rel)
+            if want is not None and got != want:
+                wrong.setdefault(rel, []).append(f"{when} blob {str(got)[:12]}")
+    whose = "the harness's" if state.role == HARNESS else f"the {role}'s"
+    where = "harness file " if state.role == HARNESS else ""
+    return [
+        f"{name} ({role}) loaded {where}{rel}, not {whose} (blob {state.files[rel][:12]}): "
+        + ", ".join(seen)
+        for rel, seen in wrong.items()
+    ]
 
 
 def tampering(
@@ -134,17 +171,10 @@ def tampering(
             problems.append(f"{folder.name} left numbers without a record of the files it "
                             f"loaded ({LOADED})")  # fmt: skip
             continue
-        wrong: dict[str, list[str]] = {}
-        for phase, when in (("load", "at import"), ("end", "at the end of its pass")):
-            loaded = record.get(phase) or {}
-            for rel, got in sorted(loaded.items() if isinstance(loaded, dict) else ()):
-                want = state.files.get(rel)
-                if want is not None and got != want:
-                    wrong.setdefault(rel, []).append(f"{when} blob {str(got)[:12]}")
-        for rel, seen in wrong.items():
-            want = state.files[rel][:12]
-            problems.append(f"{folder.name} ({role}) loaded {rel}, not the {role}'s (blob "
-                            f"{want}): {', '.join(seen)}")  # fmt: skip
+        problems += _mismatches(folder.name, role, state, record, "")
+        harness = before.get(HARNESS)
+        if harness is not None and record.get("harness_root") == str(harness.tree):
+            problems += _mismatches(folder.name, role, harness, record, "harness_")
     for role in guarded:
         if role not in before:
             continue
