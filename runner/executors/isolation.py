@@ -51,13 +51,14 @@ def isolated_argv(
     """``argv`` run in a private mount namespace where each existing path of
     ``readonly`` is read-only and each of ``writable`` (e.g. a folder inside one of
     them) writable."""
-    lines = ["set -e"]
-    for path in dict.fromkeys(Path(p).resolve() for p in readonly if Path(p).exists()):
-        q = shlex.quote(str(path))
-        lines.append(f"mount --bind {q} {q}; mount -o remount,bind,ro {q} {q}")
-    for path in dict.fromkeys(Path(p).resolve() for p in writable if Path(p).exists()):
-        q = shlex.quote(str(path))
-        lines.append(f"mount --bind {q} {q}; mount -o remount,bind,rw {q} {q}")
+    lines = []
+    for paths, mode in ((readonly, "ro"), (writable, "rw")):
+        for path in dict.fromkeys(Path(p).resolve() for p in paths if Path(p).exists()):
+            q = shlex.quote(str(path))
+            why = shlex.quote(f"isolation: could not mount {path} {mode} in the job's mount "
+                              f"namespace; set {ISOLATION_ENV}=off to run without it")  # fmt: skip
+            lines.append(f"{{ mount --bind {q} {q} && mount -o remount,bind,{mode} {q} {q}; }} "
+                         f"|| {{ echo {why} >&2; exit 97; }}")  # fmt: skip
     lines.append('exec "$@"')
     return [*_unshare(), "sh", "-c", "\n".join(lines), "isolated", *argv]
 

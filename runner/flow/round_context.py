@@ -133,8 +133,7 @@ class Round:
         harness = Path(runner.__file__).resolve().parent
         paths = [*self.role_dirs, self.tmp, self.campaign.root, Path(self.manifest.source), harness]
         # never the job's own tree (or a folder holding it: workspace mode's checkout)
-        return tuple(p for p in paths if not {mine, mine.parent} & {p.resolve()}
-                     and p.resolve() not in mine.parents)  # fmt: skip
+        return tuple(p for p in paths if p.resolve() != mine and p.resolve() not in mine.parents)
 
     def job(
         self,

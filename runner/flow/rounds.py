@@ -46,7 +46,7 @@ from runner.flow.round_context import (
     gpu_lease,
     level_shapes,
 )
-from runner.flow.tamper_check import prove_untouched
+from runner.flow.tamper_check import prove_untouched, tampered
 from runner.flow.tamper_check import snapshot as snapshot_trees
 from runner.judge.vetoes import audit_candidate, state_transfer
 from runner.store.appendlog import write_atomic
@@ -160,9 +160,15 @@ def _validate_in(
             rnd.role_dirs = (inc_tree.parent, cand_tree.parent)  # each read-only to the other
             with built_roles(rnd, roles, touched) as builds:
                 before = snapshot_trees(roles)  # before any process of the round runs
-                gate, inc_score, cand_score = _measure_and_judge(
-                    rnd, request, inc_tree, cand_tree, shapes, vetoes
-                )
+                try:
+                    gate, inc_score, cand_score = _measure_and_judge(
+                        rnd, request, inc_tree, cand_tree, shapes, vetoes
+                    )
+                except RoundFailed as exc:  # crashed because another role changed its files?
+                    cause = tampered(before, rnd.tmp)
+                    if cause is None:
+                        raise
+                    raise cause from exc
                 prove_untouched(before, rnd.tmp)
     except (RoundFailed, Tampered) as exc:
         why = "\n".join([str(exc), *notes])

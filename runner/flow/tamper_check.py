@@ -186,17 +186,27 @@ def tampering(
     return problems
 
 
+def tampered(
+    before: Mapping[str, TreeState], tmp: Path, guarded: Iterable[str] = ("incumbent",)
+) -> Tampered | None:
+    """``Tampered`` naming every file that ``tampering`` finds, or None."""
+    problems = tampering(before, tmp, guarded)
+    if not problems:
+        return None
+    return Tampered(
+        "TAMPERED: a role's files changed while the round ran, so its numbers are not "
+        "of its own commit; the round is FAILED and nothing was judged:\n  "
+        + "\n  ".join(problems)
+        + "\nanother role's process wrote to them (the candidate's code can reach every "
+        "tree the round's processes can write: docs/reliability.md §7); review the "
+        "candidate patch before measuring it again"
+    )
+
+
 def prove_untouched(
     before: Mapping[str, TreeState], tmp: Path, guarded: Iterable[str] = ("incumbent",)
 ) -> None:
-    """Raise ``Tampered`` naming every file that ``tampering`` finds."""
-    problems = tampering(before, tmp, guarded)
-    if problems:
-        raise Tampered(
-            "TAMPERED: a role's files changed while the round ran, so its numbers are not "
-            "of its own commit; the round is FAILED and nothing was judged:\n  "
-            + "\n  ".join(problems)
-            + "\nanother role's process wrote to them (the candidate's code can reach every "
-            "tree the round's processes can write: docs/reliability.md §7); review the "
-            "candidate patch before measuring it again"
-        )
+    """Raise ``tampered``'s error when a role's files changed."""
+    error = tampered(before, tmp, guarded)
+    if error is not None:
+        raise error
