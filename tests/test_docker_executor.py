@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from campaign_helpers import remove_cache_volumes
 
 from runner.core.errors import InfrastructureError
 from runner.core.shapes import Shape
@@ -35,9 +36,7 @@ def _docker(*args: str) -> subprocess.CompletedProcess[str]:
 def campaign() -> Iterator[str]:
     name = f"test-{uuid.uuid4().hex[:8]}"
     yield name
-    listed = _docker("volume", "ls", "-q", "--filter", f"name=turbo-campaign-{name}-")
-    for volume in listed.stdout.split():  # each role's cache volumes
-        _docker("volume", "rm", "-f", volume)
+    remove_cache_volumes(name)
 
 
 def leftover(job_name: str) -> list[str]:

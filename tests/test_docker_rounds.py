@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from campaign_helpers import remove_cache_volumes
 
 from runner.core.errors import InfrastructureError
 from runner.core.outcomes import RoundResult, Status
@@ -57,11 +58,7 @@ def base(tmp_path_factory: pytest.TempPathFactory, cpu_image: str) -> Iterator[t
     c = new_campaign(root, cpu_image)
     run_baseline(c, make_executor(c.manifest), passes=2, progress=lambda _m: None)
     yield root, c.name
-    listed = subprocess.run(["docker", "volume", "ls", "-q", "--filter",
-                             f"name=turbo-campaign-{c.name}-"],
-                            capture_output=True, text=True, check=False)  # fmt: skip
-    for volume in listed.stdout.split():  # each role's cache volumes
-        subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True, check=False)
+    remove_cache_volumes(c.name)
 
 
 @pytest.fixture

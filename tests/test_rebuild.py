@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from campaign_helpers import remove_cache_volumes
 
 from runner.executors.base import BuildJob
 from runner.executors.container import CONTAINER_TARGET
@@ -81,11 +82,7 @@ def pipeline(cpu_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         root, executor="docker", image=cpu_image, say=lambda _m: None
     )
     yield Pipeline(campaign, {o.step: o for o in outcomes}, cpu_image)
-    for kind in ("triton", "ccache"):
-        subprocess.run(
-            ["docker", "volume", "rm", "-f", f"turbo-campaign-{campaign.name}-{kind}"],
-            capture_output=True, check=False,
-        )  # fmt: skip
+    remove_cache_volumes(campaign.name)  # each role's
 
 
 def builds(outcome: Any) -> dict[str, dict[str, Any]]:
