@@ -2,11 +2,11 @@
 
 ``state_fingerprint(package)`` reads the state the measured package keeps between
 calls: module globals, class attributes, instances held by them, closure cells and
-``functools`` caches, down a few levels, and every attribute held on a tensor object
-(codes cached on the activation itself).  Containers are read by identity, length and
-the identities of their newest items (an LRU at its cap still changes), tensors by
-identity, version and address, ``functools`` caches by their hit/miss/size counters
-(a read counts), plain values by value.
+``functools`` caches, down a few levels; ``tensor_attributes`` what is held on tensor
+objects themselves (codes cached on the activation).  Containers are read by identity,
+length and the identities of their newest items (an LRU at its cap still changes),
+tensors by identity, version and address, ``functools`` caches by their hit/miss/size
+counters (a read counts), plain values by value.
 
 ``stateful_probe`` runs one real-training step between two fingerprints: when the
 step changed the package's kept state, the op keeps state on its hot path, whatever
