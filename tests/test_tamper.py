@@ -18,7 +18,7 @@ import pytest
 
 from runner.core.outcomes import Status
 from runner.executors.isolation import ISOLATION_ENV, isolated_argv, isolation_works
-from runner.flow.tamper_check import snapshot, tampering
+from runner.flow.tamper_check import changed_by_builds, snapshot, tampered, tampering
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 
@@ -143,6 +143,21 @@ def test_a_changed_loaded_file_and_a_new_file_are_named(tmp_path: Path) -> None:
     assert "without a record of the files it loaded" in "\n".join(
         tampering(before, tmp_path / "tmp", guarded=())
     )
+
+
+def test_a_build_may_add_products_but_not_rewrite_the_incumbents_files(tmp_path: Path) -> None:
+    """The candidate's build commands (its setup.py) run before the reference state is
+    taken: whatever they changed of the incumbent's tree as it was checked out fails
+    the round; the incumbent's own build products do not."""
+    inc = _repo(tmp_path / "inc")
+    unbuilt = snapshot({"incumbent": inc})
+    (inc / "build").mkdir()
+    (inc / "build" / "k.so").write_bytes(b"\x7fELF")  # a product: new, ignored
+    assert changed_by_builds(unbuilt, snapshot({"incumbent": inc})) == []
+    (inc / "k.py").write_text("x = 1\nimport time; time.sleep(1)\n")
+    problems = changed_by_builds(unbuilt, snapshot({"incumbent": inc}))
+    assert len(problems) == 1 and problems[0].endswith("builds ran: k.py"), problems
+    assert tampered(snapshot({"incumbent": inc}), tmp_path, unbuilt=unbuilt) is not None
 
 
 @pytest.mark.skipif(not isolation_works(), reason="no mount namespaces on this host")

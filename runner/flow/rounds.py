@@ -158,18 +158,19 @@ def _validate_in(
             write_json_atomic(rnd.tmp / "audit.json", report.to_dict())
             roles = {"incumbent": inc_tree, "candidate": cand_tree}
             rnd.role_dirs = (inc_tree.parent, cand_tree.parent)  # each read-only to the other
+            unbuilt = snapshot_trees(roles)  # before any process of the round runs
             with built_roles(rnd, roles, touched) as builds:
-                before = snapshot_trees(roles)  # before any process of the round runs
+                before = snapshot_trees(roles)  # with the build products
                 try:
                     gate, inc_score, cand_score = _measure_and_judge(
                         rnd, request, inc_tree, cand_tree, shapes, vetoes
                     )
                 except RoundFailed as exc:  # crashed because another role changed its files?
-                    cause = tampered(before, rnd.tmp)
+                    cause = tampered(before, rnd.tmp, unbuilt=unbuilt)
                     if cause is None:
                         raise
                     raise cause from exc
-                prove_untouched(before, rnd.tmp)
+                prove_untouched(before, rnd.tmp, unbuilt=unbuilt)
     except (RoundFailed, Tampered) as exc:
         why = "\n".join([str(exc), *notes])
         return _close_failed(rnd, request, patch, touched, started, best, why)

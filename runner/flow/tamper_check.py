@@ -186,11 +186,36 @@ def tampering(
     return problems
 
 
+def changed_by_builds(
+    unbuilt: Mapping[str, TreeState],
+    built: Mapping[str, TreeState],
+    guarded: Iterable[str] = ("incumbent",),
+) -> list[str]:
+    """A guarded role's files (HEAD, tracked or already there) that the round's builds
+    changed: a build adds its products, it never rewrites what it was given; another
+    role's build commands (its setup.py) may have written them."""
+    problems = []
+    for role in guarded:
+        if role in unbuilt and role in built:
+            state = unbuilt[role]
+            changed = [p for p in state.changes(built[role]) if p == "HEAD" or p in state.files]
+            if changed:
+                problems.append(f"the {role}'s tree {state.tree} changed while the round's "
+                                "builds ran: " + ", ".join(changed[:10]))  # fmt: skip
+    return problems
+
+
 def tampered(
-    before: Mapping[str, TreeState], tmp: Path, guarded: Iterable[str] = ("incumbent",)
+    before: Mapping[str, TreeState],
+    tmp: Path,
+    guarded: Iterable[str] = ("incumbent",),
+    unbuilt: Mapping[str, TreeState] | None = None,
 ) -> Tampered | None:
-    """``Tampered`` naming every file that ``tampering`` finds, or None."""
-    problems = tampering(before, tmp, guarded)
+    """``Tampered`` naming every file that ``tampering`` finds (and, given the states
+    before the builds, ``changed_by_builds``), or None."""
+    guarded = tuple(guarded)
+    problems = changed_by_builds(unbuilt, before, guarded) if unbuilt is not None else []
+    problems += tampering(before, tmp, guarded)
     if not problems:
         return None
     return Tampered(
@@ -204,9 +229,12 @@ def tampered(
 
 
 def prove_untouched(
-    before: Mapping[str, TreeState], tmp: Path, guarded: Iterable[str] = ("incumbent",)
+    before: Mapping[str, TreeState],
+    tmp: Path,
+    guarded: Iterable[str] = ("incumbent",),
+    unbuilt: Mapping[str, TreeState] | None = None,
 ) -> None:
     """Raise ``tampered``'s error when a role's files changed."""
-    error = tampered(before, tmp, guarded)
+    error = tampered(before, tmp, guarded, unbuilt)
     if error is not None:
         raise error
