@@ -20,6 +20,9 @@ session into ``<session tmp>/shared-<name>``, even when pytest-xdist runs the su
 several workers (they share the session's temporary root; a file lock makes the
 others wait for the first); a half-built folder left by a killed worker is built
 again, never used.
+
+``remove_cache_volumes(campaign)``: remove the docker cache volumes of ``campaign``
+(each role's, and the role-less ones of jobs made without a role).
 """
 
 from __future__ import annotations
@@ -112,3 +115,17 @@ def build_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path
             build(folder)
             done.write_text("", encoding="utf-8")
     return folder
+
+
+def remove_cache_volumes(campaign: str) -> None:
+    """Remove every docker volume named ``turbo-campaign-<campaign>-...`` (each role's
+    Triton and ccache volumes: ``runner.executors.docker_args.cache_volumes``)."""
+    from runner.executors.container import safe_name
+
+    prefix = f"turbo-campaign-{safe_name(campaign)}-"
+    listed = subprocess.run(["docker", "volume", "ls", "-q", "--filter", f"name={prefix}"],
+                            capture_output=True, text=True, check=False)  # fmt: skip
+    for volume in listed.stdout.split():
+        if volume.startswith(prefix):
+            subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True,
+                           check=False)  # fmt: skip

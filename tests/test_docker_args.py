@@ -168,6 +168,32 @@ def test_names_are_unique_and_docker_safe() -> None:
     }
 
 
+def test_a_role_mounts_only_its_own_tree_and_its_own_caches(tmp_path: Path) -> None:
+    """Issue 27 deliverable 1 (docs/reliability.md §7): the other role's tree, the
+    campaign folder and the scratch folder (the paths a local job gets read-only) are
+    not in the container at all; the spec is read-only, the out folder the only
+    writable host path; the compiler caches are the role's own volumes."""
+    other, camp = tmp_path / "wt-incumbent", tmp_path / "campaign"
+    other.mkdir()
+    camp.mkdir()
+    job = make_job(tmp_path, role="candidate", readonly=(other, camp, tmp_path))
+    args = da.docker_create_args(job, "img:1", None, name="ctr", campaign="c1")
+    mounts = [args[i + 1] for i, a in enumerate(args) if a == "--mount"]
+    binds = [m for m in mounts if m.startswith("type=bind")]
+    assert binds == [
+        f"type=bind,source={tmp_path}/spec.json,target=/workspace/spec.json,readonly",
+        f"type=bind,source={tmp_path}/out,target=/out",
+        f"type=bind,source={tmp_path}/wt,target=/workspace/target,readonly",
+    ]
+    assert not any(str(other) in a or str(camp) in a for a in args)
+    volumes = [m for m in mounts if m.startswith("type=volume")]
+    assert volumes == [
+        "type=volume,source=turbo-campaign-c1-candidate-triton,target=/cache/triton",
+        "type=volume,source=turbo-campaign-c1-candidate-ccache,target=/cache/ccache",
+    ]
+    assert da.cache_volumes("c1", "incumbent") != da.cache_volumes("c1", "candidate")
+
+
 def test_gpu_request_validation() -> None:
     with pytest.raises(ConfigError, match="render node"):
         cx.GpuRequest("amd", (0, 1), (128,))
@@ -504,8 +530,9 @@ def test_build_container_argv_replaces_the_image_tree_with_a_writable_copy(
         "--workdir", "/", "--label", "turbo-campaign.campaign=c1",
         "--label", "turbo-campaign.build=candidate", "--label", f"turbo-campaign.pid={os.getpid()}",
         "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--pids-limit", "4096",
-        *CACHES, *CACHE_ENV,
-        "-e", "GPU_ARCHS=gfx942", "rocm:1", "sh", "-c",
+        "--mount", "type=volume,source=turbo-campaign-c1-candidate-triton,target=/cache/triton",
+        "--mount", "type=volume,source=turbo-campaign-c1-candidate-ccache,target=/cache/ccache",
+        *CACHE_ENV, "-e", "GPU_ARCHS=gfx942", "rocm:1", "sh", "-c",
     ]  # fmt: skip
     script = args[-1].splitlines()
     assert script[:5] == [

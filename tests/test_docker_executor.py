@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from campaign_helpers import remove_cache_volumes
 
 from runner.core.errors import InfrastructureError
 from runner.core.shapes import Shape
@@ -35,8 +36,7 @@ def _docker(*args: str) -> subprocess.CompletedProcess[str]:
 def campaign() -> Iterator[str]:
     name = f"test-{uuid.uuid4().hex[:8]}"
     yield name
-    for kind in ("triton", "ccache"):
-        _docker("volume", "rm", "-f", f"turbo-campaign-{name}-{kind}")
+    remove_cache_volumes(name)
 
 
 def leftover(job_name: str) -> list[str]:
@@ -69,7 +69,7 @@ WRITE_CSV = (
 def test_artifacts_copied_out_and_container_removed(
     cpu_image: str, campaign: str, tmp_path: Path
 ) -> None:
-    job = make_job(tmp_path, "artifacts")
+    job = make_job(tmp_path, "artifacts", role="candidate")  # its caches are its own
     outcome = DockerExecutor(cpu_image, gpu=None, campaign=campaign, command=py(WRITE_CSV)).run_job(
         job
     )
@@ -80,8 +80,8 @@ def test_artifacts_copied_out_and_container_removed(
     assert leftover("artifacts") == []
     volumes = _docker("volume", "ls", "-q", "--filter", f"name=turbo-campaign-{campaign}-")
     assert sorted(volumes.stdout.split()) == [
-        f"turbo-campaign-{campaign}-ccache",
-        f"turbo-campaign-{campaign}-triton",
+        f"turbo-campaign-{campaign}-candidate-ccache",
+        f"turbo-campaign-{campaign}-candidate-triton",
     ]
 
 

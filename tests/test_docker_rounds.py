@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from campaign_helpers import remove_cache_volumes
 
 from runner.core.errors import InfrastructureError
 from runner.core.outcomes import RoundResult, Status
@@ -57,9 +58,7 @@ def base(tmp_path_factory: pytest.TempPathFactory, cpu_image: str) -> Iterator[t
     c = new_campaign(root, cpu_image)
     run_baseline(c, make_executor(c.manifest), passes=2, progress=lambda _m: None)
     yield root, c.name
-    for kind in ("triton", "ccache"):
-        subprocess.run(["docker", "volume", "rm", "-f", f"turbo-campaign-{c.name}-{kind}"],
-                       capture_output=True, check=False)  # fmt: skip
+    remove_cache_volumes(c.name)
 
 
 @pytest.fixture

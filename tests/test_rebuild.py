@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from campaign_helpers import remove_cache_volumes
 
 from runner.executors.base import BuildJob
 from runner.executors.build_cache import BuildCache, build_key, native_inputs
@@ -84,11 +85,7 @@ def pipeline(cpu_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     yield Pipeline(campaign, {o.step: o for o in outcomes}, cpu_image)
     for entry in BuildCache.for_campaign(campaign.root).entries():
         subprocess.run(["docker", "image", "rm", "-f", str(entry.image)], capture_output=True)
-    for kind in ("triton", "ccache"):
-        subprocess.run(
-            ["docker", "volume", "rm", "-f", f"turbo-campaign-{campaign.name}-{kind}"],
-            capture_output=True, check=False,
-        )  # fmt: skip
+    remove_cache_volumes(campaign.name)  # each role's
 
 
 def builds(outcome: Any) -> dict[str, dict[str, Any]]:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from runner.core.files import blob_hash
 from runner.core.spec import SOURCE_ENV, write_json_atomic
 
 log = logging.getLogger("runner.worker")
@@ -72,3 +73,47 @@ def check_provenance(target: Any, api: Any, out_dir: Path) -> None:
     if error:
         log.error("%s", error)
         raise SystemExit(f"provenance: {error}")
+
+
+LOADED = "loaded.json"
+
+
+def loaded_files(root: Path) -> dict[str, str | None]:
+    """Every module file this process loaded from ``root``, relative to it, with the
+    git blob id of its bytes on disk now (None: the file is gone)."""
+    files: dict[str, str | None] = {}
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if not file:
+            continue
+        path = Path(file).resolve()
+        if root not in path.parents:
+            continue
+        try:
+            files[path.relative_to(root).as_posix()] = blob_hash(path.read_bytes())
+        except OSError:
+            files[path.relative_to(root).as_posix()] = None
+    return dict(sorted(files.items()))
+
+
+def record_loaded(out_dir: Path, role: str, phase: str) -> None:
+    """Add to ``loaded.json`` the files this process loaded from the tree under test
+    and from the harness (the ``runner`` package) and their blob ids, as of ``phase``
+    ("load": right after the target's import, "end": when the pass is done).  The host
+    compares them with the role's own files and its own harness
+    (``runner.flow.tamper_check``): a file another role changed fails the round."""
+    import json
+
+    import runner
+
+    expected = os.environ.get(SOURCE_ENV)
+    if not expected:
+        return
+    harness = Path(runner.__file__).resolve().parent
+    path = out_dir / LOADED
+    record: dict[str, Any] = {"role": role, "harness_root": str(harness)}
+    if path.is_file():
+        record = json.loads(path.read_text(encoding="utf-8"))
+    record[phase] = loaded_files(Path(expected).resolve())
+    record[f"harness_{phase}"] = loaded_files(harness)
+    write_json_atomic(path, record)

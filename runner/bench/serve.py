@@ -167,6 +167,7 @@ class Server:
     def finish(self) -> None:
         """Fresh-step timing, the re-check, then the pass's files."""
         from runner.bench.environment import environment_meta
+        from runner.bench.provenance import record_loaded
         from runner.core.csv_io import write_csv
         from runner.core.csv_schema import get_schema
         from runner.rows import ROW_BUILDERS, failed_row
@@ -191,6 +192,7 @@ class Server:
         samples = {"spec": self.spec.to_dict(), "shapes": raw, "pool": self.pool}
         write_json_atomic(self.out_dir / "samples.json", samples)
         write_json_atomic(self.out_dir / "meta.json", environment_meta(self.device))
+        record_loaded(self.out_dir, self.spec.role, "end")
         write_csv(self.out_dir / "benchmark.csv", schema, rows)
 
     def _finish_shape(self, st: _ShapeState, build: Any) -> tuple[Any, dict[str, Any]]:

@@ -2,10 +2,11 @@
 
 ``state_fingerprint(package)`` reads the state the measured package keeps between
 calls: module globals, class attributes, instances held by them, closure cells and
-``functools`` caches, down a few levels.  Containers are read by identity, length and
-the identities of their newest items (an LRU at its cap still changes), tensors by
-identity, version and address, ``functools`` caches by their hit/miss/size counters
-(a read counts), plain values by value.
+``functools`` caches, down a few levels; ``tensor_attributes`` what is held on tensor
+objects themselves (codes cached on the activation).  Containers are read by identity,
+length and the identities of their newest items (an LRU at its cap still changes),
+tensors by identity, version and address, ``functools`` caches by their hit/miss/size
+counters (a read counts), plain values by value.
 
 ``stateful_probe`` runs one real-training step between two fingerprints: when the
 step changed the package's kept state, the op keeps state on its hot path, whatever
@@ -22,10 +23,12 @@ or outputs, whatever its key: it cannot hit in training).
 from __future__ import annotations
 
 import functools
+import gc
 import random
 import sys
 import types
-from collections.abc import Callable, Mapping
+import weakref
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from runner.cachesim import CacheProbe, SimResult, simulate_training_steps
@@ -44,7 +47,8 @@ Token = tuple[Any, ...]
 
 
 def state_fingerprint(package: str) -> dict[str, Token]:
-    """``path -> token`` of everything the package ``package`` keeps between calls."""
+    """``path -> token`` of everything the package ``package`` keeps between calls in
+    its modules (what it keeps on tensor objects: ``tensor_attributes``)."""
     out: dict[str, Token] = {}
     for name, mod in list(sys.modules.items()):
         if mod is None or not (name == package or name.startswith(package + ".")):
@@ -52,6 +56,26 @@ def state_fingerprint(package: str) -> dict[str, Token]:
         for attr, value in list(vars(mod).items()):
             if not attr.startswith("__"):
                 _walk(f"{name}.{attr}", value, out, DEPTH, package)
+    return out
+
+
+def tensor_attributes(tensors: Iterable[Any] | None = None) -> dict[str, Token]:
+    """``<tensor ID>.ATTR -> token`` of every Python attribute held on a tensor object
+    (e.g. an activation's FP8 codes kept on the activation between calls): state the
+    package's modules do not show.  ``tensors``: those (the simulation's inputs), else
+    every live tensor (a scan of the garbage collector's objects, some 50 ms).  The
+    harness sets none; a tensor that goes away takes its attributes with it."""
+    if tensors is None:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return {}
+        kind = torch.Tensor
+        tensors = (o for o in gc.get_objects() if issubclass(type(o), kind))
+    out: dict[str, Token] = {}
+    for obj in tensors:
+        fields = getattr(obj, "__dict__", None)
+        for attr, value in list(fields.items()) if fields else ():
+            _walk(f"<tensor {id(obj)}>.{attr}", value, out, 1, "")
     return out
 
 
@@ -129,7 +153,7 @@ def stateful_probe(
         return {"stateful": False, "written": []}
 
     def fingerprint() -> dict[str, Token]:
-        return state_fingerprint(package)
+        return {**state_fingerprint(package), **tensor_attributes()}
 
     step()  # the first call may build handles, compile, pick a backend
     before = fingerprint()
@@ -141,18 +165,19 @@ def stateful_probe(
     if sim is None:
         return result
     op, dims, judge = sim
+    watched, sim_state = _watching(op, package)
     runs: dict[str, SimResult] = {}
     for index, (mode, fresh, lr) in enumerate(MODES):
         # each mode draws its own tensors: a memo filled by one mode must not serve another
         runs[mode] = simulate_training_steps(
-            op,
+            watched,
             **dims,
             steps=STEPS,
             device=device,
             probe=CacheProbe(),
             fresh=fresh,
             judge=judge,
-            state=fingerprint,
+            state=sim_state,
             seed=_SECRET.getrandbits(62) + index,
             lr=lr,
         )
@@ -167,6 +192,26 @@ def stateful_probe(
     }
     result["simulation"]["problems"] = simulation_problems(runs)
     return result
+
+
+def _watching(
+    op: Callable[..., Any], package: str
+) -> tuple[Callable[..., Any], Callable[[], dict[str, Token]]]:
+    """``op`` as the simulation calls it, noting (weakly) every tensor it was given,
+    and the simulation's state fingerprint: the package's modules and the attributes
+    held on those tensors (cheaper than a scan of every live tensor at every step)."""
+    seen: list[weakref.ref[Any]] = []
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        seen[:] = [r for r in seen if r() is not None]
+        seen.extend(weakref.ref(t) for t in (*args, *kwargs.values()) if hasattr(t, "_version"))
+        return op(*args, **kwargs)
+
+    def state() -> dict[str, Token]:
+        live = [t for t in (r() for r in seen) if t is not None]
+        return {**state_fingerprint(package), **tensor_attributes(live)}
+
+    return watched, state
 
 
 def simulation_problems(runs: Mapping[str, SimResult]) -> list[str]:

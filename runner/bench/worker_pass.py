@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import runner.bench.gpu  # noqa: F401  (imported before the target: its bindings are guarded)
 from runner.bench.environment import environment_meta
 from runner.bench.integrity import BindingGuard, OutputSampler
-from runner.bench.provenance import check_provenance
+from runner.bench.provenance import check_provenance, record_loaded
 from runner.bench.statecheck import stateful_probe
 from runner.bench.timing import measure
 from runner.core.shapes import Shape
@@ -143,7 +143,9 @@ def load_for(spec: RoundSpec, out_dir: Path) -> Loaded:
     target = get_target(spec.target)
     api = target.load_api()
     check_provenance(target, api, out_dir)
-    return Loaded(load_adapter(spec.op, api, spec.options), device, guard)
+    adapter = load_adapter(spec.op, api, spec.options)
+    record_loaded(out_dir, spec.role, "load")  # the end of the pass records them again
+    return Loaded(adapter, device, guard)
 
 
 def run_spec(spec: RoundSpec, out_dir: Path) -> int:
@@ -175,5 +177,6 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
         )
     write_json_atomic(out_dir / "samples.json", {"spec": spec.to_dict(), "shapes": raw})
     write_json_atomic(out_dir / "meta.json", environment_meta(device))
+    record_loaded(out_dir, spec.role, "end")
     write_csv(out_dir / "benchmark.csv", schema, rows)
     return 0

@@ -20,7 +20,7 @@ from runner.cli.options import (
     target_option,
 )
 from runner.cli.progress_view import ProgressView, quiet_option
-from runner.core.errors import ConfigError, InfrastructureError, RolledBack
+from runner.core.errors import ConfigError, InfrastructureError, RolledBack, Tampered
 from runner.core.outcomes import RoundResult, Status
 from runner.core.timestamps import name_stamp
 from runner.executors.factory import make_executor
@@ -223,6 +223,12 @@ def validate_cmd(
         raise RolledBack(
             f"round-{round_n} ROLLED BACK; the lineage is unchanged (exit code "
             f"{RolledBack.return_code}); validate the next hypothesis as round-{round_n + 1}"
+        )
+    if result.status is Status.FAILED and result.key_finding.startswith("TAMPERED"):
+        raise Tampered(
+            f"round-{round_n} FAILED as TAMPERED (the lineage is unchanged): a role's files "
+            "changed while the round ran; its summary names them; review the candidate patch "
+            "before validating the next round"
         )
     if result.status is Status.FAILED:
         raise InfrastructureError(

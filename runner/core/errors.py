@@ -74,3 +74,8 @@ class NothingToDo(CampaignError):
     """The request is valid but there is no work (e.g. an empty patch)."""
 
     return_code = 7
+
+
+class Tampered(InfrastructureError):
+    """A role's files changed while the round ran (another role's process wrote to
+    them): the round is FAILED as tampered, never judged (docs/reliability.md §7)."""

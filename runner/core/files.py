@@ -16,6 +16,13 @@ from typing import Any
 from runner.core.errors import ConfigError
 
 
+def blob_hash(data: bytes) -> str:
+    """The git blob id of ``data`` (what ``git hash-object`` prints for it)."""
+    import hashlib
+
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
 def write_atomic(path: Path, content: str | bytes) -> None:
     """Replace ``path`` with ``content``: a temporary file in the same folder, fsync,
     rename over the old file, fsync the folder.  A reader sees the old file or the new

@@ -37,6 +37,10 @@ class WorkerJob:
     timeout_s: float | None = None
     built: BuiltRole | None = None  # the role's build this job runs on (native targets)
     gpus: tuple[int, ...] = ()  # host indices of the GPUs leased to this job
+    # Paths the job's processes must not write (other roles' trees, the campaign...):
+    # the local executor mounts them read-only where it can (runner.executors.isolation).
+    readonly: tuple[Path, ...] = ()
+    role: str = ""  # the spec's role: its compiler caches are its own (docker volumes)
 
 
 @dataclass(frozen=True)

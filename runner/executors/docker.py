@@ -227,6 +227,7 @@ class DockerExecutor:
         self.campaign = campaign
         self.keep = keep_requested(keep)
         self.caches = caches
+        self._caches_open: set[str] = set()  # roles whose cache volumes are writable
         self.command = tuple(command)
         self.source_mode: SourceMode = source_mode
         self.vendor = vendor
@@ -263,7 +264,7 @@ class DockerExecutor:
         create_args = self.create_args(job, name)
         mounted = resolve_source_mode(job, self.source_mode) == "mount"
         if mounted and self.caches:
-            self._open_caches()
+            self._open_caches(job.role)
         self._record(job, create_args)
         # the unprivileged container user reads the spec and writes the out folder
         # (bind mounts); both lie in the round's private 0700 temporary folder
@@ -278,17 +279,19 @@ class DockerExecutor:
             os.chmod(job.out_dir, 0o755)
         return JobOutcome(job.name, returncode, job.out_dir, log_path)
 
-    def _open_caches(self) -> None:
-        """Make the campaign's cache volumes writable by the unprivileged worker user
-        (once per executor; a volume created by an older runner is root-owned)."""
-        if getattr(self, "_caches_open", False):
+    def _open_caches(self, role: str) -> None:
+        """Make the role's cache volumes writable by the unprivileged worker user
+        (once per executor and role; a volume created by an older runner is
+        root-owned)."""
+        if role in self._caches_open:
             return
+        volumes = cache_volumes(self.campaign, role)
         args = ["run", "--rm", "--pull", "never", "--network", "none", "--user", "0"]
         args += ["--entrypoint", "chmod"]
-        for volume, target in cache_volumes(self.campaign).items():
+        for volume, target in volumes.items():
             args += ["--mount", f"type=volume,source={volume},target={target}"]
-        docker([*args, self.image, "1777", *cache_volumes(self.campaign).values()])
-        self._caches_open = True
+        docker([*args, self.image, "1777", *volumes.values()])
+        self._caches_open.add(role)
 
     def build_identity(self) -> str:
         return f"image {image_digest(self.image)}"

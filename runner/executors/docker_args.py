@@ -48,9 +48,11 @@ def container_name(job_name: str) -> str:
     return f"turbo-campaign-{safe_name(job_name)}-{uuid.uuid4().hex[:8]}"
 
 
-def cache_volumes(campaign: str) -> dict[str, str]:
-    """Named volume -> mount point; per campaign, shared by all its jobs."""
-    prefix = f"turbo-campaign-{safe_name(campaign)}"
+def cache_volumes(campaign: str, role: str = "") -> dict[str, str]:
+    """Named volume -> mount point; per campaign and role, shared by that role's jobs
+    of every round: no role's compiler cache can be filled by another's processes (a
+    candidate writing a slow binary under the incumbent's kernel key)."""
+    prefix = f"turbo-campaign-{safe_name(campaign)}" + (f"-{safe_name(role)}" if role else "")
     return {f"{prefix}-triton": TRITON_CACHE, f"{prefix}-ccache": CCACHE}
 
 
@@ -80,7 +82,7 @@ def docker_create_args(
     confine, env = containment_args(job, gpu, mode)
     args += confine
     if caches:
-        for volume, target in cache_volumes(campaign).items():
+        for volume, target in cache_volumes(campaign, job.role).items():
             args += ["--mount", f"type=volume,source={volume},target={target}"]
         env |= {"TRITON_CACHE_DIR": TRITON_CACHE, "CCACHE_DIR": CCACHE}
     if job.built is not None and job.built.image:
@@ -174,7 +176,7 @@ def build_create_args(
     args += ["--pids-limit", str(DEFAULT_PIDS_LIMIT)]
     env: dict[str, str] = {}
     if caches:
-        for volume, target in cache_volumes(campaign).items():
+        for volume, target in cache_volumes(campaign, build.role).items():
             args += ["--mount", f"type=volume,source={volume},target={target}"]
         env |= {"TRITON_CACHE_DIR": TRITON_CACHE, "CCACHE_DIR": CCACHE}
     env |= build.env

@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -27,6 +28,7 @@ from runner.executors.base import (
     WorkerJob,
 )
 from runner.executors.build_cache import PRODUCTS, Entry, tree_files
+from runner.executors.isolation import protect
 from runner.store.leases import held_fds
 
 _PASS_THROUGH = (
@@ -94,6 +96,12 @@ def toolchain(python: str) -> str:
         if shutil.which(tool):
             lines.append(f"{tool}: {run([tool, '--version'], check=False).stdout or ''}")
     return "\n".join(lines)
+
+
+def _isolated(job: WorkerJob, argv: Sequence[str]) -> list[str]:
+    """``argv`` with the job's read-only paths protected (its artifacts folder stays
+    writable): ``runner.executors.isolation``."""
+    return protect(argv, job.readonly, [job.out_dir])
 
 
 class LocalExecutor:
@@ -170,7 +178,7 @@ class LocalExecutor:
     def _prepare(self, job: WorkerJob, env: dict[str, str], log: TextIO) -> int:
         """The job's preparation commands; the first non-zero exit code, else 0."""
         for cmd in job.prepare:
-            proc = run(list(cmd), cwd=job.source_dir, env=env, check=False,
+            proc = run(_isolated(job, cmd), cwd=job.source_dir, env=env, check=False,
                        timeout=job.timeout_s, die_with_parent=True,
                        pass_fds=held_fds())  # fmt: skip
             log.write(f"$ {' '.join(cmd)}\n{proc.stdout}\n")
@@ -191,7 +199,7 @@ class LocalExecutor:
         if code:
             return LiveWorker(job.name, job.out_dir, log_path, None, code)
         proc = start(
-            [*worker, str(job.out_dir)],
+            _isolated(job, [*worker, str(job.out_dir)]),
             cwd=job.source_dir,
             env=env,
             stderr_path=log_path,
@@ -208,7 +216,8 @@ class LocalExecutor:
             if code:
                 return JobOutcome(job.name, code, job.out_dir, log_path)
             worker = [self.python, "-m", "runner.worker", str(job.spec_path), str(job.out_dir)]
-            proc = run(worker, cwd=job.source_dir, env=env, check=False, timeout=job.timeout_s,
-                       die_with_parent=True, pass_fds=held_fds())  # fmt: skip
+            proc = run(_isolated(job, worker), cwd=job.source_dir, env=env, check=False,
+                       timeout=job.timeout_s, die_with_parent=True,
+                       pass_fds=held_fds())  # fmt: skip
             log.write(f"$ {' '.join(worker)}\n{proc.stdout}\n")
         return JobOutcome(job.name, proc.returncode, job.out_dir, log_path)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import runner
 from runner.core.errors import ConfigError
 from runner.core.shapes import Shape, shape_set, shapes_by_label
 from runner.core.spec import RoundSpec, TimingSettings
@@ -52,6 +53,8 @@ class Round:
     # Called before the first timed turn of serving workers: a focused test that runs
     # beside their start-up must have passed first (``FocusedTest``).
     before_turns: Callable[[], None] | None = None
+    # The folders of the round's role trees: a job may not write any but its own.
+    role_dirs: tuple[Path, ...] = ()
 
     @property
     def manifest(self) -> Manifest:
@@ -119,7 +122,18 @@ class Round:
         if gpu is not None and not env:
             job_env.update(gpu_env(gpu, detect_vendor()))
         self.step(name)
-        return job_in(self.tmp, name, spec, tree, job_env, gpu, self.builds.get(tree))
+        job = job_in(self.tmp, name, spec, tree, job_env, gpu, self.builds.get(tree))
+        return replace(job, readonly=self.readonly(tree))
+
+    def readonly(self, tree: Path) -> tuple[Path, ...]:
+        """What a job on ``tree`` may not write: the other roles' tree folders, the
+        round's scratch folder, the campaign folder, the source repository and the
+        harness (the ``runner`` package) (docs/reliability.md §7)."""
+        mine = tree.resolve()
+        harness = Path(runner.__file__).resolve().parent
+        paths = [*self.role_dirs, self.tmp, self.campaign.root, Path(self.manifest.source), harness]
+        # never the job's own tree (or a folder holding it: workspace mode's checkout)
+        return tuple(p for p in paths if p.resolve() != mine and p.resolve() not in mine.parents)
 
     def job(
         self,

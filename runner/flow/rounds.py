@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, Tampered
 from runner.core.outcomes import (
     Decision,
     GateResult,
@@ -46,6 +46,8 @@ from runner.flow.round_context import (
     gpu_lease,
     level_shapes,
 )
+from runner.flow.tamper_check import prove_untouched, tampered
+from runner.flow.tamper_check import snapshot as snapshot_trees
 from runner.judge.vetoes import audit_candidate, state_transfer
 from runner.store.appendlog import write_atomic
 from runner.store.campaign import Campaign
@@ -155,11 +157,21 @@ def _validate_in(
             notes = scope_notes(declared, restore_judge(m, inc_tree, cand_tree, touched))
             write_json_atomic(rnd.tmp / "audit.json", report.to_dict())
             roles = {"incumbent": inc_tree, "candidate": cand_tree}
+            rnd.role_dirs = (inc_tree.parent, cand_tree.parent)  # each read-only to the other
+            unbuilt = snapshot_trees(roles)  # before any process of the round runs
             with built_roles(rnd, roles, touched) as builds:
-                gate, inc_score, cand_score = _measure_and_judge(
-                    rnd, request, inc_tree, cand_tree, shapes, vetoes
-                )
-    except RoundFailed as exc:
+                before = snapshot_trees(roles)  # with the build products
+                try:
+                    gate, inc_score, cand_score = _measure_and_judge(
+                        rnd, request, inc_tree, cand_tree, shapes, vetoes
+                    )
+                except RoundFailed as exc:  # crashed because another role changed its files?
+                    cause = tampered(before, rnd.tmp, unbuilt=unbuilt)
+                    if cause is None:
+                        raise
+                    raise cause from exc
+                prove_untouched(before, rnd.tmp, unbuilt=unbuilt)
+    except (RoundFailed, Tampered) as exc:
         why = "\n".join([str(exc), *notes])
         return _close_failed(rnd, request, patch, touched, started, best, why)
     commit = None
@@ -335,7 +347,8 @@ def _close_failed(
         gate=None,
         reasons=[why],
         artifacts=artifact_list(campaign, rnd.round),
-        key_finding="worker failed; nothing in the lineage changed",
+        key_finding=("TAMPERED: " if why.startswith("TAMPERED") else "worker failed; ")
+        + "nothing in the lineage changed",
         rollback=RollbackAnalysis(
             describe_patch(patch, touched),
             request.hypothesis,

@@ -1,0 +1,73 @@
+"""Other roles' trees read-only to a local worker's processes (docs/reliability.md §7).
+
+Each local job runs in a private mount namespace (``unshare --mount``; as a user that
+is not root, inside a user namespace that maps it to root) in which the paths the job
+must not write (the other roles' worktrees, the round's scratch folder, the campaign
+folder, the source repository, the harness) are bind-mounted read-only over
+themselves and the job's own artifacts folder writable again.  Nothing outside the
+process changes.  Where namespaces do not work (a container without the privilege, a
+kernel without them) or ``TURBO_CAMPAIGN_ISOLATION=off``, jobs run as before and the
+end-of-round proof (``runner.flow.tamper_check``) still fails a round whose files
+changed.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shlex
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from runner.core.errors import CampaignError
+from runner.core.processes import run
+
+ISOLATION_ENV = "TURBO_CAMPAIGN_ISOLATION"  # "off": no mount namespace
+
+
+def _unshare() -> list[str]:
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return ["unshare", *user, "--mount", "--propagation", "private"]
+
+
+@functools.cache
+def isolation_works() -> bool:
+    """Whether this host can run a job in a private mount namespace with a read-only
+    bind mount (probed once per process)."""
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        return False
+    probe = "mount --bind / / && mount -o remount,bind,ro / /"
+    try:
+        proc = run([*_unshare(), "sh", "-c", probe], check=False, timeout=30)
+    except (OSError, CampaignError):
+        return False
+    return proc.returncode == 0
+
+
+def isolated_argv(
+    argv: Sequence[str], readonly: Sequence[Path], writable: Sequence[Path] = ()
+) -> list[str]:
+    """``argv`` run in a private mount namespace where each existing path of
+    ``readonly`` is read-only and each of ``writable`` (e.g. a folder inside one of
+    them) writable."""
+    lines = []
+    for paths, mode in ((readonly, "ro"), (writable, "rw")):
+        for path in dict.fromkeys(Path(p).resolve() for p in paths if Path(p).exists()):
+            q = shlex.quote(str(path))
+            why = shlex.quote(f"isolation: could not mount {path} {mode} in the job's mount "
+                              f"namespace; set {ISOLATION_ENV}=off to run without it")  # fmt: skip
+            lines.append(f"{{ mount --bind {q} {q} && mount -o remount,bind,{mode} {q} {q}; }} "
+                         f"|| {{ echo {why} >&2; exit 97; }}")  # fmt: skip
+    lines.append('exec "$@"')
+    return [*_unshare(), "sh", "-c", "\n".join(lines), "isolated", *argv]
+
+
+def protect(argv: Sequence[str], readonly: Sequence[Path], writable: Sequence[Path]) -> list[str]:
+    """``argv`` isolated when there is something to protect and the host can
+    (``isolation_works``), unless ``TURBO_CAMPAIGN_ISOLATION=off``; else unchanged."""
+    if not readonly or os.environ.get(ISOLATION_ENV, "").strip().lower() == "off":
+        return list(argv)
+    if not isolation_works():
+        return list(argv)
+    return isolated_argv(argv, readonly, writable)

@@ -1,0 +1,212 @@
+"""Issue 27 row 14 and deliverable 1: no role can change what another role runs.
+
+A candidate whose kernel module, when imported, finds the incumbent's worktree on the
+local disk and makes its kernel do four times the work was ACCEPTED (+39%).  Now every
+worker records the blob ids of the files it loaded (after the import and at the end of
+its pass) and the host compares them, and the incumbent's whole tree, with what the
+round started from (``runner.flow.tamper_check``): the round FAILS as tampered, naming
+the incumbent's file.  Where mount namespaces work, the local executor also makes every
+role's tree read-only to every worker (``runner.executors.isolation``): the write fails.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runner.core.outcomes import Status
+from runner.executors.isolation import ISOLATION_ENV, isolated_argv, isolation_works
+from runner.flow.tamper_check import changed_by_builds, snapshot, tampered, tampering
+from runner.store.campaign import Campaign
+from runner.store.lineage import Lineage
+
+OPS = "turbo_kernels/pytorch/ops/gemm_fp8.py"
+# Appended to the candidate's op module: at import, it finds its sibling worktree of the
+# same campaign command (owner.json names the same pid) and appends a wrapper that makes
+# the incumbent's forward GEMM run four times.
+ATTACK = """
+
+def _reach_the_incumbent() -> None:
+    import json
+    import sys
+    from pathlib import Path
+
+    rel = "turbo_kernels/pytorch/ops/gemm_fp8.py"
+    mine = Path(__file__).resolve().parents[4]
+    try:
+        pid = json.loads((mine / "owner.json").read_text())["pid"]
+        for other in mine.parent.iterdir():
+            owner = other / "owner.json"
+            target = other / "src" / rel
+            if other == mine or not owner.is_file() or not target.is_file():
+                continue
+            if json.loads(owner.read_text()).get("pid") != pid:
+                continue
+            if "_slow_fp8_gemm" not in target.read_text():
+                with target.open("a") as f:
+                    f.write(
+                        "\\n\\n_slow_fp8_gemm = _fp8_gemm\\n\\n\\n"
+                        "def _fp8_gemm(*args, **kwargs):\\n"
+                        "    for _ in range(3):\\n"
+                        "        _slow_fp8_gemm(*args, **kwargs)\\n"
+                        "    return _slow_fp8_gemm(*args, **kwargs)\\n"
+                    )
+                print(f"slowed {target}", file=sys.stderr)
+    except OSError as exc:
+        print(f"could not reach the incumbent: {exc}", file=sys.stderr)
+
+
+_reach_the_incumbent()
+"""
+
+
+def _attack_patch(campaign: Campaign) -> str:
+    lineage = Lineage(Path(campaign.manifest.source), campaign.name, None)
+    with lineage.worktree(lineage.head()) as tree:
+        with (tree / OPS).open("a", encoding="utf-8") as f:
+            f.write(ATTACK)
+        diff = subprocess.run(["git", "diff"], cwd=tree, capture_output=True, text=True, check=True)
+    return diff.stdout
+
+
+@pytest.mark.integration
+def test_a_candidate_that_slows_the_incumbents_files_fails_as_tampered(
+    demo_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.cli import main
+
+    monkeypatch.setenv(ISOLATION_ENV, "off")  # the proof alone, as on a host without it
+    camp = Campaign.load(demo_copy)
+    lineage = Lineage(Path(camp.manifest.source), camp.name, None)
+    head = lineage.head()
+    patch_file = tmp_path / "attack.patch"
+    patch_file.write_text(_attack_patch(camp), encoding="utf-8")
+    n = camp.next_round()
+    argv = ["--campaigns-root", str(demo_copy.parent), "validate", "--round", str(n),
+            "--hypothesis", "h", "--patch", str(patch_file), "--pairs", "1"]  # fmt: skip
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    result = Campaign.load(demo_copy).load_result(n)
+    reasons = "\n".join(result.reasons)
+    assert result.status is Status.FAILED, reasons
+    assert info.value.code == 6
+    assert "TAMPERED" in reasons and "incumbent" in reasons and OPS in reasons, reasons
+    assert result.key_finding.startswith("TAMPERED")
+    assert lineage.head() == head
+
+
+def _repo(path: Path) -> Path:
+    path.mkdir()
+    (path / "k.py").write_text("x = 1\n")
+    (path / ".gitignore").write_text("build/\n")
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t",
+                                                 "commit", "-qm", "k"]):  # fmt: skip
+        subprocess.run(["git", *args], cwd=path, check=True)
+    return path
+
+
+def test_a_changed_loaded_file_and_a_new_file_are_named(tmp_path: Path) -> None:
+    import json
+
+    inc = _repo(tmp_path / "inc")
+    (inc / "build").mkdir()
+    (inc / "build" / "k.so").write_bytes(b"\x7fELF")
+    before = snapshot({"incumbent": inc})
+    out = tmp_path / "tmp" / "pass-01-incumbent"
+    out.mkdir(parents=True)
+    for name in ("worker.log", "benchmark.csv"):
+        (out / name).write_text("")
+    good = before["incumbent"].files["k.py"]
+    record = {"role": "incumbent", "load": {"k.py": good}, "end": {"k.py": good}}
+    (out / "loaded.json").write_text(json.dumps(record))
+    assert tampering(before, tmp_path / "tmp") == []
+    (inc / "build" / "k.so").write_bytes(b"\x7fELF slow")
+    (inc / "sitecustomize.py").write_text("import os\n")
+    record["end"] = {"k.py": "0" * 40}
+    (out / "loaded.json").write_text(json.dumps(record))
+    problems = "\n".join(tampering(before, tmp_path / "tmp"))
+    assert "pass-01-incumbent (incumbent) loaded k.py, not the incumbent's" in problems
+    assert "at the end of its pass blob 000000000000" in problems and "at import" not in problems
+    assert "build/k.so, sitecustomize.py" in problems
+    harness = before["harness"]  # the runner package: a local worker's own harness
+    assert "bench/timing.py" in harness.files
+    record |= {"harness_root": str(harness.tree), "harness_end": {"bench/timing.py": "1" * 40}}
+    (out / "loaded.json").write_text(json.dumps(record))
+    problems = "\n".join(tampering(before, tmp_path / "tmp"))
+    assert "loaded harness file bench/timing.py, not the harness's" in problems
+    record["harness_root"] = "/opt/image/runner"  # a container's harness: its image's own
+    (out / "loaded.json").write_text(json.dumps(record))
+    assert "harness file" not in "\n".join(tampering(before, tmp_path / "tmp"))
+    (out / "loaded.json").unlink()
+    assert "without a record of the files it loaded" in "\n".join(
+        tampering(before, tmp_path / "tmp", guarded=())
+    )
+
+
+def test_a_build_may_add_products_but_not_rewrite_the_incumbents_files(tmp_path: Path) -> None:
+    """The candidate's build commands (its setup.py) run before the reference state is
+    taken: whatever they changed of the incumbent's tree as it was checked out fails
+    the round; the incumbent's own build products do not."""
+    inc = _repo(tmp_path / "inc")
+    unbuilt = snapshot({"incumbent": inc})
+    (inc / "build").mkdir()
+    (inc / "build" / "k.so").write_bytes(b"\x7fELF")  # a product: new, ignored
+    assert changed_by_builds(unbuilt, snapshot({"incumbent": inc})) == []
+    (inc / "k.py").write_text("x = 1\nimport time; time.sleep(1)\n")
+    problems = changed_by_builds(unbuilt, snapshot({"incumbent": inc}))
+    assert len(problems) == 1 and problems[0].endswith("builds ran: k.py"), problems
+    assert tampered(snapshot({"incumbent": inc}), tmp_path, unbuilt=unbuilt) is not None
+
+
+@pytest.mark.skipif(not isolation_works(), reason="no mount namespaces on this host")
+def test_an_isolated_process_cannot_write_the_other_trees(tmp_path: Path) -> None:
+    other, own = tmp_path / "other", tmp_path / "tmp" / "own"
+    other.mkdir()
+    own.mkdir(parents=True)
+    (other / "k.py").write_text("x = 1\n")
+    script = f"echo slow >> {other / 'k.py'}; echo $? > {own / 'rc'}; echo ok > {own / 'out'}"
+    argv = isolated_argv(["sh", "-c", script], readonly=[other, tmp_path / "tmp"], writable=[own])
+    subprocess.run(argv, check=True)
+    assert (other / "k.py").read_text() == "x = 1\n"
+    assert (own / "rc").read_text().strip() != "0"
+    assert (own / "out").read_text() == "ok\n"
+    # unprotected (as with TURBO_CAMPAIGN_ISOLATION=off) the same write lands
+    subprocess.run(["sh", "-c", script], check=True)
+    assert "slow" in (other / "k.py").read_text()
+
+
+@pytest.mark.skipif(not isolation_works(), reason="no mount namespaces on this host")
+def test_a_local_job_cannot_write_what_the_round_protects(
+    demo_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The round's jobs carry the other role's tree, the scratch folder, the campaign
+    folder, the source and the harness as read-only paths, and the local executor runs
+    the job's processes (here its preparation command) with them read-only."""
+    import runner
+    from runner.executors.base import WorkerJob
+    from runner.executors.local import LocalExecutor
+    from runner.flow.round_context import Round
+
+    camp = Campaign.load(demo_copy)
+    inc, cand, tmp = tmp_path / "wt-inc" / "src", tmp_path / "wt-cand" / "src", tmp_path / "job"
+    for d in (inc, cand, tmp):
+        d.mkdir(parents=True)
+    rnd = Round(camp, LocalExecutor(), lambda m: None, tmp, camp.next_round(), "quick")
+    rnd.role_dirs = (inc.parent, cand.parent)
+    readonly = rnd.readonly(cand)
+    assert inc.parent in readonly and cand.parent not in readonly and cand not in readonly
+    assert {tmp, camp.root, Path(camp.manifest.source)} <= set(readonly)
+    assert Path(runner.__file__).resolve().parent in readonly
+    (inc / "k.py").write_text("x = 1\n")
+    write = ("sh", "-c", f"echo mine > own.txt && echo slow >> {inc / 'k.py'}")
+    job = WorkerJob("pass-02-candidate", tmp / "spec.json", cand, tmp / "pass-02-candidate",
+                    prepare=(write,), readonly=readonly)  # fmt: skip
+    outcome = LocalExecutor().run_job(job)
+    assert outcome.returncode != 0
+    assert "Read-only file system" in outcome.log_path.read_text()
+    assert (inc / "k.py").read_text() == "x = 1\n" and (cand / "own.txt").is_file()
+    monkeypatch.setenv(ISOLATION_ENV, "off")
+    assert LocalExecutor().run_job(job).returncode != 0  # the worker itself has no spec
+    assert "slow" in (inc / "k.py").read_text()
