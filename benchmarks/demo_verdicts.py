@@ -48,7 +48,7 @@ def verdict(campaign: Path, round_dir: str) -> dict[str, Any]:
     if not path.is_file():
         return {"status": "MISSING", "delta_pct": None}
     data = json.loads(path.read_text(encoding="utf-8"))
-    return {"status": data.get("status"), "delta_pct": data.get("delta_pct")}
+    return {"status": data.get("status"), "delta_pct": (data.get("gate") or {}).get("delta_pct")}
 
 
 def one_run(busy: int, accept: bool, keep: Path | None) -> dict[str, Any]:
