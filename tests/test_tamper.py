@@ -5,7 +5,7 @@ local disk and makes its kernel do four times the work was ACCEPTED (+39%).  Now
 worker records the blob ids of the files it loaded (after the import and at the end of
 its pass) and the host compares them, and the incumbent's whole tree, with what the
 round started from (``runner.flow.tamper_check``): the round FAILS as tampered, naming
-the incumbent's file.  Where mount namespaces work, the local executor also makes every
+the incumbent's file, before its first timed turn when the change came at import.  Where mount namespaces work, the local executor also makes every
 role's tree read-only to every worker (``runner.executors.isolation``): the write fails.
 """
 
@@ -93,6 +93,7 @@ def test_a_candidate_that_slows_the_incumbents_files_fails_as_tampered(
     assert result.status is Status.FAILED, reasons
     assert info.value.code == 6
     assert "TAMPERED" in reasons and "incumbent" in reasons and OPS in reasons, reasons
+    assert "found before the first timed turn" in reasons  # nothing was measured for it
     assert result.key_finding.startswith("TAMPERED")
     assert lineage.head() == head
 

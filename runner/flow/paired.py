@@ -78,6 +78,7 @@ class PairedHost(Protocol):
 
     tmp: Path
     before_turns: Callable[[], None] | None  # e.g. a focused test that must pass first
+    ready_checks: list[Callable[[], None]]  # run then too, e.g. the tamper check
 
     @property
     def executor(self) -> Any: ...
@@ -279,9 +280,12 @@ def pool_members(extra: Mapping[str, Any], gpu_target: bool, turns: int) -> int:
 
 def _hold(host: PairedHost) -> None:
     """Before the first timed turn of a wave: whatever ran beside the workers' start-up
-    (``host.before_turns``) must be done and have passed."""
+    (``host.before_turns``) must be done and have passed, and every ready check
+    (``host.ready_checks``: the workers have imported their code now) must pass."""
     if host.before_turns is not None:
         host.before_turns()
+    for check in host.ready_checks:
+        check()
 
 
 def wave_size(memory: Sequence[Mapping[str, int]], roles: int, pairs: int) -> int:

@@ -53,6 +53,8 @@ class Round:
     # Called before the first timed turn of serving workers: a focused test that runs
     # beside their start-up must have passed first (``FocusedTest``).
     before_turns: Callable[[], None] | None = None
+    # before the first timed turn of a wave, after before_turns (runner.flow.paired._hold)
+    ready_checks: list[Callable[[], None]] = field(default_factory=list)
     # The folders of the round's role trees: a job may not write any but its own.
     role_dirs: tuple[Path, ...] = ()
 

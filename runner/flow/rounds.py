@@ -16,6 +16,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from runner.core.errors import ConfigError, Tampered
@@ -46,7 +47,7 @@ from runner.flow.round_context import (
     gpu_lease,
     level_shapes,
 )
-from runner.flow.tamper_check import prove_untouched, tampered
+from runner.flow.tamper_check import prove_ready, prove_untouched, tampered
 from runner.flow.tamper_check import snapshot as snapshot_trees
 from runner.judge.vetoes import audit_candidate, state_transfer
 from runner.store.appendlog import write_atomic
@@ -161,6 +162,7 @@ def _validate_in(
             unbuilt = snapshot_trees(roles)  # before any process of the round runs
             with built_roles(rnd, roles, touched) as builds:
                 before = snapshot_trees(roles)  # with the build products
+                rnd.ready_checks.append(partial(prove_ready, before))
                 try:
                     gate, inc_score, cand_score = _measure_and_judge(
                         rnd, request, inc_tree, cand_tree, shapes, vetoes
@@ -170,6 +172,8 @@ def _validate_in(
                     if cause is None:
                         raise
                     raise cause from exc
+                finally:
+                    rnd.ready_checks.clear()
                 prove_untouched(before, rnd.tmp, unbuilt=unbuilt)
     except (RoundFailed, Tampered) as exc:
         why = "\n".join([str(exc), *notes])

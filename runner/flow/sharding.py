@@ -84,6 +84,8 @@ class PlainHost:
     template: RoundSpec
     job_env: Callable[[Path], dict[str, str]] = field(default=lambda tree: {})
     before_turns: Callable[[], None] | None = None
+    # before the first timed turn of a wave, after before_turns (runner.flow.paired._hold)
+    ready_checks: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def gpu_target(self) -> bool:

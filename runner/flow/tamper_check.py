@@ -175,6 +175,14 @@ def tampering(
         harness = before.get(HARNESS)
         if harness is not None and record.get("harness_root") == str(harness.tree):
             problems += _mismatches(folder.name, role, harness, record, "harness_")
+    return problems + guarded_changes(before, guarded)
+
+
+def guarded_changes(
+    before: Mapping[str, TreeState], guarded: Iterable[str] = ("incumbent",)
+) -> list[str]:
+    """A guarded role's tree that is not as it was in ``before``, in words."""
+    problems = []
     for role in guarded:
         if role not in before:
             continue
@@ -216,6 +224,20 @@ def tampered(
     guarded = tuple(guarded)
     problems = changed_by_builds(unbuilt, before, guarded) if unbuilt is not None else []
     problems += tampering(before, tmp, guarded)
+    return _tampered(problems)
+
+
+def prove_ready(before: Mapping[str, TreeState], guarded: Iterable[str] = ("incumbent",)) -> None:
+    """Before the first timed turn (``Round.ready_checks``): every worker has imported
+    its code, so a candidate whose import rewrote a guarded role's tree is caught now,
+    before anything is measured, not at the end of the round."""
+    found = [f"{p} (found before the first timed turn)" for p in guarded_changes(before, guarded)]
+    error = _tampered(found)
+    if error is not None:
+        raise error
+
+
+def _tampered(problems: list[str]) -> Tampered | None:
     if not problems:
         return None
     return Tampered(
