@@ -21,7 +21,8 @@ from runner.core.outcomes import Decision, Score, ShapeScore
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.local import LocalExecutor
-from runner.flow.measure import RoundFailed, measure_roles
+from runner.flow.failures import RoundFailed
+from runner.flow.measure import measure_roles
 from runner.flow.paired import (
     READY_TIMEOUT_ENV,
     TURN_TIMEOUT_ENV,

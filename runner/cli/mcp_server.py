@@ -94,7 +94,7 @@ def tool_errors() -> Iterator[None]:
     """Turn the runner's anticipated failures into MCP tool errors (isError results)."""
     try:
         yield
-    except (CampaignError, rounds.RoundFailed) as exc:
+    except CampaignError as exc:  # RoundFailed and Tampered included
         raise ToolError(str(exc)) from exc
 
 

@@ -43,11 +43,11 @@ from runner.flow.acceptance_checks import (
 )
 from runner.flow.acceptance_record import Acceptance, Check, acceptance_dir, write_acceptance
 from runner.flow.build import built_roles
+from runner.flow.failures import RoundFailed
 from runner.flow.measure import Comparison, measure_and_judge
 from runner.flow.passes import read_passes
 from runner.flow.progress import Event
-from runner.flow.round_context import Progress, Round, all_shapes, gpu_lease
-from runner.flow.rounds import RoundFailed
+from runner.flow.round_context import Progress, Round, all_shapes, gpu_lease, run_command_in
 from runner.judge.scoring import score
 from runner.render.status import unclosed_rounds
 from runner.store.campaign import Campaign
@@ -167,17 +167,6 @@ def run_command(rnd: Round, name: str, tree: Path, command: str) -> tuple[int, s
     """``command`` in ``tree`` through the worker's test mode: (exit code, log)."""
     code, text, _ = run_command_in(rnd, name, tree, command)
     return code, text
-
-
-def run_command_in(rnd: Round, name: str, tree: Path, command: str) -> tuple[int, str, Path]:
-    """As ``run_command``, with the job's output folder ($TURBO_CAMPAIGN_OUT there)."""
-    spec = rnd.spec("final", 0, [], mode="test", command=command)
-    outcome = rnd.job(name, spec, tree)
-    log = outcome.out_dir / "test.log"
-    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
-    if not text and outcome.log_path.exists():
-        text = outcome.log_path.read_text(encoding="utf-8", errors="replace")
-    return outcome.returncode, text, outcome.out_dir
 
 
 def full_suite(rnd: Round, tree: Path, dest: Path) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from runner.core.spec import OUT_ENV
 from runner.core.stats import rel_stdev
 from runner.executors.base import Executor
 from runner.flow.build import built_roles, describe
+from runner.flow.failures import RoundFailed
 from runner.flow.passes import per_pass_metric, read_passes, shape_seconds, write_merged
 from runner.flow.quickscript import write_quick_script
 from runner.flow.round_context import (
@@ -26,7 +27,7 @@ from runner.flow.round_context import (
     all_shapes,
     gpu_lease,
 )
-from runner.flow.rounds import MIN_SIGMA, RoundFailed, measure_roles, now
+from runner.flow.rounds import MIN_SIGMA, measure_roles, now
 from runner.judge.gate import calibrate_sigma
 from runner.judge.representative import choose_heldout, select_representative
 from runner.judge.scoring import score

@@ -34,7 +34,8 @@ from runner.executors.base import BuildJob, BuiltRole, RoleBuildFailed
 from runner.executors.build_cache import BuildCache, build_key, native_inputs
 
 if TYPE_CHECKING:
-    from runner.flow.round_context import Round
+    from runner.flow.failures import RoundFailed
+from runner.flow.round_context import Round
 
 BUILDS_RECORD = "builds.json"
 _ORDER = ("baseline", "incumbent", "candidate", "final")
@@ -92,8 +93,6 @@ def built_roles(
     free the per-round parts when the round is done.  A target without native code
     builds nothing.  A failed build raises ``RoundFailed`` with the build log's tail.
     ``changed``: the files the candidate's change touches (None: no change)."""
-    from runner.flow.rounds import RoundFailed
-
     target = rnd.target
     if not target.editable_install:
         yield []

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from runner.core.csv_schema import BenchCSV
-from runner.core.errors import InfrastructureError
 from runner.core.outcomes import Decision, GateResult, Score
 from runner.core.shapes import Shape
+from runner.flow.failures import RoundFailed
 from runner.flow.paired import (
     PairedFailed,
     measure_paired,
@@ -61,7 +61,6 @@ from runner.flow.sharding import (
     write_shard_merge,
 )
 from runner.judge.gate import decide, required_pairs
-from runner.judge.import_cause import explain_failure
 from runner.judge.scoring import score
 from runner.render.figures import fmt_gain
 
@@ -70,19 +69,6 @@ from runner.render.figures import fmt_gain
 ROUND_CAP_S = {"quick": 150.0, "full": 600.0}
 ROUND_CAP_ENV = "TURBO_CAMPAIGN_ROUND_CAP_S"
 MAX_PAIRS = 96  # fresh process pairs of one comparison, at most
-
-
-class RoundFailed(InfrastructureError):
-    """A worker crashed: a VALIDATE round is recorded as FAILED and nothing else
-    changes; at the baseline it stops the command (nothing is recorded)."""
-
-    def __init__(self, message: str, log_path: Path | None = None) -> None:
-        tail = ""
-        if log_path and log_path.exists():
-            text = log_path.read_text(encoding="utf-8", errors="replace")
-            tail = explain_failure(text[-1500:], text)
-        super().__init__(message + (f"\n{tail}" if tail else ""))
-        self.message = message
 
 
 # ---- measuring -----------------------------------------------------------------------

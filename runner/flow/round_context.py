@@ -14,7 +14,7 @@ from runner.core.errors import ConfigError
 from runner.core.shapes import Shape, shape_set, shapes_by_label
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
-from runner.flow.measure import RoundFailed
+from runner.flow.failures import RoundFailed
 from runner.flow.paired import supports_paired
 from runner.flow.progress import Progress, StepStarted
 from runner.flow.sharding import detect_vendor, gpu_env, job_in, pass_name, worker_failure
@@ -194,13 +194,23 @@ def run_pass(rnd: Round, role: str, index: int, tree: Path, shapes: list[Shape])
     return outcome.out_dir / "benchmark.csv"
 
 
-def run_focused_test(rnd: Round, role: str, tree: Path) -> tuple[bool, str]:
-    m = rnd.manifest
-    spec = rnd.spec(role, 0, [], mode="test", command=m.test_command)
-    outcome = rnd.job(f"test-{role}", spec, tree)
+def run_command_in(
+    rnd: Round, name: str, tree: Path, command: str, role: str = "final"
+) -> tuple[int, str, Path]:
+    """``command`` in ``tree`` through the worker's test mode (job ``name``): its exit
+    code, its log and the job's output folder ($TURBO_CAMPAIGN_OUT there)."""
+    spec = rnd.spec(role, 0, [], mode="test", command=command)
+    outcome = rnd.job(name, spec, tree)
     log = outcome.out_dir / "test.log"
     text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
-    return outcome.returncode == 0, explain_failure(text[-1500:], text)
+    if not text and outcome.log_path.exists():
+        text = outcome.log_path.read_text(encoding="utf-8", errors="replace")
+    return outcome.returncode, text, outcome.out_dir
+
+
+def run_focused_test(rnd: Round, role: str, tree: Path) -> tuple[bool, str]:
+    code, text, _ = run_command_in(rnd, f"test-{role}", tree, rnd.manifest.test_command, role)
+    return code == 0, explain_failure(text[-1500:], text)
 
 
 class FocusedTestFailed(Exception):

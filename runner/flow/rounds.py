@@ -36,8 +36,9 @@ from runner.core.spec import write_json_atomic
 from runner.core.timestamps import now_minute
 from runner.executors.base import Executor
 from runner.flow.build import built_roles, describe
+from runner.flow.failures import RoundFailed
 from runner.flow.judge_files import check_scope, restore_judge, scope_notes
-from runner.flow.measure import RoundFailed, measure_and_judge, measure_roles, pairing_words
+from runner.flow.measure import measure_and_judge, measure_roles, pairing_words
 from runner.flow.passes import fresh_gains, state_report
 from runner.flow.round_context import (
     FocusedTest,

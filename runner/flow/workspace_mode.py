@@ -79,7 +79,7 @@ def create_workspace(
 def integration_gate(rnd: Round, head_tree: Path, log_path: Path) -> tuple[bool, str, Any]:
     """Sync back, build, upstream focused test; returns (ok, detail, a ``commit``
     callable that records the result on the upstream branch)."""
-    from runner.flow.accept import run_command_in
+    from runner.flow.round_context import run_command_in  # the flows' context, loaded late
 
     record = load_record(head_tree)
     upstream = Path(record["upstream"])

@@ -1,0 +1,105 @@
+"""No import cycle between the modules of ``runner/`` (issue 30).
+
+Every ``import`` and ``from ... import`` of a runner module counts, those inside
+functions too (a function-local import is how a cycle hides: it works until the
+order of first use changes); only imports under ``if TYPE_CHECKING:`` do not, since
+they never run.  The graph is read from the source with ``ast``: nothing is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def module_name(path: Path, base: Path) -> str:
+    parts = path.relative_to(base).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node, except what sits under ``if TYPE_CHECKING:``."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            stack.extend(node.orelse)
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def import_graph(base: Path = ROOT) -> dict[str, set[str]]:
+    """module -> the runner modules it imports (a package counts as its __init__);
+    ``base`` is the folder that holds the ``runner`` package."""
+    paths = {module_name(p, base): p for p in (base / "runner").rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        deps: set[str] = set()
+        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names if a.name in paths)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    deps.add(sub if sub in paths else node.module)
+        graph[name] = {d for d in deps if d in paths and d != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_between_runner_modules() -> None:
+    graph = import_graph()
+    assert len(graph) > 100  # the whole package was read
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle_hidden_in_a_function(tmp_path: Path) -> None:
+    pkg = tmp_path / "runner"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from runner.b import f\n")
+    (pkg / "b.py").write_text("def f():\n    from runner import a\n    return a\n")
+    (pkg / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from runner.a import x\n"
+    )
+    graph = import_graph(tmp_path)
+    assert cycles(graph) == [["runner.a", "runner.b"]]
+    assert graph["runner.c"] == set()  # TYPE_CHECKING imports never run
