@@ -20,6 +20,13 @@ session into ``<session tmp>/shared-<name>``, even when pytest-xdist runs the su
 several workers (they share the session's temporary root; a file lock makes the
 others wait for the first); a half-built folder left by a killed worker is built
 again, never used.
+
+``run_cli(argv, capsys)``: ``campaign ARGV`` in this process, through
+``runner.cli.main`` as the installed command runs it (errors mapped to exit codes):
+``(exit code, stdout + stderr)``, or stderr alone with ``stderr_only=True``.
+
+``manifest(**over)``: a validated manifest of a campaign that never runs (records,
+renderers, the campaign folder): ``MANIFEST`` with ``over`` on top.
 """
 
 from __future__ import annotations
@@ -38,6 +45,22 @@ from runner.executors.local import LocalExecutor
 from runner.flow.baseline import run_baseline
 from runner.flow.new_campaign import create_campaign, fresh_example_copy
 from runner.store.campaign import Campaign
+from runner.store.manifest import Manifest, validate_manifest
+
+# the fields of `manifest()`: a Triton GEMM campaign on the CPU shape set
+MANIFEST: dict[str, Any] = {
+    "campaign_name": "gemm_triton_cpu_20261129",
+    "source": "/src/example",
+    "target_op": "gemm",
+    "target_backend": "TRITON",
+    "target_lang": "TRITON",
+    "target_gpu": "cpu",
+    "primary_metric": "Combined Step TFLOPS",
+    "shape_set": "cpu",
+    "test_command": "pytest tests -q",
+    "benchmark_command": "python bench.py",
+    "created": "2026-11-29 14:05",
+}
 
 QUIET = {"repeats": 3, "warmup_s": 0.02, "batch_s": 0.01, "max_repeats": 4, "budget_s": 0.1}
 
@@ -112,3 +135,21 @@ def build_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path
             build(folder)
             done.write_text("", encoding="utf-8")
     return folder
+
+
+def run_cli(
+    argv: list[str], capsys: pytest.CaptureFixture[str], *, stderr_only: bool = False
+) -> tuple[int, str]:
+    """See the module docstring."""
+    from runner.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    code = info.value.code
+    got = capsys.readouterr()
+    return code if isinstance(code, int) else 1, got.err if stderr_only else got.out + got.err
+
+
+def manifest(**over: Any) -> Manifest:
+    """See the module docstring."""
+    return validate_manifest(MANIFEST | over, "test")
