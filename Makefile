@@ -34,9 +34,10 @@ $(STAMP): pyproject.toml examples/pyproject.toml
 
 # The whole suite, on every core (PYTEST_WORKERS); `make test-fast` while working.
 PYTEST_WORKERS ?= 2
-PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS)
 
-# Each file runs in one worker, in its order (--dist loadfile).  The example package's
+# Each file runs in one worker, in its order (pyproject's addopts: --dist loadfile, the
+# longest files first: tests/conftest.py FILE_SECONDS).  The example package's
 # own tests run first, in processes of their own: its ahead-of-time Triton compiles for
 # gfx942 failed (v.size() == 2 in the FNUZ conversion) in workers that ran the file
 # split over two workers.
