@@ -41,7 +41,7 @@ from typing import Any
 import pytest
 from filelock import FileLock
 
-from runner.executors.local import LocalExecutor
+from runner.executors.factory import make_executor
 from runner.flow.baseline import run_baseline
 from runner.flow.new_campaign import create_campaign, fresh_example_copy
 from runner.store.campaign import Campaign
@@ -93,9 +93,10 @@ def plant_slow_base(source: Path) -> str:
 
 
 def tiny_campaign(
-    root: Path, name: str = "t", *, slow_base: bool = False, **fields: Any
+    root: Path, name: str = "t", *, slow_base: bool = False, baseline: bool = True, **fields: Any
 ) -> Campaign:
-    """See the module docstring; ``fields`` override the manifest's."""
+    """See the module docstring; ``fields`` override the manifest's (``executor="docker"``
+    measures the baseline in containers); ``baseline=False``: no baseline yet."""
     source = fresh_example_copy(root / "src")
     if slow_base:
         (root / "speedup.patch").write_text(plant_slow_base(source), encoding="utf-8")
@@ -111,7 +112,9 @@ def tiny_campaign(
         "timing": QUIET,
     }
     campaign = create_campaign(root / "campaigns", **(manifest | fields))
-    run_baseline(campaign, LocalExecutor(), passes=2, progress=lambda _m: None)
+    if baseline:
+        executor = make_executor(campaign.manifest)
+        run_baseline(campaign, executor, passes=2, progress=lambda _m: None)
     return Campaign.load(campaign.root)
 
 

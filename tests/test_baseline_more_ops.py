@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from campaign_helpers import QUIET
 
 from runner.core.csv_io import read_csv
 from runner.core.csv_schema import ATTENTION_SCHEMA, GEMM_SCHEMA, MEMORY_SCHEMA
@@ -29,7 +30,6 @@ from runner.store.lineage import Lineage
 
 pytestmark = pytest.mark.integration
 
-QUIET = {"repeats": 3, "warmup_s": 0.02, "batch_s": 0.01, "max_repeats": 4, "budget_s": 0.1}
 CASES = {
     "grouped_gemm_fp8": ("blockwise", "moe-tiny", GEMM_SCHEMA.header),
     "quantize": ("blockwise", "quant-tiny", MEMORY_SCHEMA.header),
