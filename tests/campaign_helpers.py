@@ -1,5 +1,6 @@
-"""Small CPU campaigns of the example package for the end-to-end tests (one place for
-the timing they use and the effects they plant).
+"""The tests' one helpers module: small CPU campaigns of the example package for the
+end-to-end tests (one place for the timing they use and the effects they plant), the
+in-process CLI runner and a manifest factory.  A test file keeps no copy of these.
 
 ``QUIET``: the lightest timing a CPU round runs with (plumbing tests: the verdict is
 not what they assert, or the effect they plant is far larger than its noise).
@@ -100,7 +101,7 @@ def tiny_campaign(
     source = fresh_example_copy(root / "src")
     if slow_base:
         (root / "speedup.patch").write_text(plant_slow_base(source), encoding="utf-8")
-    manifest: dict[str, Any] = {
+    base: dict[str, Any] = {
         "target": "example",
         "source": str(source),
         "target_op": "gemm_fp8",
@@ -111,7 +112,7 @@ def tiny_campaign(
         "campaign_name": name,
         "timing": QUIET,
     }
-    campaign = create_campaign(root / "campaigns", **(manifest | fields))
+    campaign = create_campaign(root / "campaigns", **(base | fields))
     if baseline:
         executor = make_executor(campaign.manifest)
         run_baseline(campaign, executor, passes=2, progress=lambda _m: None)
