@@ -34,15 +34,19 @@ $(STAMP): pyproject.toml examples/pyproject.toml
 
 # The whole suite, on every core (PYTEST_WORKERS); `make test-fast` while working.
 PYTEST_WORKERS ?= 2
-PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS)
+# the example package's files by number of tests (xdist's order): its longest file,
+# the Triton compiles, holds the most; tests/ has its own order (tests/conftest.py)
+EXAMPLES_ORDER := --loadscope-reorder
 
-# Each file runs in one worker, in its order (--dist loadfile).  The example package's
+# Each file runs in one worker, in its order (pyproject's addopts: --dist loadfile, the
+# longest files first: tests/conftest.py FILE_SECONDS).  The example package's
 # own tests run first, in processes of their own: its ahead-of-time Triton compiles for
 # gfx942 failed (v.size() == 2 in the FNUZ conversion) in workers that ran the file
 # split over two workers.
 test: install check
 	rc=0; \
-	$(BIN)/python -m pytest $(PYTEST_PARALLEL) examples/tests || rc=$$?; \
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) $(EXAMPLES_ORDER) examples/tests || rc=$$?; \
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) tests || rc=$$?; \
 	exit $$rc
 
@@ -50,7 +54,7 @@ test: install check
 FAST := -m "not integration and not docker and not slurm and not browser"
 test-fast: install check
 	rc=0; \
-	$(BIN)/python -m pytest $(PYTEST_PARALLEL) $(FAST) examples/tests || rc=$$?; \
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) $(EXAMPLES_ORDER) $(FAST) examples/tests || rc=$$?; \
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) $(FAST) tests || rc=$$?; \
 	exit $$rc
 

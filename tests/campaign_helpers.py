@@ -1,5 +1,6 @@
-"""Small CPU campaigns of the example package for the end-to-end tests (one place for
-the timing they use and the effects they plant).
+"""The tests' one helpers module: small CPU campaigns of the example package for the
+end-to-end tests (one place for the timing they use and the effects they plant), the
+in-process CLI runner and a manifest factory.  A test file keeps no copy of these.
 
 ``QUIET``: the lightest timing a CPU round runs with (plumbing tests: the verdict is
 not what they assert, or the effect they plant is far larger than its noise).
@@ -21,6 +22,13 @@ several workers (they share the session's temporary root; a file lock makes the
 others wait for the first); a half-built folder left by a killed worker is built
 again, never used.
 
+``run_cli(argv, capsys)``: ``campaign ARGV`` in this process, through
+``runner.cli.main`` as the installed command runs it (errors mapped to exit codes):
+``(exit code, stdout + stderr)``, or stderr alone with ``stderr_only=True``.
+
+``manifest(**over)``: a validated manifest of a campaign that never runs (records,
+renderers, the campaign folder): ``MANIFEST`` with ``over`` on top.
+
 ``remove_cache_volumes(campaign)``: remove the docker cache volumes of ``campaign``
 (each role's, and the role-less ones of jobs made without a role).
 """
@@ -37,10 +45,26 @@ from typing import Any
 import pytest
 from filelock import FileLock
 
-from runner.executors.local import LocalExecutor
+from runner.executors.factory import make_executor
 from runner.flow.baseline import run_baseline
 from runner.flow.new_campaign import create_campaign, fresh_example_copy
 from runner.store.campaign import Campaign
+from runner.store.manifest import Manifest, validate_manifest
+
+# the fields of `manifest()`: a Triton GEMM campaign on the CPU shape set
+MANIFEST: dict[str, Any] = {
+    "campaign_name": "gemm_triton_cpu_20261129",
+    "source": "/src/example",
+    "target_op": "gemm",
+    "target_backend": "TRITON",
+    "target_lang": "TRITON",
+    "target_gpu": "cpu",
+    "primary_metric": "Combined Step TFLOPS",
+    "shape_set": "cpu",
+    "test_command": "pytest tests -q",
+    "benchmark_command": "python bench.py",
+    "created": "2026-11-29 14:05",
+}
 
 QUIET = {"repeats": 3, "warmup_s": 0.02, "batch_s": 0.01, "max_repeats": 4, "budget_s": 0.1}
 
@@ -73,13 +97,14 @@ def plant_slow_base(source: Path) -> str:
 
 
 def tiny_campaign(
-    root: Path, name: str = "t", *, slow_base: bool = False, **fields: Any
+    root: Path, name: str = "t", *, slow_base: bool = False, baseline: bool = True, **fields: Any
 ) -> Campaign:
-    """See the module docstring; ``fields`` override the manifest's."""
+    """See the module docstring; ``fields`` override the manifest's (``executor="docker"``
+    measures the baseline in containers); ``baseline=False``: no baseline yet."""
     source = fresh_example_copy(root / "src")
     if slow_base:
         (root / "speedup.patch").write_text(plant_slow_base(source), encoding="utf-8")
-    manifest: dict[str, Any] = {
+    base: dict[str, Any] = {
         "target": "example",
         "source": str(source),
         "target_op": "gemm_fp8",
@@ -90,8 +115,10 @@ def tiny_campaign(
         "campaign_name": name,
         "timing": QUIET,
     }
-    campaign = create_campaign(root / "campaigns", **(manifest | fields))
-    run_baseline(campaign, LocalExecutor(), passes=2, progress=lambda _m: None)
+    campaign = create_campaign(root / "campaigns", **(base | fields))
+    if baseline:
+        executor = make_executor(campaign.manifest)
+        run_baseline(campaign, executor, passes=2, progress=lambda _m: None)
     return Campaign.load(campaign.root)
 
 
@@ -115,6 +142,24 @@ def build_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path
             build(folder)
             done.write_text("", encoding="utf-8")
     return folder
+
+
+def run_cli(
+    argv: list[str], capsys: pytest.CaptureFixture[str], *, stderr_only: bool = False
+) -> tuple[int, str]:
+    """See the module docstring."""
+    from runner.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    code = info.value.code
+    got = capsys.readouterr()
+    return code if isinstance(code, int) else 1, got.err if stderr_only else got.out + got.err
+
+
+def manifest(**over: Any) -> Manifest:
+    """See the module docstring."""
+    return validate_manifest(MANIFEST | over, "test")
 
 
 def remove_cache_volumes(campaign: str) -> None:

@@ -25,8 +25,14 @@ it (re)builds the image from the current tree (the runner in it must match) in s
 when the base image and the wheelhouse exist.  ``.ci/run`` builds the image before
 pytest and sets ``TURBO_CAMPAIGN_CPU_IMAGE_BUILT=1`` so it is not built twice.
 
-Parallel runs (``make test``: ``pytest -n 2 --dist loadfile``): every test of a file runs
-in the same xdist worker, in the file's order (its module fixtures are built once).
+Parallel runs (``make test``: ``pytest -n 2``; pyproject's addopts add ``--dist loadfile
+--no-loadscope-reorder``): every test of a file runs in the same xdist worker, in the
+file's order (its module fixtures are built once).  Files are handed out in collection
+order, which ``pytest_collection_modifyitems`` makes longest first (``FILE_SECONDS``):
+the two workers then end within seconds of each other instead of one running the last
+long file alone (xdist's own reorder, by number of tests, put the long one-test files
+last), and the first demo user builds ``demo_campaign`` while the other worker runs the
+longest file, so neither waits on the other's build.
 Files run side by side, so a test whose containers or Slurm jobs another campaign's
 next command could clear (``runner.store.leftovers``, by campaign name) gives its
 campaign a unique name.  Each worker gets its own GPU lease folder, and serving
@@ -64,6 +70,45 @@ WORKER_LIMITS = {
     "TURBO_CAMPAIGN_TURN_TIMEOUT_S": "300",
     "TURBO_CAMPAIGN_ROUND_CAP_S": "45",
 }
+
+
+# Seconds a file takes on the 2-core CI machine, its module and session fixtures
+# included (`--durations` of .ci/run, 2026-12-01): the order files start in.  The first
+# demo user carries the session demo's build (~145 s).  A file not named here is short
+# and runs after these, in name order; a wrong figure costs balance, never a test.
+FILE_SECONDS = {
+    "test_rebuild.py": 410,
+    "test_accept.py": 290,  # builds demo_campaign (it starts second, beside rebuild)
+    "test_adversarial.py": 280,
+    "test_bundle.py": 230,
+    "test_redteam.py": 220,
+    "test_baseline_more_ops.py": 210,
+    "test_docker_rounds.py": 200,
+    "test_rounds.py": 190,
+    "test_faults.py": 165,
+    "test_paired.py": 150,
+    "test_workspace_mode.py": 130,
+    "test_wheel_demo.py": 125,
+    "test_mcp_server.py": 60,
+    "test_tamper.py": 60,  # one round on a demo copy, failed before its first turn
+    "test_build_cache.py": 30,  # real C builds through the local executor
+    "test_progress.py": 45,
+    "test_gpu_patches.py": 45,
+    "test_docker_executor.py": 40,
+    "test_slurm_executor.py": 40,
+    "test_fullbench.py": 25,
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest files first (see the module docstring); a file's tests keep their order."""
+    missing = [name for name in FILE_SECONDS if not (ROOT / "tests" / name).is_file()]
+    if missing:
+        raise pytest.UsageError(
+            f"tests/conftest.py FILE_SECONDS names {', '.join(missing)}, which tests/ no "
+            "longer holds: rename or remove the entry"
+        )
+    items.sort(key=lambda item: -FILE_SECONDS.get(item.path.name, 0))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
+from campaign_helpers import manifest
 
 from runner.cli import main
 from runner.core.errors import ConfigError
@@ -26,27 +26,9 @@ from runner.flow.acceptance_record import (
 )
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
-from runner.store.manifest import Manifest, branch_name, validate_manifest
+from runner.store.manifest import branch_name
 
 METRIC = "Combined Step TFLOPS"
-
-
-def manifest(**over: Any) -> Manifest:
-    data: dict[str, Any] = {
-        "campaign_name": "gemm_triton_cpu_20261129",
-        "source": "/src/example",
-        "target_op": "gemm",
-        "target_backend": "TRITON",
-        "target_lang": "TRITON",
-        "target_gpu": "cpu",
-        "primary_metric": METRIC,
-        "shape_set": "cpu",
-        "test_command": "pytest tests -q",
-        "benchmark_command": "python bench.py",
-        "created": "2026-11-29 14:05",
-    }
-    data.update(over)
-    return validate_manifest(data, "test")
 
 
 def score(**values: float) -> Score:

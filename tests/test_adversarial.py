@@ -17,13 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from campaign_helpers import QUIET, speedup_patch
+from campaign_helpers import QUIET, speedup_patch, tiny_campaign
 
 from runner.bench import timing
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.local import LocalExecutor
-from runner.flow.baseline import run_baseline
-from runner.flow.new_campaign import create_campaign, fresh_example_copy
 from runner.flow.rounds import Request, validate_round
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
@@ -48,20 +46,9 @@ def fp8(
 @pytest.fixture(scope="module")
 def grouped(tmp_path_factory: pytest.TempPathFactory) -> Campaign:
     root = tmp_path_factory.mktemp("adv-gg")
-    source = fresh_example_copy(root / "src")
-    campaign = create_campaign(
-        root / "campaigns",
-        target="example",
-        source=str(source),
-        target_op="grouped_gemm",
-        target_backend="TORCH",
-        target_gpu="cpu",
-        shape_set="moe-tiny",
-        campaign_name="adv",
-        timing=QUIET,
+    return tiny_campaign(
+        root, "adv", target_op="grouped_gemm", granularity=None, shape_set="moe-tiny"
     )
-    run_baseline(campaign, LocalExecutor(), passes=2, progress=lambda _m: None)
-    return Campaign.load(campaign.root)
 
 
 def plant(campaign: Campaign, path: str, edits: list[tuple[str, str]]) -> str:

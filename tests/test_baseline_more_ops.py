@@ -15,21 +15,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from campaign_helpers import tiny_campaign
 
 from runner.core.csv_io import read_csv
 from runner.core.csv_schema import ATTENTION_SCHEMA, GEMM_SCHEMA, MEMORY_SCHEMA
 from runner.core.outcomes import RoundResult, Status
 from runner.core.shapes import shape_set
 from runner.executors.local import LocalExecutor
-from runner.flow.baseline import run_baseline
-from runner.flow.new_campaign import create_campaign, fresh_example_copy
 from runner.flow.rounds import Request, validate_round
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 
 pytestmark = pytest.mark.integration
 
-QUIET = {"repeats": 3, "warmup_s": 0.02, "batch_s": 0.01, "max_repeats": 4, "budget_s": 0.1}
 CASES = {
     "grouped_gemm_fp8": ("blockwise", "moe-tiny", GEMM_SCHEMA.header),
     "quantize": ("blockwise", "quant-tiny", MEMORY_SCHEMA.header),
@@ -69,20 +67,7 @@ UNIFORM_NEW = (
 
 def baseline(root: Path, op: str) -> Campaign:
     granularity, sset, _ = CASES[op]
-    campaign = create_campaign(
-        root / "campaigns",
-        target="example",
-        source=str(fresh_example_copy(root / "src")),
-        target_op=op,
-        granularity=granularity,
-        target_backend="TORCH",
-        target_gpu="cpu",
-        shape_set=sset,
-        campaign_name="t",
-        timing=QUIET,
-    )
-    run_baseline(campaign, LocalExecutor(), passes=2, progress=lambda _m: None)
-    return Campaign.load(campaign.root)
+    return tiny_campaign(root, "t", target_op=op, granularity=granularity, shape_set=sset)
 
 
 def edit_patch(campaign: Campaign, path: str, old: str, new: str) -> str:

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from campaign_helpers import tiny_campaign
 
 from runner.cli import main
 from runner.core.errors import ConfigError
 from runner.executors.local import LocalExecutor
-from runner.flow.baseline import run_baseline
-from runner.flow.new_campaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
+from runner.flow.new_campaign import EXAMPLES_DIR, fresh_example_copy
 from runner.flow.rounds import Request, validate_round
 from runner.portable.bundle import BUNDLE_YAML, CHECKSUMS, open_bundle, write_checksums
 from runner.portable.reproduce import find_base
@@ -37,7 +37,6 @@ from runner.store.fingerprint_check import (
 
 pytestmark = pytest.mark.integration
 
-QUIET = {"repeats": 3, "warmup_s": 0.02, "batch_s": 0.01, "max_repeats": 4, "budget_s": 0.1}
 FAST = (EXAMPLES_DIR / "demo_patches" / "speedup_reuse_fp8_weight.patch").read_text()
 
 
@@ -48,20 +47,7 @@ def quiet(_message: str) -> None:
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory: pytest.TempPathFactory) -> Campaign:
     root = tmp_path_factory.mktemp("bundle")
-    source = fresh_example_copy(root / "src")
-    c = create_campaign(
-        root / "campaigns",
-        target="example",
-        source=str(source),
-        target_op="gemm_fp8",
-        granularity="blockwise",
-        target_backend="TORCH",
-        target_gpu="cpu",
-        shape_set="tiny",
-        campaign_name="t",
-        timing=QUIET,
-    )
-    run_baseline(c, LocalExecutor(), passes=2, progress=quiet)
+    c = tiny_campaign(root, "t")
     record_fingerprint(c, 1, target_commit=c.manifest.base_commit)
     c = Campaign.load(c.root)
     validate_round(c, LocalExecutor(), Request(2, "reuse fp8 weight", FAST), progress=quiet)

@@ -7,36 +7,17 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+from campaign_helpers import manifest
 
 from runner.core.errors import ConfigError
 from runner.core.outcomes import RoundResult, Score, ShapeScore, Status
 from runner.render.markdown import TREND_HEADER, TREND_SEPARATOR
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
-from runner.store.manifest import Manifest, validate_manifest
 
 NAME = "gemm_triton_cpu_20261129"
-
-
-def manifest(**over: Any) -> Manifest:
-    data: dict[str, Any] = {
-        "campaign_name": NAME,
-        "source": "/src/example",
-        "target_op": "gemm",
-        "target_backend": "TRITON",
-        "target_lang": "TRITON",
-        "target_gpu": "cpu",
-        "primary_metric": "Combined Step TFLOPS",
-        "shape_set": "cpu",
-        "test_command": "pytest tests -q",
-        "benchmark_command": "python bench.py",
-        "created": "2026-11-29 14:05",
-    }
-    data.update(over)
-    return validate_manifest(data, "test")
 
 
 def result(n: int, status: Status, agg: float = 10.0) -> RoundResult:

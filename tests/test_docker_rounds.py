@@ -16,14 +16,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from campaign_helpers import remove_cache_volumes
+from campaign_helpers import remove_cache_volumes, tiny_campaign
 
 from runner.core.errors import InfrastructureError
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.docker import DockerExecutor, image_digest
 from runner.executors.factory import make_executor
 from runner.flow.baseline import run_baseline
-from runner.flow.new_campaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
+from runner.flow.new_campaign import EXAMPLES_DIR
 from runner.flow.rounds import Request, validate_round
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
@@ -31,7 +31,6 @@ from runner.store.lineage import Lineage
 pytestmark = [pytest.mark.docker, pytest.mark.integration]
 
 PATCHES = EXAMPLES_DIR / "demo_patches"
-QUIET = {"repeats": 3, "warmup_s": 0.02, "batch_s": 0.01, "max_repeats": 4, "budget_s": 0.1}
 LABEL = "turbo-campaign.campaign"
 
 
@@ -40,14 +39,11 @@ def containers(name: str, *extra: str) -> list[str]:
     return subprocess.run(args, capture_output=True, text=True, check=True).stdout.split()
 
 
-def new_campaign(root: Path, image: str) -> Campaign:
-    source = fresh_example_copy(root / "src")
-    return create_campaign(
-        root / "campaigns", target="example", source=str(source), target_op="gemm_fp8",
-        granularity="blockwise", target_backend="TORCH", target_gpu="cpu", shape_set="tiny",
-        campaign_name=f"dk-{uuid.uuid4().hex[:8]}", timing=QUIET, executor="docker",
-        image=image,
-    )  # fmt: skip
+def new_campaign(root: Path, image: str, *, baseline: bool = True) -> Campaign:
+    """The helpers' tiny campaign in containers, under a name of its own (the next
+    command of a campaign of the same name clears its containers)."""
+    name = f"dk-{uuid.uuid4().hex[:8]}"
+    return tiny_campaign(root, name, baseline=baseline, executor="docker", image=image)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +52,6 @@ def base(tmp_path_factory: pytest.TempPathFactory, cpu_image: str) -> Iterator[t
     tests: (its folder, its name)."""
     root = tmp_path_factory.mktemp("docker-rounds")
     c = new_campaign(root, cpu_image)
-    run_baseline(c, make_executor(c.manifest), passes=2, progress=lambda _m: None)
     yield root, c.name
     remove_cache_volumes(c.name)
 
@@ -165,7 +160,7 @@ def test_a_container_killed_mid_round_records_a_failed_round(campaign: Campaign)
 def test_a_daemon_that_is_not_running_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    c = new_campaign(tmp_path, "turbo-campaign/cpu:py311")
+    c = new_campaign(tmp_path, "turbo-campaign/cpu:py311", baseline=False)
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such-docker.sock")
     with pytest.raises(InfrastructureError, match="Docker daemon is not reachable"):
         run_baseline(c, make_executor(c.manifest), passes=2, progress=lambda _m: None)

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+from campaign_helpers import run_cli
 
 from runner.flow.new_campaign import EXAMPLES_DIR
 from runner.flow.settings import parse_value
@@ -18,16 +19,6 @@ from runner.store.campaign import Campaign
 from runner.store.gate_ledger import LEDGER_NAME, LEDGERED_NOTE, gate_sha
 
 PATCH = EXAMPLES_DIR / "demo_patches" / "slowdown_fp64_accumulate.patch"
-
-
-def _main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    from runner.cli import main
-
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    code = info.value.code
-    got = capsys.readouterr()
-    return code if isinstance(code, int) else 1, got.out + got.err
 
 
 def _edit(campaign: Path, key: str, value: str) -> None:
@@ -52,26 +43,26 @@ def test_sigma_g_edited_after_the_baseline_is_broken_and_refused(
     root = ["--campaigns-root", str(demo_copy.parent)]
     assert (camp.logs_dir / LEDGER_NAME).is_file()
     assert any(LEDGERED_NOTE in r for r in camp.load_result(1).reasons)
-    code, out = _main([*root, "status"], capsys)
+    code, out = run_cli([*root, "status"], capsys)
     assert code == 0 and "gate fields: ledgered, unchanged" in out, out
     _edit(demo_copy, "sigma_g", "1.0e-06")
     logs = {p: p.read_bytes() for p in camp.logs_dir.iterdir()}
-    code, out = _main([*root, "status"], capsys)
+    code, out = run_cli([*root, "status"], capsys)
     assert code == 5, out
     assert "chain integrity: BROKEN" in out and "sigma_g" in out
     assert "`campaign set FIELD VALUE --reason TEXT`" in out
     n = camp.next_round()
     argv = [*root, "validate", "--round", str(n), "--hypothesis", "h", "--patch", str(PATCH)]
-    code, out = _main(argv, capsys)
+    code, out = run_cli(argv, capsys)
     assert code == 5 and "sigma_g" in out and "campaign set" in out, out
     assert not camp.round_dir(n).exists()
     assert {p: p.read_bytes() for p in camp.logs_dir.iterdir()} == logs
     # a second hand edit: primary_metric, named too
     _edit(demo_copy, "primary_metric", "Forward TFLOPS")
-    code, out = _main([*root, "status"], capsys)
+    code, out = run_cli([*root, "status"], capsys)
     assert code == 5 and "primary_metric, sigma_g" in out, out
     # `campaign set` refuses to ledger the other hand edit silently
-    code, out = _main([*root, "set", "sigma_g", "0.05", "--reason", "r"], capsys)
+    code, out = run_cli([*root, "set", "sigma_g", "0.05", "--reason", "r"], capsys)
     assert code == 5 and "primary_metric" in out, out
 
 
@@ -84,7 +75,7 @@ def test_campaign_set_records_the_change_and_status_stays_ok(
     opt = camp.optimize_log.read_bytes()
     before = gate_sha(camp.manifest)
     reason = "recalibrated on a quiet host"
-    code, out = _main([*root, "set", "sigma_g", "5%", "--reason", reason], capsys)
+    code, out = run_cli([*root, "set", "sigma_g", "5%", "--reason", reason], capsys)
     assert code == 0, out
     grown = camp.optimize_log.read_bytes()
     assert grown.startswith(opt) and b"gate field sigma_g:" in grown[len(opt) :]
@@ -94,14 +85,14 @@ def test_campaign_set_records_the_change_and_status_stays_ok(
     last = json.loads(lines[-1])
     assert len(lines) == 2 and last["by"] == "campaign set" and reason in last["reason"]
     assert last["sha256"] == gate_sha(again.manifest) != before
-    code, out = _main([*root, "set", "primary_metric", "Forward TFLOPS", "--reason", "r"], capsys)
+    code, out = run_cli([*root, "set", "primary_metric", "Forward TFLOPS", "--reason", "r"], capsys)
     assert code == 0, out
-    code, out = _main([*root, "status"], capsys)
+    code, out = run_cli([*root, "status"], capsys)
     assert code == 0 and "chain integrity: OK" in out, out
     assert "gate fields: ledgered, unchanged" in out
-    assert _main([*root, "set", "sigma_g", "-1", "--reason", "r"], capsys)[0] == 2
-    assert _main([*root, "set", "sigma_g", "0.1", "--reason", " "], capsys)[0] == 2
-    assert _main([*root, "set", "source", "/x", "--reason", "r"], capsys)[0] == 2
+    assert run_cli([*root, "set", "sigma_g", "-1", "--reason", "r"], capsys)[0] == 2
+    assert run_cli([*root, "set", "sigma_g", "0.1", "--reason", " "], capsys)[0] == 2
+    assert run_cli([*root, "set", "source", "/x", "--reason", "r"], capsys)[0] == 2
 
 
 @pytest.mark.integration
@@ -112,17 +103,17 @@ def test_a_campaign_made_before_is_not_ledgered_and_a_deleted_ledger_is_broken(
     root = ["--campaigns-root", str(demo_copy.parent)]
     for p in camp.logs_dir.glob(f"{LEDGER_NAME}*"):
         p.unlink()
-    code, out = _main([*root, "status"], capsys)
+    code, out = run_cli([*root, "status"], capsys)
     assert code == 5 and "deleted with its ledger" in out, out
     # a campaign made before the ledger: its baseline says nothing about one
     path = camp.result_path(1)
     data = json.loads(path.read_text("utf-8"))
     data["reasons"] = [r for r in data["reasons"] if LEDGERED_NOTE not in r]
     path.write_text(json.dumps(data), encoding="utf-8")
-    code, out = _main([*root, "status"], capsys)
+    code, out = run_cli([*root, "status"], capsys)
     assert code == 0 and "gate fields: not ledgered" in out, out
     # its first `campaign set` starts the ledger
-    code, out = _main([*root, "set", "pairs", "2", "--reason", "start the ledger"], capsys)
+    code, out = run_cli([*root, "set", "pairs", "2", "--reason", "start the ledger"], capsys)
     assert code == 0, out
-    code, out = _main([*root, "status"], capsys)
+    code, out = run_cli([*root, "status"], capsys)
     assert code == 0 and "gate fields: ledgered, unchanged" in out, out

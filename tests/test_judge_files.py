@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from campaign_helpers import run_cli
 
 from runner.core.errors import ConfigError
 from runner.core.outcomes import Status
@@ -83,16 +84,6 @@ def _hostile_patch(campaign: Campaign) -> str:
     return diff.stdout
 
 
-def _main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    from runner.cli import main
-
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    code = info.value.code
-    got = capsys.readouterr()
-    return code if isinstance(code, int) else 1, got.out + got.err
-
-
 @pytest.mark.integration
 def test_a_hollowed_focused_test_judges_nothing(
     demo_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -105,13 +96,13 @@ def test_a_hollowed_focused_test_judges_nothing(
     n = camp.next_round()
     root = ["--campaigns-root", str(demo_copy.parent)]
     argv = [*root, "validate", "--round", str(n), "--hypothesis", "h", "--patch", str(patch_file)]
-    code, out = _main(argv, capsys)
+    code, out = run_cli(argv, capsys)
     assert code == 2 and "README.md" in out and "--allow-outside" in out, out
     assert not camp.round_dir(n).exists()
-    code, out = _main([*argv, "--allow-outside", "README.md"], capsys)
+    code, out = run_cli([*argv, "--allow-outside", "README.md"], capsys)
     assert code == 2 and TEST in out and not camp.round_dir(n).exists(), out
     # declared: the round runs, with the incumbent's test, which sees the doubled output
-    code, out = _main([*argv, "--allow-outside", "README.md", "--allow-outside", TEST], capsys)
+    code, out = run_cli([*argv, "--allow-outside", "README.md", "--allow-outside", TEST], capsys)
     assert code == 3, out
     result = Campaign.load(demo_copy).load_result(n)
     reasons = "\n".join(result.reasons)

@@ -8,12 +8,12 @@ import json
 import math
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
 import pytest
+from campaign_helpers import tiny_campaign
 from click.testing import CliRunner
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult
@@ -22,8 +22,7 @@ from runner.cli import cli
 from runner.core.csv_io import write_csv
 from runner.core.csv_schema import GEMM_SCHEMA, MEMORY_SCHEMA
 from runner.core.errors import ConfigError
-from runner.flow.demo import PATCHES, SPEEDUP, demo_manifest_fields
-from runner.flow.new_campaign import create_campaign, fresh_example_copy
+from runner.flow.demo import PATCHES, SPEEDUP
 
 pytestmark = pytest.mark.integration
 
@@ -217,12 +216,10 @@ def test_without_the_sdk_the_command_says_what_to_install(
 
 @pytest.fixture(scope="module")
 def fresh_campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """A CPU example campaign with no round yet: (campaigns root, name)."""
+    """The helpers' tiny CPU example campaign with no round yet: (campaigns root, name)."""
     root = tmp_path_factory.mktemp("mcp-campaigns")
-    stamp = datetime.now().strftime("%Y%m%d_%H%M%S")
-    source = fresh_example_copy(root / "sources" / f"mcp-{stamp}")
-    campaign = create_campaign(root, **demo_manifest_fields(source, stamp, "cpu"))
-    return root, campaign.name
+    campaign = tiny_campaign(root, "mcp", baseline=False)
+    return root / "campaigns", campaign.name
 
 
 class Progress:

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from campaign_helpers import build_once
 
 from runner.core.csv_io import read_csv
 from runner.core.errors import ConfigError
@@ -327,33 +326,9 @@ def test_per_pass_refuses_more_than_two_roles(tmp_path: Path) -> None:
 
 
 # ---- the multi-GPU path as users drive it ----------------------------------------------
-def tiny_campaign(root: Path) -> Path:
-    """A campaign on the ``tiny`` shape set with its baseline (two passes)."""
-    import runner.cli  # noqa: F401
-    from runner.flow.baseline import run_baseline
-    from runner.flow.new_campaign import create_campaign, fresh_example_copy
-
-    source = fresh_example_copy(root / "src")
-    quiet = {"repeats": 3, "warmup_s": 0.02, "batch_s": 0.01, "max_repeats": 4, "budget_s": 0.1}
-    campaign = create_campaign(
-        root / "campaigns", target="example", source=str(source), target_op="gemm_fp8",
-        granularity="blockwise", target_backend="TORCH", target_gpu="cpu",
-        shape_set="tiny", campaign_name="t", timing=quiet, representative_shapes=[],
-    )  # fmt: skip
-    run_baseline(campaign, LocalExecutor(), passes=2, progress=lambda _m: None)
-    return campaign.root
-
-
-@pytest.fixture(scope="session")
-def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``tiny_campaign`` built once per session (``build_once``); tests take private
-    copies."""
-    return build_once(tmp_path_factory, "paired-tiny", tiny_campaign)
-
-
 @pytest.mark.integration
 def test_cli_validate_gpus_leases_and_shards(
-    tiny_base: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
+    slow_tiny: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
 ) -> None:
     """`campaign validate --gpus 0,1` on simulated devices (CPU): both GPUs leased for
     the round, every worker shown only its GPU, the shards merged into the round."""
@@ -363,7 +338,7 @@ def test_cli_validate_gpus_leases_and_shards(
     from runner.flow.new_campaign import EXAMPLES_DIR
     from runner.store.campaign import Campaign
 
-    root = copy_campaign(tiny_base, tmp_path / "c", "t")
+    root = copy_campaign(slow_tiny, tmp_path / "c", "t")
     campaign = Campaign.load(root)
     assert set(campaign.manifest.shape_seconds) == {
         s.label for s in campaign.load_result(1).score.shapes
@@ -394,7 +369,7 @@ def test_cli_validate_gpus_leases_and_shards(
 
 @pytest.mark.slurm
 def test_slurm_round_shards_as_one_job_array(
-    tiny_base: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
+    slow_tiny: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
 ) -> None:
     """A VALIDATE round through the Slurm executor with --gpus 0,1 on the real one-node
     cluster: the shards go as one job array, one task per shard, then merge."""
@@ -406,7 +381,7 @@ def test_slurm_round_shards_as_one_job_array(
     out = subprocess.run(["sinfo", "-h"], capture_output=True, text=True, check=False)
     if out.returncode != 0 or not out.stdout.strip():
         pytest.skip("no Slurm cluster (sinfo failing); run scripts/slurm-setup.sh")
-    campaign = Campaign.load(copy_campaign(tiny_base, tmp_path / "c", "t"))
+    campaign = Campaign.load(copy_campaign(slow_tiny, tmp_path / "c", "t"))
     patch = (EXAMPLES_DIR / "demo_patches" / "speedup_reuse_fp8_weight.patch").read_text()
     request = Request(2, "reuse the fp8 weight", patch, level="full", bucket="K4", gpus=(0, 1))
     said: list[str] = []

@@ -11,17 +11,9 @@ import stat
 from pathlib import Path
 
 import pytest
-
-from runner.cli import main
+from campaign_helpers import run_cli
 
 pytestmark = pytest.mark.integration  # a copy of the real demo campaign
-
-
-def _main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    code = info.value.code
-    return code if isinstance(code, int) else 1, capsys.readouterr().err
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -44,12 +36,12 @@ def test_a_campaign_whose_lock_cannot_be_taken_is_exit_2(
     before = _snapshot(demo_copy)
     validate = ["validate", "--round", "4", "--hypothesis", "h", "--patch", str(_patch(demo_copy))]
     for argv in (["report"], validate):
-        code, err = _main([*root, *argv], capsys)
+        code, err = run_cli([*root, *argv], capsys, stderr_only=True)
         assert code == 2, err
         assert f"cannot take the campaign lock {demo_copy / '.lock'}" in err
         assert "writable" in err and "Traceback" not in err
     assert _snapshot(demo_copy) == before
-    code, err = _main([*root, "status"], capsys)
+    code, err = run_cli([*root, "status"], capsys, stderr_only=True)
     assert code == 0, err
 
 
@@ -60,7 +52,7 @@ def test_tip_into_a_tips_root_that_is_a_file_is_exit_2(
     tips.write_text("not a folder\n")
     argv = ["--campaigns-root", str(demo_copy.parent), "tip", "--round", "3",
             "--text", "keep the scale reuse", "--tips-root", str(tips / "below")]  # fmt: skip
-    code, err = _main(argv, capsys)
+    code, err = run_cli(argv, capsys, stderr_only=True)
     assert code == 2, err
     assert "cannot write" in err and str(tips) in err and "--tips-root" in err
     assert tips.read_text() == "not a folder\n"
@@ -77,7 +69,7 @@ def test_a_read_only_campaign_folder_is_exit_2(
         folder.chmod(stat.S_IRUSR | stat.S_IXUSR)
     try:
         for argv in (["report"], ["tip", "--round", "3", "--text", "t"]):
-            code, err = _main([*root, *argv], capsys)
+            code, err = run_cli([*root, *argv], capsys, stderr_only=True)
             assert code == 2 and "Traceback" not in err, err
     finally:
         for folder in folders:

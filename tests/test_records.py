@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from campaign_helpers import manifest
 
 from runner.core.errors import ConfigError
 from runner.core.outcomes import (
@@ -23,7 +24,6 @@ from runner.core.stats import geomean
 from runner.render.markdown import render_optimize_header
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
-from runner.store.manifest import Manifest, validate_manifest
 from runner.store.records import (
     SECTIONS,
     TREND_HEADER,
@@ -41,24 +41,6 @@ from runner.store.records import (
 )
 
 COMBINED = "Combined Step TFLOPS"
-
-
-def manifest(**over: Any) -> Manifest:
-    data: dict[str, Any] = {
-        "campaign_name": "gemm_triton_cpu_20261129",
-        "source": "/src/example",
-        "target_op": "gemm",
-        "target_backend": "TRITON",
-        "target_lang": "TRITON",
-        "target_gpu": "cpu",
-        "primary_metric": COMBINED,
-        "shape_set": "cpu",
-        "test_command": "pytest tests -q",
-        "benchmark_command": "python bench.py",
-        "created": "2026-11-29 14:05",
-    }
-    data.update(over)
-    return validate_manifest(data, "test")
 
 
 def shape(

@@ -19,11 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from campaign_helpers import tiny_campaign
 
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.local import LocalExecutor
-from runner.flow.baseline import run_baseline
-from runner.flow.new_campaign import create_campaign, fresh_example_copy
 from runner.flow.rounds import Request, validate_round
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
@@ -31,7 +30,6 @@ from runner.store.lineage import Lineage
 pytestmark = pytest.mark.integration
 
 PATCHES = Path(__file__).parent / "data" / "redteam"
-QUIET = {"repeats": 3, "warmup_s": 0.02, "batch_s": 0.01, "max_repeats": 4, "budget_s": 0.1}
 TARGETS = ["tiny-16x688x1024", "tiny-32x688x1024", "tiny-32x1376x1024"]
 
 
@@ -40,22 +38,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A CPU demo campaign (gemm_fp8 blockwise, two small target shapes) with its
     baseline: built once, copied by ``campaign``."""
     root = tmp_path_factory.mktemp("redteam-base")
-    source = fresh_example_copy(root / "src")
-    campaign = create_campaign(
-        root / "campaigns",
-        target="example",
-        source=str(source),
-        target_op="gemm_fp8",
-        granularity="blockwise",
-        target_backend="TORCH",
-        target_gpu="cpu",
-        shape_set="tiny",
-        target_shapes=TARGETS,
-        campaign_name="redteam",
-        timing=QUIET,
-        heldout=False,
-    )
-    run_baseline(campaign, LocalExecutor(), passes=2, progress=lambda _m: None)
+    tiny_campaign(root, "redteam", target_shapes=TARGETS, heldout=False)
     return root
 
 

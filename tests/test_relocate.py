@@ -10,20 +10,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from campaign_helpers import run_cli
 
-from runner.cli import main
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
 
 pytestmark = pytest.mark.integration  # a copy of the real demo campaign
-
-
-def _main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    code = info.value.code
-    got = capsys.readouterr()
-    return code if isinstance(code, int) else 1, got.out + got.err
 
 
 def _refs(repo: Path) -> str:
@@ -52,18 +44,18 @@ def test_a_copied_folder_is_refused_until_relocated(
     patch.write_text("diff --git a/x b/x\n", encoding="utf-8")
     for argv in (["report"], ["validate", "--round", "4", "--hypothesis", "h",
                               "--patch", str(patch)]):  # fmt: skip
-        code, out = _main([*root, *argv], capsys)
+        code, out = run_cli([*root, *argv], capsys)
         assert code == 2, out
         assert f"was written for {demo_copy}" in out and "campaign relocate" in out
     assert _refs(source) == refs and not (copy / "report").exists()
 
     bare = _clone(source, tmp_path / "no-lineage", lineage=False)
-    code, out = _main([*root, "relocate", "--source", str(bare)], capsys)
+    code, out = run_cli([*root, "relocate", "--source", str(bare)], capsys)
     assert code == 2 and "refs/campaigns/*" in out, out
 
     log = (copy / "logs" / "optimize.md").read_bytes()
     clone = _clone(source, tmp_path / "clone", lineage=True)
-    code, out = _main([*root, "relocate", "--source", str(clone)], capsys)
+    code, out = run_cli([*root, "relocate", "--source", str(clone)], capsys)
     assert code == 0, out
     moved = Campaign.load(copy)
     assert moved.manifest.source == str(clone.resolve())
@@ -71,9 +63,9 @@ def test_a_copied_folder_is_refused_until_relocated(
     grown = moved.optimize_log.read_bytes()
     assert grown.startswith(log) and b"relocated: campaign folder" in grown[len(log) :]
     verify(moved.optimize_log)
-    code, out = _main([*root, "status"], capsys)
+    code, out = run_cli([*root, "status"], capsys)
     assert code == 0 and "chain integrity: OK" in out, out
-    code, out = _main([*root, "report"], capsys)
+    code, out = run_cli([*root, "report"], capsys)
     assert code == 0, out
     assert _refs(source) == refs  # the original's repository was never touched
     assert Campaign.load(demo_copy).manifest.source == str(source)

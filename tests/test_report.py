@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from campaign_helpers import manifest
 from click.testing import CliRunner
 
 from runner.cli import cli
@@ -36,7 +37,6 @@ from runner.render.html_report import write_report
 from runner.render.plots import round_points, shape_trend
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
-from runner.store.manifest import validate_manifest
 
 METRIC = "Combined Step TFLOPS"
 
@@ -163,23 +163,10 @@ def test_shape_trend_chains_paired_changes_with_their_intervals() -> None:
 
 
 def manifest_campaign(tmp_path: Path, **over: Any) -> Campaign:
-    data: dict[str, Any] = {
-        "campaign_name": "gemm_triton_gfx942_20261129",
-        "source": "/src/example",
-        "target_op": "gemm",
-        "target_backend": "TRITON",
-        "target_lang": "TRITON",
-        "target_gpu": "gfx942",
-        "primary_metric": METRIC,
-        "shape_set": "cpu",
-        "test_command": "pytest tests -q",
-        "benchmark_command": "python bench.py",
-        "created": "2026-11-29 14:05",
-        "sigma_g": 0.004,
-        "representative_shapes": [],
-    }
-    data.update(over)
-    return Campaign.init(tmp_path / "campaigns", validate_manifest(data, "test"))
+    """A campaign folder of the helpers' manifest on gfx942, with a recorded sigma_g."""
+    fields = {"campaign_name": "gemm_triton_gfx942_20261129", "target_gpu": "gfx942",
+              "sigma_g": 0.004, "representative_shapes": []}  # fmt: skip
+    return Campaign.init(tmp_path / "campaigns", manifest(**(fields | over)))
 
 
 def termination_lines(text: str) -> list[str]:

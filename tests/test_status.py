@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from campaign_helpers import run_cli
 from click.testing import CliRunner
 
 from runner.cli import cli
@@ -242,17 +243,6 @@ def test_status_reports_an_unclosed_round(demo_copy: Path) -> None:
     assert json.loads(res.output)["unclosed_rounds"] == [4]
 
 
-def _main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    """``campaign ARGV`` through ``runner.cli.main`` (errors mapped to exit codes)."""
-    from runner.cli import main
-
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    code = info.value.code
-    got = capsys.readouterr()
-    return code if isinstance(code, int) else 1, got.out + got.err
-
-
 @pytest.mark.integration
 def test_campaign_correct_appends_and_the_chain_holds(
     demo_copy: Path, capsys: pytest.CaptureFixture[str]
@@ -264,28 +254,28 @@ def test_campaign_correct_appends_and_the_chain_holds(
     camp = Campaign.load(demo_copy)
     root = ["--campaigns-root", str(demo_copy.parent)]
     opt, trend = camp.optimize_log.read_bytes(), camp.trend_log.read_bytes()
-    code, out = _main([*root, "correct", "--round", "2", "--text", "round-2 was quick"], capsys)
+    code, out = run_cli([*root, "correct", "--round", "2", "--text", "round-2 was quick"], capsys)
     assert code == 0, out
     grown = camp.optimize_log.read_bytes()
     assert grown.startswith(opt) and b"**CORRECTION (" in grown[len(opt) :]
     assert b"> round-2: round-2 was quick" in grown
-    code, out = _main([*root, "correct", "--round", "2", "--trend", "--text", "a | b"], capsys)
+    code, out = run_cli([*root, "correct", "--round", "2", "--trend", "--text", "a | b"], capsys)
     assert code == 0, out
     assert camp.trend_log.read_bytes().startswith(trend)
     assert "| round-2 (correction) | CORRECTION |" in camp.trend_log.read_text("utf-8")
     verify(camp.optimize_log)
     verify(camp.trend_log)
-    code, out = _main([*root, "status"], capsys)
+    code, out = run_cli([*root, "status"], capsys)
     assert code == 0 and "chain integrity: OK" in out, out
     for bad in (["--round", "99"], ["--trend"], ["--text", " "]):
         argv = [*root, "correct", "--text", "x", *bad]
-        assert _main(argv, capsys)[0] == 2
+        assert run_cli(argv, capsys)[0] == 2
     # a hand edit: correct refuses (exit 5, nothing appended) and status names the command
     data = camp.optimize_log.read_bytes()
     camp.optimize_log.write_bytes(data.replace(b"## ", b"##X", 1))
-    code, out = _main([*root, "correct", "--text", "x"], capsys)
+    code, out = run_cli([*root, "correct", "--text", "x"], capsys)
     assert code == 5 and len(camp.optimize_log.read_bytes()) == len(data), out
-    code, out = _main([*root, "status"], capsys)
+    code, out = run_cli([*root, "status"], capsys)
     assert code == 5 and "`campaign correct --text TEXT`" in out, out
 
 

@@ -5,8 +5,9 @@ local disk and makes its kernel do four times the work was ACCEPTED (+39%).  Now
 worker records the blob ids of the files it loaded (after the import and at the end of
 its pass) and the host compares them, and the incumbent's whole tree, with what the
 round started from (``runner.flow.tamper_check``): the round FAILS as tampered, naming
-the incumbent's file, before its first timed turn when the change came at import.  Where mount namespaces work, the local executor also makes every
-role's tree read-only to every worker (``runner.executors.isolation``): the write fails.
+the incumbent's file, before its first timed turn when the change came at import.
+Where mount namespaces work, the local executor also makes every role's tree
+read-only to every worker (``runner.executors.isolation``): the write fails.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from campaign_helpers import manifest
 from click.testing import CliRunner
 
 from runner.cli import cli
@@ -15,7 +16,6 @@ from runner.core.errors import ConfigError
 from runner.core.outcomes import RoundResult, Score, ShapeScore, Status
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
-from runner.store.manifest import Manifest, validate_manifest
 from runner.store.tips import (
     TIPS_ROOT_ENV,
     Tip,
@@ -30,23 +30,13 @@ from runner.store.tips import (
 METRIC = "Combined Step TFLOPS"
 
 
-def manifest(**over: Any) -> Manifest:
-    data: dict[str, Any] = {
-        "campaign_name": "gemm_fp8_blockwise_triton_gfx942_20261129",
-        "source": "/src/example",
-        "target_op": "gemm_fp8",
-        "granularity": "blockwise",
-        "target_backend": "TRITON",
-        "target_lang": "TRITON",
-        "target_gpu": "gfx942",
-        "primary_metric": METRIC,
-        "shape_set": "cpu",
-        "test_command": "pytest tests -q",
-        "benchmark_command": "python bench.py",
-        "created": "2026-11-29 14:05",
-    }
-    data.update(over)
-    return validate_manifest(data, "test")
+# the helpers' manifest, as an FP8 GEMM campaign on gfx942
+FP8: dict[str, Any] = {
+    "campaign_name": "gemm_fp8_blockwise_triton_gfx942_20261129",
+    "target_op": "gemm_fp8",
+    "granularity": "blockwise",
+    "target_gpu": "gfx942",
+}
 
 
 def closed_result(n: int, status: Status) -> RoundResult:
@@ -71,7 +61,7 @@ def closed_result(n: int, status: Status) -> RoundResult:
 
 @pytest.fixture
 def campaign(tmp_path: Path) -> Campaign:
-    c = Campaign.init(tmp_path / "campaigns", manifest())
+    c = Campaign.init(tmp_path / "campaigns", manifest(**FP8))
     for n, status in ((1, Status.BASELINE), (2, Status.ROLLED_BACK), (3, Status.ACCEPTED)):
         c.round_dir(n).mkdir(parents=True)
         c.save_result(closed_result(n, status))
@@ -79,7 +69,7 @@ def campaign(tmp_path: Path) -> Campaign:
 
 
 def test_tips_path_layout(tmp_path: Path) -> None:
-    p = tips_path(manifest(), tmp_path)
+    p = tips_path(manifest(**FP8), tmp_path)
     assert p == tmp_path / "gfx942" / "gemm_fp8" / "triton" / "tips.md"
 
 
