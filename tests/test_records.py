@@ -409,8 +409,24 @@ def test_chain_violation_is_reported() -> None:
     problems = check_chain([rr(2, Status.ACCEPTED, down), rr(1, Status.BASELINE, BASE)])
     assert len(problems) == 1
     assert problems[0].startswith(
+        "round-2 (ACCEPTED) Combined Step TFLOPS geomean 202.408 is 2.616% below its "
+        "incumbent (207.846) measured beside it"
+    )
+    # a round that recorded no incumbent is held against the round before it
+    alone = check_chain([rr(2, Status.ACCEPTED, down, best=None), rr(1, Status.BASELINE, BASE)])
+    assert alone[0].startswith(
         "round-2 (ACCEPTED) Combined Step TFLOPS geomean 202.408 is 2.616% below round-1 (207.846)"
     )
+
+
+def test_a_loaded_machine_moving_figures_between_rounds_is_no_broken_chain() -> None:
+    """The demo on a loaded CI machine: its accepted round read 5% below the baseline's
+    figures measured earlier, and +6.5% against the incumbent measured beside it."""
+    inc_now = score(shape("a", 380, 190), shape("b", 285, 142))  # the load: all 5% slower
+    cand = score(shape("a", 392, 196), shape("b", 294, 147))  # +3% on it, 2% under BASE
+    result = rr(2, Status.ACCEPTED, cand, best=inc_now)
+    assert check_chain([rr(1, Status.BASELINE, BASE), result]) == []
+    assert len(check_chain([rr(1, Status.BASELINE, BASE), rr(2, Status.ACCEPTED, cand)])) == 1
 
 
 def test_chain_compares_shared_shapes_only() -> None:
