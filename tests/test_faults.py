@@ -5,10 +5,15 @@ step of a round in turn, with the documented pause hook ``TURBO_CAMPAIGN_PAUSE_A
 dies with the campaign), no half-written record, ``campaign status`` names the step
 where the round stopped, the next command clears the worktrees and temporary folders
 of the killed one, the ledgers verify and no earlier record changed by a byte.  The
-last attempt closes the round (ACCEPTED: the candidate removes work the base does
-twice) and is killed before the lineage ref moves; the next command moves it.
+last attempt closes the round (ACCEPTED: the candidate removes the slow base's waste,
+``campaign_helpers.plant_slow_base``) and is killed before the lineage ref moves; the
+next command moves it.
 
-One baseline (2 passes) serves the whole file; the round uses one B C C B block.
+The file works on a copy of the session's ``slow_tiny`` campaign (no baseline of its
+own; its ~1.6x planted effect is decided in one B C C B block even on a loaded
+machine); the campaign's commands run with a private TMPDIR, so the worktrees, job
+folders and workers the test looks for are this file's alone, whatever another test
+of a campaign named ``t`` runs beside it.
 """
 
 from __future__ import annotations
@@ -21,29 +26,22 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from runner.core.pause_points import PAUSE_ENV, PAUSE_FILE_ENV
-from runner.flow.demo import demo_manifest_fields
-from runner.flow.new_campaign import create_campaign, fresh_example_copy
 from runner.store.campaign import Campaign
 from runner.store.guard import check_records
-from runner.store.leftovers import JOB_PREFIX, WORKTREE_PREFIX, partial_files, temp_root
+from runner.store.leftovers import JOB_PREFIX, WORKTREE_PREFIX, partial_files
 from runner.store.lineage import Lineage
 from runner.store.manifest import branch_name
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent
-HYPOTHESIS = (
-    "Quantise the weight once per FP8 GEMM: the base quantises it twice (expected: faster)."
-)
-KERNEL = "turbo_kernels/pytorch/ops/gemm_fp8.py"
-ONCE = "    b_fp8, b_scale_inv = quantize_fp8(b, b_dtype, gran, bs, weight=True)\n"
-TWICE = "    quantize_fp8(b, b_dtype, gran, bs, weight=True)  # the slow base: once more\n"
+HYPOTHESIS = "Quantise each FP8 weight once: the base quantises it three times (expected: faster)."
 WAIT_S = 900
 
 
@@ -58,46 +56,28 @@ def _git(cwd: Path, *args: str, stdin: str | None = None) -> str:
 
 
 @pytest.fixture(scope="module")
-def slow_campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Campaign, Path]]:
-    """A campaign whose base commit quantises the weight twice per FP8 GEMM, with its
-    baseline; the candidate patch is that waste removed (a robust ACCEPT)."""
-    from runner.executors.local import LocalExecutor
-    from runner.flow.baseline import run_baseline
-
+def slow_campaign(
+    slow_tiny: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    copy_campaign: Callable[[Path, Path, str], Path],
+) -> Iterator[tuple[Campaign, Path]]:
+    """A private copy of ``slow_tiny`` (its baseline, its source) and the patch that
+    removes the slow base's waste (a robust ACCEPT)."""
     root = tmp_path_factory.mktemp("faults")
-    source = fresh_example_copy(root / "source")
-    # The slow base quantises the weight twice in every FP8 GEMM (forward and both
-    # backward GEMMs). The candidate that removes it saves the same work in the benchmark
-    # idiom and in the real-training step, as the demo's FP8-weight reuse does. (Reversing
-    # the demo's float64 slow-down, or a doubled partial product, saves less on a real
-    # step's fresh buffers on the CPU, and the fresh-tensor veto may then call it
-    # inflated: seen at idiom +33% / real step +18% and +26% / +16%.)
-    kernel = source / KERNEL
-    text = kernel.read_text(encoding="utf-8")
-    assert ONCE in text, f"{KERNEL} no longer has the line the slow base doubles"
-    kernel.write_text(text.replace(ONCE, TWICE + ONCE), encoding="utf-8")
-    _git(source, "commit", "-q", "-am", "slow base")
-    fields = demo_manifest_fields(source, "faults", "cpu")
-    fields["campaign_name"] = "faults"
-    # CI time: three shapes (one held out), short timing; a large effect needs no more
-    fields["target_shapes"] = [
-        "cpu-small-16x256x1024",
-        "cpu-llama2-7b-attn_out-64x512x1024",
-        "cpu-llama2-7b-down-64x512x2816",
-    ]
-    fields["timing"] = {
-        "repeats": 2, "warmup_s": 0.05, "batch_s": 0.02, "max_repeats": 4,
-        "budget_s": 0.2, "target_rsd": 0.02,
-    }  # fmt: skip
-    campaign = create_campaign(root, **fields)
-    run_baseline(campaign, LocalExecutor(), passes=2, progress=lambda m: None)
-    patch = root / "speedup.patch"
-    patch.write_text(_git(source, "diff", "HEAD", "HEAD~1"), encoding="utf-8")
-    yield Campaign.load(campaign.root), patch
+    campaign = Campaign.load(copy_campaign(slow_tiny, root / "copy", "t"))
+    _temp_root(campaign).mkdir()  # the campaign commands' TMPDIR (module docstring)
+    yield campaign, root / "copy" / "speedup.patch"
 
 
-def _env(step: str | None, marker: Path) -> dict[str, str]:
+def _temp_root(campaign: Campaign) -> Path:
+    """The private TMPDIR of this file's campaign commands: ``tmp`` beside the campaigns
+    root."""
+    return campaign.root.parent.parent / "tmp"
+
+
+def _env(step: str | None, marker: Path, campaign: Campaign) -> dict[str, str]:
     env = dict(os.environ)
+    env["TMPDIR"] = str(_temp_root(campaign))
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "examples")])
     env.pop(PAUSE_ENV, None)
     if step:
@@ -129,8 +109,9 @@ def _alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
-def _workers(name: str) -> list[int]:
+def _workers(campaign: Campaign) -> list[int]:
     """Worker processes of this campaign (their spec lies in its job folder)."""
+    jobs = f"{_temp_root(campaign)}/{JOB_PREFIX}{campaign.name}-"
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -140,14 +121,14 @@ def _workers(name: str) -> list[int]:
         except OSError:
             continue
         text = [a.decode(errors="replace") for a in args]
-        ours = "runner.worker" in text and any(f"{JOB_PREFIX}{name}-" in a for a in text)
+        ours = "runner.worker" in text and any(a.startswith(jobs) for a in text)
         if ours and _alive(int(entry.name)):
             found.append(int(entry.name))
     return found
 
 
-def _leftover_dirs(name: str) -> list[Path]:
-    tmp = temp_root()
+def _leftover_dirs(campaign: Campaign) -> list[Path]:
+    tmp, name = _temp_root(campaign), campaign.name
     return sorted([*tmp.glob(f"{JOB_PREFIX}{name}-*"), *tmp.glob(f"{WORKTREE_PREFIX}{name}-*")])
 
 
@@ -185,7 +166,7 @@ def _kill_at(
     marker.unlink(missing_ok=True)
     proc = subprocess.Popen(
         _validate_argv(campaign, patch),
-        env=_env(step, marker),
+        env=_env(step, marker, campaign),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -224,7 +205,7 @@ def _wait_gone(pids: list[int], seconds: float = 10.0) -> list[int]:
 
 def _status(campaign: Campaign, marker: Path) -> subprocess.CompletedProcess[str]:
     argv = _cli(campaign, "status", "--campaign", campaign.name)
-    return _run(argv, _env(None, marker))
+    return _run(argv, _env(None, marker, campaign))
 
 
 # (pause step, the step `campaign status` reports for the killed round)
@@ -250,16 +231,16 @@ def test_kill_at_every_step(slow_campaign: tuple[Campaign, Path], tmp_path: Path
     for step, noted in STEPS:
         pid, proc = _kill_at(step, campaign, patch, marker)
         # the next command (this one) cleared what the previous kill left behind
-        assert not set(previous) & set(_leftover_dirs(campaign.name)), step
+        assert not set(previous) & set(_leftover_dirs(campaign)), step
         assert all(not Path(w).is_relative_to(p) for w in _registered_worktrees(source)
                    for p in previous), step  # fmt: skip
-        workers = _workers(campaign.name)
+        workers = _workers(campaign)
         if step.startswith("worker-"):
             assert pid in workers, f"{step}: the paused process is not a worker"
-        previous = _leftover_dirs(campaign.name)
+        previous = _leftover_dirs(campaign)
         _sigkill(proc)
         assert _wait_gone([pid, *workers]) == [], f"{step}: a worker outlived its campaign"
-        assert _workers(campaign.name) == []
+        assert _workers(campaign) == []
         # no half-written record; the ledgers verify; nothing earlier changed
         assert check_records(campaign) == [], step
         for p in campaign.root.rglob("*.json"):
@@ -289,11 +270,12 @@ def test_kill_at_every_step(slow_campaign: tuple[Campaign, Path], tmp_path: Path
     assert trend.count("| round-2 |") == 1
 
     # the next command moves the lineage head and clears the last leftovers
-    report = _run(_cli(campaign, "report", "--campaign", campaign.name), _env(None, marker))
+    report = _run(_cli(campaign, "report", "--campaign", campaign.name),
+                  _env(None, marker, campaign))  # fmt: skip
     assert report.returncode == 0, report.stdout + report.stderr
     assert lineage.head() == result.commit
     assert lineage.linear_history(campaign.manifest.base_commit or "") == [result.commit]
-    assert _leftover_dirs(campaign.name) == []
+    assert _leftover_dirs(campaign) == []
     assert _registered_worktrees(source) == []
     assert partial_files(campaign.root) == []
     assert check_records(campaign) == []
@@ -313,6 +295,7 @@ def test_hand_edit_is_refused_before_any_work(
     manifest = copy / "manifest.yaml"  # the copy's home is the copy (campaign relocate)
     manifest.write_text(manifest.read_text().replace(str(campaign.root), str(copy)))
     edited = Campaign.load(copy)
+    _temp_root(edited).mkdir()
     log = edited.optimize_log
     data = log.read_bytes()
     at = data.index(b"## ") + 3
@@ -326,7 +309,7 @@ def test_hand_edit_is_refused_before_any_work(
     t0 = time.monotonic()
     argv = _cli(edited, "validate", "--campaign", edited.name, "--round",
                 str(edited.next_round()), "--hypothesis", "h", "--patch", str(patch))  # fmt: skip
-    got = _run(argv, _env(None, marker))
+    got = _run(argv, _env(None, marker, edited))
     assert got.returncode == 5, got.stdout + got.stderr
     assert time.monotonic() - t0 < 30
     assert str(log) in got.stderr and "append a correction" in got.stderr
