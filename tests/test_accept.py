@@ -27,8 +27,14 @@ from runner.flow.acceptance_record import (
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 from runner.store.manifest import branch_name
+from runner.targets.example import EXAMPLE, ExampleTarget
 
 METRIC = "Combined Step TFLOPS"
+# The end-to-end acceptance runs this part of the example package's suite as its full
+# suite: the file of the op the demo's accepted round changed.  The whole suite (its
+# Triton compiles included, ~60 s of CPU) is CI's own first stage (`make test`), and
+# the product's command for it is checked below.
+SUITE_PART = "python -m pytest tests/test_example_gemm_fp8.py -q"
 
 
 def score(**values: float) -> Score:
@@ -168,11 +174,21 @@ def test_exit_codes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert exc.value.code == 3
 
 
+def test_the_example_full_suite_is_the_whole_test_folder() -> None:
+    """What `campaign accept` runs as the example package's full suite (the end-to-end
+    test below runs a part of it)."""
+    assert EXAMPLE.full_suite_command() == "python -m pytest tests -q"
+
+
 # ---- integration: the whole acceptance on the demo -------------------------------------------
 @pytest.mark.integration
-def test_accept_end_to_end_then_report(demo_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_accept_end_to_end_then_report(
+    demo_copy: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The full-validation verdict depends on the machine's noise (and on whether the
-    demo accepted its speed-up); everything else is deterministic."""
+    demo accepted its speed-up); everything else is deterministic.  The full suite is
+    ``SUITE_PART``: the acceptance records the command it ran."""
+    monkeypatch.setattr(ExampleTarget, "full_suite_command", lambda self: SUITE_PART)
     root = ["--campaigns-root", str(demo_copy.parent)]
     with pytest.raises(SystemExit) as exc:
         main([*root, "accept", "--passes", "1"])
@@ -198,7 +214,7 @@ def test_accept_end_to_end_then_report(demo_copy: Path, capsys: pytest.CaptureFi
         bool(accepted_rounds) and gate["decision"] in ("ACCEPTED", "ACCEPTED_TRADEOFF")
     )
     assert len(data["commits"]) == len(accepted_rounds)
-    assert data["full_suite"]["command"] == "python -m pytest tests -q"
+    assert data["full_suite"]["command"] == SUITE_PART
     assert "passed" in (folder / "artifacts" / "full_suite.log").read_text("utf-8")
     header = (folder / "artifacts" / "full_benchmark.csv").read_text("utf-8").splitlines()[0]
     assert header.startswith("label,B,M,N,K,Check,")
