@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from runner.core.pause_points import PAUSE_ENV, PAUSE_FILE_ENV
+from runner.flow.settings import set_gate_field
 from runner.store.campaign import Campaign
 from runner.store.guard import check_records
 from runner.store.leftovers import JOB_PREFIX, WORKTREE_PREFIX, partial_files
@@ -43,6 +44,13 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent
 HYPOTHESIS = "Quantise each FP8 weight once: the base quantises it three times (expected: faster)."
 WAIT_S = 900
+# The focused test of every attempt: one case of the op's test file (under test here
+# are the kills; the file's pytest start-up and imports still run, and the candidate's
+# numbers are still checked).  Set with `campaign set`, so the change is recorded.
+FOCUSED = (
+    "python -m pytest tests/test_example_gemm_fp8.py -q -p no:cacheprovider"
+    " -k 128x256x512-NN-blockwise"
+)
 
 
 def _git(cwd: Path, *args: str, stdin: str | None = None) -> str:
@@ -65,8 +73,9 @@ def slow_campaign(
     removes the slow base's waste (a robust ACCEPT)."""
     root = tmp_path_factory.mktemp("faults")
     campaign = Campaign.load(copy_campaign(slow_tiny, root / "copy", "t"))
+    set_gate_field(campaign, "test_command", FOCUSED, "test_faults: the kills are under test")
     _temp_root(campaign).mkdir()  # the campaign commands' TMPDIR (module docstring)
-    yield campaign, root / "copy" / "speedup.patch"
+    yield Campaign.load(campaign.root), root / "copy" / "speedup.patch"
 
 
 def _temp_root(campaign: Campaign) -> Path:
