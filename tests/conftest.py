@@ -31,8 +31,8 @@ file's order (its module fixtures are built once).  Files are handed out in coll
 order, which ``pytest_collection_modifyitems`` makes longest first (``FILE_SECONDS``):
 the two workers then end within seconds of each other instead of one running the last
 long file alone (xdist's own reorder, by number of tests, put the long one-test files
-last), and the first demo user builds ``demo_campaign`` while the other worker runs the
-longest file, so neither waits on the other's build.
+last), and the first demo user builds ``demo_campaign`` while the other worker runs a
+long file that needs no demo, so neither waits on the other's build.
 Files run side by side, so a test whose containers or Slurm jobs another campaign's
 next command could clear (``runner.store.leftovers``, by campaign name) gives its
 campaign a unique name.  Each worker gets its own GPU lease folder, and serving
@@ -73,23 +73,25 @@ WORKER_LIMITS = {
 
 
 # Seconds a file takes on the 2-core CI machine, its module and session fixtures
-# included (`--durations` of .ci/run, 2026-12-01): the order files start in.  The first
-# demo user carries the session demo's build (~145 s).  A file not named here is short
-# and runs after these, in name order; a wrong figure costs balance, never a test.
+# included (`--durations` of .ci/run, 2026-12-01; the files marked * less what their
+# changes of that day saved, estimated from the CPU seconds they no longer spend): the
+# order files start in.  The first demo user (test_accept) carries the session demo's
+# build (~140 s).  A file not named here is short and runs after these, in name order;
+# a wrong figure costs balance, never a test.
 FILE_SECONDS = {
     "test_rebuild.py": 410,
-    "test_accept.py": 290,  # builds demo_campaign (it starts second, beside rebuild)
     "test_adversarial.py": 280,
+    "test_baseline_more_ops.py": 235,  # * its rounds' first pairs are final
     "test_bundle.py": 230,
     "test_redteam.py": 220,
-    "test_baseline_more_ops.py": 210,
+    "test_faults.py": 205,  # * a copy of slow_tiny, no baseline of its own
+    "test_accept.py": 200,  # * builds demo_campaign; a part of the example suite
     "test_docker_rounds.py": 200,
     "test_rounds.py": 190,
-    "test_faults.py": 165,
+    "test_workspace_mode.py": 185,
     "test_paired.py": 150,
-    "test_workspace_mode.py": 130,
-    "test_wheel_demo.py": 125,
-    "test_mcp_server.py": 60,
+    "test_wheel_demo.py": 150,
+    "test_mcp_server.py": 65,  # * the suite's round cap reaches the server
     "test_tamper.py": 60,  # one round on a demo copy, failed before its first turn
     "test_build_cache.py": 30,  # real C builds through the local executor
     "test_progress.py": 45,
