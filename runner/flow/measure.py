@@ -154,15 +154,19 @@ def _per_pass(
     watch: PairWatch,
 ) -> dict[str, list[Path]]:
     """One fresh worker per pass: B C C B blocks (two samples each), C B for an odd
-    one; one role: ``samples`` passes."""
+    one (more roles: their palindrome, B C D D C B, the candidates rotated from block to
+    block as ``paired._order`` rotates them); one role: ``samples`` passes."""
     patterns: list[tuple[str, ...]]
     if len(roles) == 1:
         patterns = [(roles[0],)] * samples
-    elif len(roles) > 2:
-        raise RoundFailed(f"one-pass-per-worker measurement compares two roles, not {roles}")
-    else:
-        a, b = roles
-        patterns = [(a, b, b, a)] * (samples // 2) + [(b, a)] * (samples % 2)
+    else:  # B C C B for two roles; a tournament's B C D D C B, candidates rotated
+        patterns = []
+        for block in range((samples + 1) // 2):
+            cands = roles[1:]
+            r = (start_index + block) % len(cands)
+            forward = (roles[0], *cands[r:], *cands[:r])
+            back = tuple(reversed(forward))
+            patterns.append((*forward, *back) if 2 * block + 1 < samples else back)
     gpus = tuple(rnd.gpus)
     if len(gpus) > 1 and hasattr(rnd.executor, "submit_sequences"):
         return _slurm_array(rnd, trees, shapes, roles, patterns, start_index)

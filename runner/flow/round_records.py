@@ -25,7 +25,6 @@ from runner.flow.passes import fresh_gains, state_report
 from runner.flow.round_context import Round
 from runner.judge.vetoes import state_transfer
 from runner.store.campaign import Campaign
-from runner.store.records import close_round
 from runner.store.roundfiles import artifact_list, describe_patch, store_artifacts
 
 
@@ -73,6 +72,19 @@ def veto_only(
     )
     gate = GateResult(Decision.ROLLED_BACK, metric, 0.0, 0.0, 0.0, (), (), tuple(vetoes))
     return gate, empty, empty
+
+
+def check_round_number(campaign: Campaign, n: int) -> None:
+    """Refuse a VALIDATE round numbered other than the campaign's next."""
+    expected = campaign.next_round()
+    if expected == 1:
+        raise ConfigError("no baseline yet: run `campaign baseline` first")
+    if n != expected:
+        raise ConfigError(
+            f"round {n} is not the next round: round-{expected - 1} is the last "
+            f"closed one, so run `campaign validate --round {expected}` (round numbers "
+            "are never reused)"
+        )
 
 
 def current_best(campaign: Campaign) -> RoundResult:
@@ -140,7 +152,7 @@ def round_result(
     )
 
 
-def close_failed(
+def failed_result(
     rnd: Round,
     request: Request,
     patch: str,
@@ -183,5 +195,4 @@ def close_failed(
             "fix the crash before measuring again",
         ),
     )
-    close_round(campaign, result, progress=rnd.step)
     return result

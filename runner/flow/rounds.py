@@ -43,8 +43,9 @@ from runner.flow.round_context import (
 from runner.flow.round_records import (
     Request,
     behaviour_transfer,
-    close_failed,
+    check_round_number,
     current_best,
+    failed_result,
     now,
     round_result,
     veto_only,
@@ -73,15 +74,7 @@ def validate_round(
     """One VALIDATE round; refuses bad requests before writing anything."""
     with campaign.lock():
         preflight(campaign, progress)
-        expected = campaign.next_round()
-        if expected == 1:
-            raise ConfigError("no baseline yet: run `campaign baseline` first")
-        if request.round != expected:
-            raise ConfigError(
-                f"round {request.round} is not the next round: round-{expected - 1} is the last "
-                f"closed one, so run `campaign validate --round {expected}` (round numbers "
-                "are never reused)"
-            )
+        check_round_number(campaign, request.round)
         if not request.hypothesis.strip():
             raise ConfigError("state the hypothesis before the change: --hypothesis TEXT")
         lineage = Lineage(
@@ -159,7 +152,9 @@ def _validate_in(
                 prove_untouched(before, rnd.tmp, unbuilt=unbuilt)
     except (RoundFailed, Tampered) as exc:
         why = "\n".join([str(exc), *notes])
-        return close_failed(rnd, request, patch, touched, started, best, why)
+        failed = failed_result(rnd, request, patch, touched, started, best, why)
+        close_round(campaign, failed, progress=rnd.step)
+        return failed
     commit = None
     message = ""
     if gate.decision.accepted:
