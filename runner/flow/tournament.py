@@ -24,7 +24,7 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from runner.core.errors import ConfigError, Tampered
+from runner.core.errors import ConfigError, NothingToDo, Tampered
 from runner.core.outcomes import Decision, GateResult, RoundResult, TournamentNote
 from runner.core.pause_points import pause_point
 from runner.core.spec import write_json_atomic
@@ -83,7 +83,7 @@ def validate_tournament(
             try:
                 entry.touched = lineage.check_patch(entry.patch)
                 entry.declared = check_scope(m, target, entry.touched, entry.request.allow_outside)
-            except ConfigError as exc:
+            except (ConfigError, NothingToDo) as exc:
                 entry.failure = f"refused before measuring: {exc}"
         if all(e.failure for e in entries):
             lines = "\n".join(f"  round-{e.n}: {e.failure}" for e in entries)
