@@ -324,7 +324,7 @@ class TurboTools:
             Field(description="Paths outside kernel_source the changes may touch (recorded)."),
         ] = None,
     ) -> list[RoundReport]:
-        """A tournament (`campaign validate` with several --patch, docs/protocol.md §6.8):
+        """A tournament (`campaign validate` with several --patch, docs/protocol.md §1.5):
         every entry is its own round, all judged against the incumbent in one paired
         measurement; the best accepted one is confirmed by a fresh paired measurement and
         committed, the other accepted ones roll back as superseded.  An entry that does

@@ -205,7 +205,7 @@ def validate_cmd(
     quiet: bool,
 ) -> None:
     """VALIDATE round N: the candidate against the last accepted round, paired.  Several
-    --patch: a tournament of rounds N, N+1, ... (docs/protocol.md §6.8).  Exit 0
+    --patch: a tournament of rounds N, N+1, ... (docs/protocol.md §1.5).  Exit 0
     ACCEPTED, 3 ROLLED BACK (a verdict), 6 FAILED to measure, 2 bad input."""
     campaign = find_campaign(app, name)
     entries = entry_pairs(hypotheses, patches)

@@ -210,7 +210,7 @@ class RollbackAnalysis:
 
 @dataclass
 class TournamentNote:
-    """A round judged in a tournament (docs/protocol.md §6.8): its rounds ``first`` to
+    """A round judged in a tournament (docs/protocol.md §1.5): its rounds ``first`` to
     ``last``, the round that won (None: none), the one line that says which won and
     why, and the accepted entries it superseded, to retry on the new head."""
 

@@ -1,5 +1,5 @@
 """Tournament rounds: several hypotheses judged against one incumbent in one paired
-measurement (docs/protocol.md §6.8).
+measurement (docs/protocol.md §1.5).
 
 ``campaign validate --round N --hypothesis H1 --patch P1 --hypothesis H2 --patch P2``:
 entry k is round N+k-1, with its own candidate worktree, audit, focused test, records

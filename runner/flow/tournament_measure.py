@@ -14,6 +14,7 @@ starts again without it (the pairs completed before stay).
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -89,10 +90,14 @@ class Entry:
 def focused_tests(rnd: Round, entries: Sequence[Entry]) -> None:
     """Every measurable entry's focused test, before anything is timed (a vetoed entry
     still records its test, as a single round does); a failure vetoes that entry alone.
-    On a GPU target with serving workers the tests run side by side (they do not time
-    anything); elsewhere one after another (two CPU cores would slow each other)."""
+    The tests run side by side, nothing is timed while they run: all at once on a GPU
+    target with serving workers, as many as the host has cores elsewhere (a test is
+    mostly a Python interpreter importing torch)."""
     testable = [e for e in entries if e.tree is not None and not e.failure]
-    parallel = len(testable) if rnd.gpu_target and supports_paired(rnd.executor) else 1
+    if rnd.gpu_target and supports_paired(rnd.executor):
+        parallel = len(testable)
+    else:
+        parallel = min(len(testable), os.cpu_count() or 1)
     failed = f"focused test failed on the candidate ({rnd.manifest.test_command}):\n"
 
     def one(entry: Entry) -> None:

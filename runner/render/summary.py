@@ -215,7 +215,7 @@ def _tournament(result: RoundResult) -> str | None:
         return None
     lines = [
         f"- Judged with rounds {t.first}-{t.last} against one incumbent in one paired "
-        "measurement (docs/protocol.md §6.8); each round is its own hypothesis and change.",
+        "measurement (docs/protocol.md §1.5); each round is its own hypothesis and change.",
         f"- {t.line}",
     ]
     if t.retry:
