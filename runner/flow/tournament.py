@@ -161,27 +161,48 @@ def _run(rnd: Round, entries: list[Entry], started: str) -> list[RoundResult]:
         unbuilt = snapshot_trees(roles)
         builds: list[BuiltRole] = []
         try:
-            with built_roles(rnd, roles) as builds:
-                before = snapshot_trees(roles)
-                rnd.ready_checks.append(partial(prove_ready, before, guarded))
-                try:
-                    focused_tests(rnd, live)
-                    measure_entries(rnd, inc_tree, live, shapes)
-                    confirm(rnd, inc_tree, live, shapes)
-                except RoundFailed as exc:
-                    cause = _tampered(rnd, entries, before, guarded, unbuilt)
-                    raise (cause or exc) from exc
-                finally:
-                    rnd.ready_checks.clear()
+            builds = _build(rnd, stack, roles, live)
+            before = snapshot_trees(roles)
+            rnd.ready_checks.append(partial(prove_ready, before, guarded))
+            try:
+                focused_tests(rnd, live)
+                measure_entries(rnd, inc_tree, live, shapes)
+                confirm(rnd, inc_tree, live, shapes)
+            except RoundFailed as exc:
                 cause = _tampered(rnd, entries, before, guarded, unbuilt)
-                if cause is not None:
-                    raise cause
+                raise (cause or exc) from exc
+            finally:
+                rnd.ready_checks.clear()
+            cause = _tampered(rnd, entries, before, guarded, unbuilt)
+            if cause is not None:
+                raise cause
         except (RoundFailed, Tampered) as exc:
             failed_all = str(exc)
     if builds:
         for entry in live:
             entry.notes.append(describe(builds))
     return _close(rnd, entries, started, head, failed_all)
+
+
+def _build(
+    rnd: Round,
+    stack: contextlib.ExitStack[bool | None],
+    roles: dict[str, Path],
+    live: Sequence[Entry],
+) -> list[BuiltRole]:
+    """Every role's build, held until the tournament ends (``built_roles``); a
+    candidate whose build fails fails alone (its role dropped, the rest built again:
+    cache hits), the incumbent's fails the tournament."""
+    while True:
+        try:
+            return stack.enter_context(built_roles(rnd, roles))
+        except RoundFailed as exc:
+            folder = exc.log_path.parent.name if exc.log_path is not None else ""
+            culprit = next((e for e in live if folder == f"build-{e.role}"), None)
+            if culprit is None:
+                raise
+            culprit.failure = f"its native build failed: {exc}"
+            del roles[culprit.role]
 
 
 def _audit(rnd: Round, entry: Entry, inc_tree: Path) -> None:
