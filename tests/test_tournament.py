@@ -8,7 +8,9 @@ noise: the speed-up wins, and each kind of failing entry fails alone.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -165,3 +167,36 @@ def _head(campaign: object) -> str:
 
     m = campaign.manifest  # type: ignore[attr-defined]
     return Lineage(Path(m.source), m.campaign_name, branch_name(m)).head()
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this host")
+def test_a_candidate_whose_native_build_fails_fails_alone(tmp_path: Path) -> None:
+    """The Primus-Turbo-shaped fixture's real C extension: the candidate that breaks it
+    is dropped with its build log's message, the other one and the incumbent are built."""
+    from test_build_cache import FASTER, pipeline, tree
+
+    from runner.executors.local import LocalExecutor
+    from runner.flow.round_context import Round
+    from runner.flow.round_records import Request
+    from runner.flow.tournament import _build
+    from runner.flow.tournament_measure import Entry
+
+    campaign = pipeline().new_campaign(tmp_path, "local", None, "cpu")
+    repo = Path(campaign.manifest.source)
+    broken = {"csrc/kernels/gemm/gemm_config.h": ("SWEEPS 3", "SWEEPS 3 +")}
+    roles = {
+        "incumbent": tree(repo, tmp_path / "i"),
+        "candidate-1": tree(repo, tmp_path / "c1", broken),
+        "candidate-2": tree(repo, tmp_path / "c2", FASTER),
+    }
+    entries = [Entry(Request(2, "breaks the build", "x"), 1), Entry(Request(3, "faster", "x"), 2)]
+    rnd = Round(campaign, LocalExecutor(), lambda _m: None, tmp_path / "r", 2, "quick")
+    rnd.tmp.mkdir()
+    with contextlib.ExitStack() as stack:
+        builds = _build(rnd, stack, roles, entries)
+        assert sorted(roles) == ["candidate-2", "incumbent"]
+        assert {b.role for b in builds} == {"incumbent", "candidate-2"}
+        assert all(rnd.builds.get(roles[b.role]) is b for b in builds)
+    assert entries[0].failure is not None and "its native build failed" in entries[0].failure
+    assert entries[1].failure is None
