@@ -104,8 +104,8 @@ def test_a_tournament_judges_its_entries_and_failing_ones_fail_alone(
     from runner.store.campaign import Campaign
     from runner.store.guard import check_records
 
-    # the A/A is never clear on the tiny shapes' noise: it is judged at the cap (22 s for
-    # three roles), the speed-up at its first pairs
+    # the A/A is never clear on the tiny shapes' noise: it is judged at the cap (15 s of its
+    # share of the time), the speed-up at its first pairs
     monkeypatch.setenv("TURBO_CAMPAIGN_ROUND_CAP_S", "15")
     root = copy_campaign(slow_tiny, tmp_path / "c", "t")
     campaign = Campaign.load(root)

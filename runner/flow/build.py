@@ -28,6 +28,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+
 from runner.executors.base import BuildJob, BuiltRole, RoleBuildFailed
 from runner.executors.build_cache import BuildCache, build_key, native_inputs
 from runner.flow.failures import RoundFailed

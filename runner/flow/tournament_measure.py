@@ -6,9 +6,11 @@ Sequential, as a single round's (``runner.flow.measure.measure_and_judge``): eac
 candidate is judged against the incumbent on the pairs measured so far; the ones the
 gate cannot tell yet get more fresh pairs, measured together beside the incumbent
 (one incumbent worker per pair serves them all), until every one is decided or the cap
-is reached.  The cap is the level's, scaled by the turns a pair takes (k candidates:
-k + 1 roles, against a single round's 2), so each comparison gets about the pairs a
-single round would.  A candidate whose worker crashes fails alone: the measurement
+is reached.  The cap is the level's, on each comparison's share of the time: a
+measurement of r roles that took t seconds counts t * 2 / r for each candidate in it
+(a two-role round's time for the same pairs), so each comparison gets about the pairs
+a single round would, and one still unclear after the others are decided goes on at a
+single round's pace.  A candidate whose worker crashes fails alone: the measurement
 starts again without it (the pairs completed before stay).
 """
 
@@ -123,10 +125,11 @@ def measure_entries(
     samples = 2 * (request.pairs or rnd.manifest.pairs)
     asked = first_samples(rnd, samples)
     paths: dict[str, dict[str, list[Path]]] = {e.role: {"incumbent": [], e.role: []} for e in todo}
-    cap_s = measurement_cap(rnd.level) * (len(todo) + 1) / 2
-    started = time.monotonic()
+    cap_s = measurement_cap(rnd.level)
+    spent = {e.role: 0.0 for e in todo}  # each comparison's share of the time, in seconds
     while todo:
         trees = {"incumbent": inc_tree, **{e.role: e.tree for e in todo if e.tree}}
+        start = time.monotonic()
         try:
             got = measure_roles(rnd, trees, shapes, asked, last_index(rnd.tmp))
         except RoundFailed as exc:
@@ -136,9 +139,11 @@ def measure_entries(
             culprit.failure = f"a worker of this candidate failed: {exc}"
             todo.remove(culprit)
             continue
+        share = (time.monotonic() - start) * 2 / len(trees)  # a two-role round's time
         for e in todo:
             paths[e.role]["incumbent"] += got["incumbent"]
             paths[e.role][e.role] += got[e.role]
+            spent[e.role] += share
         undecided = []
         for e in todo:
             assert e.view is not None
@@ -150,7 +155,7 @@ def measure_entries(
             break
         have = max(len(paths[e.role]["incumbent"]) for e in undecided)
         wanted = max(e.judged.gate.more_pairs for e in undecided if e.judged)
-        asked = next_pairs(wanted, have, time.monotonic() - started, cap_s)
+        asked = next_pairs(wanted, have, max(spent[e.role] for e in undecided), cap_s)
         todo = undecided
         if asked < 1:  # the cap: judge what is still unclear as final
             rnd.progress(f"round-{rnd.round}: tournament measurement cap reached at {have} pair(s)")
