@@ -156,17 +156,7 @@ def _per_pass(
     """One fresh worker per pass: B C C B blocks (two samples each), C B for an odd
     one (more roles: their palindrome, B C D D C B, the candidates rotated from block to
     block as ``paired._order`` rotates them); one role: ``samples`` passes."""
-    patterns: list[tuple[str, ...]]
-    if len(roles) == 1:
-        patterns = [(roles[0],)] * samples
-    else:  # B C C B for two roles; a tournament's B C D D C B, candidates rotated
-        patterns = []
-        for block in range((samples + 1) // 2):
-            cands = roles[1:]
-            r = (start_index + block) % len(cands)
-            forward = (roles[0], *cands[r:], *cands[:r])
-            back = tuple(reversed(forward))
-            patterns.append((*forward, *back) if 2 * block + 1 < samples else back)
+    patterns = pass_patterns(roles, samples, start_index)
     gpus = tuple(rnd.gpus)
     if len(gpus) > 1 and hasattr(rnd.executor, "submit_sequences"):
         return _slurm_array(rnd, trees, shapes, roles, patterns, start_index)
@@ -188,6 +178,25 @@ def _per_pass(
         for _ in range(len(pattern) // len(roles)):
             watch.pair_done()
     return paths
+
+
+def pass_patterns(
+    roles: Sequence[str], samples: int, start_index: int = 0
+) -> list[tuple[str, ...]]:
+    """The blocks of fresh-process passes giving ``samples`` samples of each role: B C C
+    B (two samples each) and C B for an odd one; more roles: their palindrome B C D D C
+    B, the candidates rotated from block to block (from ``start_index``) as
+    ``paired._order`` rotates them; one role: ``samples`` passes."""
+    if len(roles) == 1:
+        return [(roles[0],)] * samples
+    patterns: list[tuple[str, ...]] = []
+    cands = list(roles[1:])
+    for block in range((samples + 1) // 2):
+        r = (start_index + block) % len(cands)
+        forward = (roles[0], *cands[r:], *cands[:r])
+        back = tuple(reversed(forward))
+        patterns.append((*forward, *back) if 2 * block + 1 < samples else back)
+    return patterns
 
 
 def _slurm_array(
