@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -210,20 +211,11 @@ def validate_cmd(
     campaign = find_campaign(app, name)
     entries = entry_pairs(hypotheses, patches)
     bucket_of = _buckets(buckets, len(entries))
-    gpu_ids = tuple(parse_gpus(gpus)) if gpus else ()
+    shared = Request(round_n, "", None, level, restore, pairs=pairs, allow_outside=allow_outside,
+                     gpus=tuple(parse_gpus(gpus)) if gpus else (),
+                     allow_env_mismatch=allow_env_mismatch)  # fmt: skip
     requests = [
-        Request(
-            round_n + k,
-            hypothesis,
-            text,
-            level,
-            restore,
-            bucket_of[k],
-            pairs,
-            gpu_ids,
-            allow_env_mismatch,
-            tuple(allow_outside),
-        )
+        replace(shared, round=round_n + k, hypothesis=hypothesis, patch=text, bucket=bucket_of[k])
         for k, (hypothesis, text) in enumerate(entries)
     ]
     run = make_executor(campaign.manifest, executor)
