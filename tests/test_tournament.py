@@ -159,6 +159,7 @@ def test_a_tournament_judges_its_entries_and_failing_ones_fail_alone(
 
     code, out = run_cli([*cli, "status", "--campaign", "t"], capsys)
     assert code == 0 and "tournament rounds 2-6: round-2 won" in out, out
+    assert "consecutive rollbacks: 0" in out  # the entries judged beside the winner
 
 
 def _head(campaign: object) -> str:

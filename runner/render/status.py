@@ -66,12 +66,15 @@ def lease_lines() -> list[tuple[str, str]]:
 
 
 def consecutive_rollbacks(results: Sequence[RoundResult]) -> int:
-    """Rounds ROLLED BACK or FAILED since the last BASELINE/ACCEPTED round."""
+    """Rounds ROLLED BACK or FAILED since the last BASELINE/ACCEPTED round; the rounds
+    of a tournament that had a winner are not counted (they were judged beside it, not
+    after it: docs/protocol.md §1.5)."""
     count = 0
     for r in sorted(results, key=lambda r: r.round, reverse=True):
         if r.status in (Status.BASELINE, Status.ACCEPTED):
             break
-        count += 1
+        if r.tournament is None or r.tournament.winner is None:
+            count += 1
     return count
 
 
