@@ -8,6 +8,9 @@ through the product's functions:
 * ``setup``: the campaign and ``runner.flow.baseline.run_baseline`` (timed; 3 passes);
 * ``quick``: ``--rounds`` real quick VALIDATE rounds (``runner.flow.rounds.validate_round``, a
   comment-only candidate: A/A), each timed end to end as a user sees it;
+* ``tournament``: ``--rounds`` real tournaments of ``--entries`` A/A entries
+  (``runner.flow.tournament.validate_tournament``; comments that differ), each timed:
+  none may be ACCEPTED;
 * ``study``: ``--rounds`` study rounds.  Each starts one fresh serving worker per tree
   and process pair, all taking turns on the GPU (``runner.flow.measure.measure_roles``
   with four roles: the head twice, the head with the planted slowdown, the head with
@@ -30,6 +33,7 @@ summary table last.  On one H200, in commands of at most 9 minutes::
     python3 benchmarks/paired_study.py setup quick --rounds 3 --root /tmp/ps --out $OUT
     python3 benchmarks/paired_study.py study --rounds 10 --root /tmp/ps --out $OUT
     python3 benchmarks/paired_study.py study --rounds 20 --root /tmp/ps --out $OUT
+    python3 benchmarks/paired_study.py tournament --rounds 10 --root /tmp/ps --out $OUT
 
 ``--device cpu`` runs the same on the CPU with the TORCH backend and the CPU shape set
 (tiny shapes: a check of the script, not a figure).
@@ -62,6 +66,7 @@ from runner.flow.measure import (  # noqa: E402
 from runner.flow.new_campaign import create_campaign, fresh_example_copy  # noqa: E402
 from runner.flow.round_context import Round, level_shapes  # noqa: E402
 from runner.flow.rounds import Request, validate_round  # noqa: E402
+from runner.flow.tournament import validate_tournament  # noqa: E402
 from runner.store.campaign import Campaign  # noqa: E402
 
 PLANT_FILE = "turbo_kernels/pytorch/ops/gemm_fp8.py"
@@ -86,14 +91,14 @@ def head_text(campaign: Campaign) -> str:
     return lineage.git("show", f"{lineage.head()}:{PLANT_FILE}") + "\n"
 
 
-def plant_patch(text: str, copies: int) -> str:
+def plant_patch(text: str, copies: int, tag: str = "") -> str:
     """A patch onto ``text`` (the planted file) that makes the forward return its output
     after ``copies`` extra copies (extra calls in the step, the kernel untouched);
-    ``copies`` 0: a comment only."""
+    ``copies`` 0: a comment only (``tag`` in it, so several A/A patches differ)."""
     if PLANT_AT not in text:
         raise SystemExit(f"{PLANT_FILE} changed: no line {PLANT_AT.strip()!r} to plant at")
     if copies == 0:
-        new = PLANT_AT.replace("        return", "        # A/A: same code\n        return")
+        new = PLANT_AT.replace("        return", f"        # A/A: same code{tag}\n        return")
     else:
         new = (
             "        out = _fp8_gemm(a_mk, fwd, b_nk, fwd, config, out_dtype)\n"
@@ -207,6 +212,32 @@ def quick_rounds(args: argparse.Namespace, campaign: Campaign, state: dict[str, 
         stamped(f"quick round {n}: {result.status.value} in {state['quick'][-1]['seconds']} s")
 
 
+def tournaments(args: argparse.Namespace, campaign: Campaign, state: dict[str, Any]) -> None:
+    """Real tournaments of ``--entries`` A/A entries (comments that differ), timed end
+    to end: none may be ACCEPTED (issue 31: 10 tournaments of 4 A/A entries)."""
+    executor = LocalExecutor()
+    done = state.setdefault("tournament", [])
+    while len(done) < args.rounds:
+        campaign = Campaign.load(campaign.root)
+        n = campaign.next_round()
+        text = head_text(campaign)
+        requests = [
+            Request(n + k, f"A/A {k + 1}: a comment only", plant_patch(text, 0, f" ({k + 1})"))
+            for k in range(args.entries)
+        ]
+        t0 = time.perf_counter()
+        results = validate_tournament(campaign, executor, requests, progress=stamped)
+        done.append({
+            "rounds": [n, n + args.entries - 1],
+            "seconds": round(time.perf_counter() - t0, 1),
+            "statuses": [r.status.value for r in results],
+            "delta_pct": [r.gate.delta_pct if r.gate else None for r in results],
+            "pairs": [r.gate.pairs_used if r.gate else None for r in results],
+        })  # fmt: skip
+        save_state(args.out, state)
+        stamped(f"tournament {len(done)} ({done[-1]['seconds']} s): {done[-1]['statuses']}")
+
+
 COMPARISONS = (  # name, reference role, candidate role
     ("aa", "head", "same"),
     ("slow", "head", "slow1"),
@@ -307,13 +338,26 @@ def summary(state: dict[str, Any]) -> str:
             )
         secs = sorted(r["seconds"] for r in study)
         lines.append(f"| one study round (4 trees, 3 verdicts) | median {secs[n // 2]} s | |")
+    tours = state.get("tournament", [])
+    if tours:
+        n = len(tours)
+        accepted = sum(any(s.startswith("ACCEPTED") for s in t["statuses"]) for t in tours)
+        entries = sum(len(t["statuses"]) for t in tours)
+        secs = sorted(t["seconds"] for t in tours)
+        lines += [
+            f"| tournaments of A/A entries with an entry ACCEPTED | {accepted}/{n} "
+            f"({entries} entries) | 0/10 |",
+            f"| one tournament | {secs[0]}-{secs[-1]} s, median {secs[n // 2]} s | <= 2x a "
+            "quick round |",
+        ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("phases", nargs="*", default=["setup", "quick", "study"],
-                        help="setup, quick, study, summary (default: all)")  # fmt: skip
+                        help="setup, quick, study, tournament, summary (default: setup, "
+                        "quick, study)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=20, help="total rounds wanted per phase")
     parser.add_argument("--root", type=Path, default=Path("/tmp/paired-study"))
     parser.add_argument("--out", type=Path, required=True, help="folder for paired_study.json")
@@ -325,8 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     # H200 (the blockwise FP8 backward dominates the step): 3 copies ~1%, 5 ~2%.
     parser.add_argument("--slow-copies", type=int, default=3, help="planted slowdown")
     parser.add_argument("--fast-copies", type=int, default=5, help="planted speed-up")
+    parser.add_argument("--entries", type=int, default=4, help="A/A entries per tournament")
     args = parser.parse_args(argv)
-    unknown = set(args.phases) - {"setup", "quick", "study", "summary"}
+    unknown = set(args.phases) - {"setup", "quick", "study", "tournament", "summary"}
     if unknown:
         parser.error(f"unknown phase(s) {sorted(unknown)}")
     args.root.mkdir(parents=True, exist_ok=True)
@@ -338,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
             quick_rounds(args, campaign, state)
         if "study" in args.phases:
             study_rounds(args, campaign, state)
+        if "tournament" in args.phases:
+            tournaments(args, campaign, state)
     print(summary(state))
     return 0
 

@@ -38,6 +38,7 @@ TOOLS = {
     "round_summary",
     "run_baseline",
     "validate_round",
+    "validate_tournament",
 }
 TIMEOUT_S = 1800  # a baseline and a round take minutes on a 2-core machine
 Session = Callable[[ClientSession], Awaitable[None]]
@@ -244,6 +245,8 @@ async def refusals_before_the_baseline(session: ClientSession, name: str) -> Non
     status = await ok(session, "campaign_status", campaign=name)
     assert (status["name"], status["next_round"], status["closed_rounds"]) == (name, 1, [])
     assert "no baseline yet" in await error(session, "validate_round", n=2, hypothesis="h")
+    two = [{"hypothesis": "h1", "patch": ""}, {"hypothesis": "h2", "patch": ""}]
+    assert "no baseline yet" in await error(session, "validate_tournament", n=2, entries=two)
     assert "at least 2 passes" in await error(session, "run_baseline", passes=1)
     assert (await ok(session, "list_rounds"))["result"] == []
 
@@ -265,6 +268,9 @@ async def validate(session: ClientSession, name: str) -> None:
     assert "round 3 is not the next round" in wrong
     assert "patch is empty" in await error(session, "validate_round", n=2, hypothesis="h")
     assert "state the hypothesis" in await error(session, "validate_round", n=2, hypothesis=" ")
+    empty = [{"hypothesis": "h1", "patch": ""}, {"hypothesis": "h2", "patch": " "}]
+    refused = await error(session, "validate_tournament", n=2, entries=empty)
+    assert "no entry of the tournament can be measured" in refused and "patch is empty" in refused
     patch = (PATCHES / SPEEDUP[0]).read_text(encoding="utf-8")
     progress = Progress()
     args = {"n": 2, "hypothesis": SPEEDUP[1], "patch": patch, "campaign": name}

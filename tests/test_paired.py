@@ -20,7 +20,6 @@ from runner.core.outcomes import Decision, Score, ShapeScore
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.local import LocalExecutor
-from runner.flow.failures import RoundFailed
 from runner.flow.measure import measure_roles
 from runner.flow.paired import (
     READY_TIMEOUT_ENV,
@@ -316,13 +315,17 @@ def test_eight_simulated_devices_split_by_seconds_and_merge(tmp_path: Path) -> N
     assert any("8 shard(s) on GPUs [0, 1, 2, 3, 4, 5, 6, 7]" in m for m in rnd.said)
 
 
-def test_per_pass_refuses_more_than_two_roles(tmp_path: Path) -> None:
-    class NoServe:
-        name = "docker"
+def test_fresh_pass_blocks_are_palindromes_with_the_candidates_rotated() -> None:
+    """B C C B (C B for an odd sample) for two roles, as always; a tournament's three
+    roles: B C D D C B, then B D C C D B, so no candidate keeps a position."""
+    from runner.flow.measure import pass_patterns
 
-    rnd = PlainRound(tmp_path, NoServe(), None, gpus=())  # type: ignore[arg-type]
-    with pytest.raises(RoundFailed, match="two roles"):
-        measure_roles(rnd, {"a": tmp_path, "b": tmp_path, "c": tmp_path}, [], 1)
+    assert pass_patterns(["b", "c"], 3) == [("b", "c", "c", "b"), ("c", "b")]
+    assert pass_patterns(["b", "c", "d"], 4) == [
+        ("b", "c", "d", "d", "c", "b"),
+        ("b", "d", "c", "c", "d", "b"),
+    ]
+    assert pass_patterns(["b"], 2) == [("b",), ("b",)]
 
 
 # ---- the multi-GPU path as users drive it ----------------------------------------------

@@ -113,6 +113,14 @@ class RoundReport(BaseModel):
     result: dict[str, Any] = Field(description="rounds/round-N/result.json (RoundResult).")
 
 
+class TournamentEntry(BaseModel):
+    """One hypothesis of a tournament (``validate_tournament``) with its change."""
+
+    hypothesis: str = Field(description="The one hypothesis this change tests.")
+    patch: str = Field(description="Unified diff of the candidate against the lineage head.")
+    bucket: str = Field(default="K1", description="Transfer bucket (docs/protocol.md §8.2).")
+
+
 def _csv_row(row: Row, columns: list[str]) -> CsvRow:
     values: dict[str, float | None] = {}
     nonfinite: dict[str, str] = {}

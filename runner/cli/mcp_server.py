@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
 import anyio.from_thread
@@ -37,6 +37,7 @@ from runner.cli.mcp_models import (
     ParsedCsv,
     RoundInfo,
     RoundReport,
+    TournamentEntry,
     campaign_schema,
     campaign_status_of,
     parsed_csv,
@@ -46,10 +47,10 @@ from runner.cli.mcp_models import (
 from runner.cli.options import PAIRS_HELP
 from runner.core.csv_io import read_csv
 from runner.core.errors import CampaignError, ConfigError
-from runner.core.outcomes import RoundResult
 from runner.executors.factory import make_executor
 from runner.flow import baseline, rounds
 from runner.flow.progress import Progress, TurnDone
+from runner.flow.tournament import validate_tournament
 from runner.judge.json_contract import (
     GateJSON,
     ScoreJSON,
@@ -64,6 +65,7 @@ from runner.store.campaign import Campaign
 SERVER_NAME = "turbo"
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 ROUND = ToolAnnotations(
@@ -98,7 +100,7 @@ def tool_errors() -> Iterator[None]:
         raise ToolError(str(exc)) from exc
 
 
-async def run_in_worker(ctx: Context, job: Callable[[Progress], RoundResult]) -> RoundResult:
+async def run_in_worker(ctx: Context, job: Callable[[Progress], T]) -> T:
     """Run ``job(progress)`` in a worker thread; each progress line becomes a progress
     notification (numbered 1, 2, ...; no total) and a log line on stderr (single
     worker turns neither: a step, the pairs planned and each pair done do)."""
@@ -300,6 +302,50 @@ class TurboTools:
             )
             return round_report(found, result.round)
 
+    async def validate_tournament(
+        self,
+        ctx: Context,
+        n: Annotated[int, Field(description="The next round number: the first entry's.")],
+        entries: Annotated[
+            list[TournamentEntry],
+            Field(
+                description="Two or more hypotheses, each with its patch; entry k is round n+k-1.",
+                min_length=2,
+            ),
+        ],
+        level: Annotated[
+            Literal["quick", "full"],
+            Field(description="quick: representative shapes; full: every target shape."),
+        ] = "quick",
+        campaign: CampaignName = None,
+        pairs: Annotated[int | None, Field(description=PAIRS_HELP)] = None,
+        allow_outside: Annotated[
+            list[str] | None,
+            Field(description="Paths outside kernel_source the changes may touch (recorded)."),
+        ] = None,
+    ) -> list[RoundReport]:
+        """A tournament (`campaign validate` with several --patch, docs/protocol.md §1.5):
+        every entry is its own round, all judged against the incumbent in one paired
+        measurement; the best accepted one is confirmed by a fresh paired measurement and
+        committed, the other accepted ones roll back as superseded.  An entry that does
+        not apply, fails its focused test, is vetoed or crashes fails alone.  Returns
+        the closed rounds (each report's tournament line says which won and why).
+        Errors (nothing written): no baseline, n not the next round, an empty
+        hypothesis, no entry that can be measured, the campaign busy."""
+        requests = [
+            rounds.Request(n + k, e.hypothesis, e.patch, level, False, e.bucket, pairs,
+                           allow_outside=tuple(allow_outside or ()))
+            for k, e in enumerate(entries)
+        ]  # fmt: skip
+        with tool_errors():
+            found = self._campaign(campaign)
+            executor = make_executor(found.manifest)
+            results = await run_in_worker(
+                ctx,
+                lambda p: validate_tournament(found, executor, requests, progress=p),
+            )
+            return [round_report(found, r.round) for r in results]
+
 
 def build_server(campaigns_root: Path) -> MCPServer:
     """The ``turbo`` server with every tool registered."""
@@ -320,7 +366,7 @@ def build_server(campaigns_root: Path) -> MCPServer:
     ]
     for fn in readers:
         server.add_tool(fn, annotations=READ_ONLY)
-    for fn in (tools.run_baseline, tools.validate_round):
+    for fn in (tools.run_baseline, tools.validate_round, tools.validate_tournament):
         server.add_tool(fn, annotations=ROUND)
     return server
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +28,11 @@ from runner.core.timestamps import name_stamp
 from runner.executors.factory import make_executor
 from runner.flow.baseline import run_baseline
 from runner.flow.rounds import Request, validate_round
+from runner.flow.tournament import validate_tournament
 from runner.render.figures import fmt_gain, fmt_metric, scale_for
 from runner.store.campaign import Campaign
 from runner.store.leases import parse_gpus
-from runner.store.lineage import read_patch_file
+from runner.store.lineage import patch_subject, read_patch_file
 from runner.store.tips import read_tips, resolve_tips_root
 
 
@@ -79,9 +82,7 @@ def print_result(result: RoundResult, campaign: Campaign) -> None:
 
 def print_round_json(campaign: Campaign, n: int) -> None:
     """The closed round N as `campaign show N --json` prints it."""
-    from runner.cli.mcp_models import round_report
-
-    click.echo(json.dumps(round_report(campaign, n).model_dump(mode="json"), allow_nan=False))
+    click.echo(json.dumps(_round_json(campaign, n), allow_nan=False))
 
 
 @click.command("baseline")
@@ -142,20 +143,29 @@ def baseline_cmd(
 @click.command("validate")
 @campaign_option
 @click.option("--round", "round_n", type=int, required=True, help="The next round number.")
-@click.option("--hypothesis", required=True, help="The one hypothesis this change tests.")
+@click.option(
+    "--hypothesis",
+    "hypotheses",
+    multiple=True,
+    help="The one hypothesis this change tests; repeated: the k-th goes with the k-th "
+    "--patch (a tournament).  May be left out for a `git format-patch` file: its subject.",
+)
 @click.option(
     "--patch",
+    "patches",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="Candidate patch (default: the source tree's diff).",
+    multiple=True,
+    help="Candidate patch (default: the source tree's diff); repeated: a tournament, entry "
+    "k is round N+k-1, all judged against the incumbent in one paired measurement.",
 )
 @click.option("--level", type=click.Choice(["quick", "full"]), default="quick", show_default=True)
 @click.option("--restore", is_flag=True, help="On rollback, reset the touched files to the head.")
 @click.option(
     "--bucket",
-    default="K1",
-    show_default=True,
-    help="Transfer bucket (docs/protocol.md §8.2): K1-K4, W1.",
+    "buckets",
+    multiple=True,
+    help="Transfer bucket (docs/protocol.md §8.2): K1-K4, W1 (default K1); one per --patch, "
+    "or one for all.",
 )
 @click.option("--pairs", type=int, default=None, help=PAIRS_HELP)
 @executor_override_option
@@ -175,18 +185,18 @@ def baseline_cmd(
     help="Let the change touch PATH outside kernel_source (repeatable; recorded). The "
     "focused test still runs as the lineage head has it.",
 )
-@json_option("the closed round (as `campaign show N --json`)")
+@json_option("the closed round (as `campaign show N --json`; a tournament: a list)")
 @quiet_option
 @click.pass_obj
 def validate_cmd(
     app: App,
     name: str | None,
     round_n: int,
-    hypothesis: str,
-    patch: Path | None,
+    hypotheses: tuple[str, ...],
+    patches: tuple[Path, ...],
     level: str,
     restore: bool,
-    bucket: str,
+    buckets: tuple[str, ...],
     pairs: int | None,
     executor: str | None,
     gpus: str,
@@ -195,46 +205,112 @@ def validate_cmd(
     as_json: bool,
     quiet: bool,
 ) -> None:
-    """VALIDATE round N: the candidate against the last accepted round, paired.  Exit 0
+    """VALIDATE round N: the candidate against the last accepted round, paired.  Several
+    --patch: a tournament of rounds N, N+1, ... (docs/protocol.md §1.5).  Exit 0
     ACCEPTED, 3 ROLLED BACK (a verdict), 6 FAILED to measure, 2 bad input."""
     campaign = find_campaign(app, name)
-    text = read_patch_file(patch) if patch else None
-    request = Request(
-        round_n,
-        hypothesis,
-        text,
-        level,
-        restore,
-        bucket,
-        pairs,
-        tuple(parse_gpus(gpus)) if gpus else (),
-        allow_env_mismatch,
-        tuple(allow_outside),
-    )
-    with ProgressView(quiet=quiet) as view:
-        result = validate_round(
-            campaign, make_executor(campaign.manifest, executor), request, progress=view
-        )
-    if as_json:
-        print_round_json(campaign, result.round)
+    entries = entry_pairs(hypotheses, patches)
+    bucket_of = _buckets(buckets, len(entries))
+    shared = Request(round_n, "", None, level, restore, pairs=pairs, allow_outside=allow_outside,
+                     gpus=tuple(parse_gpus(gpus)) if gpus else (),
+                     allow_env_mismatch=allow_env_mismatch)  # fmt: skip
+    requests = [
+        replace(shared, round=round_n + k, hypothesis=hypothesis, patch=text, bucket=bucket_of[k])
+        for k, (hypothesis, text) in enumerate(entries)
+    ]
+    run = make_executor(campaign.manifest, executor)
+    if len(requests) > 1:
+        if restore:
+            raise ConfigError(
+                "--restore resets a single round's working-tree change; a tournament's "
+                "changes come from --patch files: leave --restore out"
+            )
+        with ProgressView(quiet=quiet) as view:
+            results = validate_tournament(campaign, run, requests, progress=view)
     else:
+        with ProgressView(quiet=quiet) as view:
+            results = [validate_round(campaign, run, requests[0], progress=view)]
+    for result in results:
+        if as_json:
+            continue
         print_result(result, campaign)
-    if result.status is Status.ROLLED_BACK:
-        raise RolledBack(
-            f"round-{round_n} ROLLED BACK; the lineage is unchanged (exit code "
-            f"{RolledBack.return_code}); validate the next hypothesis as round-{round_n + 1}"
+    if as_json:
+        reports = [_round_json(campaign, r.round) for r in results]
+        click.echo(json.dumps(reports[0] if len(reports) == 1 else reports, allow_nan=False))
+    elif results[0].tournament is not None:
+        click.echo(results[0].tournament.line)
+    _exit_for(results)
+
+
+def entry_pairs(hypotheses: Sequence[str], patches: Sequence[Path]) -> list[tuple[str, str | None]]:
+    """(hypothesis, patch text) per entry: the k-th --hypothesis with the k-th --patch,
+    or, with no --hypothesis, each patch's `git format-patch` subject; no --patch: the
+    source tree's diff (None) with its one hypothesis."""
+    texts = [read_patch_file(p) for p in patches]
+    if not texts:
+        if len(hypotheses) != 1:
+            raise ConfigError(
+                "state the hypothesis before the change: --hypothesis TEXT (several need "
+                "one --patch FILE each)"
+            )
+        return [(hypotheses[0], None)]
+    if hypotheses and len(hypotheses) != len(texts):
+        raise ConfigError(
+            f"{len(hypotheses)} --hypothesis for {len(texts)} --patch: give each patch its "
+            "hypothesis, in the same order (or none, for `git format-patch` files)"
         )
-    if result.status is Status.FAILED and result.key_finding.startswith("TAMPERED"):
+    if hypotheses:
+        return list(zip(hypotheses, texts, strict=True))
+    out: list[tuple[str, str | None]] = []
+    for path, text in zip(patches, texts, strict=True):
+        subject = patch_subject(text)
+        if subject is None:
+            raise ConfigError(
+                f"{path} has no `git format-patch` subject to take the hypothesis from: "
+                "pass --hypothesis TEXT for every --patch"
+            )
+        out.append((subject, text))
+    return out
+
+
+def _buckets(buckets: Sequence[str], n: int) -> list[str]:
+    if not buckets:
+        return ["K1"] * n
+    if len(buckets) == 1:
+        return [buckets[0]] * n
+    if len(buckets) != n:
+        raise ConfigError(f"{len(buckets)} --bucket for {n} entries: give one, or one per --patch")
+    return list(buckets)
+
+
+def _round_json(campaign: Campaign, n: int) -> Any:
+    from runner.cli.mcp_models import round_report
+
+    return round_report(campaign, n).model_dump(mode="json")
+
+
+def _exit_for(results: Sequence[RoundResult]) -> None:
+    """Exit 0 when a round (of a tournament: its winner) was ACCEPTED; otherwise 3 for
+    a verdict, 6 when every round FAILED (TAMPERED named as such)."""
+    if any(r.status is Status.ACCEPTED for r in results):
+        return
+    first, last = results[0].round, results[-1].round
+    what = f"round-{first}" if first == last else f"rounds {first}-{last}"
+    if any(r.status is Status.ROLLED_BACK for r in results):
+        raise RolledBack(
+            f"{what} ROLLED BACK; the lineage is unchanged (exit code "
+            f"{RolledBack.return_code}); validate the next hypothesis as round-{last + 1}"
+        )
+    if any(r.key_finding.startswith("TAMPERED") for r in results):
         raise Tampered(
-            f"round-{round_n} FAILED as TAMPERED (the lineage is unchanged): a role's files "
+            f"{what} FAILED as TAMPERED (the lineage is unchanged): a role's files "
             "changed while the round ran; its summary names them; review the candidate patch "
             "before validating the next round"
         )
-    if result.status is Status.FAILED:
-        raise InfrastructureError(
-            f"round-{round_n} failed to measure (recorded as FAILED; the lineage is "
-            "unchanged); fix the crash shown in its summary and validate the next round"
-        )
+    raise InfrastructureError(
+        f"{what} failed to measure (recorded as FAILED; the lineage is "
+        "unchanged); fix the crash shown in its summary and validate the next round"
+    )
 
 
 COMMANDS: list[click.Command] = [baseline_cmd, validate_cmd]

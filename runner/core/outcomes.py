@@ -209,6 +209,28 @@ class RollbackAnalysis:
 
 
 @dataclass
+class TournamentNote:
+    """A round judged in a tournament (docs/protocol.md §1.5): its rounds ``first`` to
+    ``last``, the round that won (None: none), the one line that says which won and
+    why, and the accepted entries it superseded, to retry on the new head."""
+
+    first: int
+    last: int
+    winner: int | None
+    line: str
+    retry: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TournamentNote:
+        winner = d.get("winner")
+        return cls(int(d["first"]), int(d["last"]), None if winner is None else int(winner),
+                   str(d["line"]), [int(n) for n in d.get("retry", [])])  # fmt: skip
+
+
+@dataclass
 class RoundResult:
     """Everything the records need to close one round.  The only object the writers
     (summary.md, optimize.md, performance_trend.md) consume."""
@@ -235,9 +257,10 @@ class RoundResult:
     rollback: RollbackAnalysis | None = None
     transfer: TransferCheck = field(default_factory=TransferCheck)
     commit: str | None = None
+    tournament: TournamentNote | None = None  # judged in a tournament
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "round": self.round,
             "status": self.status.value,
             "level": self.level,
@@ -261,6 +284,9 @@ class RoundResult:
             "transfer": self.transfer.to_dict(),
             "commit": self.commit,
         }
+        if self.tournament is not None:  # a single round's result.json is as it was
+            out["tournament"] = self.tournament.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RoundResult:
@@ -287,4 +313,5 @@ class RoundResult:
             rollback=RollbackAnalysis(**d["rollback"]) if d.get("rollback") else None,
             transfer=TransferCheck.from_dict(d.get("transfer") or {}),
             commit=d.get("commit"),
+            tournament=TournamentNote.from_dict(d["tournament"]) if d.get("tournament") else None,
         )

@@ -28,13 +28,10 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from runner.executors.base import BuildJob, BuiltRole, RoleBuildFailed
 from runner.executors.build_cache import BuildCache, build_key, native_inputs
-
-if TYPE_CHECKING:
-    from runner.flow.failures import RoundFailed
+from runner.flow.failures import RoundFailed
 from runner.flow.round_context import Round
 
 BUILDS_RECORD = "builds.json"

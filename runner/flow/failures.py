@@ -24,3 +24,4 @@ class RoundFailed(InfrastructureError):
             tail = explain_failure(text[-1500:], text)
         super().__init__(message + (f"\n{tail}" if tail else ""))
         self.message = message
+        self.log_path = log_path  # the failed job's log (its folder names the job)

@@ -154,15 +154,9 @@ def _per_pass(
     watch: PairWatch,
 ) -> dict[str, list[Path]]:
     """One fresh worker per pass: B C C B blocks (two samples each), C B for an odd
-    one; one role: ``samples`` passes."""
-    patterns: list[tuple[str, ...]]
-    if len(roles) == 1:
-        patterns = [(roles[0],)] * samples
-    elif len(roles) > 2:
-        raise RoundFailed(f"one-pass-per-worker measurement compares two roles, not {roles}")
-    else:
-        a, b = roles
-        patterns = [(a, b, b, a)] * (samples // 2) + [(b, a)] * (samples % 2)
+    one (more roles: their palindrome, B C D D C B, the candidates rotated from block to
+    block as ``paired._order`` rotates them); one role: ``samples`` passes."""
+    patterns = pass_patterns(roles, samples, start_index)
     gpus = tuple(rnd.gpus)
     if len(gpus) > 1 and hasattr(rnd.executor, "submit_sequences"):
         return _slurm_array(rnd, trees, shapes, roles, patterns, start_index)
@@ -184,6 +178,25 @@ def _per_pass(
         for _ in range(len(pattern) // len(roles)):
             watch.pair_done()
     return paths
+
+
+def pass_patterns(
+    roles: Sequence[str], samples: int, start_index: int = 0
+) -> list[tuple[str, ...]]:
+    """The blocks of fresh-process passes giving ``samples`` samples of each role: B C C
+    B (two samples each) and C B for an odd one; more roles: their palindrome B C D D C
+    B, the candidates rotated from block to block (from ``start_index``) as
+    ``paired._order`` rotates them; one role: ``samples`` passes."""
+    if len(roles) == 1:
+        return [(roles[0],)] * samples
+    patterns: list[tuple[str, ...]] = []
+    cands = list(roles[1:])
+    for block in range((samples + 1) // 2):
+        r = (start_index + block) % len(cands)
+        forward = (roles[0], *cands[r:], *cands[:r])
+        back = tuple(reversed(forward))
+        patterns.append((*forward, *back) if 2 * block + 1 < samples else back)
+    return patterns
 
 
 def _slurm_array(

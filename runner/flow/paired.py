@@ -153,13 +153,20 @@ class _Worker:
         return self.live.out_dir / "benchmark.csv"
 
 
-def _order(roles: Sequence[str]) -> tuple[int, ...]:
+def _order(roles: Sequence[str], rotate: int = 0) -> tuple[int, ...]:
     """The worker slots of one block group: A B B A for two roles, its palindrome
-    A B C C B A for more (every role twice, drift cancels to first order), A for one."""
+    A B C C B A for more (every role twice, drift cancels to first order), A for one.
+    With more than two roles the ones after the first (a tournament's candidates) are
+    rotated by ``rotate`` (the pair's number): pair 0 A B C C B A, pair 1 A C B B C A,
+    so over the pairs every candidate takes every position, the one that follows its
+    own turn included (a balanced order: no candidate keeps a position's advantage)."""
     n = len(roles)
     if n == 1:
         return (0,)
-    return tuple(range(n)) + tuple(reversed(range(n)))
+    rest = list(range(1, n))
+    r = rotate % len(rest)
+    forward = (0, *rest[r:], *rest[:r])
+    return forward + tuple(reversed(forward))
 
 
 def turns_per_worker(roles: Sequence[str], groups: int) -> int:
@@ -318,13 +325,14 @@ def _take_turns(
     with its last block (none on the CPU)."""
     if not wave:
         return []
-    order = _order([w.role for w in wave[0]])
+    roles = [w.role for w in wave[0]]
     memory: dict[str, dict[str, int]] = {}
     turns_log = host.tmp / f"turns{suffix}.jsonl"
     with turns_log.open("a", encoding="utf-8") as record:
         for g in range(groups):
             for k, group in enumerate(wave):
                 p = first + k
+                order = _order(roles, p)
                 for half, slot in enumerate(order):
                     pick = picks[p][(2 * g + (half >= len(order) // 2)) % len(picks[p])]
                     msg = {"op": "block", "index": g, "pick": pick}

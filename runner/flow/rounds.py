@@ -15,31 +15,23 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from runner.core.errors import ConfigError, Tampered
 from runner.core.outcomes import (
-    Decision,
     GateResult,
-    RollbackAnalysis,
     RoundResult,
     Score,
-    ShapeScore,
-    Status,
-    TransferCheck,
 )
 from runner.core.pause_points import pause_point
 from runner.core.shapes import Shape
 from runner.core.spec import write_json_atomic
-from runner.core.timestamps import now_minute
 from runner.executors.base import Executor
 from runner.flow.build import built_roles, describe
 from runner.flow.failures import RoundFailed
 from runner.flow.judge_files import check_scope, restore_judge, scope_notes
-from runner.flow.measure import measure_and_judge, measure_roles, pairing_words
-from runner.flow.passes import fresh_gains, state_report
+from runner.flow.measure import measure_and_judge, measure_roles
 from runner.flow.round_context import (
     FocusedTest,
     FocusedTestFailed,
@@ -48,9 +40,19 @@ from runner.flow.round_context import (
     gpu_lease,
     level_shapes,
 )
+from runner.flow.round_records import (
+    Request,
+    behaviour_transfer,
+    check_round_number,
+    current_best,
+    failed_result,
+    now,
+    round_result,
+    veto_only,
+)
 from runner.flow.tamper_check import prove_ready, prove_untouched, tampered
 from runner.flow.tamper_check import snapshot as snapshot_trees
-from runner.judge.vetoes import audit_candidate, state_transfer
+from runner.judge.vetoes import audit_candidate
 from runner.store.appendlog import write_atomic
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import FingerprintDiff
@@ -60,30 +62,10 @@ from runner.store.leftovers import job_dir
 from runner.store.lineage import Lineage, snapshot
 from runner.store.manifest import branch_name
 from runner.store.records import close_round
-from runner.store.roundfiles import artifact_list, commit_message, describe_patch, store_artifacts
+from runner.store.roundfiles import commit_message
 from runner.targets.registry import get_target
 
 MIN_SIGMA = 1e-6
-
-
-def now() -> str:
-    return now_minute()
-
-
-# ---- validate ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Request:
-    round: int
-    hypothesis: str
-    patch: str | None  # None: the user's working-tree diff
-    level: str = "quick"
-    restore: bool = False
-    bucket: str = "K1"
-    pairs: int | None = None
-    gpus: tuple[int, ...] = ()
-    allow_env_mismatch: str | None = None  # compare despite a fingerprint difference (why)
-    # Paths outside kernel_source the change may touch (declared; recorded in the round).
-    allow_outside: tuple[str, ...] = ()
 
 
 def validate_round(
@@ -92,15 +74,7 @@ def validate_round(
     """One VALIDATE round; refuses bad requests before writing anything."""
     with campaign.lock():
         preflight(campaign, progress)
-        expected = campaign.next_round()
-        if expected == 1:
-            raise ConfigError("no baseline yet: run `campaign baseline` first")
-        if request.round != expected:
-            raise ConfigError(
-                f"round {request.round} is not the next round: round-{expected - 1} is the last "
-                f"closed one, so run `campaign validate --round {expected}` (round numbers "
-                "are never reused)"
-            )
+        check_round_number(campaign, request.round)
         if not request.hypothesis.strip():
             raise ConfigError("state the hypothesis before the change: --hypothesis TEXT")
         lineage = Lineage(
@@ -110,7 +84,7 @@ def validate_round(
         touched = lineage.check_patch(patch)
         target = get_target(campaign.manifest.target)
         declared = check_scope(campaign.manifest, target, touched, request.allow_outside)
-        best = _current_best(campaign)
+        best = current_best(campaign)
         diffs = check_round_comparable(campaign, best.round, request.allow_env_mismatch)
         started = now()
         with (
@@ -139,7 +113,7 @@ def _validate_in(
     round_dir.mkdir(parents=True)
     rnd.step("candidate tree")
     write_atomic(round_dir / "candidate.patch", patch)
-    best = _current_best(campaign)
+    best = current_best(campaign)
     blocking = [d for d in diffs if d.perf_relevant]
     if request.allow_env_mismatch and blocking:
         record_override(campaign, rnd.round, request.allow_env_mismatch, blocking, best.round)
@@ -178,14 +152,16 @@ def _validate_in(
                 prove_untouched(before, rnd.tmp, unbuilt=unbuilt)
     except (RoundFailed, Tampered) as exc:
         why = "\n".join([str(exc), *notes])
-        return _close_failed(rnd, request, patch, touched, started, best, why)
+        failed = failed_result(rnd, request, patch, touched, started, best, why)
+        close_round(campaign, failed, progress=rnd.step)
+        return failed
     commit = None
     message = ""
     if gate.decision.accepted:
         rnd.step("lineage commit")
         message = commit_message(m, rnd.round, request.hypothesis, gate)
         commit = lineage.make_commit(head, patch, message)
-    result = _round_result(
+    result = round_result(
         rnd, request, patch, touched, started, gate, cand_score, inc_score, best, commit
     )
     if builds:
@@ -193,7 +169,7 @@ def _validate_in(
     result.reasons.extend(notes)
     transfer.benchmark_gain_pct = round(gate.delta_pct, 3)
     transfer.estimated_real_gain_pct = 0.0 if report.rejects else round(gate.delta_pct, 3)
-    result.transfer = _behaviour_transfer(rnd, transfer, gate)
+    result.transfer = behaviour_transfer(rnd, transfer, gate)
     close_round(campaign, result, progress=rnd.step)
     if commit:
         pause_point("advance")
@@ -217,153 +193,14 @@ def _measure_and_judge(
         if (vetoes or test.done) and not test.wait():  # a vetoed round still records it
             vetoes.append(failed + test.tail)
         if vetoes:
-            return _veto_only(rnd, vetoes, shapes)
+            return veto_only(rnd, vetoes, shapes)
         samples = 2 * (request.pairs or m.pairs)
         trees = {"incumbent": inc_tree, "candidate": cand_tree}
         try:
             got = measure_and_judge(rnd, trees, shapes, samples, vetoes=vetoes)
         except FocusedTestFailed as exc:  # it ran beside the workers' start-up
-            return _veto_only(rnd, [*vetoes, failed + exc.tail], shapes)
+            return veto_only(rnd, [*vetoes, failed + exc.tail], shapes)
     return got.gate, got.reference, got.candidate
-
-
-def _behaviour_transfer(rnd: Round, transfer: TransferCheck, gate: GateResult) -> TransferCheck:
-    """The transfer check updated from what the workers saw: state kept between calls
-    (the 8-step simulation's hit rate) and the paired real-training-step gain."""
-    passes = {
-        role: sorted(rnd.tmp.glob(f"pass-*-{role}/benchmark.csv"))
-        for role in ("incumbent", "candidate")
-    }
-    if not passes["candidate"]:
-        return transfer
-    fresh = fresh_gains(passes["incumbent"], passes["candidate"])
-    return state_transfer(
-        transfer, state_report(passes["candidate"]), state_report(passes["incumbent"]), gate,
-        fresh,
-    )  # fmt: skip
-
-
-def _veto_only(
-    rnd: Round, vetoes: list[str], shapes: list[Shape]
-) -> tuple[GateResult, Score, Score]:
-    metric = rnd.manifest.primary_metric
-    empty = Score(
-        metric, 0.0, tuple(ShapeScore(s.label, "FAIL", None) for s in shapes), 0, len(shapes)
-    )
-    gate = GateResult(Decision.ROLLED_BACK, metric, 0.0, 0.0, 0.0, (), (), tuple(vetoes))
-    return gate, empty, empty
-
-
-def _current_best(campaign: Campaign) -> RoundResult:
-    best = campaign.last_accepted()
-    if best is None:
-        raise ConfigError("no accepted round (not even the baseline) is recorded")
-    return best
-
-
-def _baseline_score(campaign: Campaign) -> Score:
-    return campaign.load_result(1).score
-
-
-def _round_result(
-    rnd: Round,
-    request: Request,
-    patch: str,
-    touched: list[str],
-    started: str,
-    gate: GateResult,
-    cand: Score,
-    inc: Score,
-    best: RoundResult,
-    commit: str | None,
-) -> RoundResult:
-    campaign, m = rnd.campaign, rnd.manifest
-    rnd.step("artifacts")
-    store_artifacts(rnd, campaign.artifacts_dir(rnd.round), gate=gate)
-    status = Status.ACCEPTED if gate.decision.accepted else Status.ROLLED_BACK
-    change = describe_patch(patch, touched)
-    rollback = None
-    if status is Status.ROLLED_BACK:
-        rollback = RollbackAnalysis(
-            change=change,
-            expected=request.hypothesis,
-            actual=f"{gate.delta_pct:+.3f}% geomean vs the incumbent; " + "; ".join(gate.reasons),
-            root_cause="the measured effect did not support the hypothesis (see Results)",
-            lesson="record the direction as ineffective unless a profile shows otherwise",
-        )
-    return RoundResult(
-        round=rnd.round,
-        status=status,
-        level=request.level,
-        hypothesis=request.hypothesis,
-        change=change,
-        description=request.hypothesis.strip().splitlines()[0][:80],
-        started=started,
-        finished=now(),
-        test_command=m.test_command,
-        benchmark_command=m.benchmark_command,
-        score=cand,
-        baseline=_baseline_score(campaign),
-        best=inc,
-        gate=gate,
-        reasons=list(gate.reasons),
-        artifacts=artifact_list(campaign, rnd.round),
-        attribution=f"single change to {', '.join(touched)}; incumbent and candidate measured "
-        f"on the same device, {pairing_words(rnd.executor)}",
-        next_direction="continue along this direction"
-        if status is Status.ACCEPTED
-        else "diagnose and try another approach to the same bottleneck",
-        key_finding=f"{gate.decision.value}: geomean {gate.delta_pct:+.3f}% vs incumbent",
-        rollback=rollback,
-        commit=commit,
-    )
-
-
-def _close_failed(
-    rnd: Round,
-    request: Request,
-    patch: str,
-    touched: list[str],
-    started: str,
-    best: RoundResult,
-    why: str,
-) -> RoundResult:
-    campaign, m = rnd.campaign, rnd.manifest
-    rnd.step("artifacts")
-    store_artifacts(rnd, campaign.artifacts_dir(rnd.round))
-    labels = [s.label for s in best.score.shapes]
-    empty = Score(
-        m.primary_metric, 0.0, tuple(ShapeScore(lb, "FAIL", None) for lb in labels), 0, len(labels)
-    )
-    result = RoundResult(
-        round=rnd.round,
-        status=Status.FAILED,
-        level=request.level,
-        hypothesis=request.hypothesis,
-        change=describe_patch(patch, touched),
-        description=request.hypothesis.strip().splitlines()[0][:80],
-        started=started,
-        finished=now(),
-        test_command=m.test_command,
-        benchmark_command=m.benchmark_command,
-        score=empty,
-        baseline=_baseline_score(campaign),
-        best=best.score,
-        gate=None,
-        reasons=[why],
-        artifacts=artifact_list(campaign, rnd.round),
-        key_finding=("TAMPERED: " if why.startswith("TAMPERED") else "worker failed; ")
-        + "nothing in the lineage changed",
-        rollback=RollbackAnalysis(
-            describe_patch(patch, touched),
-            request.hypothesis,
-            "the measurement did not complete",
-            why.splitlines()[0],
-            "fix the crash before measuring again",
-        ),
-    )
-    close_round(campaign, result, progress=rnd.step)
-    return result
 
 
 __all__ = ["Request", "RoundFailed", "measure_roles", "validate_round"]

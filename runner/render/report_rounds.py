@@ -177,6 +177,7 @@ def round_section(r: RoundResult, round_dir: Path, scale: Scale, link: LinkMap) 
         ["Duration", duration(r, round_dir)],
         ["Change", r.change or DASH],
         ["Commit", r.commit or DASH],
+        *([["Tournament", r.tournament.line]] if r.tournament is not None else []),
     ]
     return (
         f'<section class="round {r.status.name}" id="{round_id(r.round)}">'

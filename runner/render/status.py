@@ -66,12 +66,15 @@ def lease_lines() -> list[tuple[str, str]]:
 
 
 def consecutive_rollbacks(results: Sequence[RoundResult]) -> int:
-    """Rounds ROLLED BACK or FAILED since the last BASELINE/ACCEPTED round."""
+    """Rounds ROLLED BACK or FAILED since the last BASELINE/ACCEPTED round; the rounds
+    of a tournament that had a winner are not counted (they were judged beside it, not
+    after it: docs/protocol.md §1.5)."""
     count = 0
     for r in sorted(results, key=lambda r: r.round, reverse=True):
         if r.status in (Status.BASELINE, Status.ACCEPTED):
             break
-        count += 1
+        if r.tournament is None or r.tournament.winner is None:
+            count += 1
     return count
 
 
@@ -189,7 +192,7 @@ def summarise(
 def round_rows(results: Sequence[RoundResult]) -> list[dict[str, Any]]:
     """One row per closed round: number, status, the gate's decision, the gain against
     the incumbent with its ± over the pairs (``gain``, as every table writes it), the
-    hypothesis cut at a word boundary."""
+    hypothesis cut at a word boundary, and on a tournament's last round its line."""
     return [
         {
             "round": r.round,
@@ -198,6 +201,10 @@ def round_rows(results: Sequence[RoundResult]) -> list[dict[str, Any]]:
             "delta_pct": r.gate.delta_pct if r.gate else None,
             "gain": fmt_gain(r.gate.delta_pct, r.gate) if r.gate else None,
             "hypothesis": short_text(r.hypothesis or r.description),
+            # a tournament's line, on its last round's row (which won and why)
+            "tournament": r.tournament.line
+            if r.tournament is not None and r.round == r.tournament.last
+            else None,
         }
         for r in sorted(results, key=lambda r: r.round)
     ]
@@ -355,7 +362,8 @@ def _table(s: CampaignStatus) -> list[str]:
         return []
     headers = ["Round", "Status", "Decision", "Gain vs incumbent", "Hypothesis"]
     text = tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
-    return [f"  {line}" for line in text.splitlines()]
+    tournaments = [r["tournament"] for r in s.round_table if r.get("tournament")]
+    return [f"  {line}" for line in [*text.splitlines(), *tournaments]]
 
 
 def _noise_line(s: CampaignStatus) -> str:

@@ -207,6 +207,26 @@ def _transfer(result: RoundResult) -> str:
     return "\n".join(f"- {k}: {v}" for k, v in fields)
 
 
+def _tournament(result: RoundResult) -> str | None:
+    """A tournament round's siblings, which won and why, and what to retry (None: a
+    single round)."""
+    t = result.tournament
+    if t is None:
+        return None
+    lines = [
+        f"- Judged with rounds {t.first}-{t.last} against one incumbent in one paired "
+        "measurement (docs/protocol.md §1.5); each round is its own hypothesis and change.",
+        f"- {t.line}",
+    ]
+    if t.retry:
+        rounds = ", ".join(f"round-{n}" for n in t.retry)
+        lines.append(
+            f"- Superseded (accepted against the old head, but round-{t.winner} gained more): "
+            f"{rounds}; retry them on the new head, each as a new round"
+        )
+    return "\n".join(lines)
+
+
 def render_summary(result: RoundResult, manifest: Manifest) -> str:
     """The whole summary.md of one round."""
     bodies: dict[str, str | None] = {
@@ -214,6 +234,7 @@ def render_summary(result: RoundResult, manifest: Manifest) -> str:
         "Single change": _change(result, manifest),
         "Results": _results(result),
         "Decision": _decision(result),
+        "Tournament": _tournament(result),
         "Attribution": "n/a (baseline)" if _is_baseline(result) else result.attribution,
         "Next direction": result.next_direction,
         "Rollback Analysis": _rollback(result),

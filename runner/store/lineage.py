@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -265,6 +266,27 @@ def read_patch_file(path: Path) -> str:
             "pass a patch made by `git diff --binary` (binary files are encoded as text "
             "there), with the changed text files in UTF-8"
         ) from None
+
+
+def patch_subject(patch: str) -> str | None:
+    """The subject of a patch made by ``git format-patch`` (its mail header's
+    ``Subject:``, continuation lines joined, the ``[PATCH n/m]`` tag dropped); None for
+    a plain diff."""
+    lines = patch.splitlines()
+    if not lines or not lines[0].startswith("From "):
+        return None
+    for k, line in enumerate(lines):
+        if not line.strip() or line.startswith("diff --git"):
+            return None  # the header ended without a subject
+        if line.startswith("Subject:"):
+            text = line[len("Subject:") :]
+            for more in lines[k + 1 :]:
+                if not more.startswith((" ", "\t")):
+                    break
+                text += " " + more.strip()
+            text = re.sub(r"^\s*\[[^\]]*\]\s*", "", text).strip()
+            return text or None
+    return None
 
 
 def patch_paths(patch: str) -> list[str]:

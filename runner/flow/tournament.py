@@ -1,0 +1,343 @@
+"""Tournament rounds: several hypotheses judged against one incumbent in one paired
+measurement (docs/protocol.md §1.5).
+
+``campaign validate --round N --hypothesis H1 --patch P1 --hypothesis H2 --patch P2``:
+entry k is round N+k-1, with its own candidate worktree, audit, focused test, records
+and summary, exactly as a single round.  One measurement serves them all: the
+incumbent's workers and one worker per candidate and pair take turns in the palindrome
+order (A B C C B A; ``runner.flow.paired``), every candidate in its own process and
+tree, every tree read-only to every other role.  Each candidate is gated against the
+incumbent as a single round is (``runner.flow.tournament_measure``); of the accepted
+ones the best is confirmed by a fresh paired measurement against the incumbent before
+it is committed, so that picking the largest of several noisy readings does not
+inflate it; the others roll back as superseded, listed for a retry on the new head.
+An entry that does not apply, fails its focused test, is vetoed by the audit or
+crashes its workers fails alone; the others go on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+
+from runner.core.errors import ConfigError, NothingToDo, Tampered
+from runner.core.outcomes import Decision, GateResult, RoundResult, TournamentNote
+from runner.core.pause_points import pause_point
+from runner.core.spec import write_json_atomic
+from runner.executors.base import BuiltRole, Executor
+from runner.flow.build import built_roles, describe
+from runner.flow.failures import RoundFailed
+from runner.flow.judge_files import check_scope, restore_judge, scope_notes
+from runner.flow.round_context import Progress, Round, gpu_lease, level_shapes
+from runner.flow.round_records import (
+    Request,
+    behaviour_transfer,
+    check_round_number,
+    current_best,
+    failed_result,
+    now,
+    round_result,
+    veto_only,
+)
+from runner.flow.tamper_check import TreeState, prove_ready, tampered
+from runner.flow.tamper_check import snapshot as snapshot_trees
+from runner.flow.tournament_measure import Entry, confirm, focused_tests, measure_entries
+from runner.judge.vetoes import audit_candidate
+from runner.render.figures import fmt_gain
+from runner.store.appendlog import write_atomic
+from runner.store.campaign import Campaign
+from runner.store.fingerprint_check import check_round_comparable, record_override
+from runner.store.guard import preflight
+from runner.store.leftovers import job_dir
+from runner.store.lineage import Lineage, snapshot
+from runner.store.manifest import branch_name
+from runner.store.records import close_round
+from runner.store.roundfiles import commit_message
+from runner.targets.registry import get_target
+
+MAX_ENTRIES = 8  # hypotheses of one tournament, at most
+
+
+def validate_tournament(
+    campaign: Campaign,
+    executor: Executor,
+    requests: Sequence[Request],
+    *,
+    progress: Progress = print,
+) -> list[RoundResult]:
+    """Rounds N.. of ``requests`` (one per entry, numbered in order) judged in one
+    measurement; returns their results in round order.  Bad requests, and a tournament
+    none of whose entries can be measured, are refused before anything is written."""
+    with campaign.lock():
+        preflight(campaign, progress)
+        _check_requests(campaign, requests)
+        m = campaign.manifest
+        lineage = Lineage(Path(m.source), campaign.name, branch_name(m))
+        target = get_target(m.target)
+        entries = [Entry(request, k) for k, request in enumerate(requests, start=1)]
+        for entry in entries:
+            try:
+                entry.touched = lineage.check_patch(entry.patch)
+                entry.declared = check_scope(m, target, entry.touched, entry.request.allow_outside)
+            except (ConfigError, NothingToDo) as exc:
+                entry.failure = f"refused before measuring: {exc}"
+        if all(e.failure for e in entries):
+            lines = "\n".join(f"  round-{e.n}: {e.failure}" for e in entries)
+            raise ConfigError(f"no entry of the tournament can be measured:\n{lines}")
+        first = requests[0]
+        best = current_best(campaign)
+        diffs = check_round_comparable(campaign, best.round, first.allow_env_mismatch)
+        blocking = [d for d in diffs if d.perf_relevant]
+        started = now()
+        with (
+            gpu_lease(first.gpus, campaign, first.round),
+            job_dir(campaign.root, campaign.name) as tmp,
+        ):
+            rnd = Round(campaign, executor, progress, tmp, first.round, first.level, first.gpus)
+            for entry in entries:
+                _open_round(rnd, entry)
+                if first.allow_env_mismatch and blocking:
+                    record_override(
+                        campaign, entry.n, first.allow_env_mismatch, blocking, best.round
+                    )
+            return _run(rnd, entries, started)
+
+
+def _check_requests(campaign: Campaign, requests: Sequence[Request]) -> None:
+    if len(requests) < 2:
+        raise ConfigError("a tournament judges two or more hypotheses: give each its --patch")
+    if len(requests) > MAX_ENTRIES:
+        raise ConfigError(
+            f"{len(requests)} entries; a tournament takes at most {MAX_ENTRIES}: split them"
+        )
+    check_round_number(campaign, requests[0].round)
+    for k, request in enumerate(requests):
+        if request.round != requests[0].round + k:
+            raise ConfigError("a tournament's entries are consecutive rounds N, N+1, ...")
+        if not request.hypothesis.strip():
+            raise ConfigError(
+                f"entry {k + 1} (round {request.round}) states no hypothesis: give every "
+                "--patch its --hypothesis, or make the patch with `git format-patch` so its "
+                "subject is the hypothesis"
+            )
+        if request.patch is None:
+            raise ConfigError("every tournament entry needs its --patch FILE")
+
+
+def _open_round(rnd: Round, entry: Entry) -> None:
+    round_dir = rnd.campaign.round_dir(entry.n)
+    shutil.rmtree(round_dir, ignore_errors=True)  # an interrupted, unclosed attempt
+    round_dir.mkdir(parents=True)
+    write_atomic(round_dir / "candidate.patch", entry.patch)
+    entry.dir = rnd.tmp / f"round-{entry.n}"
+    entry.dir.mkdir()
+    entry.view = Round(
+        rnd.campaign, rnd.executor, rnd.progress, entry.dir, entry.n, rnd.level, rnd.gpus,
+        builds=rnd.builds,
+    )  # fmt: skip
+
+
+def _run(rnd: Round, entries: list[Entry], started: str) -> list[RoundResult]:
+    m = rnd.manifest
+    lineage = rnd.lineage
+    head = lineage.head()
+    shapes = level_shapes(m, rnd.level)
+    live = [e for e in entries if not e.failure]
+    failed_all: str | None = None
+    with contextlib.ExitStack() as stack:
+        inc_tree = stack.enter_context(lineage.worktree(head))
+        for entry in live:
+            entry.tree = stack.enter_context(lineage.worktree(head, entry.patch))
+        pause_point("candidate-tree")
+        for entry in entries:
+            _audit(rnd, entry, inc_tree)
+        roles = {"incumbent": inc_tree, **{e.role: e.tree for e in live if e.tree}}
+        rnd.role_dirs = tuple(tree.parent for tree in roles.values())
+        guarded = tuple(roles)  # no role may write any other's tree
+        unbuilt = snapshot_trees(roles)
+        builds: list[BuiltRole] = []
+        try:
+            builds = _build(rnd, stack, roles, live)
+            before = snapshot_trees(roles)
+            rnd.ready_checks.append(partial(prove_ready, before, guarded))
+            try:
+                focused_tests(rnd, live)
+                measure_entries(rnd, inc_tree, live, shapes)
+                confirm(rnd, inc_tree, live, shapes)
+            except RoundFailed as exc:
+                cause = _tampered(rnd, entries, before, guarded, unbuilt)
+                raise (cause or exc) from exc
+            finally:
+                rnd.ready_checks.clear()
+            cause = _tampered(rnd, entries, before, guarded, unbuilt)
+            if cause is not None:
+                raise cause
+        except (RoundFailed, Tampered) as exc:
+            failed_all = str(exc)
+    if builds:
+        for entry in live:
+            entry.notes.append(describe(builds))
+    return _close(rnd, entries, started, head, failed_all)
+
+
+def _build(
+    rnd: Round,
+    stack: contextlib.ExitStack[bool | None],
+    roles: dict[str, Path],
+    live: Sequence[Entry],
+) -> list[BuiltRole]:
+    """Every role's build, held until the tournament ends (``built_roles``); a
+    candidate whose build fails fails alone (its role dropped, the rest built again:
+    cache hits), the incumbent's fails the tournament."""
+    while True:
+        try:
+            return stack.enter_context(built_roles(rnd, roles))
+        except RoundFailed as exc:
+            folder = exc.log_path.parent.name if exc.log_path is not None else ""
+            culprit = next((e for e in live if folder == f"build-{e.role}"), None)
+            if culprit is None:
+                raise
+            culprit.failure = f"its native build failed: {exc}"
+            del roles[culprit.role]
+
+
+def _audit(rnd: Round, entry: Entry, inc_tree: Path) -> None:
+    """Snapshot the entry's kernel, audit its change (vetoes), restore the head's
+    focused test files in its tree; an entry refused before measuring snapshots the
+    head's kernel (every round is snapshotted, measured or not)."""
+    m = rnd.manifest
+    dest = rnd.campaign.snapshot_dir(entry.n)
+    if entry.tree is None:
+        snapshot(inc_tree, list(m.kernel_source), dest)
+        return
+    kept = [*m.kernel_source, *(p for p in entry.touched if p not in m.kernel_source)]
+    snapshot(entry.tree, kept, dest)
+    entry.vetoes, entry.transfer, report = audit_candidate(
+        entry.patch, entry.touched, inc_tree, entry.tree, entry.request.bucket
+    )
+    entry.rejects = bool(report.rejects)
+    restored = restore_judge(m, inc_tree, entry.tree, entry.touched)
+    entry.notes = scope_notes(entry.declared, restored)
+    write_json_atomic(entry.dir / "audit.json", report.to_dict())
+
+
+def _tampered(
+    rnd: Round,
+    entries: Sequence[Entry],
+    before: Mapping[str, TreeState],
+    guarded: tuple[str, ...],
+    unbuilt: Mapping[str, TreeState],
+) -> Tampered | None:
+    """``tamper_check.tampered`` over the tournament's workers, then each
+    confirmation's (whose candidate workers have the role ``candidate``)."""
+    found = tampered(before, rnd.tmp, guarded, unbuilt=unbuilt)
+    for entry in entries:
+        if found is None and entry.confirmed is not None:
+            found = tampered({**before, "candidate": before[entry.role]}, entry.dir, guarded)
+    return found
+
+
+# ---- closing -------------------------------------------------------------------------
+def _close(
+    rnd: Round, entries: list[Entry], started: str, head: str, failed_all: str | None
+) -> list[RoundResult]:
+    """Every entry's records in round order, then, for the winner, the lineage commit
+    (made before the records, the ref moved after them, as a single round does)."""
+    campaign, m = rnd.campaign, rnd.manifest
+    winner = None if failed_all else next((e for e in entries if e.won), None)
+    note = _note(entries, winner, failed_all)
+    commit = None
+    if winner is not None:
+        assert winner.gate is not None
+        rnd.step("lineage commit")
+        message = commit_message(m, winner.n, winner.request.hypothesis, winner.gate)
+        commit = lineage_commit = rnd.lineage.make_commit(head, winner.patch, message)
+    best = current_best(campaign)
+    results = []
+    for entry in entries:
+        view = entry.view
+        assert view is not None
+        why = failed_all or entry.failure
+        if why:
+            result = failed_result(view, entry.request, entry.patch, entry.touched, started, best,
+                                   "\n".join([why, *entry.notes]))  # fmt: skip
+        else:
+            span = f"{entries[0].n}-{entries[-1].n}"
+            result = _judged_result(view, entry, started, best, winner, commit, span)
+        result.tournament = note
+        close_round(campaign, result, progress=view.step)
+        results.append(result)
+    if commit is not None:
+        pause_point("advance")
+        rnd.lineage.advance(lineage_commit, head, move_branch=m.git_commit)
+    return results
+
+
+def _judged_result(
+    view: Round,
+    entry: Entry,
+    started: str,
+    best: RoundResult,
+    winner: Entry | None,
+    commit: str | None,
+    span: str,
+) -> RoundResult:
+    if entry.judged is None:  # vetoed (audit or focused test) before it was measured
+        gate, inc, cand = veto_only(view, entry.vetoes, level_shapes(view.manifest, view.level))
+    else:
+        gate, inc, cand = entry.judged.gate, entry.judged.reference, entry.judged.candidate
+    if winner is not None and entry is not winner and gate.decision.accepted:
+        gate = _superseded(gate, entry, winner)
+    won = entry is winner
+    result = round_result(view, entry.request, entry.patch, entry.touched, started, gate, cand, inc,
+                          best, commit if won else None)  # fmt: skip
+    result.reasons.extend(entry.notes)
+    result.attribution += (
+        f"; judged in a tournament: one incumbent beside every candidate of rounds "
+        f"{span}, each candidate in its own workers and tree"
+    )
+    if entry.transfer is not None:
+        entry.transfer.benchmark_gain_pct = round(gate.delta_pct, 3)
+        real = 0.0 if entry.rejects else round(gate.delta_pct, 3)
+        entry.transfer.estimated_real_gain_pct = real
+        result.transfer = behaviour_transfer(view, entry.transfer, gate)
+    return result
+
+
+def _superseded(gate: GateResult, entry: Entry, winner: Entry) -> GateResult:
+    assert winner.gate is not None
+    why = (
+        f"superseded by round-{winner.n} ({fmt_gain(winner.gate.delta_pct, winner.gate)} "
+        f"against {fmt_gain(gate.delta_pct, gate)}): accepted against the same incumbent, "
+        f"but round-{winner.n} gained more; retry it on the new head"
+    )
+    return replace(gate, decision=Decision.ROLLED_BACK, reasons=(*gate.reasons, why))
+
+
+def _note(entries: Sequence[Entry], winner: Entry | None, failed_all: str | None) -> TournamentNote:
+    """The one line the status, the report and every entry's summary show."""
+    first, last = entries[0].n, entries[-1].n
+    if failed_all:
+        line = f"tournament rounds {first}-{last}: FAILED ({failed_all.splitlines()[0]})"
+    elif winner is None:
+        line = f"tournament rounds {first}-{last}: no entry accepted; the lineage is unchanged"
+    else:
+        assert winner.gate is not None and winner.reading is not None
+        line = (
+            f"tournament rounds {first}-{last}: round-{winner.n} won: "
+            f"{fmt_gain(winner.reading.delta_pct, winner.reading)} in the tournament, "
+            f"confirmed at {fmt_gain(winner.gate.delta_pct, winner.gate)} by a fresh paired "
+            "measurement against the incumbent"
+        )
+    retry = (
+        [] if winner is None else [e.n for e in entries if e is not winner and e.accepted_reading]
+    )
+    return TournamentNote(first=first, last=last, winner=None if winner is None else winner.n,
+                          line=line, retry=retry)  # fmt: skip
+
+
+__all__ = ["MAX_ENTRIES", "validate_tournament"]

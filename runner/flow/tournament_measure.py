@@ -1,0 +1,245 @@
+"""A tournament's measurement (``runner.flow.tournament``): its entries, their focused
+tests, the one paired measurement of the incumbent beside every candidate, and the
+fresh confirmation of the best accepted one.
+
+Sequential, as a single round's (``runner.flow.measure.measure_and_judge``): each
+candidate is judged against the incumbent on the pairs measured so far; the ones the
+gate cannot tell yet get more fresh pairs, measured together beside the incumbent
+(one incumbent worker per pair serves them all), until every one is decided or the cap
+is reached.  The cap is the level's, on each comparison's share of the time: a
+measurement of r roles that took t seconds counts t * 2 / r for each candidate in it
+(a two-role round's time for the same pairs), so each comparison gets about the pairs
+a single round would, and one still unclear after the others are decided goes on at a
+single round's pace.  A candidate whose worker crashes fails alone: the measurement
+starts again without it (the pairs completed before stay).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from runner.core.outcomes import Decision, GateResult, TransferCheck
+from runner.core.shapes import Shape
+from runner.flow.failures import RoundFailed
+from runner.flow.measure import (
+    Comparison,
+    Judged,
+    first_samples,
+    judge,
+    last_index,
+    measure_and_judge,
+    measure_roles,
+    measurement_cap,
+    next_pairs,
+)
+from runner.flow.paired import supports_paired
+from runner.flow.round_context import Round, run_focused_test
+from runner.flow.round_records import Request
+from runner.render.figures import fmt_gain
+
+ROLE_PREFIX = "candidate-"
+
+
+@dataclass
+class Entry:
+    """One hypothesis of a tournament: round ``request.round``, candidate role
+    ``candidate-<position>``, and what happened to it."""
+
+    request: Request
+    position: int  # 1-based, the order given
+    touched: list[str] = field(default_factory=list)
+    declared: Sequence[str] = ()
+    failure: str | None = None  # refused, or its worker crashed: the round is FAILED
+    tree: Path | None = None
+    vetoes: list[str] = field(default_factory=list)
+    transfer: TransferCheck | None = None
+    rejects: bool = False  # the audit rejects the change (no real gain to expect)
+    notes: list[str] = field(default_factory=list)
+    dir: Path = Path()  # its records' scratch folder (the round's view of the measurement)
+    view: Round | None = None
+    reading: GateResult | None = None  # its verdict in the tournament
+    judged: Judged | None = None  # what its round records (the confirmation's, if one ran)
+    confirmed: Judged | None = None
+    won: bool = False
+
+    @property
+    def n(self) -> int:
+        return self.request.round
+
+    @property
+    def patch(self) -> str:
+        return self.request.patch or ""
+
+    @property
+    def role(self) -> str:
+        return f"{ROLE_PREFIX}{self.position}"
+
+    @property
+    def gate(self) -> GateResult | None:
+        return self.judged.gate if self.judged is not None else None
+
+    @property
+    def accepted_reading(self) -> bool:
+        return self.reading is not None and self.reading.decision.accepted
+
+
+def focused_tests(rnd: Round, entries: Sequence[Entry]) -> None:
+    """Every measurable entry's focused test, before anything is timed (a vetoed entry
+    still records its test, as a single round does); a failure vetoes that entry alone.
+    The tests run side by side, nothing is timed while they run: all at once on a GPU
+    target with serving workers, as many as the host has cores elsewhere (a test is
+    mostly a Python interpreter importing torch)."""
+    testable = [e for e in entries if e.tree is not None and not e.failure]
+    if rnd.gpu_target and supports_paired(rnd.executor):
+        parallel = len(testable)
+    else:
+        parallel = min(len(testable), os.cpu_count() or 1)
+    failed = f"focused test failed on the candidate ({rnd.manifest.test_command}):\n"
+
+    def one(entry: Entry) -> None:
+        assert entry.tree is not None
+        ok, tail = run_focused_test(rnd, entry.role, entry.tree)
+        if not ok:
+            entry.vetoes.append(failed + tail)
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="test") as pool:
+        for future in [pool.submit(one, e) for e in testable]:
+            future.result()
+
+
+def measure_entries(
+    rnd: Round, inc_tree: Path, entries: Sequence[Entry], shapes: list[Shape]
+) -> None:
+    """The one paired measurement of the incumbent beside every unvetoed entry, and
+    each entry's verdict on it (``Entry.reading`` and ``Entry.judged``)."""
+    todo = [e for e in entries if e.tree is not None and not e.failure and not e.vetoes]
+    if not todo:
+        return
+    request = todo[0].request
+    samples = 2 * (request.pairs or rnd.manifest.pairs)
+    asked = first_samples(rnd, samples)
+    paths: dict[str, dict[str, list[Path]]] = {e.role: {"incumbent": [], e.role: []} for e in todo}
+    cap_s = measurement_cap(rnd.level)
+    spent = {e.role: 0.0 for e in todo}  # each comparison's share of the time, in seconds
+    while todo:
+        trees = {"incumbent": inc_tree, **{e.role: e.tree for e in todo if e.tree}}
+        start = time.monotonic()
+        try:
+            got = measure_roles(rnd, trees, shapes, asked, last_index(rnd.tmp))
+        except RoundFailed as exc:
+            culprit = _culprit(exc, todo)
+            if culprit is None:
+                raise
+            culprit.failure = f"a worker of this candidate failed: {exc}"
+            todo.remove(culprit)
+            continue
+        share = (time.monotonic() - start) * 2 / len(trees)  # a two-role round's time
+        for e in todo:
+            paths[e.role]["incumbent"] += got["incumbent"]
+            paths[e.role][e.role] += got[e.role]
+            spent[e.role] += share
+        undecided = []
+        for e in todo:
+            assert e.view is not None
+            how = Comparison(roles=("incumbent", e.role))
+            e.judged = judge(e.view, paths[e.role], how, e.vetoes)
+            if e.judged.gate.decision is Decision.NEEDS_REMEASURE:
+                undecided.append(e)
+        if not undecided:
+            break
+        have = max(len(paths[e.role]["incumbent"]) for e in undecided)
+        wanted = max(e.judged.gate.more_pairs for e in undecided if e.judged)
+        asked = next_pairs(wanted, have, max(spent[e.role] for e in undecided), cap_s)
+        todo = undecided
+        if asked < 1:  # the cap: judge what is still unclear as final
+            rnd.progress(f"round-{rnd.round}: tournament measurement cap reached at {have} pair(s)")
+            for e in todo:
+                assert e.view is not None
+                how = Comparison(roles=("incumbent", e.role))
+                e.judged = judge(e.view, paths[e.role], how, e.vetoes, final=True)
+            break
+        rnd.progress(
+            f"round-{rnd.round}: {len(todo)} entr(ies) not clear yet: {asked} more pair(s)"
+        )
+    for e in entries:
+        if e.judged is not None and e.role in paths:
+            e.reading = e.judged.gate
+            _keep_passes(rnd, e, paths[e.role])
+
+
+def _culprit(exc: RoundFailed, todo: Sequence[Entry]) -> Entry | None:
+    """The entry whose worker failed, from its folder's name (``pass-NN-<role>``, a
+    shard's ``pass-NN-<role>-gpuK``); None when it was the incumbent's or unknown."""
+    folder = exc.log_path.parent.name if exc.log_path is not None else ""
+    role = folder.split("-", 2)[-1] if folder.startswith("pass-") else ""
+    for e in todo:
+        if role == e.role or role.startswith(f"{e.role}-gpu"):
+            return e
+    return None
+
+
+def _keep_passes(rnd: Round, entry: Entry, paths: dict[str, list[Path]]) -> None:
+    """The entry's view of the measurement, as a single round's scratch folder holds
+    it: the incumbent's passes and its own (named ``pass-NN-candidate``), the turn
+    log and the builds record."""
+    for role, csvs in paths.items():
+        for csv in csvs:
+            name = csv.parent.name
+            if role == entry.role:
+                name = name.replace(entry.role, "candidate", 1)
+            shutil.copytree(csv.parent, entry.dir / name, dirs_exist_ok=True)
+    for extra in [*rnd.tmp.glob("turns*.jsonl"), rnd.tmp / "builds.json"]:
+        if extra.is_file():
+            shutil.copy2(extra, entry.dir / extra.name)
+
+
+def confirm(rnd: Round, inc_tree: Path, entries: Sequence[Entry], shapes: list[Shape]) -> None:
+    """The accepted entries, best reading first, each measured afresh against the
+    incumbent (a single round's measurement, sequential as always) until one is
+    confirmed: it wins.  The ones not confirmed roll back with both readings."""
+    accepted = sorted((e for e in entries if e.accepted_reading), key=lambda e: -_gain(e))
+    for e in accepted:
+        assert e.tree is not None and e.reading is not None
+        rnd.progress(
+            f"round-{e.n}: confirming {fmt_gain(e.reading.delta_pct, e.reading)} by a fresh "
+            "paired measurement against the incumbent"
+        )
+        _set_aside(e.dir)
+        conf = Round(
+            rnd.campaign, rnd.executor, rnd.progress, e.dir, e.n, rnd.level, rnd.gpus,
+            builds=rnd.builds, ready_checks=rnd.ready_checks, role_dirs=rnd.role_dirs,
+        )  # fmt: skip
+        samples = 2 * (e.request.pairs or rnd.manifest.pairs)
+        trees = {"incumbent": inc_tree, "candidate": e.tree}
+        got = measure_and_judge(conf, trees, shapes, samples, vetoes=e.vetoes)
+        e.confirmed = got
+        said = (
+            f"tournament reading {fmt_gain(e.reading.delta_pct, e.reading)}; a fresh paired "
+            f"measurement against the incumbent read {fmt_gain(got.gate.delta_pct, got.gate)}"
+        )
+        if got.gate.decision.accepted:
+            e.won = True
+            e.judged = replace(got, gate=replace(got.gate, reasons=(*got.gate.reasons, said)))
+            return
+        why = f"not confirmed: {said}"
+        e.judged = replace(got, gate=replace(got.gate, reasons=(why, *got.gate.reasons)))
+
+
+def _gain(entry: Entry) -> float:
+    return entry.reading.delta_pct if entry.reading is not None else 0.0
+
+
+def _set_aside(folder: Path) -> None:
+    """Move the tournament's files of an entry into ``tournament/`` of its folder, so a
+    confirmation's passes and merged CSVs take their single-round names."""
+    dest = folder / "tournament"
+    dest.mkdir()
+    for path in sorted(folder.iterdir()):
+        if path != dest and (path.name.startswith("pass-") or path.suffix == ".csv"):
+            path.rename(dest / path.name)
