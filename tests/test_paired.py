@@ -15,17 +15,15 @@ from pathlib import Path
 import pytest
 
 from runner.core.csv_io import read_csv
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed
 from runner.core.outcomes import Decision, Score, ShapeScore
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.local import LocalExecutor
-from runner.flow.failures import RoundFailed
 from runner.flow.measure import measure_roles
 from runner.flow.paired import (
     READY_TIMEOUT_ENV,
     TURN_TIMEOUT_ENV,
-    PairedFailed,
     _order,
     _picks,
     block_timing,
@@ -34,7 +32,7 @@ from runner.flow.paired import (
     supports_paired,
     wave_size,
 )
-from runner.flow.round_context import FocusedTest, FocusedTestFailed, Round, level_shapes
+from runner.flow.round_context import FocusedTest, Round, level_shapes
 from runner.flow.sharding import (
     PlainHost,
     PlainManifest,
@@ -237,7 +235,7 @@ def test_out_of_device_memory_fails_the_worker_not_the_code(tmp_path: Path) -> N
     oom = '    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")\n'
     kernel.write_text(text.replace(head, head + oom), encoding="utf-8")
     trees = {"incumbent": tree, "candidate": starved}
-    with pytest.raises(PairedFailed) as info:
+    with pytest.raises(MeasurementFailed) as info:
         measure_paired(host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"], pairs=1)
     assert "pass-02-candidate failed" in info.value.message
     assert "out of device memory, not a wrong result of the code under test" in info.value.message
@@ -251,7 +249,7 @@ def test_a_failing_worker_stops_the_others_and_says_why(tmp_path: Path) -> None:
     broken = tmp_path / "broken"
     broken.mkdir()  # no turbo_kernels here: the candidate cannot import its target
     trees = {"incumbent": tree, "candidate": broken}
-    with pytest.raises(PairedFailed) as info:
+    with pytest.raises(MeasurementFailed) as info:
         measure_paired(host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"], pairs=2)
     assert "pass-02-candidate failed (exit 1)" in info.value.message
     assert info.value.log_path and "turbo_kernels" in info.value.log_path.read_text()
@@ -271,7 +269,7 @@ def test_a_worker_that_never_gets_ready_fails_within_the_ready_limit(
     init.write_text("import time\ntime.sleep(600)\n" + init.read_text(encoding="utf-8"))
     monkeypatch.setenv(READY_TIMEOUT_ENV, "3")
     trees = {"incumbent": tree, "candidate": tree}
-    with pytest.raises(PairedFailed) as info:
+    with pytest.raises(MeasurementFailed) as info:
         measure_paired(host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"], pairs=1)
     assert "worker pass-01-incumbent failed" in info.value.message
     assert "gave no answer within 3 s" in info.value.message
@@ -321,7 +319,7 @@ def test_per_pass_refuses_more_than_two_roles(tmp_path: Path) -> None:
         name = "docker"
 
     rnd = PlainRound(tmp_path, NoServe(), None, gpus=())  # type: ignore[arg-type]
-    with pytest.raises(RoundFailed, match="two roles"):
+    with pytest.raises(MeasurementFailed, match="two roles"):
         measure_roles(rnd, {"a": tmp_path, "b": tmp_path, "c": tmp_path}, [], 1)
 
 

@@ -69,9 +69,9 @@ from typing import Literal
 
 import runner
 from runner.core import processes as cmd
-from runner.core.errors import CommandFailed, InfrastructureError
+from runner.core.errors import CommandFailed, InfrastructureError, MeasurementFailed
 from runner.core.spec import write_json_atomic
-from runner.executors.base import BuildJob, BuiltRole, JobOutcome, RoleBuildFailed, WorkerJob
+from runner.executors.base import BuildJob, BuiltRole, JobOutcome, WorkerJob
 from runner.executors.container import (
     CONTAINER_TARGET,
     KFD_TOPOLOGY,
@@ -342,7 +342,7 @@ class DockerExecutor:
         self, build: BuildJob, log_path: Path, tag: str, cached: str | None = None
     ) -> int:
         """Run one build container and commit it as ``tag``: 0, or (``cached``) the
-        exit code that says the cached build is corrupted; RoleBuildFailed otherwise."""
+        exit code that says the cached build is corrupted; MeasurementFailed otherwise."""
         name = container_name(f"build-r{build.round}-{build.role}")
         create_args = build_create_args(
             build, self.image, name=name, campaign=self.campaign, caches=self.caches,
@@ -361,7 +361,7 @@ class DockerExecutor:
             if cached and state == str(CORRUPT_EXIT):
                 return CORRUPT_EXIT
             if state != "0":
-                raise RoleBuildFailed(
+                raise MeasurementFailed(
                     f"building the {build.role} tree failed in {cached or self.image} (exit "
                     f"{state}; docker start said: {(proc.stdout or '').strip()[-300:]})",
                     log_path,

@@ -28,7 +28,7 @@ from typing import Any
 
 from runner.core.csv_io import read_csv
 from runner.core.csv_schema import get_schema
-from runner.core.errors import CampaignError, ConfigError
+from runner.core.errors import CampaignError, ConfigError, MeasurementFailed
 from runner.core.outcomes import GateResult, Score, Status
 from runner.core.shapes import Shape, shapes_by_label
 from runner.core.timestamps import now_minute
@@ -43,7 +43,6 @@ from runner.flow.acceptance_checks import (
 )
 from runner.flow.acceptance_record import Acceptance, Check, acceptance_dir, write_acceptance
 from runner.flow.build import built_roles
-from runner.flow.failures import RoundFailed
 from runner.flow.measure import Comparison, measure_and_judge
 from runner.flow.passes import read_passes
 from runner.flow.progress import Event
@@ -286,7 +285,7 @@ def _validate(
 ) -> Check:
     try:
         gate, base, final = full_validation(rnd, trees, shapes, result.passes)
-    except RoundFailed as exc:
+    except MeasurementFailed as exc:
         return Check("full validation", False, f"did not complete: {exc.message}")
     result.gate, result.baseline, result.final = gate, base, final
     for name in ("baseline.csv", "final.csv"):

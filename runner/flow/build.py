@@ -28,13 +28,9 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from runner.executors.base import BuildJob, BuiltRole, RoleBuildFailed
+from runner.executors.base import BuildJob, BuiltRole
 from runner.executors.build_cache import BuildCache, build_key, native_inputs
-
-if TYPE_CHECKING:
-    from runner.flow.failures import RoundFailed
 from runner.flow.round_context import Round
 
 BUILDS_RECORD = "builds.json"
@@ -91,7 +87,7 @@ def built_roles(
     """Give every role of ``roles`` (role -> tree) its build for this round and
     register the builds with the round, so each of its jobs runs on its role's build;
     free the per-round parts when the round is done.  A target without native code
-    builds nothing.  A failed build raises ``RoundFailed`` with the build log's tail.
+    builds nothing.  A failed build raises ``MeasurementFailed`` with the build log's tail.
     ``changed``: the files the candidate's change touches (None: no change)."""
     target = rnd.target
     if not target.editable_install:
@@ -126,10 +122,7 @@ def built_roles(
                 keep=tuple(keys.values()),
             )
             rnd.progress(f"round-{rnd.round}: build-{role} (key {key[:12]})")
-            try:
-                built = rnd.executor.prepare_role(job)
-            except RoleBuildFailed as exc:
-                raise RoundFailed(exc.message, exc.log_path) from exc
+            built = rnd.executor.prepare_role(job)
             if built.outcome == "hit" and key in first:
                 built = replace(built, outcome="reuse")
             built = replace(built, reason=reason_for(built, changed, first.get(key)))

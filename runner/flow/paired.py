@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, MeasurementFailed
 from runner.core.shapes import Shape
 from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec, TimingSettings
 from runner.executors.base import LiveWorker, ServingExecutor, WorkerJob
@@ -94,16 +94,6 @@ class PairedHost(Protocol):
     def worker_job(
         self, name: str, spec: RoundSpec, tree: Path, env: Mapping[str, str] | None = None
     ) -> WorkerJob: ...
-
-
-class PairedFailed(Exception):
-    """A serving worker failed or stopped answering; ``runner.flow.measure`` turns it
-    into RoundFailed with the worker's log tail."""
-
-    def __init__(self, message: str, log_path: Path | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.log_path = log_path
 
 
 def supports_paired(executor: object) -> bool:
@@ -195,16 +185,16 @@ def measure_paired(
     Worker ``index`` numbers continue from ``start_index`` as pass numbers did, and each
     worker's folder is ``<tmp>/pass-NN-<role><suffix>``.  Returns, per role, the pinned
     CSV of each of its workers in pair order (pair i of the incumbent with pair i of
-    the candidate).  Raises PairedFailed when a worker fails; every worker started
+    the candidate).  Raises MeasurementFailed when a worker fails; every worker started
     here has exited when this returns or raises.  Each turn is logged, with the
     worker's own wall-clock start and end (and on a GPU the most device memory it has
     held), in ``<tmp>/turns<suffix>.jsonl``."""
     executor = host.executor
     if not supports_paired(executor):
-        raise PairedFailed(f"executor {executor.name} cannot keep workers alive for a round")
+        raise MeasurementFailed(f"executor {executor.name} cannot keep workers alive for a round")
     missing = sorted(set(roles) - set(trees))
     if missing:
-        raise PairedFailed(f"no source tree for role(s) {missing}")
+        raise MeasurementFailed(f"no source tree for role(s) {missing}")
     ready_s = worker_timeout(READY_TIMEOUT_ENV, READY_TIMEOUT_S)
     turn_s = worker_timeout(TURN_TIMEOUT_ENV, TURN_TIMEOUT_S)
     turns = turns_per_worker(roles, groups)
@@ -355,7 +345,7 @@ def _picks(pairs: int, per_pair: int, pool: int, seed: int) -> list[list[int]]:
     return out
 
 
-def _fail(w: _Worker, why: str) -> PairedFailed:
+def _fail(w: _Worker, why: str) -> MeasurementFailed:
     code = w.live.returncode
     proc = w.live.proc
     if proc is not None:
@@ -364,7 +354,7 @@ def _fail(w: _Worker, why: str) -> PairedFailed:
         except subprocess.TimeoutExpired:
             code = None
     exit_note = f" (exit {code})" if code is not None else ""
-    return PairedFailed(f"worker {w.live.name} failed{exit_note}: {why}", w.live.log_path)
+    return MeasurementFailed(f"worker {w.live.name} failed{exit_note}: {why}", w.live.log_path)
 
 
 def _expect(w: _Worker, timeout: float, key: str) -> dict[str, Any]:

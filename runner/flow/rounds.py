@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from runner.core.errors import ConfigError, Tampered
+from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed, Tampered
 from runner.core.outcomes import (
     Decision,
     GateResult,
@@ -36,13 +36,11 @@ from runner.core.spec import write_json_atomic
 from runner.core.timestamps import now_minute
 from runner.executors.base import Executor
 from runner.flow.build import built_roles, describe
-from runner.flow.failures import RoundFailed
 from runner.flow.judge_files import check_scope, restore_judge, scope_notes
 from runner.flow.measure import measure_and_judge, measure_roles, pairing_words
 from runner.flow.passes import fresh_gains, state_report
 from runner.flow.round_context import (
     FocusedTest,
-    FocusedTestFailed,
     Progress,
     Round,
     gpu_lease,
@@ -168,7 +166,7 @@ def _validate_in(
                     gate, inc_score, cand_score = _measure_and_judge(
                         rnd, request, inc_tree, cand_tree, shapes, vetoes
                     )
-                except RoundFailed as exc:  # crashed because another role changed its files?
+                except MeasurementFailed as exc:  # crashed because another role changed its files?
                     cause = tampered(before, rnd.tmp, unbuilt=unbuilt)
                     if cause is None:
                         raise
@@ -176,7 +174,7 @@ def _validate_in(
                 finally:
                     rnd.ready_checks.clear()
                 prove_untouched(before, rnd.tmp, unbuilt=unbuilt)
-    except (RoundFailed, Tampered) as exc:
+    except (MeasurementFailed, Tampered) as exc:
         why = "\n".join([str(exc), *notes])
         return _close_failed(rnd, request, patch, touched, started, best, why)
     commit = None
@@ -366,4 +364,4 @@ def _close_failed(
     return result
 
 
-__all__ = ["Request", "RoundFailed", "measure_roles", "validate_round"]
+__all__ = ["Request", "measure_roles", "validate_round"]

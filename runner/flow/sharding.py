@@ -27,7 +27,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from runner.core.csv_io import check_header, read_csv, write_csv
 from runner.core.csv_schema import BenchCSV, Row
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, MeasurementFailed
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, save_spec, write_json_atomic
 from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
@@ -144,15 +144,6 @@ class PlainRound(PlainHost):
         self.said.append(message)
 
 
-class ShardFailed(Exception):
-    """A sharded worker pass failed; ``rounds`` turns it into RoundFailed."""
-
-    def __init__(self, message: str, log_path: Path | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.log_path = log_path
-
-
 # ---- splitting -----------------------------------------------------------------------
 def flops_cost(shape: Shape) -> float:
     """Forward plus backward FLOPs (backward = 2x forward for a GEMM)."""
@@ -257,7 +248,9 @@ def _run_shard(
         name = f"{pass_name(index, role)}-gpu{gpu}"
         outcome = host.job(name, host.spec(role, index, shapes), trees[role], env=env, gpu=gpu)
         if not outcome.ok:
-            raise ShardFailed(f"{worker_failure(name, outcome)} on GPU {gpu}", outcome.log_path)
+            raise MeasurementFailed(
+                f"{worker_failure(name, outcome)} on GPU {gpu}", outcome.log_path
+            )
         paths.append(outcome.out_dir / "benchmark.csv")
     return paths
 
@@ -291,7 +284,7 @@ def measure_sharded(
     ``trees`` maps each role of ``pattern`` to its source tree.  Pass numbers continue
     from ``start_index`` (the first pass is ``start_index + 1``), as in
     ``_measure_and_judge``.  Returns, per role, the merged pinned CSV of each of its
-    passes in order: the lists ``_judge`` takes.  Raises ShardFailed when any worker
+    passes in order: the lists ``_judge`` takes.  Raises MeasurementFailed when any worker
     failed (the other GPUs finish their passes first).
     """
     missing = sorted(set(pattern) - set(trees))

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.core.errors import ConfigError
+from runner.core.import_cause import explain_failure
 from runner.core.processes import run
-from runner.judge.import_cause import explain_failure
 from runner.store.lineage import Lineage
 from runner.store.workspace import extract_workspace, load_record, sync_back, workspace_command
 from runner.targets.base import Target
