@@ -73,7 +73,7 @@ def blocked_run(
 
 
 WORKER_SIDE = modules("bench", "ops", "targets", "core",
-                      top=("worker", "fullbench", "rows", "cachesim"))  # fmt: skip
+                      top=("worker", "fullbench", "cachesim"))  # fmt: skip
 HOST_SIDE = modules("cli", "flow", "judge", "store", "render", "portable", "executors")
 
 

@@ -1,9 +1,13 @@
-"""No import cycle between the modules of ``runner/`` (issue 30).
+"""No import cycle between the modules of ``runner/``, nor between its packages (issue 30).
 
 Every ``import`` and ``from ... import`` of a runner module counts, those inside
 functions too (a function-local import is how a cycle hides: it works until the
 order of first use changes); only imports under ``if TYPE_CHECKING:`` do not, since
 they never run.  The graph is read from the source with ``ast``: nothing is imported.
+
+A package is a subpackage of ``runner`` (cli, flow, bench, ...) or one of its top-level
+modules (worker, fullbench, cachesim); the imports between them run one way,
+docs/architecture.md §2 draws it.
 """
 
 from __future__ import annotations
@@ -85,6 +89,26 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def package_of(module: str) -> str:
+    """``runner.flow.rounds`` -> ``flow``; ``runner.worker`` -> ``worker``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """package -> the other packages its modules import."""
+    packages: dict[str, set[str]] = {package_of(m): set() for m in graph}
+    for module, deps in graph.items():
+        packages[package_of(module)].update(package_of(d) for d in deps)
+    return {p: deps - {p} for p, deps in packages.items()}
+
+
+def test_no_import_cycle_between_runner_packages() -> None:
+    graph = package_graph(import_graph())
+    assert {"cli", "flow", "bench", "executors", "store", "render", "core"} <= set(graph)
+    assert cycles(graph) == []
+
+
 def test_no_import_cycle_between_runner_modules() -> None:
     graph = import_graph()
     assert len(graph) > 100  # the whole package was read
@@ -103,3 +127,21 @@ def test_the_cycle_finder_finds_a_cycle_hidden_in_a_function(tmp_path: Path) -> 
     graph = import_graph(tmp_path)
     assert cycles(graph) == [["runner.a", "runner.b"]]
     assert graph["runner.c"] == set()  # TYPE_CHECKING imports never run
+
+
+def test_the_cycle_finder_finds_a_cycle_between_packages(tmp_path: Path) -> None:
+    """No module imports itself back, but store imports render and render store."""
+    pkg = tmp_path / "runner"
+    for sub in ("store", "render"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "store" / "records.py").write_text("from runner.render.markdown import row\n")
+    (pkg / "render" / "markdown.py").write_text("row = 1\n")
+    (pkg / "render" / "status.py").write_text("from runner.store import records\n")
+    (pkg / "worker.py").write_text("from runner.store.records import row\n")
+    graph = import_graph(tmp_path)
+    assert cycles(graph) == []
+    packages = package_graph(graph)
+    assert packages["worker"] == {"store"}
+    assert cycles(packages) == [["render", "store"]]

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from runner.core.files import write_atomic
 from runner.core.lifeline import child_preexec
 from runner.core.pause_points import pause_point
 from runner.core.spec import OUT_ENV, RoundSpec, write_json_atomic
@@ -28,7 +29,7 @@ def run_test(spec: RoundSpec, out_dir: Path) -> int:
     files = spec.extra.get("files") or {}
     assert isinstance(files, dict)
     for name, text in files.items():
-        (out_dir / Path(str(name)).name).write_text(str(text), encoding="utf-8")
+        write_atomic(out_dir / Path(str(name)).name, str(text))
     env[OUT_ENV] = str(out_dir.resolve())
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     pause_point("worker-test")
@@ -43,7 +44,7 @@ def run_test(spec: RoundSpec, out_dir: Path) -> int:
         check=False,
         env=env,
     )
-    (out_dir / "test.log").write_text(f"$ {command}\n{proc.stdout}", encoding="utf-8")
+    write_atomic(out_dir / "test.log", f"$ {command}\n{proc.stdout}")
     write_json_atomic(
         out_dir / "test.json",
         {

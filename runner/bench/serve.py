@@ -168,9 +168,9 @@ class Server:
         """Fresh-step timing, the re-check, then the pass's files."""
         from runner.bench.environment import environment_meta
         from runner.bench.provenance import record_loaded
+        from runner.bench.rows import ROW_BUILDERS, failed_row
         from runner.core.csv_io import write_csv
         from runner.core.csv_schema import get_schema
-        from runner.rows import ROW_BUILDERS, failed_row
 
         schema = get_schema(self.adapter.info.schema)
         rows: list[dict[str, object]] = []

@@ -21,11 +21,11 @@ import runner.bench.gpu  # noqa: F401  (imported before the target: its bindings
 from runner.bench.environment import environment_meta
 from runner.bench.integrity import BindingGuard, OutputSampler
 from runner.bench.provenance import check_provenance, record_loaded
+from runner.bench.rows import ROW_BUILDERS, failed_row
 from runner.bench.statecheck import stateful_probe
 from runner.bench.timing import measure
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, write_json_atomic
-from runner.rows import ROW_BUILDERS, failed_row
 
 log = logging.getLogger("runner.worker")
 

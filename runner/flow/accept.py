@@ -29,6 +29,7 @@ from typing import Any
 from runner.core.csv_io import read_csv
 from runner.core.csv_schema import get_schema
 from runner.core.errors import CampaignError, ConfigError, MeasurementFailed
+from runner.core.files import write_atomic
 from runner.core.outcomes import GateResult, Score, Status
 from runner.core.shapes import Shape, shapes_by_label
 from runner.core.timestamps import now_minute
@@ -41,7 +42,7 @@ from runner.flow.acceptance_checks import (
     suite_check,
     validation_check,
 )
-from runner.flow.acceptance_record import Acceptance, Check, acceptance_dir, write_acceptance
+from runner.flow.acceptance_record import Acceptance, Check, write_acceptance
 from runner.flow.build import built_roles
 from runner.flow.measure import Comparison, measure_and_judge
 from runner.flow.passes import read_passes
@@ -49,6 +50,7 @@ from runner.flow.progress import Event
 from runner.flow.round_context import Progress, Round, all_shapes, gpu_lease, run_command_in
 from runner.judge.scoring import score
 from runner.render.status import unclosed_rounds
+from runner.store.acceptance import acceptance_dir
 from runner.store.campaign import Campaign
 from runner.store.guard import preflight
 from runner.store.leftovers import job_dir
@@ -128,7 +130,7 @@ def _command_full_benchmark(rnd: Round, tree: Path, command: str, dest: Path) ->
     is kept as written and mapped onto the pinned schema; a command that writes no such
     file is read for the CSV lines it prints instead."""
     code, log, out_dir = run_command_in(rnd, "full-benchmark", tree, command)
-    (dest.parent / "full_benchmark.log").write_text(log, encoding="utf-8")
+    write_atomic(dest.parent / "full_benchmark.log", log)
     info: dict[str, Any] = {
         "command": command,
         "engine": "the target's own benchmark",
@@ -146,7 +148,7 @@ def _command_full_benchmark(rnd: Round, tree: Path, command: str, dest: Path) ->
             pinned, skipped = to_pinned(
                 written.read_text(encoding="utf-8"), rnd.manifest.csv_schema
             )
-            dest.write_text(pinned, encoding="utf-8")
+            write_atomic(dest, pinned)
             rows = read_csv(dest, get_schema(rnd.manifest.csv_schema)).rows
             info["fail"] = sum(1 for r in rows if not r.passed)
         except CampaignError as exc:
@@ -156,7 +158,7 @@ def _command_full_benchmark(rnd: Round, tree: Path, command: str, dest: Path) ->
         return info
     text, fail = extract_csv(log)
     if text is not None:
-        dest.write_text(text, encoding="utf-8")
+        write_atomic(dest, text)
         info.update(csv=dest.name, fail=fail)
     return info
 
@@ -171,7 +173,7 @@ def run_command(rnd: Round, name: str, tree: Path, command: str) -> tuple[int, s
 def full_suite(rnd: Round, tree: Path, dest: Path) -> dict[str, Any]:
     command = rnd.target.full_suite_command()
     code, log = run_command(rnd, "full-suite", tree, command)
-    dest.write_text(log, encoding="utf-8")
+    write_atomic(dest, log)
     return {"command": command, "returncode": code, "log": dest.name, "tail": log[-1500:]}
 
 

@@ -18,6 +18,7 @@ from runner.executors.base import Executor
 from runner.flow.build import built_roles, describe
 from runner.flow.passes import per_pass_metric, read_passes, shape_seconds, write_merged
 from runner.flow.quickscript import write_quick_script
+from runner.flow.records import close_round
 from runner.flow.round_context import (
     FocusedTest,
     Progress,
@@ -36,7 +37,6 @@ from runner.store.guard import preflight
 from runner.store.leftovers import job_dir
 from runner.store.lineage import snapshot
 from runner.store.manifest import Manifest, validate_manifest
-from runner.store.records import close_round
 from runner.store.roundfiles import artifact_list, store_artifacts
 
 

@@ -24,11 +24,11 @@ round's reasons.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from runner.core.files import write_json_atomic
 from runner.executors.base import BuildJob, BuiltRole
 from runner.executors.build_cache import BuildCache, build_key, native_inputs
 from runner.flow.round_context import Round
@@ -142,7 +142,7 @@ def built_roles(
             }
             for b in done.values()
         ]
-        (rnd.tmp / BUILDS_RECORD).write_text(json.dumps(record, indent=2) + "\n", "utf-8")
+        write_json_atomic(rnd.tmp / BUILDS_RECORD, record)
         yield list(done.values())
     finally:
         for built in done.values():

@@ -15,9 +15,10 @@ from runner.core.import_cause import explain_failure
 from runner.core.shapes import Shape, shape_set, shapes_by_label
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
+from runner.executors.gpus import detect_vendor, gpu_env
 from runner.flow.paired import supports_paired
 from runner.flow.progress import Progress, StepStarted
-from runner.flow.sharding import detect_vendor, gpu_env, job_in, pass_name, worker_failure
+from runner.flow.sharding import job_in, pass_name, worker_failure
 from runner.store.campaign import Campaign
 from runner.store.leases import acquire
 from runner.store.leftovers import note_step

@@ -39,6 +39,7 @@ from runner.flow.build import built_roles, describe
 from runner.flow.judge_files import check_scope, restore_judge, scope_notes
 from runner.flow.measure import measure_and_judge, measure_roles, pairing_words
 from runner.flow.passes import fresh_gains, state_report
+from runner.flow.records import close_round
 from runner.flow.round_context import (
     FocusedTest,
     Progress,
@@ -49,6 +50,7 @@ from runner.flow.round_context import (
 from runner.flow.tamper_check import prove_ready, prove_untouched, tampered
 from runner.flow.tamper_check import snapshot as snapshot_trees
 from runner.judge.vetoes import audit_candidate, state_transfer
+from runner.render.summary import commit_message
 from runner.store.appendlog import write_atomic
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import FingerprintDiff
@@ -57,8 +59,7 @@ from runner.store.guard import preflight
 from runner.store.leftovers import job_dir
 from runner.store.lineage import Lineage, snapshot
 from runner.store.manifest import branch_name
-from runner.store.records import close_round
-from runner.store.roundfiles import artifact_list, commit_message, describe_patch, store_artifacts
+from runner.store.roundfiles import artifact_list, describe_patch, store_artifacts
 from runner.targets.registry import get_target
 
 MIN_SIGMA = 1e-6

@@ -18,12 +18,11 @@ runs it on a GPU box without pydantic).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from runner.core.csv_io import check_header, read_csv, write_csv
 from runner.core.csv_schema import BenchCSV, Row
@@ -31,9 +30,9 @@ from runner.core.errors import ConfigError, MeasurementFailed
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, save_spec, write_json_atomic
 from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
+from runner.executors.gpus import Vendor, detect_vendor, gpu_env
 
 T = TypeVar("T")
-Vendor = Literal["nvidia", "amd"]
 BCCB: tuple[str, ...] = ("incumbent", "candidate", "candidate", "incumbent")
 
 
@@ -189,29 +188,6 @@ def shard_shapes(
         loads[target] += cost(shapes[i])
         members[target].append(i)
     return [[shapes[i] for i in sorted(m)] for m in members]
-
-
-# ---- GPU pinning ---------------------------------------------------------------------
-def detect_vendor() -> Vendor:
-    """``amd`` when the ROCm kernel driver is there (``/dev/kfd``), else ``nvidia``."""
-    return "amd" if os.path.exists("/dev/kfd") else "nvidia"
-
-
-def gpu_env(gpu: int, vendor: Vendor) -> dict[str, str]:
-    """Environment that shows a worker only physical GPU ``gpu``.
-
-    NVIDIA: ``CUDA_VISIBLE_DEVICES=<gpu>``.  AMD: ``ROCR_VISIBLE_DEVICES=<gpu>`` selects
-    the physical GPU and renumbers it 0 for everything above ROCr, so HIP's own filters
-    (``HIP_VISIBLE_DEVICES``, and ``CUDA_VISIBLE_DEVICES`` which HIP also reads) must be
-    ``0``: setting all three to ``<gpu>`` would hide every GPU but GPU 0.
-    """
-    if vendor == "nvidia":
-        return {"CUDA_VISIBLE_DEVICES": str(gpu)}
-    return {
-        "ROCR_VISIBLE_DEVICES": str(gpu),
-        "HIP_VISIBLE_DEVICES": "0",
-        "CUDA_VISIBLE_DEVICES": "0",
-    }
 
 
 # ---- running -------------------------------------------------------------------------

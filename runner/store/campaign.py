@@ -25,8 +25,8 @@ from runner.core.errors import ConfigError
 from runner.core.outcomes import RoundResult, Status
 from runner.core.timestamps import now_second
 from runner.core.versions import require_schema_version
-from runner.render.markdown import optimize_title, trend_header
 from runner.store.appendlog import append, write_atomic
+from runner.store.log_format import optimize_title, trend_header
 from runner.store.manifest import (
     Manifest,
     load_manifest,
