@@ -121,14 +121,16 @@ def test_seconds_cost_balances_by_measured_time() -> None:
 
 
 # ---- real serving workers (CPU) --------------------------------------------------------
-def example_host(tmp_path: Path, **extra: object) -> tuple[PlainHost, Path]:
+def example_host(
+    tmp_path: Path, *, pool: int | None = None, wave_pairs: int | None = None
+) -> tuple[PlainHost, Path]:
     import runner.cli  # noqa: F401  (newcampaign imported first hits an import cycle)
     from runner.flow.new_campaign import fresh_example_copy
 
     tree = fresh_example_copy(tmp_path / "tree")
     options = {"backend": "TORCH", "granularity": None}
     template = RoundSpec("paired-test", 2, "incumbent", 0, "full", "example", "gemm", options,
-                         (), TIMING, device="cpu", extra=dict(extra))  # fmt: skip
+                         (), TIMING, device="cpu", pool=pool, wave_pairs=wave_pairs)  # fmt: skip
     host = PlainHost(tmp_path / "round", LocalExecutor(), template,
                      lambda t: {"PYTHONPATH": str(t), **ENV})  # fmt: skip
     return host, tree
@@ -397,12 +399,12 @@ def test_slurm_round_shards_as_one_job_array(
 
 
 def test_a_worker_holds_only_the_pool_members_its_turns_use() -> None:
-    assert pool_members({}, gpu_target=True, turns=2) == 2  # A B B A: two turns, not four
-    assert pool_members({}, gpu_target=True, turns=8) == 4
-    assert pool_members({"pool": 6}, gpu_target=True, turns=8) == 6
-    assert pool_members({"pool": 1}, gpu_target=True, turns=2) == 1
-    assert pool_members({}, gpu_target=False, turns=2) == 2
-    assert pool_members({}, gpu_target=False, turns=1) == 1  # one role: one turn each
+    assert pool_members(None, gpu_target=True, turns=2) == 2  # A B B A: two turns, not four
+    assert pool_members(None, gpu_target=True, turns=8) == 4
+    assert pool_members(6, gpu_target=True, turns=8) == 6
+    assert pool_members(1, gpu_target=True, turns=2) == 1
+    assert pool_members(None, gpu_target=False, turns=2) == 2
+    assert pool_members(None, gpu_target=False, turns=1) == 1  # one role: one turn each
 
 
 def gpu_round(campaign_dir: Path, tmp: Path) -> tuple[Round, list[Shape]]:

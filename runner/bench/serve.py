@@ -45,17 +45,18 @@ from pathlib import Path
 from typing import IO, Any
 
 from runner.bench.timing import Timing
+from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
-from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec, write_json_atomic
+from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec
 
 log = logging.getLogger("runner.worker")
 SPACER_UNIT = 4096  # bytes; spacer k is k * SPACER_UNIT * (1 + member) bytes
 
 
 def pool_size(spec: RoundSpec, device: str) -> int:
-    """Members of the buffer pool (``extra.pool``, else 4 on a GPU and 2 on the CPU)."""
+    """Members of the buffer pool (``spec.pool``, else 4 on a GPU and 2 on the CPU)."""
     default = POOL_CPU if device == "cpu" else POOL_GPU
-    return max(1, int(spec.extra.get("pool", default)))
+    return max(1, spec.pool if spec.pool is not None else default)
 
 
 class Channel:

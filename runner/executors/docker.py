@@ -70,8 +70,7 @@ from typing import Literal
 import runner
 from runner.core import processes as cmd
 from runner.core.errors import CommandFailed, InfrastructureError, MeasurementFailed
-from runner.core.files import write_atomic
-from runner.core.spec import write_json_atomic
+from runner.core.files import write_atomic, write_json_atomic
 from runner.executors.base import BuildJob, BuiltRole, JobOutcome, WorkerJob
 from runner.executors.container import (
     CONTAINER_TARGET,

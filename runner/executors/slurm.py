@@ -43,8 +43,7 @@ from pathlib import Path
 
 from runner.core import processes as cmd
 from runner.core.errors import ConfigError, InfrastructureError
-from runner.core.files import write_atomic
-from runner.core.spec import write_json_atomic
+from runner.core.files import write_atomic, write_json_atomic
 from runner.executors.base import BuildJob, BuiltRole, JobOutcome, WorkerJob
 from runner.executors.container import (
     safe_name,

@@ -3,7 +3,8 @@
 Four checks, each recorded, none skipped:
 
 1. full validation: every target shape (and the held-out shapes) of the final best,
-   paired against the base commit in B C C B blocks through the executor, merged,
+   paired against the base commit through the executor (A B B A turns of live
+   workers locally, B C C B passes of fresh processes in containers and on Slurm), merged,
    scored and judged by the same gate as a round (more pairs when it asks);
 2. the target's own full benchmark on the final code, stored apart as
    ``acceptance/artifacts/full_benchmark.csv`` (never compared with the quick CSV:
@@ -105,7 +106,7 @@ def full_benchmark(rnd: Round, tree: Path, shapes: list[Shape], dest: Path) -> d
 def _example_full_benchmark(
     rnd: Round, tree: Path, shapes: list[Shape], dest: Path
 ) -> dict[str, Any]:
-    spec = rnd.spec("full-benchmark", 0, shapes, engine="full-benchmark")
+    spec = rnd.spec("full-benchmark", 0, shapes)
     outcome = rnd.job("full-benchmark", spec, tree)
     info: dict[str, Any] = {
         "command": "python -m runner.worker artifacts/passes/specs/full-benchmark.json "

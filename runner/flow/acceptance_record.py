@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from runner.core.errors import Verdict
+from runner.core.files import write_atomic
 from runner.core.outcomes import GateResult, Score
 from runner.render.figures import score_scale
 from runner.store.acceptance import ACCEPTANCE_SCHEMA_VERSION
-from runner.store.appendlog import write_atomic
 
 
 class NotAccepted(Verdict):

@@ -24,11 +24,12 @@ round's reasons.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from runner.core.files import write_json_atomic
+from runner.core.files import write_atomic
 from runner.executors.base import BuildJob, BuiltRole
 from runner.executors.build_cache import BuildCache, build_key, native_inputs
 from runner.flow.round_context import Round
@@ -80,6 +81,27 @@ def describe(built: Sequence[BuiltRole]) -> str:
     return "build: " + "; ".join(parts)
 
 
+def _write_record(
+    path: Path, built: list[BuiltRole], executor: str, commands: tuple[tuple[str, ...], ...]
+) -> None:
+    """``builds.json``: per role its build outcome, time, reason, key and image, and the
+    commands when it was rebuilt."""
+    record = [
+        {
+            "role": b.role,
+            "build": b.outcome,
+            "seconds": b.seconds,
+            "reason": b.reason,
+            "key": b.key,
+            "image": b.image,
+            "executor": executor,
+            "commands": [list(c) for c in commands] if b.rebuilt else [],
+        }
+        for b in built
+    ]
+    write_atomic(path, json.dumps(record, indent=2) + "\n")
+
+
 @contextlib.contextmanager
 def built_roles(
     rnd: Round, roles: Mapping[str, Path], changed: Sequence[str] | None = None
@@ -129,20 +151,7 @@ def built_roles(
             first.setdefault(key, role)
             done[role] = built
             rnd.builds[tree] = built
-        record = [
-            {
-                "role": b.role,
-                "build": b.outcome,
-                "seconds": b.seconds,
-                "reason": b.reason,
-                "key": b.key,
-                "image": b.image,
-                "executor": rnd.executor.name,
-                "commands": [list(c) for c in commands] if b.rebuilt else [],
-            }
-            for b in done.values()
-        ]
-        write_json_atomic(rnd.tmp / BUILDS_RECORD, record)
+        _write_record(rnd.tmp / BUILDS_RECORD, list(done.values()), rnd.executor.name, commands)
         yield list(done.values())
     finally:
         for built in done.values():

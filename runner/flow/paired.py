@@ -89,7 +89,7 @@ class PairedHost(Protocol):
     @property
     def quick_gpu(self) -> bool: ...
 
-    def spec(self, role: str, index: int, shapes: list[Shape], **extra: object) -> RoundSpec: ...
+    def spec(self, role: str, index: int, shapes: list[Shape]) -> RoundSpec: ...
 
     def worker_job(
         self, name: str, spec: RoundSpec, tree: Path, env: Mapping[str, str] | None = None
@@ -179,7 +179,7 @@ def measure_paired(
     (reported with each block) and the device's free memory size the waves; the rest of
     the first wave then starts, and a wave finishes before the next one starts.
     A CPU target (``host.gpu_target`` false) starts up to CPU_WAVE_PAIRS pairs at once.
-    ``extra["wave_pairs"]`` in the spec fixes the wave size instead (a device shared
+    ``wave_pairs`` in the spec fixes the wave size instead (a device shared
     with other work).
 
     Worker ``index`` numbers continue from ``start_index`` as pass numbers did, and each
@@ -209,17 +209,17 @@ def measure_paired(
             name = pass_name(next_index, role) + suffix
             spec = host.spec(role, next_index, list(shapes))
             timing = block_timing(spec.timing, turns, quick_gpu=host.quick_gpu)
-            spec = replace(spec, timing=timing, extra={**spec.extra, "pool": members})
+            spec = replace(spec, timing=timing, pool=members)
             job = host.worker_job(name, spec, trees[role], env)
             group.append(_Worker(executor.start_worker(job), role, next_index))
         started.append(group)
         return group
 
     try:
-        extra = host.spec(roles[0], 0, []).extra
-        members = pool_members(extra, host.gpu_target, turns)
+        template = host.spec(roles[0], 0, [])
+        members = pool_members(template.pool, host.gpu_target, turns)
         picks = _picks(pairs, 2 * groups, members, seed)
-        size: int | None = int(extra["wave_pairs"]) if extra.get("wave_pairs") else None
+        size: int | None = template.wave_pairs or None
         if size is None and not host.gpu_target:
             size = min(pairs, CPU_WAVE_PAIRS)  # the CPU: no device memory to share out
         while len(started) < pairs:
@@ -257,15 +257,15 @@ def measure_paired(
     return out
 
 
-def pool_members(extra: Mapping[str, Any], gpu_target: bool, turns: int) -> int:
-    """Members of each worker's buffer pool: ``extra["pool"]`` (default 4 on a GPU
+def pool_members(pool: int | None, gpu_target: bool, turns: int) -> int:
+    """Members of each worker's buffer pool: the spec's ``pool`` (default 4 on a GPU
     target, 2 on the CPU), but never more than the ``turns`` (blocks) a worker
     measures: a member no block picks would only hold device memory, and memory bounds
     how many workers a wave can hold (a GPU worker of a two-role round takes two turns,
     so it held twice the inputs it used).  Placement still varies: each block of a
     worker is on another member, and every worker places its own buffers."""
     default = POOL_GPU if gpu_target else POOL_CPU
-    return max(1, min(int(extra.get("pool", default)), turns))
+    return max(1, min(pool if pool is not None else default, turns))
 
 
 def _hold(host: PairedHost) -> None:

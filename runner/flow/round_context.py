@@ -85,7 +85,17 @@ class Round:
         fields = self.manifest.timing.model_dump()
         return TimingSettings(cache_mode=self.manifest.cache_mode, **fields)
 
-    def spec(self, role: str, index: int, shapes: list[Shape], **extra: object) -> RoundSpec:
+    def spec(
+        self,
+        role: str,
+        index: int,
+        shapes: list[Shape],
+        *,
+        mode: str = "measure",
+        command: str = "",
+        files: dict[str, str] | None = None,
+    ) -> RoundSpec:
+        """The spec of one pass of ``role`` (``mode="test"``: ``command`` with ``files``)."""
         m = self.manifest
         options = {"granularity": m.granularity, "backend": m.target_backend}
         return RoundSpec(
@@ -99,7 +109,9 @@ class Round:
             options=options,
             shapes=tuple(shapes),
             timing=self.timing(),
-            extra=dict(extra),
+            mode=mode,
+            command=command,
+            files=dict(files or {}),
         )
 
     def worker_job(

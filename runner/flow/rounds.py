@@ -1,4 +1,4 @@
-"""Rounds end to end: the baseline (round-1) and each VALIDATE round.
+"""A VALIDATE round end to end (the baseline, round-1, is ``runner.flow.baseline``).
 
 Flow: refuse bad requests before writing anything -> fresh worktrees of the incumbent
 (the lineage head) and the candidate (head + patch; a change outside the kernel scope
@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 
 from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed, Tampered
+from runner.core.files import write_atomic, write_json_atomic
 from runner.core.outcomes import (
     Decision,
     GateResult,
@@ -32,7 +33,6 @@ from runner.core.outcomes import (
 )
 from runner.core.pause_points import pause_point
 from runner.core.shapes import Shape
-from runner.core.spec import write_json_atomic
 from runner.core.timestamps import now_minute
 from runner.executors.base import Executor
 from runner.flow.build import built_roles, describe
@@ -51,7 +51,6 @@ from runner.flow.tamper_check import prove_ready, prove_untouched, tampered
 from runner.flow.tamper_check import snapshot as snapshot_trees
 from runner.judge.vetoes import audit_candidate, state_transfer
 from runner.render.summary import commit_message
-from runner.store.appendlog import write_atomic
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import FingerprintDiff
 from runner.store.fingerprint_check import check_round_comparable, record_override

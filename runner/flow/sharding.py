@@ -27,8 +27,9 @@ from typing import Any, Protocol, TypeVar
 from runner.core.csv_io import check_header, read_csv, write_csv
 from runner.core.csv_schema import BenchCSV, Row
 from runner.core.errors import ConfigError, MeasurementFailed
+from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
-from runner.core.spec import RoundSpec, save_spec, write_json_atomic
+from runner.core.spec import RoundSpec, save_spec
 from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
 from runner.executors.gpus import Vendor, detect_vendor, gpu_env
 
@@ -95,9 +96,25 @@ class PlainHost:
     def quick_gpu(self) -> bool:
         return self.template.level == "quick" and self.gpu_target
 
-    def spec(self, role: str, index: int, shapes: list[Shape], **extra: object) -> RoundSpec:
-        more = {**self.template.extra, **extra}
-        return replace(self.template, role=role, pass_index=index, shapes=tuple(shapes), extra=more)
+    def spec(
+        self,
+        role: str,
+        index: int,
+        shapes: list[Shape],
+        *,
+        mode: str = "measure",
+        command: str = "",
+        files: dict[str, str] | None = None,
+    ) -> RoundSpec:
+        return replace(
+            self.template,
+            role=role,
+            pass_index=index,
+            shapes=tuple(shapes),
+            mode=mode,
+            command=command,
+            files=dict(files or {}),
+        )
 
     def worker_job(
         self,
@@ -259,9 +276,9 @@ def measure_sharded(
 
     ``trees`` maps each role of ``pattern`` to its source tree.  Pass numbers continue
     from ``start_index`` (the first pass is ``start_index + 1``), as in
-    ``_measure_and_judge``.  Returns, per role, the merged pinned CSV of each of its
-    passes in order: the lists ``_judge`` takes.  Raises MeasurementFailed when any worker
-    failed (the other GPUs finish their passes first).
+    ``runner.flow.measure.measure_roles``.  Returns, per role, the merged pinned CSV of
+    each of its passes in order: the lists ``runner.flow.measure.judge`` takes.  Raises
+    MeasurementFailed when any worker failed (the other GPUs finish their passes first).
     """
     missing = sorted(set(pattern) - set(trees))
     if missing:

@@ -307,7 +307,8 @@ def measure(
     progress: Progress,
     gpus: tuple[int, ...] = (),
 ) -> Measured:
-    """Baseline and round ``n`` paired (B C C B x pairs), each pass a fresh worker."""
+    """Baseline and round ``n`` paired through ``measure_and_judge``: A B B A turns of
+    live workers locally, B C C B passes of fresh processes in containers and on Slurm."""
     m = campaign.manifest
     shapes = _round_shapes(campaign, bundle, n)
     work = campaign.root / "reproduction"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.core.errors import CampaignError
-from runner.store.appendlog import write_atomic
+from runner.core.files import write_atomic
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import (
     FingerprintDiff,

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.core.errors import ConfigError
+from runner.core.files import write_atomic
 from runner.core.outcomes import RoundResult, Status
 from runner.core.pause_points import pause_point
-from runner.store.appendlog import append, append_correction, verify, write_atomic
+from runner.store.appendlog import append, append_correction, verify
 from runner.store.campaign import Campaign
 from runner.store.guard import verify_records
 from runner.store.leftovers import ATTEMPT
