@@ -103,10 +103,21 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return {p: deps - {p} for p, deps in packages.items()}
 
 
+# docs/architecture.md §2 rule 5, top to bottom: a package imports only those below it
+LAYERS = ("__main__", "cli", "portable", "flow", "render", "executors", "store", "judge",
+          "fullbench", "worker", "bench", "cachesim", "ops", "targets", "core",
+          "runner")  # fmt: skip
+
+
 def test_no_import_cycle_between_runner_packages() -> None:
     graph = package_graph(import_graph())
-    assert {"cli", "flow", "bench", "executors", "store", "render", "core"} <= set(graph)
+    assert set(graph) == set(LAYERS), "give the new package its place in LAYERS and the doc"
     assert cycles(graph) == []
+    upward = sorted(
+        f"{p} -> {d}" for p, deps in graph.items() for d in deps
+        if LAYERS.index(d) < LAYERS.index(p)
+    )  # fmt: skip
+    assert upward == [], "move what both need into the lower package"
 
 
 def test_no_import_cycle_between_runner_modules() -> None:
