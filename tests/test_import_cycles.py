@@ -13,6 +13,7 @@ docs/architecture.md §2 draws it.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,9 +37,11 @@ def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
         stack.extend(ast.iter_child_nodes(node))
 
 
+@functools.cache
 def import_graph(base: Path = ROOT) -> dict[str, set[str]]:
     """module -> the runner modules it imports (a package counts as its __init__);
-    ``base`` is the folder that holds the ``runner`` package."""
+    ``base`` is the folder that holds the ``runner`` package.  Read once per ``base``
+    (callers do not change it)."""
     paths = {module_name(p, base): p for p in (base / "runner").rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in paths.items():
