@@ -1,5 +1,5 @@
 """The worker: ``python -m runner.worker SPEC.json OUT_DIR`` (one pass, or the focused
-test when the spec's ``extra["mode"]`` is ``"test"``), or
+test when the spec's ``mode`` is ``"test"``), or
 ``python -m runner.worker --serve SPEC.json OUT_DIR`` (a long-lived paired worker that
 measures when the host hands it the device).
 
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     spec = load_spec(Path(args[0]))
     check_source()
-    if not serving and spec.extra.get("mode") == "test":
+    if not serving and spec.mode == "test":
         from runner.bench.focused_test import run_test
 
         return run_test(spec, out_dir)

@@ -20,10 +20,10 @@ from runner.flow.acceptance_checks import benchmark_check, extract_csv, lineage_
 from runner.flow.acceptance_record import (
     Acceptance,
     Check,
-    load_acceptance,
     render_acceptance,
     write_acceptance,
 )
+from runner.store.acceptance import load_acceptance
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 from runner.store.manifest import branch_name

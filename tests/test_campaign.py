@@ -13,9 +13,9 @@ from campaign_helpers import manifest
 
 from runner.core.errors import ConfigError
 from runner.core.outcomes import RoundResult, Score, ShapeScore, Status
-from runner.render.markdown import TREND_HEADER, TREND_SEPARATOR
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
+from runner.store.log_format import TREND_HEADER, TREND_SEPARATOR
 
 NAME = "gemm_triton_cpu_20261129"
 

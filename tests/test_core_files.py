@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -62,3 +63,32 @@ def test_schema_version_check_says_which_way_and_the_fix() -> None:
             check(bad)
     with pytest.raises(ValueError, match=r"^schema_version 1 is older"):
         require_schema_version(1, 2, "", older="o", newer="n", error=ValueError)
+
+
+RUNNER = Path(__file__).resolve().parent.parent / "runner"
+
+
+def direct_writes(root: Path) -> list[str]:
+    """``path:line`` of every ``.write_text(`` / ``.write_bytes(`` call under ``root``
+    (code only: a generated script's text is a string, not a call)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("write_text", "write_bytes")
+            ):
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    return found
+
+
+def test_every_file_of_the_runner_goes_through_the_one_writer(tmp_path: Path) -> None:
+    """docs/architecture.md §5: no file is written with ``Path.write_text`` (a reader could
+    see half of it); ``write_atomic``/``write_json_atomic`` write it."""
+    assert direct_writes(RUNNER) == [], "write it with runner.core.files.write_atomic"
+    (tmp_path / "runner").mkdir()
+    (tmp_path / "runner" / "x.py").write_text(
+        'SCRIPT = "p.write_text(t)"\n\ndef f(p):\n    p.write_bytes(b"")\n'
+    )
+    assert direct_writes(tmp_path / "runner") == ["runner/x.py:4"]

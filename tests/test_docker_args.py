@@ -17,7 +17,7 @@ from runner.executors import container as cx
 from runner.executors import docker as dx
 from runner.executors import docker_args as da
 from runner.executors.base import WorkerJob
-from runner.portable.images import ImageRequest, rocm_build_args
+from runner.executors.images import ImageRequest, rocm_build_args
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = "set -e\nmkdir -p /out\nexec python3 -m runner.worker /workspace/spec.json /out"

@@ -21,7 +21,8 @@ from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings, save_spec
 from runner.executors.base import WorkerJob
 from runner.executors.container import CONTAINER_OUT
-from runner.executors.docker import DockerExecutor, image_digest
+from runner.executors.docker import DockerExecutor
+from runner.store.fingerprint import image_digest
 
 pytestmark = pytest.mark.docker
 

@@ -20,12 +20,13 @@ from campaign_helpers import remove_cache_volumes, tiny_campaign
 
 from runner.core.errors import InfrastructureError
 from runner.core.outcomes import RoundResult, Status
-from runner.executors.docker import DockerExecutor, image_digest
+from runner.executors.docker import DockerExecutor
 from runner.executors.factory import make_executor
 from runner.flow.baseline import run_baseline
 from runner.flow.new_campaign import EXAMPLES_DIR
 from runner.flow.rounds import Request, validate_round
 from runner.store.campaign import Campaign
+from runner.store.fingerprint import image_digest
 from runner.store.lineage import Lineage
 
 pytestmark = [pytest.mark.docker, pytest.mark.integration]

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -73,7 +74,7 @@ def blocked_run(
 
 
 WORKER_SIDE = modules("bench", "ops", "targets", "core",
-                      top=("worker", "fullbench", "rows", "cachesim"))  # fmt: skip
+                      top=("worker", "fullbench", "cachesim"))  # fmt: skip
 HOST_SIDE = modules("cli", "flow", "judge", "store", "render", "portable", "executors")
 
 
@@ -85,13 +86,41 @@ def test_every_module_belongs_to_a_side() -> None:
     assert len(list(RUNNER.glob("*.py"))) <= 15
 
 
-def test_no_module_is_over_450_lines() -> None:
-    long = {
-        str(p.relative_to(ROOT)): n
-        for p in RUNNER.rglob("*.py")
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 450
-    }
-    assert long == {}, "split it along what its parts hold (docs/architecture.md §4)"
+MAX_FUNCTION_LINES = 60
+# being split in the tournament branch (the lead empties this list at its merge)
+TOO_LONG_FOR_NOW = {
+    "runner/flow/paired.py::measure_paired",
+    "runner/flow/rounds.py::_validate_in",
+}
+
+
+def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
+    """``path::name`` -> lines of every function or method under ``root/runner`` over
+    ``limit`` lines, from its ``def`` to its last line (docstring and nested functions
+    included)."""
+    found = {}
+    for path in sorted((root / "runner").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > limit:
+                    found[f"{path.relative_to(root).as_posix()}::{node.name}"] = n
+    return found
+
+
+def test_no_function_is_over_60_lines(tmp_path: Path) -> None:
+    """A function over about 60 lines does more than one thing: split it along what its
+    parts do (a module's size is no rule: it holds one concern, however long)."""
+    long = long_functions(ROOT)
+    assert set(long) - TOO_LONG_FOR_NOW == set(), f"split these: {long}"
+    assert set(long) >= TOO_LONG_FOR_NOW, "one is short now: take it off TOO_LONG_FOR_NOW"
+    (tmp_path / "runner").mkdir()
+    body = "".join(f"    x{i} = {i}\n" for i in range(59))
+    method = "".join(f"        y{i} = {i}\n" for i in range(59))  # 60 lines with its def
+    (tmp_path / "runner" / "m.py").write_text(
+        f"class C:\n    def ok(self):\n{method}\n\ndef f():\n{body}    return 1\n"
+    )
+    assert long_functions(tmp_path) == {"runner/m.py::f": 61}
 
 
 def test_the_worker_side_imports_without_pydantic_and_host_libraries() -> None:
@@ -119,7 +148,7 @@ def test_the_focused_test_mode_runs_without_torch(tmp_path: Path) -> None:
     command = "python -c 'print(\"focused ok\")'"
     spec = RoundSpec("seam", 2, "candidate", 0, "quick", "example", "gemm", {"backend": "TORCH"},
                      (), TimingSettings(), device="cpu",
-                     extra={"mode": "test", "command": command})  # fmt: skip
+                     mode="test", command=command)  # fmt: skip
     save_spec(tmp_path / "spec.json", spec)
     out = tmp_path / "out"
     blocked = (*HOST_ONLY, *GPU_STACK)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from runner.core.errors import FocusedTestFailed, MeasurementFailed
+from runner.core.import_cause import explain_failure, first_import_cause
 from runner.core.processes import run
-from runner.judge.import_cause import explain_failure, first_import_cause
 
 pytestmark = pytest.mark.integration  # a real pytest subprocess
 
@@ -58,3 +59,19 @@ def test_no_import_error_leaves_the_tail_alone() -> None:
         explain_failure(one, one)
         == f"first cause: ImportError: cannot import name 'x' from 'y'\n{one}"
     )
+
+
+def test_a_measurement_failure_ends_with_its_logs_tail(tmp_path: Path) -> None:
+    """The one failure of a measurement (core/errors.py) reads the log it names: its
+    text is the message, then the tail headed by the first import error."""
+    log = tmp_path / "worker.log"
+    log.write_text("E   ModuleNotFoundError: No module named 'kern._C'\n" + "x\n" * 2000)
+    exc = MeasurementFailed("worker pass-01-incumbent failed (exit 1)", log)
+    head, cause, *rest = str(exc).splitlines()
+    assert head == exc.message == "worker pass-01-incumbent failed (exit 1)"
+    assert cause == "first cause: ModuleNotFoundError: No module named 'kern._C'"
+    assert rest and set(rest) == {"x"}  # only the tail, not the whole log
+    assert str(MeasurementFailed("no source tree", tmp_path / "missing.log")) == "no source tree"
+    veto = FocusedTestFailed("the focused test failed", tail="E   assert 1 == 2")
+    assert isinstance(veto, MeasurementFailed) and veto.return_code == 6
+    assert veto.tail == "E   assert 1 == 2" and veto.log_path is None

@@ -1,14 +1,19 @@
-"""No import cycle between the modules of ``runner/`` (issue 30).
+"""No import cycle between the modules of ``runner/``, nor between its packages (issue 30).
 
 Every ``import`` and ``from ... import`` of a runner module counts, those inside
 functions too (a function-local import is how a cycle hides: it works until the
 order of first use changes); only imports under ``if TYPE_CHECKING:`` do not, since
 they never run.  The graph is read from the source with ``ast``: nothing is imported.
+
+A package is a subpackage of ``runner`` (cli, flow, bench, ...) or one of its top-level
+modules (worker, fullbench, cachesim); the imports between them run one way,
+docs/architecture.md §2 draws it.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,9 +37,11 @@ def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
         stack.extend(ast.iter_child_nodes(node))
 
 
+@functools.cache
 def import_graph(base: Path = ROOT) -> dict[str, set[str]]:
     """module -> the runner modules it imports (a package counts as its __init__);
-    ``base`` is the folder that holds the ``runner`` package."""
+    ``base`` is the folder that holds the ``runner`` package.  Read once per ``base``
+    (callers do not change it)."""
     paths = {module_name(p, base): p for p in (base / "runner").rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in paths.items():
@@ -85,6 +92,37 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def package_of(module: str) -> str:
+    """``runner.flow.rounds`` -> ``flow``; ``runner.worker`` -> ``worker``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """package -> the other packages its modules import."""
+    packages: dict[str, set[str]] = {package_of(m): set() for m in graph}
+    for module, deps in graph.items():
+        packages[package_of(module)].update(package_of(d) for d in deps)
+    return {p: deps - {p} for p, deps in packages.items()}
+
+
+# docs/architecture.md §2 rule 5, top to bottom: a package imports only those below it
+LAYERS = ("__main__", "cli", "portable", "flow", "render", "executors", "store", "judge",
+          "fullbench", "worker", "bench", "cachesim", "ops", "targets", "core",
+          "runner")  # fmt: skip
+
+
+def test_no_import_cycle_between_runner_packages() -> None:
+    graph = package_graph(import_graph())
+    assert set(graph) == set(LAYERS), "give the new package its place in LAYERS and the doc"
+    assert cycles(graph) == []
+    upward = sorted(
+        f"{p} -> {d}" for p, deps in graph.items() for d in deps
+        if LAYERS.index(d) < LAYERS.index(p)
+    )  # fmt: skip
+    assert upward == [], "move what both need into the lower package"
+
+
 def test_no_import_cycle_between_runner_modules() -> None:
     graph = import_graph()
     assert len(graph) > 100  # the whole package was read
@@ -103,3 +141,30 @@ def test_the_cycle_finder_finds_a_cycle_hidden_in_a_function(tmp_path: Path) -> 
     graph = import_graph(tmp_path)
     assert cycles(graph) == [["runner.a", "runner.b"]]
     assert graph["runner.c"] == set()  # TYPE_CHECKING imports never run
+
+
+def test_the_cycle_finder_finds_a_cycle_between_packages(tmp_path: Path) -> None:
+    """No module imports itself back, but store imports render and render store."""
+    pkg = tmp_path / "runner"
+    for sub in ("store", "render"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "store" / "records.py").write_text("from runner.render.markdown import row\n")
+    (pkg / "render" / "markdown.py").write_text("row = 1\n")
+    (pkg / "render" / "status.py").write_text("from runner.store import records\n")
+    (pkg / "worker.py").write_text("from runner.store.records import row\n")
+    graph = import_graph(tmp_path)
+    assert cycles(graph) == []
+    packages = package_graph(graph)
+    assert packages["worker"] == {"store"}
+    assert cycles(packages) == [["render", "store"]]
+
+
+def test_render_only_reads() -> None:
+    """render returns text or bytes: it imports no writer (docs/architecture.md §2)."""
+    writers = {"runner.core.files", "runner.store.appendlog", "runner.store.records"}
+    graph = import_graph()
+    writes = {m: graph[m] & writers for m in graph if m.startswith("runner.render.")}
+    assert {m: w for m, w in writes.items() if w} == {}, "write it from flow through store"
+    assert graph["runner.flow.records"] & writers  # the check sees a writer where one is

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner.core.csv_io import read_csv
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed
 from runner.core.outcomes import Decision, Score, ShapeScore
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings
@@ -24,7 +24,6 @@ from runner.flow.measure import measure_roles
 from runner.flow.paired import (
     READY_TIMEOUT_ENV,
     TURN_TIMEOUT_ENV,
-    PairedFailed,
     _order,
     _picks,
     block_timing,
@@ -33,7 +32,7 @@ from runner.flow.paired import (
     supports_paired,
     wave_size,
 )
-from runner.flow.round_context import FocusedTest, FocusedTestFailed, Round, level_shapes
+from runner.flow.round_context import FocusedTest, Round, level_shapes
 from runner.flow.sharding import (
     PlainHost,
     PlainManifest,
@@ -122,14 +121,16 @@ def test_seconds_cost_balances_by_measured_time() -> None:
 
 
 # ---- real serving workers (CPU) --------------------------------------------------------
-def example_host(tmp_path: Path, **extra: object) -> tuple[PlainHost, Path]:
+def example_host(
+    tmp_path: Path, *, pool: int | None = None, wave_pairs: int | None = None
+) -> tuple[PlainHost, Path]:
     import runner.cli  # noqa: F401  (newcampaign imported first hits an import cycle)
     from runner.flow.new_campaign import fresh_example_copy
 
     tree = fresh_example_copy(tmp_path / "tree")
     options = {"backend": "TORCH", "granularity": None}
     template = RoundSpec("paired-test", 2, "incumbent", 0, "full", "example", "gemm", options,
-                         (), TIMING, device="cpu", extra=dict(extra))  # fmt: skip
+                         (), TIMING, device="cpu", pool=pool, wave_pairs=wave_pairs)  # fmt: skip
     host = PlainHost(tmp_path / "round", LocalExecutor(), template,
                      lambda t: {"PYTHONPATH": str(t), **ENV})  # fmt: skip
     return host, tree
@@ -236,7 +237,7 @@ def test_out_of_device_memory_fails_the_worker_not_the_code(tmp_path: Path) -> N
     oom = '    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")\n'
     kernel.write_text(text.replace(head, head + oom), encoding="utf-8")
     trees = {"incumbent": tree, "candidate": starved}
-    with pytest.raises(PairedFailed) as info:
+    with pytest.raises(MeasurementFailed) as info:
         measure_paired(host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"], pairs=1)
     assert "pass-02-candidate failed" in info.value.message
     assert "out of device memory, not a wrong result of the code under test" in info.value.message
@@ -250,7 +251,7 @@ def test_a_failing_worker_stops_the_others_and_says_why(tmp_path: Path) -> None:
     broken = tmp_path / "broken"
     broken.mkdir()  # no turbo_kernels here: the candidate cannot import its target
     trees = {"incumbent": tree, "candidate": broken}
-    with pytest.raises(PairedFailed) as info:
+    with pytest.raises(MeasurementFailed) as info:
         measure_paired(host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"], pairs=2)
     assert "pass-02-candidate failed (exit 1)" in info.value.message
     assert info.value.log_path and "turbo_kernels" in info.value.log_path.read_text()
@@ -270,7 +271,7 @@ def test_a_worker_that_never_gets_ready_fails_within_the_ready_limit(
     init.write_text("import time\ntime.sleep(600)\n" + init.read_text(encoding="utf-8"))
     monkeypatch.setenv(READY_TIMEOUT_ENV, "3")
     trees = {"incumbent": tree, "candidate": tree}
-    with pytest.raises(PairedFailed) as info:
+    with pytest.raises(MeasurementFailed) as info:
         measure_paired(host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"], pairs=1)
     assert "worker pass-01-incumbent failed" in info.value.message
     assert "gave no answer within 3 s" in info.value.message
@@ -402,12 +403,12 @@ def test_slurm_round_shards_as_one_job_array(
 
 
 def test_a_worker_holds_only_the_pool_members_its_turns_use() -> None:
-    assert pool_members({}, gpu_target=True, turns=2) == 2  # A B B A: two turns, not four
-    assert pool_members({}, gpu_target=True, turns=8) == 4
-    assert pool_members({"pool": 6}, gpu_target=True, turns=8) == 6
-    assert pool_members({"pool": 1}, gpu_target=True, turns=2) == 1
-    assert pool_members({}, gpu_target=False, turns=2) == 2
-    assert pool_members({}, gpu_target=False, turns=1) == 1  # one role: one turn each
+    assert pool_members(None, gpu_target=True, turns=2) == 2  # A B B A: two turns, not four
+    assert pool_members(None, gpu_target=True, turns=8) == 4
+    assert pool_members(6, gpu_target=True, turns=8) == 6
+    assert pool_members(1, gpu_target=True, turns=2) == 1
+    assert pool_members(None, gpu_target=False, turns=2) == 2
+    assert pool_members(None, gpu_target=False, turns=1) == 1  # one role: one turn each
 
 
 def gpu_round(campaign_dir: Path, tmp: Path) -> tuple[Round, list[Shape]]:

@@ -32,8 +32,9 @@ from campaign_helpers import remove_cache_volumes
 from runner.executors.base import BuildJob
 from runner.executors.build_cache import BuildCache, build_key, native_inputs
 from runner.executors.container import CONTAINER_TARGET
-from runner.executors.docker import DockerExecutor, image_digest
+from runner.executors.docker import DockerExecutor
 from runner.store.campaign import Campaign
+from runner.store.fingerprint import image_digest
 from runner.store.lineage import Lineage
 from runner.targets.primus_turbo import PRIMUS_TURBO
 

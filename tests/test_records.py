@@ -21,24 +21,21 @@ from runner.core.outcomes import (
     Status,
 )
 from runner.core.stats import geomean
-from runner.render.markdown import render_optimize_header
-from runner.store.appendlog import verify
-from runner.store.campaign import Campaign
-from runner.store.records import (
-    SECTIONS,
-    TREND_HEADER,
-    TREND_SEPARATOR,
-    append_trend_correction,
-    check_chain,
-    close_round,
+from runner.flow.records import close_round, correct_logs
+from runner.render.chain import check_chain
+from runner.render.markdown import (
     render_current_best,
     render_directions,
     render_final_sections,
     render_history_entry,
-    render_summary,
+    render_optimize_header,
     render_termination_check,
     render_trend_row,
 )
+from runner.render.summary import SECTIONS, render_summary
+from runner.store.appendlog import verify
+from runner.store.campaign import Campaign
+from runner.store.log_format import TREND_HEADER, TREND_SEPARATOR
 
 COMBINED = "Combined Step TFLOPS"
 
@@ -452,8 +449,8 @@ def test_final_sections_and_trend_correction(camp: Campaign) -> None:
         "Termination Check",
     ]
     with pytest.raises(ConfigError, match="not closed"):
-        append_trend_correction(camp, 2, "x")
-    append_trend_correction(camp, 1, "level was full | not quick")
+        correct_logs(camp, "x", round_n=2, trend=True)
+    assert correct_logs(camp, "level was full | not quick", round_n=1, trend=True) == camp.trend_log
     last = camp.trend_log.read_text().splitlines()[-1]
     assert re.fullmatch(
         r"\| round-1 \(correction\) \| CORRECTION \| \d{4}-\d\d-\d\d \d\d:\d\d: level was full "

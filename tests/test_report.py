@@ -25,6 +25,7 @@ from runner.core.outcomes import (
     TransferCheck,
 )
 from runner.core.stats import geomean
+from runner.flow.report import write_report
 from runner.render.final_report import (
     brief,
     effective_directions,
@@ -33,7 +34,6 @@ from runner.render.final_report import (
     render_report,
     transfer_split,
 )
-from runner.render.html_report import write_report
 from runner.render.plots import round_points, shape_trend
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign

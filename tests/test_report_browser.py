@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from matplotlib import image as mpimg
 
+from runner.flow.report import write_report
 from runner.render.figures import fmt_gain, pair_spread
-from runner.render.html_report import write_report
 from runner.store.campaign import Campaign
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"

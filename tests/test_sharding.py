@@ -12,14 +12,13 @@ import pytest
 
 from runner.core.csv_io import read_csv, write_csv
 from runner.core.csv_schema import GEMM_SCHEMA
-from runner.core.errors import ConfigError, SchemaDriftError
+from runner.core.errors import ConfigError, MeasurementFailed, SchemaDriftError
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.base import JobOutcome
 from runner.executors.local import LocalExecutor
 from runner.flow.sharding import (
     PlainHost,
-    ShardFailed,
     gpu_env,
     measure_sharded,
     merge_shard_csvs,
@@ -245,7 +244,9 @@ def test_measure_sharded_extra_pairs_pattern(tmp_path: Path) -> None:
 def test_measure_sharded_failure_and_unused_gpus(tmp_path: Path) -> None:
     host = FakeHost(tmp_path, fail="pass-02-candidate-gpu1")
     trees = {"incumbent": Path("/t/inc"), "candidate": Path("/t/cand")}
-    with pytest.raises(ShardFailed, match=r"pass-02-candidate-gpu1 failed \(exit 3\) on GPU 1"):
+    with pytest.raises(
+        MeasurementFailed, match=r"pass-02-candidate-gpu1 failed \(exit 3\) on GPU 1"
+    ):
         measure_sharded(host, trees, SHAPES[:2], [0, 1, 2], vendor="nvidia")
     assert {c[0] for c in host.calls} == {"0", "1"}  # two shapes: GPU 2 gets no shard
     with pytest.raises(ConfigError, match="no source tree"):

@@ -24,7 +24,7 @@ from runner.core.outcomes import (
     Status,
 )
 from runner.core.stats import geomean
-from runner.flow.acceptance_record import Acceptance, Check, acceptance_dir, write_acceptance
+from runner.flow.acceptance_record import Acceptance, Check, write_acceptance
 from runner.render.figures import fmt_gain, fmt_pct
 from runner.render.final_report import render_final_report, render_transfer, transfer_split
 from runner.render.headline import headline_gain
@@ -36,6 +36,7 @@ from runner.render.status import (
     render_status,
     summarise,
 )
+from runner.store.acceptance import acceptance_dir
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runner.core.files import blob_hash
-from runner.core.spec import SOURCE_ENV, write_json_atomic
+from runner.core.files import blob_hash, write_json_atomic
+from runner.core.spec import SOURCE_ENV
 
 log = logging.getLogger("runner.worker")
 

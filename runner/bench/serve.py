@@ -45,17 +45,18 @@ from pathlib import Path
 from typing import IO, Any
 
 from runner.bench.timing import Timing
+from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
-from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec, write_json_atomic
+from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec
 
 log = logging.getLogger("runner.worker")
 SPACER_UNIT = 4096  # bytes; spacer k is k * SPACER_UNIT * (1 + member) bytes
 
 
 def pool_size(spec: RoundSpec, device: str) -> int:
-    """Members of the buffer pool (``extra.pool``, else 4 on a GPU and 2 on the CPU)."""
+    """Members of the buffer pool (``spec.pool``, else 4 on a GPU and 2 on the CPU)."""
     default = POOL_CPU if device == "cpu" else POOL_GPU
-    return max(1, int(spec.extra.get("pool", default)))
+    return max(1, spec.pool if spec.pool is not None else default)
 
 
 class Channel:
@@ -168,9 +169,9 @@ class Server:
         """Fresh-step timing, the re-check, then the pass's files."""
         from runner.bench.environment import environment_meta
         from runner.bench.provenance import record_loaded
+        from runner.bench.rows import ROW_BUILDERS, failed_row
         from runner.core.csv_io import write_csv
         from runner.core.csv_schema import get_schema
-        from runner.rows import ROW_BUILDERS, failed_row
 
         schema = get_schema(self.adapter.info.schema)
         rows: list[dict[str, object]] = []

@@ -21,11 +21,12 @@ import runner.bench.gpu  # noqa: F401  (imported before the target: its bindings
 from runner.bench.environment import environment_meta
 from runner.bench.integrity import BindingGuard, OutputSampler
 from runner.bench.provenance import check_provenance, record_loaded
+from runner.bench.rows import ROW_BUILDERS, failed_row
 from runner.bench.statecheck import stateful_probe
 from runner.bench.timing import measure
+from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
-from runner.core.spec import RoundSpec, write_json_atomic
-from runner.rows import ROW_BUILDERS, failed_row
+from runner.core.spec import RoundSpec
 
 log = logging.getLogger("runner.worker")
 
@@ -38,13 +39,12 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
-def pin_cpu_threads(spec: RoundSpec) -> None:
-    """CPU passes run single-threaded (``extra.cpu_threads`` overrides): the CPU-time
-    clock then measures exactly the work of the op, and two workers never fight over
-    the same cores."""
+def pin_cpu_threads() -> None:
+    """CPU passes run single-threaded: the CPU-time clock then measures exactly the
+    work of the op, and two workers never fight over the same cores."""
     import torch
 
-    torch.set_num_threads(int(spec.extra.get("cpu_threads", 1)))
+    torch.set_num_threads(1)
 
 
 def measure_shape(adapter: Any, shape: Shape, spec: RoundSpec, device: str) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def after_timing(
     Returns (problems, worst figures, raw record fields)."""
     fresh = draw = None
     state: dict[str, Any] | None = None
-    if spec.extra.get("fresh", True) and hasattr(adapter, "fresh_step"):
+    if hasattr(adapter, "fresh_step"):
         step = adapter.fresh_step(shape, device, spec.seed)
         state = stateful_probe(adapter, shape, device, spec, step.step)
         fresh = measure(step.step, spec.timing, device)
@@ -138,7 +138,7 @@ def load_for(spec: RoundSpec, out_dir: Path) -> Loaded:
 
     device = resolve_device(spec.device)
     if device == "cpu":
-        pin_cpu_threads(spec)
+        pin_cpu_threads()
     guard = BindingGuard()  # before the target is imported: the bindings it must not touch
     target = get_target(spec.target)
     api = target.load_api()

@@ -43,7 +43,7 @@ def cli(ctx: click.Context, campaigns_root: str | None, verbose: bool) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING, format="%(name)s: %(message)s"
     )
-    ctx.obj = App.from_env(campaigns_root, verbose)
+    ctx.obj = App.from_env(campaigns_root)
 
 
 for _module in (

@@ -12,9 +12,8 @@ CAMPAIGNS_ROOT_ENV = "CAMPAIGN_ROOT"
 @dataclass
 class App:
     campaigns_root: Path
-    verbose: bool = False
 
     @classmethod
-    def from_env(cls, campaigns_root: str | None, verbose: bool) -> App:
+    def from_env(cls, campaigns_root: str | None) -> App:
         root = campaigns_root or os.environ.get(CAMPAIGNS_ROOT_ENV) or "campaigns"
-        return cls(campaigns_root=Path(root).resolve(), verbose=verbose)
+        return cls(campaigns_root=Path(root).resolve())

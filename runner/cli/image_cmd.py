@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from runner.portable import images
+from runner.executors import images
 
 
 @click.command("image")

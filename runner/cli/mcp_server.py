@@ -4,7 +4,7 @@ coding agent, over stdio.  Agents see the tools as ``mcp__turbo__<name>``.
 Every tool calls the same functions as the ``campaign`` command line, so it refuses
 exactly what the CLI refuses: ``runner.judge.json_contract`` for score/gate (the same JSON as
 ``--json``), ``runner.flow.rounds`` for the rounds, ``runner.core.csv_schema`` for the CSV checks.
-A ``CampaignError`` (and a round's ``RoundFailed``) becomes an MCP tool error
+A ``CampaignError`` (and a round's ``MeasurementFailed``) becomes an MCP tool error
 (``isError`` result carrying the message); the server keeps serving.
 
 Rounds run in a worker thread so that the server stays responsive; their progress
@@ -96,7 +96,7 @@ def tool_errors() -> Iterator[None]:
     """Turn the runner's anticipated failures into MCP tool errors (isError results)."""
     try:
         yield
-    except CampaignError as exc:  # RoundFailed and Tampered included
+    except CampaignError as exc:  # MeasurementFailed and Tampered included
         raise ToolError(str(exc)) from exc
 
 

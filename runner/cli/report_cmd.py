@@ -59,7 +59,7 @@ def status_cmd(app: App, name: str | None, as_json: bool) -> None:
 def report_cmd(app: App, name: str | None, user_stop: bool) -> None:
     """Write the Termination Check and the Final Report to report/final_report.md and
     report/index.html with its pictures (regenerated each run; logs/ is not touched)."""
-    from runner.render.html_report import write_report
+    from runner.flow.report import write_report
 
     outcome = write_report(_find(app, name), user_stop=user_stop)
     click.echo(f"report: {outcome.markdown}")
@@ -90,7 +90,8 @@ def accept_cmd(
     3 NOT ACCEPTED, 2 bad input."""
     from runner.executors.factory import make_executor
     from runner.flow.accept import run_acceptance
-    from runner.flow.acceptance_record import NotAccepted, acceptance_dir
+    from runner.flow.acceptance_record import NotAccepted
+    from runner.store.acceptance import acceptance_dir
     from runner.store.leases import parse_gpus
 
     campaign = _find(app, name)
@@ -160,9 +161,9 @@ def correct_cmd(app: App, name: str | None, text: str, round_n: int | None, tren
     """Append a correction to logs/optimize.md (or, with --trend, a correction row to
     logs/performance_trend.md): the only way to fix a wrong entry; the entry stays.
     Exit 5 while a record does not verify (restore it first)."""
-    from runner.store.records import append_log_correction
+    from runner.flow.records import correct_logs
 
-    path = append_log_correction(_find(app, name), text, round_n=round_n, trend=trend)
+    path = correct_logs(_find(app, name), text, round_n=round_n, trend=trend)
     click.echo(f"appended a correction to {path}")
 
 

@@ -6,6 +6,10 @@ message (which must say what to do next) and exits with ``return_code``.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from runner.core.import_cause import explain_failure
+
 
 class CampaignError(Exception):
     """Base class; ``return_code`` is the exit status of the ``campaign`` command."""
@@ -79,3 +83,32 @@ class NothingToDo(CampaignError):
 class Tampered(InfrastructureError):
     """A role's files changed while the round ran (another role's process wrote to
     them): the round is FAILED as tampered, never judged (docs/reliability.md §7)."""
+
+
+class MeasurementFailed(InfrastructureError):
+    """A round's measurement did not complete: a worker crashed or stopped answering, a
+    role's build or the focused test could not run.  A VALIDATE round is then recorded
+    as FAILED and nothing else changes; at the baseline it stops the command.
+
+    ``message`` says what failed; ``log_path`` is the log that shows why, whose tail
+    (headed by the first import error it holds) is ``tail`` and ends the text."""
+
+    def __init__(self, message: str, log_path: Path | None = None, tail: str | None = None):
+        if tail is None:
+            tail = _log_tail(log_path)
+        super().__init__(message + (f"\n{tail}" if tail else ""))
+        self.message = message
+        self.log_path = log_path
+        self.tail = tail
+
+
+class FocusedTestFailed(MeasurementFailed):
+    """The focused test failed (its ``tail`` says how): a VALIDATE round turns it into a
+    veto and is judged ROLLED BACK, not FAILED; the baseline refuses the base commit."""
+
+
+def _log_tail(log_path: Path | None) -> str:
+    if log_path is None or not log_path.exists():
+        return ""
+    text = log_path.read_text(encoding="utf-8", errors="replace")
+    return explain_failure(text[-1500:], text)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.core.errors import ConfigError
-from runner.core.files import write_json_atomic as write_json_atomic  # re-exported
+from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
 from runner.core.versions import require_schema_version
 
@@ -26,7 +26,7 @@ OUT_ENV = "TURBO_CAMPAIGN_OUT"
 # The tree a job measures (set by every executor, checked by the worker: it runs there
 # and loads the target from there).
 SOURCE_ENV = "TURBO_CAMPAIGN_SOURCE"
-# A serving worker's buffer pool (``extra["pool"]`` overrides): members per shape.
+# A serving worker's buffer pool (``RoundSpec.pool`` overrides): members per shape.
 POOL_GPU = 4
 POOL_CPU = 2
 
@@ -54,9 +54,18 @@ class TimingSettings:
         return cls(**known)
 
 
+MODES = ("measure", "test")
+
+
 @dataclass(frozen=True)
 class RoundSpec:
-    """What one worker pass measures."""
+    """What one worker pass measures.
+
+    ``mode`` "test" runs ``command`` in the measured tree instead (the focused test, the
+    quick script), with ``files`` (name -> text) written into the job's out dir first.
+    ``pool`` sets a serving worker's buffer-pool members (default ``POOL_GPU`` /
+    ``POOL_CPU``); ``wave_pairs`` fixes how many process pairs of a paired round run at
+    once (default: as many as the device holds)."""
 
     campaign: str
     round: int
@@ -71,9 +80,17 @@ class RoundSpec:
     seed: int = 1234
     device: str = "auto"
     check_seeds: int = 2
-    canary: bool = False
+    mode: str = "measure"
+    command: str = ""
+    files: dict[str, str] = field(default_factory=dict)
+    pool: int | None = None
+    wave_pairs: int | None = None
     schema_version: int = SPEC_SCHEMA_VERSION
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            modes = ", ".join(MODES)
+            raise ConfigError(f"a round spec's mode is one of {modes}, not {self.mode!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,8 +108,11 @@ class RoundSpec:
             "seed": self.seed,
             "device": self.device,
             "check_seeds": self.check_seeds,
-            "canary": self.canary,
-            "extra": dict(self.extra),
+            "mode": self.mode,
+            "command": self.command,
+            "files": dict(self.files),
+            "pool": self.pool,
+            "wave_pairs": self.wave_pairs,
         }
 
     @classmethod
@@ -103,6 +123,7 @@ class RoundSpec:
             "version in the measurement environment (rebuild the image)"
         )
         require_schema_version(version, SPEC_SCHEMA_VERSION, "round spec", older=fix, newer=fix)
+        d = {**(d.get("extra") or {}), **d}  # a spec written before these were fields
         return cls(
             campaign=d["campaign"],
             round=int(d["round"]),
@@ -117,9 +138,16 @@ class RoundSpec:
             seed=int(d.get("seed", 1234)),
             device=d.get("device", "auto"),
             check_seeds=int(d.get("check_seeds", 2)),
-            canary=bool(d.get("canary", False)),
-            extra=dict(d.get("extra") or {}),
+            mode=d.get("mode", "measure"),
+            command=str(d.get("command", "")),
+            files={str(k): str(v) for k, v in (d.get("files") or {}).items()},
+            pool=_count(d.get("pool")),
+            wave_pairs=_count(d.get("wave_pairs")),
         )
+
+
+def _count(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def save_spec(path: Path, spec: RoundSpec) -> None:

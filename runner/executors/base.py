@@ -152,18 +152,9 @@ class Executor(Protocol):
 
     def prepare_role(self, build: BuildJob) -> BuiltRole:
         """Lay the cached build of ``build.key`` under the role's tree, or compile it
-        and store it; raises RoleBuildFailed with the build's log when it fails."""
+        and store it; raises MeasurementFailed with the build's log when it fails."""
         ...
 
     def release_role(self, built: BuiltRole) -> None:
         """Free what ``prepare_role`` made (a per-round image); idempotent."""
         ...
-
-
-class RoleBuildFailed(Exception):
-    """Building a role's tree failed; ``log_path`` holds the build's output."""
-
-    def __init__(self, message: str, log_path: Path) -> None:
-        super().__init__(message)
-        self.message = message
-        self.log_path = log_path

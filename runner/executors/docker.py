@@ -69,9 +69,9 @@ from typing import Literal
 
 import runner
 from runner.core import processes as cmd
-from runner.core.errors import CommandFailed, InfrastructureError
-from runner.core.spec import write_json_atomic
-from runner.executors.base import BuildJob, BuiltRole, JobOutcome, RoleBuildFailed, WorkerJob
+from runner.core.errors import CommandFailed, InfrastructureError, MeasurementFailed
+from runner.core.files import write_atomic, write_json_atomic
+from runner.executors.base import BuildJob, BuiltRole, JobOutcome, WorkerJob
 from runner.executors.container import (
     CONTAINER_TARGET,
     KFD_TOPOLOGY,
@@ -91,6 +91,8 @@ from runner.executors.docker_args import (
     docker_create_args,
     docker_run_line,
 )
+from runner.executors.gpus import detect_vendor
+from runner.store.fingerprint import image_digest
 from runner.store.leases import held_fds
 
 log = logging.getLogger("runner.executors.docker")
@@ -123,11 +125,6 @@ def _hint(output: str) -> str:
             "(ROCm); images are never pulled by the runner."
         )
     return "Check `docker info` and the output above."
-
-
-def image_digest(image: str) -> str:
-    """The local image id (``sha256:...``) of ``image``, for the round fingerprint."""
-    return docker(["image", "inspect", "--format", "{{.Id}}", image]).strip()
 
 
 def keep_requested(keep: bool) -> bool:
@@ -238,8 +235,6 @@ class DockerExecutor:
         """A fixed request (``gpu=``) wins; otherwise the job's own leased GPUs."""
         if self.gpu is not None or not job.gpus:
             return self.gpu
-        from runner.flow.sharding import detect_vendor
-
         vendor = self.vendor or detect_vendor()
         return GpuRequest.for_job(
             job.gpus, vendor, topology_root=self.topology_root, group_file=self.group_file
@@ -274,7 +269,7 @@ class DockerExecutor:
             with _Container(create_args, name, self.keep), _Reaper(name, self.keep):
                 self._copy_in(job, name)
                 returncode = self._start(job, name)
-                log_path.write_text(docker(["logs", name]), encoding="utf-8")
+                write_atomic(log_path, docker(["logs", name]))
         finally:
             os.chmod(job.out_dir, 0o755)
         return JobOutcome(job.name, returncode, job.out_dir, log_path)
@@ -342,7 +337,7 @@ class DockerExecutor:
         self, build: BuildJob, log_path: Path, tag: str, cached: str | None = None
     ) -> int:
         """Run one build container and commit it as ``tag``: 0, or (``cached``) the
-        exit code that says the cached build is corrupted; RoleBuildFailed otherwise."""
+        exit code that says the cached build is corrupted; MeasurementFailed otherwise."""
         name = container_name(f"build-r{build.round}-{build.role}")
         create_args = build_create_args(
             build, self.image, name=name, campaign=self.campaign, caches=self.caches,
@@ -361,7 +356,7 @@ class DockerExecutor:
             if cached and state == str(CORRUPT_EXIT):
                 return CORRUPT_EXIT
             if state != "0":
-                raise RoleBuildFailed(
+                raise MeasurementFailed(
                     f"building the {build.role} tree failed in {cached or self.image} (exit "
                     f"{state}; docker start said: {(proc.stdout or '').strip()[-300:]})",
                     log_path,
@@ -386,7 +381,7 @@ class DockerExecutor:
             info |= {"campaign_image": self.image, "built_from": reason}
         write_json_atomic(job.out_dir / IMAGE_RECORD, info)
         line = docker_run_line(job, create_args, image)
-        (job.out_dir / RUN_RECORD).write_text(line, encoding="utf-8")
+        write_atomic(job.out_dir / RUN_RECORD, line)
 
     def _copy_in(self, job: WorkerJob, name: str) -> None:
         if job.built is not None and job.built.image:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 import runner
+from runner.core.errors import MeasurementFailed
 from runner.core.pause_points import ENV_NAMES as PAUSE_ENV_NAMES
 from runner.core.processes import run, start
 from runner.core.spec import SOURCE_ENV
@@ -24,7 +25,6 @@ from runner.executors.base import (
     BuiltRole,
     JobOutcome,
     LiveWorker,
-    RoleBuildFailed,
     WorkerJob,
 )
 from runner.executors.build_cache import PRODUCTS, Entry, tree_files
@@ -166,7 +166,7 @@ class LocalExecutor:
             proc = run(argv, cwd=build.source_dir, env=env, check=False, timeout=build.timeout_s)
             log.write(f"$ {' '.join(argv)}\n{proc.stdout}\n")
             if proc.returncode != 0:
-                raise RoleBuildFailed(
+                raise MeasurementFailed(
                     f"building the {build.role} tree failed (exit {proc.returncode}): "
                     f"{' '.join(argv)}",
                     log_path,

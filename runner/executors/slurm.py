@@ -43,7 +43,7 @@ from pathlib import Path
 
 from runner.core import processes as cmd
 from runner.core.errors import ConfigError, InfrastructureError
-from runner.core.spec import write_json_atomic
+from runner.core.files import write_atomic, write_json_atomic
 from runner.executors.base import BuildJob, BuiltRole, JobOutcome, WorkerJob
 from runner.executors.container import (
     safe_name,
@@ -158,7 +158,7 @@ class SlurmExecutor:
             (job.out_dir / stale).unlink(missing_ok=True)
         path = job.out_dir / TASK_SCRIPT
         text = task_script(job, python=self.python, image=self.image, image_gpus=self.image_gpus)
-        path.write_text(text, encoding="utf-8")
+        write_atomic(path, text)
         path.chmod(0o755)
         return path
 
@@ -218,9 +218,9 @@ class SlurmExecutor:
         folder = work_dir or jobs[0].out_dir.parent
         folder.mkdir(parents=True, exist_ok=True)
         manifest = folder / f"slurm-array-{uid}.manifest"
-        manifest.write_text("".join("\t".join(line) + "\n" for line in scripts), encoding="utf-8")
+        write_atomic(manifest, "".join("\t".join(line) + "\n" for line in scripts))
         batch = folder / f"slurm-array-{uid}.sh"
-        batch.write_text(array_script(manifest), encoding="utf-8")
+        write_atomic(batch, array_script(manifest))
         job_name = _job_name(f"array-{jobs[0].name}-{uid}")
         per_task = [sum(j.timeout_s or 0 for j in seq) for seq in sequences]
         argv = sbatch_args(

@@ -3,7 +3,8 @@
 Four checks, each recorded, none skipped:
 
 1. full validation: every target shape (and the held-out shapes) of the final best,
-   paired against the base commit in B C C B blocks through the executor, merged,
+   paired against the base commit through the executor (A B B A turns of live
+   workers locally, B C C B passes of fresh processes in containers and on Slurm), merged,
    scored and judged by the same gate as a round (more pairs when it asks);
 2. the target's own full benchmark on the final code, stored apart as
    ``acceptance/artifacts/full_benchmark.csv`` (never compared with the quick CSV:
@@ -28,7 +29,8 @@ from typing import Any
 
 from runner.core.csv_io import read_csv
 from runner.core.csv_schema import get_schema
-from runner.core.errors import CampaignError, ConfigError
+from runner.core.errors import CampaignError, ConfigError, MeasurementFailed
+from runner.core.files import write_atomic
 from runner.core.outcomes import GateResult, Score, Status
 from runner.core.shapes import Shape, shapes_by_label
 from runner.core.timestamps import now_minute
@@ -41,15 +43,15 @@ from runner.flow.acceptance_checks import (
     suite_check,
     validation_check,
 )
-from runner.flow.acceptance_record import Acceptance, Check, acceptance_dir, write_acceptance
+from runner.flow.acceptance_record import Acceptance, Check, write_acceptance
 from runner.flow.build import built_roles
-from runner.flow.failures import RoundFailed
 from runner.flow.measure import Comparison, measure_and_judge
 from runner.flow.passes import read_passes
 from runner.flow.progress import Event
 from runner.flow.round_context import Progress, Round, all_shapes, gpu_lease, run_command_in
 from runner.judge.scoring import score
 from runner.render.status import unclosed_rounds
+from runner.store.acceptance import acceptance_dir
 from runner.store.campaign import Campaign
 from runner.store.guard import preflight
 from runner.store.leftovers import job_dir
@@ -104,7 +106,7 @@ def full_benchmark(rnd: Round, tree: Path, shapes: list[Shape], dest: Path) -> d
 def _example_full_benchmark(
     rnd: Round, tree: Path, shapes: list[Shape], dest: Path
 ) -> dict[str, Any]:
-    spec = rnd.spec("full-benchmark", 0, shapes, engine="full-benchmark")
+    spec = rnd.spec("full-benchmark", 0, shapes)
     outcome = rnd.job("full-benchmark", spec, tree)
     info: dict[str, Any] = {
         "command": "python -m runner.worker artifacts/passes/specs/full-benchmark.json "
@@ -129,7 +131,7 @@ def _command_full_benchmark(rnd: Round, tree: Path, command: str, dest: Path) ->
     is kept as written and mapped onto the pinned schema; a command that writes no such
     file is read for the CSV lines it prints instead."""
     code, log, out_dir = run_command_in(rnd, "full-benchmark", tree, command)
-    (dest.parent / "full_benchmark.log").write_text(log, encoding="utf-8")
+    write_atomic(dest.parent / "full_benchmark.log", log)
     info: dict[str, Any] = {
         "command": command,
         "engine": "the target's own benchmark",
@@ -147,7 +149,7 @@ def _command_full_benchmark(rnd: Round, tree: Path, command: str, dest: Path) ->
             pinned, skipped = to_pinned(
                 written.read_text(encoding="utf-8"), rnd.manifest.csv_schema
             )
-            dest.write_text(pinned, encoding="utf-8")
+            write_atomic(dest, pinned)
             rows = read_csv(dest, get_schema(rnd.manifest.csv_schema)).rows
             info["fail"] = sum(1 for r in rows if not r.passed)
         except CampaignError as exc:
@@ -157,7 +159,7 @@ def _command_full_benchmark(rnd: Round, tree: Path, command: str, dest: Path) ->
         return info
     text, fail = extract_csv(log)
     if text is not None:
-        dest.write_text(text, encoding="utf-8")
+        write_atomic(dest, text)
         info.update(csv=dest.name, fail=fail)
     return info
 
@@ -172,7 +174,7 @@ def run_command(rnd: Round, name: str, tree: Path, command: str) -> tuple[int, s
 def full_suite(rnd: Round, tree: Path, dest: Path) -> dict[str, Any]:
     command = rnd.target.full_suite_command()
     code, log = run_command(rnd, "full-suite", tree, command)
-    dest.write_text(log, encoding="utf-8")
+    write_atomic(dest, log)
     return {"command": command, "returncode": code, "log": dest.name, "tail": log[-1500:]}
 
 
@@ -286,7 +288,7 @@ def _validate(
 ) -> Check:
     try:
         gate, base, final = full_validation(rnd, trees, shapes, result.passes)
-    except RoundFailed as exc:
+    except MeasurementFailed as exc:
         return Check("full validation", False, f"did not complete: {exc.message}")
     result.gate, result.baseline, result.final = gate, base, final
     for name in ("baseline.csv", "final.csv"):

@@ -1,5 +1,5 @@
-"""The record of ``campaign accept``: its checks and outcome (``acceptance.json``), how it
-is stored, loaded and rendered."""
+"""The record of ``campaign accept``: its checks and outcome (``acceptance.json``) and how
+it is rendered and written; where it lives and how it is read back: ``runner.store.acceptance``."""
 
 from __future__ import annotations
 
@@ -8,14 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.core.errors import ConfigError, Verdict
+from runner.core.errors import Verdict
+from runner.core.files import write_atomic
 from runner.core.outcomes import GateResult, Score
-from runner.core.versions import require_schema_version
 from runner.render.figures import score_scale
-from runner.store.appendlog import write_atomic
-from runner.store.campaign import Campaign
-
-ACCEPTANCE_SCHEMA_VERSION = 1
+from runner.store.acceptance import ACCEPTANCE_SCHEMA_VERSION
 
 
 class NotAccepted(Verdict):
@@ -83,32 +80,6 @@ class Acceptance:
             "full_suite": dict(self.full_suite),
             "commits": list(self.commits),
         }
-
-
-def acceptance_dir(campaign: Campaign) -> Path:
-    return campaign.root / "acceptance"
-
-
-def load_acceptance(campaign: Campaign) -> dict[str, Any] | None:
-    """``acceptance/acceptance.json`` as a dict, or None when acceptance never ran."""
-    path = acceptance_dir(campaign) / "acceptance.json"
-    try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path} is not valid JSON ({exc}); run `campaign accept` again"
-        ) from None
-    require_schema_version(
-        data.get("schema_version"),
-        ACCEPTANCE_SCHEMA_VERSION,
-        str(path),
-        older="run `campaign accept` again",
-        newer="upgrade turbo-campaign (pip install -U turbo-campaign) to read it, or run "
-        "`campaign accept` again",
-    )
-    return data
 
 
 # ---- records ----------------------------------------------------------------------------

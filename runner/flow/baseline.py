@@ -9,19 +9,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runner.core.csv_schema import BenchCSV
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed
 from runner.core.outcomes import RoundResult, Status
 from runner.core.shapes import Shape
 from runner.core.spec import OUT_ENV
 from runner.core.stats import rel_stdev
 from runner.executors.base import Executor
 from runner.flow.build import built_roles, describe
-from runner.flow.failures import RoundFailed
 from runner.flow.passes import per_pass_metric, read_passes, shape_seconds, write_merged
 from runner.flow.quickscript import write_quick_script
+from runner.flow.records import close_round
 from runner.flow.round_context import (
     FocusedTest,
-    FocusedTestFailed,
     Progress,
     Round,
     all_shapes,
@@ -38,7 +37,6 @@ from runner.store.guard import preflight
 from runner.store.leftovers import job_dir
 from runner.store.lineage import snapshot
 from runner.store.manifest import Manifest, validate_manifest
-from runner.store.records import close_round
 from runner.store.roundfiles import artifact_list, store_artifacts
 
 
@@ -197,5 +195,5 @@ def _quick_baseline(rnd: Round, tree: Path) -> str:
     log = outcome.out_dir / "test.log"
     text = log.read_text(encoding="utf-8") if log.exists() else ""
     if outcome.returncode != 0:
-        raise RoundFailed(f"the quick script failed on the baseline ({m.quick_command})", log)
+        raise MeasurementFailed(f"the quick script failed on the baseline ({m.quick_command})", log)
     return text

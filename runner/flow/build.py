@@ -29,9 +29,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from runner.executors.base import BuildJob, BuiltRole, RoleBuildFailed
+from runner.core.files import write_atomic
+from runner.executors.base import BuildJob, BuiltRole
 from runner.executors.build_cache import BuildCache, build_key, native_inputs
-from runner.flow.failures import RoundFailed
 from runner.flow.round_context import Round
 
 BUILDS_RECORD = "builds.json"
@@ -81,6 +81,27 @@ def describe(built: Sequence[BuiltRole]) -> str:
     return "build: " + "; ".join(parts)
 
 
+def _write_record(
+    path: Path, built: list[BuiltRole], executor: str, commands: tuple[tuple[str, ...], ...]
+) -> None:
+    """``builds.json``: per role its build outcome, time, reason, key and image, and the
+    commands when it was rebuilt."""
+    record = [
+        {
+            "role": b.role,
+            "build": b.outcome,
+            "seconds": b.seconds,
+            "reason": b.reason,
+            "key": b.key,
+            "image": b.image,
+            "executor": executor,
+            "commands": [list(c) for c in commands] if b.rebuilt else [],
+        }
+        for b in built
+    ]
+    write_atomic(path, json.dumps(record, indent=2) + "\n")
+
+
 @contextlib.contextmanager
 def built_roles(
     rnd: Round, roles: Mapping[str, Path], changed: Sequence[str] | None = None
@@ -88,7 +109,7 @@ def built_roles(
     """Give every role of ``roles`` (role -> tree) its build for this round and
     register the builds with the round, so each of its jobs runs on its role's build;
     free the per-round parts when the round is done.  A target without native code
-    builds nothing.  A failed build raises ``RoundFailed`` with the build log's tail.
+    builds nothing.  A failed build raises ``MeasurementFailed`` with the build log's tail.
     ``changed``: the files the candidate's change touches (None: no change)."""
     target = rnd.target
     if not target.editable_install:
@@ -123,30 +144,14 @@ def built_roles(
                 keep=tuple(keys.values()),
             )
             rnd.progress(f"round-{rnd.round}: build-{role} (key {key[:12]})")
-            try:
-                built = rnd.executor.prepare_role(job)
-            except RoleBuildFailed as exc:
-                raise RoundFailed(exc.message, exc.log_path) from exc
+            built = rnd.executor.prepare_role(job)
             if built.outcome == "hit" and key in first:
                 built = replace(built, outcome="reuse")
             built = replace(built, reason=reason_for(built, changed, first.get(key)))
             first.setdefault(key, role)
             done[role] = built
             rnd.builds[tree] = built
-        record = [
-            {
-                "role": b.role,
-                "build": b.outcome,
-                "seconds": b.seconds,
-                "reason": b.reason,
-                "key": b.key,
-                "image": b.image,
-                "executor": rnd.executor.name,
-                "commands": [list(c) for c in commands] if b.rebuilt else [],
-            }
-            for b in done.values()
-        ]
-        (rnd.tmp / BUILDS_RECORD).write_text(json.dumps(record, indent=2) + "\n", "utf-8")
+        _write_record(rnd.tmp / BUILDS_RECORD, list(done.values()), rnd.executor.name, commands)
         yield list(done.values())
     finally:
         for built in done.values():

@@ -29,11 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from runner.core.csv_schema import BenchCSV
+from runner.core.errors import MeasurementFailed
 from runner.core.outcomes import Decision, GateResult, Score
 from runner.core.shapes import Shape
-from runner.flow.failures import RoundFailed
 from runner.flow.paired import (
-    PairedFailed,
     measure_paired,
     supports_paired,
     turns_per_worker,
@@ -50,7 +49,6 @@ from runner.flow.passes import (
 from runner.flow.progress import PairWatch, pair_seconds
 from runner.flow.sharding import (
     BCCB,
-    ShardFailed,
     detect_vendor,
     gpu_env,
     measure_sharded,
@@ -87,12 +85,9 @@ def measure_roles(
     roles = list(trees)
     watch = watch or pair_watch(rnd, roles, shapes)
     watch.plan(samples)
-    try:
-        if supports_paired(rnd.executor):
-            return _paired(rnd, trees, shapes, roles, samples, start_index, watch)
-        return _per_pass(rnd, trees, shapes, roles, samples, start_index, watch)
-    except (PairedFailed, ShardFailed) as exc:
-        raise RoundFailed(exc.message, exc.log_path) from exc
+    if supports_paired(rnd.executor):
+        return _paired(rnd, trees, shapes, roles, samples, start_index, watch)
+    return _per_pass(rnd, trees, shapes, roles, samples, start_index, watch)
 
 
 def _paired(
@@ -224,7 +219,7 @@ def _slurm_array(
     for seq in outcomes:
         for outcome in seq:
             if not outcome.ok:
-                raise RoundFailed(worker_failure(outcome.name, outcome), outcome.log_path)
+                raise MeasurementFailed(worker_failure(outcome.name, outcome), outcome.log_path)
     order = [s.label for s in shapes]
     paths: dict[str, list[Path]] = {role: [] for role in roles}
     for p, (index, role) in enumerate(passes):
@@ -239,7 +234,7 @@ def _run_pass(rnd: Any, role: str, index: int, tree: Path, shapes: list[Shape]) 
     name = pass_name(index, role)
     outcome = rnd.job(name, rnd.spec(role, index, shapes), tree)
     if not outcome.ok:
-        raise RoundFailed(worker_failure(name, outcome), outcome.log_path)
+        raise MeasurementFailed(worker_failure(name, outcome), outcome.log_path)
     return Path(outcome.out_dir) / "benchmark.csv"
 
 
@@ -408,7 +403,7 @@ def judge(
     ref_score = score(write_merged(rnd.tmp / how.files[0], ref), m.primary_metric)
     cand_score = score(write_merged(rnd.tmp / how.files[1], cand), ref_score.metric)
     if ref_score.n_fail:
-        raise RoundFailed(how.broken)
+        raise MeasurementFailed(how.broken)
     pairs = pair_samples(ref, cand, ref_score.metric)
     gate = decide(
         ref_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=list(vetoes), final=final
@@ -433,7 +428,6 @@ __all__ = [
     "BCCB",
     "Comparison",
     "Judged",
-    "RoundFailed",
     "first_samples",
     "measure_and_judge",
     "measure_roles",

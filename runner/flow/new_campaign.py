@@ -208,7 +208,7 @@ def choose_executor(target: Target, fields: dict[str, Any]) -> None:
                 f"the docker executor needs an image for {gpu}: pass --image TAG, or "
                 "--executor local"
             )
-        from runner.portable.images import ImageRequest, default_tag
+        from runner.executors.images import ImageRequest, default_tag
 
         image = default_tag(ImageRequest(gpu_archs=gpu))
     fields["image"] = image
@@ -218,7 +218,7 @@ def choose_executor(target: Target, fields: dict[str, Any]) -> None:
 
 def _image_id(image: str, gpu: str) -> str:
     from runner.core.errors import CampaignError
-    from runner.executors.docker import image_digest
+    from runner.store.fingerprint import image_digest
 
     try:
         return image_digest(image)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, MeasurementFailed
 from runner.core.shapes import Shape
 from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec, TimingSettings
 from runner.executors.base import LiveWorker, ServingExecutor, WorkerJob
@@ -89,21 +89,11 @@ class PairedHost(Protocol):
     @property
     def quick_gpu(self) -> bool: ...
 
-    def spec(self, role: str, index: int, shapes: list[Shape], **extra: object) -> RoundSpec: ...
+    def spec(self, role: str, index: int, shapes: list[Shape]) -> RoundSpec: ...
 
     def worker_job(
         self, name: str, spec: RoundSpec, tree: Path, env: Mapping[str, str] | None = None
     ) -> WorkerJob: ...
-
-
-class PairedFailed(Exception):
-    """A serving worker failed or stopped answering; ``runner.flow.measure`` turns it
-    into RoundFailed with the worker's log tail."""
-
-    def __init__(self, message: str, log_path: Path | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.log_path = log_path
 
 
 def supports_paired(executor: object) -> bool:
@@ -196,22 +186,22 @@ def measure_paired(
     (reported with each block) and the device's free memory size the waves; the rest of
     the first wave then starts, and a wave finishes before the next one starts.
     A CPU target (``host.gpu_target`` false) starts up to CPU_WAVE_PAIRS pairs at once.
-    ``extra["wave_pairs"]`` in the spec fixes the wave size instead (a device shared
+    ``wave_pairs`` in the spec fixes the wave size instead (a device shared
     with other work).
 
     Worker ``index`` numbers continue from ``start_index`` as pass numbers did, and each
     worker's folder is ``<tmp>/pass-NN-<role><suffix>``.  Returns, per role, the pinned
     CSV of each of its workers in pair order (pair i of the incumbent with pair i of
-    the candidate).  Raises PairedFailed when a worker fails; every worker started
+    the candidate).  Raises MeasurementFailed when a worker fails; every worker started
     here has exited when this returns or raises.  Each turn is logged, with the
     worker's own wall-clock start and end (and on a GPU the most device memory it has
     held), in ``<tmp>/turns<suffix>.jsonl``."""
     executor = host.executor
     if not supports_paired(executor):
-        raise PairedFailed(f"executor {executor.name} cannot keep workers alive for a round")
+        raise MeasurementFailed(f"executor {executor.name} cannot keep workers alive for a round")
     missing = sorted(set(roles) - set(trees))
     if missing:
-        raise PairedFailed(f"no source tree for role(s) {missing}")
+        raise MeasurementFailed(f"no source tree for role(s) {missing}")
     ready_s = worker_timeout(READY_TIMEOUT_ENV, READY_TIMEOUT_S)
     turn_s = worker_timeout(TURN_TIMEOUT_ENV, TURN_TIMEOUT_S)
     turns = turns_per_worker(roles, groups)
@@ -226,17 +216,17 @@ def measure_paired(
             name = pass_name(next_index, role) + suffix
             spec = host.spec(role, next_index, list(shapes))
             timing = block_timing(spec.timing, turns, quick_gpu=host.quick_gpu)
-            spec = replace(spec, timing=timing, extra={**spec.extra, "pool": members})
+            spec = replace(spec, timing=timing, pool=members)
             job = host.worker_job(name, spec, trees[role], env)
             group.append(_Worker(executor.start_worker(job), role, next_index))
         started.append(group)
         return group
 
     try:
-        extra = host.spec(roles[0], 0, []).extra
-        members = pool_members(extra, host.gpu_target, turns)
+        template = host.spec(roles[0], 0, [])
+        members = pool_members(template.pool, host.gpu_target, turns)
         picks = _picks(pairs, 2 * groups, members, seed)
-        size: int | None = int(extra["wave_pairs"]) if extra.get("wave_pairs") else None
+        size: int | None = template.wave_pairs or None
         if size is None and not host.gpu_target:
             size = min(pairs, CPU_WAVE_PAIRS)  # the CPU: no device memory to share out
         while len(started) < pairs:
@@ -274,15 +264,15 @@ def measure_paired(
     return out
 
 
-def pool_members(extra: Mapping[str, Any], gpu_target: bool, turns: int) -> int:
-    """Members of each worker's buffer pool: ``extra["pool"]`` (default 4 on a GPU
+def pool_members(pool: int | None, gpu_target: bool, turns: int) -> int:
+    """Members of each worker's buffer pool: the spec's ``pool`` (default 4 on a GPU
     target, 2 on the CPU), but never more than the ``turns`` (blocks) a worker
     measures: a member no block picks would only hold device memory, and memory bounds
     how many workers a wave can hold (a GPU worker of a two-role round takes two turns,
     so it held twice the inputs it used).  Placement still varies: each block of a
     worker is on another member, and every worker places its own buffers."""
     default = POOL_GPU if gpu_target else POOL_CPU
-    return max(1, min(int(extra.get("pool", default)), turns))
+    return max(1, min(pool if pool is not None else default, turns))
 
 
 def _hold(host: PairedHost) -> None:
@@ -363,7 +353,7 @@ def _picks(pairs: int, per_pair: int, pool: int, seed: int) -> list[list[int]]:
     return out
 
 
-def _fail(w: _Worker, why: str) -> PairedFailed:
+def _fail(w: _Worker, why: str) -> MeasurementFailed:
     code = w.live.returncode
     proc = w.live.proc
     if proc is not None:
@@ -372,7 +362,7 @@ def _fail(w: _Worker, why: str) -> PairedFailed:
         except subprocess.TimeoutExpired:
             code = None
     exit_note = f" (exit {code})" if code is not None else ""
-    return PairedFailed(f"worker {w.live.name} failed{exit_note}: {why}", w.live.log_path)
+    return MeasurementFailed(f"worker {w.live.name} failed{exit_note}: {why}", w.live.log_path)
 
 
 def _expect(w: _Worker, timeout: float, key: str) -> dict[str, Any]:

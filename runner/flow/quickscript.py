@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pprint
 
+from runner.core.files import write_atomic
 from runner.core.shapes import shape_set
-from runner.store.appendlog import write_atomic
 from runner.store.campaign import Campaign
 
 TEMPLATE = '''#!/usr/bin/env python3

@@ -10,15 +10,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import runner
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed
+from runner.core.import_cause import explain_failure
 from runner.core.shapes import Shape, shape_set, shapes_by_label
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
-from runner.flow.failures import RoundFailed
+from runner.executors.gpus import detect_vendor, gpu_env
 from runner.flow.paired import supports_paired
 from runner.flow.progress import Progress, StepStarted
-from runner.flow.sharding import detect_vendor, gpu_env, job_in, pass_name, worker_failure
-from runner.judge.import_cause import explain_failure
+from runner.flow.sharding import job_in, pass_name, worker_failure
 from runner.store.campaign import Campaign
 from runner.store.leases import acquire
 from runner.store.leftovers import note_step
@@ -85,7 +85,17 @@ class Round:
         fields = self.manifest.timing.model_dump()
         return TimingSettings(cache_mode=self.manifest.cache_mode, **fields)
 
-    def spec(self, role: str, index: int, shapes: list[Shape], **extra: object) -> RoundSpec:
+    def spec(
+        self,
+        role: str,
+        index: int,
+        shapes: list[Shape],
+        *,
+        mode: str = "measure",
+        command: str = "",
+        files: dict[str, str] | None = None,
+    ) -> RoundSpec:
+        """The spec of one pass of ``role`` (``mode="test"``: ``command`` with ``files``)."""
         m = self.manifest
         options = {"granularity": m.granularity, "backend": m.target_backend}
         return RoundSpec(
@@ -99,7 +109,9 @@ class Round:
             options=options,
             shapes=tuple(shapes),
             timing=self.timing(),
-            extra=dict(extra),
+            mode=mode,
+            command=command,
+            files=dict(files or {}),
         )
 
     def worker_job(
@@ -186,11 +198,11 @@ def level_shapes(m: Manifest, level: str) -> list[Shape]:
 
 # ---- passes --------------------------------------------------------------------------
 def run_pass(rnd: Round, role: str, index: int, tree: Path, shapes: list[Shape]) -> Path:
-    """One worker pass; returns its CSV or raises RoundFailed with the log tail."""
+    """One worker pass; returns its CSV or raises MeasurementFailed with the log tail."""
     name = pass_name(index, role)
     outcome = rnd.job(name, rnd.spec(role, index, shapes), tree)
     if not outcome.ok:
-        raise RoundFailed(worker_failure(name, outcome), outcome.log_path)
+        raise MeasurementFailed(worker_failure(name, outcome), outcome.log_path)
     return outcome.out_dir / "benchmark.csv"
 
 
@@ -211,14 +223,6 @@ def run_command_in(
 def run_focused_test(rnd: Round, role: str, tree: Path) -> tuple[bool, str]:
     code, text, _ = run_command_in(rnd, f"test-{role}", tree, rnd.manifest.test_command, role)
     return code == 0, explain_failure(text[-1500:], text)
-
-
-class FocusedTestFailed(Exception):
-    """The focused test failed while serving workers started beside it."""
-
-    def __init__(self, tail: str) -> None:
-        super().__init__(tail)
-        self.tail = tail
 
 
 class FocusedTest:
@@ -270,7 +274,7 @@ class FocusedTest:
     def require(self) -> None:
         """``before_turns``: wait for the test; raise FocusedTestFailed when it failed."""
         if not self.wait():
-            raise FocusedTestFailed(self.tail)
+            raise FocusedTestFailed("the focused test failed", tail=self.tail)
 
     def close(self) -> None:
         if self._thread is not None:

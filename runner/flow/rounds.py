@@ -1,4 +1,4 @@
-"""Rounds end to end: the baseline (round-1) and each VALIDATE round.
+"""A VALIDATE round end to end (the baseline, round-1, is ``runner.flow.baseline``).
 
 Flow: refuse bad requests before writing anything -> fresh worktrees of the incumbent
 (the lineage head) and the candidate (head + patch; a change outside the kernel scope
@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
-from runner.core.errors import ConfigError, Tampered
+from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed, Tampered
+from runner.core.files import write_atomic, write_json_atomic
 from runner.core.outcomes import (
     GateResult,
     RoundResult,
@@ -26,15 +27,13 @@ from runner.core.outcomes import (
 )
 from runner.core.pause_points import pause_point
 from runner.core.shapes import Shape
-from runner.core.spec import write_json_atomic
 from runner.executors.base import Executor
 from runner.flow.build import built_roles, describe
-from runner.flow.failures import RoundFailed
 from runner.flow.judge_files import check_scope, restore_judge, scope_notes
 from runner.flow.measure import measure_and_judge, measure_roles
+from runner.flow.records import close_round
 from runner.flow.round_context import (
     FocusedTest,
-    FocusedTestFailed,
     Progress,
     Round,
     gpu_lease,
@@ -53,7 +52,7 @@ from runner.flow.round_records import (
 from runner.flow.tamper_check import prove_ready, prove_untouched, tampered
 from runner.flow.tamper_check import snapshot as snapshot_trees
 from runner.judge.vetoes import audit_candidate
-from runner.store.appendlog import write_atomic
+from runner.render.summary import commit_message
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import FingerprintDiff
 from runner.store.fingerprint_check import check_round_comparable, record_override
@@ -61,8 +60,6 @@ from runner.store.guard import preflight
 from runner.store.leftovers import job_dir
 from runner.store.lineage import Lineage, snapshot
 from runner.store.manifest import branch_name
-from runner.store.records import close_round
-from runner.store.roundfiles import commit_message
 from runner.targets.registry import get_target
 
 MIN_SIGMA = 1e-6
@@ -142,7 +139,7 @@ def _validate_in(
                     gate, inc_score, cand_score = _measure_and_judge(
                         rnd, request, inc_tree, cand_tree, shapes, vetoes
                     )
-                except RoundFailed as exc:  # crashed because another role changed its files?
+                except MeasurementFailed as exc:  # crashed because another role changed its files?
                     cause = tampered(before, rnd.tmp, unbuilt=unbuilt)
                     if cause is None:
                         raise
@@ -150,7 +147,7 @@ def _validate_in(
                 finally:
                     rnd.ready_checks.clear()
                 prove_untouched(before, rnd.tmp, unbuilt=unbuilt)
-    except (RoundFailed, Tampered) as exc:
+    except (MeasurementFailed, Tampered) as exc:
         why = "\n".join([str(exc), *notes])
         failed = failed_result(rnd, request, patch, touched, started, best, why)
         close_round(campaign, failed, progress=rnd.step)
@@ -203,4 +200,4 @@ def _measure_and_judge(
     return got.gate, got.reference, got.candidate
 
 
-__all__ = ["Request", "RoundFailed", "measure_roles", "validate_round"]
+__all__ = ["Request", "measure_roles", "validate_round"]

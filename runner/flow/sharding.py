@@ -18,22 +18,22 @@ runs it on a GPU box without pydantic).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from runner.core.csv_io import check_header, read_csv, write_csv
 from runner.core.csv_schema import BenchCSV, Row
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, MeasurementFailed
+from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
-from runner.core.spec import RoundSpec, save_spec, write_json_atomic
+from runner.core.spec import RoundSpec, save_spec
 from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
+from runner.executors.gpus import Vendor, detect_vendor, gpu_env
 
 T = TypeVar("T")
-Vendor = Literal["nvidia", "amd"]
 BCCB: tuple[str, ...] = ("incumbent", "candidate", "candidate", "incumbent")
 
 
@@ -96,9 +96,25 @@ class PlainHost:
     def quick_gpu(self) -> bool:
         return self.template.level == "quick" and self.gpu_target
 
-    def spec(self, role: str, index: int, shapes: list[Shape], **extra: object) -> RoundSpec:
-        more = {**self.template.extra, **extra}
-        return replace(self.template, role=role, pass_index=index, shapes=tuple(shapes), extra=more)
+    def spec(
+        self,
+        role: str,
+        index: int,
+        shapes: list[Shape],
+        *,
+        mode: str = "measure",
+        command: str = "",
+        files: dict[str, str] | None = None,
+    ) -> RoundSpec:
+        return replace(
+            self.template,
+            role=role,
+            pass_index=index,
+            shapes=tuple(shapes),
+            mode=mode,
+            command=command,
+            files=dict(files or {}),
+        )
 
     def worker_job(
         self,
@@ -142,15 +158,6 @@ class PlainRound(PlainHost):
 
     def progress(self, message: str) -> None:
         self.said.append(message)
-
-
-class ShardFailed(Exception):
-    """A sharded worker pass failed; ``rounds`` turns it into RoundFailed."""
-
-    def __init__(self, message: str, log_path: Path | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.log_path = log_path
 
 
 # ---- splitting -----------------------------------------------------------------------
@@ -200,29 +207,6 @@ def shard_shapes(
     return [[shapes[i] for i in sorted(m)] for m in members]
 
 
-# ---- GPU pinning ---------------------------------------------------------------------
-def detect_vendor() -> Vendor:
-    """``amd`` when the ROCm kernel driver is there (``/dev/kfd``), else ``nvidia``."""
-    return "amd" if os.path.exists("/dev/kfd") else "nvidia"
-
-
-def gpu_env(gpu: int, vendor: Vendor) -> dict[str, str]:
-    """Environment that shows a worker only physical GPU ``gpu``.
-
-    NVIDIA: ``CUDA_VISIBLE_DEVICES=<gpu>``.  AMD: ``ROCR_VISIBLE_DEVICES=<gpu>`` selects
-    the physical GPU and renumbers it 0 for everything above ROCr, so HIP's own filters
-    (``HIP_VISIBLE_DEVICES``, and ``CUDA_VISIBLE_DEVICES`` which HIP also reads) must be
-    ``0``: setting all three to ``<gpu>`` would hide every GPU but GPU 0.
-    """
-    if vendor == "nvidia":
-        return {"CUDA_VISIBLE_DEVICES": str(gpu)}
-    return {
-        "ROCR_VISIBLE_DEVICES": str(gpu),
-        "HIP_VISIBLE_DEVICES": "0",
-        "CUDA_VISIBLE_DEVICES": "0",
-    }
-
-
 # ---- running -------------------------------------------------------------------------
 def run_sharded(fn: Callable[[int, int], T], gpus: Sequence[int]) -> list[T]:
     """``fn(shard_index, gpu)`` for every GPU at once, one thread each; the results
@@ -257,7 +241,9 @@ def _run_shard(
         name = f"{pass_name(index, role)}-gpu{gpu}"
         outcome = host.job(name, host.spec(role, index, shapes), trees[role], env=env, gpu=gpu)
         if not outcome.ok:
-            raise ShardFailed(f"{worker_failure(name, outcome)} on GPU {gpu}", outcome.log_path)
+            raise MeasurementFailed(
+                f"{worker_failure(name, outcome)} on GPU {gpu}", outcome.log_path
+            )
         paths.append(outcome.out_dir / "benchmark.csv")
     return paths
 
@@ -290,9 +276,9 @@ def measure_sharded(
 
     ``trees`` maps each role of ``pattern`` to its source tree.  Pass numbers continue
     from ``start_index`` (the first pass is ``start_index + 1``), as in
-    ``_measure_and_judge``.  Returns, per role, the merged pinned CSV of each of its
-    passes in order: the lists ``_judge`` takes.  Raises ShardFailed when any worker
-    failed (the other GPUs finish their passes first).
+    ``runner.flow.measure.measure_roles``.  Returns, per role, the merged pinned CSV of
+    each of its passes in order: the lists ``runner.flow.measure.judge`` takes.  Raises
+    MeasurementFailed when any worker failed (the other GPUs finish their passes first).
     """
     missing = sorted(set(pattern) - set(trees))
     if missing:

@@ -24,14 +24,14 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from runner.core.errors import ConfigError, NothingToDo, Tampered
+from runner.core.errors import ConfigError, MeasurementFailed, NothingToDo, Tampered
+from runner.core.files import write_atomic, write_json_atomic
 from runner.core.outcomes import Decision, GateResult, RoundResult, TournamentNote
 from runner.core.pause_points import pause_point
-from runner.core.spec import write_json_atomic
 from runner.executors.base import BuiltRole, Executor
 from runner.flow.build import built_roles, describe
-from runner.flow.failures import RoundFailed
 from runner.flow.judge_files import check_scope, restore_judge, scope_notes
+from runner.flow.records import close_round
 from runner.flow.round_context import Progress, Round, gpu_lease, level_shapes
 from runner.flow.round_records import (
     Request,
@@ -48,15 +48,13 @@ from runner.flow.tamper_check import snapshot as snapshot_trees
 from runner.flow.tournament_measure import Entry, confirm, focused_tests, measure_entries
 from runner.judge.vetoes import audit_candidate
 from runner.render.figures import fmt_gain
-from runner.store.appendlog import write_atomic
+from runner.render.summary import commit_message
 from runner.store.campaign import Campaign
 from runner.store.fingerprint_check import check_round_comparable, record_override
 from runner.store.guard import preflight
 from runner.store.leftovers import job_dir
 from runner.store.lineage import Lineage, snapshot
 from runner.store.manifest import branch_name
-from runner.store.records import close_round
-from runner.store.roundfiles import commit_message
 from runner.targets.registry import get_target
 
 MAX_ENTRIES = 8  # hypotheses of one tournament, at most
@@ -168,7 +166,7 @@ def _run(rnd: Round, entries: list[Entry], started: str) -> list[RoundResult]:
                 focused_tests(rnd, live)
                 measure_entries(rnd, inc_tree, live, shapes)
                 confirm(rnd, inc_tree, live, shapes)
-            except RoundFailed as exc:
+            except MeasurementFailed as exc:
                 cause = _tampered(rnd, entries, before, guarded, unbuilt)
                 raise (cause or exc) from exc
             finally:
@@ -176,7 +174,7 @@ def _run(rnd: Round, entries: list[Entry], started: str) -> list[RoundResult]:
             cause = _tampered(rnd, entries, before, guarded, unbuilt)
             if cause is not None:
                 raise cause
-        except (RoundFailed, Tampered) as exc:
+        except (MeasurementFailed, Tampered) as exc:
             failed_all = str(exc)
     if builds:
         for entry in live:
@@ -196,7 +194,7 @@ def _build(
     while True:
         try:
             return stack.enter_context(built_roles(rnd, roles))
-        except RoundFailed as exc:
+        except MeasurementFailed as exc:
             folder = exc.log_path.parent.name if exc.log_path is not None else ""
             culprit = next((e for e in live if folder == f"build-{e.role}"), None)
             if culprit is None:

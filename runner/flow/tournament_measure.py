@@ -24,9 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from runner.core.errors import MeasurementFailed
 from runner.core.outcomes import Decision, GateResult, TransferCheck
 from runner.core.shapes import Shape
-from runner.flow.failures import RoundFailed
 from runner.flow.measure import (
     Comparison,
     Judged,
@@ -132,7 +132,7 @@ def measure_entries(
         start = time.monotonic()
         try:
             got = measure_roles(rnd, trees, shapes, asked, last_index(rnd.tmp))
-        except RoundFailed as exc:
+        except MeasurementFailed as exc:
             culprit = _culprit(exc, todo)
             if culprit is None:
                 raise
@@ -173,7 +173,7 @@ def measure_entries(
             _keep_passes(rnd, e, paths[e.role])
 
 
-def _culprit(exc: RoundFailed, todo: Sequence[Entry]) -> Entry | None:
+def _culprit(exc: MeasurementFailed, todo: Sequence[Entry]) -> Entry | None:
     """The entry whose worker failed, from its folder's name (``pass-NN-<role>``, a
     shard's ``pass-NN-<role>-gpuK``); None when it was the incumbent's or unknown."""
     folder = exc.log_path.parent.name if exc.log_path is not None else ""

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.core.errors import ConfigError
+from runner.core.files import write_atomic
+from runner.core.import_cause import explain_failure
 from runner.core.processes import run
-from runner.judge.import_cause import explain_failure
 from runner.store.lineage import Lineage
 from runner.store.workspace import extract_workspace, load_record, sync_back, workspace_command
 from runner.targets.base import Target
@@ -98,14 +99,14 @@ def integration_gate(rnd: Round, head_tree: Path, log_path: Path) -> tuple[bool,
             code, text, _ = run_command_in(rnd, "integration-build", tree, build)
             lines.append(f"$ {build}\n{text}")
             if code != 0:
-                log_path.write_text("\n".join(lines), encoding="utf-8")
+                write_atomic(log_path, "\n".join(lines))
                 return False, f"build failed (exit {code}): {explain_failure('', text)}", None
             built = "built"
         else:
             built = "no build (no native or build file changed)"
         code, text, _ = run_command_in(rnd, "integration-test", tree, test_command)
         lines.append(text)
-        log_path.write_text("\n".join(lines), encoding="utf-8")
+        write_atomic(log_path, "\n".join(lines))
         if code != 0:
             cause = explain_failure("", text).strip() or text.strip()[-300:]
             return False, f"upstream focused test failed (exit {code}): {cause}", None

@@ -35,11 +35,12 @@ import yaml
 
 from runner import __version__
 from runner.core.errors import CommandFailed, ConfigError
+from runner.core.files import write_atomic
 from runner.core.outcomes import RoundResult, Status
 from runner.core.processes import run
 from runner.core.timestamps import now_minute
 from runner.core.versions import require_schema_version
-from runner.portable.images import DOCKERFILE, REPO_ROOT
+from runner.executors.images import DOCKERFILE, REPO_ROOT
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import dist_version
 from runner.store.lineage import Lineage
@@ -101,13 +102,13 @@ def _stage(campaign: Campaign, stage: Path) -> None:
         if (campaign.root / sub).is_dir():
             shutil.copytree(campaign.root / sub, stage / sub, ignore=ignore)
     (stage / "schema").mkdir()
-    (stage / "schema" / "header.csv").write_text((m.pinned_header or "") + "\n", encoding="utf-8")
+    write_atomic(stage / "schema" / "header.csv", (m.pinned_header or "") + "\n")
     lineage = _lineage(m)
     head = lineage.head()
     _format_patches(lineage, m.base_commit or "", head, stage / "lineage")
     _write_recipe(campaign, stage / "recipe")
     info = bundle_info(campaign, lineage, head)
-    (stage / BUNDLE_YAML).write_text(yaml.safe_dump(info, sort_keys=False), encoding="utf-8")
+    write_atomic(stage / BUNDLE_YAML, yaml.safe_dump(info, sort_keys=False))
 
 
 def _lineage(m: Manifest) -> Lineage:
@@ -180,7 +181,7 @@ def _write_recipe(campaign: Campaign, dest: Path) -> None:
     if (REPO_ROOT / DOCKERFILE).is_file():
         shutil.copy2(REPO_ROOT / DOCKERFILE, dest / DOCKERFILE)
     recipe = environment_recipe(campaign)
-    (dest / "recipe.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False), encoding="utf-8")
+    write_atomic(dest / "recipe.yaml", yaml.safe_dump(recipe, sort_keys=False))
 
 
 def environment_recipe(campaign: Campaign) -> dict[str, Any]:
@@ -234,7 +235,7 @@ def _files(root: Path) -> list[str]:
 
 def write_checksums(root: Path) -> None:
     lines = [f"{sha256_file(root / rel)}  {rel}" for rel in _files(root)]
-    (root / CHECKSUMS).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_atomic(root / CHECKSUMS, "\n".join(lines) + "\n")
 
 
 def verify_checksums(root: Path) -> None:

@@ -20,13 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.core.csv_schema import BenchCSV
-from runner.core.errors import CampaignError, CommandFailed, ConfigError, InfrastructureError
+from runner.core.errors import (
+    CampaignError,
+    CommandFailed,
+    ConfigError,
+    InfrastructureError,
+    MeasurementFailed,
+)
 from runner.core.outcomes import Status
 from runner.core.processes import run
 from runner.core.shapes import Shape
 from runner.executors.factory import make_executor
 from runner.flow.build import built_roles
-from runner.flow.failures import RoundFailed
 from runner.flow.measure import measure_and_judge
 from runner.flow.new_campaign import git_toplevel
 from runner.flow.passes import pair_samples, per_pass_metric
@@ -302,7 +307,8 @@ def measure(
     progress: Progress,
     gpus: tuple[int, ...] = (),
 ) -> Measured:
-    """Baseline and round ``n`` paired (B C C B x pairs), each pass a fresh worker."""
+    """Baseline and round ``n`` paired through ``measure_and_judge``: A B B A turns of
+    live workers locally, B C C B passes of fresh processes in containers and on Slurm."""
     m = campaign.manifest
     shapes = _round_shapes(campaign, bundle, n)
     work = campaign.root / "reproduction"
@@ -314,7 +320,7 @@ def measure(
     try:
         with gpu_lease(gpus, campaign, n), built_roles(rnd, role_trees):
             got = measure_and_judge(rnd, role_trees, shapes, 2 * m.pairs)
-    except RoundFailed as exc:
+    except MeasurementFailed as exc:
         raise InfrastructureError(f"reproduction measurement failed: {exc}") from None
     inc, cand = got.csvs["incumbent"], got.csvs["candidate"]
     pairs = pair_samples(inc, cand, got.reference.metric)

@@ -2,7 +2,8 @@
 ``write_report``).
 
 The measured gain is G_meas = geomean_s(round N) / geomean_s(baseline) over the
-round's shapes, from paired passes (B C C B) measured here.  The recorded gain is
+round's shapes, paired here (A B B A turns of live workers locally, B C C B passes of
+fresh processes in containers and on Slurm).  The recorded gain is
 G_rec = the product of the paired gate ratios (candidate/incumbent geomean) of the
 accepted rounds up to N, times round N's own ratio when N was not accepted (its
 candidate was measured against the incumbent of its time); round-1 records 1.
@@ -22,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner.core.files import write_atomic
 from runner.core.outcomes import Score
-from runner.store.appendlog import write_atomic
 from runner.store.fingerprint import FingerprintDiff
 
 Z_95 = 1.96
@@ -201,7 +202,8 @@ def _measurement(facts: ReportFacts, m: Measured) -> str:
     pairs = ", ".join(f"{r:.4f}" for r in m.pair_ratios) or "none"
     here = f"{100 * m.sigma_here:.3f}%" if m.sigma_here is not None else "n/a"
     return (
-        "## Measurement here (paired B C C B, fresh processes)\n\n"
+        "## Measurement here (paired: A B B A turns of live workers locally, B C C B "
+        "passes of fresh processes in containers and on Slurm)\n\n"
         + "\n".join(rows)
         + f"\n\n* per-pair geomean ratios G_i: {pairs}\n"
         f"* sigma_G of the baseline passes here: {here} (recorded: {100 * facts.sigma_g:.3f}%)\n"

@@ -38,15 +38,10 @@ from runner.render.figures import (
     unit_of,
     valid,
 )
+from runner.store.log_format import BASELINE_MARKER, history_marker
 from runner.store.manifest import Manifest, branch_name, parse_performance_target
 
 COMBINED = "Combined Step TFLOPS"
-TREND_HEADER = (
-    "| Round | Status | Description | Fwd Avg TFLOPS | Fwd Peak TFLOPS | Bwd Avg TFLOPS "
-    "| Bwd Peak TFLOPS | Combined Step TFLOPS | vs Baseline | Key Finding |"
-)
-TREND_SEPARATOR = "|---|---|---|---|---|---|---|---|---|---|"
-BASELINE_MARKER = "## Basic information"
 
 
 # -- formatting (the figures themselves: runner.render.figures) --------------------
@@ -141,18 +136,6 @@ def trend_figures(
     )
 
 
-def trend_header(manifest: Manifest) -> str:
-    return (
-        f"# Performance trend — {manifest.campaign_name}\n\n"
-        f"Append-only: one row per round; a wrong row gets a correction below it.\n\n"
-        f"{TREND_HEADER}\n{TREND_SEPARATOR}\n"
-    )
-
-
-def trend_marker(n: int) -> str:
-    return f"| round-{n} |"
-
-
 def vs_baseline(result: RoundResult, now: TrendFigures) -> str:
     if result.status == Status.BASELINE or result.round == 1:
         return DASH
@@ -187,18 +170,6 @@ def render_trend_row(result: RoundResult) -> str:
 
 
 # -- optimize.md --------------------------------------------------------------------
-def optimize_title(manifest: Manifest) -> str:
-    return (
-        f"# Optimization log — {manifest.campaign_name}\n\n"
-        "Append-only (docs/protocol.md §6.4): never edit or delete an entry; append a "
-        "correction instead.\n"
-    )
-
-
-def history_marker(n: int) -> str:
-    return f"### round-{n} — "
-
-
 def shape_table(score: Score, best: Score | None = None, *, delta: bool = True) -> str:
     """Per shape: Check, Forward/Backward, the primary metric, delta vs current best
     (``—`` without a best; the column is left out when ``delta`` is false), in one unit

@@ -13,13 +13,15 @@ metric in the unit that fits their size (``runner.render.figures``: GFLOPS on a 
 * ``plot_shapes``: per shape, baseline against final best (bars).
 * ``plot_roofline``: achieved fraction of the GPU's peak per shape (only drawn when a
   peak is known: a CPU campaign has none).
+
+Each returns the PNG's bytes: ``runner.flow.report`` writes them.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import matplotlib
 
@@ -75,10 +77,10 @@ def round_points(results: Sequence[RoundResult], labels: Sequence[str]) -> list[
     return points
 
 
-def _save(fig: Figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")  # rotated labels stay inside
-    return path
+def _png(fig: Figure) -> bytes:
+    out = io.BytesIO()
+    fig.savefig(out, format="png", dpi=DPI, bbox_inches="tight")  # rotated labels stay inside
+    return out.getvalue()
 
 
 def _scaled(p: RoundPoint, factor: float) -> RoundPoint:
@@ -89,7 +91,7 @@ def _scaled(p: RoundPoint, factor: float) -> RoundPoint:
                    bar=times(p.bar))  # fmt: skip
 
 
-def plot_rounds(results: Sequence[RoundResult], labels: Sequence[str], path: Path) -> Path:
+def plot_rounds(results: Sequence[RoundResult], labels: Sequence[str]) -> bytes:
     raw_points = round_points(results, labels)
     base_metric = results[0].score.metric if results else "primary metric"
     scale = scale_for(base_metric, [p.value for p in raw_points] + [p.measured for p in raw_points])
@@ -148,7 +150,7 @@ def plot_rounds(results: Sequence[RoundResult], labels: Sequence[str], path: Pat
     )
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize=8)
-    return _save(fig, path)
+    return _png(fig)
 
 
 TrendPoint = tuple[int, float, float, Status]  # round, % of baseline, 95% half-width, status
@@ -176,7 +178,7 @@ def shape_trend(results: Sequence[RoundResult]) -> dict[str, list[TrendPoint]]:
     return trend
 
 
-def plot_shape_trend(results: Sequence[RoundResult], path: Path) -> Path:
+def plot_shape_trend(results: Sequence[RoundResult]) -> bytes:
     fig = Figure(figsize=(10, 4.8))
     ax = fig.add_subplot()
     for label, pts in shape_trend(results).items():
@@ -210,10 +212,10 @@ def plot_shape_trend(results: Sequence[RoundResult], path: Path) -> Path:
     )
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize=8)
-    return _save(fig, path)
+    return _png(fig)
 
 
-def plot_noise(results: Sequence[RoundResult], path: Path) -> Path:
+def plot_noise(results: Sequence[RoundResult]) -> bytes:
     fig = Figure(figsize=(10, 4.2))
     ax = fig.add_subplot()
     judged = [r for r in sorted(results, key=lambda r: r.round) if r.gate is not None]
@@ -246,7 +248,7 @@ def plot_noise(results: Sequence[RoundResult], path: Path) -> Path:
         fontsize=10,
     )
     ax.grid(True, alpha=0.3)
-    return _save(fig, path)
+    return _png(fig)
 
 
 def _best_line(ax: Axes, points: Sequence[RoundPoint]) -> None:
@@ -261,7 +263,7 @@ def _best_line(ax: Axes, points: Sequence[RoundPoint]) -> None:
         ax.step(xs, ys, where="post", color="#2ca02c", linewidth=1.5, label="current best")
 
 
-def plot_shapes(baseline: Score, best: Score, title: str, path: Path) -> Path:
+def plot_shapes(baseline: Score, best: Score, title: str) -> bytes:
     best_by = best.by_label()
     labels = [s.label for s in baseline.shapes if s.label in best_by]
     scale = score_scale(baseline.metric, baseline, best)
@@ -278,7 +280,7 @@ def plot_shapes(baseline: Score, best: Score, title: str, path: Path) -> Path:
     ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return _png(fig)
 
 
 def _value(score: Score, label: str) -> float:
@@ -286,7 +288,7 @@ def _value(score: Score, label: str) -> float:
     return s.value if s is not None and s.value is not None else 0.0
 
 
-def plot_roofline(score: Score, peak: float, gpu: str, dtype: str, path: Path) -> Path:
+def plot_roofline(score: Score, peak: float, gpu: str, dtype: str) -> bytes:
     labels = [s.label for s in score.shapes]
     fractions = [100.0 * _value(score, lb) / peak for lb in labels]
     unit = unit_of(score.metric)
@@ -300,4 +302,4 @@ def plot_roofline(score: Score, peak: float, gpu: str, dtype: str, path: Path) -
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
     ax.grid(True, axis="y", alpha=0.3)
-    return _save(fig, path)
+    return _png(fig)

@@ -36,10 +36,11 @@ from tabulate import tabulate
 from runner.core.errors import CampaignError
 from runner.core.outcomes import GateResult, RoundResult, Status
 from runner.executors.build_cache import BuildCache
-from runner.flow.acceptance_record import load_acceptance
 from runner.judge.gate import accept_threshold
+from runner.render.chain import check_chain
 from runner.render.figures import fmt_gain, scale_for, short_text
 from runner.render.headline import Headline, headline_gain
+from runner.store.acceptance import load_acceptance
 from runner.store.campaign import Campaign
 from runner.store.gate_ledger import check_gate_fields
 from runner.store.gate_ledger import describe as describe_gate_fields
@@ -48,7 +49,6 @@ from runner.store.leases import list_leases
 from runner.store.leftovers import describe_attempt, describe_leftovers
 from runner.store.lineage import Lineage
 from runner.store.manifest import branch_name
-from runner.store.records import check_chain
 
 ESCALATION: dict[int, str] = {
     1: "diagnose the rollback and try another approach to the same bottleneck",

@@ -8,7 +8,9 @@ decision is BASELINE.
 
 from __future__ import annotations
 
-from runner.core.outcomes import RoundResult, Status, TransferCheck
+from pathlib import Path
+
+from runner.core.outcomes import GateResult, RoundResult, Status, TransferCheck
 from runner.render.figures import DASH, fmt_gain, fmt_pct, scale_for
 from runner.render.markdown import (
     aggregate_over,
@@ -243,3 +245,19 @@ def render_summary(result: RoundResult, manifest: Manifest) -> str:
     title = f"# Round {result.round} — {result.status.value}\n"
     sections = [_section(k, v) for k, v in bodies.items() if v is not None]
     return "\n".join([title, *sections])
+
+
+def commit_message(m: Manifest, n: int, hypothesis: str, gate: GateResult) -> str:
+    """docs/protocol.md §6.7: the lineage commit message of an accepted round."""
+    summary = hypothesis.strip().splitlines()[0][:72]
+    scale = scale_for(gate.metric, [gate.best_aggregate, gate.candidate_aggregate])
+    change = (
+        f"geomean {scale.num(gate.best_aggregate)} -> {scale.value(gate.candidate_aggregate)} "
+        f"({gate.delta_pct:+.1f}%)"
+    )
+    return (
+        f"[optimize] {m.target_op} {m.target_backend} round-{n}: {summary}\n\n"
+        f"Hypothesis: {hypothesis.strip()}\n"
+        f"Result: {change}\n"
+        f"Details: {Path(m.quick_command.split()[-1]).parent / 'logs' / 'optimize.md'}\n"
+    )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.core.errors import AppendOnlyViolation
-from runner.core.files import write_atomic as write_atomic  # re-exported
+from runner.core.files import write_atomic
 from runner.core.timestamps import now_minute
 
 LEDGER_SUFFIX = ".sha256"

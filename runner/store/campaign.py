@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.core.errors import ConfigError
+from runner.core.files import write_atomic
 from runner.core.outcomes import RoundResult, Status
 from runner.core.timestamps import now_second
 from runner.core.versions import require_schema_version
-from runner.render.markdown import optimize_title, trend_header
-from runner.store.appendlog import append, write_atomic
+from runner.store.appendlog import append
+from runner.store.log_format import optimize_title, trend_header
 from runner.store.manifest import (
     Manifest,
     load_manifest,

@@ -42,9 +42,9 @@ from typing import Any
 
 import yaml
 
-from runner.core.errors import CampaignError, ConfigError
+from runner.core import processes
+from runner.core.errors import CampaignError, CommandFailed, ConfigError, InfrastructureError
 from runner.core.files import write_atomic
-from runner.core.processes import run
 from runner.core.versions import require_schema_version
 from runner.store import fingerprint_parsers as fpp
 
@@ -155,6 +155,19 @@ def collect_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: environ[k] for k in sorted(environ) if ENV_PATTERN.match(k)}
 
 
+def image_digest(image: str) -> str:
+    """The local image id (``sha256:...``) of ``image``: the fingerprint's image digest,
+    and what the docker executor records of the image a job ran in."""
+    try:
+        argv = ["docker", "image", "inspect", "--format", "{{.Id}}", image]
+        return processes.run(argv).stdout.strip()
+    except CommandFailed as exc:
+        raise InfrastructureError(
+            f"cannot read the id of image {image}: {exc}\nBuild it (`campaign image`, "
+            "`make image`) or pull it, and check that the Docker daemon answers (`docker info`)."
+        ) from exc
+
+
 def _tool(tools: dict[str, str], *argv: str) -> str | None:
     """The output of ``argv``, or ``None`` (and why, in ``tools``) when the tool is
     missing or fails.  Goes through ``runner.core.processes.run`` like every subprocess."""
@@ -163,7 +176,7 @@ def _tool(tools: dict[str, str], *argv: str) -> str | None:
         tools[name] = "missing"
         return None
     try:
-        proc = run(list(argv), check=False, timeout=_TOOL_TIMEOUT_S)
+        proc = processes.run(list(argv), check=False, timeout=_TOOL_TIMEOUT_S)
     except (CampaignError, OSError) as exc:
         log.debug("%s failed: %s", name, exc)
         tools[name] = "failed"

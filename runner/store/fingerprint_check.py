@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from runner.core.errors import CampaignError
-from runner.store.appendlog import write_atomic
+from runner.core.files import write_atomic
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import (
     FingerprintDiff,
     collect_fingerprint,
+    image_digest,
     load_fingerprint,
     require_comparable,
     write_fingerprint,
@@ -58,8 +59,6 @@ def image_digest_for(m: Manifest) -> str | None:
     """The local id of the campaign's image for the docker executor, else None."""
     if m.executor != "docker" or not m.image:
         return None
-    from runner.executors.docker import image_digest
-
     try:
         return image_digest(m.image_id or m.image)
     except CampaignError as exc:

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from runner.core.errors import AppendOnlyViolation, CampaignError
 from runner.core.outcomes import Status
-from runner.render.markdown import optimize_title, trend_header
 from runner.store.appendlog import LEDGER_SUFFIX, verify
 from runner.store.campaign import Campaign
 from runner.store.gate_ledger import verify_gate_fields
 from runner.store.leftovers import clean_leftovers
 from runner.store.lineage import Lineage
+from runner.store.log_format import optimize_title, trend_header
 from runner.store.manifest import branch_name
 
 RECOVERY = (

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from runner.core.errors import CommandFailed
+from runner.core.files import write_atomic
 from runner.core.processes import run
 from runner.core.timestamps import now_second
-from runner.store.appendlog import write_atomic
 
 JOB_PREFIX = "turbo-campaign-job-"
 WORKTREE_PREFIX = "turbo-campaign-wt-"

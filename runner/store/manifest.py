@@ -24,9 +24,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runner.core.errors import ConfigError
+from runner.core.files import write_atomic
 from runner.core.timestamps import is_minute_stamp
 from runner.core.versions import require_schema_version
-from runner.store.appendlog import write_atomic
 
 MANIFEST_SCHEMA_VERSION = 1
 

@@ -3,41 +3,23 @@ artifact list, the lineage commit message, the one-line description of a patch."
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 from typing import Protocol
 
+from runner.core.files import write_atomic, write_json_atomic
 from runner.core.outcomes import GateResult
 from runner.core.pause_points import pause_point
-from runner.render.figures import scale_for
 from runner.store.campaign import Campaign
 from runner.store.fingerprint_check import record_fingerprint
 from runner.store.leftovers import PARTIAL_ARTIFACTS
-from runner.store.manifest import Manifest
 
 
 class RoundLike(Protocol):
     campaign: Campaign
     tmp: Path
     round: int
-
-
-def commit_message(m: Manifest, n: int, hypothesis: str, gate: GateResult) -> str:
-    """docs/protocol.md §6.7: the lineage commit message of an accepted round."""
-    summary = hypothesis.strip().splitlines()[0][:72]
-    scale = scale_for(gate.metric, [gate.best_aggregate, gate.candidate_aggregate])
-    change = (
-        f"geomean {scale.num(gate.best_aggregate)} -> {scale.value(gate.candidate_aggregate)} "
-        f"({gate.delta_pct:+.1f}%)"
-    )
-    return (
-        f"[optimize] {m.target_op} {m.target_backend} round-{n}: {summary}\n\n"
-        f"Hypothesis: {hypothesis.strip()}\n"
-        f"Result: {change}\n"
-        f"Details: {Path(m.quick_command.split()[-1]).parent / 'logs' / 'optimize.md'}\n"
-    )
 
 
 def describe_patch(patch: str, touched: list[str]) -> str:
@@ -72,11 +54,9 @@ def store_artifacts(
     if (rnd.tmp / "specs").exists():
         shutil.copytree(rnd.tmp / "specs", stage / "specs", dirs_exist_ok=True)
     if gate is not None:
-        (stage / "gate.json").write_text(
-            json.dumps(gate.to_dict(), indent=2) + "\n", encoding="utf-8"
-        )
+        write_json_atomic(stage / "gate.json", gate.to_dict())
     for name, text in (extra or {}).items():
-        (stage / name).write_text(text, encoding="utf-8")
+        write_atomic(stage / name, text)
     if dest.exists():  # files placed there earlier in this round (e.g. a fingerprint)
         shutil.copytree(dest, stage, dirs_exist_ok=True)
         shutil.rmtree(dest)

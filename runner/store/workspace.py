@@ -21,6 +21,7 @@ import yaml
 
 from runner.core import processes as cmd
 from runner.core.errors import CommandFailed, ConfigError
+from runner.core.files import write_atomic
 from runner.core.versions import require_schema_version
 
 SCHEMA_VERSION = 1
@@ -96,7 +97,7 @@ def extract_workspace(
     if support:
         record["support"] = _copy_named(upstream, [f for f in support if f not in files],
                                         dest / "src")  # fmt: skip
-    (dest / "src" / RECORD).write_text(yaml.safe_dump(record, sort_keys=False), encoding="utf-8")
+    write_atomic(dest / "src" / RECORD, yaml.safe_dump(record, sort_keys=False))
     return record
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from runner.bench.timing import Timing
+from runner.bench.timing_result import Timing
 from runner.core.shapes import ATTENTION_BWD_RATIO, Shape
 from runner.core.stats import stdev
 

@@ -1,0 +1,50 @@
+"""A round's records and the corrections of ``campaign correct``: rendered by
+``runner.render`` (which only returns text), written by ``runner.store.records`` (which
+only writes it, under the campaign lock).  Rounds, the baseline and the CLI close and
+correct through here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from runner.core.errors import ConfigError
+from runner.core.outcomes import RoundResult
+from runner.core.timestamps import now_minute
+from runner.render.markdown import (
+    render_history_entry,
+    render_optimize_header,
+    render_trend_correction,
+    render_trend_row,
+)
+from runner.render.summary import render_summary
+from runner.store.campaign import Campaign
+from runner.store.records import RoundTexts, append_log_correction, write_round_records
+
+
+def close_round(
+    campaign: Campaign, result: RoundResult, progress: Callable[[str], None] | None = None
+) -> None:
+    """Render the round's records and write them: summary.md, both log entries and, last,
+    result.json (``runner.store.records.write_round_records``)."""
+    m = campaign.manifest
+    texts = RoundTexts(
+        summary=render_summary(result, m),
+        history_entry=render_history_entry(result),
+        trend_row=render_trend_row(result),
+        optimize_header=render_optimize_header(m, result) if result.round == 1 else None,
+    )
+    write_round_records(campaign, result, texts, progress)
+
+
+def correct_logs(
+    campaign: Campaign, text: str, *, round_n: int | None = None, trend: bool = False
+) -> Path:
+    """``campaign correct``: a correction appended to optimize.md, or with ``trend`` a
+    correction row for round ``round_n`` to the trend table; returns the log written."""
+    if not trend:
+        return append_log_correction(campaign, text, round_n=round_n)
+    if round_n is None:
+        raise ConfigError("a trend-table correction is about one round: pass --round N")
+    row = render_trend_correction(round_n, " ".join(text.split()), now_minute())
+    return append_log_correction(campaign, text, round_n=round_n, trend_row=row)

@@ -1,0 +1,43 @@
+"""The round spec (runner/core/spec.py): the one file that crosses to the worker."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.core.errors import ConfigError
+from runner.core.shapes import Shape
+from runner.core.spec import RoundSpec, TimingSettings, load_spec, save_spec
+
+
+def spec(**fields: Any) -> RoundSpec:
+    return RoundSpec("c", 2, "candidate", 1, "quick", "example", "gemm", {"backend": "TORCH"},
+                     (Shape("s1", 16, 64, 64),), TimingSettings(), device="cpu",
+                     **fields)  # fmt: skip
+
+
+def test_the_typed_fields_survive_the_file(tmp_path: Path) -> None:
+    test = spec(mode="test", command="pytest -q", files={"q.py": "print(1)\n"})
+    paired = spec(pool=3, wave_pairs=1)
+    for one in (test, paired, spec()):
+        save_spec(tmp_path / "spec.json", one)
+        assert load_spec(tmp_path / "spec.json") == one
+    assert (spec().mode, spec().pool, spec().wave_pairs) == ("measure", None, None)
+
+
+def test_a_spec_written_with_the_extra_dict_reads_the_same(tmp_path: Path) -> None:
+    """Before these were fields they travelled in ``extra``; such a file still loads."""
+    new = spec(mode="test", command="pytest -q", files={"q.py": "x"}, pool=2, wave_pairs=1)
+    old = new.to_dict()
+    moved = {k: old.pop(k) for k in ("mode", "command", "files", "pool", "wave_pairs")}
+    old |= {"canary": False, "extra": {**moved, "cpu_threads": 1}}
+    (tmp_path / "old.json").write_text(json.dumps(old), encoding="utf-8")
+    assert load_spec(tmp_path / "old.json") == new
+
+
+def test_an_unknown_mode_is_refused() -> None:
+    with pytest.raises(ConfigError, match="mode is one of measure, test, not 'serve'"):
+        spec(mode="serve")
