@@ -87,11 +87,6 @@ def test_every_module_belongs_to_a_side() -> None:
 
 
 MAX_FUNCTION_LINES = 60
-# being split in the tournament branch (the lead empties this list at its merge)
-TOO_LONG_FOR_NOW = {
-    "runner/flow/paired.py::measure_paired",
-    "runner/flow/rounds.py::_validate_in",
-}
 
 
 def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
@@ -112,8 +107,7 @@ def test_no_function_is_over_60_lines(tmp_path: Path) -> None:
     """A function over about 60 lines does more than one thing: split it along what its
     parts do (a module's size is no rule: it holds one concern, however long)."""
     long = long_functions(ROOT)
-    assert set(long) - TOO_LONG_FOR_NOW == set(), f"split these: {long}"
-    assert set(long) >= TOO_LONG_FOR_NOW, "one is short now: take it off TOO_LONG_FOR_NOW"
+    assert long == {}, f"split these: {long}"
     (tmp_path / "runner").mkdir()
     body = "".join(f"    x{i} = {i}\n" for i in range(59))
     method = "".join(f"        y{i} = {i}\n" for i in range(59))  # 60 lines with its def

@@ -392,7 +392,7 @@ def test_slurm_round_shards_as_one_job_array(
     result = validate_round(campaign, SlurmExecutor(), request,
                             progress=said.append)  # fmt: skip
     assert result.gate is not None, result.reasons
-    assert any("as one Slurm job array" in m for m in said)
+    assert any("as one Slurm job array" in m for m in said), result.reasons
     passes = campaign.artifacts_dir(2) / "passes"
     tasks = set()
     for d in sorted(passes.glob("pass-*-shard*")):

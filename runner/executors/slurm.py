@@ -44,6 +44,7 @@ from pathlib import Path
 from runner.core import processes as cmd
 from runner.core.errors import ConfigError, InfrastructureError
 from runner.core.files import write_atomic, write_json_atomic
+from runner.core.spec import load_spec
 from runner.executors.base import BuildJob, BuiltRole, JobOutcome, WorkerJob
 from runner.executors.container import (
     safe_name,
@@ -92,10 +93,10 @@ def _needs_csv(job: WorkerJob) -> bool:
     """A measuring pass must leave benchmark.csv; a test-mode job (focused test,
     quick script) does not."""
     try:
-        spec = json.loads(job.spec_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        spec = load_spec(job.spec_path)
+    except (ConfigError, KeyError, TypeError, ValueError):
         return True
-    return (spec.get("extra") or {}).get("mode") != "test"
+    return spec.mode != "test"
 
 
 def _check_shared(job: WorkerJob, shared_root: Path | None) -> None:

@@ -27,7 +27,7 @@ import random
 import select
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -202,66 +202,106 @@ def measure_paired(
     missing = sorted(set(roles) - set(trees))
     if missing:
         raise MeasurementFailed(f"no source tree for role(s) {missing}")
-    ready_s = worker_timeout(READY_TIMEOUT_ENV, READY_TIMEOUT_S)
-    turn_s = worker_timeout(TURN_TIMEOUT_ENV, TURN_TIMEOUT_S)
+    template = host.spec(roles[0], 0, [])
     turns = turns_per_worker(roles, groups)
-    started: list[list[_Worker]] = []
-    next_index = start_index
-
-    def start_pair() -> list[_Worker]:
-        nonlocal next_index
-        group = []
-        for role in roles:
-            next_index += 1
-            name = pass_name(next_index, role) + suffix
-            spec = host.spec(role, next_index, list(shapes))
-            timing = block_timing(spec.timing, turns, quick_gpu=host.quick_gpu)
-            spec = replace(spec, timing=timing, pool=members)
-            job = host.worker_job(name, spec, trees[role], env)
-            group.append(_Worker(executor.start_worker(job), role, next_index))
-        started.append(group)
-        return group
-
+    members = pool_members(template.pool, host.gpu_target, turns)
+    session = _Session(
+        host, trees, shapes, roles, groups, env, suffix, watch, turns, members,
+        _picks(pairs, 2 * groups, members, seed), start_index,
+        worker_timeout(READY_TIMEOUT_ENV, READY_TIMEOUT_S),
+        worker_timeout(TURN_TIMEOUT_ENV, TURN_TIMEOUT_S),
+    )  # fmt: skip
     try:
-        template = host.spec(roles[0], 0, [])
-        members = pool_members(template.pool, host.gpu_target, turns)
-        picks = _picks(pairs, 2 * groups, members, seed)
-        size: int | None = template.wave_pairs or None
-        if size is None and not host.gpu_target:
-            size = min(pairs, CPU_WAVE_PAIRS)  # the CPU: no device memory to share out
-        while len(started) < pairs:
-            first = len(started)
-            wave: list[list[_Worker]] = []
-            alone = readied = 0  # pairs of the wave that took their turns / are ready
-            if size is None:  # the first pair alone: its peak memory sizes the waves
-                wave.append(start_pair())
-                for w in wave[0]:
-                    _expect(w, ready_s, "ready")
-                _hold(host)
-                peaks = _take_turns(host, wave, first, groups, picks, suffix, turn_s, watch)
-                size, alone, readied = wave_size(peaks, len(roles), pairs), 1, 1
-            while len(started) - first < min(size, pairs - first):
-                wave.append(start_pair())
-            for group in wave[readied:]:
-                for w in group:
-                    _expect(w, ready_s, "ready")
-            _hold(host)
-            _take_turns(host, wave[alone:], first + alone, groups, picks, suffix, turn_s, watch)
-            for group in wave:
-                for w in group:
-                    _talk(w, {"op": "finish"}, turn_s, "finished")
-                    _reap(w)
-                if watch is not None:
-                    watch.pair_done([w.csv for w in group])
+        _run_waves(session, pairs, template.wave_pairs or _cpu_wave(host, pairs))
     finally:
-        for group in started:
+        for group in session.started:
             for w in group:
                 _stop(w)
     out: dict[str, list[Path]] = {role: [] for role in roles}
-    for group in started:
+    for group in session.started:
         for w in group:
             out[w.role].append(w.csv)
     return out
+
+
+@dataclass
+class _Session:
+    """What the pairs of one ``measure_paired`` call share: their host, trees, shapes,
+    roles and timing, the pool picks, the workers started so far."""
+
+    host: PairedHost
+    trees: Mapping[str, Path]
+    shapes: Sequence[Shape]
+    roles: Sequence[str]
+    groups: int
+    env: Mapping[str, str] | None
+    suffix: str
+    watch: PairWatch | None
+    turns: int  # blocks per worker
+    members: int  # of each worker's buffer pool
+    picks: list[list[int]]
+    next_index: int  # the last worker index used
+    ready_s: float
+    turn_s: float
+    started: list[list[_Worker]] = field(default_factory=list)
+
+    def start_pair(self) -> list[_Worker]:
+        group = []
+        for role in self.roles:
+            self.next_index += 1
+            name = pass_name(self.next_index, role) + self.suffix
+            spec = self.host.spec(role, self.next_index, list(self.shapes))
+            timing = block_timing(spec.timing, self.turns, quick_gpu=self.host.quick_gpu)
+            spec = replace(spec, timing=timing, pool=self.members)
+            job = self.host.worker_job(name, spec, self.trees[role], self.env)
+            live = self.host.executor.start_worker(job)
+            group.append(_Worker(live, role, self.next_index))
+        self.started.append(group)
+        return group
+
+    def ready(self, wave: Sequence[list[_Worker]]) -> None:
+        """Every worker of ``wave`` ready, then the round's holds (``_hold``)."""
+        for group in wave:
+            for w in group:
+                _expect(w, self.ready_s, "ready")
+        _hold(self.host)
+
+    def take_turns(self, wave: list[list[_Worker]], first: int) -> list[dict[str, int]]:
+        return _take_turns(self.host, wave, first, self.groups, self.picks, self.suffix,
+                           self.turn_s, self.watch)  # fmt: skip
+
+    def finish(self, wave: Sequence[list[_Worker]]) -> None:
+        for group in wave:
+            for w in group:
+                _talk(w, {"op": "finish"}, self.turn_s, "finished")
+                _reap(w)
+            if self.watch is not None:
+                self.watch.pair_done([w.csv for w in group])
+
+
+def _cpu_wave(host: PairedHost, pairs: int) -> int | None:
+    """A CPU target's wave: up to CPU_WAVE_PAIRS pairs at once (no device memory to share
+    out); None on a GPU (the first pair sizes the waves)."""
+    return None if host.gpu_target else min(pairs, CPU_WAVE_PAIRS)
+
+
+def _run_waves(session: _Session, pairs: int, size: int | None) -> None:
+    """Start, ready, take the turns of and finish ``pairs`` pairs, a wave at a time;
+    ``size`` None: the first pair alone first, its peak memory sizes the waves."""
+    while len(session.started) < pairs:
+        first = len(session.started)
+        wave: list[list[_Worker]] = []
+        alone = 0  # pairs of the wave that took their turns already
+        if size is None:
+            wave.append(session.start_pair())
+            session.ready(wave)
+            peaks = session.take_turns(wave, first)
+            size, alone = wave_size(peaks, len(session.roles), pairs), 1
+        while len(session.started) - first < min(size, pairs - first):
+            wave.append(session.start_pair())
+        session.ready(wave[alone:])
+        session.take_turns(wave[alone:], first + alone)
+        session.finish(wave)
 
 
 def pool_members(pool: int | None, gpu_target: bool, turns: int) -> int:

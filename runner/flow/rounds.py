@@ -27,7 +27,7 @@ from runner.core.outcomes import (
 )
 from runner.core.pause_points import pause_point
 from runner.core.shapes import Shape
-from runner.executors.base import Executor
+from runner.executors.base import BuiltRole, Executor
 from runner.flow.build import built_roles, describe
 from runner.flow.judge_files import check_scope, restore_judge, scope_notes
 from runner.flow.measure import measure_and_judge, measure_roles
@@ -105,15 +105,7 @@ def _validate_in(
     declared: Sequence[str] = (),
 ) -> RoundResult:
     campaign, m = rnd.campaign, rnd.manifest
-    round_dir = campaign.round_dir(rnd.round)
-    shutil.rmtree(round_dir, ignore_errors=True)  # an interrupted, unclosed attempt
-    round_dir.mkdir(parents=True)
-    rnd.step("candidate tree")
-    write_atomic(round_dir / "candidate.patch", patch)
-    best = current_best(campaign)
-    blocking = [d for d in diffs if d.perf_relevant]
-    if request.allow_env_mismatch and blocking:
-        record_override(campaign, rnd.round, request.allow_env_mismatch, blocking, best.round)
+    best = _open_round(rnd, request, patch, diffs)
     lineage = rnd.lineage
     head = lineage.head()
     shapes = level_shapes(m, request.level)
@@ -130,23 +122,9 @@ def _validate_in(
             notes = scope_notes(declared, restore_judge(m, inc_tree, cand_tree, touched))
             write_json_atomic(rnd.tmp / "audit.json", report.to_dict())
             roles = {"incumbent": inc_tree, "candidate": cand_tree}
-            rnd.role_dirs = (inc_tree.parent, cand_tree.parent)  # each read-only to the other
-            unbuilt = snapshot_trees(roles)  # before any process of the round runs
-            with built_roles(rnd, roles, touched) as builds:
-                before = snapshot_trees(roles)  # with the build products
-                rnd.ready_checks.append(partial(prove_ready, before))
-                try:
-                    gate, inc_score, cand_score = _measure_and_judge(
-                        rnd, request, inc_tree, cand_tree, shapes, vetoes
-                    )
-                except MeasurementFailed as exc:  # crashed because another role changed its files?
-                    cause = tampered(before, rnd.tmp, unbuilt=unbuilt)
-                    if cause is None:
-                        raise
-                    raise cause from exc
-                finally:
-                    rnd.ready_checks.clear()
-                prove_untouched(before, rnd.tmp, unbuilt=unbuilt)
+            gate, inc_score, cand_score, builds = _guarded(
+                rnd, request, roles, touched, shapes, vetoes
+            )
     except (MeasurementFailed, Tampered) as exc:
         why = "\n".join([str(exc), *notes])
         failed = failed_result(rnd, request, patch, touched, started, best, why)
@@ -174,6 +152,55 @@ def _validate_in(
     elif request.restore:
         lineage.restore_user_tree(touched)
     return result
+
+
+def _open_round(
+    rnd: Round, request: Request, patch: str, diffs: Sequence[FingerprintDiff]
+) -> RoundResult:
+    """The round's folder (an interrupted, unclosed attempt removed) with its patch, and
+    a recorded override of a blocking environment difference; returns the current best."""
+    campaign = rnd.campaign
+    round_dir = campaign.round_dir(rnd.round)
+    shutil.rmtree(round_dir, ignore_errors=True)
+    round_dir.mkdir(parents=True)
+    rnd.step("candidate tree")
+    write_atomic(round_dir / "candidate.patch", patch)
+    best = current_best(campaign)
+    blocking = [d for d in diffs if d.perf_relevant]
+    if request.allow_env_mismatch and blocking:
+        record_override(campaign, rnd.round, request.allow_env_mismatch, blocking, best.round)
+    return best
+
+
+def _guarded(
+    rnd: Round,
+    request: Request,
+    roles: dict[str, Path],
+    touched: list[str],
+    shapes: list[Shape],
+    vetoes: list[str],
+) -> tuple[GateResult, Score, Score, list[BuiltRole]]:
+    """Build both roles, then measure and judge under the tamper proof: each tree
+    read-only to the other role, checked before the first timed turn and at the end."""
+    inc_tree, cand_tree = roles["incumbent"], roles["candidate"]
+    rnd.role_dirs = (inc_tree.parent, cand_tree.parent)  # each read-only to the other
+    unbuilt = snapshot_trees(roles)  # before any process of the round runs
+    with built_roles(rnd, roles, touched) as builds:
+        before = snapshot_trees(roles)  # with the build products
+        rnd.ready_checks.append(partial(prove_ready, before))
+        try:
+            gate, inc_score, cand_score = _measure_and_judge(
+                rnd, request, inc_tree, cand_tree, shapes, vetoes
+            )
+        except MeasurementFailed as exc:  # crashed because another role changed its files?
+            cause = tampered(before, rnd.tmp, unbuilt=unbuilt)
+            if cause is None:
+                raise
+            raise cause from exc
+        finally:
+            rnd.ready_checks.clear()
+        prove_untouched(before, rnd.tmp, unbuilt=unbuilt)
+    return gate, inc_score, cand_score, builds
 
 
 def _measure_and_judge(
