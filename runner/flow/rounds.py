@@ -16,7 +16,6 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 from runner.core.errors import ConfigError, Tampered
@@ -48,8 +47,7 @@ from runner.flow.round_context import (
     gpu_lease,
     level_shapes,
 )
-from runner.flow.tamper_check import prove_ready, prove_untouched, tampered
-from runner.flow.tamper_check import snapshot as snapshot_trees
+from runner.flow.tamper_check import proof
 from runner.judge.vetoes import audit_candidate, state_transfer
 from runner.store.appendlog import write_atomic
 from runner.store.campaign import Campaign
@@ -159,23 +157,12 @@ def _validate_in(
             notes = scope_notes(declared, restore_judge(m, inc_tree, cand_tree, touched))
             write_json_atomic(rnd.tmp / "audit.json", report.to_dict())
             roles = {"incumbent": inc_tree, "candidate": cand_tree}
-            rnd.role_dirs = (inc_tree.parent, cand_tree.parent)  # each read-only to the other
-            unbuilt = snapshot_trees(roles)  # before any process of the round runs
-            with built_roles(rnd, roles, touched) as builds:
-                before = snapshot_trees(roles)  # with the build products
-                rnd.ready_checks.append(partial(prove_ready, before))
-                try:
-                    gate, inc_score, cand_score = _measure_and_judge(
-                        rnd, request, inc_tree, cand_tree, shapes, vetoes
-                    )
-                except RoundFailed as exc:  # crashed because another role changed its files?
-                    cause = tampered(before, rnd.tmp, unbuilt=unbuilt)
-                    if cause is None:
-                        raise
-                    raise cause from exc
-                finally:
-                    rnd.ready_checks.clear()
-                prove_untouched(before, rnd.tmp, unbuilt=unbuilt)
+            # each role's tree read-only to the other's builds and jobs, the proof around
+            # the measurement (runner.flow.build, runner.flow.tamper_check)
+            with built_roles(rnd, roles, touched) as builds, proof(rnd, roles):
+                gate, inc_score, cand_score = _measure_and_judge(
+                    rnd, request, inc_tree, cand_tree, shapes, vetoes
+                )
     except (RoundFailed, Tampered) as exc:
         why = "\n".join([str(exc), *notes])
         return _close_failed(rnd, request, patch, touched, started, best, why)
