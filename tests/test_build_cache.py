@@ -224,6 +224,28 @@ def test_a_candidates_build_cannot_rewrite_the_incumbents_build(
     assert "primus_turbo/pytorch/_C" in text
 
 
+def test_a_changed_requirements_file_is_another_build(tmp_path: Path) -> None:
+    """Issue 28: the install reads requirements.txt (``pip install -r``), so two trees
+    that differ only there never share a build; a Python-only difference still does."""
+    from runner.executors.build_cache import build_key, native_inputs
+    from runner.targets.primus_turbo import PRIMUS_TURBO
+
+    repo = pipeline().fixture_repo(tmp_path / "repo")
+    a = tree(repo, tmp_path / "a")
+    b = tree(repo, tmp_path / "b", {"requirements.txt": ("torch", "torch==2.5.1")})
+    c = tree(repo, tmp_path / "c", PY_ONLY)
+
+    def key(root: Path) -> str:
+        inputs = native_inputs(root, lambda p: PRIMUS_TURBO.needs_rebuild([p]))
+        commands = PRIMUS_TURBO.build_commands("gfx942", in_place=False)
+        return build_key(inputs, gpu_archs="gfx942", commands=commands, identity="image")
+
+    assert ["pip", "install", "-r", "requirements.txt"] in PRIMUS_TURBO.install_commands()
+    assert "requirements.txt" in native_inputs(a, lambda p: PRIMUS_TURBO.needs_rebuild([p]))
+    assert key(a) != key(b)
+    assert key(a) == key(c)
+
+
 def test_the_least_recently_used_entries_are_evicted_past_the_limit(tmp_path: Path) -> None:
     """Real files, no compiler: three 1 MiB builds in a 2.5 MiB cache keep the two used
     last; an entry the round still uses is never evicted."""
