@@ -90,8 +90,8 @@ FILE_SECONDS = {
     "test_workspace_mode.py": 130,
     "test_wheel_demo.py": 125,
     "test_mcp_server.py": 60,
-    "test_tamper.py": 60,  # one round on a demo copy, failed before its first turn
-    "test_build_cache.py": 30,  # real C builds through the local executor
+    "test_tamper.py": 90,  # a round and a full validation on demo copies, failed before a turn
+    "test_build_cache.py": 55,  # real C builds through the local executor
     "test_progress.py": 45,
     "test_gpu_patches.py": 45,
     "test_docker_executor.py": 40,
