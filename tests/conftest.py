@@ -95,7 +95,7 @@ FILE_SECONDS = {
     "test_progress.py": 45,
     "test_gpu_patches.py": 45,
     "test_docker_executor.py": 40,
-    "test_slurm_executor.py": 40,
+    "test_slurm_executor.py": 60,
     "test_fullbench.py": 25,
 }
 

@@ -21,10 +21,10 @@ keep their per-role cache volumes instead (``runner.executors.docker_args``).
 from __future__ import annotations
 
 import hashlib
-import json
 import re
-from collections.abc import Mapping
 from pathlib import Path
+
+from runner.core.processes import run
 
 JIT_CACHE_DIR = ".jit-cache"
 
@@ -33,10 +33,23 @@ def jit_root(campaigns_root: Path) -> Path:
     return Path(campaigns_root).resolve() / JIT_CACHE_DIR
 
 
-def content_key(files: Mapping[str, str], head: str) -> str:
-    """A tree's content in 16 hex digits: its HEAD and every file's blob id."""
-    text = json.dumps({"head": head, "files": dict(sorted(files.items()))})
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+def content_key(tree: Path) -> str:
+    """A tree's content in 16 hex digits: its HEAD, its diff against HEAD and every
+    untracked file git does not ignore (build products aside: what the tree's native
+    and build files, already in this, make)."""
+
+    def git(*args: str) -> bytes:
+        return (run(["git", *args], cwd=tree).stdout or "").encode("utf-8", "surrogateescape")
+
+    digest = hashlib.sha256(git("rev-parse", "HEAD"))
+    digest.update(git("diff", "HEAD", "--binary"))
+    listed = git("ls-files", "--others", "--exclude-standard", "-z").decode().split("\0")
+    for rel in sorted(p for p in listed if p):
+        path = tree / rel
+        digest.update(rel.encode("utf-8") + b"\0")
+        if path.is_file() and not path.is_symlink():
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:16]
 
 
 def role_folder(root: Path, role: str, key: str) -> Path:

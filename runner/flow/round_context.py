@@ -20,7 +20,6 @@ from runner.flow.failures import RoundFailed
 from runner.flow.paired import supports_paired
 from runner.flow.progress import Progress, StepStarted
 from runner.flow.sharding import detect_vendor, gpu_env, job_in, pass_name, worker_failure
-from runner.flow.tamper_check import tree_state
 from runner.judge.import_cause import explain_failure
 from runner.store.campaign import Campaign
 from runner.store.leases import acquire
@@ -133,13 +132,11 @@ class Round:
         return replace(job, readonly=self.readonly(tree), jit_cache=jit)
 
     def jit_folder(self, role: str, tree: Path) -> Path:
-        """The role's own JIT cache folder for ``tree``'s content (its files as the
-        round's first job of the role found them; ``runner.executors.jit_cache``)."""
+        """The role's own JIT cache folder for ``tree``'s content (as the round's first
+        job of the role found it; ``runner.executors.jit_cache``)."""
         if (role, tree) not in self.jit_folders:
-            state = tree_state(role, tree)
-            key = content_key(state.files, state.head)
             root = jit_root(self.campaign.root.parent)
-            self.jit_folders[(role, tree)] = role_folder(root, role, key)
+            self.jit_folders[(role, tree)] = role_folder(root, role, content_key(tree))
         return self.jit_folders[(role, tree)]
 
     def readonly(self, tree: Path) -> tuple[Path, ...]:
