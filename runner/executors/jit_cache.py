@@ -14,7 +14,8 @@ its kernels compiled; keyed by role, two roles never share a folder.
 The variable names are Triton's (``python/triton/knobs.py`` of triton-lang/triton at
 689edabdbe3b: ``TRITON_HOME``, and ``TRITON_CACHE_DIR``, ``TRITON_DUMP_DIR``,
 ``TRITON_OVERRIDE_DIR`` defaulting under it), TorchInductor's
-``TORCHINDUCTOR_CACHE_DIR`` and the CUDA driver's ``CUDA_CACHE_PATH``.  Docker jobs
+``TORCHINDUCTOR_CACHE_DIR`` (torch 2.13 ``_inductor/runtime/cache_dir_utils.py``)
+and the CUDA driver's ``CUDA_CACHE_PATH``.  Docker jobs
 keep their per-role cache volumes instead (``runner.executors.docker_args``).
 """
 
