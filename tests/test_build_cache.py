@@ -23,7 +23,9 @@ from typing import Any
 
 import pytest
 
+from runner.core.errors import Tampered
 from runner.executors.build_cache import COMPLETE, PRODUCTS, BuildCache
+from runner.executors.isolation import ISOLATION_ENV, isolation_works
 from runner.executors.local import LocalExecutor
 from runner.flow.build import BUILDS_RECORD, built_roles
 from runner.flow.round_context import Round
@@ -170,6 +172,78 @@ def test_a_damaged_entry_is_rebuilt_never_used(made: tuple[Campaign, Path], dama
     # the rebuilt entry is whole again and the tree imports its own fresh build
     assert cache.lookup(first["key"])[0] is not None
     assert Path(loaded_c(fresh)).is_relative_to(fresh)
+
+
+# Put at the top of a candidate's setup.py: it overwrites the incumbent's compiled
+# extension (laid into the incumbent's tree before the candidate builds).
+PLANT = """
+import glob
+for _so in glob.glob({pattern!r}):
+    try:
+        with open(_so, "r+b") as _fh:
+            _fh.write(b"planted")
+        print("fixture: planted " + _so, flush=True)
+    except OSError as _exc:
+        print("fixture: could not plant " + _so + ": " + str(_exc), flush=True)
+"""
+
+
+def hostile_round(campaign: Campaign, t: Path, n: int) -> tuple[Path, dict[str, Any] | None]:
+    """Round ``n``: the incumbent, then a candidate whose setup.py plants bytes in the
+    incumbent's ``_C``; the incumbent's tree and the round's builds (None: Tampered)."""
+    repo = Path(campaign.manifest.source)
+    inc = tree(repo, t / f"i{n}")
+    pattern = str(inc / "primus_turbo" / "pytorch" / "_C*.so")
+    setup = {"setup.py": ("import sys\n", "import sys\n" + PLANT.format(pattern=pattern))}
+    cand = tree(repo, t / f"c{n}", setup)
+    return inc, build(campaign, t, n, {"incumbent": inc, "candidate": cand}, setup)
+
+
+@needs_cc
+@pytest.mark.skipif(not isolation_works(), reason="no mount namespaces on this host")
+def test_a_candidates_build_cannot_rewrite_the_incumbents_build(
+    made: tuple[Campaign, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The candidate's build commands (its setup.py: arbitrary code) run with the
+    incumbent's tree read-only: the write fails and the incumbent keeps its own
+    ``_C``.  Without the namespace the write lands, and the round's builds fail as
+    tampered (``BuildWatch``) before anything is tested or measured."""
+    campaign, root = made
+    t = root / "hostile"
+    inc, builds = hostile_round(campaign, t, 5)
+    assert builds is not None and builds["candidate"]["build"] == "compile"
+    so = next((inc / "primus_turbo" / "pytorch").glob("_C*.so"))
+    assert not so.read_bytes().startswith(b"planted")
+    log = (t / "r5" / "build-candidate" / "build.log").read_text(encoding="utf-8")
+    assert "fixture: could not plant" in log and "Read-only file system" in log, log
+    monkeypatch.setenv(ISOLATION_ENV, "off")
+    with pytest.raises(Tampered) as info:
+        hostile_round(campaign, t, 6)
+    text = str(info.value)
+    assert "the incumbent's tree" in text and "changed after its own build" in text
+    assert "primus_turbo/pytorch/_C" in text
+
+
+def test_a_changed_requirements_file_is_another_build(tmp_path: Path) -> None:
+    """Issue 28: the install reads requirements.txt (``pip install -r``), so two trees
+    that differ only there never share a build; a Python-only difference still does."""
+    from runner.executors.build_cache import build_key, native_inputs
+    from runner.targets.primus_turbo import PRIMUS_TURBO
+
+    repo = pipeline().fixture_repo(tmp_path / "repo")
+    a = tree(repo, tmp_path / "a")
+    b = tree(repo, tmp_path / "b", {"requirements.txt": ("torch", "torch==2.5.1")})
+    c = tree(repo, tmp_path / "c", PY_ONLY)
+
+    def key(root: Path) -> str:
+        inputs = native_inputs(root, lambda p: PRIMUS_TURBO.needs_rebuild([p]))
+        commands = PRIMUS_TURBO.build_commands("gfx942", in_place=False)
+        return build_key(inputs, gpu_archs="gfx942", commands=commands, identity="image")
+
+    assert ["pip", "install", "-r", "requirements.txt"] in PRIMUS_TURBO.install_commands()
+    assert "requirements.txt" in native_inputs(a, lambda p: PRIMUS_TURBO.needs_rebuild([p]))
+    assert key(a) != key(b)
+    assert key(a) == key(c)
 
 
 def test_the_least_recently_used_entries_are_evicted_past_the_limit(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ breaks the chain (status BROKEN naming the field, validate exit 5 before measuri
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -117,3 +118,74 @@ def test_a_campaign_made_before_is_not_ledgered_and_a_deleted_ledger_is_broken(
     assert code == 0, out
     code, out = run_cli([*root, "status"], capsys)
     assert code == 0 and "gate fields: ledgered, unchanged" in out, out
+
+
+# ---- the gate's own constants ------------------------------------------------------------
+# The modules whose module-level numeric constants decide a verdict or how long a
+# comparison measures before it is final (the gate, the near-noise rule, the vetoes,
+# the measuring caps): a constant added, removed or changed there fails the test below
+# until docs/gate-constants.jsonl records it (docs/protocol.md §5.3).
+GATE_MODULES = (
+    "runner.judge.gate",
+    "runner.judge.evidence",
+    "runner.judge.gate_inputs",
+    "runner.judge.vetoes",
+    "runner.flow.measure",
+)
+CONSTANTS_LEDGER = Path(__file__).resolve().parent.parent / "docs" / "gate-constants.jsonl"
+
+
+def _numeric(value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return True
+    if isinstance(value, dict):
+        return bool(value) and all(_numeric(v) for v in value.values())
+    if isinstance(value, tuple | list):
+        return bool(value) and all(_numeric(v) for v in value)
+    return False
+
+
+def gate_constants() -> dict[str, object]:
+    """Every numeric constant the gate modules define (imported names aside), and the
+    threshold and pair rules at a grid of sigma_G (their literals: 3 sigma_G, 3 pairs)."""
+    import importlib
+
+    from runner.judge.gate import accept_threshold, required_pairs
+
+    found: dict[str, object] = {}
+    for name in GATE_MODULES:
+        module = importlib.import_module(name)
+        source = Path(str(module.__file__)).read_text(encoding="utf-8")
+        for key, value in vars(module).items():
+            defined = re.search(rf"(?m)^{key}\s*(:[^=]*)?=", source)
+            if key.isupper() and defined and _numeric(value):
+                found[f"{name}.{key}"] = json.loads(json.dumps(value))
+    sigmas = (0.0, 0.005, 0.01, 0.011, 0.02, 0.05)
+    found["accept_threshold(sigma_g)"] = {str(s): accept_threshold(s) for s in sigmas}
+    found["required_pairs(sigma_g)"] = {str(s): required_pairs(s) for s in sigmas}
+    return found
+
+
+def test_the_gates_constants_are_ledgered() -> None:
+    """A change to any gate constant fails here until its line is appended to the
+    ledger (never an edit of a line: each entry's sha256 is over its constants)."""
+    entries = [json.loads(line) for line in CONSTANTS_LEDGER.read_text("utf-8").splitlines()]
+    assert entries, CONSTANTS_LEDGER
+    for entry in entries:
+        assert entry["why"].strip() and entry["when"], entry
+        text = json.dumps(entry["constants"], sort_keys=True, separators=(",", ":"))
+        assert hashlib.sha256(text.encode("utf-8")).hexdigest() == entry["sha256"], (
+            f"{CONSTANTS_LEDGER}: the entry of {entry['when']} was edited; append, never edit"
+        )
+    now, recorded = gate_constants(), entries[-1]["constants"]
+    changed = sorted(k for k in now.keys() | recorded.keys() if now.get(k) != recorded.get(k))
+    text = json.dumps(now, sort_keys=True, separators=(",", ":"))
+    line = json.dumps({"when": "YYYY-MM-DD", "why": "WHY", "constants": now,
+                       "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()},
+                      sort_keys=True)  # fmt: skip
+    assert not changed, (
+        f"gate constants changed without a record: {', '.join(changed)}; append this line "
+        f"to {CONSTANTS_LEDGER.name} (with the date and why) and a CHANGELOG note:\n{line}"
+    )

@@ -27,6 +27,7 @@ from runner.core.spec import RoundSpec, TimingSettings, save_spec
 from runner.executors import slurm_scripts
 from runner.executors.base import WorkerJob
 from runner.executors.container import containment_args, safe_name
+from runner.executors.isolation import ISOLATION_ENV
 from runner.executors.slurm import LOST_RC, NO_CSV_RC, STATE_RC, SlurmExecutor, task_returncode
 from runner.executors.slurm_parse import (
     all_final,
@@ -93,11 +94,12 @@ def test_task_script_native(monkeypatch: pytest.MonkeyPatch) -> None:
         "export PATH=/bin",
         "export PYTHONPATH=/shared/r/tree",
         "export SEL=TORCH",
+        "iso=()",  # nothing to protect: no namespace (test_real_task_runs_in_its_namespace)
         "echo '$ ''pip install -e .'",
-        'pip install -e . || finish "$?"',
+        '"${iso[@]}" pip install -e . || finish "$?"',
         "echo '$ ''/venv/bin/python -m runner.worker /shared/r/spec.json "
         "'\"'\"'/shared/r/out dir'\"'\"''",
-        "/venv/bin/python -m runner.worker /shared/r/spec.json '/shared/r/out dir'",
+        '"${iso[@]}" /venv/bin/python -m runner.worker /shared/r/spec.json \'/shared/r/out dir\'',
         'finish "$?"',
     ]  # fmt: skip
 
@@ -326,6 +328,34 @@ def test_real_worker_job(cluster: None, tmp_path: Path) -> None:
     assert record["node"] == "localhost" and record["job_id"] == record["submitted_job_id"]
     assert record["state"] == "COMPLETED" and record["returncode"] == 0
     assert (job.out_dir / "slurm-task.sh").is_file()
+
+
+@pytest.mark.slurm
+def test_real_task_runs_in_its_namespace(
+    cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A native task runs as a local job does: the paths the round protects (here
+    another role's tree) are read-only to its processes, its out folder and its role's
+    JIT cache folder writable; the worker still measures.  Off, the write lands."""
+    from dataclasses import replace
+
+    other, jit = tmp_path / "other-role", tmp_path / "jit" / "candidate-0123"
+    other.mkdir()
+    (other / "k.py").write_text("x = 1\n")
+    write = ("sh", "-c", f"echo mine > $TRITON_CACHE_DIR.txt; echo slow >> {other / 'k.py'}; "
+             "echo rc=$? > own.txt")  # fmt: skip
+    job = _worker_job(tmp_path, "pass-01-candidate", TINY, prepare=(write,),
+                      readonly=(other, tmp_path / "jit"), jit_cache=jit)  # fmt: skip
+    outcome = SlurmExecutor(shared_root=tmp_path).run_job(job)
+    assert outcome.ok, outcome.log_path.read_text()
+    assert "Read-only file system" in outcome.log_path.read_text()
+    assert (other / "k.py").read_text() == "x = 1\n"
+    assert (job.source_dir / "own.txt").read_text().strip() != "rc=0"
+    assert (jit / "triton.txt").read_text() == "mine\n"  # its own JIT folder: writable
+    monkeypatch.setenv(ISOLATION_ENV, "off")
+    again = replace(job, out_dir=tmp_path / "again", prepare=(write, ("false",)))  # no worker
+    assert SlurmExecutor(shared_root=tmp_path).run_job(again).returncode == 1
+    assert "slow" in (other / "k.py").read_text()
 
 
 @pytest.mark.slurm

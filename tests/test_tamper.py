@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from runner.core.errors import Tampered
 from runner.core.outcomes import Status
 from runner.executors.isolation import ISOLATION_ENV, isolated_argv, isolation_works
-from runner.flow.tamper_check import changed_by_builds, snapshot, tampered, tampering
+from runner.executors.local import LocalExecutor
+from runner.flow.tamper_check import BuildWatch, snapshot, tampering
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 
@@ -99,6 +101,37 @@ def test_a_candidate_that_slows_the_incumbents_files_fails_as_tampered(
     assert lineage.head() == head
 
 
+@pytest.mark.integration
+def test_final_acceptance_proves_each_role_ran_its_own_files(
+    demo_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``campaign accept`` (and ``campaign reproduce``) judge through the rounds'
+    proof: a final best whose import rewrites the base commit's tree is caught before
+    the first timed turn of the full validation, and acceptance stops as TAMPERED."""
+    from runner.flow.accept import full_validation
+    from runner.flow.build import built_roles
+    from runner.flow.round_context import Round, level_shapes
+    from runner.store.leftovers import job_dir
+
+    monkeypatch.setenv(ISOLATION_ENV, "off")  # the proof alone
+    camp = Campaign.load(demo_copy)
+    lineage = Lineage(Path(camp.manifest.source), camp.name, None)
+    shapes = level_shapes(camp.manifest, "quick")
+    with (
+        job_dir(camp.root, camp.name) as tmp,
+        lineage.worktree(str(camp.manifest.base_commit)) as base,
+        lineage.worktree(lineage.head(), _attack_patch(camp)) as final,
+    ):
+        rnd = Round(camp, LocalExecutor(), lambda m: None, tmp, 0, "full")
+        trees = {"baseline": base, "final": final}
+        with built_roles(rnd, trees), pytest.raises(Tampered) as info:
+            full_validation(rnd, trees, shapes, 1)
+        assert rnd.ready_checks == []  # the proof's check leaves with it
+    text = str(info.value)
+    assert "the baseline's tree" in text and OPS in text, text
+    assert "found before the first timed turn" in text
+
+
 def _repo(path: Path) -> Path:
     path.mkdir()
     (path / "k.py").write_text("x = 1\n")
@@ -147,19 +180,34 @@ def test_a_changed_loaded_file_and_a_new_file_are_named(tmp_path: Path) -> None:
     )
 
 
-def test_a_build_may_add_products_but_not_rewrite_the_incumbents_files(tmp_path: Path) -> None:
-    """The candidate's build commands (its setup.py) run before the reference state is
-    taken: whatever they changed of the incumbent's tree as it was checked out fails
-    the round; the incumbent's own build products do not."""
-    inc = _repo(tmp_path / "inc")
-    unbuilt = snapshot({"incumbent": inc})
-    (inc / "build").mkdir()
-    (inc / "build" / "k.so").write_bytes(b"\x7fELF")  # a product: new, ignored
-    assert changed_by_builds(unbuilt, snapshot({"incumbent": inc})) == []
-    (inc / "k.py").write_text("x = 1\nimport time; time.sleep(1)\n")
-    problems = changed_by_builds(unbuilt, snapshot({"incumbent": inc}))
-    assert len(problems) == 1 and problems[0].endswith("builds ran: k.py"), problems
-    assert tampered(snapshot({"incumbent": inc}), tmp_path, unbuilt=unbuilt) is not None
+def test_a_build_may_add_products_but_not_rewrite_another_roles_files(tmp_path: Path) -> None:
+    """Between the points a ``BuildWatch`` looks (before any build, before and after
+    each role's own build) only other roles' builds run: a role's own products pass, a
+    later build that rewrites an earlier role's product or file fails the round, and so
+    does a tree changed before its own build (any number of roles: a tournament)."""
+    trees = {r: _repo(tmp_path / r) for r in ("incumbent", "candidate-1", "candidate-2")}
+
+    def build_all(attack: str = "") -> None:
+        watch = BuildWatch(trees)
+        for role, tree in trees.items():
+            watch.before(role)
+            (tree / "build").mkdir(exist_ok=True)
+            (tree / "build" / "k.so").write_bytes(b"\x7fELF " + role.encode())  # its own
+            if role == attack:  # its setup.py writes the others' trees
+                (trees["incumbent"] / "build" / "k.so").write_bytes(b"\x7fELF planted")
+                (trees["incumbent"] / "k.py").write_text("x = 2\n")
+                (trees["candidate-2"] / "k.py").write_text("x = 3\n")
+            watch.after(role)
+        watch.finish()
+
+    build_all()  # each role's own products only: nothing to say
+    with pytest.raises(Tampered) as info:
+        build_all(attack="candidate-1")
+    text = str(info.value)
+    assert f"the incumbent's tree {trees['incumbent']} changed after its own build" in text
+    assert "build ran: build/k.so, k.py" in text
+    assert "candidate-2's tree" in text and "changed before its own build" in text
+    assert "candidate-1's tree" not in text
 
 
 @pytest.mark.skipif(not isolation_works(), reason="no mount namespaces on this host")
@@ -212,3 +260,40 @@ def test_a_local_job_cannot_write_what_the_round_protects(
     monkeypatch.setenv(ISOLATION_ENV, "off")
     assert LocalExecutor().run_job(job).returncode != 0  # the worker itself has no spec
     assert "slow" in (inc / "k.py").read_text()
+
+
+@pytest.mark.skipif(not isolation_works(), reason="no mount namespaces on this host")
+def test_each_role_has_its_own_jit_cache_that_no_other_role_can_write(
+    demo_copy: Path, tmp_path: Path
+) -> None:
+    """A local job's Triton, Inductor and CUDA caches are its role's own folder, keyed
+    by role and tree content (the same tree next round finds it again); every other
+    role's folder is read-only to it, so a candidate cannot plant a kernel that the
+    incumbent then loads."""
+    from dataclasses import replace
+
+    from runner.flow.round_context import Round
+
+    camp = Campaign.load(demo_copy)
+    for role in ("inc", "cand"):
+        (tmp_path / f"wt-{role}").mkdir()
+    inc, cand = _repo(tmp_path / "wt-inc" / "src"), _repo(tmp_path / "wt-cand" / "src")
+    (cand / "k2.py").write_text("y = 2\n")  # the candidate's change
+    tmp = tmp_path / "job"
+    tmp.mkdir()
+    rnd = Round(camp, LocalExecutor(), lambda m: None, tmp, 0, "quick")
+    rnd.role_dirs = (inc.parent, cand.parent)
+    mine, theirs = rnd.jit_folder("candidate", cand), rnd.jit_folder("incumbent", inc)
+    assert mine != theirs and mine.parent == theirs.parent == demo_copy.parent / ".jit-cache"
+    again = Round(camp, LocalExecutor(), lambda m: None, tmp, 0, "quick")
+    assert again.jit_folder("incumbent", inc) == theirs  # the same tree: its compiled kernels
+    assert again.jit_folder("candidate", inc) != theirs  # never another role's folder
+    plant = (f'echo "$TRITON_CACHE_DIR $TORCHINDUCTOR_CACHE_DIR" > env.txt && '
+             f'mkdir -p "$TRITON_CACHE_DIR" && echo k > "$TRITON_CACHE_DIR/mine" && '
+             f"mkdir -p {theirs}/triton && echo planted > {theirs}/triton/k")  # fmt: skip
+    job = rnd.worker_job("pass-02-candidate", rnd.spec("candidate", 2, []), cand)
+    outcome = LocalExecutor().run_job(replace(job, prepare=(("sh", "-c", plant),)))
+    assert outcome.returncode != 0
+    assert "Read-only file system" in outcome.log_path.read_text()
+    assert (cand / "env.txt").read_text().split() == [str(mine / "triton"), str(mine / "inductor")]
+    assert (mine / "triton" / "mine").is_file() and not (theirs / "triton" / "k").exists()

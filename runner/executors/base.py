@@ -41,6 +41,9 @@ class WorkerJob:
     # the local executor mounts them read-only where it can (runner.executors.isolation).
     readonly: tuple[Path, ...] = ()
     role: str = ""  # the spec's role: its compiler caches are its own (docker volumes)
+    # The role's own JIT cache folder on the host (runner.executors.jit_cache): a local
+    # job's Triton/Inductor/CUDA caches, writable to it alone.
+    jit_cache: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,8 @@ class BuildJob:
     products, the tree's own files kept: "hit"), otherwise ``commands`` (argv lists,
     cwd = the tree) compile it ("compile") and the build is stored under ``key``.
     ``env`` is the build's environment (GPU_ARCHS, ...); ``out_dir`` gets
-    ``build.log``; ``keep`` are the keys the round still uses (never evicted).
+    ``build.log``; ``keep`` are the keys the round still uses (never evicted);
+    ``readonly`` what its commands may not write (the other roles' trees).
     """
 
     role: str
@@ -66,6 +70,9 @@ class BuildJob:
     timeout_s: float | None = None
     built_from: str = ""  # "campaign c, round N, role r": recorded in a new entry
     keep: tuple[str, ...] = ()
+    # What the build's processes must not write (the other roles' trees...), as for
+    # its jobs: the local build runs with them read-only (runner.executors.isolation).
+    readonly: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -31,26 +31,26 @@ def _unshare() -> list[str]:
     return ["unshare", *user, "--mount", "--propagation", "private"]
 
 
+PROBE = "mount --bind / / && mount -o remount,bind,ro / /"
+
+
 @functools.cache
 def isolation_works() -> bool:
     """Whether this host can run a job in a private mount namespace with a read-only
     bind mount (probed once per process)."""
     if shutil.which("unshare") is None or shutil.which("mount") is None:
         return False
-    probe = "mount --bind / / && mount -o remount,bind,ro / /"
     try:
-        proc = run([*_unshare(), "sh", "-c", probe], check=False, timeout=30)
+        proc = run([*_unshare(), "sh", "-c", PROBE], check=False, timeout=30)
     except (OSError, CampaignError):
         return False
     return proc.returncode == 0
 
 
-def isolated_argv(
-    argv: Sequence[str], readonly: Sequence[Path], writable: Sequence[Path] = ()
-) -> list[str]:
-    """``argv`` run in a private mount namespace where each existing path of
-    ``readonly`` is read-only and each of ``writable`` (e.g. a folder inside one of
-    them) writable."""
+def mount_script(readonly: Sequence[Path], writable: Sequence[Path] = ()) -> str:
+    """The ``sh`` script, run inside the new namespace, that makes each existing path of
+    ``readonly`` read-only and each of ``writable`` writable again, then runs its
+    arguments (``exec "$@"``); a mount that fails exits 97 saying how to run without."""
     lines = []
     for paths, mode in ((readonly, "ro"), (writable, "rw")):
         for path in dict.fromkeys(Path(p).resolve() for p in paths if Path(p).exists()):
@@ -60,14 +60,51 @@ def isolated_argv(
             lines.append(f"{{ mount --bind {q} {q} && mount -o remount,bind,{mode} {q} {q}; }} "
                          f"|| {{ echo {why} >&2; exit 97; }}")  # fmt: skip
     lines.append('exec "$@"')
-    return [*_unshare(), "sh", "-c", "\n".join(lines), "isolated", *argv]
+    return "\n".join(lines)
+
+
+def isolated_argv(
+    argv: Sequence[str], readonly: Sequence[Path], writable: Sequence[Path] = ()
+) -> list[str]:
+    """``argv`` run in a private mount namespace where each existing path of
+    ``readonly`` is read-only and each of ``writable`` (e.g. a folder inside one of
+    them) writable."""
+    return [*_unshare(), "sh", "-c", mount_script(readonly, writable), "isolated", *argv]
+
+
+def _off() -> bool:
+    return os.environ.get(ISOLATION_ENV, "").strip().lower() == "off"
 
 
 def protect(argv: Sequence[str], readonly: Sequence[Path], writable: Sequence[Path]) -> list[str]:
     """``argv`` isolated when there is something to protect and the host can
     (``isolation_works``), unless ``TURBO_CAMPAIGN_ISOLATION=off``; else unchanged."""
-    if not readonly or os.environ.get(ISOLATION_ENV, "").strip().lower() == "off":
+    if not readonly or _off():
         return list(argv)
     if not isolation_works():
         return list(argv)
     return isolated_argv(argv, readonly, writable)
+
+
+def shell_prefix(readonly: Sequence[Path], writable: Sequence[Path]) -> list[str]:
+    """For a script that runs on another machine (a Slurm task): bash lines that set
+    the array ``iso`` to the namespace prefix when that machine can make one (the probe
+    of ``isolation_works``, run there, as its user) and leave it empty otherwise; the
+    script then runs ``"${iso[@]}" CMD``.  Empty too when there is nothing to protect
+    or ``TURBO_CAMPAIGN_ISOLATION=off`` here."""
+    if not readonly or _off():
+        return ["iso=()"]
+    user = 'u=(); [ "$(id -u)" = 0 ] || u=(--user --map-root-user)'
+    ns = 'unshare "${u[@]}" --mount --propagation private'
+    script = shlex.quote(mount_script(readonly, writable))
+    return [
+        "iso=()",
+        user,
+        f"if command -v unshare >/dev/null && command -v mount >/dev/null && "
+        f"{ns} sh -c {shlex.quote(PROBE)} 2>/dev/null; then",
+        f"  iso=({ns} sh -c {script} isolated)",
+        "else",
+        "  echo 'isolation: no mount namespace on this node; the round relies on its "
+        "proof (docs/reliability.md §7)'",
+        "fi",
+    ]

@@ -29,6 +29,7 @@ from runner.executors.base import (
 )
 from runner.executors.build_cache import PRODUCTS, Entry, tree_files
 from runner.executors.isolation import protect
+from runner.executors.jit_cache import jit_env
 from runner.store.leases import held_fds
 
 _PASS_THROUGH = (
@@ -56,6 +57,8 @@ _PASS_THROUGH = (
 
 def clean_env(job: WorkerJob) -> dict[str, str]:
     env = {k: os.environ[k] for k in _PASS_THROUGH if k in os.environ}
+    if job.jit_cache is not None:  # the role's own, not the user's shared one
+        env.update(jit_env(job.jit_cache))
     env.update(job.env)
     runner_root = str(Path(runner.__file__).resolve().parent.parent)
     paths = [p for p in (env.get("PYTHONPATH", ""), runner_root) if p]
@@ -99,9 +102,13 @@ def toolchain(python: str) -> str:
 
 
 def _isolated(job: WorkerJob, argv: Sequence[str]) -> list[str]:
-    """``argv`` with the job's read-only paths protected (its artifacts folder stays
-    writable): ``runner.executors.isolation``."""
-    return protect(argv, job.readonly, [job.out_dir])
+    """``argv`` with the job's read-only paths protected (its artifacts folder and its
+    role's JIT cache folder stay writable): ``runner.executors.isolation``."""
+    writable = [job.out_dir]
+    if job.jit_cache is not None:
+        job.jit_cache.mkdir(parents=True, exist_ok=True)
+        writable.append(job.jit_cache)
+    return protect(argv, job.readonly, writable)
 
 
 class LocalExecutor:
@@ -159,11 +166,15 @@ class LocalExecutor:
         )
 
     def _compile(self, build: BuildJob, log: TextIO, log_path: Path) -> None:
+        """The build commands in the role's tree, the other roles' trees read-only
+        (``build.readonly``: a candidate's setup.py cannot rewrite the incumbent's
+        build)."""
         env = {k: os.environ[k] for k in _PASS_THROUGH if k in os.environ}
         env |= build.env
         for command in build.commands:
             argv = self.argv(command)
-            proc = run(argv, cwd=build.source_dir, env=env, check=False, timeout=build.timeout_s)
+            proc = run(protect(argv, build.readonly, []), cwd=build.source_dir, env=env,
+                       check=False, timeout=build.timeout_s)  # fmt: skip
             log.write(f"$ {' '.join(argv)}\n{proc.stdout}\n")
             if proc.returncode != 0:
                 raise MeasurementFailed(

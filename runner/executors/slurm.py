@@ -155,6 +155,8 @@ class SlurmExecutor:
     def _write_task(self, job: WorkerJob) -> Path:
         _check_shared(job, self.shared_root)
         job.out_dir.mkdir(parents=True, exist_ok=True)
+        if job.jit_cache is not None:  # writable in the task's namespace: it must exist
+            job.jit_cache.mkdir(parents=True, exist_ok=True)
         for stale in (EXIT_FILE, SLURM_JSON):
             (job.out_dir / stale).unlink(missing_ok=True)
         path = job.out_dir / TASK_SCRIPT

@@ -25,6 +25,7 @@ from runner.executors.container import (
     containment_args,
     translate_env,
 )
+from runner.executors.isolation import shell_prefix
 from runner.executors.local import clean_env
 from runner.store.leftovers import job_comment
 
@@ -135,14 +136,18 @@ def _header(job: WorkerJob) -> list[str]:
 
 
 def _native_body(job: WorkerJob, python: str) -> list[str]:
+    """The task on the node itself: in the job's read-only mount namespace where the
+    node can make one (``runner.executors.isolation.shell_prefix``), as a local job."""
     lines = [f"cd {shlex.quote(os.fspath(job.source_dir))} || finish 1"]
     lines += _exports(task_env(job))
+    writable = [job.out_dir, *([job.jit_cache] if job.jit_cache else [])]
+    lines += shell_prefix(job.readonly, writable)
     for step in job.prepare:
         lines.append(f"echo '$ '{shlex.quote(shlex.join(step))}")
-        lines.append(f'{shlex.join(step)} || finish "$?"')
+        lines.append(f'"${{iso[@]}}" {shlex.join(step)} || finish "$?"')
     worker = [python, "-m", "runner.worker", os.fspath(job.spec_path), os.fspath(job.out_dir)]
     lines.append(f"echo '$ '{shlex.quote(shlex.join(worker))}")
-    lines.append(shlex.join(worker))
+    lines.append(f'"${{iso[@]}}" {shlex.join(worker)}')
     lines.append('finish "$?"')
     return lines
 

@@ -49,6 +49,7 @@ from runner.flow.measure import Comparison, measure_and_judge
 from runner.flow.passes import read_passes
 from runner.flow.progress import Event
 from runner.flow.round_context import Progress, Round, all_shapes, gpu_lease, run_command_in
+from runner.flow.tamper_check import proof
 from runner.judge.scoring import score
 from runner.render.status import unclosed_rounds
 from runner.store.acceptance import acceptance_dir
@@ -89,8 +90,10 @@ def full_validation(
     rnd: Round, trees: dict[str, Path], shapes: list[Shape], blocks: int
 ) -> tuple[GateResult, Score, Score]:
     """Base ("baseline") against head ("final") through the rounds' measure-and-judge
-    path: ``2 * blocks`` paired samples, more when the gate asks for them."""
-    got = measure_and_judge(rnd, trees, shapes, 2 * blocks, how=ACCEPT_COMPARISON)
+    path: ``2 * blocks`` paired samples, more when the gate asks for them; under the
+    rounds' proof that each role ran its own files (``Tampered``: exit 6)."""
+    with proof(rnd, trees):
+        got = measure_and_judge(rnd, trees, shapes, 2 * blocks, how=ACCEPT_COMPARISON)
     return got.gate, got.reference, got.candidate
 
 

@@ -33,6 +33,7 @@ from runner.core.files import write_atomic
 from runner.executors.base import BuildJob, BuiltRole
 from runner.executors.build_cache import BuildCache, build_key, native_inputs
 from runner.flow.round_context import Round
+from runner.flow.tamper_check import BuildWatch
 
 BUILDS_RECORD = "builds.json"
 _ORDER = ("baseline", "incumbent", "candidate", "final")
@@ -75,6 +76,19 @@ def reason_for(built: BuiltRole, changed: Sequence[str] | None, first: str | Non
     return f"compiled: {what}{why}"
 
 
+def role_folders(roles: Mapping[str, Path]) -> tuple[Path, ...]:
+    """The folder of each role's tree that no other role may write: the worktree's own
+    folder (``lineage.worktree``: ``<owned folder>/src``) when it holds no other role's
+    tree, else the tree itself."""
+    trees = [Path(t).resolve() for t in roles.values()]
+    folders = []
+    for tree in trees:
+        parent = tree.parent
+        alone = not any(o != tree and (o == parent or parent in o.parents) for o in trees)
+        folders.append(parent if alone and tree.name == "src" else tree)
+    return tuple(dict.fromkeys(folders))
+
+
 def describe(built: Sequence[BuiltRole]) -> str:
     """One line for the round's records."""
     parts = [f"{b.role} {b.reason} ({b.seconds:.1f} s)" for b in built]
@@ -110,11 +124,31 @@ def built_roles(
     register the builds with the round, so each of its jobs runs on its role's build;
     free the per-round parts when the round is done.  A target without native code
     builds nothing.  A failed build raises ``MeasurementFailed`` with the build log's tail.
-    ``changed``: the files the candidate's change touches (None: no change)."""
+    ``changed``: the files the candidate's change touches (None: no change).
+
+    Every role's tree is read-only to every other role's processes: the round's
+    ``role_dirs`` (set here when the caller has not) make the other trees read-only to
+    each role's build commands (its setup.py runs arbitrary code) as to its jobs
+    (``Round.readonly``, ``runner.executors.isolation``), and a ``BuildWatch`` fails
+    the round as ``Tampered`` when a role's tree changed while another role built
+    (where namespaces are off or unavailable)."""
+    given_dirs = rnd.role_dirs
+    rnd.role_dirs = given_dirs or role_folders(roles)
+    try:
+        if rnd.target.editable_install:
+            with _builds(rnd, roles, changed) as builds:
+                yield builds
+        else:
+            yield []
+    finally:
+        rnd.role_dirs = given_dirs
+
+
+@contextlib.contextmanager
+def _builds(
+    rnd: Round, roles: Mapping[str, Path], changed: Sequence[str] | None
+) -> Iterator[list[BuiltRole]]:
     target = rnd.target
-    if not target.editable_install:
-        yield []
-        return
     m = rnd.manifest
     archs = gpu_archs(m.target_gpu)
     in_place = rnd.executor.name != "docker"
@@ -128,6 +162,7 @@ def built_roles(
         keys[role] = build_key(inputs, gpu_archs=archs, commands=commands, identity=identity)
     done: dict[str, BuiltRole] = {}
     first: dict[str, str] = {}  # key -> the first role of this round built on it
+    watch = BuildWatch(roles)
     try:
         for role in ordered(roles):
             tree, key = roles[role], keys[role]
@@ -142,15 +177,19 @@ def built_roles(
                 env=env,
                 built_from=f"campaign {m.campaign_name}, round {rnd.round}, {role}",
                 keep=tuple(keys.values()),
+                readonly=rnd.readonly(tree),
             )
             rnd.progress(f"round-{rnd.round}: build-{role} (key {key[:12]})")
+            watch.before(role)
             built = rnd.executor.prepare_role(job)
+            watch.after(role)
             if built.outcome == "hit" and key in first:
                 built = replace(built, outcome="reuse")
             built = replace(built, reason=reason_for(built, changed, first.get(key)))
             first.setdefault(key, role)
             done[role] = built
             rnd.builds[tree] = built
+        watch.finish()
         _write_record(rnd.tmp / BUILDS_RECORD, list(done.values()), rnd.executor.name, commands)
         yield list(done.values())
     finally:

@@ -15,7 +15,9 @@ from runner.core.import_cause import explain_failure
 from runner.core.shapes import Shape, shape_set, shapes_by_label
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
+from runner.executors.build_cache import BuildCache
 from runner.executors.gpus import detect_vendor, gpu_env
+from runner.executors.jit_cache import content_key, jit_root, role_folder
 from runner.flow.paired import supports_paired
 from runner.flow.progress import Progress, StepStarted
 from runner.flow.sharding import job_in, pass_name, worker_failure
@@ -57,6 +59,7 @@ class Round:
     ready_checks: list[Callable[[], None]] = field(default_factory=list)
     # The folders of the round's role trees: a job may not write any but its own.
     role_dirs: tuple[Path, ...] = ()
+    jit_folders: dict[tuple[str, Path], Path] = field(default_factory=dict)  # (role, tree)
 
     @property
     def manifest(self) -> Manifest:
@@ -137,15 +140,30 @@ class Round:
             job_env.update(gpu_env(gpu, detect_vendor()))
         self.step(name)
         job = job_in(self.tmp, name, spec, tree, job_env, gpu, self.builds.get(tree))
-        return replace(job, readonly=self.readonly(tree))
+        jit = self.jit_folder(spec.role, tree)
+        return replace(job, readonly=self.readonly(tree), jit_cache=jit)
+
+    def jit_folder(self, role: str, tree: Path) -> Path:
+        """The role's own JIT cache folder for ``tree``'s content (as the round's first
+        job of the role found it; ``runner.executors.jit_cache``)."""
+        if (role, tree) not in self.jit_folders:
+            root = jit_root(self.campaign.root.parent)
+            self.jit_folders[(role, tree)] = role_folder(root, role, content_key(tree))
+        return self.jit_folders[(role, tree)]
 
     def readonly(self, tree: Path) -> tuple[Path, ...]:
         """What a job on ``tree`` may not write: the other roles' tree folders, the
-        round's scratch folder, the campaign folder, the source repository and the
-        harness (the ``runner`` package) (docs/reliability.md §7)."""
+        round's scratch folder, the campaign folder, the source repository, the
+        harness (the ``runner`` package) and the roles' JIT caches (the job's own
+        made writable again by the executor) and the build cache (written by the host
+        alone) (docs/reliability.md §7)."""
         mine = tree.resolve()
         harness = Path(runner.__file__).resolve().parent
-        paths = [*self.role_dirs, self.tmp, self.campaign.root, Path(self.manifest.source), harness]
+        jit = jit_root(self.campaign.root.parent)
+        jit.mkdir(parents=True, exist_ok=True)
+        builds = BuildCache.for_campaign(self.campaign.root).root
+        paths = [*self.role_dirs, self.tmp, self.campaign.root, Path(self.manifest.source),
+                 harness, jit, builds]  # fmt: skip
         # never the job's own tree (or a folder holding it: workspace mode's checkout)
         return tuple(p for p in paths if p.resolve() != mine and p.resolve() not in mine.parents)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 
 from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed, Tampered
@@ -49,8 +48,7 @@ from runner.flow.round_records import (
     round_result,
     veto_only,
 )
-from runner.flow.tamper_check import prove_ready, prove_untouched, tampered
-from runner.flow.tamper_check import snapshot as snapshot_trees
+from runner.flow.tamper_check import proof
 from runner.judge.vetoes import audit_candidate
 from runner.render.summary import commit_message
 from runner.store.campaign import Campaign
@@ -180,26 +178,14 @@ def _guarded(
     shapes: list[Shape],
     vetoes: list[str],
 ) -> tuple[GateResult, Score, Score, list[BuiltRole]]:
-    """Build both roles, then measure and judge under the tamper proof: each tree
-    read-only to the other role, checked before the first timed turn and at the end."""
+    """Build both roles, each tree read-only to the other's builds and jobs, then
+    measure and judge under the proof that each role ran its own files
+    (``runner.flow.build``, ``runner.flow.tamper_check.proof``)."""
     inc_tree, cand_tree = roles["incumbent"], roles["candidate"]
-    rnd.role_dirs = (inc_tree.parent, cand_tree.parent)  # each read-only to the other
-    unbuilt = snapshot_trees(roles)  # before any process of the round runs
-    with built_roles(rnd, roles, touched) as builds:
-        before = snapshot_trees(roles)  # with the build products
-        rnd.ready_checks.append(partial(prove_ready, before))
-        try:
-            gate, inc_score, cand_score = _measure_and_judge(
-                rnd, request, inc_tree, cand_tree, shapes, vetoes
-            )
-        except MeasurementFailed as exc:  # crashed because another role changed its files?
-            cause = tampered(before, rnd.tmp, unbuilt=unbuilt)
-            if cause is None:
-                raise
-            raise cause from exc
-        finally:
-            rnd.ready_checks.clear()
-        prove_untouched(before, rnd.tmp, unbuilt=unbuilt)
+    with built_roles(rnd, roles, touched) as builds, proof(rnd, roles):
+        gate, inc_score, cand_score = _measure_and_judge(
+            rnd, request, inc_tree, cand_tree, shapes, vetoes
+        )
     return gate, inc_score, cand_score, builds
 
 

@@ -16,12 +16,15 @@ Host-side; runs git through ``runner.core.processes.run``.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Protocol
 
-from runner.core.errors import Tampered
+from runner.core.errors import MeasurementFailed, Tampered
 from runner.core.files import blob_hash
 from runner.core.processes import run
 
@@ -194,37 +197,11 @@ def guarded_changes(
     return problems
 
 
-def changed_by_builds(
-    unbuilt: Mapping[str, TreeState],
-    built: Mapping[str, TreeState],
-    guarded: Iterable[str] = ("incumbent",),
-) -> list[str]:
-    """A guarded role's files (HEAD, tracked or already there) that the round's builds
-    changed: a build adds its products, it never rewrites what it was given; another
-    role's build commands (its setup.py) may have written them."""
-    problems = []
-    for role in guarded:
-        if role in unbuilt and role in built:
-            state = unbuilt[role]
-            changed = [p for p in state.changes(built[role]) if p == "HEAD" or p in state.files]
-            if changed:
-                problems.append(f"the {role}'s tree {state.tree} changed while the round's "
-                                "builds ran: " + ", ".join(changed[:10]))  # fmt: skip
-    return problems
-
-
 def tampered(
-    before: Mapping[str, TreeState],
-    tmp: Path,
-    guarded: Iterable[str] = ("incumbent",),
-    unbuilt: Mapping[str, TreeState] | None = None,
+    before: Mapping[str, TreeState], tmp: Path, guarded: Iterable[str] = ("incumbent",)
 ) -> Tampered | None:
-    """``Tampered`` naming every file that ``tampering`` finds (and, given the states
-    before the builds, ``changed_by_builds``), or None."""
-    guarded = tuple(guarded)
-    problems = changed_by_builds(unbuilt, before, guarded) if unbuilt is not None else []
-    problems += tampering(before, tmp, guarded)
-    return _tampered(problems)
+    """``Tampered`` naming every file that ``tampering`` finds, or None."""
+    return _tampered(tampering(before, tmp, tuple(guarded)))
 
 
 def prove_ready(before: Mapping[str, TreeState], guarded: Iterable[str] = ("incumbent",)) -> None:
@@ -251,12 +228,99 @@ def _tampered(problems: list[str]) -> Tampered | None:
 
 
 def prove_untouched(
-    before: Mapping[str, TreeState],
-    tmp: Path,
-    guarded: Iterable[str] = ("incumbent",),
-    unbuilt: Mapping[str, TreeState] | None = None,
+    before: Mapping[str, TreeState], tmp: Path, guarded: Iterable[str] = ("incumbent",)
 ) -> None:
     """Raise ``tampered``'s error when a role's files changed."""
-    error = tampered(before, tmp, guarded, unbuilt)
+    error = tampered(before, tmp, guarded)
     if error is not None:
         raise error
+
+
+# ---- the round's builds ----------------------------------------------------------------
+REFERENCE_ROLES = ("baseline", "incumbent")  # what a comparison measures the others against
+
+
+def reference_roles(roles: Iterable[str]) -> tuple[str, ...]:
+    """The roles of a comparison whose whole tree is guarded while it measures (the
+    incumbent of a round, the baseline of an acceptance): the others' own processes
+    may write their own trees, never these."""
+    return tuple(r for r in roles if r in REFERENCE_ROLES)
+
+
+@dataclass
+class BuildWatch:
+    """Every role's tree across a round's builds (``runner.flow.build.built_roles``),
+    for any number of roles: before any build, before each role's own build and after
+    it.  Between those points only other roles' builds ran, so any change then is
+    theirs: a file rewritten before a role's build, or a role's build products (or any
+    other file) rewritten after it.  ``finish`` raises ``Tampered`` naming them, before
+    anything is tested or measured."""
+
+    trees: Mapping[str, Path]
+    unbuilt: dict[str, TreeState] = field(default_factory=dict)
+    built: dict[str, TreeState] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.unbuilt = snapshot(self.trees)
+
+    def before(self, role: str) -> None:
+        if self.built:  # another role's build ran since the first snapshot
+            self._compare(role, self.unbuilt[role], "before its own build")
+
+    def after(self, role: str) -> None:
+        self.built[role] = tree_state(role, self.trees[role])
+
+    def finish(self) -> None:
+        last = list(self.built)[-1:]
+        for role, state in self.built.items():
+            if role not in last:
+                self._compare(role, state, "after its own build")
+        harness = self.unbuilt[HARNESS]
+        changed = harness.changes(harness_state())
+        if changed:
+            self.problems.append(f"the harness {harness.tree} changed while the round's builds "
+                                 "ran: " + ", ".join(changed[:10]))  # fmt: skip
+        error = _tampered(self.problems)
+        if error is not None:
+            raise error
+
+    def _compare(self, role: str, state: TreeState, when: str) -> None:
+        changed = state.changes(tree_state(role, state.tree))
+        if changed:
+            why = f"changed {when}, while another role's build ran"
+            listed = ", ".join(changed[:10])
+            self.problems.append(f"the {role}'s tree {state.tree} {why}: {listed}")
+
+
+# ---- a comparison's measurement --------------------------------------------------------
+class Guarded(Protocol):
+    """What ``proof`` needs of a round (or an acceptance run): its scratch folder and
+    the checks run before the first timed turn."""
+
+    tmp: Path
+    ready_checks: list[Callable[[], None]]
+
+
+@contextlib.contextmanager
+def proof(host: Guarded, trees: Mapping[str, Path]) -> Iterator[None]:
+    """Around one comparison's measurement (a round, ``campaign accept``, ``campaign
+    reproduce``): the roles' states now, the guarded (reference) roles' trees proven
+    unchanged before the first timed turn (``prove_ready`` as a ready check), a crash
+    explained as tampering when it was, and every worker's loaded files and the
+    guarded trees proven at the end (``prove_untouched``)."""
+    guarded = reference_roles(trees)
+    before = snapshot(trees)
+    check = partial(prove_ready, before, guarded)
+    host.ready_checks.append(check)
+    try:
+        yield
+    except MeasurementFailed as exc:  # crashed because another role changed its files?
+        cause = tampered(before, host.tmp, guarded)
+        if cause is None:
+            raise
+        raise cause from exc
+    finally:
+        with contextlib.suppress(ValueError):
+            host.ready_checks.remove(check)
+    prove_untouched(before, host.tmp, guarded)

@@ -154,9 +154,7 @@ def _run(rnd: Round, entries: list[Entry], started: str) -> list[RoundResult]:
         for entry in entries:
             _audit(rnd, entry, inc_tree)
         roles = {"incumbent": inc_tree, **{e.role: e.tree for e in live if e.tree}}
-        rnd.role_dirs = tuple(tree.parent for tree in roles.values())
         guarded = tuple(roles)  # no role may write any other's tree
-        unbuilt = snapshot_trees(roles)
         builds: list[BuiltRole] = []
         try:
             builds = _build(rnd, stack, roles, live)
@@ -167,11 +165,11 @@ def _run(rnd: Round, entries: list[Entry], started: str) -> list[RoundResult]:
                 measure_entries(rnd, inc_tree, live, shapes)
                 confirm(rnd, inc_tree, live, shapes)
             except MeasurementFailed as exc:
-                cause = _tampered(rnd, entries, before, guarded, unbuilt)
+                cause = _tampered(rnd, entries, before, guarded)
                 raise (cause or exc) from exc
             finally:
                 rnd.ready_checks.clear()
-            cause = _tampered(rnd, entries, before, guarded, unbuilt)
+            cause = _tampered(rnd, entries, before, guarded)
             if cause is not None:
                 raise cause
         except (MeasurementFailed, Tampered) as exc:
@@ -228,11 +226,10 @@ def _tampered(
     entries: Sequence[Entry],
     before: Mapping[str, TreeState],
     guarded: tuple[str, ...],
-    unbuilt: Mapping[str, TreeState],
 ) -> Tampered | None:
     """``tamper_check.tampered`` over the tournament's workers, then each
     confirmation's (whose candidate workers have the role ``candidate``)."""
-    found = tampered(before, rnd.tmp, guarded, unbuilt=unbuilt)
+    found = tampered(before, rnd.tmp, guarded)
     for entry in entries:
         if found is None and entry.confirmed is not None:
             found = tampered({**before, "candidate": before[entry.role]}, entry.dir, guarded)

@@ -36,6 +36,7 @@ from runner.flow.measure import measure_and_judge
 from runner.flow.new_campaign import git_toplevel
 from runner.flow.passes import pair_samples, per_pass_metric
 from runner.flow.round_context import Round, all_shapes, gpu_lease
+from runner.flow.tamper_check import proof
 from runner.judge.gate import calibrate_sigma
 from runner.portable.bundle import Bundle, BundleError, host_versions, image_id, open_bundle
 from runner.portable.reproduce_report import (
@@ -318,7 +319,7 @@ def measure(
     rnd = Round(campaign, executor, progress, work, n, level, gpus)
     role_trees = {"incumbent": trees[0], "candidate": trees[1]}
     try:
-        with gpu_lease(gpus, campaign, n), built_roles(rnd, role_trees):
+        with gpu_lease(gpus, campaign, n), built_roles(rnd, role_trees), proof(rnd, role_trees):
             got = measure_and_judge(rnd, role_trees, shapes, 2 * m.pairs)
     except MeasurementFailed as exc:
         raise InfrastructureError(f"reproduction measurement failed: {exc}") from None

@@ -337,8 +337,10 @@ PRIMUS_TURBO = PrimusTurboTarget(
     },
     code_map=CODE_MAP,
     # The build files at the root of a6a16cdc: setup.py (the CUDAExtension) and
-    # pyproject.toml (build requirements); upstream has no CMakeLists.txt.
-    rebuild_globs=("csrc/**", "setup.py", "pyproject.toml"),
+    # pyproject.toml (build requirements); upstream has no CMakeLists.txt.  The
+    # install reads requirements.txt (install_commands, the seed protocol's
+    # `pip install -r requirements.txt`): the packages a build compiles against.
+    rebuild_globs=("csrc/**", "setup.py", "pyproject.toml", "requirements.txt"),
     build_files=("setup.py", "pyproject.toml"),
     editable_install=True,
     native_modules=("primus_turbo.pytorch._C",),  # setup.py's CUDAExtension (a6a16cdc)
