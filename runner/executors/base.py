@@ -8,6 +8,7 @@ artifacts into a folder the host owns.  Local, docker and slurm executors implem
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -126,6 +127,18 @@ class LiveWorker:
     log_path: Path
     proc: subprocess.Popen[bytes] | None
     returncode: int | None = None
+
+
+@runtime_checkable
+class SequenceExecutor(Protocol):
+    """An executor that runs several sequences of jobs side by side, each sequence in
+    order in one allocation (Slurm: one array task per shard; ``runner.flow.measure``)."""
+
+    name: str
+
+    def submit_sequences(
+        self, sequences: Sequence[Sequence[WorkerJob]], work_dir: Path | None = None
+    ) -> list[list[JobOutcome]]: ...
 
 
 @runtime_checkable

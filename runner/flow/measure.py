@@ -26,12 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from runner.core.csv_schema import BenchCSV
 from runner.core.errors import MeasurementFailed
 from runner.core.outcomes import Decision, GateResult, Score
 from runner.core.shapes import Shape
+from runner.executors.base import SequenceExecutor
 from runner.flow.paired import (
     measure_paired,
     supports_paired,
@@ -47,6 +47,7 @@ from runner.flow.passes import (
     write_merged,
 )
 from runner.flow.progress import PairWatch, pair_seconds
+from runner.flow.round_context import Round
 from runner.flow.sharding import (
     BCCB,
     detect_vendor,
@@ -71,7 +72,7 @@ MAX_PAIRS = 96  # fresh process pairs of one comparison, at most
 
 # ---- measuring -----------------------------------------------------------------------
 def measure_roles(
-    rnd: Any,
+    rnd: Round,
     trees: Mapping[str, Path],
     shapes: list[Shape],
     samples: int,
@@ -91,7 +92,7 @@ def measure_roles(
 
 
 def _paired(
-    rnd: Any,
+    rnd: Round,
     trees: Mapping[str, Path],
     shapes: list[Shape],
     roles: list[str],
@@ -140,7 +141,7 @@ def _paired(
 
 
 def _per_pass(
-    rnd: Any,
+    rnd: Round,
     trees: Mapping[str, Path],
     shapes: list[Shape],
     roles: list[str],
@@ -153,7 +154,7 @@ def _per_pass(
     block as ``paired._order`` rotates them); one role: ``samples`` passes."""
     patterns = pass_patterns(roles, samples, start_index)
     gpus = tuple(rnd.gpus)
-    if len(gpus) > 1 and hasattr(rnd.executor, "submit_sequences"):
+    if len(gpus) > 1 and isinstance(rnd.executor, SequenceExecutor):
         return _slurm_array(rnd, trees, shapes, roles, patterns, start_index)
     paths: dict[str, list[Path]] = {role: [] for role in roles}
     index = start_index
@@ -195,7 +196,7 @@ def pass_patterns(
 
 
 def _slurm_array(
-    rnd: Any,
+    rnd: Round,
     trees: Mapping[str, Path],
     shapes: list[Shape],
     roles: list[str],
@@ -215,6 +216,7 @@ def _slurm_array(
                         {"TURBO_CAMPAIGN_SHARD": str(k)}) for i, role in passes]
         for k, shard in enumerate(shards)
     ]  # fmt: skip
+    assert isinstance(rnd.executor, SequenceExecutor)
     outcomes = rnd.executor.submit_sequences(sequences, rnd.tmp)
     for seq in outcomes:
         for outcome in seq:
@@ -230,7 +232,7 @@ def _slurm_array(
     return paths
 
 
-def _run_pass(rnd: Any, role: str, index: int, tree: Path, shapes: list[Shape]) -> Path:
+def _run_pass(rnd: Round, role: str, index: int, tree: Path, shapes: list[Shape]) -> Path:
     name = pass_name(index, role)
     outcome = rnd.job(name, rnd.spec(role, index, shapes), tree)
     if not outcome.ok:
@@ -238,11 +240,11 @@ def _run_pass(rnd: Any, role: str, index: int, tree: Path, shapes: list[Shape]) 
     return Path(outcome.out_dir) / "benchmark.csv"
 
 
-def _cost(rnd: Any) -> Callable[[Shape], float]:
+def _cost(rnd: Round) -> Callable[[Shape], float]:
     return seconds_cost(getattr(rnd.manifest, "shape_seconds", None) or {})
 
 
-def pair_watch(rnd: Any, roles: Sequence[str], shapes: Sequence[Shape]) -> PairWatch:
+def pair_watch(rnd: Round, roles: Sequence[str], shapes: Sequence[Shape]) -> PairWatch:
     """The progress of one comparison of ``roles`` on ``shapes`` in ``rnd``: the
     baseline's seconds per shape give the first estimate; a pair's reading is its
     gain (two roles)."""
@@ -291,7 +293,7 @@ class Comparison:
 
 
 def measure_and_judge(
-    rnd: Any,
+    rnd: Round,
     trees: Mapping[str, Path],
     shapes: list[Shape],
     samples: int,
@@ -367,7 +369,7 @@ def pairing_words(executor: object) -> str:
     return "paired in B C C B passes of fresh processes (B the incumbent, C the candidate)"
 
 
-def first_samples(rnd: Any, samples: int, remeasure: bool = True) -> int:
+def first_samples(rnd: Round, samples: int, remeasure: bool = True) -> int:
     """The pairs to start a comparison with.  A quick round on a GPU with paired
     workers starts every pair the near-noise rule may ask for (``required_pairs``) at
     once: its turns are short, so a second set of workers (start-up, compile, first
@@ -385,7 +387,7 @@ def last_index(tmp: Path) -> int:
 
 
 def judge(
-    rnd: Any,
+    rnd: Round,
     paths: Mapping[str, list[Path]],
     how: Comparison,
     vetoes: Sequence[str],
