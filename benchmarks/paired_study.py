@@ -242,7 +242,13 @@ COMPARISONS = (  # name, reference role, candidate role
     ("aa", "head", "same"),
     ("slow", "head", "slow1"),
     ("fast", "slow2", "same"),
+    ("fast15", "slow15", "same"),  # only with --fast15-copies (not in rounds before it)
 )
+
+
+def comparisons(record: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The comparisons a study round judged (rounds before ``fast15`` have three)."""
+    return [c for c in COMPARISONS if c[0] in record]
 
 
 def study_rounds(args: argparse.Namespace, campaign: Campaign, state: dict[str, Any]) -> None:
@@ -257,11 +263,13 @@ def study_rounds(args: argparse.Namespace, campaign: Campaign, state: dict[str, 
             "slow1": plant_patch(text, args.slow_copies),
             "slow2": plant_patch(text, args.fast_copies),
         }
+        if args.fast15_copies:
+            patches["slow15"] = plant_patch(text, args.fast15_copies)
         record = one_study_round(campaign, executor, patches, k)
         state["study"].append(record)
         save_state(args.out, state)
         verdicts = ", ".join(f"{c}: {record[c]['status']} {record[c]['delta_pct']:+.2f}%"
-                             for c, _, _ in COMPARISONS)  # fmt: skip
+                             for c, _, _ in comparisons(record))  # fmt: skip
         stamped(f"study round {k} ({record['seconds']} s): {verdicts}")
 
 
@@ -281,6 +289,8 @@ def one_study_round(
         measured = measure_roles(rnd, trees, shapes, samples)
         record: dict[str, Any] = {"round": k}
         for name, ref, cand in COMPARISONS:
+            if ref not in trees:
+                continue
             how = Comparison(roles=(ref, cand), files=(f"{name}-ref.csv", f"{name}-cand.csv"))
             pair_trees = {ref: trees[ref], cand: trees[cand]}
             got = measure_and_judge(rnd, pair_trees, shapes, samples, how=how, measured=measured)
@@ -329,15 +339,25 @@ def summary(state: dict[str, Any]) -> str:
             f"| planted slowdown reported as a regression | {slow}/{n} | >= 19/20 |",
             f"| planted speed-up ACCEPTED | {fast}/{n} | >= 19/20 |",
         ]
+        with15 = [r for r in study if "fast15" in r]
+        if with15:
+            fast15 = sum(r["fast15"]["status"].startswith("ACCEPTED") for r in with15)
+            got = f"{fast15}/{len(with15)}"
+            lines.append(f"| planted smaller speed-up ACCEPTED | {got} | >= 15/20 |")
         for name, _, _ in COMPARISONS:
-            deltas = sorted(r[name]["delta_pct"] for r in study)
-            pairs = sorted(r[name]["pairs"] for r in study)
+            judged = [r[name] for r in study if name in r]
+            if not judged:
+                continue
+            deltas = sorted(j["delta_pct"] for j in judged)
+            pairs = sorted(j["pairs"] for j in judged)
+            mid = deltas[len(deltas) // 2]
             lines.append(
-                f"| {name}: reported gain, min / median / max | {deltas[0]:+.2f}% / "
-                f"{deltas[n // 2]:+.2f}% / {deltas[-1]:+.2f}% (pairs {pairs[0]}-{pairs[-1]}) | |"
+                f"| {name}: reported gain, min / median / max ({len(judged)} rounds) | "
+                f"{deltas[0]:+.2f}% / {mid:+.2f}% / {deltas[-1]:+.2f}% "
+                f"(pairs {pairs[0]}-{pairs[-1]}) | |"
             )
         secs = sorted(r["seconds"] for r in study)
-        lines.append(f"| one study round (4 trees, 3 verdicts) | median {secs[n // 2]} s | |")
+        lines.append(f"| one study round (4-5 trees, 3-4 verdicts) | median {secs[n // 2]} s | |")
     tours = state.get("tournament", [])
     if tours:
         n = len(tours)
@@ -369,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     # H200 (the blockwise FP8 backward dominates the step): 3 copies ~1%, 5 ~2%.
     parser.add_argument("--slow-copies", type=int, default=3, help="planted slowdown")
     parser.add_argument("--fast-copies", type=int, default=5, help="planted speed-up")
+    parser.add_argument("--fast15-copies", type=int, default=0,
+                        help="a smaller planted speed-up (4: about 1.4%%; 0: none)")  # fmt: skip
     parser.add_argument("--entries", type=int, default=4, help="A/A entries per tournament")
     args = parser.parse_args(argv)
     unknown = set(args.phases) - {"setup", "quick", "study", "tournament", "summary"}
