@@ -220,7 +220,23 @@ def test_on_a_gpu_target_the_first_pair_measures_alone(tmp_path: Path) -> None:
     assert [t["pair"] for t in turns[8:12]] == [1, 1, 1, 1]  # then group 0 of pairs 1, 2
     assert [t["pair"] for t in turns[12:16]] == [2, 2, 2, 2]
     assert [t["group"] for t in turns[16:]] == [1] * 8
+    # the later pairs imported beside the first pair, before its first timed turn, and
+    # prepared (device memory) only after its turns had sized the wave
+    first_turn, lone_done = turns[0]["start"], turns[7]["end"]
+    for name in ("pass-03-incumbent", "pass-04-candidate", "pass-05-incumbent"):
+        log = (host.tmp / name / "worker.log").read_text()
+        assert logged_at(log, "loaded; waiting for prepare") < first_turn
+        assert logged_at(log, "preparing") > lone_done
     assert alive(host.tmp) == []
+
+
+def logged_at(log: str, message: str) -> float:
+    """The time (epoch seconds) of the worker log line ending in ``message``."""
+    from datetime import datetime
+
+    line = next(line for line in log.splitlines() if line.endswith(message))
+    stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+    return stamp.timestamp()
 
 
 @pytest.mark.integration

@@ -8,7 +8,11 @@ processes never run kernels at once, and the host decides the A B B A order.
 
 Messages (one JSON object per line):
 
-* worker -> host, after set-up: ``{"ok": true, "ready": [labels]}``;
+* worker -> host, after its imports: ``{"ok": true, "loaded": true}``; it then waits
+  for ``{"op": "prepare"}`` (the host holds device memory back for later pairs until
+  the first pair's turns have sized the wave);
+* host -> worker ``{"op": "prepare"}``: the checks, the buffer pool, the first calls
+  of every shape; reply ``{"ok": true, "ready": [labels]}``;
 * host -> worker ``{"op": "block", "index": i, "pick": k}``: measure every shape once
   (forward, backward) on member ``k`` of its buffer pool; reply
   ``{"ok": true, "block": i, "seconds": s, "start": t0, "end": t1, "memory": {...}}``
@@ -271,6 +275,15 @@ def serve(spec: RoundSpec, out_dir: Path, load: Callable[[RoundSpec, Path], Any]
     try:
         adapter, device, guard = load(spec, out_dir)
         server = Server(spec, out_dir, adapter, device, guard)
+        channel.send({"ok": True, "loaded": True})
+        log.info("loaded; waiting for prepare")
+        message = channel.receive()
+        if message is None:
+            log.error("the host closed the channel before prepare")
+            return 1
+        if message.get("op") != "prepare":
+            raise ValueError(f"expected prepare, got {message!r}")
+        log.info("preparing")
         server.prepare()
         channel.send({"ok": True, "ready": [s.label for s in spec.shapes]})
         while True:

@@ -49,6 +49,9 @@ WORKER_GROWTH = 1.25  # a worker's peak at its finish, over its peak after its t
 WORKER_CONTEXT_BYTES = 1 << 30  # its device context and allocator slack
 FREE_MARGIN = 0.1  # of the device's free memory, never planned for
 CPU_WAVE_PAIRS = 8  # a CPU target's pairs alive at once (host memory; turns are serial)
+# On a GPU, workers of the later pairs of the first wave that import beside the lone
+# first pair (``_run_waves``): at most this many (host memory: each holds its imports).
+PRELOAD_WORKERS = 12
 # A quick round's turn on a GPU (``block_timing``): upper bounds per callable and block.
 QUICK_TURN: dict[str, float] = {
     "batch_s": 0.02,
@@ -137,6 +140,7 @@ class _Worker:
     live: LiveWorker
     role: str
     index: int
+    loaded: bool = False  # it said "loaded" (imports done; it waits for "prepare")
 
     @property
     def csv(self) -> Path:
@@ -184,7 +188,8 @@ def measure_paired(
     Pairs run in waves that fit in device memory (``wave_size``): the first pair
     starts alone and takes its turns, and the most memory one of its workers then held
     (reported with each block) and the device's free memory size the waves; the rest of
-    the first wave then starts, and a wave finishes before the next one starts.
+    the first wave then prepares (``_run_waves``: its workers imported beside the
+    first pair), and a wave finishes before the next one starts.
     A CPU target (``host.gpu_target`` false) starts up to CPU_WAVE_PAIRS pairs at once.
     ``wave_pairs`` in the spec fixes the wave size instead (a device shared
     with other work).
@@ -245,6 +250,11 @@ class _Session:
     turn_s: float
     started: list[list[_Worker]] = field(default_factory=list)
 
+    def pair(self, k: int) -> list[_Worker]:
+        """Pair ``k``'s workers (pairs are started in order: ``k`` is at most the number
+        started so far)."""
+        return self.started[k] if k < len(self.started) else self.start_pair()
+
     def start_pair(self) -> list[_Worker]:
         group = []
         for role in self.roles:
@@ -260,11 +270,22 @@ class _Session:
         return group
 
     def ready(self, wave: Sequence[list[_Worker]]) -> None:
-        """Every worker of ``wave`` ready, then the round's holds (``_hold``)."""
-        for group in wave:
-            for w in group:
-                _expect(w, self.ready_s, "ready")
+        """Every worker of ``wave`` loaded, told to prepare (all at once) and ready, then
+        the round's holds (``_hold``)."""
+        workers = [w for group in wave for w in group]
+        self.settle(workers)
+        for w in workers:
+            _send(w, {"op": "prepare"})
+        for w in workers:
+            _expect(w, self.ready_s, "ready")
         _hold(self.host)
+
+    def settle(self, workers: Sequence[_Worker]) -> None:
+        """Wait until every one of ``workers`` has loaded (its imports done)."""
+        for w in workers:
+            if not w.loaded:
+                _expect(w, self.ready_s, "loaded")
+                w.loaded = True
 
     def take_turns(self, wave: list[list[_Worker]], first: int) -> list[dict[str, int]]:
         return _take_turns(self.host, wave, first, self.groups, self.picks, self.suffix,
@@ -287,21 +308,36 @@ def _cpu_wave(host: PairedHost, pairs: int) -> int | None:
 
 def _run_waves(session: _Session, pairs: int, size: int | None) -> None:
     """Start, ready, take the turns of and finish ``pairs`` pairs, a wave at a time;
-    ``size`` None: the first pair alone first, its peak memory sizes the waves."""
-    while len(session.started) < pairs:
-        first = len(session.started)
-        wave: list[list[_Worker]] = []
+    ``size`` None: the first pair alone first, its peak memory sizes the waves.
+
+    A worker starts in two steps: it imports and says "loaded" (no device memory is
+    planned for it yet), then prepares when told (checks, its buffer pool, the first
+    calls) and says "ready".  While the lone first pair starts, the next pairs' workers
+    (``preload_pairs``) import beside it, and all of them have loaded before its first
+    timed turn: the gap after its turns is their preparation only, and nothing imports
+    while a turn is timed."""
+    first = 0  # the first pair of the wave
+    while first < pairs:
         alone = 0  # pairs of the wave that took their turns already
         if size is None:
-            wave.append(session.start_pair())
-            session.ready(wave)
-            peaks = session.take_turns(wave, first)
+            lone = session.pair(first)
+            later = [session.pair(k) for k in range(first + 1, first + 1 + preload_pairs(
+                pairs - first - 1, len(session.roles)))]  # fmt: skip
+            session.ready([lone])
+            session.settle([w for group in later for w in group])
+            peaks = session.take_turns([lone], first)
             size, alone = wave_size(peaks, len(session.roles), pairs), 1
-        while len(session.started) - first < min(size, pairs - first):
-            wave.append(session.start_pair())
+        wave = [session.pair(k) for k in range(first, first + min(size, pairs - first))]
         session.ready(wave[alone:])
         session.take_turns(wave[alone:], first + alone)
         session.finish(wave)
+        first += len(wave)
+
+
+def preload_pairs(later: int, roles: int) -> int:
+    """How many of the ``later`` pairs import beside the lone first pair: as many as
+    ``PRELOAD_WORKERS`` workers of ``roles`` roles allow."""
+    return max(0, min(later, PRELOAD_WORKERS // max(1, roles)))
 
 
 def pool_members(pool: int | None, gpu_target: bool, turns: int) -> int:
@@ -426,6 +462,11 @@ def _expect(w: _Worker, timeout: float, key: str) -> dict[str, Any]:
 
 
 def _talk(w: _Worker, message: dict[str, Any], timeout: float, key: str) -> dict[str, Any]:
+    _send(w, message)
+    return _expect(w, timeout, key)
+
+
+def _send(w: _Worker, message: dict[str, Any]) -> None:
     proc = w.live.proc
     if proc is None or proc.stdin is None:
         raise _fail(w, "did not start")
@@ -434,7 +475,6 @@ def _talk(w: _Worker, message: dict[str, Any], timeout: float, key: str) -> dict
         proc.stdin.flush()
     except (BrokenPipeError, OSError):
         raise _fail(w, "is gone") from None
-    return _expect(w, timeout, key)
 
 
 def _reap(w: _Worker) -> None:
