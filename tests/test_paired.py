@@ -168,6 +168,14 @@ def test_serving_workers_take_turns_abba(tmp_path: Path) -> None:
     spans = sorted((t["start"], t["end"]) for t in turns)
     for (_, end), (start, _) in itertools.pairwise(spans):
         assert end <= start  # the token: never two workers measuring at once
+    # the finish: each worker's fresh step timed alone, then all re-checks at once
+    logs = [(host.tmp / path.parent.name / "worker.log").read_text()
+            for paths in got.values() for path in paths]  # fmt: skip
+    fresh = sorted((logged_at(x, "fresh step: timing"), logged_at(x, "fresh step: timed"))
+                   for x in logs)  # fmt: skip
+    for (_, end), (start, _) in itertools.pairwise(fresh):
+        assert end <= start
+    assert min(logged_at(x, "finishing: the re-checks and files") for x in logs) >= fresh[-1][1]
     assert alive(host.tmp) == []
 
 
@@ -226,7 +234,7 @@ def test_on_a_gpu_target_the_first_pair_measures_alone(tmp_path: Path) -> None:
     for name in ("pass-03-incumbent", "pass-04-candidate", "pass-05-incumbent"):
         log = (host.tmp / name / "worker.log").read_text()
         assert logged_at(log, "loaded; waiting for prepare") < first_turn
-        assert logged_at(log, "preparing") > lone_done
+        assert logged_at(log, "preparing") > lone_done - 0.001  # the log keeps milliseconds
     assert alive(host.tmp) == []
 
 

@@ -19,8 +19,11 @@ Messages (one JSON object per line):
   (wall clock; on a GPU the memory is ``reserved``, the most device memory this
   process has held, and the device's ``free`` and ``total``: the host sizes its waves
   of live workers by them);
-* host -> worker ``{"op": "finish"}``: the fresh-step timing, the re-check after
-  timing, then ``benchmark.csv``, ``samples.json``, ``meta.json`` in OUT as a
+* host -> worker ``{"op": "fresh"}``: the fresh-step timing (a timed turn of its own);
+  reply ``{"ok": true, "fresh": true}``;
+* host -> worker ``{"op": "finish"}``: the fresh-step timing when ``fresh`` was not
+  sent, the re-check after timing (untimed: the host sends it to every worker of a
+  wave at once), then ``benchmark.csv``, ``samples.json``, ``meta.json`` in OUT as a
   per-pass worker writes them (per shape the median over its blocks); reply
   ``{"ok": true, "finished": true}`` and exit 0;
 * on any error: ``{"ok": false, "error": "..."}`` and exit 1.
@@ -96,6 +99,8 @@ class _ShapeState:
         self.bwd: list[Timing] = []
         self.error: str | None = None
         self.timed_problems: list[str] = []  # sampled timed outputs that were wrong
+        self.fresh: Any = None  # its fresh-step timings (``Server.fresh``)
+        self.moved: dict[str, Any] = {}  # bytes a forward / backward moves (the CSV's)
         self.seconds = 0.0  # wall time this process spent on the shape (cost for sharding)
 
 
@@ -169,13 +174,34 @@ class Server:
             st.seconds += time.perf_counter() - t1
         return time.perf_counter() - t0
 
+    def fresh(self) -> None:
+        """The finish's timed part, in the worker's exclusive turn: per shape the pool
+        freed, then the fresh step timed (``worker_pass.fresh_timing``)."""
+        from runner.bench.worker_pass import fresh_timing
+
+        for st in self.states:
+            if st.error or not st.fwd or st.fresh is not None:
+                continue
+            first = st.cases[0]
+            st.moved = {"fwd_bytes": first.fwd_bytes, "bwd_bytes": first.bwd_bytes}
+            st.cases, st.spacers = [], []  # free the pool before the fresh-step measurement
+            try:
+                st.fresh = fresh_timing(self.adapter, st.shape, self.spec, self.device)
+            except Exception as exc:
+                out_of_memory(exc)
+                log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
+                st.error = f"{type(exc).__name__}: {exc}"
+
     def finish(self) -> None:
-        """Fresh-step timing, the re-check, then the pass's files."""
+        """The fresh step timed (when ``fresh`` has not been), the re-check (untimed: the
+        host lets every worker of a wave run it at once), then the pass's files."""
         from runner.bench.environment import environment_meta
         from runner.bench.provenance import record_loaded
         from runner.bench.rows import ROW_BUILDERS, failed_row
         from runner.core.csv_io import write_csv
         from runner.core.csv_schema import get_schema
+
+        self.fresh()
 
         schema = get_schema(self.adapter.info.schema)
         rows: list[dict[str, object]] = []
@@ -205,17 +231,20 @@ class Server:
 
         if st.error or not st.fwd:
             return None, {}
-        first = st.cases[0]
-        moved = {"fwd_bytes": first.fwd_bytes, "bwd_bytes": first.bwd_bytes}
-        st.cases, st.spacers = [], []  # free the pool before the fresh-step measurement
         problems, figures, raw = after_timing(
-            self.adapter, st.shape, self.spec, self.device, st.checks, st.timed_problems
+            self.adapter,
+            st.shape,
+            self.spec,
+            self.device,
+            st.checks,
+            st.timed_problems,
+            st.fresh,
         )
         for problem in problems:
             log.error("shape %s failed a check: %s", st.shape.label, problem)
         fwd = over_blocks(st.fwd)
         bwd = over_blocks(st.bwd) if st.bwd else None
-        row = build(st.shape, fwd, bwd, moved, figures, not problems)
+        row = build(st.shape, fwd, bwd, st.moved, figures, not problems)
         record = {
             "forward": fwd.to_dict(),
             "backward": bwd.to_dict() if bwd else None,
@@ -298,7 +327,13 @@ def serve(spec: RoundSpec, out_dir: Path, load: Callable[[RoundSpec, Path], Any]
                 reply = {"block": message.get("index"), "seconds": seconds, "start": start,
                          "memory": device_memory(server.device)}  # fmt: skip
                 channel.send({"ok": True, **reply, "end": time.time()})
+            elif op == "fresh":
+                log.info("fresh step: timing")
+                server.fresh()
+                log.info("fresh step: timed")
+                channel.send({"ok": True, "fresh": True})
             elif op == "finish":
+                log.info("finishing: the re-checks and files")
                 server.finish()
                 channel.send({"ok": True, "finished": True})
                 return 0

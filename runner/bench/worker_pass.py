@@ -23,7 +23,7 @@ from runner.bench.integrity import BindingGuard, OutputSampler
 from runner.bench.provenance import check_provenance, record_loaded
 from runner.bench.rows import ROW_BUILDERS, failed_row
 from runner.bench.statecheck import stateful_probe
-from runner.bench.timing import measure
+from runner.bench.timing import Timing, measure
 from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec
@@ -81,6 +81,24 @@ def time_case(case: Any, spec: RoundSpec, device: str) -> tuple[Any, Any, list[s
     return fwd, bwd, problems
 
 
+class FreshTimes(NamedTuple):
+    """The real-training step's timing and its input draw's (None without one)."""
+
+    step: Timing | None
+    draw: Timing | None
+
+
+def fresh_timing(adapter: Any, shape: Shape, spec: RoundSpec, device: str) -> FreshTimes:
+    """The timed part of ``after_timing``: the real-training step (fresh values, new
+    buffers, a weight update) and the drawing of its inputs apart, each timed; its
+    tensors are dropped again.  ``(None, None)`` for an op without a fresh step."""
+    if not hasattr(adapter, "fresh_step"):
+        return FreshTimes(None, None)
+    step = adapter.fresh_step(shape, device, spec.seed)
+    timed = measure(step.step, spec.timing, device)
+    return FreshTimes(timed, measure(step.draw, spec.timing, device))
+
+
 def after_timing(
     adapter: Any,
     shape: Shape,
@@ -88,18 +106,19 @@ def after_timing(
     device: str,
     checks: list[Any],
     timed_problems: list[str],
+    timed: FreshTimes | None = None,
 ) -> tuple[list[str], dict[str, float], dict[str, Any]]:
-    """After the idiom's timing: the real-training step (fresh values, new buffers, a
-    weight update) timed, and the cost of drawing its inputs apart; the 8-step
-    simulation when the op keeps state between calls; the re-check on new inputs.
+    """After the idiom's timing: the real-training step timed (``fresh_timing``, unless
+    ``timed`` holds it already: a paired worker times it in its exclusive turn and runs
+    the rest beside the other workers); the 8-step simulation when the op keeps state
+    between calls; the re-check on new inputs.
     Returns (problems, worst figures, raw record fields)."""
-    fresh = draw = None
+    fresh, draw = timed if timed is not None else fresh_timing(adapter, shape, spec, device)
     state: dict[str, Any] | None = None
-    if hasattr(adapter, "fresh_step"):
+    if hasattr(adapter, "fresh_step"):  # new inputs: the timed step's tensors are gone
         step = adapter.fresh_step(shape, device, spec.seed)
         state = stateful_probe(adapter, shape, device, spec, step.step)
-        fresh = measure(step.step, spec.timing, device)
-        draw = measure(step.draw, spec.timing, device)
+        del step
     checks = [*checks, adapter.check(shape, device, spec.seed + 7919)]
     integrity = list(timed_problems)
     if state and state.get("simulation") and state["simulation"].get("problems"):

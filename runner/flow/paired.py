@@ -292,9 +292,16 @@ class _Session:
                            self.turn_s, self.watch)  # fmt: skip
 
     def finish(self, wave: Sequence[list[_Worker]]) -> None:
+        """The fresh-step timing of every worker of ``wave``, one at a time (each a
+        timed turn of its own), then their re-checks and files all at once (untimed)."""
+        workers = [w for group in wave for w in group]
+        for w in workers:
+            _talk(w, {"op": "fresh"}, self.turn_s, "fresh")
+        for w in workers:
+            _send(w, {"op": "finish"})
         for group in wave:
             for w in group:
-                _talk(w, {"op": "finish"}, self.turn_s, "finished")
+                _expect(w, self.turn_s, "finished")
                 _reap(w)
             if self.watch is not None:
                 self.watch.pair_done([w.csv for w in group])
