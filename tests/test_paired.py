@@ -228,13 +228,13 @@ def test_on_a_gpu_target_the_first_pair_measures_alone(tmp_path: Path) -> None:
     assert [t["pair"] for t in turns[8:12]] == [1, 1, 1, 1]  # then group 0 of pairs 1, 2
     assert [t["pair"] for t in turns[12:16]] == [2, 2, 2, 2]
     assert [t["group"] for t in turns[16:]] == [1] * 8
-    # the later pairs imported beside the first pair, before its first timed turn, and
-    # prepared (device memory) only after its turns had sized the wave
-    first_turn, lone_done = turns[0]["start"], turns[7]["end"]
-    for name in ("pass-03-incumbent", "pass-04-candidate", "pass-05-incumbent"):
-        log = (host.tmp / name / "worker.log").read_text()
-        assert logged_at(log, "loaded; waiting for prepare") < first_turn
-        assert logged_at(log, "preparing") > lone_done - 0.001  # the log keeps milliseconds
+    # a GPU's finishes run one whole worker at a time (no "fresh" turn apart, no re-checks
+    # side by side: they would grow every worker's device memory at once)
+    logs = [(host.tmp / f"pass-0{k}-{r}" / "worker.log").read_text()
+            for k, r in enumerate(["incumbent", "candidate"] * 3, start=1)]  # fmt: skip
+    assert not any("fresh step: timing" in log for log in logs)
+    finishing = [logged_at(log, "finishing: the re-checks and files") for log in logs]
+    assert finishing == sorted(finishing)
     assert alive(host.tmp) == []
 
 

@@ -8,22 +8,19 @@ processes never run kernels at once, and the host decides the A B B A order.
 
 Messages (one JSON object per line):
 
-* worker -> host, after its imports: ``{"ok": true, "loaded": true}``; it then waits
-  for ``{"op": "prepare"}`` (the host holds device memory back for later pairs until
-  the first pair's turns have sized the wave);
-* host -> worker ``{"op": "prepare"}``: the checks, the buffer pool, the first calls
-  of every shape; reply ``{"ok": true, "ready": [labels]}``;
+* worker -> host, after set-up: ``{"ok": true, "ready": [labels]}``;
 * host -> worker ``{"op": "block", "index": i, "pick": k}``: measure every shape once
   (forward, backward) on member ``k`` of its buffer pool; reply
   ``{"ok": true, "block": i, "seconds": s, "start": t0, "end": t1, "memory": {...}}``
   (wall clock; on a GPU the memory is ``reserved``, the most device memory this
   process has held, and the device's ``free`` and ``total``: the host sizes its waves
   of live workers by them);
-* host -> worker ``{"op": "fresh"}``: the fresh-step timing (a timed turn of its own);
-  reply ``{"ok": true, "fresh": true}``;
+* host -> worker ``{"op": "fresh"}`` (a CPU target's host): the fresh-step timing, a
+  timed turn of its own; reply ``{"ok": true, "fresh": true}``;
 * host -> worker ``{"op": "finish"}``: the fresh-step timing when ``fresh`` was not
-  sent, the re-check after timing (untimed: the host sends it to every worker of a
-  wave at once), then ``benchmark.csv``, ``samples.json``, ``meta.json`` in OUT as a
+  sent (a GPU's host: the whole finish in the worker's turn), the re-check after
+  timing (after ``fresh``, untimed: the host sends it to every worker at once), then
+  ``benchmark.csv``, ``samples.json``, ``meta.json`` in OUT as a
   per-pass worker writes them (per shape the median over its blocks); reply
   ``{"ok": true, "finished": true}`` and exit 0;
 * on any error: ``{"ok": false, "error": "..."}`` and exit 1.
@@ -193,15 +190,13 @@ class Server:
                 st.error = f"{type(exc).__name__}: {exc}"
 
     def finish(self) -> None:
-        """The fresh step timed (when ``fresh`` has not been), the re-check (untimed: the
-        host lets every worker of a wave run it at once), then the pass's files."""
+        """The re-check (with the fresh step's timing first, as a per-pass worker does
+        it, when ``fresh`` has not timed it), then the pass's files."""
         from runner.bench.environment import environment_meta
         from runner.bench.provenance import record_loaded
         from runner.bench.rows import ROW_BUILDERS, failed_row
         from runner.core.csv_io import write_csv
         from runner.core.csv_schema import get_schema
-
-        self.fresh()
 
         schema = get_schema(self.adapter.info.schema)
         rows: list[dict[str, object]] = []
@@ -231,6 +226,10 @@ class Server:
 
         if st.error or not st.fwd:
             return None, {}
+        if st.fresh is None:  # the host did not send "fresh": the whole finish in its turn
+            first = st.cases[0]
+            st.moved = {"fwd_bytes": first.fwd_bytes, "bwd_bytes": first.bwd_bytes}
+            st.cases, st.spacers = [], []  # free the pool before the fresh-step measurement
         problems, figures, raw = after_timing(
             self.adapter,
             st.shape,
@@ -304,15 +303,6 @@ def serve(spec: RoundSpec, out_dir: Path, load: Callable[[RoundSpec, Path], Any]
     try:
         adapter, device, guard = load(spec, out_dir)
         server = Server(spec, out_dir, adapter, device, guard)
-        channel.send({"ok": True, "loaded": True})
-        log.info("loaded; waiting for prepare")
-        message = channel.receive()
-        if message is None:
-            log.error("the host closed the channel before prepare")
-            return 1
-        if message.get("op") != "prepare":
-            raise ValueError(f"expected prepare, got {message!r}")
-        log.info("preparing")
         server.prepare()
         channel.send({"ok": True, "ready": [s.label for s in spec.shapes]})
         while True:

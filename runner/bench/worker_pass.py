@@ -108,17 +108,23 @@ def after_timing(
     timed_problems: list[str],
     timed: FreshTimes | None = None,
 ) -> tuple[list[str], dict[str, float], dict[str, Any]]:
-    """After the idiom's timing: the real-training step timed (``fresh_timing``, unless
-    ``timed`` holds it already: a paired worker times it in its exclusive turn and runs
-    the rest beside the other workers); the 8-step simulation when the op keeps state
-    between calls; the re-check on new inputs.
+    """After the idiom's timing: the real-training step (fresh values, new buffers, a
+    weight update) timed, and the cost of drawing its inputs apart; the 8-step
+    simulation when the op keeps state between calls; the re-check on new inputs.
+    ``timed``: the step was timed already (``fresh_timing``, in a CPU worker's turn of
+    its own); the state probe then runs on a new step.
     Returns (problems, worst figures, raw record fields)."""
-    fresh, draw = timed if timed is not None else fresh_timing(adapter, shape, spec, device)
+    fresh = draw = None
     state: dict[str, Any] | None = None
-    if hasattr(adapter, "fresh_step"):  # new inputs: the timed step's tensors are gone
+    if hasattr(adapter, "fresh_step"):
         step = adapter.fresh_step(shape, device, spec.seed)
         state = stateful_probe(adapter, shape, device, spec, step.step)
+        if timed is None:
+            fresh = measure(step.step, spec.timing, device)
+            draw = measure(step.draw, spec.timing, device)
         del step
+    if timed is not None:
+        fresh, draw = timed
     checks = [*checks, adapter.check(shape, device, spec.seed + 7919)]
     integrity = list(timed_problems)
     if state and state.get("simulation") and state["simulation"].get("problems"):

@@ -49,9 +49,6 @@ WORKER_GROWTH = 1.25  # a worker's peak at its finish, over its peak after its t
 WORKER_CONTEXT_BYTES = 1 << 30  # its device context and allocator slack
 FREE_MARGIN = 0.1  # of the device's free memory, never planned for
 CPU_WAVE_PAIRS = 8  # a CPU target's pairs alive at once (host memory; turns are serial)
-# On a GPU, workers of the later pairs of the first wave that import beside the lone
-# first pair (``_run_waves``): at most this many (host memory: each holds its imports).
-PRELOAD_WORKERS = 12
 # A quick round's turn on a GPU (``block_timing``): upper bounds per callable and block.
 QUICK_TURN: dict[str, float] = {
     "batch_s": 0.02,
@@ -140,7 +137,6 @@ class _Worker:
     live: LiveWorker
     role: str
     index: int
-    loaded: bool = False  # it said "loaded" (imports done; it waits for "prepare")
 
     @property
     def csv(self) -> Path:
@@ -188,8 +184,7 @@ def measure_paired(
     Pairs run in waves that fit in device memory (``wave_size``): the first pair
     starts alone and takes its turns, and the most memory one of its workers then held
     (reported with each block) and the device's free memory size the waves; the rest of
-    the first wave then prepares (``_run_waves``: its workers imported beside the
-    first pair), and a wave finishes before the next one starts.
+    the first wave then starts, and a wave finishes before the next one starts.
     A CPU target (``host.gpu_target`` false) starts up to CPU_WAVE_PAIRS pairs at once.
     ``wave_pairs`` in the spec fixes the wave size instead (a device shared
     with other work).
@@ -250,11 +245,6 @@ class _Session:
     turn_s: float
     started: list[list[_Worker]] = field(default_factory=list)
 
-    def pair(self, k: int) -> list[_Worker]:
-        """Pair ``k``'s workers (pairs are started in order: ``k`` is at most the number
-        started so far)."""
-        return self.started[k] if k < len(self.started) else self.start_pair()
-
     def start_pair(self) -> list[_Worker]:
         group = []
         for role in self.roles:
@@ -270,37 +260,32 @@ class _Session:
         return group
 
     def ready(self, wave: Sequence[list[_Worker]]) -> None:
-        """Every worker of ``wave`` loaded, told to prepare (all at once) and ready, then
-        the round's holds (``_hold``)."""
-        workers = [w for group in wave for w in group]
-        self.settle(workers)
-        for w in workers:
-            _send(w, {"op": "prepare"})
-        for w in workers:
-            _expect(w, self.ready_s, "ready")
+        """Every worker of ``wave`` ready, then the round's holds (``_hold``)."""
+        for group in wave:
+            for w in group:
+                _expect(w, self.ready_s, "ready")
         _hold(self.host)
-
-    def settle(self, workers: Sequence[_Worker]) -> None:
-        """Wait until every one of ``workers`` has loaded (its imports done)."""
-        for w in workers:
-            if not w.loaded:
-                _expect(w, self.ready_s, "loaded")
-                w.loaded = True
 
     def take_turns(self, wave: list[list[_Worker]], first: int) -> list[dict[str, int]]:
         return _take_turns(self.host, wave, first, self.groups, self.picks, self.suffix,
                            self.turn_s, self.watch)  # fmt: skip
 
     def finish(self, wave: Sequence[list[_Worker]]) -> None:
-        """The fresh-step timing of every worker of ``wave``, one at a time (each a
-        timed turn of its own), then their re-checks and files all at once (untimed)."""
+        """Every worker of ``wave`` finished and reaped.  On the CPU the fresh steps are
+        timed one worker at a time (each a turn of its own), then every re-check runs at
+        once (untimed).  On a GPU each worker's whole finish runs alone: re-checks at
+        once would grow every worker's device memory together, past what the wave was
+        sized for (docs/benchmarks.md, eleventh session)."""
         workers = [w for group in wave for w in group]
-        for w in workers:
-            _talk(w, {"op": "fresh"}, self.turn_s, "fresh")
-        for w in workers:
-            _send(w, {"op": "finish"})
+        if not self.host.gpu_target:
+            for w in workers:
+                _talk(w, {"op": "fresh"}, self.turn_s, "fresh")
+            for w in workers:
+                _send(w, {"op": "finish"})
         for group in wave:
             for w in group:
+                if self.host.gpu_target:
+                    _send(w, {"op": "finish"})
                 _expect(w, self.turn_s, "finished")
                 _reap(w)
             if self.watch is not None:
@@ -315,36 +300,21 @@ def _cpu_wave(host: PairedHost, pairs: int) -> int | None:
 
 def _run_waves(session: _Session, pairs: int, size: int | None) -> None:
     """Start, ready, take the turns of and finish ``pairs`` pairs, a wave at a time;
-    ``size`` None: the first pair alone first, its peak memory sizes the waves.
-
-    A worker starts in two steps: it imports and says "loaded" (no device memory is
-    planned for it yet), then prepares when told (checks, its buffer pool, the first
-    calls) and says "ready".  While the lone first pair starts, the next pairs' workers
-    (``preload_pairs``) import beside it, and all of them have loaded before its first
-    timed turn: the gap after its turns is their preparation only, and nothing imports
-    while a turn is timed."""
-    first = 0  # the first pair of the wave
-    while first < pairs:
+    ``size`` None: the first pair alone first, its peak memory sizes the waves."""
+    while len(session.started) < pairs:
+        first = len(session.started)
+        wave: list[list[_Worker]] = []
         alone = 0  # pairs of the wave that took their turns already
         if size is None:
-            lone = session.pair(first)
-            later = [session.pair(k) for k in range(first + 1, first + 1 + preload_pairs(
-                pairs - first - 1, len(session.roles)))]  # fmt: skip
-            session.ready([lone])
-            session.settle([w for group in later for w in group])
-            peaks = session.take_turns([lone], first)
+            wave.append(session.start_pair())
+            session.ready(wave)
+            peaks = session.take_turns(wave, first)
             size, alone = wave_size(peaks, len(session.roles), pairs), 1
-        wave = [session.pair(k) for k in range(first, first + min(size, pairs - first))]
+        while len(session.started) - first < min(size, pairs - first):
+            wave.append(session.start_pair())
         session.ready(wave[alone:])
         session.take_turns(wave[alone:], first + alone)
         session.finish(wave)
-        first += len(wave)
-
-
-def preload_pairs(later: int, roles: int) -> int:
-    """How many of the ``later`` pairs import beside the lone first pair: as many as
-    ``PRELOAD_WORKERS`` workers of ``roles`` roles allow."""
-    return max(0, min(later, PRELOAD_WORKERS // max(1, roles)))
 
 
 def pool_members(pool: int | None, gpu_target: bool, turns: int) -> int:
