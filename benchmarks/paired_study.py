@@ -206,6 +206,7 @@ def quick_rounds(args: argparse.Namespace, campaign: Campaign, state: dict[str, 
                 "status": result.status.value,
                 "delta_pct": gate.delta_pct if gate else None,
                 "pairs": gate.pairs_used if gate else None,
+                "reasons": list(result.reasons),  # a FAILED round says why
             }
         )
         save_state(args.out, state)
@@ -233,6 +234,7 @@ def tournaments(args: argparse.Namespace, campaign: Campaign, state: dict[str, A
             "statuses": [r.status.value for r in results],
             "delta_pct": [r.gate.delta_pct if r.gate else None for r in results],
             "pairs": [r.gate.pairs_used if r.gate else None for r in results],
+            "reasons": [list(r.reasons) for r in results],
         })  # fmt: skip
         save_state(args.out, state)
         stamped(f"tournament {len(done)} ({done[-1]['seconds']} s): {done[-1]['statuses']}")
