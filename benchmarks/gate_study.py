@@ -26,9 +26,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from canary import CanaryBand, canary_drifted, run_canary
 from timing_fidelity import SHAPES, label, quick_template_ms, tflops
 
-from runner.bench.canary import CanaryBand, canary_drifted, run_canary
 from runner.bench.timing import TimingSettings, measure
 from runner.core.outcomes import Decision, PairSample, Score, ShapeScore
 from runner.core.stats import geomean, median

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from runner.core.csv_io import read_csv, write_csv
+from runner.core.csv_schema import GEMM_SCHEMA, BenchCSV
 from runner.core.errors import CampaignError
+from runner.flow.passes import light_readings
 from runner.judge.peaks import PEAKS, SpeedOfLightError, check_speed_of_light, peak_for, resolve_gpu
+from runner.judge.vetoes import speed_of_light_veto
 
 
 @pytest.mark.parametrize(
@@ -73,3 +80,34 @@ def test_check_raises_above_peak() -> None:
 
 def test_tolerance() -> None:
     check_speed_of_light(1000.0, "NVIDIA H200", "bf16", tolerance=0.02)
+
+
+# ---- the veto a round applies (runner.flow.measure.judge) -------------------------------
+def a_pass(folder: Path, tflops: float, gpu: str | None) -> BenchCSV:
+    """One pass folder as a worker leaves it: its CSV and, on a GPU, meta.json."""
+    folder.mkdir(parents=True)
+    values: dict[str, object] = {c: None for c in GEMM_SCHEMA.columns}
+    values.update({"label": "4096x4096x4096", "B": 1, "M": 4096, "N": 4096, "K": 4096})
+    values.update({"Check": "PASS", "Forward TFLOPS": tflops, "Forward TFLOPS_stddev": 1.0})
+    values.update({"Forward Time (ms)": 0.1, "out_snr": 40.0})
+    write_csv(folder / "benchmark.csv", GEMM_SCHEMA, [values])
+    meta = {"device": "cuda" if gpu else "cpu", **({"gpu_name": gpu} if gpu else {})}
+    (folder / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    return read_csv(folder / "benchmark.csv")
+
+
+def test_a_candidate_faster_than_its_gpu_is_vetoed(tmp_path: Path) -> None:
+    honest = a_pass(tmp_path / "pass-02-candidate", 1500.0, "NVIDIA H200")
+    impossible = a_pass(tmp_path / "pass-04-candidate", 2500.0, "NVIDIA H200")
+    assert speed_of_light_veto(light_readings([honest], "fp8")) is None  # FP8 peak 1979
+    veto = speed_of_light_veto(light_readings([honest, impossible], "fp8"))
+    assert veto is not None and "faster than the hardware" in veto and "4096x4096x4096" in veto
+    # the same numbers as bf16 (peak 989.5): both above
+    assert speed_of_light_veto(light_readings([honest], "bf16")) is not None
+
+
+def test_the_cpu_and_unknown_gpus_have_no_speed_of_light(tmp_path: Path) -> None:
+    cpu = a_pass(tmp_path / "pass-02-candidate", 1e6, None)
+    unknown = a_pass(tmp_path / "pass-04-candidate", 1e6, "Some Future GPU")
+    assert light_readings([cpu], "fp8") == []
+    assert speed_of_light_veto(light_readings([cpu, unknown], "fp8")) is None

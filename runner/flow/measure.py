@@ -41,6 +41,7 @@ from runner.flow.paired import (
 from runner.flow.passes import (
     check_problems,
     fresh_gains,
+    light_readings,
     pair_gain,
     pair_samples,
     read_passes,
@@ -61,6 +62,7 @@ from runner.flow.sharding import (
 )
 from runner.judge.gate import decide, required_pairs
 from runner.judge.scoring import score
+from runner.ops.info import op_info
 from runner.render.figures import fmt_gain
 
 # How long one comparison may measure, by validation level (docs/measurement.md §4.2):
@@ -396,7 +398,7 @@ def judge(
 ) -> Judged:
     """Merge, score, pair and gate the passes measured so far (``final``: no more
     pairs will come)."""
-    from runner.judge.vetoes import heldout_flag, inflation_veto
+    from runner.judge.vetoes import heldout_flag, inflation_veto, speed_of_light_veto
 
     m = rnd.manifest
     ref_role, cand_role = how.roles
@@ -407,6 +409,9 @@ def judge(
     if ref_score.n_fail:
         raise MeasurementFailed(how.broken)
     pairs = pair_samples(ref, cand, ref_score.metric)
+    if how.audits:  # a candidate's rate above its GPU's peak: a measuring error, vetoed
+        light = speed_of_light_veto(light_readings(cand, op_info(m.target_op).precision))
+        vetoes = [*vetoes, light] if light else vetoes
     gate = decide(
         ref_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=list(vetoes), final=final
     )

@@ -231,3 +231,26 @@ def _add_seconds(per_shape: dict[str, list[float]], samples: Path) -> None:
     for label, raw in json.loads(samples.read_text(encoding="utf-8"))["shapes"].items():
         if isinstance(raw, dict) and raw.get("seconds"):
             per_shape.setdefault(label, []).append(float(raw["seconds"]))
+
+
+def light_readings(csvs: Sequence[BenchCSV], precision: str) -> list[tuple[str, str, str, float]]:
+    """What the speed-of-light check judges in one role's passes: per PASS row and
+    TFLOPS column, ``(gpu, label, precision, value)``; the GPU's name from the pass's
+    ``meta.json`` (none on the CPU: no readings).  GB/s columns are not judged: a
+    memory op whose bytes stay in the cache can read above the HBM peak honestly."""
+    out: list[tuple[str, str, str, float]] = []
+    for csv in csvs:
+        try:
+            meta = (csv.path.parent if csv.path else Path()) / "meta.json"
+            gpu = json.loads(meta.read_text(encoding="utf-8")).get("gpu_name")
+        except (OSError, ValueError, AttributeError):
+            gpu = None
+        if not gpu:
+            continue
+        rates = [c for c in csv.schema.columns if c.endswith("TFLOPS")]
+        for row in csv.rows:
+            for column in rates:
+                value = row.number(column)
+                if row.passed and value is not None and math.isfinite(value):
+                    out.append((str(gpu), row.label, precision, value))
+    return out

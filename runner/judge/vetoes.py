@@ -1,11 +1,13 @@
 """What can veto or flag a candidate beyond its measured speed: the static audit of
 the patch (docs/protocol.md §8), a gain that does not survive the real-training step,
-state kept between calls (judged by the 8-step simulation), and a gain that does not
-hold on the held-out shapes (docs/measurement.md §5)."""
+state kept between calls (judged by the 8-step simulation), a gain that does not
+hold on the held-out shapes (docs/measurement.md §5), and a rate above the GPU's
+datasheet peak (docs/measurement.md §2.7)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ from typing import Any
 from runner.core.outcomes import GateResult, TransferCheck
 from runner.core.stats import stdev
 from runner.judge.audit import AuditReport, audit_patch, check_declared_bucket
+from runner.judge.peaks import SpeedOfLightError, check_speed_of_light
 
 
 def audit_candidate(
@@ -162,3 +165,16 @@ def state_transfer(
         estimated_real_gain_pct=round(fresh_pct, 3) if fresh_pct is not None else None,
         decision="REJECT-as-overfit" if rejected else "ACCEPT-with-asterisk",
     )
+
+
+def speed_of_light_veto(readings: Sequence[tuple[str, str, str, float]]) -> str | None:
+    """The veto for a candidate whose measured rate is above what its GPU can do (its
+    dense datasheet peak, ``runner.judge.peaks``): such a number is a measuring error or
+    a shortcut the timing missed, never a gain.  ``readings``: ``(gpu, label, dtype,
+    value)`` per pass row (``runner.flow.passes.light_readings``); unknown GPUs pass."""
+    for gpu, label, dtype, value in readings:
+        try:
+            check_speed_of_light(value, gpu, dtype, label=label)
+        except SpeedOfLightError as exc:
+            return f"faster than the hardware: {exc}"
+    return None

@@ -1,10 +1,11 @@
-"""The canary: a fixed reference workload timed in every pass (docs/measurement.md §2.7).
+"""The canary: a fixed reference workload, timed beside a benchmark's measurements
+(docs/measurement.md §2.7; ``benchmarks/gate_study.py`` uses it).  A benchmark tool, not
+part of a round: the paired rounds compare two roles on the same device turn by turn,
+so a device that drifts moves both sides of a pair alike.
 
 A bf16 GEMM 4096^3 and a ~1 GiB device-to-device copy (on the CPU: a float32 GEMM 256^3
-and a 16 MiB copy).  BASELINE calibrates a ``CanaryBand`` from several readings; a pass
-whose canary moved beyond the band (``canary_drifted``) is redone, not used, and a
-persistent drift asks for re-calibration.  The worker calls ``run_canary(device)`` and
-``canary_drifted(reading, band)``.
+and a 16 MiB copy).  A ``CanaryBand`` is calibrated from several readings; a reading
+beyond the band (``canary_drifted``) says the device changed under the measurement.
 """
 
 from __future__ import annotations
