@@ -89,7 +89,7 @@ FILE_SECONDS = {
     "test_docker_rounds.py": 200,
     "test_rounds.py": 190,
     "test_workspace_mode.py": 185,
-    "test_paired.py": 150,
+    "test_paired.py": 165,
     "test_tournament.py": 170,  # five entries on a slow_tiny copy, the fixture C build
     "test_wheel_demo.py": 150,
     "test_mcp_server.py": 65,  # * the suite's round cap reaches the server

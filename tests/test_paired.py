@@ -33,6 +33,7 @@ from runner.flow.paired import (
     wave_size,
 )
 from runner.flow.round_context import FocusedTest, Round, level_shapes
+from runner.flow.round_records import Request
 from runner.flow.sharding import (
     PlainHost,
     PlainManifest,
@@ -41,6 +42,7 @@ from runner.flow.sharding import (
     seconds_cost,
     shard_shapes,
 )
+from runner.flow.tournament_measure import Entry, EntryTests
 from runner.judge.gate import decide, required_pairs
 from runner.store.campaign import Campaign
 
@@ -488,6 +490,38 @@ def test_a_focused_test_failing_beside_the_workers_stops_them_before_any_turn(
     assert not test.ok and "failed" in info.value.tail
     assert not (rnd.tmp / "turns.jsonl").exists() or not (rnd.tmp / "turns.jsonl").read_text()
     assert (rnd.tmp / "specs" / "pass-02-candidate.json").exists()  # they had started
+    assert alive(rnd.tmp) == []
+
+
+@pytest.mark.integration
+def test_a_tournament_s_focused_tests_run_beside_worker_start_up(
+    demo_copy: Path, tmp_path: Path
+) -> None:
+    """On a GPU target a tournament's focused tests (``EntryTests``) run beside the
+    first measurement's worker start-up; one that fails vetoes its entry alone and stops
+    the workers before any turn (``measure_entries`` then measures without it)."""
+    rnd, shapes = gpu_round(demo_copy, tmp_path / "round")
+    kernel = "turbo_kernels/pytorch/ops/gemm_fp8.py"
+    head = rnd.lineage.head()
+    with rnd.lineage.worktree(head) as tree, rnd.lineage.worktree(head) as bad:
+        text = (bad / kernel).read_text(encoding="utf-8")
+        broken = text.replace("return gemm_fp8_impl(", "return 2 * gemm_fp8_impl(")
+        (bad / kernel).write_text(broken, encoding="utf-8")
+        good = Entry(Request(99, "the same code", None), 1, tree=tree)
+        wrong = Entry(Request(100, "wrong by a factor 2", None), 2, tree=bad)
+        tests = EntryTests(rnd, [good, wrong])
+        assert rnd.before_turns == tests.require
+        trees = {"incumbent": tree, good.role: tree, wrong.role: bad}
+        with pytest.raises(FocusedTestFailed, match="round-100"):
+            measure_roles(rnd, trees, shapes, 1)
+        tests.close()
+    assert wrong.vetoes and "focused test failed" in wrong.vetoes[0] and not good.vetoes
+    assert rnd.before_turns is None
+    tested = max((rnd.tmp / f"test-{e.role}" / "test.log").stat().st_mtime for e in (good, wrong))
+    spawned = (rnd.tmp / "specs" / "pass-01-incumbent.json").stat().st_mtime
+    assert spawned < tested  # the workers started while the tests ran
+    turns = rnd.tmp / "turns.jsonl"
+    assert not turns.exists() or not turns.read_text()  # and nothing was timed
     assert alive(rnd.tmp) == []
 
 

@@ -45,7 +45,7 @@ from runner.flow.round_records import (
 )
 from runner.flow.tamper_check import TreeState, prove_ready, tampered
 from runner.flow.tamper_check import snapshot as snapshot_trees
-from runner.flow.tournament_measure import Entry, confirm, focused_tests, measure_entries
+from runner.flow.tournament_measure import Entry, EntryTests, confirm, measure_entries
 from runner.judge.vetoes import audit_candidate
 from runner.render.figures import fmt_gain
 from runner.render.summary import commit_message
@@ -161,8 +161,8 @@ def _run(rnd: Round, entries: list[Entry], started: str) -> list[RoundResult]:
             before = snapshot_trees(roles)
             rnd.ready_checks.append(partial(prove_ready, before, guarded))
             try:
-                focused_tests(rnd, live)
-                measure_entries(rnd, inc_tree, live, shapes)
+                with contextlib.closing(EntryTests(rnd, live)):
+                    measure_entries(rnd, inc_tree, live, shapes)
                 confirm(rnd, inc_tree, live, shapes)
             except MeasurementFailed as exc:
                 cause = _tampered(rnd, entries, before, guarded)

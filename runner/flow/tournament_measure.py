@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from runner.core.errors import MeasurementFailed
+from runner.core.errors import FocusedTestFailed, MeasurementFailed
 from runner.core.outcomes import Decision, GateResult, TransferCheck
 from runner.core.shapes import Shape
 from runner.flow.measure import (
@@ -113,6 +114,64 @@ def focused_tests(rnd: Round, entries: Sequence[Entry]) -> None:
             future.result()
 
 
+class EntryTests:
+    """The entries' focused tests (``focused_tests``) for one tournament.
+
+    On a GPU target with serving workers they run in a thread beside the first
+    measurement's worker start-up, as a single round's ``FocusedTest`` runs beside its
+    workers (on the H200 the four tests of a tournament took 39 s before any worker
+    started), and ``rnd.before_turns`` holds the first timed turn until all are done.
+    A test that failed vetoes its entry, and ``require`` then raises FocusedTestFailed
+    before anything was timed: ``measure_entries`` measures again without that entry.
+    Elsewhere they run at once, before any worker starts, as they always did.  Leave
+    through ``close()``, which waits for the thread and clears the hook."""
+
+    def __init__(self, rnd: Round, entries: Sequence[Entry]) -> None:
+        self.rnd = rnd
+        self.entries = list(entries)
+        self._vetoes = {e.role: len(e.vetoes) for e in self.entries}
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        if rnd.gpu_target and supports_paired(rnd.executor):
+            self._thread = threading.Thread(target=self._run, name="focused-tests", daemon=True)
+            self._thread.start()
+            rnd.before_turns = self.require
+        else:
+            focused_tests(rnd, self.entries)
+
+    def _run(self) -> None:
+        try:
+            focused_tests(self.rnd, self.entries)
+        except BaseException as exc:  # raised again by wait(), in the round's thread
+            self._error = exc
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def failed(self) -> list[Entry]:
+        """The entries whose focused test failed (a veto added since they started)."""
+        return [e for e in self.entries if len(e.vetoes) > self._vetoes[e.role]]
+
+    def require(self) -> None:
+        """``before_turns``: wait for the tests; raise FocusedTestFailed when one failed
+        (once: the measurement that follows, without those entries, is not held)."""
+        self.wait()
+        self.rnd.before_turns = None
+        failed = self.failed()
+        if failed:
+            names = ", ".join(f"round-{e.n}" for e in failed)
+            raise FocusedTestFailed(f"the focused test failed for {names}")
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+        if self.rnd.before_turns == self.require:
+            self.rnd.before_turns = None
+
+
 def measure_entries(
     rnd: Round, inc_tree: Path, entries: Sequence[Entry], shapes: list[Shape]
 ) -> None:
@@ -132,6 +191,9 @@ def measure_entries(
         start = time.monotonic()
         try:
             got = measure_roles(rnd, trees, shapes, asked, last_index(rnd.tmp))
+        except FocusedTestFailed:  # tests beside the start-up (EntryTests): drop, again
+            todo = [e for e in todo if not e.vetoes]
+            continue
         except MeasurementFailed as exc:
             culprit = _culprit(exc, todo)
             if culprit is None:
