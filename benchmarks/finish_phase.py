@@ -36,9 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     from runner.core.shapes import Shape
     from runner.core.spec import RoundSpec, TimingSettings
     from runner.executors.local import LocalExecutor
+    from runner.flow.host import PlainHost
     from runner.flow.new_campaign import fresh_example_copy
     from runner.flow.paired import measure_paired
-    from runner.flow.sharding import PlainHost
 
     if not runner.cli.__file__.startswith(str(root)):
         raise SystemExit(f"runner imported from {runner.cli.__file__}, not from {root}")

@@ -20,6 +20,7 @@ from runner.core.outcomes import Decision, Score, ShapeScore
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.local import LocalExecutor
+from runner.flow.host import PlainHost
 from runner.flow.measure import measure_roles
 from runner.flow.paired import (
     READY_TIMEOUT_ENV,
@@ -35,7 +36,6 @@ from runner.flow.paired import (
 from runner.flow.round_context import FocusedTest, Round, level_shapes
 from runner.flow.round_records import Request
 from runner.flow.sharding import (
-    PlainHost,
     PlainManifest,
     PlainRound,
     flops_cost,

@@ -17,8 +17,8 @@ from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.base import JobOutcome
 from runner.executors.local import LocalExecutor
+from runner.flow.host import PlainHost
 from runner.flow.sharding import (
-    PlainHost,
     gpu_env,
     measure_sharded,
     merge_shard_csvs,

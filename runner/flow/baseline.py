@@ -110,7 +110,7 @@ def _measure_baseline(rnd: Round, passes: int, started: str) -> RoundResult:
         write_quick_script(campaign)
         quick_log = _quick_baseline(rnd, tree)
         snapshot(tree, m.kernel_source, campaign.snapshot_dir(1))
-    store_artifacts(rnd, campaign.artifacts_dir(1), extra={"quick_baseline.log": quick_log})
+    store_artifacts(campaign, 1, rnd.tmp, extra={"quick_baseline.log": quick_log})
     campaign.save_manifest()
     ledgered = record_gate_fields(campaign, "baseline", "fixed at the baseline")
     result = RoundResult(

@@ -26,15 +26,16 @@ import os
 import random
 import select
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from runner.core.errors import ConfigError, MeasurementFailed
 from runner.core.shapes import Shape
-from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec, TimingSettings
-from runner.executors.base import LiveWorker, ServingExecutor, WorkerJob
+from runner.core.spec import POOL_CPU, POOL_GPU, TimingSettings
+from runner.executors.base import LiveWorker, ServingExecutor
+from runner.flow.host import Host
 from runner.flow.progress import PairWatch
 from runner.flow.sharding import pass_name
 
@@ -71,29 +72,6 @@ def worker_timeout(env: str, default: float) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{env}={raw!r} is not a number of seconds above 0; unset it or fix it")
     return value
-
-
-class PairedHost(Protocol):
-    """What paired measurement needs from a round (``runner.flow.round_context.Round``)."""
-
-    tmp: Path
-    before_turns: Callable[[], None] | None  # e.g. a focused test that must pass first
-    ready_checks: list[Callable[[], None]]  # run then too, e.g. the tamper check
-
-    @property
-    def executor(self) -> Any: ...
-
-    @property
-    def gpu_target(self) -> bool: ...
-
-    @property
-    def quick_gpu(self) -> bool: ...
-
-    def spec(self, role: str, index: int, shapes: list[Shape]) -> RoundSpec: ...
-
-    def worker_job(
-        self, name: str, spec: RoundSpec, tree: Path, env: Mapping[str, str] | None = None
-    ) -> WorkerJob: ...
 
 
 def supports_paired(executor: object) -> bool:
@@ -165,7 +143,7 @@ def turns_per_worker(roles: Sequence[str], groups: int) -> int:
 
 
 def measure_paired(
-    host: PairedHost,
+    host: Host,
     trees: Mapping[str, Path],
     shapes: Sequence[Shape],
     roles: Sequence[str],
@@ -197,7 +175,7 @@ def measure_paired(
     worker's own wall-clock start and end (and on a GPU the most device memory it has
     held), in ``<tmp>/turns<suffix>.jsonl``."""
     executor = host.executor
-    if not supports_paired(executor):
+    if not isinstance(executor, ServingExecutor):
         raise MeasurementFailed(f"executor {executor.name} cannot keep workers alive for a round")
     missing = sorted(set(roles) - set(trees))
     if missing:
@@ -209,7 +187,7 @@ def measure_paired(
         host, trees, shapes, roles, groups, env, suffix, watch, turns, members,
         _picks(pairs, 2 * groups, members, seed), start_index,
         worker_timeout(READY_TIMEOUT_ENV, READY_TIMEOUT_S),
-        worker_timeout(TURN_TIMEOUT_ENV, TURN_TIMEOUT_S),
+        worker_timeout(TURN_TIMEOUT_ENV, TURN_TIMEOUT_S), executor,
     )  # fmt: skip
     try:
         _run_waves(session, pairs, template.wave_pairs or _cpu_wave(host, pairs))
@@ -229,7 +207,7 @@ class _Session:
     """What the pairs of one ``measure_paired`` call share: their host, trees, shapes,
     roles and timing, the pool picks, the workers started so far."""
 
-    host: PairedHost
+    host: Host
     trees: Mapping[str, Path]
     shapes: Sequence[Shape]
     roles: Sequence[str]
@@ -243,6 +221,7 @@ class _Session:
     next_index: int  # the last worker index used
     ready_s: float
     turn_s: float
+    serving: ServingExecutor  # host.executor, which keeps workers alive
     started: list[list[_Worker]] = field(default_factory=list)
 
     def start_pair(self) -> list[_Worker]:
@@ -254,7 +233,7 @@ class _Session:
             timing = block_timing(spec.timing, self.turns, quick_gpu=self.host.quick_gpu)
             spec = replace(spec, timing=timing, pool=self.members)
             job = self.host.worker_job(name, spec, self.trees[role], self.env)
-            live = self.host.executor.start_worker(job)
+            live = self.serving.start_worker(job)
             group.append(_Worker(live, role, self.next_index))
         self.started.append(group)
         return group
@@ -292,7 +271,7 @@ class _Session:
                 self.watch.pair_done([w.csv for w in group])
 
 
-def _cpu_wave(host: PairedHost, pairs: int) -> int | None:
+def _cpu_wave(host: Host, pairs: int) -> int | None:
     """A CPU target's wave: up to CPU_WAVE_PAIRS pairs at once (no device memory to share
     out); None on a GPU (the first pair sizes the waves)."""
     return None if host.gpu_target else min(pairs, CPU_WAVE_PAIRS)
@@ -328,7 +307,7 @@ def pool_members(pool: int | None, gpu_target: bool, turns: int) -> int:
     return max(1, min(pool if pool is not None else default, turns))
 
 
-def _hold(host: PairedHost) -> None:
+def _hold(host: Host) -> None:
     """Before the first timed turn of a wave: whatever ran beside the workers' start-up
     (``host.before_turns``) must be done and have passed, and every ready check
     (``host.ready_checks``: the workers have imported their code now) must pass."""
@@ -354,7 +333,7 @@ def wave_size(memory: Sequence[Mapping[str, int]], roles: int, pairs: int) -> in
 
 
 def _take_turns(
-    host: PairedHost,
+    host: Host,
     wave: list[list[_Worker]],
     first: int,
     groups: int,

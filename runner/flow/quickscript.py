@@ -48,6 +48,7 @@ def main():
     from runner.core.shapes import Shape
     from runner.core.spec import RoundSpec
     from runner.bench.worker_pass import run_spec
+    from runner.core.files import write_atomic
 
     shapes = FULL_SHAPES if args.full else SHAPES
     spec = RoundSpec(
@@ -65,7 +66,7 @@ def main():
     if PINNED_HEADER and header != PINNED_HEADER:
         print(f"schema drift: {{header!r}} != pinned {{PINNED_HEADER!r}}", file=sys.stderr)
         return 2
-    Path(args.summary_csv).write_text(csv_text)
+    write_atomic(Path(args.summary_csv), csv_text)
     print(csv_text, end="")
     return 0
 

@@ -18,9 +18,10 @@ from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
 from runner.executors.build_cache import BuildCache
 from runner.executors.gpus import detect_vendor, gpu_env
 from runner.executors.jit_cache import content_key, jit_root, role_folder
+from runner.flow.host import job_in
 from runner.flow.paired import supports_paired
 from runner.flow.progress import Progress, StepStarted
-from runner.flow.sharding import job_in, pass_name, worker_failure
+from runner.flow.sharding import pass_name, worker_failure
 from runner.store.campaign import Campaign
 from runner.store.leases import acquire
 from runner.store.leftovers import note_step

@@ -112,7 +112,7 @@ def round_result(
 ) -> RoundResult:
     campaign, m = rnd.campaign, rnd.manifest
     rnd.step("artifacts")
-    store_artifacts(rnd, campaign.artifacts_dir(rnd.round), gate=gate)
+    store_artifacts(campaign, rnd.round, rnd.tmp, gate=gate)
     status = Status.ACCEPTED if gate.decision.accepted else Status.ROLLED_BACK
     change = describe_patch(patch, touched)
     rollback = None
@@ -163,7 +163,7 @@ def failed_result(
 ) -> RoundResult:
     campaign, m = rnd.campaign, rnd.manifest
     rnd.step("artifacts")
-    store_artifacts(rnd, campaign.artifacts_dir(rnd.round))
+    store_artifacts(campaign, rnd.round, rnd.tmp)
     labels = [s.label for s in best.score.shapes]
     empty = Score(
         m.primary_metric, 0.0, tuple(ShapeScore(lb, "FAIL", None) for lb in labels), 0, len(labels)

@@ -20,121 +20,21 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from runner.core.csv_io import check_header, read_csv, write_csv
 from runner.core.csv_schema import BenchCSV, Row
 from runner.core.errors import ConfigError, MeasurementFailed
 from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
-from runner.core.spec import RoundSpec, save_spec
-from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
+from runner.executors.base import JobOutcome
 from runner.executors.gpus import Vendor, detect_vendor, gpu_env
+from runner.flow.host import Host, PlainHost
 
 T = TypeVar("T")
 BCCB: tuple[str, ...] = ("incumbent", "candidate", "candidate", "incumbent")
-
-
-class ShardHost(Protocol):
-    """What sharding needs from a round: ``runner.flow.round_context.Round``, or a
-    ``PlainHost`` without a campaign (benchmarks, tests)."""
-
-    tmp: Path
-
-    def spec(self, role: str, index: int, shapes: list[Shape]) -> RoundSpec: ...
-
-    def job(
-        self,
-        name: str,
-        spec: RoundSpec,
-        tree: Path,
-        env: Mapping[str, str] | None = None,
-        gpu: int | None = None,
-    ) -> JobOutcome: ...
-
-
-def job_in(
-    tmp: Path,
-    name: str,
-    spec: RoundSpec,
-    tree: Path,
-    env: Mapping[str, str],
-    gpu: int | None = None,
-    built: BuiltRole | None = None,
-) -> WorkerJob:
-    """A worker job in a round's scratch folder ``tmp``: its spec saved as
-    ``specs/<name>.json``, its artifacts in ``<name>/``, on ``gpu`` when given."""
-    spec_path = tmp / "specs" / f"{name}.json"
-    save_spec(spec_path, spec)
-    gpus = () if gpu is None else (gpu,)
-    return WorkerJob(name, spec_path, tree, tmp / name, env=dict(env), built=built, gpus=gpus,
-                     role=spec.role)  # fmt: skip
-
-
-@dataclass
-class PlainHost:
-    """A ShardHost without a campaign (benchmarks, tests): every spec is ``template``
-    with the role, pass index and shapes filled in; ``job_env(tree)`` is the target's
-    environment for a tree (e.g. ``PYTHONPATH`` for the example package)."""
-
-    tmp: Path
-    executor: Executor
-    template: RoundSpec
-    job_env: Callable[[Path], dict[str, str]] = field(default=lambda tree: {})
-    before_turns: Callable[[], None] | None = None
-    # before the first timed turn of a wave, after before_turns (runner.flow.paired._hold)
-    ready_checks: list[Callable[[], None]] = field(default_factory=list)
-
-    @property
-    def gpu_target(self) -> bool:
-        """Whether the work is meant for a GPU (``template.device`` is not "cpu")."""
-        return self.template.device != "cpu"
-
-    @property
-    def quick_gpu(self) -> bool:
-        return self.template.level == "quick" and self.gpu_target
-
-    def spec(
-        self,
-        role: str,
-        index: int,
-        shapes: list[Shape],
-        *,
-        mode: str = "measure",
-        command: str = "",
-        files: dict[str, str] | None = None,
-    ) -> RoundSpec:
-        return replace(
-            self.template,
-            role=role,
-            pass_index=index,
-            shapes=tuple(shapes),
-            mode=mode,
-            command=command,
-            files=dict(files or {}),
-        )
-
-    def worker_job(
-        self,
-        name: str,
-        spec: RoundSpec,
-        tree: Path,
-        env: Mapping[str, str] | None = None,
-        gpu: int | None = None,
-    ) -> WorkerJob:
-        return job_in(self.tmp, name, spec, tree, {**self.job_env(tree), **(env or {})}, gpu)
-
-    def job(
-        self,
-        name: str,
-        spec: RoundSpec,
-        tree: Path,
-        env: Mapping[str, str] | None = None,
-        gpu: int | None = None,
-    ) -> JobOutcome:
-        return self.executor.run_job(self.worker_job(name, spec, tree, env, gpu))
 
 
 @dataclass
@@ -228,7 +128,7 @@ def pass_name(index: int, role: str) -> str:
 
 
 def _run_shard(
-    host: ShardHost,
+    host: Host,
     trees: Mapping[str, Path],
     shapes: list[Shape],
     passes: Sequence[tuple[int, str]],
@@ -260,7 +160,7 @@ def worker_failure(name: str, outcome: JobOutcome) -> str:
 
 
 def measure_sharded(
-    host: ShardHost,
+    host: Host,
     trees: Mapping[str, Path],
     shapes: Sequence[Shape],
     gpus: Sequence[int],

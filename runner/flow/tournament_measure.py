@@ -189,17 +189,8 @@ def measure_entries(
     while todo:
         trees = {"incumbent": inc_tree, **{e.role: e.tree for e in todo if e.tree}}
         start = time.monotonic()
-        try:
-            got = measure_roles(rnd, trees, shapes, asked, last_index(rnd.tmp))
-        except FocusedTestFailed:  # tests beside the start-up (EntryTests): drop, again
-            todo = [e for e in todo if not e.vetoes]
-            continue
-        except MeasurementFailed as exc:
-            culprit = _culprit(exc, todo)
-            if culprit is None:
-                raise
-            culprit.failure = f"a worker of this candidate failed: {exc}"
-            todo.remove(culprit)
+        got = _measure(rnd, trees, shapes, asked, todo)
+        if got is None:
             continue
         share = (time.monotonic() - start) * 2 / len(trees)  # a two-role round's time
         for e in todo:
@@ -233,6 +224,25 @@ def measure_entries(
         if e.judged is not None and e.role in paths:
             e.reading = e.judged.gate
             _keep_passes(rnd, e, paths[e.role])
+
+
+def _measure(
+    rnd: Round, trees: dict[str, Path], shapes: list[Shape], asked: int, todo: list[Entry]
+) -> dict[str, list[Path]] | None:
+    """One measurement of ``trees``; None when an entry left ``todo`` (its focused test
+    failed beside the workers' start-up, or its worker failed): measure again without."""
+    try:
+        return measure_roles(rnd, trees, shapes, asked, last_index(rnd.tmp))
+    except FocusedTestFailed:  # the tests beside the start-up (EntryTests)
+        todo[:] = [e for e in todo if not e.vetoes]
+        return None
+    except MeasurementFailed as exc:
+        culprit = _culprit(exc, todo)
+        if culprit is None:
+            raise
+        culprit.failure = f"a worker of this candidate failed: {exc}"
+        todo.remove(culprit)
+        return None
 
 
 def _culprit(exc: MeasurementFailed, todo: Sequence[Entry]) -> Entry | None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Protocol
 
 from runner.core.files import write_atomic, write_json_atomic
 from runner.core.outcomes import GateResult
@@ -16,12 +15,6 @@ from runner.store.fingerprint_check import record_fingerprint
 from runner.store.leftovers import PARTIAL_ARTIFACTS
 
 
-class RoundLike(Protocol):
-    campaign: Campaign
-    tmp: Path
-    round: int
-
-
 def describe_patch(patch: str, touched: list[str]) -> str:
     added = sum(1 for ln in patch.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
     removed = sum(1 for ln in patch.splitlines() if ln.startswith("-") and not ln.startswith("---"))
@@ -29,30 +22,33 @@ def describe_patch(patch: str, touched: list[str]) -> str:
 
 
 def store_artifacts(
-    rnd: RoundLike,
-    dest: Path,
+    campaign: Campaign,
+    number: int,
+    tmp: Path,
     *,
     gate: GateResult | None = None,
     extra: dict[str, str] | None = None,
 ) -> None:
-    """Copy the finished run's outputs from the temporary folder into the round: into a
-    staging folder first, renamed into place when complete, so a killed copy leaves no
-    half-written artifact (the next command removes the staging folder)."""
+    """Copy the finished run's outputs from its scratch folder ``tmp`` into round
+    ``number``'s artifacts: into a staging folder first, renamed into place when
+    complete, so a killed copy leaves no half-written artifact (the next command removes
+    the staging folder)."""
+    dest = campaign.artifacts_dir(number)
     stage = dest.parent / PARTIAL_ARTIFACTS
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(parents=True)
     for name in ("benchmark.csv", "incumbent.csv", "audit.json", "builds.json"):
-        if (rnd.tmp / name).exists():
-            shutil.copy2(rnd.tmp / name, stage / name)
+        if (tmp / name).exists():
+            shutil.copy2(tmp / name, stage / name)
     pause_point("artifacts")
     passes = stage / "passes"
-    for turns in sorted(rnd.tmp.glob("turns*.jsonl")):  # the paired workers' turn log
+    for turns in sorted(tmp.glob("turns*.jsonl")):  # the paired workers' turn log
         shutil.copy2(turns, stage / turns.name)
-    for sub in sorted(rnd.tmp.iterdir()):
+    for sub in sorted(tmp.iterdir()):
         if sub.is_dir() and sub.name != "specs":
             shutil.copytree(sub, passes / sub.name, dirs_exist_ok=True)
-    if (rnd.tmp / "specs").exists():
-        shutil.copytree(rnd.tmp / "specs", stage / "specs", dirs_exist_ok=True)
+    if (tmp / "specs").exists():
+        shutil.copytree(tmp / "specs", stage / "specs", dirs_exist_ok=True)
     if gate is not None:
         write_json_atomic(stage / "gate.json", gate.to_dict())
     for name, text in (extra or {}).items():
@@ -61,7 +57,7 @@ def store_artifacts(
         shutil.copytree(dest, stage, dirs_exist_ok=True)
         shutil.rmtree(dest)
     os.replace(stage, dest)
-    record_fingerprint(rnd.campaign, rnd.round)
+    record_fingerprint(campaign, number)
 
 
 def artifact_list(campaign: Campaign, n: int) -> list[str]:

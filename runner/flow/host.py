@@ -1,0 +1,142 @@
+"""What a measurement needs from the round it runs in: the ``Host`` protocol.
+
+``runner.flow.round_context.Round`` is the host of every campaign round; ``PlainHost``
+is one without a campaign (benchmarks and tests), every spec a template with the role,
+pass index and shapes filled in.  The paired engine (``runner.flow.paired``) and the
+sharded passes (``runner.flow.sharding``) take a ``Host``; ``job_in`` is how both kinds
+of host place a worker's job in the round's scratch folder.
+
+Host-side and worker-safe: no pydantic, no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
+
+from runner.core.shapes import Shape
+from runner.core.spec import RoundSpec, save_spec
+from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
+
+
+class Host(Protocol):
+    """What paired and sharded measurement need from a round: its scratch folder, its
+    executor, whether it measures a GPU, the spec of a worker, a job to start (serving)
+    or to run (a pass), and what must hold before the first timed turn."""
+
+    tmp: Path
+    before_turns: Callable[[], None] | None  # e.g. a focused test that must pass first
+    ready_checks: list[Callable[[], None]]  # run then too, e.g. the tamper check
+
+    @property
+    def executor(self) -> Executor: ...
+
+    @property
+    def gpu_target(self) -> bool: ...
+
+    @property
+    def quick_gpu(self) -> bool: ...
+
+    def spec(self, role: str, index: int, shapes: list[Shape]) -> RoundSpec: ...
+
+    def worker_job(
+        self,
+        name: str,
+        spec: RoundSpec,
+        tree: Path,
+        env: Mapping[str, str] | None = None,
+        gpu: int | None = None,
+    ) -> WorkerJob: ...
+
+    def job(
+        self,
+        name: str,
+        spec: RoundSpec,
+        tree: Path,
+        env: Mapping[str, str] | None = None,
+        gpu: int | None = None,
+    ) -> JobOutcome: ...
+
+
+def job_in(
+    tmp: Path,
+    name: str,
+    spec: RoundSpec,
+    tree: Path,
+    env: Mapping[str, str],
+    gpu: int | None = None,
+    built: BuiltRole | None = None,
+) -> WorkerJob:
+    """A worker job in a round's scratch folder ``tmp``: its spec saved as
+    ``specs/<name>.json``, its artifacts in ``<name>/``, on ``gpu`` when given."""
+    spec_path = tmp / "specs" / f"{name}.json"
+    save_spec(spec_path, spec)
+    gpus = () if gpu is None else (gpu,)
+    return WorkerJob(name, spec_path, tree, tmp / name, env=dict(env), built=built, gpus=gpus,
+                     role=spec.role)  # fmt: skip
+
+
+@dataclass
+class PlainHost:
+    """A Host without a campaign (benchmarks, tests): every spec is ``template``
+    with the role, pass index and shapes filled in; ``job_env(tree)`` is the target's
+    environment for a tree (e.g. ``PYTHONPATH`` for the example package)."""
+
+    tmp: Path
+    executor: Executor
+    template: RoundSpec
+    job_env: Callable[[Path], dict[str, str]] = field(default=lambda tree: {})
+    before_turns: Callable[[], None] | None = None
+    # before the first timed turn of a wave, after before_turns (runner.flow.paired._hold)
+    ready_checks: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def gpu_target(self) -> bool:
+        """Whether the work is meant for a GPU (``template.device`` is not "cpu")."""
+        return self.template.device != "cpu"
+
+    @property
+    def quick_gpu(self) -> bool:
+        return self.template.level == "quick" and self.gpu_target
+
+    def spec(
+        self,
+        role: str,
+        index: int,
+        shapes: list[Shape],
+        *,
+        mode: str = "measure",
+        command: str = "",
+        files: dict[str, str] | None = None,
+    ) -> RoundSpec:
+        return replace(
+            self.template,
+            role=role,
+            pass_index=index,
+            shapes=tuple(shapes),
+            mode=mode,
+            command=command,
+            files=dict(files or {}),
+        )
+
+    def worker_job(
+        self,
+        name: str,
+        spec: RoundSpec,
+        tree: Path,
+        env: Mapping[str, str] | None = None,
+        gpu: int | None = None,
+    ) -> WorkerJob:
+        return job_in(self.tmp, name, spec, tree, {**self.job_env(tree), **(env or {})}, gpu)
+
+    def job(
+        self,
+        name: str,
+        spec: RoundSpec,
+        tree: Path,
+        env: Mapping[str, str] | None = None,
+        gpu: int | None = None,
+    ) -> JobOutcome:
+        return self.executor.run_job(self.worker_job(name, spec, tree, env, gpu))
