@@ -268,8 +268,11 @@ def test_an_interrupt_mid_round_records_nothing_and_the_round_can_run_again(
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp)}
+    # SIGINT as a terminal gives it: a suite started as a background job (``&``) starts
+    # with SIGINT ignored, and Python then installs no handler in the child
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env=env)  # fmt: skip
+                            start_new_session=True, env=env,
+                            preexec_fn=_default_sigint)  # fmt: skip
     deadline = time.time() + 120
     while "pass-01-incumbent" not in _peek(tmp) and time.time() < deadline:
         time.sleep(0.2)
@@ -300,6 +303,11 @@ def _break_context(patch: str) -> str:
     lines[context] = " # not in the file" + lines[context][1:]
     assert "".join(lines) != patch
     return "".join(lines)
+
+
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to its default disposition."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _peek(root: Path) -> str:
