@@ -97,17 +97,26 @@ def a_pass(folder: Path, tflops: float, gpu: str | None) -> BenchCSV:
 
 
 def test_a_candidate_faster_than_its_gpu_is_vetoed(tmp_path: Path) -> None:
+    incumbent = a_pass(tmp_path / "pass-01-incumbent", 900.0, "NVIDIA H200")
     honest = a_pass(tmp_path / "pass-02-candidate", 1500.0, "NVIDIA H200")
     impossible = a_pass(tmp_path / "pass-04-candidate", 2500.0, "NVIDIA H200")
-    assert speed_of_light_veto(light_readings([honest], "fp8")) is None  # FP8 peak 1979
-    veto = speed_of_light_veto(light_readings([honest, impossible], "fp8"))
+    assert speed_of_light_veto(light_readings([honest], "fp8", [incumbent])) is None  # 1979
+    veto = speed_of_light_veto(light_readings([honest, impossible], "fp8", [incumbent]))
     assert veto is not None and "faster than the hardware" in veto and "4096x4096x4096" in veto
     # the same numbers as bf16 (peak 989.5): both above
-    assert speed_of_light_veto(light_readings([honest], "bf16")) is not None
+    assert speed_of_light_veto(light_readings([honest], "bf16", [incumbent])) is not None
+
+
+def test_the_device_is_the_incumbent_s_not_what_the_candidate_says(tmp_path: Path) -> None:
+    """A candidate whose worker leaves the GPU's name out of its own meta.json is still
+    judged: the device is read from the incumbent's passes, on the same device."""
+    incumbent = a_pass(tmp_path / "pass-01-incumbent", 900.0, "NVIDIA H200")
+    silent = a_pass(tmp_path / "pass-02-candidate", 2500.0, None)
+    assert speed_of_light_veto(light_readings([silent], "fp8", [incumbent])) is not None
 
 
 def test_the_cpu_and_unknown_gpus_have_no_speed_of_light(tmp_path: Path) -> None:
-    cpu = a_pass(tmp_path / "pass-02-candidate", 1e6, None)
-    unknown = a_pass(tmp_path / "pass-04-candidate", 1e6, "Some Future GPU")
-    assert light_readings([cpu], "fp8") == []
-    assert speed_of_light_veto(light_readings([cpu, unknown], "fp8")) is None
+    cpu = a_pass(tmp_path / "pass-01-incumbent", 1e6, None)
+    unknown = a_pass(tmp_path / "pass-03-incumbent", 1e6, "Some Future GPU")
+    assert light_readings([cpu], "fp8", [cpu]) == []
+    assert speed_of_light_veto(light_readings([cpu], "fp8", [unknown])) is None

@@ -410,7 +410,7 @@ def judge(
         raise MeasurementFailed(how.broken)
     pairs = pair_samples(ref, cand, ref_score.metric)
     if how.audits:  # a candidate's rate above its GPU's peak: a measuring error, vetoed
-        light = speed_of_light_veto(light_readings(cand, op_info(m.target_op).precision))
+        light = speed_of_light_veto(light_readings(cand, op_info(m.target_op).precision, ref))
         vetoes = [*vetoes, light] if light else vetoes
     gate = decide(
         ref_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=list(vetoes), final=final

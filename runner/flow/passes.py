@@ -233,24 +233,37 @@ def _add_seconds(per_shape: dict[str, list[float]], samples: Path) -> None:
             per_shape.setdefault(label, []).append(float(raw["seconds"]))
 
 
-def light_readings(csvs: Sequence[BenchCSV], precision: str) -> list[tuple[str, str, str, float]]:
-    """What the speed-of-light check judges in one role's passes: per PASS row and
-    TFLOPS column, ``(gpu, label, precision, value)``; the GPU's name from the pass's
-    ``meta.json`` (none on the CPU: no readings).  GB/s columns are not judged: a
-    memory op whose bytes stay in the cache can read above the HBM peak honestly."""
+def light_readings(
+    csvs: Sequence[BenchCSV], precision: str, device_of: Sequence[BenchCSV]
+) -> list[tuple[str, str, str, float]]:
+    """What the speed-of-light check judges in one role's passes ``csvs``: per PASS row
+    and TFLOPS column, ``(gpu, label, precision, value)``.  The GPU's name is read from
+    the ``meta.json`` of the passes ``device_of`` (the incumbent's, on the same device:
+    a candidate's own worker writes its own ``meta.json``, and a name left out there
+    must not switch the check off); none on the CPU: no readings.  GB/s columns are not
+    judged: a memory op whose bytes stay in the cache can read above the HBM peak
+    honestly."""
+    gpu = next((g for g in map(_gpu_name, device_of) if g), None)
+    if not gpu:
+        return []
     out: list[tuple[str, str, str, float]] = []
     for csv in csvs:
-        try:
-            meta = (csv.path.parent if csv.path else Path()) / "meta.json"
-            gpu = json.loads(meta.read_text(encoding="utf-8")).get("gpu_name")
-        except (OSError, ValueError, AttributeError):
-            gpu = None
-        if not gpu:
-            continue
         rates = [c for c in csv.schema.columns if c.endswith("TFLOPS")]
         for row in csv.rows:
             for column in rates:
                 value = row.number(column)
                 if row.passed and value is not None and math.isfinite(value):
-                    out.append((str(gpu), row.label, precision, value))
+                    out.append((gpu, row.label, precision, value))
     return out
+
+
+def _gpu_name(csv: BenchCSV) -> str | None:
+    """The GPU a pass ran on, from the ``meta.json`` beside its CSV (None on the CPU)."""
+    if csv.path is None:
+        return None
+    try:
+        meta = json.loads((csv.path.parent / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    name = meta.get("gpu_name") if isinstance(meta, dict) else None
+    return str(name) if name else None
