@@ -100,6 +100,13 @@ class _ShapeState:
         self.moved: dict[str, Any] = {}  # bytes a forward / backward moves (the CSV's)
         self.seconds = 0.0  # wall time this process spent on the shape (cost for sharding)
 
+    def free_pool(self) -> None:
+        """Keep the bytes a case moves (the CSV's), then free the pool before the
+        fresh-step measurement."""
+        first = self.cases[0]
+        self.moved = {"fwd_bytes": first.fwd_bytes, "bwd_bytes": first.bwd_bytes}
+        self.cases, self.spacers = [], []
+
 
 class Server:
     """The state of one serving worker (see the module docstring)."""
@@ -179,9 +186,7 @@ class Server:
         for st in self.states:
             if st.error or not st.fwd or st.fresh is not None:
                 continue
-            first = st.cases[0]
-            st.moved = {"fwd_bytes": first.fwd_bytes, "bwd_bytes": first.bwd_bytes}
-            st.cases, st.spacers = [], []  # free the pool before the fresh-step measurement
+            st.free_pool()
             try:
                 st.fresh = fresh_timing(self.adapter, st.shape, self.spec, self.device)
             except Exception as exc:
@@ -227,9 +232,7 @@ class Server:
         if st.error or not st.fwd:
             return None, {}
         if st.fresh is None:  # the host did not send "fresh": the whole finish in its turn
-            first = st.cases[0]
-            st.moved = {"fwd_bytes": first.fwd_bytes, "bwd_bytes": first.bwd_bytes}
-            st.cases, st.spacers = [], []  # free the pool before the fresh-step measurement
+            st.free_pool()
         problems, figures, raw = after_timing(
             self.adapter,
             st.shape,
