@@ -226,20 +226,30 @@ def run_pipeline(
     passes: int = 2,
     steps: tuple[Step, ...] = STEPS,
     say: Any = print,
+    record: Any = lambda campaign, outcomes: None,
 ) -> tuple[Campaign, list[Outcome]]:
-    """Baseline and one round per step; returns the campaign and the outcomes."""
-    campaign = new_campaign(root, executor, image, gpu)
-    t0 = time.perf_counter()
-    run_baseline(campaign, make_executor(campaign.manifest), passes=passes, progress=say)
-    campaign = Campaign.load(campaign.root)
-    say(
-        f"baseline: {time.perf_counter() - t0:.1f} s; builds "
-        f"{[(b['role'], b['build'], b['seconds']) for b in builds_of(campaign, 1)]}; "
-        f"native: {native_kind(campaign, 1)}"
-    )
+    """Baseline and one round per step; returns the campaign and the outcomes.  A
+    ``root`` that already holds this script's campaign (a run cut off by a time limit)
+    goes on from its first round not closed; ``record(outcomes)`` is called after each
+    round, so a cut-off run keeps what it finished."""
+    campaign = existing_campaign(root)
+    if campaign is None:
+        campaign = new_campaign(root, executor, image, gpu)
+        t0 = time.perf_counter()
+        run_baseline(campaign, make_executor(campaign.manifest), passes=passes, progress=say)
+        campaign = Campaign.load(campaign.root)
+        say(
+            f"baseline: {time.perf_counter() - t0:.1f} s; builds "
+            f"{[(b['role'], b['build'], b['seconds']) for b in builds_of(campaign, 1)]}; "
+            f"native: {native_kind(campaign, 1)}"
+        )
+    else:
+        say(f"going on with {campaign.root} (rounds closed: {sorted(campaign.closed_rounds())})")
     source = Path(campaign.manifest.source)
-    outcomes = []
+    outcomes: list[Outcome] = []
     for n, step in enumerate(steps, start=2):
+        if n in campaign.closed_rounds():
+            continue  # closed by the run this one goes on from (its figures are there)
         patch = make_patch(source, step)
         t0 = time.perf_counter()
         # the tampered-package step changes the package's __init__ (outside
@@ -269,7 +279,19 @@ def run_pipeline(
         )
         if outcome.status == "FAILED":
             say(f"  reason: {outcome.reasons[0].splitlines()[0] if outcome.reasons else '?'}")
+        record(campaign, outcomes)
     return campaign, outcomes
+
+
+def existing_campaign(root: Path) -> Campaign | None:
+    """The campaign an earlier run of this script left under ``root`` with a closed
+    baseline, or None."""
+    found = sorted((root / "campaigns").glob("*/manifest.yaml"))
+    for manifest in found:
+        campaign = Campaign.load(manifest.parent)
+        if 1 in campaign.closed_rounds():
+            return campaign
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,23 +307,27 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--executor docker needs --image (e.g. turbo-campaign/cpu:py311)")
     args.root.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    campaign, outcomes = run_pipeline(
-        args.root, executor=args.executor, image=args.image, gpu=args.gpu, passes=args.passes,
-        say=lambda m: print(m, flush=True),
-    )  # fmt: skip
-    total = time.perf_counter() - t0
-    print(f"total {total:.1f} s; campaign {campaign.root}")
-    if args.json:
-        record = {
+
+    def record(campaign: Campaign, outcomes: list[Outcome]) -> None:
+        if not args.json:
+            return
+        doc = {
             "executor": args.executor,
             "image": args.image,
             "gpu": args.gpu,
             "native": native_kind(campaign, 1),
-            "total_s": round(total, 1),
+            "total_s": round(time.perf_counter() - t0, 1),
             "campaign": str(campaign.root),
             "rounds": [asdict(o) | {"ok": o.ok} for o in outcomes],
         }
-        args.json.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+
+    campaign, outcomes = run_pipeline(
+        args.root, executor=args.executor, image=args.image, gpu=args.gpu, passes=args.passes,
+        say=lambda m: print(m, flush=True), record=record,
+    )  # fmt: skip
+    print(f"total {time.perf_counter() - t0:.1f} s; campaign {campaign.root}")
+    record(campaign, outcomes)
     return 0 if all(o.ok for o in outcomes) else 1
 
 
