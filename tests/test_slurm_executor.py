@@ -7,6 +7,7 @@ setup script once and fail when the cluster still does not answer.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pickle
@@ -102,6 +103,37 @@ def test_task_script_native(monkeypatch: pytest.MonkeyPatch) -> None:
         '"${iso[@]}" /venv/bin/python -m runner.worker /shared/r/spec.json \'/shared/r/out dir\'',
         'finish "$?"',
     ]  # fmt: skip
+
+
+def test_build_task_script_builds_the_tree_in_place_in_the_image(tmp_path: Path) -> None:
+    """A role's build in an image: one container, the tree the only host path mounted
+    (writable, where the jobs later mount it read-only), python/pip the image's,
+    confined as a job's container is, its own log and exit record."""
+    from runner.executors.base import BuildJob
+    from runner.executors.build_cache import BuildCache
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    build = BuildJob(
+        role="candidate", round=3, source_dir=tree, out_dir=tmp_path / "b", key="k",
+        cache=BuildCache(tmp_path / "cache"), env={"GPU_ARCHS": "gfx942"},
+        commands=(("python", "setup.py", "build_ext", "--inplace"), ("pip", "list")),
+    )  # fmt: skip
+    line = slurm_scripts.build_run_line(build, "img:1")
+    argv = shlex.split(line.replace('"$(id -u):$(id -g)"', "U").replace('"tc-build-', '"tc-b-'))
+    assert argv[:3] == ["docker", "run", "--rm"] and argv[-4:-2] == ["img:1", "sh"]
+    mounts = [argv[i + 1] for i, a in enumerate(argv) if a == "--mount"]
+    assert mounts == [f"type=bind,source={tree.resolve()},target=/workspace/target"]
+    assert argv[argv.index("--user") + 1] == "U" and argv[argv.index("--workdir") + 1] == (
+        "/workspace/target"
+    )
+    for flag in ("--network", "--cap-drop", "--pull", "--pids-limit", "--memory"):
+        assert flag in argv
+    assert "GPU_ARCHS=gfx942" in argv and "HOME=/tmp" in argv
+    assert argv[-1] == "set -e\npython3 setup.py build_ext --inplace\npython3 -m pip list"
+    script = slurm_scripts.build_task_script(build, "img:1")
+    assert f'\nexec >"$out/{slurm_scripts.BUILD_TASK_LOG}" 2>&1\n' in script
+    assert script.endswith(f'\n{line} &\nwait "$!"\nfinish "$?"\n')
 
 
 def test_task_env_drops_the_submitters_gpu_visibility(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -465,6 +497,64 @@ def test_real_image_task_runs_in_the_docker_executors_container(
     assert rows[1].startswith("tiny,1,16,64,64,PASS")
     provenance = json.loads((job.out_dir / "provenance.json").read_text())
     assert provenance["expected_root"] == "/workspace/target" and provenance["error"] is None
+
+
+@pytest.mark.slurm
+@pytest.mark.docker
+def test_a_native_tree_is_built_in_the_image_by_a_slurm_job_and_cached(
+    cluster: None, cpu_image: str, tmp_path: Path
+) -> None:
+    """Slurm with an image builds a native target (issue 28): a Slurm job compiles the
+    Primus-Turbo-shaped fixture's C extension inside the CPU image into the tree; the
+    products go into the build cache; another tree of the same key is a hit (nothing
+    compiled) and its ``_C`` imports in the image from the read-only mount the jobs
+    use; a failed build raises with its log."""
+    from runner.core.errors import MeasurementFailed
+    from runner.executors.base import BuildJob
+    from runner.executors.build_cache import BuildCache
+
+    spec = importlib.util.spec_from_file_location(
+        "rebuild_pipeline", ROOT / "benchmarks" / "rebuild_pipeline.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("rebuild_pipeline", module)
+    spec.loader.exec_module(sys.modules["rebuild_pipeline"])
+    repo = sys.modules["rebuild_pipeline"].fixture_repo(tmp_path / "repo")
+    cache = BuildCache(tmp_path / "cache")
+    executor = SlurmExecutor(image=cpu_image, shared_root=tmp_path)
+
+    def job(tree: Path, commands: tuple[tuple[str, ...], ...], key: str) -> BuildJob:
+        return BuildJob(role="incumbent", round=2, source_dir=tree, key=key, cache=cache,
+                        out_dir=tmp_path / f"build-{tree.name}", commands=commands)  # fmt: skip
+
+    first = tmp_path / "first"
+    subprocess.run(["git", "clone", "-q", str(repo), str(first)], check=True)
+    built = executor.prepare_role(job(first, (("python", "setup.py", "build_ext", "--inplace"),),
+                                      "k-native"))  # fmt: skip
+    log = built.log_path.read_text()
+    assert built.outcome == "compile", log
+    assert "Slurm job" in log and "--network none" in log
+    (product,) = cache.lookup("k-native")[0].products()  # type: ignore[union-attr]
+    assert product.startswith("primus_turbo/pytorch/_C") and (first / product).is_file()
+
+    second = tmp_path / "second"
+    subprocess.run(["git", "clone", "-q", str(repo), str(second)], check=True)
+    hit = executor.prepare_role(job(second, (("sh", "-c", "exit 9"),), "k-native"))
+    assert hit.outcome == "hit" and (second / product).is_file()
+    probe = "import primus_turbo.pytorch._C as c; print(c.__file__)"
+    proc = cmd.run(["docker", "run", "--rm", "--network", "none", "--read-only",
+                    "--mount", f"type=bind,source={second},target=/workspace/target,readonly",
+                    "-w", "/workspace/target", "-e", "PYTHONPATH=/workspace/target",
+                    cpu_image, "python3", "-c", probe], check=False)  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip() == f"/workspace/target/{product}", (
+        proc.stdout
+    )
+
+    with pytest.raises(MeasurementFailed, match="exit 9") as failed:
+        executor.prepare_role(job(tmp_path / "repo", (("sh", "-c", "exit 9"),), "k-bad"))
+    assert failed.value.log_path is not None and "exit 9" in failed.value.log_path.read_text()
+    assert cache.lookup("k-bad")[0] is None
 
 
 def test_a_campaigns_jobs_carry_its_name_and_pid() -> None:

@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -101,6 +101,44 @@ def toolchain(python: str) -> str:
     return "\n".join(lines)
 
 
+Compile = Callable[[BuildJob, TextIO, Path], None]
+
+
+def build_in_place(build: BuildJob, compile_tree: Compile, executor: str) -> BuiltRole:
+    """The cached build of the key laid into the role's own tree (it stays the imported
+    tree), or ``compile_tree(build, log, log_path)`` building the tree in place (on this
+    host, or in an image on a Slurm node) and its products stored under the key."""
+    build.out_dir.mkdir(parents=True, exist_ok=True)
+    log_path = build.out_dir / "build.log"
+    t0 = time.perf_counter()
+    with log_path.open("w", encoding="utf-8") as log:
+        outcome = "compile"
+        entry, why = build.cache.lookup(build.key)
+        if entry is not None:
+            copied = lay_products(entry, build.source_dir)
+            log.write(f"build cache hit {build.key}: copied {copied}\n")
+            outcome = "hit"
+        else:
+            log.write(f"build key {build.key}: {why}; compiling\n")
+            log.flush()
+            before = set(tree_files(build.source_dir))
+            compile_tree(build, log, log_path)
+            products = [p for p in tree_files(build.source_dir) if p not in before]
+            info = {"executor": executor, "built_from": build.built_from}
+            build.cache.store(build.key, info, tree=build.source_dir,
+                              products=products, keep=build.keep)  # fmt: skip
+            log.write(f"stored {len(products)} build products under {build.key}\n")
+    return BuiltRole(
+        role=build.role,
+        source_dir=build.source_dir,
+        outcome=outcome,
+        reason="" if entry is not None else why,
+        log_path=log_path,
+        seconds=round(time.perf_counter() - t0, 3),
+        key=build.key,
+    )
+
+
 def _isolated(job: WorkerJob, argv: Sequence[str]) -> list[str]:
     """``argv`` with the job's read-only paths protected (its artifacts folder and its
     role's JIT cache folder stay writable): ``runner.executors.isolation``."""
@@ -134,36 +172,8 @@ class LocalExecutor:
         return toolchain(self.python)
 
     def prepare_role(self, build: BuildJob) -> BuiltRole:
-        """The cached build of the key laid into the role's own tree (it stays the
-        imported tree), or the tree built in place and its products stored."""
-        build.out_dir.mkdir(parents=True, exist_ok=True)
-        log_path = build.out_dir / "build.log"
-        t0 = time.perf_counter()
-        with log_path.open("w", encoding="utf-8") as log:
-            outcome = "compile"
-            entry, why = build.cache.lookup(build.key)
-            if entry is not None:
-                copied = lay_products(entry, build.source_dir)
-                log.write(f"build cache hit {build.key}: copied {copied}\n")
-                outcome = "hit"
-            else:
-                log.write(f"build key {build.key}: {why}; compiling\n")
-                before = set(tree_files(build.source_dir))
-                self._compile(build, log, log_path)
-                products = [p for p in tree_files(build.source_dir) if p not in before]
-                info = {"executor": self.name, "built_from": build.built_from}
-                build.cache.store(build.key, info, tree=build.source_dir,
-                                  products=products, keep=build.keep)  # fmt: skip
-                log.write(f"stored {len(products)} build products under {build.key}\n")
-        return BuiltRole(
-            role=build.role,
-            source_dir=build.source_dir,
-            outcome=outcome,
-            reason="" if entry is not None else why,
-            log_path=log_path,
-            seconds=round(time.perf_counter() - t0, 3),
-            key=build.key,
-        )
+        """The role's tree built in place here (``build_in_place``)."""
+        return build_in_place(build, self._compile, self.name)
 
     def _compile(self, build: BuildJob, log: TextIO, log_path: Path) -> None:
         """The build commands in the role's tree, the other roles' trees read-only

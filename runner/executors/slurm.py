@@ -40,9 +40,10 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
 
 from runner.core import processes as cmd
-from runner.core.errors import ConfigError, InfrastructureError
+from runner.core.errors import ConfigError, InfrastructureError, MeasurementFailed
 from runner.core.files import write_atomic, write_json_atomic
 from runner.core.spec import load_spec
 from runner.executors.base import BuildJob, BuiltRole, JobOutcome, WorkerJob
@@ -57,6 +58,8 @@ from runner.executors.slurm_parse import (
     state_by_task,
 )
 from runner.executors.slurm_scripts import (
+    BUILD_SCRIPT,
+    BUILD_TASK_LOG,
     EXIT_FILE,
     IMAGE_GPU_ARGS,
     LOG_NAME,
@@ -64,6 +67,7 @@ from runner.executors.slurm_scripts import (
     TASK_SCRIPT,
     SlurmSettings,
     array_script,
+    build_task_script,
     sbatch_args,
     task_script,
 )
@@ -100,17 +104,21 @@ def _needs_csv(job: WorkerJob) -> bool:
 
 
 def _check_shared(job: WorkerJob, shared_root: Path | None) -> None:
+    _check_paths(
+        job.name,
+        (("out_dir", job.out_dir), ("spec", job.spec_path), ("source", job.source_dir)),
+        shared_root,
+    )
+
+
+def _check_paths(name: str, paths: Sequence[tuple[str, Path]], shared_root: Path | None) -> None:
     if shared_root is None:
         return
     root = shared_root.resolve()
-    for what, path in (
-        ("out_dir", job.out_dir),
-        ("spec", job.spec_path),
-        ("source", job.source_dir),
-    ):
+    for what, path in paths:
         if root not in (path.resolve(), *path.resolve().parents):
             raise ConfigError(
-                f"job {job.name}: {what} {path} is not under the shared filesystem {root}; "
+                f"job {name}: {what} {path} is not under the shared filesystem {root}; "
                 "put the campaign (and its round temp folder and worktrees) on a filesystem "
                 "every node mounts"
             )
@@ -166,23 +174,59 @@ class SlurmExecutor:
         return path
 
     def build_identity(self) -> str:
-        """The submit host's toolchain (the tree is built there, without an image)."""
+        """The image the tree is built in, or the submit host's toolchain (the tree is
+        built there, without an image)."""
         from runner.executors.local import toolchain
 
         return f"image {self.image}" if self.image else toolchain(self.python)
 
     def prepare_role(self, build: BuildJob) -> BuiltRole:
-        """Without an image: the role's tree (on the shared filesystem) is built in
-        place on the submit host, as the local executor does.  Building inside an image
-        on the compute nodes is not supported yet."""
-        if self.image:
-            raise ConfigError(
-                "the slurm executor cannot build a native target inside an image yet; "
-                "use --executor docker (or slurm without an image, building in place)"
-            )
-        from runner.executors.local import LocalExecutor
+        """The role's tree (on the shared filesystem) built in place, through the build
+        cache under the campaigns root (a path every node shares): without an image on
+        the submit host, as the local executor does; with one, as a Slurm job that
+        builds the tree inside the image on a node (``build_task_script``), so the
+        products are the image's toolchain's and lie where the role's jobs mount the
+        tree read-only."""
+        from runner.executors.local import LocalExecutor, build_in_place
 
-        return LocalExecutor(self.python).prepare_role(build)
+        if not self.image:
+            return LocalExecutor(self.python).prepare_role(build)
+        return build_in_place(build, self._compile_in_image, self.name)
+
+    def _compile_in_image(self, build: BuildJob, log: TextIO, log_path: Path) -> None:
+        """One Slurm job runs the build commands in a container of the image; its log
+        is appended to ``log``; a failed or lost build raises MeasurementFailed."""
+        assert self.image is not None
+        name = f"build-r{build.round}-{build.role}"
+        _check_paths(name, (("tree", build.source_dir), ("out_dir", build.out_dir)),
+                     self.shared_root)  # fmt: skip
+        for stale in (EXIT_FILE, SLURM_JSON, BUILD_TASK_LOG):
+            (build.out_dir / stale).unlink(missing_ok=True)
+        script = build.out_dir / BUILD_SCRIPT
+        write_atomic(script, build_task_script(build, self.image))
+        script.chmod(0o755)
+        job_name = _job_name(name)
+        argv = sbatch_args(
+            script,
+            job_name=job_name,
+            output=os.fspath(build.out_dir / "slurm-%j.out"),
+            settings=self.settings,
+            timeout_s=build.timeout_s,
+        )
+        job_id = self._submit(argv, job_name)
+        state = self._wait(job_id).get(None)
+        exit_path = build.out_dir / EXIT_FILE
+        exit_text = exit_path.read_text(encoding="utf-8") if exit_path.is_file() else None
+        rc = task_returncode(exit_text, state, has_csv=False, needs_csv=False)
+        task_log = build.out_dir / BUILD_TASK_LOG
+        text = task_log.read_text(encoding="utf-8", errors="replace") if task_log.is_file() else ""
+        log.write(f"$ {' '.join(argv)}\n(Slurm job {job_id}, state {state})\n{text}\n")
+        if rc != 0:
+            raise MeasurementFailed(
+                f"building the {build.role} tree in image {self.image} failed (Slurm job "
+                f"{job_id}, state {state or 'unknown'}, exit {rc}): {script}",
+                log_path,
+            )
 
     def release_role(self, built: BuiltRole) -> None:
         """Nothing to free: the build lives in the role's worktree."""

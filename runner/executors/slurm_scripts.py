@@ -13,12 +13,15 @@ from pathlib import Path
 from typing import Literal
 
 from runner.core.spec import SOURCE_ENV
-from runner.executors.base import WorkerJob
+from runner.executors.base import BuildJob, WorkerJob
 from runner.executors.container import (
     CONTAINER_OUT,
+    CONTAINER_SCRATCH,
     CONTAINER_SPEC,
     CONTAINER_SRC,
     CONTAINER_TARGET,
+    DEFAULT_MEMORY,
+    DEFAULT_PIDS_LIMIT,
     NOBODY,
     VISIBILITY,
     bind_mount,
@@ -37,6 +40,12 @@ EXIT_FILE = "exit_code"
 
 
 LOG_NAME = "job.log"
+
+
+BUILD_SCRIPT = "slurm-build.sh"
+
+
+BUILD_TASK_LOG = "build-task.log"
 
 
 IMAGE_GPU_ARGS = {
@@ -114,8 +123,10 @@ def _exports(env: Mapping[str, str]) -> list[str]:
     return [f"export {key}={shlex.quote(value)}" for key, value in sorted(env.items())]
 
 
-def _header(job: WorkerJob) -> list[str]:
-    out = shlex.quote(os.fspath(job.out_dir))
+def _header(name: str, out_dir: Path, log_name: str = LOG_NAME) -> list[str]:
+    """The task's start: its record (``slurm.json``), its log, and ``finish CODE``
+    (the exit-code file the submit host reads)."""
+    out = shlex.quote(os.fspath(out_dir))
     record = (
         'printf \'{"job_id": "%s", "array_job_id": "%s", "array_task_id": "%s", '
         '"node": "%s", "started": "%s"}\\n\' "${SLURM_JOB_ID:-}" "${SLURM_ARRAY_JOB_ID:-}" '
@@ -124,13 +135,13 @@ def _header(job: WorkerJob) -> list[str]:
     )
     return [
         "#!/bin/bash",
-        f"# turbo-campaign worker job {job.name} (written by runner.executors.slurm)",
+        f"# turbo-campaign {name} (written by runner.executors.slurm)",
         "set -u",
         f"out={out}",
         'mkdir -p "$out"',
         f'rm -f "$out/{EXIT_FILE}"',
         record,
-        f'exec >"$out/{LOG_NAME}" 2>&1',
+        f'exec >"$out/{log_name}" 2>&1',
         'finish() { echo "$1" >"$out/' + EXIT_FILE + '"; exit "$1"; }',
     ]
 
@@ -205,7 +216,52 @@ def task_script(
 ) -> str:
     """The bash script of one worker task (pure)."""
     body = _image_body(job, image, image_gpus) if image else _native_body(job, python)
-    return "\n".join([*_header(job), *body]) + "\n"
+    return "\n".join([*_header(f"worker job {job.name}", job.out_dir), *body]) + "\n"
+
+
+def _in_image(command: tuple[str, ...]) -> list[str]:
+    """A build command as the image runs it: ``python``/``pip`` are its python3."""
+    if command and command[0] in ("python", "python3"):
+        return ["python3", *command[1:]]
+    if command and command[0] in ("pip", "pip3"):
+        return ["python3", "-m", "pip", *command[1:]]
+    return list(command)
+
+
+def build_run_line(build: BuildJob, image: str) -> str:
+    """The ``docker run`` shell line that builds one role's tree in place inside
+    ``image`` (pure): the tree (on the shared filesystem) the only host path mounted,
+    writable, at the worker's ``/workspace/target``, so the products land where the
+    role's jobs later mount it read-only; no network, never pulls, no capabilities, the
+    task's own user (the tree's owner), the build's environment (GPU_ARCHS, ...)."""
+    args = ["docker", "run", "--rm", "--init", "--pull", "never", "--network", "none"]
+    args += ["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
+    args += ["--pids-limit", str(DEFAULT_PIDS_LIMIT), "--memory", DEFAULT_MEMORY]
+    args += ["--workdir", CONTAINER_TARGET]
+    args += ["--mount", bind_mount(build.source_dir, CONTAINER_TARGET, readonly=False)]
+    env = {"HOME": CONTAINER_SCRATCH, **build.env}
+    for key, value in sorted(env.items()):
+        args += ["-e", f"{key}={value}"]
+    inner = ["set -e", *(shlex.join(_in_image(c)) for c in build.commands)]
+    script = ["sh", "-c", "\n".join(inner)]
+    name = '--name "tc-build-${SLURM_JOB_ID:-0}-$$"'
+    user = '--user "$(id -u):$(id -g)"'
+    return " ".join((shlex.join(args[:3]), name, user, shlex.join([*args[3:], image, *script])))
+
+
+def build_task_script(build: BuildJob, image: str) -> str:
+    """The bash script of one role's build task in ``image`` (pure)."""
+    line = build_run_line(build, image)
+    body = [
+        'ctr="tc-build-${SLURM_JOB_ID:-0}-$$"',
+        "trap 'docker rm -f \"$ctr\" >/dev/null 2>&1' TERM",
+        f"echo '$ '{shlex.quote(line)}",
+        line + " &",
+        'wait "$!"',
+        'finish "$?"',
+    ]
+    header = _header(f"build of the {build.role} tree", build.out_dir, BUILD_TASK_LOG)
+    return "\n".join([*header, *body]) + "\n"
 
 
 def array_script(manifest: Path) -> str:
