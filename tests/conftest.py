@@ -4,8 +4,10 @@ Session campaigns are built with ``campaign_helpers.build_once``: once per sessi
 even when pytest-xdist runs several workers.
 
 ``demo_campaign``: ONE real demo campaign (baseline, a rolled-back slow-down, an
-accepted speed-up on the bundled example package, ``runner.flow.demo.run_demo`` with 2
-calibration passes) built once per test session; the value is the campaign directory.
+accepted speed-up on the bundled example package, 2 calibration passes) built once per
+test session by the installed wheel (``wheel_helpers.installed_demo``: the wheel built
+and installed into a fresh venv, its ``campaign demo`` run from an empty folder, which
+tests/test_wheel_demo.py asserts on); the value is the campaign directory.
 Tests that write into a campaign use ``demo_copy``, a private copy (with its source).
 To reuse a demo built earlier (the sources it names must still exist), set
 ``TURBO_CAMPAIGN_DEMO_DIR`` to its campaign directory.
@@ -53,8 +55,8 @@ from pathlib import Path
 
 import pytest
 from campaign_helpers import build_once
+from wheel_helpers import DEMO_DIR_ENV, installed_demo
 
-DEMO_DIR_ENV = "TURBO_CAMPAIGN_DEMO_DIR"
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = os.environ.get("CPU_IMAGE", "turbo-campaign/cpu:py311")
 IMAGE_BUILT_ENV = "TURBO_CAMPAIGN_CPU_IMAGE_BUILT"
@@ -85,13 +87,12 @@ FILE_SECONDS = {
     "test_bundle.py": 230,
     "test_redteam.py": 220,
     "test_faults.py": 205,  # * a copy of slow_tiny, no baseline of its own
-    "test_accept.py": 200,  # * builds demo_campaign; a part of the example suite
+    "test_accept.py": 200,  # builds demo_campaign (the wheel's demo); a part of the example suite
     "test_docker_rounds.py": 200,
     "test_rounds.py": 190,
     "test_workspace_mode.py": 185,
     "test_paired.py": 165,
     "test_tournament.py": 170,  # five entries on a slow_tiny copy, the fixture C build
-    "test_wheel_demo.py": 150,
     "test_mcp_server.py": 65,  # * the suite's round cap reaches the server
     "test_tamper.py": 90,  # a round and a full validation on demo copies, failed before a turn
     "test_build_cache.py": 55,  # real C builds through the local executor
@@ -132,12 +133,10 @@ def demo_campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
         _rehome(dest)
         return dest
 
-    def build(root: Path) -> None:
-        from runner.flow.demo import run_demo
-
-        run_demo(root, say=lambda m: None, passes=2)
-
-    root = build_once(tmp_path_factory, "demo", build)
+    # the installed wheel's `campaign demo` from an empty folder (tests/test_wheel_demo.py
+    # asserts on that run): the suite runs the demo once
+    folder = build_once(tmp_path_factory, "demo", installed_demo)
+    root = folder / "empty" / "campaigns"
     (campaign,) = [p for p in root.iterdir() if (p / "manifest.yaml").is_file()]
     return campaign
 
