@@ -205,16 +205,8 @@ class SlurmExecutor:
         script = build.out_dir / BUILD_SCRIPT
         write_atomic(script, build_task_script(build, self.image))
         script.chmod(0o755)
-        job_name = _job_name(name)
-        argv = sbatch_args(
-            script,
-            job_name=job_name,
-            output=os.fspath(build.out_dir / "slurm-%j.out"),
-            settings=self.settings,
-            timeout_s=build.timeout_s,
-        )
-        job_id = self._submit(argv, job_name)
-        state = self._wait(job_id).get(None)
+        job_id, argv, states = self._batch(script, name, build.out_dir, build.timeout_s)
+        state = states.get(None)
         exit_path = build.out_dir / EXIT_FILE
         exit_text = exit_path.read_text(encoding="utf-8") if exit_path.is_file() else None
         rc = task_returncode(exit_text, state, has_csv=False, needs_csv=False)
@@ -233,17 +225,24 @@ class SlurmExecutor:
 
     def run_job(self, job: WorkerJob) -> JobOutcome:
         script = self._write_task(job)
-        job_name = _job_name(job.name)
+        job_id, argv, states = self._batch(script, job.name, job.out_dir, job.timeout_s)
+        return self._outcome(job, states.get(None) or states.get("0"), job_id, argv)
+
+    def _batch(
+        self, script: Path, name: str, out_dir: Path, timeout_s: float | None
+    ) -> tuple[str, list[str], dict[str | None, str]]:
+        """One plain batch job of ``script`` (its output in ``out_dir``), waited for:
+        its id, the sbatch argv and the final states."""
+        job_name = _job_name(name)
         argv = sbatch_args(
             script,
             job_name=job_name,
-            output=os.fspath(job.out_dir / "slurm-%j.out"),
+            output=os.fspath(out_dir / "slurm-%j.out"),
             settings=self.settings,
-            timeout_s=job.timeout_s,
+            timeout_s=timeout_s,
         )
         job_id = self._submit(argv, job_name)
-        states = self._wait(job_id)
-        return self._outcome(job, states.get(None) or states.get("0"), job_id, argv)
+        return job_id, argv, self._wait(job_id)
 
     def submit_array(
         self, jobs: Sequence[WorkerJob], work_dir: Path | None = None
