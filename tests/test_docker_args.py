@@ -489,10 +489,10 @@ def test_nvidia_each_job_gets_only_its_leased_gpu_numbered_0_inside(
 def test_sharded_jobs_reach_docker_each_with_its_own_device(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Through the sharding host (PlainHost.job(..., gpu=N)) and DockerExecutor.run_job:
+    """Through the sharding host (run_job(PlainHost, ..., gpu=N)) and DockerExecutor.run_job:
     the docker create of the job on GPU 0 names renderD128 only, on GPU 1 renderD136."""
     from runner.core.spec import RoundSpec, TimingSettings
-    from runner.flow.host import PlainHost
+    from runner.flow.host import PlainHost, run_job
     from runner.flow.sharding import gpu_env
 
     fake = FakeDocker()
@@ -504,7 +504,7 @@ def test_sharded_jobs_reach_docker_each_with_its_own_device(
     tree.mkdir()
     for gpu in (0, 1):
         spec = host.spec("incumbent", 1, [])
-        host.job(f"pass-01-incumbent-gpu{gpu}", spec, tree, env=gpu_env(gpu, "amd"), gpu=gpu)
+        run_job(host, f"pass-01-incumbent-gpu{gpu}", spec, tree, env=gpu_env(gpu, "amd"), gpu=gpu)
     creates = [c for c in fake.calls if c[1] == "create"]
     assert len(creates) == 2
     for gpu, create in zip((0, 1), creates, strict=True):

@@ -14,10 +14,10 @@ from runner.core.csv_io import read_csv, write_csv
 from runner.core.csv_schema import GEMM_SCHEMA
 from runner.core.errors import ConfigError, MeasurementFailed, SchemaDriftError
 from runner.core.shapes import Shape
-from runner.core.spec import RoundSpec, TimingSettings
-from runner.executors.base import JobOutcome
+from runner.core.spec import RoundSpec, TimingSettings, load_spec
+from runner.executors.base import JobOutcome, WorkerJob
 from runner.executors.local import LocalExecutor
-from runner.flow.host import PlainHost
+from runner.flow.host import PlainHost, job_in
 from runner.flow.sharding import (
     gpu_env,
     measure_sharded,
@@ -179,38 +179,43 @@ def test_run_sharded_runs_in_parallel_and_reraises() -> None:
 
 
 class FakeHost:
-    """Writes a CSV for each job's shapes; records what each GPU ran, in order."""
+    """Writes a CSV for each job's shapes; records what each GPU ran, in order.  It is
+    its own executor: ``run_job`` gets the job ``worker_job`` made (``job_in``)."""
 
     def __init__(self, tmp: Path, fail: str | None = None) -> None:
         self.tmp = tmp
         self.fail = fail
         self.calls: list[tuple[str, str, int, tuple[str, ...], str]] = []
         self.lock = threading.Lock()
+        self.executor = self
 
     def spec(self, role: str, index: int, shapes: list[Shape]) -> RoundSpec:
         return RoundSpec("c", 2, role, index, "full", "example", "gemm", {}, tuple(shapes),
                          TimingSettings())  # fmt: skip
 
-    def job(
+    def worker_job(
         self,
         name: str,
         spec: RoundSpec,
         tree: Path,
         env: Mapping[str, str] | None = None,
         gpu: int | None = None,
-    ) -> JobOutcome:
-        visible = dict(env or {})["CUDA_VISIBLE_DEVICES"]
-        assert str(gpu) == visible  # the job is told its own device, not only its env
-        gpu_label = visible
+    ) -> WorkerJob:
+        return job_in(self.tmp, name, spec, tree, dict(env or {}), gpu)
+
+    def run_job(self, job: WorkerJob) -> JobOutcome:
+        visible = job.env["CUDA_VISIBLE_DEVICES"]
+        assert job.gpus == (int(visible),)  # the job is told its own device, not only its env
+        spec = load_spec(job.spec_path)
         labels = tuple(s.label for s in spec.shapes)
         with self.lock:
-            self.calls.append((gpu_label, name, spec.pass_index, labels, tree.name))
-        out = self.tmp / name
+            self.calls.append((visible, job.name, spec.pass_index, labels, job.source_dir.name))
+        out = job.out_dir
         out.mkdir(parents=True)
-        if name == self.fail:
-            return JobOutcome(name, 3, out, out / "job.log")
+        if job.name == self.fail:
+            return JobOutcome(job.name, 3, out, out / "job.log")
         shard_csv(out / "benchmark.csv", list(labels))
-        return JobOutcome(name, 0, out, out / "job.log")
+        return JobOutcome(job.name, 0, out, out / "job.log")
 
 
 def test_measure_sharded_pairs_every_comparison_on_one_gpu(tmp_path: Path) -> None:

@@ -64,6 +64,11 @@ def _throughput(
     return cols
 
 
+RowBuilder = Callable[
+    [Shape, Timing, "Timing | None", dict[str, float], dict[str, float], bool], dict[str, object]
+]
+
+
 def _figures(keys: tuple[str, ...], figures: dict[str, float]) -> dict[str, object]:
     out: dict[str, object] = {}
     for key in keys:
@@ -72,20 +77,28 @@ def _figures(keys: tuple[str, ...], figures: dict[str, float]) -> dict[str, obje
     return out
 
 
-def gemm_row(
-    shape: Shape,
-    fwd: Timing,
-    bwd: Timing | None,
-    moved: dict[str, float],
-    figures: dict[str, float],
-    ok: bool,
-) -> dict[str, object]:
-    flops = shape.flops_fwd
-    row = shape_columns(shape, "gemm")
-    row["Check"] = "PASS" if ok else "FAIL"
-    row.update(_throughput("Forward", "TFLOPS", flops, fwd, 1e12))
-    row.update(_throughput("Backward", "TFLOPS", 2.0 * flops, bwd, 1e12))
-    row.update(_figures(("out_snr", "da_snr", "db_snr"), figures))
+def _compute_row(schema: str, bwd_flops: float, keys: tuple[str, ...]) -> RowBuilder:
+    """The row builder of a compute-bound schema: TFLOPS forward and backward (the
+    backward ``bwd_flops`` times the forward's FLOPs), then the accuracy figures
+    ``keys``."""
+
+    def row(
+        shape: Shape,
+        fwd: Timing,
+        bwd: Timing | None,
+        moved: dict[str, float],
+        figures: dict[str, float],
+        ok: bool,
+    ) -> dict[str, object]:
+        flops = shape.flops_fwd
+        out = shape_columns(shape, schema)
+        out["Check"] = "PASS" if ok else "FAIL"
+        out.update(_throughput("Forward", "TFLOPS", flops, fwd, 1e12))
+        out.update(_throughput("Backward", "TFLOPS", bwd_flops * flops, bwd, 1e12))
+        out.update(_figures(keys, figures))
+        return out
+
+    row.__name__ = f"{schema}_row"
     return row
 
 
@@ -106,26 +119,10 @@ def memory_row(
     return row
 
 
-def attention_row(
-    shape: Shape,
-    fwd: Timing,
-    bwd: Timing | None,
-    moved: dict[str, float],
-    figures: dict[str, float],
-    ok: bool,
-) -> dict[str, object]:
-    flops = shape.flops_fwd
-    row = shape_columns(shape, "attention")
-    row["Check"] = "PASS" if ok else "FAIL"
-    row.update(_throughput("Forward", "TFLOPS", flops, fwd, 1e12))
-    row.update(_throughput("Backward", "TFLOPS", ATTENTION_BWD_RATIO * flops, bwd, 1e12))
-    row.update(_figures(("out_snr", "dq_snr", "dk_snr", "dv_snr"), figures))
-    return row
-
-
-RowBuilder = Callable[
-    [Shape, Timing, "Timing | None", dict[str, float], dict[str, float], bool], dict[str, object]
-]
+gemm_row = _compute_row("gemm", 2.0, ("out_snr", "da_snr", "db_snr"))
+attention_row = _compute_row(
+    "attention", ATTENTION_BWD_RATIO, ("out_snr", "dq_snr", "dk_snr", "dv_snr")
+)
 ROW_BUILDERS: dict[str, RowBuilder] = {
     "gemm": gemm_row,
     "memory": memory_row,

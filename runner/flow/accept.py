@@ -45,6 +45,7 @@ from runner.flow.acceptance_checks import (
 )
 from runner.flow.acceptance_record import Acceptance, Check, write_acceptance
 from runner.flow.build import built_roles
+from runner.flow.host import run_job
 from runner.flow.measure import Comparison, measure_and_judge
 from runner.flow.passes import read_passes
 from runner.flow.progress import Event
@@ -110,7 +111,7 @@ def _example_full_benchmark(
     rnd: Round, tree: Path, shapes: list[Shape], dest: Path
 ) -> dict[str, Any]:
     spec = rnd.spec("full-benchmark", 0, shapes)
-    outcome = rnd.job("full-benchmark", spec, tree)
+    outcome = run_job(rnd, "full-benchmark", spec, tree)
     info: dict[str, Any] = {
         "command": "python -m runner.worker artifacts/passes/specs/full-benchmark.json "
         "artifacts/passes/full-benchmark (in a worktree of the head; level full, the "

@@ -16,6 +16,7 @@ from runner.core.spec import OUT_ENV
 from runner.core.stats import rel_stdev
 from runner.executors.base import Executor
 from runner.flow.build import built_roles, describe
+from runner.flow.host import run_job
 from runner.flow.passes import per_pass_metric, read_passes, shape_seconds, write_merged
 from runner.flow.quickscript import write_quick_script
 from runner.flow.records import close_round
@@ -191,7 +192,7 @@ def _quick_baseline(rnd: Round, tree: Path) -> str:
         command=f'python "${OUT_ENV}/{script.name}" --summary-csv "${OUT_ENV}/quick.csv"',
         files={script.name: script.read_text(encoding="utf-8")},
     )
-    outcome = rnd.job("quick-baseline", spec, tree)
+    outcome = run_job(rnd, "quick-baseline", spec, tree)
     log = outcome.out_dir / "test.log"
     text = log.read_text(encoding="utf-8") if log.exists() else ""
     if outcome.returncode != 0:

@@ -50,14 +50,18 @@ class Host(Protocol):
         gpu: int | None = None,
     ) -> WorkerJob: ...
 
-    def job(
-        self,
-        name: str,
-        spec: RoundSpec,
-        tree: Path,
-        env: Mapping[str, str] | None = None,
-        gpu: int | None = None,
-    ) -> JobOutcome: ...
+
+def run_job(
+    host: Host,
+    name: str,
+    spec: RoundSpec,
+    tree: Path,
+    env: Mapping[str, str] | None = None,
+    gpu: int | None = None,
+) -> JobOutcome:
+    """One worker job (a pass, the focused test) of ``host`` run to its end by its
+    executor: a campaign's ``Round`` and a ``PlainHost`` alike."""
+    return host.executor.run_job(host.worker_job(name, spec, tree, env, gpu))
 
 
 def job_in(
@@ -130,13 +134,3 @@ class PlainHost:
         gpu: int | None = None,
     ) -> WorkerJob:
         return job_in(self.tmp, name, spec, tree, {**self.job_env(tree), **(env or {})}, gpu)
-
-    def job(
-        self,
-        name: str,
-        spec: RoundSpec,
-        tree: Path,
-        env: Mapping[str, str] | None = None,
-        gpu: int | None = None,
-    ) -> JobOutcome:
-        return self.executor.run_job(self.worker_job(name, spec, tree, env, gpu))

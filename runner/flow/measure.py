@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -32,6 +31,7 @@ from runner.core.errors import MeasurementFailed
 from runner.core.outcomes import Decision, GateResult, Score
 from runner.core.shapes import Shape
 from runner.executors.base import SequenceExecutor
+from runner.flow.host import run_job
 from runner.flow.paired import (
     measure_paired,
     supports_paired,
@@ -54,11 +54,12 @@ from runner.flow.sharding import (
     detect_vendor,
     gpu_env,
     measure_sharded,
+    merge_passes,
     pass_name,
+    run_sharded,
     seconds_cost,
     shard_shapes,
     worker_failure,
-    write_shard_merge,
 )
 from runner.judge.gate import decide, required_pairs
 from runner.judge.scoring import score
@@ -116,30 +117,19 @@ def _paired(
         + "; ".join(f"GPU {g}: {len(s)} shape(s)" for g, s in zip(used, shards, strict=True))
     )
 
-    def one(k: int) -> dict[str, list[Path]]:
-        return measure_paired(
+    def one(k: int, gpu: int) -> list[Path]:
+        """Shard k's CSVs in pass order (pair by pair, the roles in order)."""
+        got = measure_paired(
             rnd, trees, shards[k], roles, pairs=samples, start_index=start_index,
-            env=gpu_env(used[k], vendor), suffix=f"-gpu{used[k]}", seed=seed,
+            env=gpu_env(gpu, vendor), suffix=f"-gpu{gpu}", seed=seed,
         )  # fmt: skip
+        return [got[role][p] for p in range(samples) for role in roles]
 
-    with ThreadPoolExecutor(max_workers=len(used), thread_name_prefix="shard") as pool:
-        futures = [pool.submit(one, k) for k in range(len(used))]
-        errors = [f.exception() for f in futures]
-    for error in errors:
-        if error is not None:
-            raise error
-    per_shard = [f.result() for f in futures]
+    per_shard = run_sharded(one, used)
+    passes = [(start_index + i, role) for i, role in
+              enumerate((r for _ in range(samples) for r in roles), start=1)]  # fmt: skip
     order = [s.label for s in shapes]
-    merged: dict[str, list[Path]] = {role: [] for role in roles}
-    index = start_index
-    for p in range(samples):
-        for role in roles:
-            index += 1
-            dest = rnd.tmp / pass_name(index, role) / "benchmark.csv"
-            parts = [got[role][p] for got in per_shard]
-            write_shard_merge(dest, parts, order, rnd.manifest.pinned_header)
-            merged[role].append(dest)
-    return merged
+    return merge_passes(rnd.tmp, passes, per_shard, order, rnd.manifest.pinned_header)
 
 
 def _per_pass(
@@ -224,19 +214,14 @@ def _slurm_array(
         for outcome in seq:
             if not outcome.ok:
                 raise MeasurementFailed(worker_failure(outcome.name, outcome), outcome.log_path)
+    per_shard = [[Path(o.out_dir) / "benchmark.csv" for o in seq] for seq in outcomes]
     order = [s.label for s in shapes]
-    paths: dict[str, list[Path]] = {role: [] for role in roles}
-    for p, (index, role) in enumerate(passes):
-        dest = rnd.tmp / pass_name(index, role) / "benchmark.csv"
-        parts = [Path(seq[p].out_dir) / "benchmark.csv" for seq in outcomes]
-        write_shard_merge(dest, parts, order, rnd.manifest.pinned_header)
-        paths[role].append(dest)
-    return paths
+    return merge_passes(rnd.tmp, passes, per_shard, order, rnd.manifest.pinned_header)
 
 
 def _run_pass(rnd: Round, role: str, index: int, tree: Path, shapes: list[Shape]) -> Path:
     name = pass_name(index, role)
-    outcome = rnd.job(name, rnd.spec(role, index, shapes), tree)
+    outcome = run_job(rnd, name, rnd.spec(role, index, shapes), tree)
     if not outcome.ok:
         raise MeasurementFailed(worker_failure(name, outcome), outcome.log_path)
     return Path(outcome.out_dir) / "benchmark.csv"

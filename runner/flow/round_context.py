@@ -14,11 +14,11 @@ from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed
 from runner.core.import_cause import explain_failure
 from runner.core.shapes import Shape, shape_set, shapes_by_label
 from runner.core.spec import RoundSpec, TimingSettings
-from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
+from runner.executors.base import BuiltRole, Executor, WorkerJob
 from runner.executors.build_cache import BuildCache
 from runner.executors.gpus import detect_vendor, gpu_env
 from runner.executors.jit_cache import content_key, jit_root, role_folder
-from runner.flow.host import job_in
+from runner.flow.host import job_in, run_job
 from runner.flow.paired import supports_paired
 from runner.flow.progress import Progress, StepStarted
 from runner.flow.sharding import pass_name, worker_failure
@@ -168,16 +168,6 @@ class Round:
         # never the job's own tree (or a folder holding it: workspace mode's checkout)
         return tuple(p for p in paths if p.resolve() != mine and p.resolve() not in mine.parents)
 
-    def job(
-        self,
-        name: str,
-        spec: RoundSpec,
-        tree: Path,
-        env: Mapping[str, str] | None = None,
-        gpu: int | None = None,
-    ) -> JobOutcome:
-        return self.executor.run_job(self.worker_job(name, spec, tree, env, gpu))
-
     def step(self, name: str) -> None:
         """Say (and note, for ``campaign status``) which step the round is at."""
         self.progress(StepStarted(f"round-{self.round}", name=name))
@@ -219,7 +209,7 @@ def level_shapes(m: Manifest, level: str) -> list[Shape]:
 def run_pass(rnd: Round, role: str, index: int, tree: Path, shapes: list[Shape]) -> Path:
     """One worker pass; returns its CSV or raises MeasurementFailed with the log tail."""
     name = pass_name(index, role)
-    outcome = rnd.job(name, rnd.spec(role, index, shapes), tree)
+    outcome = run_job(rnd, name, rnd.spec(role, index, shapes), tree)
     if not outcome.ok:
         raise MeasurementFailed(worker_failure(name, outcome), outcome.log_path)
     return outcome.out_dir / "benchmark.csv"
@@ -231,7 +221,7 @@ def run_command_in(
     """``command`` in ``tree`` through the worker's test mode (job ``name``): its exit
     code, its log and the job's output folder ($TURBO_CAMPAIGN_OUT there)."""
     spec = rnd.spec(role, 0, [], mode="test", command=command)
-    outcome = rnd.job(name, spec, tree)
+    outcome = run_job(rnd, name, spec, tree)
     log = outcome.out_dir / "test.log"
     text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
     if not text and outcome.log_path.exists():

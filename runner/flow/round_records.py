@@ -6,6 +6,7 @@ the behaviour-transfer update from what the workers saw."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from runner.core.errors import ConfigError
 from runner.core.outcomes import (
@@ -98,6 +99,26 @@ def baseline_score(campaign: Campaign) -> Score:
     return campaign.load_result(1).score
 
 
+def _shared_fields(rnd: Round, request: Request, change: str, started: str) -> dict[str, Any]:
+    """What every round's result holds whatever its verdict: the round, its request,
+    the change, its times, the commands, the baseline and the artifacts (stored
+    first)."""
+    m = rnd.manifest
+    return {
+        "round": rnd.round,
+        "level": request.level,
+        "hypothesis": request.hypothesis,
+        "change": change,
+        "description": request.hypothesis.strip().splitlines()[0][:80],
+        "started": started,
+        "finished": now(),
+        "test_command": m.test_command,
+        "benchmark_command": m.benchmark_command,
+        "baseline": baseline_score(rnd.campaign),
+        "artifacts": artifact_list(rnd.campaign, rnd.round),
+    }
+
+
 def round_result(
     rnd: Round,
     request: Request,
@@ -110,9 +131,8 @@ def round_result(
     best: RoundResult,
     commit: str | None,
 ) -> RoundResult:
-    campaign, m = rnd.campaign, rnd.manifest
     rnd.step("artifacts")
-    store_artifacts(campaign, rnd.round, rnd.tmp, gate=gate)
+    store_artifacts(rnd.campaign, rnd.round, rnd.tmp, gate=gate)
     status = Status.ACCEPTED if gate.decision.accepted else Status.ROLLED_BACK
     change = describe_patch(patch, touched)
     rollback = None
@@ -125,22 +145,12 @@ def round_result(
             lesson="record the direction as ineffective unless a profile shows otherwise",
         )
     return RoundResult(
-        round=rnd.round,
+        **_shared_fields(rnd, request, change, started),
         status=status,
-        level=request.level,
-        hypothesis=request.hypothesis,
-        change=change,
-        description=request.hypothesis.strip().splitlines()[0][:80],
-        started=started,
-        finished=now(),
-        test_command=m.test_command,
-        benchmark_command=m.benchmark_command,
         score=cand,
-        baseline=baseline_score(campaign),
         best=inc,
         gate=gate,
         reasons=list(gate.reasons),
-        artifacts=artifact_list(campaign, rnd.round),
         attribution=f"single change to {', '.join(touched)}; incumbent and candidate measured "
         f"on the same device, {pairing_words(rnd.executor)}",
         next_direction="continue along this direction"
@@ -169,22 +179,12 @@ def failed_result(
         m.primary_metric, 0.0, tuple(ShapeScore(lb, "FAIL", None) for lb in labels), 0, len(labels)
     )
     result = RoundResult(
-        round=rnd.round,
+        **_shared_fields(rnd, request, describe_patch(patch, touched), started),
         status=Status.FAILED,
-        level=request.level,
-        hypothesis=request.hypothesis,
-        change=describe_patch(patch, touched),
-        description=request.hypothesis.strip().splitlines()[0][:80],
-        started=started,
-        finished=now(),
-        test_command=m.test_command,
-        benchmark_command=m.benchmark_command,
         score=empty,
-        baseline=baseline_score(campaign),
         best=best.score,
         gate=None,
         reasons=[why],
-        artifacts=artifact_list(campaign, rnd.round),
         key_finding=("TAMPERED: " if why.startswith("TAMPERED") else "worker failed; ")
         + "nothing in the lineage changed",
         rollback=RollbackAnalysis(

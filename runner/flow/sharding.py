@@ -31,7 +31,7 @@ from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
 from runner.executors.base import JobOutcome
 from runner.executors.gpus import Vendor, detect_vendor, gpu_env
-from runner.flow.host import Host, PlainHost
+from runner.flow.host import Host, PlainHost, run_job
 
 T = TypeVar("T")
 BCCB: tuple[str, ...] = ("incumbent", "candidate", "candidate", "incumbent")
@@ -139,7 +139,8 @@ def _run_shard(
     paths = []
     for index, role in passes:
         name = f"{pass_name(index, role)}-gpu{gpu}"
-        outcome = host.job(name, host.spec(role, index, shapes), trees[role], env=env, gpu=gpu)
+        outcome = run_job(host, name, host.spec(role, index, shapes), trees[role], env=env,
+                          gpu=gpu)  # fmt: skip
         if not outcome.ok:
             raise MeasurementFailed(
                 f"{worker_failure(name, outcome)} on GPU {gpu}", outcome.log_path
@@ -193,16 +194,28 @@ def measure_sharded(
         return _run_shard(host, trees, shards[k], passes, gpu, gpu_env(gpu, chosen))
 
     per_shard = run_sharded(shard, used)
-    order = [s.label for s in shapes]
-    merged: dict[str, list[Path]] = {role: [] for role in pattern}
-    for p, (index, role) in enumerate(passes):
-        dest = host.tmp / pass_name(index, role) / "benchmark.csv"
-        write_shard_merge(dest, [paths[p] for paths in per_shard], order, pinned)
-        merged[role].append(dest)
-    return merged
+    return merge_passes(host.tmp, passes, per_shard, [s.label for s in shapes], pinned)
 
 
 # ---- merging -------------------------------------------------------------------------
+def merge_passes(
+    tmp: Path,
+    passes: Sequence[tuple[int, str]],
+    per_shard: Sequence[Sequence[Path]],
+    order: Sequence[str],
+    pinned: str | None = None,
+) -> dict[str, list[Path]]:
+    """Each pass of ``passes`` ((index, role), in order) merged from its shards' CSVs
+    (``per_shard[k][p]``: shard k's CSV of pass p) into ``tmp/<pass>/benchmark.csv``
+    (``write_shard_merge``); per role, its merged CSVs in pass order."""
+    merged: dict[str, list[Path]] = {}
+    for p, (index, role) in enumerate(passes):
+        dest = tmp / pass_name(index, role) / "benchmark.csv"
+        write_shard_merge(dest, [paths[p] for paths in per_shard], order, pinned)
+        merged.setdefault(role, []).append(dest)
+    return merged
+
+
 def merge_shard_csvs(
     shard_csv_paths: Sequence[Path], order: Sequence[str], pinned: str | None = None
 ) -> tuple[BenchCSV, list[Row]]:
