@@ -101,6 +101,16 @@ def toolchain(python: str) -> str:
     return "\n".join(lines)
 
 
+def with_interpreter(command: Sequence[str], python: str) -> list[str]:
+    """A build command with ``python``/``pip`` (and their ``3`` names) meaning
+    ``python`` (this executor's interpreter, or an image's ``python3``)."""
+    if command and command[0] in ("python", "python3"):
+        return [python, *command[1:]]
+    if command and command[0] in ("pip", "pip3"):
+        return [python, "-m", "pip", *command[1:]]
+    return list(command)
+
+
 Compile = Callable[[BuildJob, TextIO, Path], None]
 
 
@@ -162,11 +172,7 @@ class LocalExecutor:
 
     def argv(self, command: tuple[str, ...]) -> list[str]:
         """``python``/``pip`` in a build command mean this executor's interpreter."""
-        if command and command[0] in ("python", "python3"):
-            return [self.python, *command[1:]]
-        if command and command[0] in ("pip", "pip3"):
-            return [self.python, "-m", "pip", *command[1:]]
-        return list(command)
+        return with_interpreter(command, self.python)
 
     def build_identity(self) -> str:
         return toolchain(self.python)

@@ -29,7 +29,7 @@ from runner.executors.container import (
     translate_env,
 )
 from runner.executors.isolation import shell_prefix
-from runner.executors.local import clean_env
+from runner.executors.local import clean_env, with_interpreter
 from runner.store.leftovers import job_comment
 
 TASK_SCRIPT = "slurm-task.sh"
@@ -219,15 +219,6 @@ def task_script(
     return "\n".join([*_header(f"worker job {job.name}", job.out_dir), *body]) + "\n"
 
 
-def _in_image(command: tuple[str, ...]) -> list[str]:
-    """A build command as the image runs it: ``python``/``pip`` are its python3."""
-    if command and command[0] in ("python", "python3"):
-        return ["python3", *command[1:]]
-    if command and command[0] in ("pip", "pip3"):
-        return ["python3", "-m", "pip", *command[1:]]
-    return list(command)
-
-
 def build_run_line(build: BuildJob, image: str) -> str:
     """The ``docker run`` shell line that builds one role's tree in place inside
     ``image`` (pure): the tree (on the shared filesystem) the only host path mounted,
@@ -242,7 +233,8 @@ def build_run_line(build: BuildJob, image: str) -> str:
     env = {"HOME": CONTAINER_SCRATCH, **build.env}
     for key, value in sorted(env.items()):
         args += ["-e", f"{key}={value}"]
-    inner = ["set -e", *(shlex.join(_in_image(c)) for c in build.commands)]
+    # python/pip are the image's python3
+    inner = ["set -e", *(shlex.join(with_interpreter(c, "python3")) for c in build.commands)]
     script = ["sh", "-c", "\n".join(inner)]
     name = '--name "tc-build-${SLURM_JOB_ID:-0}-$$"'
     user = '--user "$(id -u):$(id -g)"'
