@@ -16,6 +16,7 @@ from campaign_helpers import run_cli
 
 from runner.flow.new_campaign import EXAMPLES_DIR
 from runner.flow.settings import parse_value
+from runner.judge.gate_constants import changed_names, digest, gate_constants
 from runner.store.campaign import Campaign
 from runner.store.gate_ledger import LEDGER_NAME, LEDGERED_NOTE, gate_sha
 
@@ -121,51 +122,10 @@ def test_a_campaign_made_before_is_not_ledgered_and_a_deleted_ledger_is_broken(
 
 
 # ---- the gate's own constants ------------------------------------------------------------
-# The modules whose module-level numeric constants decide a verdict or how long a
-# comparison measures before it is final (the gate, the near-noise rule, the vetoes,
-# the measuring caps): a constant added, removed or changed there fails the test below
-# until docs/gate-constants.jsonl records it (docs/protocol.md §5.3).
-GATE_MODULES = (
-    "runner.judge.gate",
-    "runner.judge.evidence",
-    "runner.judge.gate_inputs",
-    "runner.judge.vetoes",
-    "runner.flow.measure",
-)
+# The product collects them (runner.judge.gate_constants, one place for the concern): a
+# constant added, removed or changed there fails the test below until
+# docs/gate-constants.jsonl records it (docs/protocol.md §5.3).
 CONSTANTS_LEDGER = Path(__file__).resolve().parent.parent / "docs" / "gate-constants.jsonl"
-
-
-def _numeric(value: object) -> bool:
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int | float):
-        return True
-    if isinstance(value, dict):
-        return bool(value) and all(_numeric(v) for v in value.values())
-    if isinstance(value, tuple | list):
-        return bool(value) and all(_numeric(v) for v in value)
-    return False
-
-
-def gate_constants() -> dict[str, object]:
-    """Every numeric constant the gate modules define (imported names aside), and the
-    threshold and pair rules at a grid of sigma_G (their literals: 3 sigma_G, 3 pairs)."""
-    import importlib
-
-    from runner.judge.gate import accept_threshold, required_pairs
-
-    found: dict[str, object] = {}
-    for name in GATE_MODULES:
-        module = importlib.import_module(name)
-        source = Path(str(module.__file__)).read_text(encoding="utf-8")
-        for key, value in vars(module).items():
-            defined = re.search(rf"(?m)^{key}\s*(:[^=]*)?=", source)
-            if key.isupper() and defined and _numeric(value):
-                found[f"{name}.{key}"] = json.loads(json.dumps(value))
-    sigmas = (0.0, 0.005, 0.01, 0.011, 0.02, 0.05)
-    found["accept_threshold(sigma_g)"] = {str(s): accept_threshold(s) for s in sigmas}
-    found["required_pairs(sigma_g)"] = {str(s): required_pairs(s) for s in sigmas}
-    return found
 
 
 def test_the_gates_constants_are_ledgered() -> None:
@@ -180,11 +140,9 @@ def test_the_gates_constants_are_ledgered() -> None:
             f"{CONSTANTS_LEDGER}: the entry of {entry['when']} was edited; append, never edit"
         )
     now, recorded = gate_constants(), entries[-1]["constants"]
-    changed = sorted(k for k in now.keys() | recorded.keys() if now.get(k) != recorded.get(k))
-    text = json.dumps(now, sort_keys=True, separators=(",", ":"))
+    changed = changed_names(recorded, now)
     line = json.dumps({"when": "YYYY-MM-DD", "why": "WHY", "constants": now,
-                       "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()},
-                      sort_keys=True)  # fmt: skip
+                       "sha256": digest(now)}, sort_keys=True)  # fmt: skip
     assert not changed, (
         f"gate constants changed without a record: {', '.join(changed)}; append this line "
         f"to {CONSTANTS_LEDGER.name} (with the date and why) and a CHANGELOG note:\n{line}"
