@@ -17,7 +17,7 @@ from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.base import BuiltRole, Executor, WorkerJob
 from runner.executors.build_cache import BuildCache
 from runner.executors.gpus import detect_vendor, gpu_env
-from runner.executors.jit_cache import content_key, jit_root, role_folder
+from runner.executors.jit_cache import claim, content_key, jit_root, prune, role_folder
 from runner.flow.host import job_in, run_job
 from runner.flow.paired import supports_paired
 from runner.flow.progress import Progress, StepStarted
@@ -146,10 +146,15 @@ class Round:
 
     def jit_folder(self, role: str, tree: Path) -> Path:
         """The role's own JIT cache folder for ``tree``'s content (as the round's first
-        job of the role found it; ``runner.executors.jit_cache``)."""
+        job of the role found it; ``runner.executors.jit_cache``), claimed for the
+        round (never pruned while it runs); then the folders beyond the size limit that
+        no running round claimed are pruned."""
         if (role, tree) not in self.jit_folders:
             root = jit_root(self.campaign.root.parent)
-            self.jit_folders[(role, tree)] = role_folder(root, role, content_key(tree))
+            folder = role_folder(root, role, content_key(tree))
+            claim(root, folder, self.tmp)
+            prune(root)
+            self.jit_folders[(role, tree)] = folder
         return self.jit_folders[(role, tree)]
 
     def readonly(self, tree: Path) -> tuple[Path, ...]:
