@@ -185,6 +185,7 @@ def test_the_gate_constants_that_judge_a_campaign_are_ledgered_and_an_upgrade_is
     assert code == 5 and "chain integrity: BROKEN" in out, out
     assert "runner.judge.gate.MIN_THRESHOLD 0.02 -> 0.03" in out and "accept_threshold" in out
     assert "gate constants: BROKEN" in out and "gate fields: ledgered, unchanged" in out
+    assert "do not verify (the gate's constants); for the gate's constants: run" in out, out
     argv = [*root, "validate", "--round", "2", "--hypothesis", "h", "--patch", str(PATCH)]
     code, out = run_cli(argv, capsys)
     assert code == 5 and "MIN_THRESHOLD" in out, out

@@ -70,6 +70,12 @@ CONSTANTS_FIELD = "gate_constants"
 CONSTANTS_VALUE = "current"
 SETTABLE = (*GATE_FIELDS, CONSTANTS_FIELD)
 CONSTANTS_SET = f"`campaign set {CONSTANTS_FIELD} {CONSTANTS_VALUE} --reason TEXT`"
+# How the problem line of changed constants starts (``constant_problems``).
+CONSTANTS_PROBLEM = "the gate's constants of this turbo-campaign differ"
+CONSTANTS_RECOVERY = (
+    "for the gate's constants: run the turbo-campaign version that made the campaign, "
+    f"or record the change with {CONSTANTS_SET}"
+)
 # The words the baseline's record carries when it wrote the ledger.
 LEDGERED_NOTE = "gate fields ledgered in logs/" + LEDGER_NAME
 
@@ -160,8 +166,8 @@ def constant_problems(entry: dict[str, Any]) -> list[str]:
         f"{k} {short_value(recorded['values'].get(k))} -> {short_value(now.get(k))}" for k in names
     )
     return [
-        f"the gate's constants of this turbo-campaign differ from those the campaign was "
-        f"judged with (sha256 {str(recorded.get('sha256'))[:12]} -> {digest(now)[:12]}): "
+        f"{CONSTANTS_PROBLEM} from those the campaign was judged with "
+        f"(sha256 {str(recorded.get('sha256'))[:12]} -> {digest(now)[:12]}): "
         f"{', '.join(names) or '(hash)'} ({listed}); run the turbo-campaign version that "
         f"made the campaign, or record the change with {CONSTANTS_SET}"
     ]
