@@ -95,7 +95,7 @@ FILE_SECONDS = {
     "test_tournament.py": 170,  # five entries on a slow_tiny copy, the fixture C build
     "test_mcp_server.py": 65,  # * the suite's round cap reaches the server
     "test_tamper.py": 90,  # a round and a full validation on demo copies, failed before a turn
-    "test_build_cache.py": 55,  # real C builds through the local executor
+    "test_build_cache.py": 60,  # real C builds through the local executor
     "test_progress.py": 45,
     "test_gpu_patches.py": 45,
     "test_docker_executor.py": 40,

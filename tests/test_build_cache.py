@@ -28,7 +28,8 @@ from runner.executors.build_cache import COMPLETE, PRODUCTS, BuildCache
 from runner.executors.isolation import ISOLATION_ENV, isolation_works
 from runner.executors.local import LocalExecutor
 from runner.flow.build import BUILDS_RECORD, built_roles
-from runner.flow.round_context import Round
+from runner.flow.judge_files import judge_digests, restore_judge
+from runner.flow.round_context import FocusedTest, Round
 from runner.render.status import collect_status
 from runner.store.campaign import Campaign
 
@@ -222,6 +223,49 @@ def test_a_candidates_build_cannot_rewrite_the_incumbents_build(
     text = str(info.value)
     assert "the incumbent's tree" in text and "changed after its own build" in text
     assert "primus_turbo/pytorch/_C" in text
+
+
+HOLLOW = """
+import pathlib
+for _test in pathlib.Path("tests").rglob("test_*.py"):
+    _test.write_text("def test_nothing():\\n    pass\\n")
+    print("fixture: hollowed " + str(_test), flush=True)
+"""
+
+
+@needs_cc
+def test_a_candidates_build_that_rewrites_its_restored_focused_test_fails_as_tampered(
+    made: tuple[Campaign, Path],
+) -> None:
+    """Issue 27 row 2's build half: the lineage head's focused test files are restored
+    in the candidate's tree, then the candidate's own build runs there (its setup.py:
+    arbitrary code) and hollows them.  The worker checks the files against the head's
+    right before the test command: the round fails as TAMPERED naming the file, and the
+    hollowed test never runs."""
+    campaign, root = made
+    m, t = campaign.manifest, root / "hollow"
+    repo = Path(m.source)
+    inc = tree(repo, t / "i")
+    setup = {"setup.py": ("import sys\n", "import sys\n" + HOLLOW)}
+    cand = tree(repo, t / "c", setup)
+    rnd = Round(campaign, LocalExecutor(), lambda _m: None, t / "r7", 7, "quick")
+    # what a round does (runner.flow.rounds): restore, then build, then the focused test
+    assert restore_judge(m, inc, cand, sorted(setup)) == []
+    rnd.judge_expect[cand] = judge_digests(m, inc, sorted(setup))
+    named = [rel for rel, digest in rnd.judge_expect[cand].items() if digest]
+    assert named and all(rel.startswith("tests/") for rel in named), rnd.judge_expect
+    roles = {"incumbent": inc, "candidate": cand}
+    with (
+        built_roles(rnd, roles, sorted(setup)),
+        FocusedTest(rnd, "candidate", cand) as test,
+        pytest.raises(Tampered) as info,
+    ):
+        test.wait()
+    assert (cand / named[0]).read_text(encoding="utf-8").startswith("def test_nothing")
+    text = str(info.value)
+    assert text.startswith("TAMPERED") and named[0] in text and "candidate" in text, text
+    log = (rnd.tmp / "test-candidate").rglob("test.log")
+    assert any("not run" in p.read_text(encoding="utf-8") for p in log)
 
 
 def test_a_changed_requirements_file_is_another_build(tmp_path: Path) -> None:

@@ -12,12 +12,22 @@ import re
 from pathlib import Path
 
 import pytest
-from campaign_helpers import run_cli
+from campaign_helpers import run_cli, tiny_campaign
 
 from runner.flow.new_campaign import EXAMPLES_DIR
 from runner.flow.settings import parse_value
+from runner.judge import gate
+from runner.judge.gate_constants import changed_names, current_digest, digest, gate_constants
+from runner.store.appendlog import append
 from runner.store.campaign import Campaign
-from runner.store.gate_ledger import LEDGER_NAME, LEDGERED_NOTE, gate_sha
+from runner.store.gate_ledger import (
+    LEDGER_NAME,
+    LEDGERED_NOTE,
+    gate_sha,
+    gate_values,
+    ledger_file,
+    record,
+)
 
 PATCH = EXAMPLES_DIR / "demo_patches" / "slowdown_fp64_accumulate.patch"
 
@@ -44,6 +54,10 @@ def test_sigma_g_edited_after_the_baseline_is_broken_and_refused(
     root = ["--campaigns-root", str(demo_copy.parent)]
     assert (camp.logs_dir / LEDGER_NAME).is_file()
     assert any(LEDGERED_NOTE in r for r in camp.load_result(1).reasons)
+    # every round's result.json names the gate constants that judged it
+    for n in camp.closed_rounds():
+        data = json.loads(camp.result_path(n).read_text("utf-8"))
+        assert data["gate_constants"] == current_digest(), n
     code, out = run_cli([*root, "status"], capsys)
     assert code == 0 and "gate fields: ledgered, unchanged" in out, out
     _edit(demo_copy, "sigma_g", "1.0e-06")
@@ -121,51 +135,10 @@ def test_a_campaign_made_before_is_not_ledgered_and_a_deleted_ledger_is_broken(
 
 
 # ---- the gate's own constants ------------------------------------------------------------
-# The modules whose module-level numeric constants decide a verdict or how long a
-# comparison measures before it is final (the gate, the near-noise rule, the vetoes,
-# the measuring caps): a constant added, removed or changed there fails the test below
-# until docs/gate-constants.jsonl records it (docs/protocol.md §5.3).
-GATE_MODULES = (
-    "runner.judge.gate",
-    "runner.judge.evidence",
-    "runner.judge.gate_inputs",
-    "runner.judge.vetoes",
-    "runner.flow.measure",
-)
+# The product collects them (runner.judge.gate_constants, one place for the concern): a
+# constant added, removed or changed there fails the test below until
+# docs/gate-constants.jsonl records it (docs/protocol.md §5.3).
 CONSTANTS_LEDGER = Path(__file__).resolve().parent.parent / "docs" / "gate-constants.jsonl"
-
-
-def _numeric(value: object) -> bool:
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int | float):
-        return True
-    if isinstance(value, dict):
-        return bool(value) and all(_numeric(v) for v in value.values())
-    if isinstance(value, tuple | list):
-        return bool(value) and all(_numeric(v) for v in value)
-    return False
-
-
-def gate_constants() -> dict[str, object]:
-    """Every numeric constant the gate modules define (imported names aside), and the
-    threshold and pair rules at a grid of sigma_G (their literals: 3 sigma_G, 3 pairs)."""
-    import importlib
-
-    from runner.judge.gate import accept_threshold, required_pairs
-
-    found: dict[str, object] = {}
-    for name in GATE_MODULES:
-        module = importlib.import_module(name)
-        source = Path(str(module.__file__)).read_text(encoding="utf-8")
-        for key, value in vars(module).items():
-            defined = re.search(rf"(?m)^{key}\s*(:[^=]*)?=", source)
-            if key.isupper() and defined and _numeric(value):
-                found[f"{name}.{key}"] = json.loads(json.dumps(value))
-    sigmas = (0.0, 0.005, 0.01, 0.011, 0.02, 0.05)
-    found["accept_threshold(sigma_g)"] = {str(s): accept_threshold(s) for s in sigmas}
-    found["required_pairs(sigma_g)"] = {str(s): required_pairs(s) for s in sigmas}
-    return found
 
 
 def test_the_gates_constants_are_ledgered() -> None:
@@ -180,12 +153,78 @@ def test_the_gates_constants_are_ledgered() -> None:
             f"{CONSTANTS_LEDGER}: the entry of {entry['when']} was edited; append, never edit"
         )
     now, recorded = gate_constants(), entries[-1]["constants"]
-    changed = sorted(k for k in now.keys() | recorded.keys() if now.get(k) != recorded.get(k))
-    text = json.dumps(now, sort_keys=True, separators=(",", ":"))
+    changed = changed_names(recorded, now)
     line = json.dumps({"when": "YYYY-MM-DD", "why": "WHY", "constants": now,
-                       "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()},
-                      sort_keys=True)  # fmt: skip
+                       "sha256": digest(now)}, sort_keys=True)  # fmt: skip
     assert not changed, (
         f"gate constants changed without a record: {', '.join(changed)}; append this line "
         f"to {CONSTANTS_LEDGER.name} (with the date and why) and a CHANGELOG note:\n{line}"
     )
+
+
+# ---- a campaign's own record of the gate constants that judge it --------------------------
+def _ledgered(tmp_path: Path) -> tuple[Campaign, list[str]]:
+    """A campaign (no measurement) whose gate-field ledger the baseline's call wrote."""
+    camp = tiny_campaign(tmp_path, "gc", baseline=False)
+    record(camp, "baseline", "fixed at the baseline")
+    return camp, ["--campaigns-root", str(camp.root.parent)]
+
+
+def test_the_gate_constants_that_judge_a_campaign_are_ledgered_and_an_upgrade_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    camp, root = _ledgered(tmp_path)
+    entry = json.loads(ledger_file(camp).read_text("utf-8").splitlines()[-1])
+    assert entry["constants"] == {"sha256": current_digest(), "values": gate_constants()}
+    code, out = run_cli([*root, "status"], capsys)
+    assert code == 0 and "gate constants: ledgered, the running code's" in out, out
+    # a turbo-campaign upgrade that raises the direct-accept floor to 3%
+    monkeypatch.setattr(gate, "MIN_THRESHOLD", 0.03)
+    logs = {p: p.read_bytes() for p in camp.logs_dir.iterdir()}
+    code, out = run_cli([*root, "status"], capsys)
+    assert code == 5 and "chain integrity: BROKEN" in out, out
+    assert "runner.judge.gate.MIN_THRESHOLD 0.02 -> 0.03" in out and "accept_threshold" in out
+    assert "gate constants: BROKEN" in out and "gate fields: ledgered, unchanged" in out
+    assert "do not verify (the gate's constants); for the gate's constants: run" in out, out
+    argv = [*root, "validate", "--round", "2", "--hypothesis", "h", "--patch", str(PATCH)]
+    code, out = run_cli(argv, capsys)
+    assert code == 5 and "MIN_THRESHOLD" in out, out
+    assert "`campaign set gate_constants current --reason TEXT`" in out
+    assert not camp.round_dir(2).exists()
+    # nothing ledgers the new constants on the side
+    code, out = run_cli([*root, "set", "pairs", "4", "--reason", "r"], capsys)
+    assert code == 5 and "gate_constants" in out, out
+    assert {p: p.read_bytes() for p in camp.logs_dir.iterdir()} == logs
+    assert run_cli([*root, "set", "gate_constants", "0.03", "--reason", "r"], capsys)[0] == 2
+    reason = "upgraded: the 3% floor"
+    code, out = run_cli([*root, "set", "gate_constants", "current", "--reason", reason], capsys)
+    assert code == 0, out
+    grown = camp.optimize_log.read_bytes()
+    assert b"gate constants: " in grown[len(logs[camp.optimize_log]) :]
+    last = json.loads(ledger_file(camp).read_text("utf-8").splitlines()[-1])
+    assert last["constants"]["sha256"] == current_digest() != entry["constants"]["sha256"]
+    assert last["by"] == "campaign set" and reason in last["reason"]
+    code, out = run_cli([*root, "status"], capsys)
+    assert code == 0 and "gate constants: ledgered, the running code's" in out, out
+    monkeypatch.undo()  # the old code again: judged with other constants than ledgered
+    code, out = run_cli([*root, "status"], capsys)
+    assert code == 5 and "runner.judge.gate.MIN_THRESHOLD 0.03 -> 0.02" in out, out
+
+
+def test_a_campaign_ledgered_before_the_constants_is_not_ledgered_until_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    camp = tiny_campaign(tmp_path, "gc", baseline=False)
+    root = ["--campaigns-root", str(camp.root.parent)]
+    values = gate_values(camp.manifest)  # an entry as the code before wrote it
+    old = {"when": "2026-12-01 10:00", "by": "baseline", "reason": "fixed at the baseline",
+           "sha256": gate_sha(camp.manifest), "fields": values}  # fmt: skip
+    append(ledger_file(camp), json.dumps(old, sort_keys=True) + "\n")
+    monkeypatch.setattr(gate, "MIN_THRESHOLD", 0.03)  # whatever the running code holds
+    code, out = run_cli([*root, "status"], capsys)
+    assert code == 0 and "chain integrity: OK" in out, out
+    assert "gate constants: not ledgered" in out and "gate fields: ledgered, unchanged" in out
+    code, out = run_cli([*root, "set", "gate_constants", "current", "--reason", "start"], capsys)
+    assert code == 0 and "not ledgered -> " in out, out
+    code, out = run_cli([*root, "status"], capsys)
+    assert code == 0 and "gate constants: ledgered, the running code's" in out, out

@@ -5,6 +5,7 @@ holds every file an accepted change touched."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 from campaign_helpers import run_cli
 
+from runner.bench.focused_test import judge_changes
 from runner.core.errors import ConfigError
 from runner.core.outcomes import Status
 from runner.flow.judge_files import check_scope, judge_paths, restore_judge
@@ -130,3 +132,25 @@ def test_the_demos_accepted_change_is_in_scope_and_in_its_snapshot(demo_campaign
         for path in touched:
             assert (camp.snapshot_dir(n) / path).is_file(), path
     assert "turbo_kernels/pytorch/ops/gemm_fp8.py" in touched  # round-3, the speed-up
+
+
+def test_the_worker_names_a_judge_file_rewritten_added_or_replaced(tmp_path: Path) -> None:
+    """``judge_changes``: what the worker checks before the focused test (row 19): a
+    rewritten file, a file where the head has none (a conftest.py a build added), and a
+    link or folder in a file's place are named; the head's bytes pass."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_k.py").write_text("def test_k():\n    assert 1\n", encoding="utf-8")
+    head = hashlib.sha256((tests / "test_k.py").read_bytes()).hexdigest()
+    expect = {"tests/test_k.py": head, "tests/conftest.py": "", "pytest.ini": ""}
+    assert judge_changes(expect, tmp_path) == []
+    (tests / "conftest.py").write_text("collect_ignore = ['test_k.py']\n", encoding="utf-8")
+    (tmp_path / "pytest.ini").mkdir()
+    assert judge_changes(expect, tmp_path) == ["pytest.ini", "tests/conftest.py"]
+    (tests / "conftest.py").unlink()
+    (tmp_path / "pytest.ini").rmdir()
+    (tests / "test_k.py").write_text("def test_k():\n    pass\n", encoding="utf-8")
+    assert judge_changes(expect, tmp_path) == ["tests/test_k.py"]
+    (tests / "test_k.py").unlink()
+    (tests / "test_k.py").symlink_to(tmp_path / "elsewhere.py")
+    assert judge_changes(expect, tmp_path) == ["tests/test_k.py"]

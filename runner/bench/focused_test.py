@@ -7,6 +7,7 @@ Imports neither torch nor pydantic: the command's own interpreter imports the ta
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -18,10 +19,44 @@ from runner.core.lifeline import child_preexec
 from runner.core.pause_points import pause_point
 from runner.core.spec import OUT_ENV, RoundSpec
 
+# The exit code of a test job that found a judge file changed and ran nothing.
+TAMPERED_EXIT = 87
+
+
+def judge_changes(expect: dict[str, str], tree: Path) -> list[str]:
+    """The paths of ``expect`` whose file in ``tree`` does not hold the sha256 named (or
+    exists where "" says it must not)."""
+    changed = []
+    for rel, digest in sorted(expect.items()):
+        path = tree / rel
+        if path.is_symlink() or path.is_dir():
+            changed.append(rel)
+        elif not path.is_file():
+            changed += [rel] if digest else []
+        elif hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            changed.append(rel)
+    return changed
+
+
+def _refuse(spec: RoundSpec, out_dir: Path, changed: list[str]) -> int:
+    write_atomic(
+        out_dir / "test.log",
+        f"$ {spec.command}\nnot run: the judge file(s) {', '.join(changed)} differ from the "
+        "lineage head's when the test was to start (rewritten after they were restored)\n",
+    )
+    record = {"command": spec.command, "returncode": TAMPERED_EXIT, "tampered": changed}
+    write_json_atomic(out_dir / "test.json", record)
+    return TAMPERED_EXIT
+
 
 def run_test(spec: RoundSpec, out_dir: Path) -> int:
     """Test mode: run the target's focused test command in the current directory (the
-    measured tree) and record its exit code and output."""
+    measured tree) and record its exit code and output; refuse (``TAMPERED_EXIT``,
+    ``tampered`` in test.json) when a file of ``spec.expect`` does not hold what it
+    says."""
+    changed = judge_changes(dict(spec.expect), Path.cwd())
+    if changed:
+        return _refuse(spec, out_dir, changed)
     command = spec.command
     env = dict(os.environ)  # "python" in the command is this interpreter
     # Files the command needs that live on the host (the quick script): written into

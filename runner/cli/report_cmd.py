@@ -19,6 +19,7 @@ from runner.cli.options import (
 from runner.cli.progress_view import ProgressView, quiet_option
 from runner.core.errors import AppendOnlyViolation
 from runner.store.campaign import Campaign
+from runner.store.gate_ledger import CONSTANTS_PROBLEM, CONSTANTS_RECOVERY
 from runner.store.guard import GATE_RECOVERY, RECOVERY
 from runner.store.tips import TIPS_ROOT_ENV, Tip, append_tip, resolve_tips_root
 
@@ -44,9 +45,15 @@ def status_cmd(app: App, name: str | None, as_json: bool) -> None:
     else:
         click.echo(render_status(status))
     if status.record_problems:
-        files = ", ".join(p.split(" ", 1)[0].rstrip(":") for p in status.record_problems)
-        fields = any("gate field(s)" in p for p in status.record_problems)
+        problems = status.record_problems
+        constants = [p for p in problems if p.startswith(CONSTANTS_PROBLEM)]
+        others = [p for p in problems if p not in constants]
+        named = [p.split(" ", 1)[0].rstrip(":") for p in others]
+        files = ", ".join([*named, *(["the gate's constants"] if constants else [])])
+        fields = any("gate field(s)" in p for p in others)
         how = GATE_RECOVERY if fields else RECOVERY
+        if constants:
+            how = CONSTANTS_RECOVERY + (f"; {how}" if others else "")
         raise AppendOnlyViolation(
             f"the append-only records of {status.campaign} do not verify ({files}); {how}"
         )

@@ -258,6 +258,9 @@ class RoundResult:
     transfer: TransferCheck = field(default_factory=TransferCheck)
     commit: str | None = None
     tournament: TournamentNote | None = None  # judged in a tournament
+    # sha256 of the gate constants that judged it (runner.judge.gate_constants: the
+    # digest docs/gate-constants.jsonl names); None in a result written before
+    gate_constants: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -286,6 +289,8 @@ class RoundResult:
         }
         if self.tournament is not None:  # a single round's result.json is as it was
             out["tournament"] = self.tournament.to_dict()
+        if self.gate_constants is not None:
+            out["gate_constants"] = self.gate_constants
         return out
 
     @classmethod
@@ -314,4 +319,5 @@ class RoundResult:
             transfer=TransferCheck.from_dict(d.get("transfer") or {}),
             commit=d.get("commit"),
             tournament=TournamentNote.from_dict(d["tournament"]) if d.get("tournament") else None,
+            gate_constants=d.get("gate_constants"),
         )

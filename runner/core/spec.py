@@ -62,7 +62,8 @@ class RoundSpec:
     """What one worker pass measures.
 
     ``mode`` "test" runs ``command`` in the measured tree instead (the focused test, the
-    quick script), with ``files`` (name -> text) written into the job's out dir first.
+    quick script), with ``files`` (name -> text) written into the job's out dir first,
+    once the tree's files named in ``expect`` hold what it says.
     ``pool`` sets a serving worker's buffer-pool members (default ``POOL_GPU`` /
     ``POOL_CPU``); ``wave_pairs`` fixes how many process pairs of a paired round run at
     once (default: as many as the device holds)."""
@@ -83,6 +84,9 @@ class RoundSpec:
     mode: str = "measure"
     command: str = ""
     files: dict[str, str] = field(default_factory=dict)
+    # test mode: path (in the tree) -> the sha256 it must hold when the command starts,
+    # "" where it must be absent (the lineage head's judge files, docs/reliability.md §7)
+    expect: dict[str, str] = field(default_factory=dict)
     pool: int | None = None
     wave_pairs: int | None = None
     schema_version: int = SPEC_SCHEMA_VERSION
@@ -111,6 +115,7 @@ class RoundSpec:
             "mode": self.mode,
             "command": self.command,
             "files": dict(self.files),
+            "expect": dict(self.expect),
             "pool": self.pool,
             "wave_pairs": self.wave_pairs,
         }
@@ -141,6 +146,7 @@ class RoundSpec:
             mode=d.get("mode", "measure"),
             command=str(d.get("command", "")),
             files={str(k): str(v) for k, v in (d.get("files") or {}).items()},
+            expect={str(k): str(v) for k, v in (d.get("expect") or {}).items()},
             pool=_count(d.get("pool")),
             wave_pairs=_count(d.get("wave_pairs")),
         )

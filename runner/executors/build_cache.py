@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.core.errors import ConfigError
 from runner.core.files import write_atomic
 from runner.core.processes import run
+from runner.executors.lru import over_limit, size_limit
 
 CACHE_DIR = ".build-cache"
 LIMIT_ENV = "TURBO_CAMPAIGN_BUILD_CACHE_GB"
@@ -109,14 +109,7 @@ def build_key(
 
 
 def limit_bytes() -> int:
-    raw = os.environ.get(LIMIT_ENV, "")
-    try:
-        gb = float(raw) if raw else DEFAULT_LIMIT_GB
-    except ValueError:
-        gb = -1.0
-    if gb < 0:
-        raise ConfigError(f"{LIMIT_ENV}={raw!r}: give the cache's size limit in GB, e.g. 40")
-    return int(gb * (1 << 30))
+    return size_limit(LIMIT_ENV, DEFAULT_LIMIT_GB)
 
 
 @dataclass(frozen=True)
@@ -297,15 +290,8 @@ class BuildCache:
         for tmp in self.root.glob(".tmp-*"):  # a writer killed a day or more ago
             if time.time() - tmp.stat().st_mtime > STALE_TMP_S:
                 shutil.rmtree(tmp, ignore_errors=True)
-        entries = self.entries()
-        total = sum(e.size for e in entries)
-        for entry in reversed(entries):  # least recently used first
-            if total <= self.limit:
-                break
-            if entry.key in keep:
-                continue
-            self._remove(entry.path)
-            total -= entry.size
+        for key in over_limit([(e.key, e.size) for e in self.entries()], self.limit, keep):
+            self._remove(self.root / key)
 
     def status_lines(self) -> list[tuple[str, str]]:
         """``campaign status``: what the cache holds, one line per entry (nothing when

@@ -17,17 +17,40 @@ The variable names are Triton's (``python/triton/knobs.py`` of triton-lang/trito
 ``TORCHINDUCTOR_CACHE_DIR`` (torch 2.13 ``_inductor/runtime/cache_dir_utils.py``)
 and the CUDA driver's ``CUDA_CACHE_PATH``.  Docker jobs
 keep their per-role cache volumes instead (``runner.executors.docker_args``).
+
+The folders hold at most ``limit_bytes`` together (``TURBO_CAMPAIGN_JIT_CACHE_GB``,
+default 20): when a round takes a folder (``claim``) it then prunes the least
+recently used ones beyond the limit (``prune``, through the build cache's
+``runner.executors.lru.over_limit``).  A claim is a file under ``.claims/`` naming the
+round's scratch folder; it holds as long as that folder exists (the round removes it
+when it ends, the next command of its campaign when it was killed), and a claimed
+folder is never pruned.  Claims and prunes take the root's lock, so a folder is
+claimed before it is used and never pruned after.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import os
 import re
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
+from runner.core.files import write_atomic
 from runner.core.processes import run
+from runner.executors.lru import over_limit, size_limit
 
 JIT_CACHE_DIR = ".jit-cache"
+LIMIT_ENV = "TURBO_CAMPAIGN_JIT_CACHE_GB"
+DEFAULT_LIMIT_GB = 20.0
+CLAIMS = ".claims"
+
+
+def limit_bytes() -> int:
+    return size_limit(LIMIT_ENV, DEFAULT_LIMIT_GB)
 
 
 def jit_root(campaigns_root: Path) -> Path:
@@ -70,3 +93,61 @@ def jit_env(folder: Path) -> dict[str, str]:
         "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"),
         "CUDA_CACHE_PATH": str(folder / "cuda"),
     }
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".lock").open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def claim(root: Path, folder: Path, holder: Path) -> None:
+    """Mark ``folder`` (under ``root``) as used by the round whose scratch folder is
+    ``holder`` for as long as ``holder`` exists, and as just used (its mtime)."""
+    token = hashlib.sha256(str(holder.resolve()).encode("utf-8")).hexdigest()[:16]
+    with _locked(root):
+        write_atomic(root / CLAIMS / f"{folder.name}.{token}", f"{holder.resolve()}\n")
+        if folder.is_dir():
+            os.utime(folder)
+
+
+def _claimed(root: Path) -> set[str]:
+    """The folders a live round claimed; the claims of rounds that are gone removed."""
+    live = set()
+    for path in sorted((root / CLAIMS).glob("*")) if (root / CLAIMS).is_dir() else []:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            if Path(path.read_text("utf-8").strip()).is_dir():
+                live.add(path.name.rsplit(".", 1)[0])
+                continue
+        path.unlink(missing_ok=True)
+    return live
+
+
+def _size(folder: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def prune(root: Path, limit: int | None = None) -> list[str]:
+    """Remove the least recently used folders beyond ``limit`` (default
+    ``limit_bytes``), never one a live round claimed; returns the names removed."""
+    limit = limit_bytes() if limit is None else limit
+    if not root.is_dir():
+        return []
+    with _locked(root):
+        keep = _claimed(root)
+        folders = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        folders.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+        gone = over_limit([(p.name, _size(p)) for p in folders], limit, keep)
+        for name in gone:
+            shutil.rmtree(root / name, ignore_errors=True)
+    return gone

@@ -29,6 +29,7 @@ from runner.flow.round_context import (
 )
 from runner.flow.rounds import MIN_SIGMA, measure_roles, now
 from runner.judge.gate import calibrate_sigma
+from runner.judge.gate_constants import current_digest
 from runner.judge.representative import choose_heldout, select_representative
 from runner.judge.scoring import score
 from runner.store.campaign import Campaign
@@ -82,11 +83,9 @@ def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:
 
 
 def _measure_baseline(rnd: Round, passes: int, started: str) -> RoundResult:
-    m, campaign = rnd.manifest, rnd.campaign
-    lineage = rnd.lineage
-    shapes = all_shapes(m)
+    m, campaign, shapes = rnd.manifest, rnd.campaign, all_shapes(rnd.manifest)
     with (
-        lineage.worktree(m.base_commit or "") as tree,
+        rnd.lineage.worktree(m.base_commit or "") as tree,
         built_roles(rnd, {"baseline": tree}) as builds,
     ):
         paths = _measured(rnd, tree, shapes, passes)
@@ -138,6 +137,7 @@ def _measure_baseline(rnd: Round, passes: int, started: str) -> RoundResult:
         next_direction="Profile the representative shapes and state the first hypothesis.",
         key_finding=f"sigma_G {100 * sigma_g:.3f}%; representative: {', '.join(rep)}",
         commit=m.base_commit,
+        gate_constants=current_digest(),
     )
     close_round(campaign, result, progress=rnd.step)
     return result

@@ -20,6 +20,14 @@ What a verdict is computed with must not come from the candidate:
   incumbent's tree instead would import the incumbent's package (pytest puts the test's
   root first on ``sys.path``) and test the wrong code; the copy works the same for every
   executor, since the tree is what the job (or its container) receives.
+* The candidate's own build runs after that copy, in its own tree (its ``setup.py``
+  runs arbitrary code: locally and on a Slurm node in place, in docker and a Slurm
+  image in the build container whose tree the test then runs on), so it could rewrite
+  the restored files.  ``judge_digests`` names what each must hold (the head's sha256,
+  or "" where the head has none), the focused test's spec carries it, and the worker
+  checks the tree it runs the test in right before the command
+  (``runner.bench.focused_test.judge_changes``): a difference fails the round as
+  TAMPERED naming the file, whichever executor ran it.
 
 The lineage commit of an accepted round is made from the patch itself, so a declared
 change to a test file enters the lineage as declared; it judges the rounds after it.
@@ -28,6 +36,7 @@ change to a test file enters the lineage as declared; it judges the rounds after
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import shlex
 import shutil
 from collections.abc import Iterable, Sequence
@@ -140,6 +149,16 @@ def restore_judge(
             cand.unlink()
             restored.append(rel)
     return restored
+
+
+def judge_digests(m: Manifest, inc_tree: Path, touched: Sequence[str]) -> dict[str, str]:
+    """What the candidate's judge files must hold when its focused test starts: path ->
+    the sha256 of the incumbent's file, or "" where the incumbent has none."""
+    digests = {}
+    for rel in judge_paths(m, inc_tree, touched):
+        path = inc_tree / rel
+        digests[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+    return digests
 
 
 def scope_notes(declared: Sequence[str], restored: Sequence[str]) -> list[str]:

@@ -62,15 +62,14 @@ from runner.flow.sharding import (
     worker_failure,
 )
 from runner.judge.gate import decide, required_pairs
+from runner.judge.measuring_caps import MAX_PAIRS, ROUND_CAP_S
 from runner.judge.scoring import score
 from runner.ops.info import op_info
 from runner.render.figures import fmt_gain
 
-# How long one comparison may measure, by validation level (docs/measurement.md §4.2):
-# past it the verdict is final.  Either can be set for a host or a test suite.
-ROUND_CAP_S = {"quick": 150.0, "full": 600.0}
+# How long one comparison may measure: the caps are gate constants
+# (runner.judge.measuring_caps); a host or a test suite may lower the seconds.
 ROUND_CAP_ENV = "TURBO_CAMPAIGN_ROUND_CAP_S"
-MAX_PAIRS = 96  # fresh process pairs of one comparison, at most
 
 
 # ---- measuring -----------------------------------------------------------------------

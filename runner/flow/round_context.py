@@ -4,20 +4,21 @@ folder, its GPUs and builds; the worker jobs and focused tests it starts."""
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import runner
-from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed
+from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed, Tampered
 from runner.core.import_cause import explain_failure
 from runner.core.shapes import Shape, shape_set, shapes_by_label
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.base import BuiltRole, Executor, WorkerJob
 from runner.executors.build_cache import BuildCache
 from runner.executors.gpus import detect_vendor, gpu_env
-from runner.executors.jit_cache import content_key, jit_root, role_folder
+from runner.executors.jit_cache import claim, content_key, jit_root, prune, role_folder
 from runner.flow.host import job_in, run_job
 from runner.flow.paired import supports_paired
 from runner.flow.progress import Progress, StepStarted
@@ -61,6 +62,9 @@ class Round:
     # The folders of the round's role trees: a job may not write any but its own.
     role_dirs: tuple[Path, ...] = ()
     jit_folders: dict[tuple[str, Path], Path] = field(default_factory=dict)  # (role, tree)
+    # tree -> what its judge files must hold when its focused test starts
+    # (runner.flow.judge_files.judge_digests: the lineage head's, restored in it)
+    judge_expect: dict[Path, dict[str, str]] = field(default_factory=dict)
 
     @property
     def manifest(self) -> Manifest:
@@ -98,6 +102,7 @@ class Round:
         mode: str = "measure",
         command: str = "",
         files: dict[str, str] | None = None,
+        expect: dict[str, str] | None = None,
     ) -> RoundSpec:
         """The spec of one pass of ``role`` (``mode="test"``: ``command`` with ``files``)."""
         m = self.manifest
@@ -116,6 +121,7 @@ class Round:
             mode=mode,
             command=command,
             files=dict(files or {}),
+            expect=dict(expect or {}),
         )
 
     def worker_job(
@@ -146,10 +152,15 @@ class Round:
 
     def jit_folder(self, role: str, tree: Path) -> Path:
         """The role's own JIT cache folder for ``tree``'s content (as the round's first
-        job of the role found it; ``runner.executors.jit_cache``)."""
+        job of the role found it; ``runner.executors.jit_cache``), claimed for the
+        round (never pruned while it runs); then the folders beyond the size limit that
+        no running round claimed are pruned."""
         if (role, tree) not in self.jit_folders:
             root = jit_root(self.campaign.root.parent)
-            self.jit_folders[(role, tree)] = role_folder(root, role, content_key(tree))
+            folder = role_folder(root, role, content_key(tree))
+            claim(root, folder, self.tmp)
+            prune(root)
+            self.jit_folders[(role, tree)] = folder
         return self.jit_folders[(role, tree)]
 
     def readonly(self, tree: Path) -> tuple[Path, ...]:
@@ -216,11 +227,16 @@ def run_pass(rnd: Round, role: str, index: int, tree: Path, shapes: list[Shape])
 
 
 def run_command_in(
-    rnd: Round, name: str, tree: Path, command: str, role: str = "final"
+    rnd: Round,
+    name: str,
+    tree: Path,
+    command: str,
+    role: str = "final",
+    expect: dict[str, str] | None = None,
 ) -> tuple[int, str, Path]:
     """``command`` in ``tree`` through the worker's test mode (job ``name``): its exit
     code, its log and the job's output folder ($TURBO_CAMPAIGN_OUT there)."""
-    spec = rnd.spec(role, 0, [], mode="test", command=command)
+    spec = rnd.spec(role, 0, [], mode="test", command=command, expect=expect)
     outcome = run_job(rnd, name, spec, tree)
     log = outcome.out_dir / "test.log"
     text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
@@ -230,8 +246,32 @@ def run_command_in(
 
 
 def run_focused_test(rnd: Round, role: str, tree: Path) -> tuple[bool, str]:
-    code, text, _ = run_command_in(rnd, f"test-{role}", tree, rnd.manifest.test_command, role)
+    """The focused test of ``role``'s tree: passed, and the tail of its log.  Raises
+    Tampered when the worker found a judge file not as restored (``judge_expect``)."""
+    expect = rnd.judge_expect.get(tree)
+    code, text, out = run_command_in(
+        rnd, f"test-{role}", tree, rnd.manifest.test_command, role, expect
+    )
+    changed = _tampered_files(out) if expect else []
+    if changed:
+        raise Tampered(
+            f"TAMPERED: the {role}'s judge file(s) {', '.join(changed)} no longer held the "
+            "lineage head's bytes restored in its tree when its focused test was to start "
+            "(its own build rewrote them: its setup.py runs arbitrary code); the test did "
+            "not run, the round is FAILED and nothing was judged; review the candidate "
+            "patch before measuring it again"
+        )
     return code == 0, explain_failure(text[-1500:], text)
+
+
+def _tampered_files(out: Path) -> list[str]:
+    """The judge files the test job said were changed (test.json's ``tampered``)."""
+    try:
+        data = json.loads((out / "test.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    found = data.get("tampered") if isinstance(data, dict) else None
+    return [str(p) for p in found] if isinstance(found, list) else []
 
 
 class FocusedTest:

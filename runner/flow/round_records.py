@@ -24,6 +24,7 @@ from runner.core.timestamps import now_minute
 from runner.flow.measure import pairing_words
 from runner.flow.passes import fresh_gains, state_report
 from runner.flow.round_context import Round
+from runner.judge.gate_constants import current_digest
 from runner.judge.vetoes import state_transfer
 from runner.store.campaign import Campaign
 from runner.store.roundfiles import artifact_list, describe_patch, store_artifacts
@@ -116,6 +117,7 @@ def _shared_fields(rnd: Round, request: Request, change: str, started: str) -> d
         "benchmark_command": m.benchmark_command,
         "baseline": baseline_score(rnd.campaign),
         "artifacts": artifact_list(rnd.campaign, rnd.round),
+        "gate_constants": current_digest(),
     }
 
 

@@ -28,7 +28,7 @@ from runner.core.pause_points import pause_point
 from runner.core.shapes import Shape
 from runner.executors.base import BuiltRole, Executor
 from runner.flow.build import built_roles, describe
-from runner.flow.judge_files import check_scope, restore_judge, scope_notes
+from runner.flow.judge_files import check_scope, judge_digests, restore_judge, scope_notes
 from runner.flow.measure import measure_and_judge, measure_roles
 from runner.flow.records import close_round
 from runner.flow.round_context import (
@@ -118,6 +118,7 @@ def _validate_in(
                 patch, touched, inc_tree, cand_tree, request.bucket
             )
             notes = scope_notes(declared, restore_judge(m, inc_tree, cand_tree, touched))
+            rnd.judge_expect[cand_tree] = judge_digests(m, inc_tree, touched)
             write_json_atomic(rnd.tmp / "audit.json", report.to_dict())
             roles = {"incumbent": inc_tree, "candidate": cand_tree}
             gate, inc_score, cand_score, builds = _guarded(

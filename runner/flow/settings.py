@@ -1,5 +1,6 @@
 """``campaign set FIELD VALUE --reason TEXT``: a deliberate change of one field the
-verdict depends on, recorded (a new gate-field ledger entry, a marked line in
+verdict depends on (or ``campaign set gate_constants current``: the running code's gate
+constants become the campaign's), recorded (a new gate-field ledger entry, a marked line in
 optimize.md) after every record verifies (docs/reliability.md §7, row 3).  The ledger
 itself and its checks are ``runner.store.gate_ledger``.
 """
@@ -11,9 +12,22 @@ from typing import Any
 import yaml
 
 from runner.core.errors import AppendOnlyViolation, ConfigError
+from runner.judge.gate_constants import current_digest
 from runner.store.appendlog import append_correction
 from runner.store.campaign import Campaign
-from runner.store.gate_ledger import GATE_FIELDS, gate_values, last_entry, record, short_value
+from runner.store.gate_ledger import (
+    CONSTANTS_FIELD,
+    CONSTANTS_VALUE,
+    GATE_FIELDS,
+    SETTABLE,
+    constant_problems,
+    field_problems,
+    gate_values,
+    last_entry,
+    ledgered_constants,
+    record,
+    short_value,
+)
 from runner.store.guard import verify_records
 from runner.store.manifest import validate_manifest
 
@@ -33,29 +47,61 @@ def parse_value(text: str) -> Any:
         raise ConfigError(f"VALUE {text!r} is not a YAML value ({exc})") from None
 
 
+def _check_others(campaign: Campaign, field: str, entry: dict[str, Any] | None) -> None:
+    """Refuse while another gate field, or the gate's constants, differ from the
+    ledger: each is restored or set on its own, never ledgered on the side."""
+    if entry is None:
+        return
+    now = gate_values(campaign.manifest)
+    others = [k for k in GATE_FIELDS if k != field and entry["fields"].get(k) != now[k]]
+    if field != CONSTANTS_FIELD and constant_problems(entry):
+        others.append(f"{CONSTANTS_FIELD} (the running code's differ)")
+    if others:
+        raise AppendOnlyViolation(
+            f"gate field(s) {', '.join(others)} of {campaign.manifest_path} differ "
+            "from their ledgered values too: restore them, or set each with its "
+            "own `campaign set FIELD VALUE --reason TEXT`; nothing was changed"
+        )
+
+
+def _constants_line(campaign: Campaign, value: str, entry: dict[str, Any] | None) -> str:
+    """``campaign set gate_constants current``: the line for optimize.md (the ledger
+    entry that follows holds the running code's constants)."""
+    if value.strip() != CONSTANTS_VALUE:
+        raise ConfigError(
+            f"`campaign set {CONSTANTS_FIELD}` takes one VALUE, {CONSTANTS_VALUE!r}: the "
+            "constants of the turbo-campaign that runs it become the campaign's"
+        )
+    if field_problems(campaign):
+        raise AppendOnlyViolation(
+            f"{campaign.manifest_path}: a gate field differs from its ledgered value; "
+            "restore it or set it with `campaign set FIELD VALUE --reason TEXT` first; "
+            "nothing was changed"
+        )
+    recorded = None if entry is None else ledgered_constants(entry)
+    old = "not ledgered" if recorded is None else str(recorded.get("sha256"))[:12]
+    return f"gate constants: {old} -> {current_digest()[:12]} (`campaign set`)"
+
+
 def set_gate_field(campaign: Campaign, field: str, value: str, reason: str) -> str:
-    """``campaign set``: change one gate field as a recorded, deliberate change.  Refused
-    while a record does not verify or another gate field differs from its ledgered
-    value (that one must be restored or set on its own first).  Returns the line
-    appended to optimize.md."""
-    if field not in GATE_FIELDS:
-        raise ConfigError(f"{field!r} is not a gate field; one of: {', '.join(GATE_FIELDS)}")
+    """``campaign set``: change one gate field (or take the running code's gate
+    constants) as a recorded, deliberate change.  Refused while a record does not
+    verify or another gate field differs from its ledgered value (that one must be
+    restored or set on its own first).  Returns the line appended to optimize.md."""
+    if field not in SETTABLE:
+        raise ConfigError(f"{field!r} is not a gate field; one of: {', '.join(SETTABLE)}")
     if not reason.strip():
         raise ConfigError("say why the field changes: --reason TEXT (it is recorded)")
     with campaign.lock():
         verify_records(campaign)
-        m = campaign.manifest
         entry = last_entry(campaign)
-        if entry is not None:
-            others = [
-                k for k in GATE_FIELDS if k != field and entry["fields"].get(k) != gate_values(m)[k]
-            ]
-            if others:
-                raise AppendOnlyViolation(
-                    f"gate field(s) {', '.join(others)} of {campaign.manifest_path} differ "
-                    "from their ledgered values too: restore them, or set each with its "
-                    "own `campaign set FIELD VALUE --reason TEXT`; nothing was changed"
-                )
+        _check_others(campaign, field, entry)
+        if field == CONSTANTS_FIELD:
+            line = _constants_line(campaign, value, entry) + f"; reason: {reason.strip()}"
+            append_correction(campaign.optimize_log, line)
+            record(campaign, "campaign set", f"{field}: {reason.strip()}")
+            return line
+        m = campaign.manifest
         old = gate_values(m)[field] if entry is None else entry["fields"][field]
         data = m.model_dump()
         data[field] = parse_value(value)

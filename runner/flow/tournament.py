@@ -30,7 +30,7 @@ from runner.core.outcomes import Decision, GateResult, RoundResult, TournamentNo
 from runner.core.pause_points import pause_point
 from runner.executors.base import BuiltRole, Executor
 from runner.flow.build import built_roles, describe
-from runner.flow.judge_files import check_scope, restore_judge, scope_notes
+from runner.flow.judge_files import check_scope, judge_digests, restore_judge, scope_notes
 from runner.flow.records import close_round
 from runner.flow.round_context import Progress, Round, gpu_lease, level_shapes
 from runner.flow.round_records import (
@@ -217,6 +217,7 @@ def _audit(rnd: Round, entry: Entry, inc_tree: Path) -> None:
     )
     entry.rejects = bool(report.rejects)
     restored = restore_judge(m, inc_tree, entry.tree, entry.touched)
+    rnd.judge_expect[entry.tree] = judge_digests(m, inc_tree, entry.touched)
     entry.notes = scope_notes(entry.declared, restored)
     write_json_atomic(entry.dir / "audit.json", report.to_dict())
 

@@ -42,7 +42,7 @@ from runner.render.figures import fmt_gain, scale_for, short_text
 from runner.render.headline import Headline, headline_gain
 from runner.store.acceptance import load_acceptance
 from runner.store.campaign import Campaign
-from runner.store.gate_ledger import check_gate_fields
+from runner.store.gate_ledger import check_gate_fields, describe_constants
 from runner.store.gate_ledger import describe as describe_gate_fields
 from runner.store.guard import check_records, lineage_behind
 from runner.store.leases import list_leases
@@ -115,6 +115,7 @@ class CampaignStatus:
     leftovers: list[str] = field(default_factory=list)
     headline_rounds: list[int] = field(default_factory=list)
     gate_fields: str = ""  # runner.store.gate_ledger.describe
+    gate_constants: str = ""  # runner.store.gate_ledger.describe_constants
     round_table: list[dict[str, Any]] = field(default_factory=list)  # round_rows
     sigma_g: float | None = None
     threshold_pct: float | None = None  # max(2%, 3 sigma_G), docs/protocol.md §5.3
@@ -148,6 +149,7 @@ class CampaignStatus:
             "record_problems": list(self.record_problems),
             "leftovers": list(self.leftovers),
             "gate_fields": self.gate_fields,
+            "gate_constants": self.gate_constants,
             "round_table": [dict(row) for row in self.round_table],
             "sigma_g": self.sigma_g,
             "threshold_pct": self.threshold_pct,
@@ -290,6 +292,7 @@ def collect_status(campaign: Campaign) -> CampaignStatus:
     )
     status.record_problems = check_records(campaign) + check_gate_fields(campaign)
     status.gate_fields = describe_gate_fields(campaign)
+    status.gate_constants = describe_constants(campaign)
     status.unclosed_why = {n: describe_attempt(campaign.round_dir(n)) for n in status.unclosed}
     status.leftovers = describe_leftovers(
         campaign.root, campaign.name, Path(campaign.manifest.source)
@@ -412,6 +415,7 @@ def render_status(s: CampaignStatus) -> str:
         *(f"round-{n} stopped: {why}" for n, why in sorted(s.unclosed_why.items())),
         f"chain integrity: {chain}",
         *([f"gate fields: {s.gate_fields}"] if s.gate_fields else []),
+        *([f"gate constants: {s.gate_constants}"] if s.gate_constants else []),
         *s.leftovers,
     ]
     lines += [f"{key}: {line}" for key, line in s.extra]

@@ -21,6 +21,15 @@ A campaign made before this (no ledger, and a baseline that does not say it ledg
 its fields) keeps working: ``describe`` says "not ledgered"; its first ``campaign set``
 starts the ledger.  A ledger that was deleted (together with its ``.sha256``) while
 the baseline's record says it was written is BROKEN too.
+
+The gate's own constants (``runner.judge.gate_constants``: thresholds, the near-noise
+rule, the vetoes, the measuring caps) are ledgered beside the fields: every entry holds
+their name=value map and its digest (``constants``).  Running code whose constants
+differ (a turbo-campaign upgrade that changed the gate) is named like a changed field:
+status BROKEN, exit 5 before measuring, naming each constant and
+``campaign set gate_constants current --reason TEXT``, which records the running
+code's constants as the campaign's.  An entry without them (a campaign made before) says
+"not ledgered" for the constants; the next ``campaign set`` ledgers them.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from typing import Any
 from runner.core.errors import AppendOnlyViolation
 from runner.core.outcomes import Status
 from runner.core.timestamps import now_minute
+from runner.judge.gate_constants import changed_names, digest, gate_constants
 from runner.store.appendlog import append
 from runner.store.campaign import Campaign
 from runner.store.manifest import Manifest
@@ -53,6 +63,18 @@ GATE_FIELDS = (
     "performance_target",
     "kernel_source",
     "test_command",
+)
+# `campaign set gate_constants current`: the running code's gate constants become the
+# campaign's (the only VALUE it takes).
+CONSTANTS_FIELD = "gate_constants"
+CONSTANTS_VALUE = "current"
+SETTABLE = (*GATE_FIELDS, CONSTANTS_FIELD)
+CONSTANTS_SET = f"`campaign set {CONSTANTS_FIELD} {CONSTANTS_VALUE} --reason TEXT`"
+# How the problem line of changed constants starts (``constant_problems``).
+CONSTANTS_PROBLEM = "the gate's constants of this turbo-campaign differ"
+CONSTANTS_RECOVERY = (
+    "for the gate's constants: run the turbo-campaign version that made the campaign, "
+    f"or record the change with {CONSTANTS_SET}"
 )
 # The words the baseline's record carries when it wrote the ledger.
 LEDGERED_NOTE = "gate fields ledgered in logs/" + LEDGER_NAME
@@ -80,7 +102,15 @@ def record(campaign: Campaign, by: str, reason: str) -> str:
     """Append the manifest's gate fields as the new ledgered state; returns its sha256."""
     values = gate_values(campaign.manifest)
     sha = values_sha(values)
-    entry = {"when": now_minute(), "by": by, "reason": reason, "sha256": sha, "fields": values}
+    constants = gate_constants()
+    entry = {
+        "when": now_minute(),
+        "by": by,
+        "reason": reason,
+        "sha256": sha,
+        "fields": values,
+        "constants": {"sha256": digest(constants), "values": constants},
+    }
     append(ledger_file(campaign), json.dumps(entry, sort_keys=True, ensure_ascii=True) + "\n")
     return sha
 
@@ -113,7 +143,37 @@ def short_value(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def check_gate_fields(campaign: Campaign) -> list[str]:
+def ledgered_constants(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The entry's gate constants (``sha256``, ``values``); None when the entry was
+    written before they were ledgered."""
+    found = entry.get("constants")
+    if isinstance(found, dict) and isinstance(found.get("values"), dict):
+        return found
+    return None
+
+
+def constant_problems(entry: dict[str, Any]) -> list[str]:
+    """One line naming every gate constant of the running code that differs from the
+    entry's (empty: the same, or not ledgered)."""
+    recorded = ledgered_constants(entry)
+    if recorded is None:
+        return []
+    now = gate_constants()
+    if digest(now) == recorded.get("sha256") == digest(recorded["values"]):
+        return []
+    names = changed_names(recorded["values"], now)
+    listed = "; ".join(
+        f"{k} {short_value(recorded['values'].get(k))} -> {short_value(now.get(k))}" for k in names
+    )
+    return [
+        f"{CONSTANTS_PROBLEM} from those the campaign was judged with "
+        f"(sha256 {str(recorded.get('sha256'))[:12]} -> {digest(now)[:12]}): "
+        f"{', '.join(names) or '(hash)'} ({listed}); run the turbo-campaign version that "
+        f"made the campaign, or record the change with {CONSTANTS_SET}"
+    ]
+
+
+def field_problems(campaign: Campaign) -> list[str]:
     """One line naming every gate field that differs from its ledgered value (empty:
     ledgered and unchanged, or not ledgered at all)."""
     try:
@@ -142,6 +202,17 @@ def check_gate_fields(campaign: Campaign) -> list[str]:
     ]
 
 
+def check_gate_fields(campaign: Campaign) -> list[str]:
+    """``field_problems``, and one line for the gate's constants when the running
+    code's differ from the campaign's."""
+    problems = field_problems(campaign)
+    try:
+        entry = last_entry(campaign)
+    except (AppendOnlyViolation, OSError, UnicodeDecodeError):
+        return problems  # named by field_problems
+    return problems + ([] if entry is None else constant_problems(entry))
+
+
 def verify_gate_fields(campaign: Campaign) -> None:
     """Raise AppendOnlyViolation (exit 5) when a gate field differs from the ledger."""
     problems = check_gate_fields(campaign)
@@ -155,8 +226,7 @@ def verify_gate_fields(campaign: Campaign) -> None:
 
 def describe(campaign: Campaign) -> str:
     """The status line: ledgered (its hash and entries), not ledgered, or BROKEN."""
-    problems = check_gate_fields(campaign)
-    if problems:
+    if field_problems(campaign):
         return "BROKEN: changed without `campaign set` (named under chain integrity)"
     entry = last_entry(campaign)
     if entry is None:
@@ -165,3 +235,24 @@ def describe(campaign: Campaign) -> str:
             "baseline yet)"
         )
     return f"ledgered, unchanged (sha256 {str(entry.get('sha256'))[:12]}, by {entry.get('by')})"
+
+
+def describe_constants(campaign: Campaign) -> str:
+    """The status line of the gate's constants: ledgered and the running code's, not
+    ledgered, or BROKEN (the running code judges with other constants)."""
+    try:
+        entry = last_entry(campaign)
+    except (AppendOnlyViolation, OSError, UnicodeDecodeError):
+        return "BROKEN: the gate-field ledger does not verify (named under chain integrity)"
+    recorded = None if entry is None else ledgered_constants(entry)
+    if entry is None or recorded is None:
+        return (
+            "not ledgered (a campaign made before the gate's constants were ledgered, or "
+            f"no baseline yet; {CONSTANTS_SET} ledgers them)"
+        )
+    if constant_problems(entry):
+        return (
+            "BROKEN: this turbo-campaign judges with other constants than the campaign's "
+            "(named under chain integrity)"
+        )
+    return f"ledgered, the running code's (sha256 {str(recorded.get('sha256'))[:12]})"
