@@ -92,7 +92,7 @@ FILE_SECONDS = {
     "test_rounds.py": 190,
     "test_workspace_mode.py": 185,
     "test_paired.py": 165,
-    "test_tournament.py": 170,  # five entries on a slow_tiny copy, the fixture C build
+    "test_tournament.py": 180,  # five entries on a slow_tiny copy, three fixture C builds
     "test_mcp_server.py": 65,  # * the suite's round cap reaches the server
     "test_tamper.py": 90,  # a round and a full validation on demo copies, failed before a turn
     "test_build_cache.py": 60,  # real C builds through the local executor

@@ -41,3 +41,14 @@ def test_a_spec_written_with_the_extra_dict_reads_the_same(tmp_path: Path) -> No
 def test_an_unknown_mode_is_refused() -> None:
     with pytest.raises(ConfigError, match="mode is one of measure, test, not 'serve'"):
         spec(mode="serve")
+
+
+def test_a_worker_refuses_a_spec_of_another_version(tmp_path: Path) -> None:
+    """A worker older than the judge-file check (an image built before it) would run a
+    test job without checking its ``expect``; the version stops it with what to do, and
+    a spec from an older host is refused the same way (docs/reliability.md §7 row 19)."""
+    for version in (1, 99):
+        data = spec(mode="test", command="pytest -q", expect={"t.py": "0" * 64}).to_dict()
+        (tmp_path / "s.json").write_text(json.dumps(data | {"schema_version": version}))
+        with pytest.raises(ConfigError, match="rebuild the image"):
+            load_spec(tmp_path / "s.json")

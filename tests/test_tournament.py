@@ -174,30 +174,52 @@ def _head(campaign: object) -> str:
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler on this host")
 def test_a_candidate_whose_native_build_fails_fails_alone(tmp_path: Path) -> None:
     """The Primus-Turbo-shaped fixture's real C extension: the candidate that breaks it
-    is dropped with its build log's message, the other one and the incumbent are built."""
-    from test_build_cache import FASTER, pipeline, tree
+    is dropped with its build log's message, the other ones and the incumbent are built.
+    Then the focused tests: the candidate whose own build (its setup.py) hollowed the
+    lineage head's restored test files fails alone as TAMPERED, its test not run, and the
+    honest candidate's test passes (issue 27 row 19 in a tournament, issue 31's "a
+    failing entry fails alone")."""
+    from test_build_cache import FASTER, HOLLOW, pipeline, tree
 
     from runner.executors.local import LocalExecutor
+    from runner.flow.judge_files import judge_digests, restore_judge
     from runner.flow.round_context import Round
     from runner.flow.round_records import Request
     from runner.flow.tournament import _build
-    from runner.flow.tournament_measure import Entry
+    from runner.flow.tournament_measure import Entry, focused_tests
 
     campaign = pipeline().new_campaign(tmp_path, "local", None, "cpu")
     repo = Path(campaign.manifest.source)
     broken = {"csrc/kernels/gemm/gemm_config.h": ("SWEEPS 3", "SWEEPS 3 +")}
+    hollow = {"setup.py": ("import sys\n", "import sys\n" + HOLLOW)}
     roles = {
         "incumbent": tree(repo, tmp_path / "i"),
         "candidate-1": tree(repo, tmp_path / "c1", broken),
         "candidate-2": tree(repo, tmp_path / "c2", FASTER),
+        "candidate-3": tree(repo, tmp_path / "c3", hollow),
     }
-    entries = [Entry(Request(2, "breaks the build", "x"), 1), Entry(Request(3, "faster", "x"), 2)]
+    entries = [
+        Entry(Request(2, "breaks the build", "x"), 1),
+        Entry(Request(3, "faster", "x"), 2),
+        Entry(Request(4, "hollows its judge", "x"), 3),
+    ]
+    for entry, touched in zip(entries, (broken, FASTER, hollow), strict=True):
+        entry.tree, entry.touched = roles[entry.role], sorted(touched)
+    m = campaign.manifest
     rnd = Round(campaign, LocalExecutor(), lambda _m: None, tmp_path / "r", 2, "quick")
     rnd.tmp.mkdir()
+    for entry in entries:  # what the tournament's _audit does before the builds
+        assert entry.tree is not None
+        restore_judge(m, roles["incumbent"], entry.tree, entry.touched)
+        rnd.judge_expect[entry.tree] = judge_digests(m, roles["incumbent"], entry.touched)
     with contextlib.ExitStack() as stack:
         builds = _build(rnd, stack, roles, entries)
-        assert sorted(roles) == ["candidate-2", "incumbent"]
-        assert {b.role for b in builds} == {"incumbent", "candidate-2"}
+        assert sorted(roles) == ["candidate-2", "candidate-3", "incumbent"]
+        assert {b.role for b in builds} == {"incumbent", "candidate-2", "candidate-3"}
         assert all(rnd.builds.get(roles[b.role]) is b for b in builds)
+        focused_tests(rnd, entries)
     assert entries[0].failure is not None and "its native build failed" in entries[0].failure
-    assert entries[1].failure is None
+    assert entries[1].failure is None and entries[1].vetoes == []
+    why = entries[2].failure
+    assert why is not None and why.startswith("TAMPERED") and "candidate-3" in why, why
+    assert entries[2].vetoes == []

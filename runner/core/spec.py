@@ -17,7 +17,10 @@ from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
 from runner.core.versions import require_schema_version
 
-SPEC_SCHEMA_VERSION = 1
+# 2: a test job's ``expect`` (the judge files' digests, docs/reliability.md §7 row 19) is
+# checked by the worker; a worker of an older image would ignore it, so it refuses the
+# spec instead and the message says to rebuild the image.
+SPEC_SCHEMA_VERSION = 2
 
 
 # The environment variable that names a job's artifacts folder (set by the worker for

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from runner.core.errors import FocusedTestFailed, MeasurementFailed
+from runner.core.errors import FocusedTestFailed, MeasurementFailed, Tampered
 from runner.core.outcomes import Decision, GateResult, TransferCheck
 from runner.core.shapes import Shape
 from runner.flow.measure import (
@@ -105,7 +105,11 @@ def focused_tests(rnd: Round, entries: Sequence[Entry]) -> None:
 
     def one(entry: Entry) -> None:
         assert entry.tree is not None
-        ok, tail = run_focused_test(rnd, entry.role, entry.tree)
+        try:
+            ok, tail = run_focused_test(rnd, entry.role, entry.tree)
+        except Tampered as exc:  # its own build rewrote its judge files: it fails alone
+            entry.failure = str(exc)
+            return
         if not ok:
             entry.vetoes.append(failed + tail)
 
@@ -121,8 +125,9 @@ class EntryTests:
     measurement's worker start-up, as a single round's ``FocusedTest`` runs beside its
     workers (on the H200 the four tests of a tournament took 39 s before any worker
     started), and ``rnd.before_turns`` holds the first timed turn until all are done.
-    A test that failed vetoes its entry, and ``require`` then raises FocusedTestFailed
-    before anything was timed: ``measure_entries`` measures again without that entry.
+    A test that failed vetoes its entry (one whose judge files its own build rewrote
+    fails it: TAMPERED), and ``require`` then raises FocusedTestFailed before anything
+    was timed: ``measure_entries`` measures again without that entry.
     Elsewhere they run at once, before any worker starts, as they always did.  Leave
     through ``close()``, which waits for the thread and clears the hook."""
 
@@ -130,6 +135,7 @@ class EntryTests:
         self.rnd = rnd
         self.entries = list(entries)
         self._vetoes = {e.role: len(e.vetoes) for e in self.entries}
+        self._failures = {e.role: e.failure for e in self.entries}
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         if rnd.gpu_target and supports_paired(rnd.executor):
@@ -152,8 +158,13 @@ class EntryTests:
             raise self._error
 
     def failed(self) -> list[Entry]:
-        """The entries whose focused test failed (a veto added since they started)."""
-        return [e for e in self.entries if len(e.vetoes) > self._vetoes[e.role]]
+        """The entries whose focused test failed (a veto added since they started) or
+        that failed at it (tampered judge files)."""
+        return [
+            e
+            for e in self.entries
+            if len(e.vetoes) > self._vetoes[e.role] or e.failure != self._failures[e.role]
+        ]
 
     def require(self) -> None:
         """``before_turns``: wait for the tests; raise FocusedTestFailed when one failed
@@ -234,7 +245,7 @@ def _measure(
     try:
         return measure_roles(rnd, trees, shapes, asked, last_index(rnd.tmp))
     except FocusedTestFailed:  # the tests beside the start-up (EntryTests)
-        todo[:] = [e for e in todo if not e.vetoes]
+        todo[:] = [e for e in todo if not e.vetoes and not e.failure]
         return None
     except MeasurementFailed as exc:
         culprit = _culprit(exc, todo)
