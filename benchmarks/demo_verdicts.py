@@ -102,6 +102,7 @@ def one_run(busy: int, accept: bool, keep: Path | None) -> dict[str, Any]:
         for name in EXPECTED:
             run[name] = verdict(campaign, name)
         if accept:
+            at = commit()  # the code campaign accept imports as it starts
             t1 = time.monotonic()
             acc = subprocess.run([sys.executable, "-m", "runner", "accept", "-q", "--json"],
                                  cwd=root, env=env, capture_output=True, text=True,
@@ -113,7 +114,7 @@ def one_run(busy: int, accept: bool, keep: Path | None) -> dict[str, Any]:
             except json.JSONDecodeError:
                 record = {"error": (acc.stdout + acc.stderr)[-2000:]}
             run["accept"] = {k: record.get(k) for k in ("outcome", "reasons", "error")}
-            run["accept"]["commit"] = commit()
+            run["accept"]["commit"] = at
             run["accept"]["shapes"] = per_shape(campaign)
         if keep is not None:
             shutil.copytree(campaign, keep / f"{campaign.name}", dirs_exist_ok=True)
