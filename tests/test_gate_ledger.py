@@ -129,6 +129,7 @@ GATE_MODULES = (
     "runner.judge.gate",
     "runner.judge.evidence",
     "runner.judge.gate_inputs",
+    "runner.judge.heldout",
     "runner.judge.vetoes",
     "runner.flow.measure",
 )
