@@ -7,11 +7,14 @@ of the order.  A gain that varies with the shape (with its size, its M, a padded
 gives a held-out shape a gain at least about that of the lesser of its two neighbours,
 if the change is not tuned to the targets; so:
 
-* **short of its neighbours**: a held-out shape whose gain is below the lesser of its
-  neighbours' gains by more than the noise of the two figures (the 95% half-widths of
-  their paired intervals, combined as independent: sqrt(h1^2 + h2^2)) and by more than
-  the smallest gain the protocol counts (1%, ``runner.judge.evidence.FLOOR_GAIN``) is
-  over-fitting;
+* **short of its neighbours**: where the lesser neighbour gained (floor > 0), a held-out
+  shape whose gain is nearer to no gain than to the floor (below ``MIDPOINT`` times it:
+  of the two explanations, "the gain holds here" and "it does not", the second fits
+  better) and below the floor by more than the noise of the two figures (the 95%
+  half-widths of their paired intervals, combined as independent: sqrt(h1^2 + h2^2))
+  and by more than the smallest gain the protocol counts (1%,
+  ``runner.judge.evidence.FLOOR_GAIN``) is over-fitting.  A held-out shape that keeps
+  most of its neighbours' gain (+25% beside +30%) is not, however precise the figures;
 * **regressed**: a held-out shape 5% or more slower than at the base commit is
   over-fitting, whatever its neighbours did.
 
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from runner.judge.evidence import FLOOR_GAIN
 
 HELDOUT_REGRESSION_PCT = 5.0  # a held-out shape this much slower: over-fitting
+MIDPOINT = 0.5  # short: a held-out gain nearer to none than to the lesser neighbour's
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,8 @@ class Shortfall:
 
     @property
     def short(self) -> bool:
-        return self.by > self.tolerance
+        kept = self.held.gain < MIDPOINT * self.floor.gain
+        return self.floor.gain > 0 and kept and self.by > self.tolerance
 
     def describe(self) -> str:
         return (
