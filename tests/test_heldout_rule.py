@@ -177,3 +177,5 @@ def test_heldout_check_judges_the_paired_evidence_before_the_scores() -> None:
     wide = {lb: {"mean_pct": 100 * (v - 1), "half_width_pct": 12.0} for lb, v in ratios.items()}
     held = heldout_check(base, final, ["down"], WORK, _gate(wide), 0.01)
     assert held is not None and held.ok and "tolerance 16.97%" in held.detail
+    above = heldout_check(base, _score(dict.fromkeys(WORK, 1.1)), ["down"], WORK, None, 0.01)
+    assert above is not None and above.ok and "(above by 0.00%" in above.detail

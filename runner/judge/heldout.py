@@ -69,9 +69,14 @@ class Shortfall:
         return self.floor.gain > 0 and kept and self.by > self.tolerance
 
     def describe(self) -> str:
+        gap = (
+            f"short by {100 * self.by:.2f}%"
+            if self.by > 0
+            else f"above by {abs(100 * self.by):.2f}%"
+        )
         return (
             f"{self.held.pct()} against its neighbour {self.floor.pct()} "
-            f"(short by {100 * self.by:.2f}%, tolerance {100 * self.tolerance:.2f}%)"
+            f"({gap}, tolerance {100 * self.tolerance:.2f}%)"
         )
 
 
