@@ -51,12 +51,43 @@ def verdict(campaign: Path, round_dir: str) -> dict[str, Any]:
     return {"status": data.get("status"), "delta_pct": (data.get("gate") or {}).get("delta_pct")}
 
 
+def commit() -> str:
+    """The checkout's commit (``+dirty`` with uncommitted changes): the code a run ran."""
+    git = ["git", "-C", str(ROOT)]
+    head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                          text=True, check=False).stdout.strip()  # fmt: skip
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
+    return head + ("+dirty" if dirty else "")
+
+
+def per_shape(campaign: Path) -> list[dict[str, Any]]:
+    """From ``acceptance/acceptance.json``: each shape's base and final metric, and
+    whether it is held out (the figures the held-out check judged)."""
+    path = campaign / "acceptance" / "acceptance.json"
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text(encoding="utf-8"))
+    held = set(data.get("heldout_shapes") or [])
+    final = {s["label"]: s["value"] for s in (data.get("final_score") or {}).get("shapes", [])}
+    rows = (data.get("baseline_score") or {}).get("shapes", [])
+    return [
+        {"label": s["label"], "base": s["value"], "final": final.get(s["label"])}
+        | {"heldout": s["label"] in held}
+        for s in rows
+    ]
+
+
 def one_run(busy: int, accept: bool, keep: Path | None) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="demo-verdicts-"))
     env = {**os.environ, "CAMPAIGN_ROOT": str(root / "campaigns")}
     env.pop("TURBO_CAMPAIGN_ROUND_CAP_S", None)  # the product's own caps
     spin = spinners(busy)
-    run: dict[str, Any] = {"busy": busy, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    run: dict[str, Any] = {
+        "busy": busy,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "commit": commit(),
+    }
     try:
         t0 = time.monotonic()
         demo = subprocess.run([sys.executable, "-m", "runner", "demo", "-q"], cwd=root,
@@ -71,6 +102,7 @@ def one_run(busy: int, accept: bool, keep: Path | None) -> dict[str, Any]:
         for name in EXPECTED:
             run[name] = verdict(campaign, name)
         if accept:
+            at = commit()  # the code campaign accept imports as it starts
             t1 = time.monotonic()
             acc = subprocess.run([sys.executable, "-m", "runner", "accept", "-q", "--json"],
                                  cwd=root, env=env, capture_output=True, text=True,
@@ -82,6 +114,8 @@ def one_run(busy: int, accept: bool, keep: Path | None) -> dict[str, Any]:
             except json.JSONDecodeError:
                 record = {"error": (acc.stdout + acc.stderr)[-2000:]}
             run["accept"] = {k: record.get(k) for k in ("outcome", "reasons", "error")}
+            run["accept"]["commit"] = at
+            run["accept"]["shapes"] = per_shape(campaign)
         if keep is not None:
             shutil.copytree(campaign, keep / f"{campaign.name}", dirs_exist_ok=True)
     finally:

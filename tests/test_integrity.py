@@ -347,14 +347,15 @@ def _score(values: dict[str, float]) -> Score:
 
 
 def test_heldout_check_blocks_over_fitting() -> None:
-    base = _score({"t1": 1.0, "t2": 1.0, "h": 1.0})
-    good = heldout_check(base, _score({"t1": 1.3, "t2": 1.3, "h": 1.25}), ["h"])
+    base = _score({"t1": 1.0, "h": 1.0, "t2": 1.0})
+    work = {"t1": 1.0, "h": 2.0, "t2": 3.0}
+    good = heldout_check(base, _score({"t1": 1.3, "t2": 1.3, "h": 1.25}), ["h"], work, None, 0.01)
     assert good is not None and good.ok
-    slower = heldout_check(base, _score({"t1": 1.3, "t2": 1.3, "h": 0.94}), ["h"])
+    slower = heldout_check(base, _score({"t1": 1.3, "t2": 1.3, "h": 0.94}), ["h"], work)
     assert slower is not None and not slower.ok and ">= 5% slower" in slower.detail
-    flat = heldout_check(base, _score({"t1": 1.4, "t2": 1.4, "h": 1.02}), ["h"])
-    assert flat is not None and not flat.ok and "under a quarter" in flat.detail
-    assert heldout_check(base, base, []) is None
+    flat = heldout_check(base, _score({"t1": 1.4, "t2": 1.4, "h": 1.02}), ["h"], work, None, 0.01)
+    assert flat is not None and not flat.ok and "against its neighbour" in flat.detail
+    assert heldout_check(base, base, [], work) is None
 
 
 # ---- the real step's gain is judged in milliseconds saved ---------------------------

@@ -298,7 +298,8 @@ def _validate(
     for name in ("baseline.csv", "final.csv"):
         shutil.copy2(rnd.tmp / name, art / name)
     check = validation_check(gate, final)
-    held = heldout_check(base, final, result.heldout)
+    work = {s.label: s.flops_fwd for s in shapes}
+    held = heldout_check(base, final, result.heldout, work, gate, rnd.manifest.sigma_g)
     if held is not None:
         result.checks.append(held)
     if result.head == result.base_commit:

@@ -2,8 +2,8 @@
 
 Every module-level numeric constant of the modules that decide a verdict or how long a
 comparison measures before it is final (``GATE_MODULES``: the gate, the near-noise
-rule, the vetoes, the measuring caps), imported names aside, and the threshold and pair
-rules at a grid of sigma_G (their literals: 3 sigma_G, 3 pairs).  ``digest`` is a
+rule, the held-out rule of final acceptance, the vetoes, the measuring caps), imported
+names aside, and the threshold and pair rules at a grid of sigma_G (their literals: 3 sigma_G, 3 pairs).  ``digest`` is a
 sha256 over them, the same text ``docs/gate-constants.jsonl`` hashes: a campaign's
 digest names the repository ledger's entry that judged it.
 
@@ -22,9 +22,16 @@ import re
 from pathlib import Path
 from types import ModuleType
 
-from runner.judge import evidence, gate, gate_inputs, measuring_caps, vetoes
+from runner.judge import evidence, gate, gate_inputs, heldout, measuring_caps, vetoes
 
-GATE_MODULES: tuple[ModuleType, ...] = (gate, evidence, gate_inputs, vetoes, measuring_caps)
+GATE_MODULES: tuple[ModuleType, ...] = (
+    gate,
+    evidence,
+    gate_inputs,
+    heldout,
+    vetoes,
+    measuring_caps,
+)
 SIGMA_GRID = (0.0, 0.005, 0.01, 0.011, 0.02, 0.05)
 
 

@@ -1,0 +1,181 @@
+"""The held-out over-fitting rule of final acceptance (docs/protocol.md §5.7,
+``runner.judge.heldout``): a held-out shape is judged against the lesser of its size
+neighbours among the targets, within the measured noise; 5% slower is always refused.
+Pure and fast: no campaign, no measuring."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runner.core.outcomes import Decision, GateResult, Score, ShapeScore
+from runner.flow.acceptance_checks import heldout_check
+from runner.judge.heldout import ShapeGain, judge_heldout, neighbours
+
+# The demo's CPU shapes (runner.core.shapes.cpu_gemm_shapes), forward FLOPs.
+WORK = {
+    "small": 8.39e6,
+    "attn_out": 6.71e7,
+    "down": 1.85e8,
+    "qkv": 2.01e8,
+    "gate_up": 3.61e8,
+}
+
+
+def _gains(pct: dict[str, float], half_pct: float | dict[str, float]) -> list[ShapeGain]:
+    half = half_pct if isinstance(half_pct, dict) else dict.fromkeys(pct, half_pct)
+    return [ShapeGain(lb, WORK[lb], math.log1p(p / 100), half[lb] / 100) for lb, p in pct.items()]
+
+
+def _judge(pct: dict[str, float], held: str, half_pct: float | dict[str, float]) -> bool:
+    gains = _gains(pct, half_pct)
+    ok, _ = judge_heldout(
+        [g for g in gains if g.label == held], [g for g in gains if g.label != held]
+    )
+    return ok
+
+
+def _quarter_rule_refuses(pct: dict[str, float], held: str) -> bool:
+    """The rule this one replaced: held-out geomean gain under a quarter of the
+    targets' (judged when the targets gained 2% or more)."""
+    targets = [math.log1p(p / 100) for lb, p in pct.items() if lb != held]
+    target_gain = 100 * math.expm1(sum(targets) / len(targets))
+    return target_gain >= 2.0 and pct[held] < 0.25 * target_gain
+
+
+def test_neighbours_are_the_nearest_targets_in_work() -> None:
+    gains = {g.label: g for g in _gains(dict.fromkeys(WORK, 0.0), 1.0)}
+    targets = [g for lb, g in gains.items() if lb != "down"]
+    assert [n.label for n in neighbours(gains["down"], targets)] == ["attn_out", "qkv"]
+    assert [n.label for n in neighbours(gains["small"], targets[1:])] == ["attn_out"]
+    assert neighbours(gains["down"], []) == []
+
+
+def test_a_change_tuned_to_the_targets_is_refused() -> None:
+    """(a) every target +10%, the held-out shape flat while its neighbours gained."""
+    pct = {"small": 10.0, "attn_out": 10.0, "down": 0.0, "qkv": 10.0, "gate_up": 10.0}
+    assert not _judge(pct, "down", 2.0)
+    gains = _gains(pct, 2.0)
+    _, reasons = judge_heldout(gains[2:3], gains[:2] + gains[3:])
+    assert reasons and "against its neighbour attn_out +10.00%" in reasons[0]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.floats(5.0, 40.0), min_size=4, max_size=4),
+    st.floats(-2.0, 1.0),
+    st.sampled_from(["attn_out", "down", "qkv"]),
+    st.floats(0.2, 1.5),
+)
+def test_any_flat_held_out_shape_among_gaining_targets_is_refused(
+    target_pct: list[float], held_pct: float, held: str, half: float
+) -> None:
+    """(a) as a property: targets gaining 5-40% each in any pattern, the held-out
+    shape (any of the middle three) flat, measured to +-1.5% or better."""
+    others = [lb for lb in WORK if lb != held]
+    pct = dict(zip(others, target_pct, strict=True)) | {held: held_pct}
+    assert not _judge(pct, held, half)
+
+
+def test_a_held_out_regression_is_refused_whatever_the_neighbours_did() -> None:
+    """(b) 5% or more slower: over-fitting even when the shapes around it slowed too
+    and the noise is wide."""
+    slower = {"small": 10.0, "attn_out": 8.0, "down": -6.0, "qkv": 8.0, "gate_up": 10.0}
+    assert not _judge(slower, "down", 2.0)
+    together = {"small": -6.0, "attn_out": -6.0, "down": -5.5, "qkv": -6.0, "gate_up": -6.0}
+    assert not _judge(together, "down", 20.0)
+    gains = _gains(slower, 2.0)
+    _, reasons = judge_heldout(gains[2:3], gains[:2] + gains[3:])
+    assert reasons == ["down -6.00% \u00b1 2.00% (>= 5% slower)"]
+
+
+# The demo's speed-up (the FP8 weight reused) as this session measured it in a speed-up
+# round on a loaded 2-core machine (round-3 of docs/data/demo_verdicts_thirteenth_session
+# .json, run 1: per-shape paired means and 95% half-widths over 5 pairs): most on the
+# padded N (gate_up, 2752 = 21.5 blocks of 128) and the small M, least on the unpadded
+# M = 64 shapes the held-out shape is picked from.
+DEMO_PCT = {"small": 12.09, "attn_out": 5.13, "qkv": 5.97, "gate_up": 39.88}
+DEMO_HALF = {"small": 8.93, "attn_out": 11.40, "qkv": 7.40, "gate_up": 6.25}
+
+
+def test_the_demos_shape_dependent_gain_passes_where_the_quarter_rule_refused() -> None:
+    """(c) the eleventh session's refused acceptance, +2.07% on the held-out shape, on
+    the demo's measured per-shape gains: the old rule refused it (the targets' geomean,
+    +14.9%, is carried by gate_up's +40%); against its neighbours (+5.1%, +6.0%) and
+    within the noise they were measured with it passes."""
+    pct = DEMO_PCT | {"down": 2.07}
+    half = DEMO_HALF | {"down": 7.40}
+    assert _quarter_rule_refuses(pct, "down")
+    assert _judge(pct, "down", half)
+
+
+def test_a_gain_that_grows_with_size_passes_where_the_quarter_rule_refused() -> None:
+    """(c) a gain that rises smoothly with the work, held-out shape in the middle,
+    measured precisely: at least its smaller neighbour's gain, so never short."""
+    pct = {"small": 1.0, "attn_out": 2.0, "down": 3.0, "qkv": 20.0, "gate_up": 40.0}
+    assert _quarter_rule_refuses(pct, "down")
+    assert _judge(pct, "down", 0.5)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.floats(-4.0, 40.0), min_size=5, max_size=5),
+    st.booleans(),
+    st.sampled_from(["attn_out", "down", "qkv"]),
+    st.floats(0.1, 5.0),
+)
+def test_any_gain_monotone_in_size_passes(
+    values: list[float], rising: bool, held: str, half: float
+) -> None:
+    """(c) as a property: any gain that rises (or falls) with the work, measured to any
+    precision, passes on a held-out shape between targets."""
+    ordered = sorted(values, reverse=not rising)
+    pct = dict(zip(sorted(WORK, key=WORK.__getitem__), ordered, strict=True))
+    assert _judge(pct, held, half)
+
+
+def test_a_held_out_shape_keeping_most_of_the_gain_passes_however_precise() -> None:
+    """+25% beside +30%: below its neighbours beyond the noise, but nearer to their
+    gain than to none: the gain holds.  +12% beside +30% does not."""
+    pct = {"small": 30.0, "attn_out": 30.0, "down": 25.0, "qkv": 30.0, "gate_up": 30.0}
+    assert _judge(pct, "down", 0.5)
+    assert not _judge(pct | {"down": 12.0}, "down", 0.5)
+
+
+def test_an_a_a_within_its_noise_passes() -> None:
+    """The eleventh session's second acceptance (nothing accepted: an A/A), held-out
+    -3.56% against targets +2.27%, at 5% per-shape noise: not over-fitting."""
+    pct = {"small": 4.0, "attn_out": 1.0, "down": -3.56, "qkv": 2.0, "gate_up": 2.1}
+    assert _judge(pct, "down", 5.0)
+    assert not _judge(pct, "down", 1.0)  # the same figures measured precisely: short
+
+
+def _score(values: dict[str, float]) -> Score:
+    shapes = tuple(ShapeScore(label, "PASS", v) for label, v in values.items())
+    return Score("m", 1.0, shapes, len(shapes), 0)
+
+
+def _gate(evidence: dict[str, dict[str, float]]) -> GateResult:
+    return GateResult(Decision.ACCEPTED, "m", 1.0, 1.1, 10.0, (), (), (),
+                      evidence={"shapes": evidence})  # fmt: skip
+
+
+def test_heldout_check_judges_the_paired_evidence_before_the_scores() -> None:
+    """The check reads each shape's paired mean and half-width from the full
+    validation's gate; without them, the figures' ratio with 1.96 * sqrt(2) sigma_G."""
+    base = _score(dict.fromkeys(WORK, 1.0))
+    final = _score({"small": 1.1, "attn_out": 1.1, "down": 1.0, "qkv": 1.1, "gate_up": 1.1})
+    assert heldout_check(base, base, [], WORK) is None
+    refused = heldout_check(base, final, ["down"], WORK, None, 0.01)
+    assert refused is not None and not refused.ok and "over-fitting" in refused.detail
+    assert "tolerance 3.92%" in refused.detail  # 1.96 * 2 * 1%
+    unknown = heldout_check(base, final, ["down"], WORK)
+    assert unknown is not None and unknown.ok  # no noise known: nothing is clear
+    ratios = {"small": 1.1, "attn_out": 1.1, "down": 1.0, "qkv": 1.1, "gate_up": 1.1}
+    wide = {lb: {"mean_pct": 100 * (v - 1), "half_width_pct": 12.0} for lb, v in ratios.items()}
+    held = heldout_check(base, final, ["down"], WORK, _gate(wide), 0.01)
+    assert held is not None and held.ok and "tolerance 16.97%" in held.detail
+    above = heldout_check(base, _score(dict.fromkeys(WORK, 1.1)), ["down"], WORK, None, 0.01)
+    assert above is not None and above.ok and "(above by 0.00%" in above.detail
