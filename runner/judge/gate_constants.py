@@ -3,9 +3,10 @@
 Every module-level numeric constant of the modules that decide a verdict or how long a
 comparison measures before it is final (``GATE_MODULES``: the gate, the near-noise
 rule, the held-out rule of final acceptance, the vetoes, the measuring caps), imported
-names aside, and the threshold and pair rules at a grid of sigma_G (their literals: 3 sigma_G, 3 pairs).  ``digest`` is a
-sha256 over them, the same text ``docs/gate-constants.jsonl`` hashes: a campaign's
-digest names the repository ledger's entry that judged it.
+names aside, and the threshold and pair rules at a grid of sigma_G (their literals:
+3 sigma_G, 3 pairs).  ``digest`` is a sha256 over them, the same text
+``docs/gate-constants.jsonl`` hashes: a campaign's digest names the repository ledger's
+entry that judged it.
 
 Two readers: the repository's test (``tests/test_gate_ledger.py``), which fails until a
 changed constant has its line in ``docs/gate-constants.jsonl``, and a campaign's
