@@ -29,21 +29,20 @@ recently used ones are evicted.  ``campaign status`` lists the entries
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner.core.files import write_atomic
 from runner.core.processes import run
-from runner.executors.lru import over_limit, size_limit
+from runner.executors.lru import locked, over_limit, size_limit
 
 CACHE_DIR = ".build-cache"
 LIMIT_ENV = "TURBO_CAMPAIGN_BUILD_CACHE_GB"
@@ -175,15 +174,8 @@ class BuildCache:
     def for_campaign(cls, campaign_root: Path) -> BuildCache:
         return cls(Path(campaign_root).resolve().parent / CACHE_DIR)
 
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        with (self.root / ".lock").open("w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+    def locked(self) -> contextlib.AbstractContextManager[None]:
+        return locked(self.root)
 
     def lookup(self, key: str) -> tuple[Entry | None, str]:
         """The whole, intact entry of ``key`` (marked used), or None and why there is

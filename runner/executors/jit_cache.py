@@ -31,17 +31,15 @@ claimed before it is used and never pruned after.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 from runner.core.files import write_atomic
 from runner.core.processes import run
-from runner.executors.lru import over_limit, size_limit
+from runner.executors.lru import locked, over_limit, size_limit
 
 JIT_CACHE_DIR = ".jit-cache"
 LIMIT_ENV = "TURBO_CAMPAIGN_JIT_CACHE_GB"
@@ -95,22 +93,11 @@ def jit_env(folder: Path) -> dict[str, str]:
     }
 
 
-@contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / ".lock").open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def claim(root: Path, folder: Path, holder: Path) -> None:
     """Mark ``folder`` (under ``root``) as used by the round whose scratch folder is
     ``holder`` for as long as ``holder`` exists, and as just used (its mtime)."""
     token = hashlib.sha256(str(holder.resolve()).encode("utf-8")).hexdigest()[:16]
-    with _locked(root):
+    with locked(root):
         write_atomic(root / CLAIMS / f"{folder.name}.{token}", f"{holder.resolve()}\n")
         if folder.is_dir():
             os.utime(folder)
@@ -143,7 +130,7 @@ def prune(root: Path, limit: int | None = None) -> list[str]:
     limit = limit_bytes() if limit is None else limit
     if not root.is_dir():
         return []
-    with _locked(root):
+    with locked(root):
         keep = _claimed(root)
         folders = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
         folders.sort(key=lambda p: p.stat().st_mtime, reverse=True)

@@ -1,12 +1,16 @@
-"""What the host's caches share: a size limit in GB from the environment, and which
+"""What the host's caches share: a size limit in GB from the environment, which
 entries go when a cache is over it (the least recently used first, never one the
-caller keeps).  The build cache (``runner.executors.build_cache``) and the roles' JIT
-cache folders (``runner.executors.jit_cache``) both evict through ``over_limit``."""
+caller keeps), and the root's lock their writers and pruners take.  The build cache
+(``runner.executors.build_cache``) and the roles' JIT cache folders
+(``runner.executors.jit_cache``) both evict through ``over_limit`` under ``locked``."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
-from collections.abc import Container, Sequence
+from collections.abc import Container, Iterator, Sequence
+from pathlib import Path
 
 from runner.core.errors import ConfigError
 
@@ -37,3 +41,15 @@ def over_limit(sized: Sequence[tuple[str, int]], limit: int, keep: Container[str
         gone.append(name)
         total -= size
     return gone
+
+
+@contextlib.contextmanager
+def locked(root: Path) -> Iterator[None]:
+    """Hold the cache ``root``'s lock (``root/.lock``, made with its folder if missing)."""
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".lock").open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
