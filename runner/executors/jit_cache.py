@@ -18,6 +18,14 @@ The variable names are Triton's (``python/triton/knobs.py`` of triton-lang/trito
 and the CUDA driver's ``CUDA_CACHE_PATH``.  Docker jobs
 keep their per-role cache volumes instead (``runner.executors.docker_args``).
 
+A role's new folder does not start empty: it starts as a copy of the most recently used
+folders of the lineage's roles (``seed``: the baseline, the incumbent and acceptance's
+final, whose jobs run only the lineage's own code), so a candidate, a new lineage head
+or a tournament's entries find every kernel the change did not touch compiled (the
+caches key their entries by the kernel's source).  A copy, never a link: the folder is
+the job's to write, and what it writes must not reach the folder it was copied from.
+No folder of a candidate is ever copied.
+
 The folders hold at most ``limit_bytes`` together (``TURBO_CAMPAIGN_JIT_CACHE_GB``,
 default 20): when a round takes a folder (``claim``) it then prunes the least
 recently used ones beyond the limit (``prune``, through the build cache's
@@ -91,6 +99,52 @@ def jit_env(folder: Path) -> dict[str, str]:
         "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"),
         "CUDA_CACHE_PATH": str(folder / "cuda"),
     }
+
+
+LINEAGE_ROLES = ("baseline", "incumbent", "final")  # their jobs run the lineage's code
+SEED_FOLDERS = 3  # a new folder copies at most this many lineage folders, newest first
+
+
+def seed(root: Path, folder: Path) -> list[str]:
+    """Fill ``folder`` (under ``root``), when it does not exist yet, with copies of the
+    ``SEED_FOLDERS`` most recently used folders of ``LINEAGE_ROLES`` (never one of a
+    candidate), newest first, a file already copied kept; returns their names.  The
+    copy is made aside and renamed into place, so a killed copy leaves no half folder
+    in use."""
+    with locked(root):
+        if folder.exists() or not root.is_dir():
+            return []
+        sources = [
+            p
+            for p in root.iterdir()
+            if p.is_dir() and not p.name.startswith(".") and p != folder
+            and p.name.rsplit("-", 1)[0] in LINEAGE_ROLES
+        ]  # fmt: skip
+        sources.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+        sources = sources[:SEED_FOLDERS]
+        if not sources:
+            return []
+        aside = root / f".seeding-{folder.name}-{os.getpid()}"
+        shutil.rmtree(aside, ignore_errors=True)
+        try:
+            for source in sources:
+                shutil.copytree(source, aside, symlinks=True, dirs_exist_ok=True,
+                                copy_function=_copy_new)  # fmt: skip
+            try:
+                os.rename(aside, folder)
+            except OSError:
+                if not folder.is_dir():  # a job made it meanwhile: it is the role's
+                    raise
+                return []
+        finally:
+            shutil.rmtree(aside, ignore_errors=True)
+    return [p.name for p in sources]
+
+
+def _copy_new(src: str, dst: str) -> None:
+    """Copy ``src`` to ``dst`` unless a newer seed folder gave ``dst`` already."""
+    if not os.path.lexists(dst):
+        shutil.copy2(src, dst)
 
 
 def claim(root: Path, folder: Path, holder: Path) -> None:

@@ -17,8 +17,15 @@ from runner.core.shapes import Shape, shape_set, shapes_by_label
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.base import BuiltRole, Executor, WorkerJob
 from runner.executors.build_cache import BuildCache
-from runner.executors.gpus import detect_vendor, gpu_env
-from runner.executors.jit_cache import claim, content_key, jit_root, prune, role_folder
+from runner.executors.gpus import allocator_env, detect_vendor, gpu_env
+from runner.executors.jit_cache import (
+    claim,
+    content_key,
+    jit_root,
+    prune,
+    role_folder,
+    seed,
+)
 from runner.flow.host import job_in, run_job
 from runner.flow.paired import supports_paired
 from runner.flow.progress import Progress, StepStarted
@@ -138,6 +145,7 @@ class Round:
         m = self.manifest
         job_env = {
             **STEADY_MALLOC,
+            **(allocator_env(detect_vendor()) if self.gpu_target else {}),
             **self.target.job_env(code_root(tree), m.target_op, m.target_backend),
             **(env or {}),
         }
@@ -153,12 +161,14 @@ class Round:
     def jit_folder(self, role: str, tree: Path) -> Path:
         """The role's own JIT cache folder for ``tree``'s content (as the round's first
         job of the role found it; ``runner.executors.jit_cache``), claimed for the
-        round (never pruned while it runs); then the folders beyond the size limit that
-        no running round claimed are pruned."""
+        round (never pruned while it runs), a new one seeded with copies of the
+        lineage's folders; then the folders beyond the size limit that no running
+        round claimed are pruned."""
         if (role, tree) not in self.jit_folders:
             root = jit_root(self.campaign.root.parent)
             folder = role_folder(root, role, content_key(tree))
             claim(root, folder, self.tmp)
+            seed(root, folder)
             prune(root)
             self.jit_folders[(role, tree)] = folder
         return self.jit_folders[(role, tree)]
