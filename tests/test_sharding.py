@@ -78,6 +78,37 @@ def test_gpu_env() -> None:
     }
 
 
+def test_a_gpu_worker_s_allocator_hands_memory_back() -> None:
+    """NVIDIA workers get expandable segments (what a worker hands back after a turn
+    then leaves it); a value the user set stands, and AMD gets nothing."""
+    from runner.executors.gpus import ALLOC_CONF_ENV, allocator_env
+
+    assert allocator_env("nvidia", {}) == {ALLOC_CONF_ENV: "expandable_segments:True"}
+    assert allocator_env("nvidia", {ALLOC_CONF_ENV: "max_split_size_mb:512"}) == {}
+    assert allocator_env("amd", {}) == {}
+
+
+def test_a_gpu_round_s_worker_jobs_carry_the_allocator_setting(tmp_path: Path) -> None:
+    from campaign_helpers import tiny_campaign
+
+    from runner.executors.factory import make_executor
+    from runner.executors.gpus import ALLOC_CONF_ENV, allocator_env, detect_vendor
+    from runner.flow.round_context import Round
+
+    camp = tiny_campaign(tmp_path, "alloc", baseline=False)
+    tree = Path(camp.manifest.source)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    rnd = Round(camp, make_executor(camp.manifest), lambda _m: None, scratch, 2, "quick", ())
+    job = rnd.worker_job("pass-01-incumbent", rnd.spec("incumbent", 1, []), tree)
+    assert ALLOC_CONF_ENV not in job.env  # a CPU campaign: nothing to set
+    camp.manifest = camp.manifest.model_copy(update={"target_gpu": "gfx942"})
+    gpu = Round(camp, make_executor(camp.manifest), lambda _m: None, scratch, 2, "quick", ())
+    job = gpu.worker_job("pass-01-incumbent", gpu.spec("incumbent", 1, []), tree)
+    wanted = allocator_env(detect_vendor())
+    assert {k: job.env[k] for k in wanted} == wanted
+
+
 # ---- merge ---------------------------------------------------------------------------
 def row(label: str, tflops: float) -> dict[str, object]:
     values: dict[str, object] = {c: None for c in GEMM_SCHEMA.columns}
