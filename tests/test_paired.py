@@ -183,18 +183,36 @@ def test_serving_workers_take_turns_abba(tmp_path: Path) -> None:
 
 def test_wave_size_fits_the_device_memory() -> None:
     gib = 1 << 30
-    # The OOM seen on one H200: ten workers of about 13 GiB each on a 140 GiB device.
+    # Reports without "held"/"prepare" count their peak for both (the figures of the
+    # OOM seen on one H200: ten workers of about 13 GiB each on a 140 GiB device).
     first_pair = [
         {"reserved": 13 * gib, "free": 110 * gib},
         {"reserved": 12 * gib, "free": 97 * gib},
     ]
-    # one worker counts 1.25 * 13 + 1 = 17.25 GiB; 90% of 97 GiB holds 5 workers = 2 pairs
+    # 0.9 * 97 - 1.25 * 13 = 71.05 GiB of room; a worker counts 13 + 1 GiB: 2 pairs more
     assert wave_size(first_pair, roles=2, pairs=5) == 1 + 2
     assert wave_size(first_pair, roles=4, pairs=5) == 1 + 1
     # The OOM seen when sharding: workers of 37 GiB after their turns, 66 GiB free
     assert wave_size([{"reserved": 37 * gib, "free": 66 * gib}] * 2, 2, 2) == 1
     assert wave_size([{"reserved": 13 * gib, "free": 5 * gib}] * 2, 2, 5) == 1  # alone
     assert wave_size([{}, {}], 2, 5) == 5  # the CPU: every pair at once
+
+
+def test_wave_size_counts_a_turn_s_peak_once_and_what_workers_hold_for_each() -> None:
+    """The H200 tournament (thirteenth session): five workers a pair, each reserving
+    15-18 GiB over its life.  Counted at its life's peak, a worker left room for one
+    pair; most of that peak is a turn's graphs, handed back after the turn, and only
+    one worker takes a turn at a time."""
+    gib = 1 << 30
+    worker = {"prepare": 6 * gib, "reserved": 16 * gib, "held": 5 * gib, "free": 105 * gib}
+    # room 0.9 * 105 - 1.25 * 16 - 5 * (6 - 5) = 69.5 GiB; a pair 5 * (6 + 1) = 35 GiB
+    assert wave_size([worker] * 5, roles=5, pairs=3) == 1 + 1
+    assert wave_size([{**worker, "free": 125 * gib}] * 5, roles=5, pairs=3) == 1 + 2
+    # the same worker counted at its life's peak (no "held", no "prepare"): one pair
+    assert wave_size([{"reserved": 16 * gib, "free": 105 * gib}] * 5, roles=5, pairs=3) == 1
+    # a worker whose preparation peaks above what its turns need counts that peak
+    greedy = {**worker, "prepare": 20 * gib}
+    assert wave_size([greedy] * 2, roles=2, pairs=9) < wave_size([worker] * 2, 2, 9)
 
 
 @pytest.mark.integration
@@ -230,13 +248,15 @@ def test_on_a_gpu_target_the_first_pair_measures_alone(tmp_path: Path) -> None:
     assert [t["pair"] for t in turns[8:12]] == [1, 1, 1, 1]  # then group 0 of pairs 1, 2
     assert [t["pair"] for t in turns[12:16]] == [2, 2, 2, 2]
     assert [t["group"] for t in turns[16:]] == [1] * 8
-    # a GPU's finishes run one whole worker at a time (no "fresh" turn apart, no re-checks
-    # side by side: they would grow every worker's device memory at once)
+    # a GPU's finish as the CPU's: each fresh step timed alone, then the re-checks at
+    # once (each worker has handed its pool back; the wave was sized for it)
     logs = [(host.tmp / f"pass-0{k}-{r}" / "worker.log").read_text()
             for k, r in enumerate(["incumbent", "candidate"] * 3, start=1)]  # fmt: skip
-    assert not any("fresh step: timing" in log for log in logs)
-    finishing = [logged_at(log, "finishing: the re-checks and files") for log in logs]
-    assert finishing == sorted(finishing)
+    fresh = sorted((logged_at(x, "fresh step: timing"), logged_at(x, "fresh step: timed"))
+                   for x in logs)  # fmt: skip
+    for (_, end), (start, _) in itertools.pairwise(fresh):
+        assert end <= start
+    assert min(logged_at(x, "finishing: the re-checks and files") for x in logs) >= fresh[-1][1]
     assert alive(host.tmp) == []
 
 

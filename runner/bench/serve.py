@@ -8,18 +8,19 @@ processes never run kernels at once, and the host decides the A B B A order.
 
 Messages (one JSON object per line):
 
-* worker -> host, after set-up: ``{"ok": true, "ready": [labels]}``;
+* worker -> host, after set-up: ``{"ok": true, "ready": [labels], "memory": {...}}``;
 * host -> worker ``{"op": "block", "index": i, "pick": k}``: measure every shape once
   (forward, backward) on member ``k`` of its buffer pool; reply
   ``{"ok": true, "block": i, "seconds": s, "start": t0, "end": t1, "memory": {...}}``
-  (wall clock; on a GPU the memory is ``reserved``, the most device memory this
-  process has held, and the device's ``free`` and ``total``: the host sizes its waves
-  of live workers by them);
-* host -> worker ``{"op": "fresh"}`` (a CPU target's host): the fresh-step timing, a
-  timed turn of its own; reply ``{"ok": true, "fresh": true}``;
-* host -> worker ``{"op": "finish"}``: the fresh-step timing when ``fresh`` was not
-  sent (a GPU's host: the whole finish in the worker's turn), the re-check after
-  timing (after ``fresh``, untimed: the host sends it to every worker at once), then
+  (wall clock; on a GPU the memory (``device_memory``) is ``reserved``, the most
+  device memory this process held since its last report, ``held``, what it keeps
+  between turns, and the device's ``free`` and ``total``: the host sizes its waves of
+  live workers by them);
+* host -> worker ``{"op": "fresh"}``: the fresh-step timing, a timed turn of its own
+  (the pool freed first); reply ``{"ok": true, "fresh": true}``;
+* host -> worker ``{"op": "finish"}``: the re-check after timing (untimed: the host
+  sends it to every worker of a wave at once, after every fresh step is timed; the
+  fresh step is timed here when ``fresh`` was not sent), then
   ``benchmark.csv``, ``samples.json``, ``meta.json`` in OUT as a
   per-pass worker writes them (per shape the median over its blocks); reply
   ``{"ok": true, "finished": true}`` and exit 0;
@@ -193,6 +194,7 @@ class Server:
                 out_of_memory(exc)
                 log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
                 st.error = f"{type(exc).__name__}: {exc}"
+        device_memory(self.device)  # the pool and the steps' blocks back to the device
 
     def finish(self) -> None:
         """The re-check (with the fresh step's timing first, as a per-pass worker does
@@ -273,15 +275,22 @@ def out_of_memory(exc: BaseException) -> None:
 
 
 def device_memory(device: str) -> dict[str, int]:
-    """For the host's wave sizing: the most device memory this process has reserved and
-    the device's free memory now (``{}`` on the CPU)."""
+    """For the host's wave sizing (``runner.flow.paired.wave_size``), on a GPU (``{}``
+    on the CPU): ``reserved``, the most device memory this process reserved since its
+    last report (a turn's graphs and work, or its preparation); then the cached blocks
+    it no longer uses are handed back to the device, so between its turns a worker
+    keeps only what it measures with (``held``); and the device's ``free`` memory now
+    and its ``total``.  Every report opens a new peak window."""
     if device == "cpu":
         return {}
     import torch
 
-    free, total = torch.cuda.mem_get_info()
     reserved = int(torch.cuda.max_memory_reserved())
-    return {"reserved": reserved, "free": int(free), "total": int(total)}
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    free, total = torch.cuda.mem_get_info()
+    held = int(torch.cuda.memory_reserved())
+    return {"reserved": reserved, "held": held, "free": int(free), "total": int(total)}
 
 
 def over_blocks(timings: list[Timing]) -> Timing:
@@ -305,9 +314,12 @@ def serve(spec: RoundSpec, out_dir: Path, load: Callable[[RoundSpec, Path], Any]
     channel = Channel()
     try:
         adapter, device, guard = load(spec, out_dir)
+        log.info("loaded the target on %s", device)
         server = Server(spec, out_dir, adapter, device, guard)
         server.prepare()
-        channel.send({"ok": True, "ready": [s.label for s in spec.shapes]})
+        log.info("ready")
+        memory = device_memory(server.device)  # its preparation's peak, what it keeps
+        channel.send({"ok": True, "ready": [s.label for s in spec.shapes], "memory": memory})
         while True:
             message = channel.receive()
             if message is None:

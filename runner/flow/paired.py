@@ -46,7 +46,7 @@ READY_TIMEOUT_ENV = "TURBO_CAMPAIGN_READY_TIMEOUT_S"
 TURN_TIMEOUT_ENV = "TURBO_CAMPAIGN_TURN_TIMEOUT_S"
 BLOCK_WARMUP_FLOOR_S = 0.1  # a turn's warm-up never shorter than this (or the pinned one)
 # Sizing a wave of live workers by device memory (``wave_size``).
-WORKER_GROWTH = 1.25  # a worker's peak at its finish, over its peak after its turns
+WORKER_GROWTH = 1.25  # margin on the peak of the one worker taking its turn
 WORKER_CONTEXT_BYTES = 1 << 30  # its device context and allocator slack
 FREE_MARGIN = 0.1  # of the device's free memory, never planned for
 CPU_WAVE_PAIRS = 8  # a CPU target's pairs alive at once (host memory; turns are serial)
@@ -160,9 +160,10 @@ def measure_paired(
     workers), ``groups`` A B B A block groups per pair, turn by turn on one device.
 
     Pairs run in waves that fit in device memory (``wave_size``): the first pair
-    starts alone and takes its turns, and the most memory one of its workers then held
-    (reported with each block) and the device's free memory size the waves; the rest of
-    the first wave then starts, and a wave finishes before the next one starts.
+    starts alone and takes its turns, and what its workers reserved while preparing and
+    at their turns, what they hold between turns (reported at ready and with each
+    block) and the device's free memory size the waves; the rest of the first wave
+    then starts, and a wave finishes before the next one starts.
     A CPU target (``host.gpu_target`` false) starts up to CPU_WAVE_PAIRS pairs at once.
     ``wave_pairs`` in the spec fixes the wave size instead (a device shared
     with other work).
@@ -172,8 +173,8 @@ def measure_paired(
     CSV of each of its workers in pair order (pair i of the incumbent with pair i of
     the candidate).  Raises MeasurementFailed when a worker fails; every worker started
     here has exited when this returns or raises.  Each turn is logged, with the
-    worker's own wall-clock start and end (and on a GPU the most device memory it has
-    held), in ``<tmp>/turns<suffix>.jsonl``."""
+    worker's own wall-clock start and end (and on a GPU the most device memory it
+    reserved in the turn and what it kept after it), in ``<tmp>/turns<suffix>.jsonl``."""
     executor = host.executor
     if not isinstance(executor, ServingExecutor):
         raise MeasurementFailed(f"executor {executor.name} cannot keep workers alive for a round")
@@ -223,6 +224,7 @@ class _Session:
     turn_s: float
     serving: ServingExecutor  # host.executor, which keeps workers alive
     started: list[list[_Worker]] = field(default_factory=list)
+    memory: dict[str, dict[str, int]] = field(default_factory=dict)  # each worker's last
 
     def start_pair(self) -> list[_Worker]:
         group = []
@@ -238,37 +240,66 @@ class _Session:
         self.started.append(group)
         return group
 
-    def ready(self, wave: Sequence[list[_Worker]]) -> None:
-        """Every worker of ``wave`` ready, then the round's holds (``_hold``)."""
+    def ready(self, wave: Sequence[list[_Worker]]) -> dict[str, dict[str, int]]:
+        """Every worker of ``wave`` ready, then the round's holds (``_hold``).  Returns
+        per worker its memory report at ready (none on the CPU), also kept in
+        ``memory`` with its ``reserved`` as ``prepare``."""
+        memory = {}
         for group in wave:
             for w in group:
-                _expect(w, self.ready_s, "ready")
+                memory[w.live.name] = _expect(w, self.ready_s, "ready").get("memory") or {}
         _hold(self.host)
+        for name, report in memory.items():
+            if report:
+                self.memory[name] = {**report, "prepare": report["reserved"]}
+        return memory
 
-    def take_turns(self, wave: list[list[_Worker]], first: int) -> list[dict[str, int]]:
-        return _take_turns(self.host, wave, first, self.groups, self.picks, self.suffix,
-                           self.turn_s, self.watch)  # fmt: skip
+    def take_turns(self, wave: list[list[_Worker]], first: int) -> dict[str, dict[str, int]]:
+        turned = _take_turns(self.host, wave, first, self.groups, self.picks, self.suffix,
+                             self.turn_s, self.watch)  # fmt: skip
+        for name, report in turned.items():
+            self.memory[name] = {**self.memory.get(name, {}), **report}
+        return turned
 
     def finish(self, wave: Sequence[list[_Worker]]) -> None:
-        """Every worker of ``wave`` finished and reaped.  On the CPU the fresh steps are
-        timed one worker at a time (each a turn of its own), then every re-check runs at
-        once (untimed).  On a GPU each worker's whole finish runs alone: re-checks at
-        once would grow every worker's device memory together, past what the wave was
-        sized for (docs/benchmarks.md, eleventh session)."""
+        """Every worker of ``wave`` finished and reaped.  Where the device memory allows
+        it (``finish_side_by_side``; always on the CPU): the fresh steps timed one
+        worker at a time (each a turn of its own, the worker's buffer pool freed first),
+        then every re-check at once (untimed).  Otherwise each worker's whole finish
+        runs alone, and a finished worker exits before the next one starts."""
         workers = [w for group in wave for w in group]
-        if not self.host.gpu_target:
+        together = finish_side_by_side([self.memory.get(w.live.name, {}) for w in workers])
+        if together:
             for w in workers:
                 _talk(w, {"op": "fresh"}, self.turn_s, "fresh")
             for w in workers:
                 _send(w, {"op": "finish"})
         for group in wave:
             for w in group:
-                if self.host.gpu_target:
+                if not together:
                     _send(w, {"op": "finish"})
                 _expect(w, self.turn_s, "finished")
                 _reap(w)
             if self.watch is not None:
                 self.watch.pair_done([w.csv for w in group])
+
+
+def finish_side_by_side(memory: Sequence[Mapping[str, int]]) -> bool:
+    """Whether the workers of a wave can finish side by side, from their last memory
+    reports (``wave_size`` names the figures): every fresh step is timed alone, while
+    the others hold what they hold (room for one worker at ``WORKER_GROWTH`` times the
+    most it reserved, preparing or at a turn), and then every re-check runs at once,
+    each worker growing from what it holds to its preparation's peak (its pool handed
+    back, a re-check needs no more than its preparation did).  True without reports
+    (the CPU); False when a GPU worker did not report."""
+    if not any(memory):
+        return True
+    if not all(m.get("free") is not None and m.get("held") is not None for m in memory):
+        return False
+    room = (1.0 - FREE_MARGIN) * min(int(m["free"]) for m in memory)
+    one = max(max(int(m.get("prepare") or 0), int(m.get("reserved") or 0)) for m in memory)
+    growth = sum(max(0, int(m.get("prepare") or 0) - int(m["held"])) for m in memory)
+    return WORKER_GROWTH * one <= room and growth <= room
 
 
 def _cpu_wave(host: Host, pairs: int) -> int | None:
@@ -287,8 +318,9 @@ def _run_waves(session: _Session, pairs: int, size: int | None) -> None:
         if size is None:
             wave.append(session.start_pair())
             session.ready(wave)
-            peaks = session.take_turns(wave, first)
-            size, alone = wave_size(peaks, len(session.roles), pairs), 1
+            session.take_turns(wave, first)
+            reports = [session.memory.get(w.live.name, {}) for w in wave[0]]
+            size, alone = wave_size(reports, len(session.roles), pairs), 1
         while len(session.started) - first < min(size, pairs - first):
             wave.append(session.start_pair())
         session.ready(wave[alone:])
@@ -317,19 +349,38 @@ def _hold(host: Host) -> None:
         check()
 
 
-def wave_size(memory: Sequence[Mapping[str, int]], roles: int, pairs: int) -> int:
+def wave_size(memory: Sequence[Mapping[str, int | None]], roles: int, pairs: int) -> int:
     """How many pairs can be alive at once on one device, from the first pair's reports
-    after its turns (``reserved``: the most device memory one of its workers held;
-    ``free``: the device's free memory then, with that pair alive).  A worker is
-    counted at ``WORKER_GROWTH`` times what it held (its finish allocates the fresh
-    step's inputs) plus ``WORKER_CONTEXT_BYTES``, and ``FREE_MARGIN`` of the free
-    memory is left alone.  No report (the CPU): every pair at once."""
+    (``runner.bench.serve.device_memory``): per worker ``prepare``, the most device
+    memory it reserved while it prepared; ``reserved``, the most during one of its
+    turns; ``held``, what it keeps between turns (it hands the rest back after each
+    report); ``free``, the device's free memory after its last turn, with that pair
+    alive.
+
+    A later pair's worker is counted at ``max(prepare, held)`` plus
+    ``WORKER_CONTEXT_BYTES``: the wave's new workers prepare side by side, and at the
+    finish every worker re-checks side by side with its pool handed back, which needs
+    no more than its preparation did.  Turns are one at a time, so only one worker is
+    above what it holds: the largest turn peak, times ``WORKER_GROWTH``, is set aside
+    once, and so is the first pair's own growth from what it holds to its
+    preparation's peak.  ``FREE_MARGIN`` of the free memory is left alone.  A report
+    without ``held``/``prepare`` counts its ``reserved`` for both.  No report (the
+    CPU): every pair at once."""
     reported = [m for m in memory if m.get("free") is not None and m.get("reserved") is not None]
     if not reported:
         return max(1, pairs)
-    one = WORKER_GROWTH * max(int(m["reserved"]) for m in reported) + WORKER_CONTEXT_BYTES
-    free = (1.0 - FREE_MARGIN) * min(int(m["free"]) for m in reported)
-    return max(1, 1 + int(free // (one * max(1, roles))))
+
+    def figure(m: Mapping[str, int | None], key: str) -> int:
+        value = m.get(key)
+        return int(value if value is not None else m["reserved"] or 0)
+
+    peak = max(figure(m, "reserved") for m in reported)
+    one = max(max(figure(m, "prepare"), figure(m, "held")) for m in reported)
+    growth = sum(max(0, figure(m, "prepare") - figure(m, "held")) for m in reported)
+    free = (1.0 - FREE_MARGIN) * min(figure(m, "free") for m in reported)
+    room = free - WORKER_GROWTH * peak - growth
+    per_pair = (one + WORKER_CONTEXT_BYTES) * max(1, roles)
+    return max(1, 1 + int(max(0.0, room) // per_pair))
 
 
 def _take_turns(
@@ -341,12 +392,12 @@ def _take_turns(
     suffix: str,
     turn_s: float,
     watch: PairWatch | None = None,
-) -> list[dict[str, int]]:
+) -> dict[str, dict[str, int]]:
     """The blocks of the pairs in ``wave`` (pair numbers from ``first``): per group,
-    per pair, the roles in palindrome order.  Returns the memory each worker reported
-    with its last block (none on the CPU)."""
+    per pair, the roles in palindrome order.  Returns per worker its memory report after
+    its last block, with ``reserved`` the most over its blocks (none on the CPU)."""
     if not wave:
-        return []
+        return {}
     roles = [w.role for w in wave[0]]
     memory: dict[str, dict[str, int]] = {}
     turns_log = host.tmp / f"turns{suffix}.jsonl"
@@ -360,14 +411,26 @@ def _take_turns(
                     msg = {"op": "block", "index": g, "pick": pick}
                     reply = _talk(group[slot], msg, turn_s, "block")
                     name = group[slot].live.name
-                    memory[name] = reply.get("memory") or {}
+                    report: dict[str, int] = reply.get("memory") or {}
+                    held: dict[str, int] = {
+                        k: report[k] for k in ("reserved", "held") if k in report
+                    }
+                    if report:  # the most over its turns, the rest as of its last one
+                        before = (memory.get(name) or {}).get("reserved") or 0
+                        memory[name] = {**report, "reserved": max(report["reserved"], before)}
                     span = {"start": reply.get("start"), "end": reply.get("end")}
-                    held = {"reserved": memory[name].get("reserved")} if memory[name] else {}
-                    turn = {"worker": name, "pair": p, "group": g, "pick": pick, **span, **held}
+                    turn: dict[str, Any] = {
+                        "worker": name,
+                        "pair": p,
+                        "group": g,
+                        "pick": pick,
+                        **span,
+                        **held,
+                    }
                     record.write(json.dumps(turn) + "\n")
                     if watch is not None:
                         watch.turn_done(reply.get("seconds"))
-    return list(memory.values())
+    return memory
 
 
 def _picks(pairs: int, per_pair: int, pool: int, seed: int) -> list[list[int]]:
