@@ -215,6 +215,22 @@ def test_wave_size_counts_a_turn_s_peak_once_and_what_workers_hold_for_each() ->
     assert wave_size([greedy] * 2, roles=2, pairs=9) < wave_size([worker] * 2, 2, 9)
 
 
+def test_a_wave_finishes_side_by_side_only_where_its_memory_allows() -> None:
+    """The H200 quick rounds whose finishes ran side by side ran out of memory (six
+    workers keeping 13-17 GiB each, no check of the room).  Side by side only when one
+    fresh step and every re-check's growth fit in the free memory; the CPU (no
+    reports) always."""
+    from runner.flow.paired import finish_side_by_side
+
+    gib = 1 << 30
+    lean = {"prepare": 6 * gib, "reserved": 9 * gib, "held": 4 * gib, "free": 80 * gib}
+    assert finish_side_by_side([lean] * 15)  # 1.25 * 9 and 15 * 2 within 72 GiB
+    assert not finish_side_by_side([{**lean, "free": 20 * gib}] * 15)  # 30 GiB of growth
+    assert not finish_side_by_side([{**lean, "reserved": 70 * gib}] * 2)  # one fresh step
+    assert not finish_side_by_side([lean, {}])  # a GPU worker without a report
+    assert finish_side_by_side([{}, {}])  # the CPU
+
+
 @pytest.mark.integration
 def test_pairs_run_in_waves(tmp_path: Path) -> None:
     host, tree = example_host(tmp_path, wave_pairs=1)

@@ -17,7 +17,7 @@ Messages (one JSON object per line):
   between turns, and the device's ``free`` and ``total``: the host sizes its waves of
   live workers by them);
 * host -> worker ``{"op": "fresh"}``: the fresh-step timing, a timed turn of its own
-  (the pool freed first); reply ``{"ok": true, "fresh": true}``;
+  (the pool freed first); reply ``{"ok": true, "fresh": true, "memory": {...}}``;
 * host -> worker ``{"op": "finish"}``: the re-check after timing (untimed: the host
   sends it to every worker of a wave at once, after every fresh step is timed; the
   fresh step is timed here when ``fresh`` was not sent), then
@@ -194,7 +194,6 @@ class Server:
                 out_of_memory(exc)
                 log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
                 st.error = f"{type(exc).__name__}: {exc}"
-        device_memory(self.device)  # the pool and the steps' blocks back to the device
 
     def finish(self) -> None:
         """The re-check (with the fresh step's timing first, as a per-pass worker does
@@ -336,7 +335,8 @@ def serve(spec: RoundSpec, out_dir: Path, load: Callable[[RoundSpec, Path], Any]
                 log.info("fresh step: timing")
                 server.fresh()
                 log.info("fresh step: timed")
-                channel.send({"ok": True, "fresh": True})
+                memory = device_memory(server.device)  # the pool and the steps handed back
+                channel.send({"ok": True, "fresh": True, "memory": memory})
             elif op == "finish":
                 log.info("finishing: the re-checks and files")
                 server.finish()

@@ -265,14 +265,22 @@ class _Session:
         """Every worker of ``wave`` finished and reaped.  Where the device memory allows
         it (``finish_side_by_side``; always on the CPU): the fresh steps timed one
         worker at a time (each a turn of its own, the worker's buffer pool freed first),
-        then every re-check at once (untimed).  Otherwise each worker's whole finish
+        then, if the reports after them still allow it, every re-check at once
+        (untimed), else one re-check at a time.  Otherwise each worker's whole finish
         runs alone, and a finished worker exits before the next one starts."""
         workers = [w for group in wave for w in group]
         together = finish_side_by_side([self.memory.get(w.live.name, {}) for w in workers])
         if together:
             for w in workers:
-                _talk(w, {"op": "fresh"}, self.turn_s, "fresh")
-            for w in workers:
+                reply = _talk(w, {"op": "fresh"}, self.turn_s, "fresh")
+                if reply.get("memory"):  # what it keeps now, its pool handed back
+                    self.memory[w.live.name] = {
+                        **self.memory.get(w.live.name, {}),
+                        **reply["memory"],
+                    }
+            # the re-checks side by side only if they still fit; else one at a time
+            together = finish_side_by_side([self.memory.get(w.live.name, {}) for w in workers])
+            for w in workers if together else []:
                 _send(w, {"op": "finish"})
         for group in wave:
             for w in group:
