@@ -206,6 +206,12 @@ def test_accept_end_to_end_then_report(
     assert checks["branch"]["ok"], checks["branch"]
     gate = data["gate"]
     assert gate is not None and len(data["final_score"]["shapes"]) == len(data["shapes"])
+    # whichever rule decided (an accept on the threshold too), the verdict carries each
+    # shape's paired evidence: the held-out check judges on it (docs/protocol.md §5.7)
+    pairs = len(gate["pair_gains_pct"])
+    evidence = gate["evidence"]["shapes"]
+    assert set(evidence) == set(data["shapes"]) and pairs >= 2, gate
+    assert all(e["pairs"] == pairs and e["half_width_pct"] is not None for e in evidence.values())
     results = Campaign.load(demo_copy).results()
     accepted_rounds = [r for r in results if r.status is Status.ACCEPTED]
     if not accepted_rounds:

@@ -509,6 +509,32 @@ def test_every_verdict_records_the_pairs_it_was_given() -> None:
     assert judge(scaled(BEST, all=1.10)).pair_gains_pct == ()
 
 
+def test_an_early_verdict_records_each_shapes_paired_evidence() -> None:
+    """A reading beyond the threshold decides before the required pairs are in (sigma_G
+    above 1%: 5 pairs; 3 given), and the verdict still records the paired gain and each
+    gating shape's paired mean with its 95% interval and pairs: final acceptance's
+    held-out rule judges every shape on them (docs/protocol.md §5.7).  One pair gives no
+    interval (None), and no pairs no evidence."""
+    pairs = pairs_with_gains([0.09, 0.10, 0.11], per_shape={"small": 1.02})
+    result = judge(scaled(BEST, all=1.10), sigma_g=0.02, pairs=pairs)
+    assert result.decision is Decision.ACCEPTED and "threshold 6.00%" in result.reasons[0]
+    assert result.evidence is not None
+    shapes = result.evidence["shapes"]
+    assert list(shapes) == list(BEST)
+    assert all(e["pairs"] == 3 for e in shapes.values())
+    assert shapes["small"]["mean_pct"] == pytest.approx(100 * (1.02 * 1.10 - 1), abs=0.01)
+    # ln(1.09), ln(1.10), ln(1.11): stdev 0.91%, 95% half-width 4.303 * 0.91% / sqrt(3)
+    assert shapes["mid"]["half_width_pct"] == pytest.approx(2.26, abs=0.01)
+    assert result.evidence["gain"]["pairs"] == 3
+    slower = judge(scaled(BEST, all=0.90), sigma_g=0.02, pairs=pairs_with_gains([-0.1] * 2))
+    assert slower.decision is Decision.ROLLED_BACK and slower.evidence is not None
+    assert slower.evidence["shapes"]["large"]["pairs"] == 2
+    one = judge(scaled(BEST, all=1.10), pairs=pairs_with_gains([0.10]))
+    assert one.decision is Decision.ACCEPTED and one.evidence is not None
+    assert one.evidence["shapes"]["mid"]["half_width_pct"] is None
+    assert judge(scaled(BEST, all=1.10)).evidence is None
+
+
 def test_at_the_cap_a_shape_inside_its_noise_is_judged_by_its_mean() -> None:
     # two noisy pairs, every shape gaining on average: no shape regressed at the cap
     pairs = [pairs_with_gains([0.06])[0], pairs_with_gains([0.21])[0]]

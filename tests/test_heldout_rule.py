@@ -1,17 +1,27 @@
 """The held-out over-fitting rule of final acceptance (docs/protocol.md §5.7,
 ``runner.judge.heldout``): a held-out shape is judged against the lesser of its size
 neighbours among the targets, within the measured noise; 5% slower is always refused.
-Pure and fast: no campaign, no measuring."""
+Then the accept path: the full validation's gate verdict (an accept on its threshold
+included) carries each shape's paired evidence, and the check judges on it.  Fast: no
+campaign, no measuring."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.core.outcomes import Decision, GateResult, Score, ShapeScore
+from runner.core.outcomes import Decision, GateResult, PairSample, Score, ShapeScore
+from runner.core.shapes import shape_set
+from runner.core.stats import geomean
+from runner.flow import accept as accept_mod
 from runner.flow.acceptance_checks import heldout_check
+from runner.flow.acceptance_record import Acceptance
+from runner.judge.gate import accept_threshold, decide, required_pairs
 from runner.judge.heldout import ShapeGain, judge_heldout, neighbours
 
 # The demo's CPU shapes (runner.core.shapes.cpu_gemm_shapes), forward FLOPs.
@@ -171,6 +181,7 @@ def test_heldout_check_judges_the_paired_evidence_before_the_scores() -> None:
     refused = heldout_check(base, final, ["down"], WORK, None, 0.01)
     assert refused is not None and not refused.ok and "over-fitting" in refused.detail
     assert "tolerance 3.92%" in refused.detail  # 1.96 * 2 * 1%
+    assert "no paired interval for " in refused.detail and "(no paired samples)" in refused.detail
     unknown = heldout_check(base, final, ["down"], WORK)
     assert unknown is not None and unknown.ok  # no noise known: nothing is clear
     ratios = {"small": 1.1, "attn_out": 1.1, "down": 1.0, "qkv": 1.1, "gate_up": 1.1}
@@ -179,3 +190,97 @@ def test_heldout_check_judges_the_paired_evidence_before_the_scores() -> None:
     assert held is not None and held.ok and "tolerance 16.97%" in held.detail
     above = heldout_check(base, _score(dict.fromkeys(WORK, 1.1)), ["down"], WORK, None, 0.01)
     assert above is not None and above.ok and "(above by 0.00%" in above.detail
+
+
+# ---- the accept path: the full validation's gate feeds the held-out check ------------
+CPU = {lb: s for s in shape_set("cpu") for lb in WORK if f"-{lb}-" in s.label}
+HELD = CPU["down"].label
+# each pair's per-shape noise (about 1% a pair); the pair's common offset cancels
+WOBBLE = (0.010, -0.008, 0.004, -0.006)
+
+
+def _pairs(ratios: dict[str, float]) -> list[PairSample]:
+    out = []
+    for i, common in enumerate((1.00, 0.93, 1.05, 0.97)):
+        inc = {CPU[k].label: 100.0 * common for k in ratios}
+        cand = {
+            CPU[k].label: inc[CPU[k].label] * r * (1 + WOBBLE[(i + j) % len(WOBBLE)])
+            for j, (k, r) in enumerate(ratios.items())
+        }
+        out.append(PairSample(incumbent=inc, candidate=cand))
+    return out
+
+
+def _cpu_score(values: dict[str, float]) -> Score:
+    shapes = tuple(ShapeScore(CPU[k].label, "PASS", v) for k, v in values.items())
+    return Score("m", geomean(list(values.values())), shapes, len(shapes), 0)
+
+
+def _accept_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pct: dict[str, float], sigma_g: float
+) -> Acceptance:
+    """Final acceptance's full validation as ``accept._validate`` runs it, the pairs
+    given (4: the default two blocks), judged by the gate as ``measure.judge`` judges
+    them; its checks in the returned record."""
+    ratios = {k: 1 + p / 100 for k, p in pct.items()}
+    base, final = (
+        _cpu_score(dict.fromkeys(ratios, 100.0)),
+        _cpu_score({k: 100.0 * r for k, r in ratios.items()}),
+    )
+
+    def validation(*_: object) -> tuple[GateResult, Score, Score]:
+        return decide(base, final, sigma_g=sigma_g, pairs=_pairs(ratios)), base, final
+
+    monkeypatch.setattr(accept_mod, "full_validation", validation)
+    for name in ("baseline.csv", "final.csv"):
+        (tmp_path / name).write_text("label\n", encoding="utf-8")
+    (tmp_path / "art").mkdir(exist_ok=True)
+    rnd = SimpleNamespace(tmp=tmp_path, manifest=SimpleNamespace(sigma_g=sigma_g))
+    result = Acceptance("demo", "t", base_commit="a" * 40, head="b" * 40, passes=2,
+                        heldout=[HELD])  # fmt: skip
+    shapes = [CPU[k] for k in pct]
+    result.checks.insert(0, accept_mod._validate(rnd, {}, shapes, result, tmp_path / "art"))
+    return result
+
+
+@pytest.mark.parametrize(
+    ("targets", "honest_held", "sigma_g"),
+    [
+        # the issue's change tuned to the targets: every target +10%, the held-out flat;
+        # without the evidence the sigma_G fallback's tolerance (1.96 * 2 * 2.5% = 9.80%
+        # for the two figures) let its 9.53% shortfall through
+        (dict.fromkeys(("small", "attn_out", "qkv", "gate_up"), 10.0), 9.0, 0.025),
+        # the demo's shape-dependent gain, the held-out shape flat: short of attn_out by
+        # 5.00%, within the fallback's 13.72%
+        (DEMO_PCT, 4.0, 0.035),
+    ],
+)
+def test_the_accept_path_refuses_a_tuned_change_on_the_paired_evidence(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    targets: dict[str, float],
+    honest_held: float,
+    sigma_g: float,
+) -> None:
+    """A full validation accepted on its threshold before the pairs the near-noise rule
+    needs are in (4 of 5: sigma_G above 1%) records each shape's paired mean with its
+    interval and pairs; the held-out check judges on them: the change tuned to the
+    targets is refused, the honest one (the held-out shape gaining about as much as its
+    neighbours) passes."""
+    assert required_pairs(sigma_g) == 5
+    for held_pct, ok in ((0.0, False), (honest_held, True)):
+        result = _accept_path(tmp_path, monkeypatch, targets | {"down": held_pct}, sigma_g)
+        checks = {c.name: c for c in result.checks}
+        gate = result.gate
+        assert gate is not None and gate.decision.accepted and gate.pairs_used == 4
+        assert gate.delta_pct >= 100 * accept_threshold(sigma_g), gate.reasons
+        assert checks["full validation"].ok, checks
+        shapes = (gate.evidence or {}).get("shapes") or {}
+        assert set(shapes) == {CPU[k].label for k in (*targets, "down")}
+        assert all(e["pairs"] == 4 and e["half_width_pct"] < 2.5 for e in shapes.values())
+        held = checks["held-out shapes"]
+        assert held.ok is ok, held.detail
+        assert "no paired interval" not in held.detail
+        if not ok:  # the paired half-widths, not 1.96 * sqrt(2) * sigma_G
+            assert held.detail.startswith(f"over-fitting: {HELD} ")
+            assert "tolerance 1.91%" in held.detail

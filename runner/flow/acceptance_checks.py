@@ -45,8 +45,9 @@ def heldout_check(
     """The over-fitting guard on the held-out shapes (never measured by a round,
     docs/protocol.md §5.7, ``runner.judge.heldout``): a held-out shape 5% or more slower
     than at the base commit, or one that gains clearly less than the lesser of its size
-    neighbours among the targets, is over-fitting.  None without any held-out shape."""
-    gains = shape_gains(base, final, work, gate, sigma_g)
+    neighbours among the targets, is over-fitting.  None without any held-out shape.
+    The detail names the shapes judged without a paired interval, and why."""
+    gains, unpaired = shape_gains(base, final, work, gate, sigma_g)
     held = [g for g in gains if g.label in heldout]
     targets = [g for g in gains if g.label not in heldout]
     if not held:
@@ -57,10 +58,12 @@ def heldout_check(
         for name, group in (("held", held), ("targets", targets))
     }
     detail = f"held-out gain {geo['held']:+.3f}% vs targets {geo['targets']:+.3f}%"
+    fallback = _fallback_note(unpaired, gate, sigma_g)
     if not ok:
-        return Check("held-out shapes", False, f"over-fitting: {'; '.join(reasons)}; {detail}")
+        why = "; ".join([f"over-fitting: {'; '.join(reasons)}", detail, *fallback])
+        return Check("held-out shapes", False, why)
     near = [s.describe() for h in held if (s := shortfall(h, targets)) is not None]
-    return Check("held-out shapes", True, "; ".join([detail, *near]))
+    return Check("held-out shapes", True, "; ".join([detail, *near, *fallback]))
 
 
 def shape_gains(
@@ -69,14 +72,17 @@ def shape_gains(
     work: Mapping[str, float],
     gate: GateResult | None,
     sigma_g: float | None,
-) -> list[ShapeGain]:
-    """Each shape's gain: the full validation's paired mean and 95% half-width where
-    its evidence has the shape, else the ratio of the final to the base figure with the
+) -> tuple[list[ShapeGain], list[str]]:
+    """Each shape's gain, and the labels of those without a paired interval.  The gain
+    is the full validation's paired mean and 95% half-width where its evidence has the
+    shape with an interval (every verdict given two or more pairs records one, the
+    gate's ``evidence``), else the ratio of the final to the base figure with the
     baseline's noise (each figure sigma_G: a difference of two gains 2 sigma_G, times
     1.96) or, without that, no known noise."""
     evidence = ((gate.evidence or {}).get("shapes") or {}) if gate is not None else {}
     b, f = base.by_label(), final.by_label()
     out: list[ShapeGain] = []
+    unpaired: list[str] = []
     for label in b:
         bv, fv = b[label].value, f[label].value if label in f else None
         if not (bv and fv) or label not in work:
@@ -87,8 +93,23 @@ def shape_gains(
             half = est["half_width_pct"] / 100.0
         else:
             gain, half = math.log(fv / bv), _noise(sigma_g)
+            unpaired.append(label)
         out.append(ShapeGain(label, work[label], gain, half))
-    return out
+    return out, unpaired
+
+
+def _fallback_note(
+    unpaired: list[str], gate: GateResult | None, sigma_g: float | None
+) -> list[str]:
+    """Why some shapes were judged on their figures' ratio (one pair: no interval; no
+    pairs at all; or not among the shapes the gate judged) and the tolerance used."""
+    if not unpaired:
+        return []
+    pairs = len(gate.pair_gains_pct) if gate is not None else 0
+    why = {0: "no paired samples", 1: "one pair: no interval"}.get(pairs, "not in the evidence")
+    width = f"1.96 * sqrt(2) * sigma_G = {100 * _noise(sigma_g):.2f}%" if sigma_g else "unknown"
+    return [f"no paired interval for {', '.join(unpaired)} ({why}): judged on the ratio of "
+            f"the figures, half-width {width}"]  # fmt: skip
 
 
 def _noise(sigma_g: float | None) -> float:

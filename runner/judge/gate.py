@@ -28,6 +28,12 @@ How the rules meet noisy evidence (docs/measurement.md §4.2):
   pairs it needs (``more_pairs``); with ``final`` (the round's cap is reached) the point
   estimates decide and what is still unclear is ROLLED_BACK as too volatile to tell.
 
+Every verdict given pairs (whichever rule decided, an accept above the threshold before
+the required pairs are in included) records them: each pair's gain
+(``pair_gains_pct``) and the paired evidence (``evidence``: the paired gain and each
+gating shape's paired mean with its 95% half-width and pairs; the half-width is None
+with one pair).  A veto or a FAIL is decided before any statistics and records none.
+
 Targeted-shape round (``targeted_shapes`` non-empty; docs/protocol.md §5.4): rules 3-6
 are judged on the targeted shapes only (their geomean ratio and their per-shape regressions); shapes
 outside the target that regressed by 5% or more are reported in ``reasons`` and listed
@@ -123,30 +129,36 @@ def decide(
     if candidate.n_fail:
         return _failed(best, candidate)
     facts = _facts(best, candidate, sigma_g, targeted_shapes, min_pairs)
-    judged = _judge(facts, pairs, final)
-    return replace(judged, pair_gains_pct=_pair_gains_pct(facts, pairs))
-
-
-def _pair_gains_pct(facts: _Facts, pairs: Sequence[PairSample]) -> tuple[float, ...]:
-    """G_i - 1 (percent) of each pair on the gating shapes, recorded whichever rule
-    decided so that a gain can be shown with its spread (``_judge`` has checked the
-    pairs by now)."""
     if not pairs:
-        return ()
-    return tuple(100 * math.expm1(g) for g in gather(pairs, facts.gating).gains)
-
-
-def _judge(facts: _Facts, pairs: Sequence[PairSample], final: bool) -> GateResult:
-    """Rules 3-6 on a comparable, all-PASS pair of scores: on the merged scores alone
-    without pairs, the clear cases only while pairs are still coming in, and on the
-    paired evidence once the required pairs are in."""
-    gain = math.expm1(math.fsum(facts.logs[lb] for lb in facts.gating) / len(facts.gating))
-    if not pairs:
-        return _single(facts, gain)
+        return _single(facts, _gain(facts))
     check_pairs(pairs, facts.logs)
-    if len(pairs) < facts.required_pairs and not final:
-        return _early(facts, pairs, gain)
-    return _paired(facts, gather(pairs, facts.gating), gain, final)
+    ev = gather(pairs, facts.gating)
+    return _recorded(_judge(facts, ev, final), ev)
+
+
+def _recorded(judged: GateResult, ev: Evidence) -> GateResult:
+    """``judged`` with the paired evidence it was given, whichever rule decided: each
+    pair's G_i - 1 (percent) and the paired gain and every gating shape's paired mean
+    with its 95% interval and pairs (``evidence``), so that a gain is shown with its
+    spread and final acceptance's held-out rule (``runner.judge.heldout``) judges every
+    shape on its own interval, an early accept above the threshold included."""
+    gains = tuple(100 * math.expm1(g) for g in ev.gains)
+    return replace(judged, pair_gains_pct=gains, evidence=_evidence_dict(ev))
+
+
+def _gain(facts: _Facts) -> float:
+    """G - 1 on the merged scores' gating shapes."""
+    return math.expm1(math.fsum(facts.logs[lb] for lb in facts.gating) / len(facts.gating))
+
+
+def _judge(facts: _Facts, ev: Evidence, final: bool) -> GateResult:
+    """Rules 3-6 on a comparable, all-PASS pair of scores with paired evidence: the
+    clear cases only while pairs are still coming in, and on the paired evidence once
+    the required pairs are in."""
+    gain = _gain(facts)
+    if ev.n < facts.required_pairs and not final:
+        return _early(facts, ev.n, gain)
+    return _paired(facts, ev, gain, final)
 
 
 def _over(facts: _Facts, gain: float) -> str:
@@ -173,11 +185,11 @@ def _single(facts: _Facts, gain: float) -> GateResult:
                    more_pairs=facts.required_pairs)  # fmt: skip
 
 
-def _early(facts: _Facts, pairs: Sequence[PairSample], gain: float) -> GateResult:
-    """Fewer pairs than the rules need: only a reading beyond the threshold either way
-    decides (the threshold is 3 sigma_G: one reading that far out is not noise); a
-    shape reading a 5% regression, or anything nearer, waits for the pairs."""
-    have, need = len(pairs), facts.required_pairs
+def _early(facts: _Facts, have: int, gain: float) -> GateResult:
+    """Fewer pairs (``have``) than the rules need: only a reading beyond the threshold
+    either way decides (the threshold is 3 sigma_G: one reading that far out is not
+    noise); a shape reading a 5% regression, or anything nearer, waits for the pairs."""
+    need = facts.required_pairs
     if gain >= facts.threshold and not _severe(facts, facts.gating):
         return _accept(facts, _over(facts, gain), 100 * gain, have)
     if gain <= -facts.threshold:
@@ -195,55 +207,51 @@ def _paired(facts: _Facts, ev: Evidence, gain: float, final: bool) -> GateResult
     """Rules 3-6 on the paired evidence (docs/measurement.md §4.2): each rule decides
     when its evidence is clear; otherwise more pairs, and at the cap (``final``) the
     point estimates decide and "too volatile to tell" rolls back."""
-    info = _evidence_dict(ev)
     if ev.gain.high < FLOOR_GAIN:
         why = f"not improved by more than 1%: {ev.summary()}"
-        return _rolled_back(facts, ev, why, info)
+        return _rolled_back(facts, ev, why)
     clear, unclear = _paired_severe(ev)
     if final:  # at the cap an unclear shape is judged by its paired mean alone
         clear += [lb for lb in unclear if ev.shapes[lb].mean <= -SEVERE_LOG]
         unclear = []
     if clear:
         why = "shape(s) regressed by 5% or more: " + _named(ev, clear)
-        return _rolled_back(facts, ev, why, info)
+        return _rolled_back(facts, ev, why)
     if unclear:
         more = min(_pairs_to_resolve(ev, unclear) - ev.n, ev.n)
         why = f"shape(s) near a 5% regression, within their noise: {_named(ev, unclear)}"
-        return _remeasure(facts, ev, why, more, info)
+        return _remeasure(facts, ev, why, more)
     if gain >= facts.threshold and ev.gain.low > 0:
         why = f"{_over(facts, gain)}; {ev.summary()}"
-        return _accept(facts, why, 100 * gain, ev.n, info)
+        return _accept(facts, why, 100 * gain, ev.n)
     passed, figures = noise_rule(ev)
     m = 100 * math.expm1(ev.gain.mean)
     band = f"aggregate {_pct(gain)} is below the threshold {100 * facts.threshold:.2f}%"
     if passed and gain > 0:  # the merged scores must agree that it is a gain
-        return _accept(facts, f"{band}; {ev.summary()}; {figures} (m > 1%, s < m/2)", m, ev.n,
-                       info)  # fmt: skip
+        return _accept(facts, f"{band}; {ev.summary()}; {figures} (m > 1%, s < m/2)", m, ev.n)
     need = ev.pairs_for_precision()
     if final:
         why = (
             f"too volatile to tell: {ev.summary()}; {figures} (accepting needs mean > 1% "
             f"and stdev < half of it); about {max(need, ev.n + 1)} pairs would be needed"
         )
-        return _rolled_back(facts, ev, why, info)
+        return _rolled_back(facts, ev, why)
     # at most as many again as are in: a clear case, either way, stops at the next look
     more = min(max(need - ev.n, ev.remeasure_size()), ev.n)
-    return _remeasure(facts, ev, f"{band}: near noise; {ev.summary()}; {figures}", more, info)
+    return _remeasure(facts, ev, f"{band}: near noise; {ev.summary()}; {figures}", more)
 
 
-def _rolled_back(facts: _Facts, ev: Evidence, why: str, info: dict[str, Any]) -> GateResult:
+def _rolled_back(facts: _Facts, ev: Evidence, why: str) -> GateResult:
     m = 100 * math.expm1(ev.gain.mean)
-    return _result(facts, Decision.ROLLED_BACK, [why], m, pairs_used=ev.n, evidence=info)
+    return _result(facts, Decision.ROLLED_BACK, [why], m, pairs_used=ev.n)
 
 
-def _remeasure(
-    facts: _Facts, ev: Evidence, why: str, more: int, info: dict[str, Any]
-) -> GateResult:
+def _remeasure(facts: _Facts, ev: Evidence, why: str, more: int) -> GateResult:
     more = max(1, more)
     reason = f"{why}; measure {more} more fresh interleaved pair(s) and gate again"
     m = 100 * math.expm1(ev.gain.mean)
     return _result(facts, Decision.NEEDS_REMEASURE, [reason], m, pairs_used=ev.n,
-                   evidence=info, more_pairs=more)  # fmt: skip
+                   more_pairs=more)  # fmt: skip
 
 
 def _paired_severe(ev: Evidence) -> tuple[list[str], list[str]]:
@@ -284,7 +292,6 @@ def _accept(
     why: str,
     delta_pct: float,
     pairs_used: int = 0,
-    evidence: dict[str, Any] | None = None,
 ) -> GateResult:
     """ACCEPTED, or ACCEPTED_TRADEOFF naming every shape that went down."""
     reasons = [why]
@@ -296,7 +303,7 @@ def _accept(
         tag = "trade-off" if gated else "trade-off (outside the targeted shapes)"
         reasons.append(f"{tag}: {lb} {_pct(math.expm1(facts.logs[lb]))}")
     decision = Decision.ACCEPTED_TRADEOFF if down else Decision.ACCEPTED
-    return _result(facts, decision, reasons, delta_pct, pairs_used=pairs_used, evidence=evidence)
+    return _result(facts, decision, reasons, delta_pct, pairs_used=pairs_used)
 
 
 def _targeted_note(facts: _Facts) -> str:
@@ -357,7 +364,6 @@ def _result(
     delta_pct: float,
     *,
     pairs_used: int = 0,
-    evidence: dict[str, Any] | None = None,
     more_pairs: int = 0,
 ) -> GateResult:
     return GateResult(
@@ -371,7 +377,6 @@ def _result(
         reasons=tuple(reasons),
         threshold_pct=100 * facts.threshold,
         pairs_used=pairs_used,
-        evidence=evidence,
         more_pairs=more_pairs,
     )
 
