@@ -1,0 +1,142 @@
+"""What one serving worker of a paired round keeps in device memory, stage by stage.
+
+On one H200 (fourteenth session, docs/benchmarks.md) the example's blockwise-FP8
+workers on the four Llama-2-7B mb1 shapes kept 11-15 GiB each between their turns,
+with PyTorch's expandable segments and the cache emptied after every turn, while the
+tensors Python can see (measured on the CPU) are the buffer pool, about 2.5 GiB, and
+one case's float32 references.  So a tournament's wave holds one pair of five
+workers.  This script finds where the rest is: it builds the worker's state
+in-process (``runner.bench.serve.Server``, the same prepare, blocks, fresh step and
+finish as ``python -m runner.worker --serve``), and after each stage records the
+allocator's figures, the bytes of the tensors Python can reach (by storage), and on a
+GPU the largest live allocations with the Python frames that made them
+(``torch.cuda.memory._record_memory_history`` / ``_snapshot``).
+
+    # a GPU (the device's torch): the study's shapes, the quick round's turn timing
+    PYTHONPATH=.:examples python3 benchmarks/worker_memory.py --out /tmp/worker_memory.json
+    # the CPU, every dimension divided by 4
+    PYTHONPATH=.:examples python3 benchmarks/worker_memory.py --device cpu --scale 4 \\
+        --out /tmp/worker_memory_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
+
+GIB = float(1 << 30)
+STUDY_SHAPES = (  # label, M, N, K (benchmarks/paired_study.py's four shapes)
+    ("Llama-2-7B-qkv-mb1-4096x12288x4096", 4096, 12288, 4096),
+    ("Llama-2-7B-attn_out-mb1-4096x4096x4096", 4096, 4096, 4096),
+    ("Llama-2-7B-gate_up-mb1-4096x22016x4096", 4096, 22016, 4096),
+    ("Llama-2-7B-down-mb1-4096x4096x11008", 4096, 4096, 11008),
+)
+
+
+def python_tensors(torch: Any) -> dict[str, Any]:
+    """The tensors Python can reach, counted once per storage."""
+    gc.collect()
+    seen: dict[int, tuple[int, str]] = {}
+    for obj in gc.get_objects():
+        try:
+            if torch.is_tensor(obj) and obj.device.type != "meta":
+                storage = obj.untyped_storage()
+                seen[storage.data_ptr()] = (storage.nbytes(), f"{tuple(obj.shape)} {obj.dtype}")
+        except Exception:  # noqa: S112 - objects that fail to answer are not tensors
+            continue
+    largest = sorted(seen.values(), reverse=True)[:8]
+    return {
+        "storages": len(seen),
+        "gib": round(sum(n for n, _ in seen.values()) / GIB, 3),
+        "largest": [[round(n / GIB, 3), what] for n, what in largest],
+    }
+
+
+def allocations(torch: Any) -> list[dict[str, Any]]:
+    """On a GPU: the live allocations grouped by the innermost frames of this project
+    (or the target) that made them, largest first."""
+    snapshot = torch.cuda.memory._snapshot()
+    by_site: Counter[str] = Counter()
+    for segment in snapshot.get("segments", []):
+        for block in segment.get("blocks", []):
+            if block.get("state") != "active_allocated":
+                continue
+            frames = [f for f in block.get("frames", []) if "/runner/" in f.get("filename", "")
+                      or "turbo_kernels" in f.get("filename", "")]  # fmt: skip
+            site = " < ".join(f"{Path(f['filename']).name}:{f['line']} {f['name']}"
+                              for f in frames[:3]) or "(no project frame)"  # fmt: skip
+            by_site[site] += int(block.get("size", 0))
+    return [{"gib": round(n / GIB, 3), "site": s} for s, n in by_site.most_common(12)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--scale", type=int, default=1, help="divide every dimension by this")
+    parser.add_argument("--pool", type=int, default=2, help="buffer pool members (a quick "
+                        "round's two-turn worker holds 2)")  # fmt: skip
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from runner.bench.serve import Server
+    from runner.core.shapes import Shape
+    from runner.core.spec import RoundSpec, TimingSettings
+    from runner.flow.paired import block_timing
+    from runner.ops.base import load_adapter
+    from runner.targets.registry import get_target
+
+    gpu = args.device != "cpu"
+    if gpu:
+        torch.cuda.memory._record_memory_history(max_entries=200_000)
+    shapes = tuple(Shape(label, m // args.scale, n // args.scale, k // args.scale)
+                   for label, m, n, k in STUDY_SHAPES)  # fmt: skip
+    options = {"granularity": "blockwise", "backend": "TRITON" if gpu else "TORCH"}
+    timing = block_timing(TimingSettings(), 2, quick_gpu=gpu)
+    spec = RoundSpec("worker-memory", 2, "incumbent", 1, "quick", "example", "gemm_fp8",
+                     options, shapes, timing, device=args.device, pool=args.pool)  # fmt: skip
+    adapter = load_adapter(spec.op, get_target("example").load_api(), spec.options)
+    out_dir = args.out.parent / "worker-memory-pass"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    server = Server(spec, out_dir, adapter, args.device)
+    stages: list[dict[str, Any]] = []
+
+    def stage(name: str, seconds: float) -> None:
+        record: dict[str, Any] = {"stage": name, "seconds": round(seconds, 2),
+                                  "python": python_tensors(torch)}  # fmt: skip
+        if gpu:
+            torch.cuda.synchronize()
+            record["allocated_gib"] = round(torch.cuda.memory_allocated() / GIB, 3)
+            record["reserved_gib"] = round(torch.cuda.memory_reserved() / GIB, 3)
+            record["peak_allocated_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 3)
+            record["sites"] = allocations(torch)
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            record["reserved_after_empty_cache_gib"] = round(torch.cuda.memory_reserved() / GIB, 3)
+        stages.append(record)
+        print(json.dumps({k: v for k, v in record.items() if k != "sites"}), flush=True)
+
+    for name, work in (("prepare", server.prepare), ("block 0", lambda: server.block(0)),
+                       ("block 1", lambda: server.block(1)), ("fresh", server.fresh),
+                       ("finish", server.finish)):  # fmt: skip
+        t0 = time.perf_counter()
+        work()
+        stage(name, time.perf_counter() - t0)
+    args.out.write_text(json.dumps({"device": args.device, "scale": args.scale,
+                                    "pool": args.pool, "stages": stages}, indent=1))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
