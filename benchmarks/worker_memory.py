@@ -27,7 +27,6 @@ import json
 import sys
 import time
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +51,7 @@ def python_tensors(torch: Any) -> dict[str, Any]:
             if torch.is_tensor(obj) and obj.device.type != "meta":
                 storage = obj.untyped_storage()
                 seen[storage.data_ptr()] = (storage.nbytes(), f"{tuple(obj.shape)} {obj.dtype}")
-        except Exception:  # noqa: S112 - objects that fail to answer are not tensors
+        except Exception:  # objects that fail to answer are not tensors
             continue
     largest = sorted(seen.values(), reverse=True)[:8]
     return {

@@ -240,26 +240,23 @@ class _Session:
         self.started.append(group)
         return group
 
-    def ready(self, wave: Sequence[list[_Worker]]) -> dict[str, dict[str, int]]:
-        """Every worker of ``wave`` ready, then the round's holds (``_hold``).  Returns
-        per worker its memory report at ready (none on the CPU), also kept in
-        ``memory`` with its ``reserved`` as ``prepare``."""
-        memory = {}
+    def ready(self, wave: Sequence[list[_Worker]]) -> None:
+        """Every worker of ``wave`` ready, then the round's holds (``_hold``).  Each
+        worker's memory report at ready (none on the CPU) goes into ``memory``, its
+        ``reserved`` as ``prepare``."""
         for group in wave:
             for w in group:
-                memory[w.live.name] = _expect(w, self.ready_s, "ready").get("memory") or {}
+                report = _expect(w, self.ready_s, "ready").get("memory") or {}
+                if report:
+                    self.memory[w.live.name] = {**report, "prepare": report["reserved"]}
         _hold(self.host)
-        for name, report in memory.items():
-            if report:
-                self.memory[name] = {**report, "prepare": report["reserved"]}
-        return memory
 
-    def take_turns(self, wave: list[list[_Worker]], first: int) -> dict[str, dict[str, int]]:
+    def take_turns(self, wave: list[list[_Worker]], first: int) -> None:
+        """The wave's turns (``_take_turns``); each worker's last report into ``memory``."""
         turned = _take_turns(self.host, wave, first, self.groups, self.picks, self.suffix,
                              self.turn_s, self.watch)  # fmt: skip
         for name, report in turned.items():
             self.memory[name] = {**self.memory.get(name, {}), **report}
-        return turned
 
     def finish(self, wave: Sequence[list[_Worker]]) -> None:
         """Every worker of ``wave`` finished and reaped.  Where the device memory allows
