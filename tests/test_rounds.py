@@ -247,7 +247,7 @@ def test_a_crashing_worker_records_a_failed_round_and_nothing_else(campaign: Cam
 
 
 def test_an_interrupt_mid_round_records_nothing_and_the_round_can_run_again(
-    campaign: Campaign, tmp_path: Path
+    campaign: Campaign, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = snapshot_records(campaign)
     patch_file = PATCHES / "speedup_reuse_fp8_weight.patch"
@@ -288,6 +288,9 @@ def test_an_interrupt_mid_round_records_nothing_and_the_round_can_run_again(
                               capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert leftover.count("\n") == 1, leftover
     assert not list(tmp.glob("turbo-campaign-*")), "temporary folders left behind"
+    # any clean verdict (below): the first pairs are final, not pairs of the demo's
+    # small speed-up measured up to the suite's cap
+    monkeypatch.setenv("TURBO_CAMPAIGN_ROUND_CAP_S", "1")
     again = validate_round(campaign, LocalExecutor(),
                            Request(2, "reuse fp8 weight", patch_file.read_text()),
                            progress=lambda _m: None)  # fmt: skip
