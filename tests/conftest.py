@@ -88,10 +88,10 @@ FILE_SECONDS = {
     "test_redteam.py": 185,  # * its honest speed-up is test_adversarial's round
     "test_faults.py": 270,  # one test of eight attempts (the last CI run: 272)
     "test_accept.py": 200,  # builds demo_campaign (the wheel's demo); a part of the example suite
-    "test_docker_rounds.py": 200,
+    "test_docker_rounds.py": 160,  # * the killed round is the campaign's round 2
     "test_rounds.py": 150,  # * one round fewer (the working-tree diff is round 2's)
     "test_workspace_mode.py": 185,
-    "test_paired.py": 165,
+    "test_paired.py": 140,  # * its GPU-target rounds on slow_tiny copies, not the demo
     "test_tournament.py": 180,  # five entries on a slow_tiny copy, three fixture C builds
     "test_mcp_server.py": 100,  # a baseline and a round through the server (CI: 101)
     "test_tamper.py": 90,  # a round and a full validation on demo copies, failed before a turn
