@@ -12,6 +12,7 @@ Work on a side stream (GPU only) is covered by
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -318,10 +319,19 @@ def test_a_uniform_only_grouped_gemm_is_vetoed(grouped: Campaign) -> None:
 
 
 def test_an_honest_speedup_is_not_flagged(fp8: Campaign) -> None:
+    """The honest speed-up on the slow base (about 1.6x; no noise of a busy 2-core
+    machine turns it) is ACCEPTED, measured paired and interleaved, and no guard flags
+    it.  It is also the red-team suite's honest counterpart (tests/test_redteam.py)."""
     patch = speedup_patch(fp8.root.parent.parent)
     result, summary = validate(fp8, "quantise the FP8 weight once", patch)
     assert result.status is Status.ACCEPTED, result.reasons
+    # paired and interleaved: B C C B (a B B C C order would pair drift with the change)
+    turns = fp8.artifacts_dir(result.round) / "turns.jsonl"
+    lines = [ln for ln in turns.read_text(encoding="utf-8").splitlines() if ln]
+    order = [json.loads(line)["worker"].split("-", 2)[2] for line in lines]
+    assert order[:4] == ["incumbent", "candidate", "candidate", "incumbent"], order
+    assert order.count("incumbent") == order.count("candidate")
     assert not audit_vetoes(result), result.reasons
     assert not any("over-fit" in r for r in result.reasons), result.reasons
     assert result.transfer is not None and result.transfer.decision == "ACCEPT-as-real"
-    assert "over-fitting audit" not in summary
+    assert "over-fit" not in summary  # no audit finding, no over-fit transfer note

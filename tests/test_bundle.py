@@ -2,10 +2,11 @@
 source, the way a user does on another host; tampered bundles are refused and a
 different environment is reported.
 
-One campaign (tiny shapes, baseline + one round with the reuse-FP8-weight speed-up) is
-built for the module; its fingerprints are written with ``record_fingerprint`` the
-way the round hook does.  Whatever that round's verdict on this machine (accepted or
-rolled back), reproduce compares against what was recorded.
+One campaign for the module: a copy of the session's ``slow_tiny`` (tiny shapes, its
+baseline; conftest) and one round, the patch that removes the slow base's waste; its
+fingerprints are written with ``record_fingerprint`` the way the round hook does.
+Whatever that round's verdict on this machine (accepted or rolled back), reproduce
+compares against what was recorded.
 """
 
 from __future__ import annotations
@@ -13,16 +14,17 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
-from campaign_helpers import tiny_campaign
+from campaign_helpers import plant_slow_base, speedup_patch
 
 from runner.cli import main
 from runner.core.errors import ConfigError
 from runner.executors.local import LocalExecutor
-from runner.flow.new_campaign import EXAMPLES_DIR, fresh_example_copy
+from runner.flow.new_campaign import fresh_example_copy
 from runner.flow.rounds import Request, validate_round
 from runner.portable.bundle import BUNDLE_YAML, CHECKSUMS, open_bundle, write_checksums
 from runner.portable.reproduce import find_base
@@ -37,20 +39,24 @@ from runner.store.fingerprint_check import (
 
 pytestmark = pytest.mark.integration
 
-FAST = (EXAMPLES_DIR / "demo_patches" / "speedup_reuse_fp8_weight.patch").read_text()
-
 
 def quiet(_message: str) -> None:
     pass
 
 
 @pytest.fixture(scope="module")
-def campaign(tmp_path_factory: pytest.TempPathFactory) -> Campaign:
-    root = tmp_path_factory.mktemp("bundle")
-    c = tiny_campaign(root, "t")
+def campaign(
+    slow_tiny: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    copy_campaign: Callable[[Path, Path, str], Path],
+) -> Campaign:
+    """A private copy of ``slow_tiny`` (no baseline of its own) and its round 2."""
+    root = tmp_path_factory.mktemp("bundle") / "copy"
+    c = Campaign.load(copy_campaign(slow_tiny, root, "t"))
     record_fingerprint(c, 1, target_commit=c.manifest.base_commit)
     c = Campaign.load(c.root)
-    validate_round(c, LocalExecutor(), Request(2, "reuse fp8 weight", FAST), progress=quiet)
+    fast = speedup_patch(root)
+    validate_round(c, LocalExecutor(), Request(2, "quantise the weight once", fast), progress=quiet)
     record_fingerprint(c, 2)
     return Campaign.load(c.root)
 
@@ -263,8 +269,10 @@ def test_bad_round_and_out_are_refused(bundle: Path, campaign: Campaign, tmp_pat
 
 
 def test_base_found_by_tree_in_an_unrelated_copy(bundle: Path, tmp_path: Path) -> None:
-    """A fresh copy of the example package has another base hash but the same tree."""
+    """A fresh copy of the example package with the slow base committed again has
+    another base hash but the same tree."""
     b = open_bundle(bundle, tmp_path / "b")
     copy = fresh_example_copy(tmp_path / "copy")
+    plant_slow_base(copy)
     commit, note = find_base(copy, b)
     assert commit != b.info["base_commit"] and "has the same tree" in note

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import pickle
 import re
+from collections.abc import Callable
 from io import StringIO
 from pathlib import Path
 
@@ -214,20 +214,24 @@ def test_on_a_terminal_a_live_line_shows_step_pairs_elapsed_estimate_reading() -
     assert "pairs 0/2 · turn 1/8" in text  # the live line was drawn
 
 
-# ---- integration: a real round on the demo ---------------------------------------------
+# ---- integration: a real round on a session campaign -----------------------------------
 @pytest.mark.integration
-def test_a_validate_round_on_the_demo_shows_pairs_and_an_estimate(
-    demo_copy: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def test_a_validate_round_shows_pairs_and_an_estimate(
+    slow_tiny: Path,
+    tmp_path: Path,
+    copy_campaign: Callable[[Path, Path, str], Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The plain lines of a real round (stderr is no terminal here): the pairs planned
-    with an estimate from the baseline's shape seconds, then each pair as it lands."""
-    campaign = Campaign.load(demo_copy)
-    assert campaign.manifest.shape_seconds, "the demo's baseline records its shape seconds"
-    root = ["--campaigns-root", str(demo_copy.parent)]
-    with pytest.raises(SystemExit) as exc:  # timing steers the gate: a recorded change
-        main([*root, "set", "timing", json.dumps(QUIET), "--reason", "test: quiet timing"])
-    assert exc.value.code == 0
-    capsys.readouterr()
+    with an estimate from the baseline's shape seconds, then each pair as it lands.  A
+    copy of the session's ``slow_tiny`` (tiny shapes, ``QUIET`` timing), not the demo:
+    the lines are the same, its round is shorter."""
+    campaign = Campaign.load(copy_campaign(slow_tiny, tmp_path / "c", "t"))
+    assert campaign.manifest.shape_seconds, "the baseline records its shape seconds"
+    timing = campaign.manifest.timing.model_dump()
+    assert {k: timing[k] for k in QUIET} == QUIET  # QUIET
+    root = ["--campaigns-root", str(campaign.root.parent)]
     monkeypatch.setenv("TURBO_CAMPAIGN_ROUND_CAP_S", "1")  # the first pairs are final
     patch = EXAMPLES_DIR / "demo_patches" / "slowdown_fp64_accumulate.patch"
     n = campaign.next_round()

@@ -1,8 +1,11 @@
 """The red-team suite: shortcuts that once slipped through, and new ones, each a patch
 against the example package (``tests/data/redteam/*.patch``) run as a VALIDATE round
 on the CPU demo campaign, asserted not ACCEPTED with the guard that caught it named in
-the round's summary; next to them a genuine speed-up (large enough that no timing noise
-turns it), asserted ACCEPTED.
+the round's summary; next to them a legitimate weight cache that passes the simulation.
+The genuine speed-up that no guard flags (large enough that no timing noise turns it,
+asserted ACCEPTED, paired B C C B) is tests/test_adversarial.py's
+``test_an_honest_speedup_is_not_flagged``: the same round on the same session campaign
+ran in both files.
 
 Keep it growing: every shortcut that once got through stays here.
 
@@ -174,21 +177,3 @@ def test_a_legitimate_fp8_weight_cache_passes_the_simulation(campaign: Campaign)
     trace = result.transfer.hit_rate_trace
     assert "_W_FP8" in trace and "8-step simulation FAIL" not in trace, trace
     assert "fresh activations, weight held still" in trace and "hit rate 7/8" in trace, trace
-
-
-def test_an_honest_speedup_is_accepted(
-    slow_tiny: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
-) -> None:
-    # On the session's slow base (conftest ``slow_tiny``): the waste removed, about 1.6x,
-    # a verdict no noise of a busy 2-core machine turns (the demo's own speed-up, +7-13%
-    # with other work beside it, was rolled back 2 times in 4).
-    campaign = Campaign.load(copy_campaign(slow_tiny, tmp_path / "st", "t"))
-    patch = campaign.root.parent.parent / "speedup.patch"
-    result, summary = run_round(campaign, str(patch), "quantise the FP8 weight once")
-    assert result.status is Status.ACCEPTED, result.reasons
-    # paired and interleaved: B C C B (a B B C C order would pair drift with the change)
-    order = pass_order(campaign, result.round)
-    assert order[:4] == ["incumbent", "candidate", "candidate", "incumbent"], order
-    assert order.count("incumbent") == order.count("candidate")
-    assert result.transfer is not None and result.transfer.decision == "ACCEPT-as-real"
-    assert "over-fit" not in summary
