@@ -72,10 +72,23 @@ def allocations(torch: Any) -> list[dict[str, Any]]:
                 continue
             frames = [f for f in block.get("frames", []) if "/runner/" in f.get("filename", "")
                       or "turbo_kernels" in f.get("filename", "")]  # fmt: skip
+            python = [f for f in block.get("frames", []) if f.get("filename", "").endswith(".py")]
+            frames = frames or python
             site = " < ".join(f"{Path(f['filename']).name}:{f['line']} {f['name']}"
-                              for f in frames[:3]) or "(no project frame)"  # fmt: skip
+                              for f in frames[:4]) or "(no Python frame)"  # fmt: skip
             by_site[site] += int(block.get("size", 0))
     return [{"gib": round(n / GIB, 3), "site": s} for s, n in by_site.most_common(12)]
+
+
+def pools(torch: Any) -> dict[str, Any]:
+    """On a GPU: the reserved bytes per memory pool (the default pool, or a CUDA graph's
+    private pool) and how many ``torch.cuda.CUDAGraph`` objects are still alive."""
+    by_pool: Counter[str] = Counter()
+    for segment in torch.cuda.memory._snapshot().get("segments", []):
+        by_pool[str(tuple(segment.get("segment_pool_id", ())))] += int(segment.get("total_size", 0))
+    graphs = sum(1 for obj in gc.get_objects() if isinstance(obj, torch.cuda.CUDAGraph))
+    return {"graphs_alive": graphs, "pools": len(by_pool),
+            "gib_by_pool": {k: round(v / GIB, 3) for k, v in by_pool.most_common(6)}}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,19 +125,30 @@ def main(argv: list[str] | None = None) -> int:
     stages: list[dict[str, Any]] = []
 
     def stage(name: str, seconds: float) -> None:
-        record: dict[str, Any] = {"stage": name, "seconds": round(seconds, 2),
-                                  "python": python_tensors(torch)}  # fmt: skip
-        if gpu:
+        record: dict[str, Any] = {"stage": name, "seconds": round(seconds, 2)}
+        if gpu:  # first as the serving worker reports it: no garbage collection
             torch.cuda.synchronize()
             record["allocated_gib"] = round(torch.cuda.memory_allocated() / GIB, 3)
             record["reserved_gib"] = round(torch.cuda.memory_reserved() / GIB, 3)
-            record["peak_allocated_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 3)
-            record["sites"] = allocations(torch)
+            record["peak_reserved_gib"] = round(torch.cuda.max_memory_reserved() / GIB, 3)
             torch.cuda.empty_cache()
+            record["held_gib"] = round(torch.cuda.memory_reserved() / GIB, 3)
+            stats = torch.cuda.memory_stats()
+            record["segments"] = stats.get("segment.all.current")
+            record["inactive_split_gib"] = round(
+                stats.get("inactive_split_bytes.all.current", 0) / GIB, 3
+            )
+            record["sites"] = allocations(torch)
+            record.update(pools(torch))
+        record["python"] = python_tensors(torch)  # collects garbage first
+        if gpu:
+            torch.cuda.empty_cache()
+            record["after_gc_allocated_gib"] = round(torch.cuda.memory_allocated() / GIB, 3)
+            record["after_gc_held_gib"] = round(torch.cuda.memory_reserved() / GIB, 3)
             torch.cuda.reset_peak_memory_stats()
-            record["reserved_after_empty_cache_gib"] = round(torch.cuda.memory_reserved() / GIB, 3)
         stages.append(record)
-        print(json.dumps({k: v for k, v in record.items() if k != "sites"}), flush=True)
+        brief = {k: v for k, v in record.items() if k not in ("sites", "python", "gib_by_pool")}
+        print(json.dumps(brief), flush=True)
 
     for name, work in (("prepare", server.prepare), ("block 0", lambda: server.block(0)),
                        ("block 1", lambda: server.block(1)), ("fresh", server.fresh),

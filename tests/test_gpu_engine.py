@@ -59,6 +59,49 @@ def test_uncapturable_falls_back_to_events() -> None:
     assert t.median_ms > 0
 
 
+def _held_after_churn(nbytes: int) -> int:
+    """Bytes the caching allocator keeps after a tensor of ``nbytes`` is made, dropped
+    and the cache emptied: about 0 while ``empty_cache`` works."""
+    x = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    del x
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return int(torch.cuda.memory_reserved())
+
+
+def test_failed_capture_leaves_empty_cache_working() -> None:
+    """A capture invalidated inside ``torch.cuda.graph`` left the allocator allocating to
+    the graph's pool and ``empty_cache`` freeing nothing (a serving worker kept 23 GiB
+    of which 0.5 GiB were live); ``_capture`` releases it."""
+    from runner.bench.gpu import _capture
+
+    x = torch.randn(1 << 20, device="cuda")
+
+    def host_sync() -> float:
+        return float(x.sum().item())  # invalidates the capture
+
+    base = _held_after_churn(1 << 20)
+    graph, why = _capture(host_sync, 4, torch)
+    assert graph is None and why
+    assert _held_after_churn(1 << 30) - base < (1 << 28)
+
+
+def test_failed_capture_is_not_tried_again_for_the_same_callable() -> None:
+    from runner.bench.gpu import _UNCAPTURABLE, measure_gpu
+    from runner.bench.integrity import OutputSampler
+
+    x = torch.randn(1 << 20, device="cuda")
+
+    def host_sync() -> float:
+        return float(x.sum().item())
+
+    first = measure_gpu(OutputSampler(host_sync), _settings(), "cuda")
+    assert host_sync in _UNCAPTURABLE  # remembered by the wrapped callable
+    second = measure_gpu(OutputSampler(host_sync), _settings(), "cuda")
+    assert first.method == second.method == "cuda_events"
+    assert second.extra["graph_error"] == first.extra["graph_error"]
+
+
 def test_cold_mode_is_slower_or_equal_for_cache_resident_work() -> None:
     from runner.bench.gpu import measure_gpu
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,10 @@ SIDE_STREAM_SLACK = 1.10  # a region is "hidden work" when the device-wide end i
 SIDE_STREAM_ABS_MS = 0.005
 
 MIB = 1 << 20
+# Callables whose capture failed in this process (the failure's text): later
+# measurements of the same callable go straight to plain launches.  Keyed by
+# ``capture_key(fn)``, weakly, so a case that is dropped takes its entry with it.
+_UNCAPTURABLE: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 # Last-level cache -> flush buffer (written before each cold call).  Sizes from the vendors'
 # datasheets: H100/H200 50-60 MB L2; MI300X/MI325X 256 MB Infinity Cache; MI350X/MI355X
 # 256 MB Infinity Cache.  The buffer is about 4x (NVIDIA) / 2x (AMD) the LLC.
@@ -141,11 +146,23 @@ class _Unit:
     error: str = ""
 
 
+def capture_key(fn: Callable[[], object]) -> Any:
+    """What identifies ``fn`` across measurements: a wrapper that is made anew for each
+    measurement (``runner.bench.integrity.OutputSampler``) names the callable it wraps
+    as its ``capture_key``."""
+    return getattr(fn, "capture_key", fn)
+
+
 def _hot_unit(fn: Callable[[], object], settings: TimingSettings, region: _Region) -> _Unit:
     """Capture a graph of back-to-back calls (about ``batch_s`` long, at most GRAPH_CHUNK
-    calls); fall back to plain launches when the callable cannot be captured."""
+    calls); fall back to plain launches when the callable cannot be captured (or could
+    not be before, in this process)."""
     estimate = region.time(functools.partial(_repeat, fn, 3)) / 3
     chunk = min(batch_iters(estimate, settings), GRAPH_CHUNK)
+    key = capture_key(fn)
+    failed_before = _remembered_failure(key)
+    if failed_before:
+        return _Unit(functools.partial(_repeat, fn, chunk), chunk, "cuda_events", failed_before)
     if _leaves_work_behind(fn, region):
         # A capture would record only the current stream's part and the rest would run
         # once, eagerly, during capture: plain launches with device-wide ends time it all.
@@ -154,7 +171,22 @@ def _hot_unit(fn: Callable[[], object], settings: TimingSettings, region: _Regio
     graph, error = _capture(fn, chunk, region.torch)
     if graph is not None:
         return _Unit(graph.replay, chunk, "graph_replay")
+    _remember_failure(key, error)
     return _Unit(functools.partial(_repeat, fn, chunk), chunk, "cuda_events", error)
+
+
+def _remembered_failure(key: Any) -> str:
+    try:
+        return _UNCAPTURABLE.get(key, "")
+    except TypeError:  # not weakly referenceable: never remembered
+        return ""
+
+
+def _remember_failure(key: Any, error: str) -> None:
+    try:
+        _UNCAPTURABLE[key] = error
+    except TypeError:
+        return
 
 
 class _Region:
@@ -276,7 +308,9 @@ def _measure_hot(
 
 def _capture(fn: Callable[[], object], n: int, torch: Any) -> tuple[Any, str]:
     """A graph of ``n`` back-to-back calls, replayed once; (None, why) if capture fails."""
+    pool = None
     try:
+        pool = torch.cuda.graph_pool_handle()  # its id, for _release_failed_capture
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -284,18 +318,46 @@ def _capture(fn: Callable[[], object], n: int, torch: Any) -> tuple[Any, str]:
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, pool=pool):
             _repeat(fn, n)
         graph.replay()
         torch.cuda.synchronize()
         return graph, ""
     except Exception as exc:  # any capture failure -> plain launches
         _repair_rng(torch)
+        _release_failed_capture(torch, pool)
         try:
             torch.cuda.synchronize()
         except Exception as sync_exc:  # the context is broken: nothing will time
             raise RuntimeError(f"graph capture broke the device: {sync_exc}") from exc
         return None, f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def _release_failed_capture(torch: Any, pool: Any) -> None:
+    """A capture that fails inside ``torch.cuda.graph`` can leave PyTorch's caching
+    allocator still allocating to the graph's private pool, and its cached blocks are
+    then never handed back: ``empty_cache`` frees nothing for the rest of the process.
+    On one H200 a serving worker whose backward could not be captured (the autograd
+    engine ran it on the forward's stream) kept 13 GiB after its first turn, 16 GiB
+    after its second and 23 GiB after its fresh step, of which 2.9 GiB were live
+    tensors (docs/benchmarks.md, fifteenth session).  The graph cannot name its pool
+    after a failed capture, so ``_capture`` hands it one (``graph_pool_handle``).  End
+    the allocation to that pool, and when that was still to do (so ``capture_end``
+    never completed and the graph will not release its pool when it is dropped),
+    release the pool too.  When PyTorch had ended it, the graph releases the pool
+    itself and a second release would break the allocator's count, so nothing more is
+    done."""
+    if pool is None or tuple(pool) == (0, 0):
+        return
+    device = torch.cuda.current_device()
+    try:
+        torch._C._cuda_endAllocateToPool(device, pool)
+    except Exception:  # PyTorch ended it: capture_end completed
+        return
+    try:
+        torch._C._cuda_releasePool(device, pool)
+    except Exception:  # nothing more can be done; the graph's memory stays cached
+        return
 
 
 def _repair_rng(torch: Any) -> None:

@@ -61,6 +61,12 @@ class OutputSampler:
         self.calls = 0
         self.kept: list[tuple[int, Any]] = []
 
+    @property
+    def capture_key(self) -> Any:
+        """The wrapped callable: what the GPU engine remembers a failed graph capture by
+        (``runner.bench.gpu.capture_key``), the same in every block."""
+        return self._fn
+
     def __call__(self) -> Any:
         out = self._fn()
         self.calls += 1
