@@ -215,6 +215,31 @@ def test_wave_size_counts_a_turn_s_peak_once_and_what_workers_hold_for_each() ->
     assert wave_size([greedy] * 2, roles=2, pairs=9) < wave_size([worker] * 2, 2, 9)
 
 
+def test_an_earlier_round_s_reports_on_this_machine_size_the_first_wave() -> None:
+    """The H200 quick round with its capture fixed (fifteenth session): workers prepare
+    at 7.2 GiB, hold 3.1 GiB between turns and peak at 11.1 GiB in a turn.  Sized by
+    the first pair, the other two pairs started only after its turns; the baseline's
+    reports let all three start together."""
+    import socket
+
+    from runner.flow.paired import prior_wave
+
+    gib = 1 << 30
+    worker = {"prepare": int(7.2 * gib), "reserved": int(11.1 * gib), "held": int(3.1 * gib),
+              "free": 125 * gib, "total": 140 * gib}  # fmt: skip
+    here = {"host": socket.gethostname(), "roles": 1, "workers": {"pass-01-incumbent": worker}}
+    # empty device 125 + 4.1 = 129.1; room 0.9 * 129.1 - 1.25 * 11.1 = 102.3 GiB;
+    # a pair of two roles 2 * (7.2 + 1) = 16.4 GiB: six pairs would fit, three asked for
+    assert prior_wave(here, roles=2, pairs=3) == 3
+    assert prior_wave(here, roles=5, pairs=3) == 2  # a tournament pair: 41 GiB
+    assert prior_wave(here, roles=12, pairs=3) is None  # room for one: it measures alone
+    assert prior_wave({**here, "host": "another-machine"}, 2, 3) is None
+    assert prior_wave(None, 2, 3) is None
+    assert prior_wave({**here, "workers": {"w": {"reserved": 1}}}, 2, 3) is None  # unusable
+    small = {**here, "workers": {"w": {**worker, "total": 40 * gib}}}  # never above the total
+    assert prior_wave(small, roles=2, pairs=3) is None
+
+
 def test_a_wave_finishes_side_by_side_only_where_its_memory_allows() -> None:
     """The H200 quick rounds whose finishes ran side by side ran out of memory (six
     workers keeping 13-17 GiB each, no check of the room).  Side by side only when one
@@ -593,3 +618,19 @@ def test_sequential_batches_fit_the_cap(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("TURBO_CAMPAIGN_ROUND_CAP_S", "soon")
     with pytest.raises(ConfigError, match="TURBO_CAMPAIGN_ROUND_CAP_S"):
         measurement_cap("quick")
+
+
+def test_a_round_s_memory_prior_is_the_latest_earlier_round_s_reports(
+    tiny_copy: Path, tmp_path: Path
+) -> None:
+    """``Round.memory_prior``: the newest ``artifacts/memory.json`` of a round before
+    this one (a later round's, or an unreadable one, is not used)."""
+    rnd, _ = gpu_round(tiny_copy, tmp_path / "round")
+    campaign = rnd.campaign
+    for n, text in ((1, '{"host": "a"}'), (3, '{"host": "b"}'), (4, "not json"),
+                    (120, '{"host": "later"}')):  # fmt: skip
+        campaign.artifacts_dir(n).mkdir(parents=True, exist_ok=True)
+        (campaign.artifacts_dir(n) / "memory.json").write_text(text)
+    assert rnd.memory_prior == {"host": "b"}
+    (campaign.artifacts_dir(3) / "memory.json").unlink()
+    assert rnd.memory_prior == {"host": "a"}

@@ -11,10 +11,11 @@ Host-side and worker-safe: no pydantic, no torch.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, save_spec
@@ -39,6 +40,12 @@ class Host(Protocol):
     @property
     def quick_gpu(self) -> bool: ...
 
+    @property
+    def memory_prior(self) -> Mapping[str, Any] | None:
+        """An earlier paired session's device-memory reports on this machine
+        (``runner.flow.paired.MEMORY_LOG``), or None."""
+        ...
+
     def spec(self, role: str, index: int, shapes: list[Shape]) -> RoundSpec: ...
 
     def worker_job(
@@ -49,6 +56,16 @@ class Host(Protocol):
         env: Mapping[str, str] | None = None,
         gpu: int | None = None,
     ) -> WorkerJob: ...
+
+
+def read_memory_log(path: Path) -> dict[str, Any] | None:
+    """A paired session's memory reports (``runner.flow.paired.MEMORY_LOG``), or None
+    when the file is missing or unreadable (then nothing is assumed)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def run_job(
@@ -104,6 +121,11 @@ class PlainHost:
     @property
     def quick_gpu(self) -> bool:
         return self.template.level == "quick" and self.gpu_target
+
+    @property
+    def memory_prior(self) -> Mapping[str, Any] | None:
+        """What an earlier measurement in the same scratch folder left (``memory.json``)."""
+        return read_memory_log(self.tmp / "memory.json")
 
     def spec(
         self,

@@ -25,6 +25,7 @@ import math
 import os
 import random
 import select
+import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.core.errors import ConfigError, MeasurementFailed
+from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
 from runner.core.spec import POOL_CPU, POOL_GPU, TimingSettings
 from runner.executors.base import LiveWorker, ServingExecutor
@@ -50,6 +52,9 @@ WORKER_GROWTH = 1.25  # margin on the peak of the one worker taking its turn
 WORKER_CONTEXT_BYTES = 1 << 30  # its device context and allocator slack
 FREE_MARGIN = 0.1  # of the device's free memory, never planned for
 CPU_WAVE_PAIRS = 8  # a CPU target's pairs alive at once (host memory; turns are serial)
+# What a session's workers reported (``_Session.most``), kept with the round's artifacts:
+# the next round on the same machine sizes its first wave by it (``prior_wave``).
+MEMORY_LOG = "memory{suffix}.json"
 # A quick round's turn on a GPU (``block_timing``): upper bounds per callable and block.
 QUICK_TURN: dict[str, float] = {
     "batch_s": 0.02,
@@ -163,7 +168,10 @@ def measure_paired(
     starts alone and takes its turns, and what its workers reserved while preparing and
     at their turns, what they hold between turns (reported at ready and with each
     block) and the device's free memory size the waves; the rest of the first wave
-    then starts, and a wave finishes before the next one starts.
+    then starts, and a wave finishes before the next one starts.  Where an earlier
+    round on this machine left its workers' reports (``host.memory_prior``, the
+    ``memory.json`` this writes to ``<tmp>``), they size the first wave instead
+    (``prior_wave``), so its pairs start together.
     A CPU target (``host.gpu_target`` false) starts up to CPU_WAVE_PAIRS pairs at once.
     ``wave_pairs`` in the spec fixes the wave size instead (a device shared
     with other work).
@@ -191,7 +199,13 @@ def measure_paired(
         worker_timeout(TURN_TIMEOUT_ENV, TURN_TIMEOUT_S), executor,
     )  # fmt: skip
     try:
-        _run_waves(session, pairs, template.wave_pairs or _cpu_wave(host, pairs))
+        size = template.wave_pairs or _cpu_wave(host, pairs)
+        if size is None:
+            size = prior_wave(host.memory_prior, len(roles), pairs)
+        _run_waves(session, pairs, size)
+        if session.most:
+            doc = {"host": socket.gethostname(), "roles": len(roles), "workers": session.most}
+            write_json_atomic(host.tmp / MEMORY_LOG.format(suffix=suffix), doc)
     finally:
         for group in session.started:
             for w in group:
@@ -225,6 +239,18 @@ class _Session:
     serving: ServingExecutor  # host.executor, which keeps workers alive
     started: list[list[_Worker]] = field(default_factory=list)
     memory: dict[str, dict[str, int]] = field(default_factory=dict)  # each worker's last
+    # each worker's most over the session: prepare, reserved (a turn's peak) and held
+    # the largest, free the smallest (``MEMORY_LOG``)
+    most: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def note(self, name: str, report: Mapping[str, int]) -> None:
+        """``report`` into ``most`` for worker ``name``."""
+        seen = self.most.setdefault(name, {})
+        for key, value in report.items():
+            if key in ("free",):
+                seen[key] = min(value, seen.get(key, value))
+            elif key in ("prepare", "reserved", "held", "total"):
+                seen[key] = max(value, seen.get(key, value))
 
     def start_pair(self) -> list[_Worker]:
         group = []
@@ -249,6 +275,8 @@ class _Session:
                 report = _expect(w, self.ready_s, "ready").get("memory") or {}
                 if report:
                     self.memory[w.live.name] = {**report, "prepare": report["reserved"]}
+                    self.note(w.live.name, {k: v for k, v in report.items() if k != "reserved"})
+                    self.note(w.live.name, {"prepare": report["reserved"]})
         _hold(self.host)
 
     def take_turns(self, wave: list[list[_Worker]], first: int) -> None:
@@ -257,6 +285,7 @@ class _Session:
                              self.turn_s, self.watch)  # fmt: skip
         for name, report in turned.items():
             self.memory[name] = {**self.memory.get(name, {}), **report}
+            self.note(name, report)
 
     def finish(self, wave: Sequence[list[_Worker]]) -> None:
         """Every worker of ``wave`` finished and reaped.  Where the device memory allows
@@ -271,6 +300,7 @@ class _Session:
             for w in workers:
                 reply = _talk(w, {"op": "fresh"}, self.turn_s, "fresh")
                 if reply.get("memory"):  # what it keeps now, its pool handed back
+                    self.note(w.live.name, reply["memory"])
                     self.memory[w.live.name] = {
                         **self.memory.get(w.live.name, {}),
                         **reply["memory"],
@@ -386,6 +416,43 @@ def wave_size(memory: Sequence[Mapping[str, int | None]], roles: int, pairs: int
     room = free - WORKER_GROWTH * peak - growth
     per_pair = (one + WORKER_CONTEXT_BYTES) * max(1, roles)
     return max(1, 1 + int(max(0.0, room) // per_pair))
+
+
+def prior_wave(prior: Mapping[str, Any] | None, roles: int, pairs: int) -> int | None:
+    """The first wave's pairs from an earlier session's reports on this machine
+    (``MEMORY_LOG``: per worker the most it reserved preparing and at a turn, the most
+    it held between turns, the least free memory it saw), or None (the first pair
+    measures alone and sizes the waves, ``wave_size``): no reports, another machine, or
+    room for fewer than two pairs.
+
+    The least free memory was read with at least one of that session's pairs alive,
+    so the empty device is counted as that plus one pair's holdings (``roles`` of the
+    earlier session, each at what it held plus ``WORKER_CONTEXT_BYTES``).  The new
+    wave's workers prepare side by side, each counted at ``max(prepare, held)`` plus
+    ``WORKER_CONTEXT_BYTES``; the largest turn peak, times ``WORKER_GROWTH``, is set
+    aside once; ``FREE_MARGIN`` of the free memory is left alone."""
+    if not prior or prior.get("host") != socket.gethostname():
+        return None
+    workers = prior.get("workers")
+    keys = ("free", "reserved", "held")
+    listed = workers.values() if isinstance(workers, Mapping) else []
+    reports = [
+        m for m in listed if isinstance(m, Mapping) and all(isinstance(m.get(k), int) for k in keys)
+    ]
+    if not reports:
+        return None
+    held = max(int(m["held"]) for m in reports)
+    peak = max(int(m["reserved"]) for m in reports)
+    prepare = max(int(m.get("prepare") or m["reserved"]) for m in reports)
+    earlier = prior.get("roles")
+    earlier_roles = earlier if isinstance(earlier, int) and earlier > 0 else 1
+    free = min(int(m["free"]) for m in reports) + earlier_roles * (held + WORKER_CONTEXT_BYTES)
+    totals = [int(m["total"]) for m in reports if isinstance(m.get("total"), int)]
+    free = min([free, *totals])
+    room = (1.0 - FREE_MARGIN) * free - WORKER_GROWTH * peak
+    per_pair = (max(prepare, held) + WORKER_CONTEXT_BYTES) * max(1, roles)
+    size = int(max(0.0, room) // per_pair)
+    return min(pairs, size) if size >= 2 else None
 
 
 def _take_turns(

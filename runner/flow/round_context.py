@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import runner
 from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed, Tampered
@@ -26,7 +27,7 @@ from runner.executors.jit_cache import (
     role_folder,
     seed,
 )
-from runner.flow.host import job_in, run_job
+from runner.flow.host import job_in, read_memory_log, run_job
 from runner.flow.paired import supports_paired
 from runner.flow.progress import Progress, StepStarted
 from runner.flow.sharding import pass_name, worker_failure
@@ -86,6 +87,21 @@ class Round:
     def quick_gpu(self) -> bool:
         """A quick round on a GPU target: short turns, every pair started at once."""
         return self.level == "quick" and self.gpu_target
+
+    @property
+    def memory_prior(self) -> Mapping[str, Any] | None:
+        """The device-memory reports of this campaign's latest earlier round that
+        measured with serving workers (its ``artifacts/memory.json``), or None."""
+        numbers = []
+        for folder in self.campaign.rounds_dir.glob("round-*"):
+            tail = folder.name.removeprefix("round-")
+            if tail.isdigit() and int(tail) < self.round:
+                numbers.append(int(tail))
+        for n in sorted(numbers, reverse=True):
+            doc = read_memory_log(self.campaign.artifacts_dir(n) / "memory.json")
+            if doc is not None:
+                return doc
+        return None
 
     @property
     def target(self) -> Target:

@@ -277,7 +277,8 @@ def _keep_passes(rnd: Round, entry: Entry, paths: dict[str, list[Path]]) -> None
             if role == entry.role:
                 name = name.replace(entry.role, "candidate", 1)
             shutil.copytree(csv.parent, entry.dir / name, dirs_exist_ok=True)
-    for extra in [*rnd.tmp.glob("turns*.jsonl"), rnd.tmp / "builds.json"]:
+    for extra in [*rnd.tmp.glob("turns*.jsonl"), *rnd.tmp.glob("memory*.json"),
+                  rnd.tmp / "builds.json"]:  # fmt: skip
         if extra.is_file():
             shutil.copy2(extra, entry.dir / extra.name)
 

@@ -42,7 +42,8 @@ def store_artifacts(
             shutil.copy2(tmp / name, stage / name)
     pause_point("artifacts")
     passes = stage / "passes"
-    for turns in sorted(tmp.glob("turns*.jsonl")):  # the paired workers' turn log
+    # the paired workers' turn log and their memory reports (the next round's prior)
+    for turns in sorted([*tmp.glob("turns*.jsonl"), *tmp.glob("memory*.json")]):
         shutil.copy2(turns, stage / turns.name)
     for sub in sorted(tmp.iterdir()):
         if sub.is_dir() and sub.name != "specs":
