@@ -94,11 +94,33 @@ def test_a_held_out_regression_is_refused_whatever_the_neighbours_did() -> None:
     and the noise is wide."""
     slower = {"small": 10.0, "attn_out": 8.0, "down": -6.0, "qkv": 8.0, "gate_up": 10.0}
     assert not _judge(slower, "down", 2.0)
-    together = {"small": -6.0, "attn_out": -6.0, "down": -5.5, "qkv": -6.0, "gate_up": -6.0}
-    assert not _judge(together, "down", 20.0)
-    gains = _gains(slower, 2.0)
+    together = {"small": -6.0, "attn_out": -6.0, "down": -7.5, "qkv": -6.0, "gate_up": -6.0}
+    assert not _judge(together, "down", 2.0)  # -7.5% +- 2%: the whole interval past -5%
+    gains = _gains(slower, 0.5)
     _, reasons = judge_heldout(gains[2:3], gains[:2] + gains[3:])
-    assert reasons == ["down -6.00% \u00b1 2.00% (>= 5% slower)"]
+    assert reasons == ["down -6.00% \u00b1 0.50% (>= 5% slower)"]
+    # with no known noise the reading itself decides
+    assert not _judge(slower, "down", math.inf)
+
+
+def test_a_reading_past_minus_5_inside_its_noise_is_not_a_regression() -> None:
+    """The fourteenth session's demo acceptance: the base against itself (no round
+    accepted), the held-out down shape read -5.26% +- 5.37% (10 pairs): past the 5%
+    line, but its interval reaches +0.11%.  It was called over-fitted; now it is named
+    as within its noise, and only a regression established by the interval is refused.
+    Beside neighbours that gained clearly, the same reading is still short of them."""
+    from runner.judge.heldout import regressed, unsettled, unsettled_notes
+
+    flat = {"small": -1.2, "attn_out": -1.0, "down": -5.26, "qkv": -1.1, "gate_up": -1.3}
+    assert _judge(flat, "down", {"small": 3.0, "attn_out": 3.0, "down": 5.37, "qkv": 3.0,
+                                 "gate_up": 3.0})  # fmt: skip
+    noisy = ShapeGain("down", WORK["down"], math.log1p(-0.0526), 0.0537)
+    assert unsettled(noisy) and not regressed(noisy)
+    assert "within its noise" in unsettled_notes([noisy])[0]
+    settled = ShapeGain("down", WORK["down"], math.log1p(-0.0526), 0.002)
+    assert regressed(settled) and not unsettled(settled) and not unsettled_notes([settled])
+    gained = {"small": 12.0, "attn_out": 10.0, "down": -5.3, "qkv": 10.0, "gate_up": 40.0}
+    assert not _judge(gained, "down", 1.0)  # short of its +10% neighbours beyond the noise
 
 
 # The demo's speed-up (the FP8 weight reused) as this session measured it in a speed-up

@@ -12,7 +12,7 @@ from runner.core.errors import ConfigError, InfrastructureError
 from runner.core.outcomes import GateResult, Score
 from runner.flow.acceptance_record import Check
 from runner.judge.evidence import Z
-from runner.judge.heldout import ShapeGain, judge_heldout, shortfall
+from runner.judge.heldout import ShapeGain, judge_heldout, shortfall, unsettled_notes
 from runner.render.figures import fmt_gain, scale_for
 from runner.store.lineage import Lineage
 from runner.store.manifest import Manifest, branch_name
@@ -43,10 +43,12 @@ def heldout_check(
     sigma_g: float | None = None,
 ) -> Check | None:
     """The over-fitting guard on the held-out shapes (never measured by a round,
-    docs/protocol.md §5.7, ``runner.judge.heldout``): a held-out shape 5% or more slower
-    than at the base commit, or one that gains clearly less than the lesser of its size
-    neighbours among the targets, is over-fitting.  None without any held-out shape.
-    The detail names the shapes judged without a paired interval, and why."""
+    docs/protocol.md §5.7, ``runner.judge.heldout``): a held-out shape established 5%
+    or more slower than at the base commit (its whole interval; a reading past -5%
+    inside its noise is named, not refused), or one that gains clearly less than the
+    lesser of its size neighbours among the targets, is over-fitting.  None without
+    any held-out shape.  The detail names the shapes judged without a paired interval,
+    and why, and those read past -5% inside their noise."""
     gains, unpaired = shape_gains(base, final, work, gate, sigma_g)
     held = [g for g in gains if g.label in heldout]
     targets = [g for g in gains if g.label not in heldout]
@@ -59,11 +61,12 @@ def heldout_check(
     }
     detail = f"held-out gain {geo['held']:+.3f}% vs targets {geo['targets']:+.3f}%"
     fallback = _fallback_note(unpaired, gate, sigma_g)
+    noisy = unsettled_notes(held)
     if not ok:
-        why = "; ".join([f"over-fitting: {'; '.join(reasons)}", detail, *fallback])
+        why = "; ".join([f"over-fitting: {'; '.join(reasons)}", detail, *noisy, *fallback])
         return Check("held-out shapes", False, why)
     near = [s.describe() for h in held if (s := shortfall(h, targets)) is not None]
-    return Check("held-out shapes", True, "; ".join([detail, *near, *fallback]))
+    return Check("held-out shapes", True, "; ".join([detail, *near, *noisy, *fallback]))
 
 
 def shape_gains(

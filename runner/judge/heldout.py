@@ -15,8 +15,13 @@ if the change is not tuned to the targets; so:
   and by more than the smallest gain the protocol counts (1%,
   ``runner.judge.evidence.FLOOR_GAIN``) is over-fitting.  A held-out shape that keeps
   most of its neighbours' gain (+25% beside +30%) is not, however precise the figures;
-* **regressed**: a held-out shape 5% or more slower than at the base commit is
-  over-fitting, whatever its neighbours did.
+* **regressed**: a held-out shape established 5% or more slower than at the base
+  commit (the whole 95% interval of its gain at or below -5%; with no known noise,
+  its reading) is over-fitting, whatever its neighbours did.  A reading past -5%
+  whose interval reaches above the line is inside its own noise: not a verdict
+  (``unsettled``; the full validation's gate, which judges every shape of an
+  acceptance, measures more pairs for such a shape while it may, and at its cap judges
+  its mean, as a round's gate does).
 
 The lesser neighbour, not an interpolation between the two: the demo's speed-up gains
 most on the smallest shape (a small M) and on the largest (an N padded to whole
@@ -100,7 +105,16 @@ def shortfall(held: ShapeGain, targets: Sequence[ShapeGain]) -> Shortfall | None
 
 
 def regressed(held: ShapeGain) -> bool:
-    return 100 * math.expm1(held.gain) <= -HELDOUT_REGRESSION_PCT
+    """Established 5% or more slower: the upper end of the 95% interval at or below
+    -5% (the reading itself when no noise is known)."""
+    high = math.expm1(held.gain) + (held.half_width if math.isfinite(held.half_width) else 0.0)
+    return 100 * high <= -HELDOUT_REGRESSION_PCT
+
+
+def unsettled(held: ShapeGain) -> bool:
+    """Read 5% or more slower, with an interval that reaches above -5%: inside its own
+    noise, neither over-fitting nor cleared."""
+    return 100 * math.expm1(held.gain) <= -HELDOUT_REGRESSION_PCT and not regressed(held)
 
 
 def judge_heldout(
@@ -114,3 +128,14 @@ def judge_heldout(
         if found is not None and found.short and not regressed(h):
             reasons.append(found.describe())
     return not reasons, reasons
+
+
+def unsettled_notes(held: Sequence[ShapeGain]) -> list[str]:
+    """One line per held-out shape read 5% or more slower inside its own noise."""
+    return [
+        f"{h.pct()}: read 5% or more slower, but its 95% interval reaches "
+        f"{100 * (math.expm1(h.gain) + h.half_width):+.2f}%: within its noise, not "
+        "judged over-fitting (more pairs would tell)"
+        for h in sorted(held, key=lambda h: h.label)
+        if unsettled(h)
+    ]
