@@ -43,12 +43,15 @@ def spinners(count: int) -> list[subprocess.Popen[bytes]]:
 
 
 def verdict(campaign: Path, round_dir: str) -> dict[str, Any]:
-    """The round's recorded status and gain (``rounds/<round>/result.json``)."""
+    """The round's recorded status and gain, and the gate's reasons and pairs (so that
+    a verdict that went the wrong way can be explained) (``rounds/<round>/result.json``)."""
     path = campaign / "rounds" / round_dir / "result.json"
     if not path.is_file():
         return {"status": "MISSING", "delta_pct": None}
     data = json.loads(path.read_text(encoding="utf-8"))
-    return {"status": data.get("status"), "delta_pct": (data.get("gate") or {}).get("delta_pct")}
+    gate = data.get("gate") or {}
+    return {"status": data.get("status"), "delta_pct": gate.get("delta_pct"),
+            "pairs": gate.get("pairs_used"), "reasons": gate.get("reasons")}  # fmt: skip
 
 
 def commit() -> str:
