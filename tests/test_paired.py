@@ -623,8 +623,9 @@ def test_sequential_batches_fit_the_cap(monkeypatch: pytest.MonkeyPatch) -> None
 def test_a_round_s_memory_prior_is_the_latest_earlier_round_s_reports(
     tiny_copy: Path, tmp_path: Path
 ) -> None:
-    """``Round.memory_prior``: the newest ``artifacts/memory.json`` of a round before
-    this one (a later round's, or an unreadable one, is not used)."""
+    """``Round.memory_prior``: this round's own last session's reports, else the newest
+    ``artifacts/memory.json`` of a round before this one (a later round's, or an
+    unreadable one, is not used)."""
     rnd, _ = gpu_round(tiny_copy, tmp_path / "round")
     campaign = rnd.campaign
     for n, text in ((1, '{"host": "a"}'), (3, '{"host": "b"}'), (4, "not json"),
@@ -634,3 +635,5 @@ def test_a_round_s_memory_prior_is_the_latest_earlier_round_s_reports(
     assert rnd.memory_prior == {"host": "b"}
     (campaign.artifacts_dir(3) / "memory.json").unlink()
     assert rnd.memory_prior == {"host": "a"}
+    (rnd.tmp / "memory.json").write_text('{"host": "this round"}')  # a re-measurement's
+    assert rnd.memory_prior == {"host": "this round"}

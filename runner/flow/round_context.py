@@ -90,8 +90,13 @@ class Round:
 
     @property
     def memory_prior(self) -> Mapping[str, Any] | None:
-        """The device-memory reports of this campaign's latest earlier round that
-        measured with serving workers (its ``artifacts/memory.json``), or None."""
+        """The device-memory reports of this round's own last paired session (a
+        re-measurement's prior is the same candidate's first measurement), else of
+        this campaign's latest earlier round that measured with serving workers (its
+        ``artifacts/memory.json``), or None."""
+        own = read_memory_log(self.tmp / "memory.json")
+        if own is not None:
+            return own
         numbers = []
         for folder in self.campaign.rounds_dir.glob("round-*"):
             tail = folder.name.removeprefix("round-")
