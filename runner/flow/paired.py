@@ -168,13 +168,10 @@ def measure_paired(
     starts alone and takes its turns, and what its workers reserved while preparing and
     at their turns, what they hold between turns (reported at ready and with each
     block) and the device's free memory size the waves; the rest of the first wave
-    then starts, and a wave finishes before the next one starts.  Where an earlier
-    round on this machine left its workers' reports (``host.memory_prior``, the
-    ``memory.json`` this writes to ``<tmp>``), they size the first wave instead
-    (``prior_wave``), so its pairs start together.
-    A CPU target (``host.gpu_target`` false) starts up to CPU_WAVE_PAIRS pairs at once.
-    ``wave_pairs`` in the spec fixes the wave size instead (a device shared
-    with other work).
+    then starts, and a wave finishes before the next one starts (``_first_wave``: an
+    earlier session's reports on this machine may size the first wave instead).
+    A CPU target (``host.gpu_target`` false) starts up to CPU_WAVE_PAIRS pairs at once;
+    ``wave_pairs`` in the spec fixes the wave size (a device shared with other work).
 
     Worker ``index`` numbers continue from ``start_index`` as pass numbers did, and each
     worker's folder is ``<tmp>/pass-NN-<role><suffix>``.  Returns, per role, the pinned
@@ -199,13 +196,8 @@ def measure_paired(
         worker_timeout(TURN_TIMEOUT_ENV, TURN_TIMEOUT_S), executor,
     )  # fmt: skip
     try:
-        size = template.wave_pairs or _cpu_wave(host, pairs)
-        if size is None:
-            size = prior_wave(host.memory_prior, len(roles), pairs)
-        _run_waves(session, pairs, size)
-        if session.most:
-            doc = {"host": socket.gethostname(), "roles": len(roles), "workers": session.most}
-            write_json_atomic(host.tmp / MEMORY_LOG.format(suffix=suffix), doc)
+        _run_waves(session, pairs, _first_wave(host, template.wave_pairs, len(roles), pairs))
+        _keep_memory(session)
     finally:
         for group in session.started:
             for w in group:
@@ -416,6 +408,21 @@ def wave_size(memory: Sequence[Mapping[str, int | None]], roles: int, pairs: int
     room = free - WORKER_GROWTH * peak - growth
     per_pair = (one + WORKER_CONTEXT_BYTES) * max(1, roles)
     return max(1, 1 + int(max(0.0, room) // per_pair))
+
+
+def _first_wave(host: Host, fixed: int | None, roles: int, pairs: int) -> int | None:
+    """The first wave's pairs: the spec's ``wave_pairs``, a CPU target's, an earlier
+    session's reports on this machine (``prior_wave``), else None (the first pair
+    measures alone and sizes the waves)."""
+    size = fixed or _cpu_wave(host, pairs)
+    return size if size is not None else prior_wave(host.memory_prior, roles, pairs)
+
+
+def _keep_memory(session: _Session) -> None:
+    """The session's memory reports in ``<tmp>/MEMORY_LOG`` (none on the CPU)."""
+    if session.most:
+        doc = {"host": socket.gethostname(), "roles": len(session.roles), "workers": session.most}
+        write_json_atomic(session.host.tmp / MEMORY_LOG.format(suffix=session.suffix), doc)
 
 
 def prior_wave(prior: Mapping[str, Any] | None, roles: int, pairs: int) -> int | None:
