@@ -239,7 +239,7 @@ class _Session:
         """``report`` into ``most`` for worker ``name``."""
         seen = self.most.setdefault(name, {})
         for key, value in report.items():
-            if key in ("free",):
+            if key == "free":
                 seen[key] = min(value, seen.get(key, value))
             elif key in ("prepare", "reserved", "held", "total"):
                 seen[key] = max(value, seen.get(key, value))
@@ -267,8 +267,8 @@ class _Session:
                 report = _expect(w, self.ready_s, "ready").get("memory") or {}
                 if report:
                     self.memory[w.live.name] = {**report, "prepare": report["reserved"]}
-                    self.note(w.live.name, {k: v for k, v in report.items() if k != "reserved"})
-                    self.note(w.live.name, {"prepare": report["reserved"]})
+                    kept = {k: v for k, v in report.items() if k != "reserved"}
+                    self.note(w.live.name, {**kept, "prepare": report["reserved"]})
         _hold(self.host)
 
     def take_turns(self, wave: list[list[_Worker]], first: int) -> None:
