@@ -604,17 +604,23 @@ def test_a_tournament_s_focused_tests_run_beside_worker_start_up(
 
 
 def test_sequential_batches_fit_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    from runner.flow.measure import MAX_PAIRS, measurement_cap, next_pairs
+    from runner.flow.measure import MAX_PAIRS, Cap, measurement_cap, next_pairs
+    from runner.judge.measuring_caps import CAP_PAIRS
 
     # 3 pairs took 60 s (20 s a pair, start-up included): 4 more fit in 150 s, not 6
-    assert next_pairs(6, 3, 60.0, 150.0) == 4
-    assert next_pairs(2, 3, 60.0, 150.0) == 2
-    assert next_pairs(6, 3, 140.0, 150.0) == 0  # the judgement is then final
-    assert next_pairs(50, MAX_PAIRS - 2, 1.0, 1e9) == 2
+    assert next_pairs(6, 3, 60.0, Cap(150.0)) == 4
+    assert next_pairs(2, 3, 60.0, Cap(150.0)) == 2
+    assert next_pairs(6, 3, 140.0, Cap(150.0)) == 0  # the judgement is then final
+    assert next_pairs(50, MAX_PAIRS - 2, 1.0, Cap(1e9)) == 2
+    # the pair floor: 6 pairs at 25 s filled 150 s, yet 6 more may come (12 in all)
+    assert next_pairs(6, 6, 150.0, Cap(150.0, 12)) == 6
+    assert next_pairs(9, 6, 150.0, Cap(150.0, 12)) == 6
+    assert next_pairs(4, 12, 300.0, Cap(150.0, 12)) == 0  # past both: final
     monkeypatch.delenv("TURBO_CAMPAIGN_ROUND_CAP_S", raising=False)
-    assert measurement_cap("quick") == 150.0 and measurement_cap("full") == 600.0
-    monkeypatch.setenv("TURBO_CAMPAIGN_ROUND_CAP_S", "30")
-    assert measurement_cap("quick") == 30.0
+    assert measurement_cap("quick") == Cap(150.0, CAP_PAIRS)
+    assert measurement_cap("full") == Cap(600.0, CAP_PAIRS)
+    monkeypatch.setenv("TURBO_CAMPAIGN_ROUND_CAP_S", "30")  # exactly that: no floor
+    assert measurement_cap("quick") == Cap(30.0, 0)
     monkeypatch.setenv("TURBO_CAMPAIGN_ROUND_CAP_S", "soon")
     with pytest.raises(ConfigError, match="TURBO_CAMPAIGN_ROUND_CAP_S"):
         measurement_cap("quick")

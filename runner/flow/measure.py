@@ -20,11 +20,13 @@ judges with the gate and, while the gate asks for more paired samples
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 from runner.core.csv_schema import BenchCSV
 from runner.core.errors import MeasurementFailed
@@ -62,13 +64,14 @@ from runner.flow.sharding import (
     worker_failure,
 )
 from runner.judge.gate import decide, required_pairs
-from runner.judge.measuring_caps import MAX_PAIRS, ROUND_CAP_S
+from runner.judge.measuring_caps import CAP_PAIRS, MAX_PAIRS, ROUND_CAP_S
 from runner.judge.scoring import score
 from runner.ops.info import op_info
 from runner.render.figures import fmt_gain
 
 # How long one comparison may measure: the caps are gate constants
-# (runner.judge.measuring_caps); a host or a test suite may lower the seconds.
+# (runner.judge.measuring_caps); a host or a test suite may set the seconds (then
+# exactly those, without the pair floor).
 ROUND_CAP_ENV = "TURBO_CAMPAIGN_ROUND_CAP_S"
 
 
@@ -243,11 +246,11 @@ def pair_watch(rnd: Round, roles: Sequence[str], shapes: Sequence[Shape]) -> Pai
     if len(roles) == 2:
         pinned, metric = m.pinned_header, m.primary_metric
         reading = partial(pair_gain, pinned=pinned, metric=metric)
+    cap = measurement_cap(getattr(rnd, "level", "full")) if len(roles) == 2 else Cap(0.0)
     return PairWatch(
         getattr(rnd, "progress", None) or (lambda _m: None), f"round-{rnd.round}",
         roles=len(roles), turns_per_pair=len(roles) * turns_per_worker(roles, 1),
-        prior_s=prior, cap_s=measurement_cap(getattr(rnd, "level", "full")) if len(roles) == 2
-        else None, reading=reading,
+        prior_s=prior, cap_s=cap.seconds or None, cap_pairs=cap.pairs, reading=reading,
     )  # fmt: skip
 
 
@@ -306,10 +309,10 @@ def measure_and_judge(
             rnd, ordered, shapes, first_samples(rnd, samples, remeasure), watch=watch
         )
     judged = judge(rnd, paths, how, vetoes, final=not remeasure)
-    cap_s = measurement_cap(getattr(rnd, "level", "full"))
+    cap = measurement_cap(getattr(rnd, "level", "full"))
     while judged.gate.decision is Decision.NEEDS_REMEASURE:
         have = len(paths[how.roles[1]])
-        more = next_pairs(judged.gate.more_pairs, have, time.monotonic() - started, cap_s)
+        more = next_pairs(judged.gate.more_pairs, have, time.monotonic() - started, cap)
         if more < 1:
             rnd.progress(f"round-{rnd.round}: measurement cap reached at {have} pair(s)")
             judged = judge(rnd, paths, how, vetoes, final=True)
@@ -323,18 +326,30 @@ def measure_and_judge(
     return judged
 
 
-def measurement_cap(level: str) -> float:
-    """The seconds a comparison may measure for: ROUND_CAP_S by level, or the seconds
-    ``TURBO_CAMPAIGN_ROUND_CAP_S`` names (a host or a test suite)."""
-    return worker_timeout(ROUND_CAP_ENV, ROUND_CAP_S.get(level, ROUND_CAP_S["full"]))
+class Cap(NamedTuple):
+    """How long one comparison may measure: ``seconds`` (start-up included), but never
+    fewer than ``pairs`` pairs however long they take."""
+
+    seconds: float
+    pairs: int = 0
 
 
-def next_pairs(asked: int, have: int, elapsed_s: float, cap_s: float) -> int:
+def measurement_cap(level: str) -> Cap:
+    """A comparison's cap: ROUND_CAP_S by level and at least CAP_PAIRS pairs, or
+    exactly the seconds ``TURBO_CAMPAIGN_ROUND_CAP_S`` names (a host or a test suite
+    that sets them means them: no pair floor)."""
+    if os.environ.get(ROUND_CAP_ENV, "").strip():
+        return Cap(worker_timeout(ROUND_CAP_ENV, 0.0))
+    return Cap(ROUND_CAP_S.get(level, ROUND_CAP_S["full"]), CAP_PAIRS)
+
+
+def next_pairs(asked: int, have: int, elapsed_s: float, cap: Cap) -> int:
     """The fresh pairs to measure next: what the gate asked for, no more than fit in
-    the time left at the rate measured so far (start-up included) and in MAX_PAIRS;
-    0 when none fits (the judgement is then final)."""
+    the cap's time left at the rate measured so far (start-up included), or up to its
+    pair floor, and in MAX_PAIRS; 0 when none fits (the judgement is then final)."""
     per_pair = elapsed_s / max(have, 1)
-    room = math.floor((cap_s - elapsed_s) / per_pair) if per_pair > 0 else asked
+    room = math.floor((cap.seconds - elapsed_s) / per_pair) if per_pair > 0 else asked
+    room = max(room, cap.pairs - have)
     return max(0, min(max(asked, 1), room, MAX_PAIRS - have))
 
 

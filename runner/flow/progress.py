@@ -103,8 +103,9 @@ class PairsPlanned(_Measuring):
     @classmethod
     def describe(cls, fields: Mapping[str, Any]) -> str:
         unit, more = fields["unit"], fields["more"]
-        cap = fields.get("cap_s")
-        capped = f", measurement capped at {fmt_seconds(cap)}" if cap else ""
+        cap, floor = fields.get("cap_s"), fields.get("cap_pairs")
+        least = f" (at least {floor} {plural(unit)})" if cap and floor else ""
+        capped = f", measurement capped at {fmt_seconds(cap)}{least}" if cap else ""
         return (
             f"measuring {more} {unit}(s): {fields['done']}/{fields['planned']} {plural(unit)} "
             "done, "
@@ -216,10 +217,12 @@ class PairWatch:
         turns_per_pair: int,
         prior_s: float | None = None,
         cap_s: float | None = None,
+        cap_pairs: int = 0,
         reading: Callable[[Sequence[Path]], float | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.progress, self.label, self.prior_s, self.cap_s = progress, label, prior_s, cap_s
+        self.cap_pairs = cap_pairs
         self.unit = "pair" if roles > 1 else "pass"
         self.turns_per_pair = turns_per_pair
         self.reading, self.clock = reading, clock
@@ -267,7 +270,9 @@ class PairWatch:
             self.batch_started = self.elapsed()
             self._batch_turned = False
             self.planned += more
-            event = PairsPlanned(self.label, more=more, cap_s=self.cap_s, **self._fields())
+            event = PairsPlanned(
+                self.label, more=more, cap_s=self.cap_s, cap_pairs=self.cap_pairs, **self._fields()
+            )
         self.progress(event)
 
     def turn_done(self, seconds: float | None = None) -> None:
