@@ -153,6 +153,9 @@ def test_a_tournament_judges_its_entries_and_failing_ones_fail_alone(
     # each measured round holds its own view of the one measurement, as a single round's
     passes = sorted(p.name for p in (campaign.artifacts_dir(3) / "passes").iterdir())
     assert passes and all(p.endswith(("-incumbent", "-candidate")) for p in passes)
+    for r in (aa, wrong):  # each keeps its focused test's log, the failed one's too
+        test = campaign.artifacts_dir(r.round) / "passes" / "test-candidate"
+        assert (test / "test.log").is_file() and (test / "test.json").is_file(), r.round
     assert (campaign.artifacts_dir(2) / "passes" / "tournament").is_dir()  # beside its confirmation
     saved = json.loads(campaign.result_path(3).read_text(encoding="utf-8"))
     assert saved["tournament"]["line"].startswith("tournament rounds 2-6: round-2 won")

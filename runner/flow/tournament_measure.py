@@ -177,10 +177,17 @@ class EntryTests:
             raise FocusedTestFailed(f"the focused test failed for {names}")
 
     def close(self) -> None:
+        """Wait for the tests, clear the hook, and put each entry's test folder in its
+        round's records as a single round's (``test-candidate``: the log, the exit
+        code and the seconds), a failed test's too."""
         if self._thread is not None:
             self._thread.join()
         if self.rnd.before_turns == self.require:
             self.rnd.before_turns = None
+        for e in self.entries:
+            test = self.rnd.tmp / f"test-{e.role}"
+            if test.is_dir() and e.dir.is_dir():
+                shutil.copytree(test, e.dir / "test-candidate", dirs_exist_ok=True)
 
 
 def measure_entries(
@@ -195,7 +202,7 @@ def measure_entries(
     samples = 2 * (request.pairs or rnd.manifest.pairs)
     asked = first_samples(rnd, samples)
     paths: dict[str, dict[str, list[Path]]] = {e.role: {"incumbent": [], e.role: []} for e in todo}
-    cap_s = measurement_cap(rnd.level)
+    cap = measurement_cap(rnd.level)
     spent = {e.role: 0.0 for e in todo}  # each comparison's share of the time, in seconds
     while todo:
         trees = {"incumbent": inc_tree, **{e.role: e.tree for e in todo if e.tree}}
@@ -219,7 +226,7 @@ def measure_entries(
             break
         have = max(len(paths[e.role]["incumbent"]) for e in undecided)
         wanted = max(e.judged.gate.more_pairs for e in undecided if e.judged)
-        asked = next_pairs(wanted, have, max(spent[e.role] for e in undecided), cap_s)
+        asked = next_pairs(wanted, have, max(spent[e.role] for e in undecided), cap)
         todo = undecided
         if asked < 1:  # the cap: judge what is still unclear as final
             rnd.progress(f"round-{rnd.round}: tournament measurement cap reached at {have} pair(s)")
