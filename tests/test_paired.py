@@ -240,44 +240,6 @@ def test_an_earlier_round_s_reports_on_this_machine_size_the_first_wave() -> Non
     assert prior_wave(small, roles=2, pairs=3) is None
 
 
-def test_the_first_wave_counts_every_worker_alive_when_free_memory_was_read() -> None:
-    """The fifteenth session's H200 quick round (six workers alive at its least free
-    memory, 125.4 GB of 150.1 GB) sized the next tournament's first wave at 2 of its
-    3 pairs of five workers, counting only one pair as alive; counting the six, all 3
-    (5 x 3 workers preparing at 6.7 GB each fit beside a turn's 11.9 GB peak)."""
-    import socket
-
-    from runner.flow.paired import prior_wave
-
-    worker = {"prepare": 6_692_012_032, "reserved": 11_939_086_336, "held": 3_315_597_312,
-              "free": 125_366_894_592, "total": 150_109_880_320}  # fmt: skip
-    log = {"host": socket.gethostname(), "roles": 2,
-           "workers": {f"pass-0{i}": dict(worker) for i in range(1, 7)}}  # fmt: skip
-    assert prior_wave(log, roles=5, pairs=3) == 2  # an older log: one pair alive
-    for w in log["workers"].values():
-        w["alive"] = 6
-    assert prior_wave(log, roles=5, pairs=3) == 3
-    log["workers"]["pass-01"] = {**worker, "free": 60_000_000_000, "alive": 1}
-    assert prior_wave(log, roles=5, pairs=3) is None  # the smallest estimate holds
-
-
-def test_the_memory_log_names_the_workers_alive_at_the_least_free_memory() -> None:
-    """``_Session.note`` keeps each worker's least free memory with the count of the
-    workers alive when it was read (what ``prior_wave`` adds back), the largest of
-    the other figures."""
-    from runner.flow.paired import _Session
-
-    session = _Session.__new__(_Session)
-    session.most, session.alive = {}, 2
-    session.note("w", {"free": 100, "prepare": 7, "held": 3, "total": 150})
-    session.alive = 6
-    session.note("w", {"free": 90, "reserved": 12, "held": 2})
-    session.alive = 1
-    session.note("w", {"free": 95, "held": 4})
-    assert session.most["w"] == {"free": 90, "alive": 6, "prepare": 7, "held": 4,
-                                 "total": 150, "reserved": 12}  # fmt: skip
-
-
 def test_a_wave_finishes_side_by_side_only_where_its_memory_allows() -> None:
     """The H200 quick rounds whose finishes ran side by side ran out of memory (six
     workers keeping 13-17 GiB each, no check of the room).  Side by side only when one

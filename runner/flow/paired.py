@@ -232,17 +232,15 @@ class _Session:
     started: list[list[_Worker]] = field(default_factory=list)
     memory: dict[str, dict[str, int]] = field(default_factory=dict)  # each worker's last
     # each worker's most over the session: prepare, reserved (a turn's peak) and held
-    # the largest, free the smallest and ``alive``, the workers alive when it was read
-    # (``MEMORY_LOG``)
+    # the largest, free the smallest (``MEMORY_LOG``)
     most: dict[str, dict[str, int]] = field(default_factory=dict)
-    alive: int = 0  # workers started and not yet reaped
 
     def note(self, name: str, report: Mapping[str, int]) -> None:
         """``report`` into ``most`` for worker ``name``."""
         seen = self.most.setdefault(name, {})
         for key, value in report.items():
-            if key == "free" and value <= seen.get(key, value):
-                seen[key], seen["alive"] = value, self.alive
+            if key == "free":
+                seen[key] = min(value, seen.get(key, value))
             elif key in ("prepare", "reserved", "held", "total"):
                 seen[key] = max(value, seen.get(key, value))
 
@@ -257,7 +255,6 @@ class _Session:
             job = self.host.worker_job(name, spec, self.trees[role], self.env)
             live = self.serving.start_worker(job)
             group.append(_Worker(live, role, self.next_index))
-            self.alive += 1
         self.started.append(group)
         return group
 
@@ -310,7 +307,6 @@ class _Session:
                     _send(w, {"op": "finish"})
                 _expect(w, self.turn_s, "finished")
                 _reap(w)
-                self.alive -= 1
             if self.watch is not None:
                 self.watch.pair_done([w.csv for w in group])
 
@@ -436,10 +432,9 @@ def prior_wave(prior: Mapping[str, Any] | None, roles: int, pairs: int) -> int |
     measures alone and sizes the waves, ``wave_size``): no reports, another machine, or
     room for fewer than two pairs.
 
-    The empty device is counted as each report's least free memory plus what the
-    workers alive then held (``alive``, each at the most any held plus
-    ``WORKER_CONTEXT_BYTES``; a log without ``alive``: one pair, ``roles`` of the
-    earlier session), the smallest of these, never above the total.  The new
+    The least free memory was read with at least one of that session's pairs alive,
+    so the empty device is counted as that plus one pair's holdings (``roles`` of the
+    earlier session, each at what it held plus ``WORKER_CONTEXT_BYTES``).  The new
     wave's workers prepare side by side, each counted at ``max(prepare, held)`` plus
     ``WORKER_CONTEXT_BYTES``; the largest turn peak, times ``WORKER_GROWTH``, is set
     aside once; ``FREE_MARGIN`` of the free memory is left alone."""
@@ -458,20 +453,13 @@ def prior_wave(prior: Mapping[str, Any] | None, roles: int, pairs: int) -> int |
     prepare = max(int(m.get("prepare") or m["reserved"]) for m in reports)
     earlier = prior.get("roles")
     earlier_roles = earlier if isinstance(earlier, int) and earlier > 0 else 1
-    free = min(
-        int(m["free"]) + _alive(m, earlier_roles) * (held + WORKER_CONTEXT_BYTES) for m in reports
-    )
+    free = min(int(m["free"]) for m in reports) + earlier_roles * (held + WORKER_CONTEXT_BYTES)
     totals = [int(m["total"]) for m in reports if isinstance(m.get("total"), int)]
     free = min([free, *totals])
     room = (1.0 - FREE_MARGIN) * free - WORKER_GROWTH * peak
     per_pair = (max(prepare, held) + WORKER_CONTEXT_BYTES) * max(1, roles)
     size = int(max(0.0, room) // per_pair)
     return min(pairs, size) if size >= 2 else None
-
-
-def _alive(report: Mapping[str, Any], default: int) -> int:
-    alive = report.get("alive")
-    return alive if isinstance(alive, int) and alive > 0 else default
 
 
 def _take_turns(
