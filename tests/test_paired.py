@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -596,6 +597,9 @@ def test_a_tournament_s_focused_tests_run_beside_worker_start_up(
     assert wrong.vetoes and "focused test failed" in wrong.vetoes[0] and not good.vetoes
     assert rnd.before_turns is None
     tested = max((rnd.tmp / f"test-{e.role}" / "test.log").stat().st_mtime for e in (good, wrong))
+    for e in (good, wrong):  # side by side, each test's math libraries got half the cores
+        ran = json.loads((rnd.tmp / f"test-{e.role}" / "test.json").read_text(encoding="utf-8"))
+        assert ran["threads"] == str(max(1, (os.cpu_count() or 1) // 2)), ran
     spawned = (rnd.tmp / "specs" / "pass-01-incumbent.json").stat().st_mtime
     assert spawned < tested  # the workers started while the tests ran
     turns = rnd.tmp / "turns.jsonl"

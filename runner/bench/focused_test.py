@@ -86,6 +86,7 @@ def run_test(spec: RoundSpec, out_dir: Path) -> int:
             "command": command,
             "returncode": proc.returncode,
             "seconds": round(time.perf_counter() - t0, 3),
+            "threads": os.environ.get("OMP_NUM_THREADS"),  # its share, side by side
         },
     )
     return proc.returncode

@@ -15,6 +15,7 @@ from typing import Literal
 
 from runner.core.errors import ConfigError, InfrastructureError
 from runner.executors.base import WorkerJob
+from runner.executors.gpus import VISIBILITY
 
 CONTAINER_TARGET = "/workspace/target"
 # where a Slurm image task mounts the source read-only before copying it to the target
@@ -26,9 +27,6 @@ CONTAINER_SPEC = "/workspace/spec.json"
 
 
 CONTAINER_OUT = "/out"
-
-
-VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
 
 SourceMode = Literal["auto", "mount", "copy"]

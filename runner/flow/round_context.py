@@ -18,7 +18,7 @@ from runner.core.shapes import Shape, shape_set, shapes_by_label
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.base import BuiltRole, Executor, WorkerJob
 from runner.executors.build_cache import BuildCache
-from runner.executors.gpus import allocator_env, detect_vendor, gpu_env
+from runner.executors.gpus import VISIBILITY, allocator_env, detect_vendor, gpu_env
 from runner.executors.jit_cache import (
     claim,
     content_key,
@@ -172,7 +172,7 @@ class Round:
         }
         if gpu is None and len(self.gpus) == 1:
             gpu = self.gpus[0]
-        if gpu is not None and not env:
+        if gpu is not None and not set(VISIBILITY) & set(env or {}):  # a shard names its own
             job_env.update(gpu_env(gpu, detect_vendor()))
         self.step(name)
         job = job_in(self.tmp, name, spec, tree, job_env, gpu, self.builds.get(tree))
@@ -264,11 +264,15 @@ def run_command_in(
     command: str,
     role: str = "final",
     expect: dict[str, str] | None = None,
+    threads: int | None = None,
 ) -> tuple[int, str, Path]:
     """``command`` in ``tree`` through the worker's test mode (job ``name``): its exit
-    code, its log and the job's output folder ($TURBO_CAMPAIGN_OUT there)."""
+    code, its log and the job's output folder ($TURBO_CAMPAIGN_OUT there).  ``threads``:
+    the CPU threads its math libraries may use (``OMP_NUM_THREADS``), for commands run
+    side by side."""
     spec = rnd.spec(role, 0, [], mode="test", command=command, expect=expect)
-    outcome = run_job(rnd, name, spec, tree)
+    env = {"OMP_NUM_THREADS": str(threads)} if threads else None
+    outcome = run_job(rnd, name, spec, tree, env)
     log = outcome.out_dir / "test.log"
     text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
     if not text and outcome.log_path.exists():
@@ -276,12 +280,15 @@ def run_command_in(
     return outcome.returncode, text, outcome.out_dir
 
 
-def run_focused_test(rnd: Round, role: str, tree: Path) -> tuple[bool, str]:
-    """The focused test of ``role``'s tree: passed, and the tail of its log.  Raises
-    Tampered when the worker found a judge file not as restored (``judge_expect``)."""
+def run_focused_test(
+    rnd: Round, role: str, tree: Path, threads: int | None = None
+) -> tuple[bool, str]:
+    """The focused test of ``role``'s tree: passed, and the tail of its log (``threads``:
+    ``run_command_in``'s).  Raises Tampered when the worker found a judge file not as
+    restored (``judge_expect``)."""
     expect = rnd.judge_expect.get(tree)
     code, text, out = run_command_in(
-        rnd, f"test-{role}", tree, rnd.manifest.test_command, role, expect
+        rnd, f"test-{role}", tree, rnd.manifest.test_command, role, expect, threads
     )
     changed = _tampered_files(out) if expect else []
     if changed:
