@@ -541,3 +541,24 @@ def test_at_the_cap_a_shape_inside_its_noise_is_judged_by_its_mean() -> None:
     capped = judge(scaled(BEST, all=1.13), sigma_g=0.09, pairs=pairs, final=True)
     assert "regressed by 5% or more" not in capped.reasons[0], capped.reasons
     assert capped.reasons[0].startswith("too volatile to tell"), capped.reasons
+
+
+def test_a_gain_clear_of_the_floor_is_promising_and_an_identical_candidate_is_not() -> None:
+    """The fifteenth-to-sixteenth-session demo miss: a +10% gain at 8.5% a pair over 12
+    pairs, its interval wholly above 1%, which the near-noise rule cannot settle yet (it
+    wants 3 re-measurements of 8).  It is ``promising`` (the measuring side may go on to
+    PROMISING_PAIRS); an identical candidate, or one pair, is not."""
+    from runner.judge.gate import promising
+
+    rng = random.Random(16)
+    raw = [rng.gauss(0.0, 1.0) for _ in range(12)]
+    mu, sd = sum(raw) / 12, math.sqrt(sum((x - sum(raw) / 12) ** 2 for x in raw) / 11)
+    gains = [0.098 + 0.085 * (x - mu) / sd for x in raw]  # mean +9.8%, stdev 8.5% exactly
+    cand = scaled(BEST, all=1.098)
+    noisy = judge(cand, sigma_g=0.07, pairs=pairs_with_gains(gains))
+    assert noisy.decision is Decision.NEEDS_REMEASURE, noisy.reasons
+    assert promising(noisy)
+    same = judge(dict(BEST), sigma_g=0.07, pairs=pairs_with_gains([0.01 * x for x in raw]))
+    assert not promising(same)
+    one = judge(cand, sigma_g=0.07, pairs=pairs_with_gains([0.098]))
+    assert not promising(one) and not promising(judge(cand, sigma_g=0.07))

@@ -609,7 +609,7 @@ def test_a_tournament_s_focused_tests_run_beside_worker_start_up(
 
 def test_sequential_batches_fit_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     from runner.flow.measure import MAX_PAIRS, Cap, measurement_cap, next_pairs
-    from runner.judge.measuring_caps import CAP_PAIRS
+    from runner.judge.measuring_caps import CAP_PAIRS, PROMISING_PAIRS
 
     # 3 pairs took 60 s (20 s a pair, start-up included): 4 more fit in 150 s, not 6
     assert next_pairs(6, 3, 60.0, Cap(150.0)) == 4
@@ -620,11 +620,15 @@ def test_sequential_batches_fit_the_cap(monkeypatch: pytest.MonkeyPatch) -> None
     assert next_pairs(6, 6, 150.0, Cap(150.0, 12)) == 6
     assert next_pairs(9, 6, 150.0, Cap(150.0, 12)) == 6
     assert next_pairs(4, 12, 300.0, Cap(150.0, 12)) == 0  # past both: final
+    # a gain whose interval lies above 1% may go on to the promising floor, no further
+    assert next_pairs(12, 12, 300.0, Cap(150.0, 12, 24), promising=True) == 12
+    assert next_pairs(12, 12, 300.0, Cap(150.0, 12, 24), promising=False) == 0
+    assert next_pairs(12, 24, 600.0, Cap(150.0, 12, 24), promising=True) == 0
     monkeypatch.delenv("TURBO_CAMPAIGN_ROUND_CAP_S", raising=False)
-    assert measurement_cap("quick") == Cap(150.0, CAP_PAIRS)
-    assert measurement_cap("full") == Cap(600.0, CAP_PAIRS)
+    assert measurement_cap("quick") == Cap(150.0, CAP_PAIRS, PROMISING_PAIRS)
+    assert measurement_cap("full") == Cap(600.0, CAP_PAIRS, PROMISING_PAIRS)
     monkeypatch.setenv("TURBO_CAMPAIGN_ROUND_CAP_S", "30")  # exactly that: no floor
-    assert measurement_cap("quick") == Cap(30.0, 0)
+    assert measurement_cap("quick") == Cap(30.0, 0, 0)
     monkeypatch.setenv("TURBO_CAMPAIGN_ROUND_CAP_S", "soon")
     with pytest.raises(ConfigError, match="TURBO_CAMPAIGN_ROUND_CAP_S"):
         measurement_cap("quick")

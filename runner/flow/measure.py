@@ -63,8 +63,8 @@ from runner.flow.sharding import (
     shard_shapes,
     worker_failure,
 )
-from runner.judge.gate import decide, required_pairs
-from runner.judge.measuring_caps import CAP_PAIRS, MAX_PAIRS, ROUND_CAP_S
+from runner.judge.gate import decide, promising, required_pairs
+from runner.judge.measuring_caps import CAP_PAIRS, MAX_PAIRS, PROMISING_PAIRS, ROUND_CAP_S
 from runner.judge.scoring import score
 from runner.ops.info import op_info
 from runner.render.figures import fmt_gain
@@ -312,7 +312,8 @@ def measure_and_judge(
     cap = measurement_cap(getattr(rnd, "level", "full"))
     while judged.gate.decision is Decision.NEEDS_REMEASURE:
         have = len(paths[how.roles[1]])
-        more = next_pairs(judged.gate.more_pairs, have, time.monotonic() - started, cap)
+        more = next_pairs(judged.gate.more_pairs, have, time.monotonic() - started, cap,
+                          promising(judged.gate))  # fmt: skip
         if more < 1:
             rnd.progress(f"round-{rnd.round}: measurement cap reached at {have} pair(s)")
             judged = judge(rnd, paths, how, vetoes, final=True)
@@ -328,10 +329,12 @@ def measure_and_judge(
 
 class Cap(NamedTuple):
     """How long one comparison may measure: ``seconds`` (start-up included), but never
-    fewer than ``pairs`` pairs however long they take."""
+    fewer than ``pairs`` pairs however long they take, ``promising`` pairs while the
+    paired gain's interval lies above 1% (``runner.judge.gate.promising``)."""
 
     seconds: float
     pairs: int = 0
+    promising: int = 0
 
 
 def measurement_cap(level: str) -> Cap:
@@ -340,16 +343,17 @@ def measurement_cap(level: str) -> Cap:
     that sets them means them: no pair floor)."""
     if os.environ.get(ROUND_CAP_ENV, "").strip():
         return Cap(worker_timeout(ROUND_CAP_ENV, 0.0))
-    return Cap(ROUND_CAP_S.get(level, ROUND_CAP_S["full"]), CAP_PAIRS)
+    return Cap(ROUND_CAP_S.get(level, ROUND_CAP_S["full"]), CAP_PAIRS, PROMISING_PAIRS)
 
 
-def next_pairs(asked: int, have: int, elapsed_s: float, cap: Cap) -> int:
+def next_pairs(asked: int, have: int, elapsed_s: float, cap: Cap, promising: bool = False) -> int:
     """The fresh pairs to measure next: what the gate asked for, no more than fit in
     the cap's time left at the rate measured so far (start-up included), or up to its
-    pair floor, and in MAX_PAIRS; 0 when none fits (the judgement is then final)."""
+    pair floor (its ``promising`` floor for a gain whose interval lies above 1%), and in
+    MAX_PAIRS; 0 when none fits (the judgement is then final)."""
     per_pair = elapsed_s / max(have, 1)
     room = math.floor((cap.seconds - elapsed_s) / per_pair) if per_pair > 0 else asked
-    room = max(room, cap.pairs - have)
+    room = max(room, (cap.promising if promising else cap.pairs) - have)
     return max(0, min(max(asked, 1), room, MAX_PAIRS - have))
 
 

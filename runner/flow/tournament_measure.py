@@ -42,6 +42,7 @@ from runner.flow.measure import (
 from runner.flow.paired import supports_paired
 from runner.flow.round_context import Round, run_focused_test
 from runner.flow.round_records import Request
+from runner.judge.gate import promising
 from runner.render.figures import fmt_gain
 
 ROLE_PREFIX = "candidate-"
@@ -230,7 +231,8 @@ def measure_entries(
             break
         have = max(len(paths[e.role]["incumbent"]) for e in undecided)
         wanted = max(e.judged.gate.more_pairs for e in undecided if e.judged)
-        asked = next_pairs(wanted, have, max(spent[e.role] for e in undecided), cap)
+        hopeful = any(e.judged is not None and promising(e.judged.gate) for e in undecided)
+        asked = next_pairs(wanted, have, max(spent[e.role] for e in undecided), cap, hopeful)
         todo = undecided
         if asked < 1:  # the cap: judge what is still unclear as final
             rnd.progress(f"round-{rnd.round}: tournament measurement cap reached at {have} pair(s)")

@@ -136,6 +136,16 @@ def decide(
     return _recorded(_judge(facts, ev, final), ev)
 
 
+def promising(gate: GateResult) -> bool:
+    """Whether the paired gain's whole 95% interval lies above the near-noise rule's 1%
+    (``gate.evidence``; False without pairs or with one)."""
+    gain = (gate.evidence or {}).get("gain") or {}
+    mean, half = gain.get("mean_pct"), gain.get("half_width_pct")
+    if mean is None or half is None:
+        return False
+    return math.log1p(mean / 100) - half / 100 > FLOOR_GAIN
+
+
 def _recorded(judged: GateResult, ev: Evidence) -> GateResult:
     """``judged`` with the paired evidence it was given, whichever rule decided: each
     pair's G_i - 1 (percent) and the paired gain and every gating shape's paired mean
