@@ -600,6 +600,7 @@ def test_a_tournament_s_focused_tests_run_beside_worker_start_up(
     for e in (good, wrong):  # side by side, each test's math libraries got half the cores
         ran = json.loads((rnd.tmp / f"test-{e.role}" / "test.json").read_text(encoding="utf-8"))
         assert ran["threads"] == str(max(1, (os.cpu_count() or 1) // 2)), ran
+    assert not (Path.cwd() / "test-candidate").exists()  # entries without records: none copied
     spawned = (rnd.tmp / "specs" / "pass-01-incumbent.json").stat().st_mtime
     assert spawned < tested  # the workers started while the tests ran
     turns = rnd.tmp / "turns.jsonl"

@@ -191,7 +191,7 @@ class EntryTests:
             self.rnd.before_turns = None
         for e in self.entries:
             test = self.rnd.tmp / f"test-{e.role}"
-            if test.is_dir() and e.dir.is_dir():
+            if test.is_dir() and self.rnd.tmp in e.dir.parents:  # its records' folder
                 shutil.copytree(test, e.dir / "test-candidate", dirs_exist_ok=True)
 
 
