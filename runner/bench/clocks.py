@@ -16,6 +16,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from runner.core.spec import VISIBILITY
+
 NVIDIA_SMI_FIELDS = "clocks.sm,clocks.mem,clocks_throttle_reasons.active,temperature.gpu,power.draw"
 NVIDIA_SMI_CMD = (
     "nvidia-smi",
@@ -176,7 +178,7 @@ def sample_clocks(index: int = 0) -> dict[str, Any]:
 
 def _physical_index(index: int) -> int:
     """The driver's index of torch's device ``index`` under CUDA/HIP_VISIBLE_DEVICES."""
-    for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+    for var in VISIBILITY:
         visible = [v.strip() for v in os.environ.get(var, "").split(",") if v.strip()]
         if visible and index < len(visible) and visible[index].isdigit():
             return int(visible[index])

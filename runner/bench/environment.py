@@ -10,7 +10,7 @@ import os
 import platform
 from typing import Any
 
-_VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+from runner.core.spec import VISIBILITY
 
 
 def environment_meta(device: str) -> dict[str, Any]:
@@ -23,7 +23,7 @@ def environment_meta(device: str) -> dict[str, Any]:
         "torch_cuda": torch.version.cuda,
         "device": device,
         "host": platform.node(),
-        "visible_devices": {k: os.environ[k] for k in _VISIBILITY if k in os.environ},
+        "visible_devices": {k: os.environ[k] for k in VISIBILITY if k in os.environ},
     }
     if device != "cpu":
         meta["gpu_name"] = torch.cuda.get_device_name(0)

@@ -29,6 +29,9 @@ OUT_ENV = "TURBO_CAMPAIGN_OUT"
 # The tree a job measures (set by every executor, checked by the worker: it runs there
 # and loads the target from there).
 SOURCE_ENV = "TURBO_CAMPAIGN_SOURCE"
+# The variables that choose which GPUs a worker sees: the host sets them
+# (``runner.executors.gpus.gpu_env``), the worker records and reads them.
+VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 # A serving worker's buffer pool (``RoundSpec.pool`` overrides): members per shape.
 POOL_GPU = 4
 POOL_CPU = 2

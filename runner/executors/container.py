@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Literal
 
 from runner.core.errors import ConfigError, InfrastructureError
+from runner.core.spec import VISIBILITY
 from runner.executors.base import WorkerJob
-from runner.executors.gpus import VISIBILITY
 
 CONTAINER_TARGET = "/workspace/target"
 # where a Slurm image task mounts the source read-only before copying it to the target

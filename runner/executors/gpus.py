@@ -17,10 +17,6 @@ def detect_vendor() -> Vendor:
     return "amd" if os.path.exists("/dev/kfd") else "nvidia"
 
 
-# The variables that choose which GPUs a process sees (``gpu_env`` sets them).
-VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-
-
 def gpu_env(gpu: int, vendor: Vendor) -> dict[str, str]:
     """Environment that shows a worker only physical GPU ``gpu``.
 

@@ -15,10 +15,10 @@ import runner
 from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed, Tampered
 from runner.core.import_cause import explain_failure
 from runner.core.shapes import Shape, shape_set, shapes_by_label
-from runner.core.spec import RoundSpec, TimingSettings
+from runner.core.spec import VISIBILITY, RoundSpec, TimingSettings
 from runner.executors.base import BuiltRole, Executor, WorkerJob
 from runner.executors.build_cache import BuildCache
-from runner.executors.gpus import VISIBILITY, allocator_env, detect_vendor, gpu_env
+from runner.executors.gpus import allocator_env, detect_vendor, gpu_env
 from runner.executors.jit_cache import (
     claim,
     content_key,
