@@ -10,10 +10,10 @@ last attempt closes the round (ACCEPTED: the candidate removes the slow base's w
 next command moves it.
 
 The file works on a copy of the session's ``slow_tiny`` campaign (no baseline of its
-own; its ~1.6x planted effect is decided in one B C C B block even on a loaded
-machine); the campaign's commands run with a private TMPDIR, so the worktrees, job
-folders and workers the test looks for are this file's alone, whatever another test
-of a campaign named ``t`` runs beside it.
+own; its ~1.5x planted effect is decided in three pairs, within the product's quick
+cap of 150 s even on a loaded machine); the campaign's commands run with a private
+TMPDIR, so the worktrees, job folders and workers the test looks for are this file's
+alone, whatever another test of a campaign named ``t`` runs beside it.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from runner.core.pause_points import PAUSE_ENV, PAUSE_FILE_ENV
+from runner.flow.measure import ROUND_CAP_ENV
 from runner.flow.settings import set_gate_field
 from runner.store.campaign import Campaign
 from runner.store.guard import check_records
@@ -88,6 +89,10 @@ def _env(step: str | None, marker: Path, campaign: Campaign) -> dict[str, str]:
     env = dict(os.environ)
     env["TMPDIR"] = str(_temp_root(campaign))
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "examples")])
+    # The closing attempts measure a +50% gain that still needs 3 re-measurements: the
+    # suite's 45 s cap (conftest WORKER_LIMITS) held only 2 pairs on a loaded CI machine
+    # (14 s to the first turn) and rolled it back as too volatile; the product's quick cap
+    env[ROUND_CAP_ENV] = "150"
     env.pop(PAUSE_ENV, None)
     if step:
         env[PAUSE_ENV] = step
