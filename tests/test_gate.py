@@ -562,3 +562,27 @@ def test_a_gain_clear_of_the_floor_is_promising_and_an_identical_candidate_is_no
     assert not promising(same)
     one = judge(cand, sigma_g=0.07, pairs=pairs_with_gains([0.098]))
     assert not promising(one) and not promising(judge(cand, sigma_g=0.07))
+
+
+def test_an_interval_wholly_below_a_leader_s_reading_is_outpaced() -> None:
+    """``outpaced``: a tournament stops measuring an entry whose whole 95% interval lies
+    below another entry's accepted reading (the CPU demo's A/A beside a +16% speed-up).
+    An interval reaching the reading, one pair or none, is not outpaced; a leader's
+    reading of -100% or below is no reading."""
+    from runner.judge.gate import outpaced
+
+    rng = random.Random(31)
+    raw = [rng.gauss(0.0, 1.0) for _ in range(4)]
+    mu, sd = sum(raw) / 4, math.sqrt(sum((x - sum(raw) / 4) ** 2 for x in raw) / 3)
+    same = judge(
+        dict(BEST), sigma_g=0.07, pairs=pairs_with_gains([0.05 * (x - mu) / sd for x in raw])
+    )
+    assert same.evidence is not None
+    gain = same.evidence["gain"]
+    top = math.expm1(math.log1p(gain["mean_pct"] / 100) + gain["half_width_pct"] / 100) * 100
+    assert 5.0 < top < 15.0  # 4 pairs at 5% a pair: t(3) * 5% / 2 ~ 8%
+    assert outpaced(same, 16.0) and outpaced(same, top + 0.01)
+    assert not outpaced(same, top - 0.01) and not outpaced(same, 5.0)
+    assert not outpaced(same, -100.0)
+    one = judge(dict(BEST), sigma_g=0.07, pairs=pairs_with_gains([0.0]))
+    assert not outpaced(one, 50.0) and not outpaced(judge(dict(BEST), sigma_g=0.07), 50.0)

@@ -329,11 +329,16 @@ def _note(entries: Sequence[Entry], winner: Entry | None, failed_all: str | None
             f"confirmed at {fmt_gain(winner.gate.delta_pct, winner.gate)} by a fresh paired "
             "measurement against the incumbent"
         )
-    retry = (
-        [] if winner is None else [e.n for e in entries if e is not winner and e.accepted_reading]
-    )
+    retry = [] if winner is None else [e.n for e in entries if e is not winner and _retry(e)]
     return TournamentNote(first=first, last=last, winner=None if winner is None else winner.n,
                           line=line, retry=retry)  # fmt: skip
+
+
+def _retry(entry: Entry) -> bool:
+    """Whether an entry that lost is listed for a retry on the new head: it was accepted
+    against the same incumbent, or measured no longer once the winner's reading was
+    out of its reach (``Entry.outpaced_by``)."""
+    return entry.accepted_reading or entry.outpaced_by is not None
 
 
 __all__ = ["MAX_ENTRIES", "validate_tournament"]

@@ -146,6 +146,19 @@ def promising(gate: GateResult) -> bool:
     return math.log1p(mean / 100) - half / 100 > FLOOR_GAIN
 
 
+def outpaced(gate: GateResult, leader_pct: float) -> bool:
+    """Whether the paired gain's whole 95% interval lies below ``leader_pct`` (G - 1 in
+    percent, another candidate's accepted reading against the same incumbent): more
+    pairs could not lift this reading above it, so in a tournament, which commits the
+    accepted entry with the highest reading, it cannot win (False without pairs or with
+    one)."""
+    gain = (gate.evidence or {}).get("gain") or {}
+    mean, half = gain.get("mean_pct"), gain.get("half_width_pct")
+    if mean is None or half is None or leader_pct <= -100:
+        return False
+    return math.log1p(mean / 100) + half / 100 < math.log1p(leader_pct / 100)
+
+
 def _recorded(judged: GateResult, ev: Evidence) -> GateResult:
     """``judged`` with the paired evidence it was given, whichever rule decided: each
     pair's G_i - 1 (percent) and the paired gain and every gating shape's paired mean
