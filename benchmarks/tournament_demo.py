@@ -101,8 +101,9 @@ def validate(root: Path, name: str, n: int, entries: list[tuple[str, Path, str]]
 def status_of(campaign: Path, n: int) -> dict[str, Any]:
     data = json.loads((campaign / "rounds" / f"round-{n}" / "result.json").read_text("utf-8"))
     gate = data.get("gate") or {}
+    reasons = data.get("reasons") or [""]
     return {"status": data["status"], "delta_pct": gate.get("delta_pct"),
-            "pairs": gate.get("pairs_used")}  # fmt: skip
+            "pairs": gate.get("pairs_used"), "reason": reasons[0][:300]}  # fmt: skip
 
 
 def one_run(k: int) -> dict[str, Any]:
