@@ -92,3 +92,35 @@ def test_every_file_of_the_runner_goes_through_the_one_writer(tmp_path: Path) ->
         'SCRIPT = "p.write_text(t)"\n\ndef f(p):\n    p.write_bytes(b"")\n'
     )
     assert direct_writes(tmp_path / "runner") == ["runner/x.py:4"]
+
+
+def test_a_records_copy_takes_plain_files_only(tmp_path: Path) -> None:
+    """``copy_plain_tree``: a pass folder is written by the candidate's code; a link in
+    it (to a file, to a folder) would pull host files into the records, a FIFO would
+    hang the copy.  Plain files and folders are copied and merged; the rest is left."""
+    import os
+
+    from runner.core.files import copy_plain_tree
+
+    secret = tmp_path / "host" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("not for the records")
+    src = tmp_path / "pass-02-candidate"
+    (src / "sub").mkdir(parents=True)
+    (src / "benchmark.csv").write_text("a,b\n1,2\n")
+    (src / "sub" / "log.txt").write_text("log")
+    (src / "leak.txt").symlink_to(secret)
+    (src / "sub" / "host").symlink_to(secret.parent, target_is_directory=True)
+    (src / "zero").symlink_to("/dev/zero")
+    os.mkfifo(src / "pipe")
+    dest = tmp_path / "records" / "pass-02-candidate"
+    dest.mkdir(parents=True)
+    (dest / "kept.txt").write_text("earlier")
+    copy_plain_tree(src, dest)
+    got = sorted(str(p.relative_to(dest)) for p in dest.rglob("*"))
+    assert got == ["benchmark.csv", "kept.txt", "sub", "sub/log.txt"]
+    assert (dest / "benchmark.csv").read_text() == "a,b\n1,2\n"
+    linked = tmp_path / "linked"
+    linked.symlink_to(src, target_is_directory=True)
+    copy_plain_tree(linked, tmp_path / "from-a-link")  # a linked folder itself: nothing
+    assert not (tmp_path / "from-a-link").exists()

@@ -1,6 +1,6 @@
-"""Atomic file writes (the one writer every record, spec and CSV goes through) and
-bounded reads of user input (a size and a line-length limit, checked before the file is
-read whole).
+"""Atomic file writes (the one writer every record, spec and CSV goes through), bounded
+reads of user input (a size and a line-length limit, checked before the file is read
+whole), and the copy of a scratch folder into the records that takes plain files only.
 
 Standard library only, so the worker side (no pydantic) can use it too.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,22 @@ def write_atomic(path: Path, content: str | bytes) -> None:
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """``data`` as indented JSON (keys in their order, a final newline), atomically."""
     write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def copy_plain_tree(src: Path, dest: Path) -> None:
+    """Copy the regular files and folders under ``src`` into ``dest`` (merged into what
+    is there), skipping symbolic links, FIFOs, sockets and devices.  The pass folders
+    copied into a round's records are written by the candidate's own code: a link
+    there would pull any file of the host into the records (a folder link, the whole
+    tree under it), and a FIFO, or a link to /dev/zero, would hang the copy."""
+
+    def not_plain(folder: str, names: list[str]) -> list[str]:
+        paths = ((name, Path(folder) / name) for name in names)
+        return [n for n, p in paths if p.is_symlink() or not (p.is_file() or p.is_dir())]
+
+    if src.is_symlink() or not src.is_dir():
+        return
+    shutil.copytree(src, dest, symlinks=True, ignore=not_plain, dirs_exist_ok=True)
 
 
 def _fsync_dir(directory: Path) -> None:

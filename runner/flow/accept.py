@@ -30,7 +30,7 @@ from typing import Any
 from runner.core.csv_io import read_csv
 from runner.core.csv_schema import get_schema
 from runner.core.errors import CampaignError, ConfigError, MeasurementFailed
-from runner.core.files import write_atomic
+from runner.core.files import copy_plain_tree, write_atomic
 from runner.core.outcomes import GateResult, Score, Status
 from runner.core.shapes import Shape, shapes_by_label
 from runner.core.timestamps import now_minute
@@ -311,4 +311,4 @@ def _validate(
 def _keep_passes(tmp: Path, art: Path) -> None:
     for sub in sorted(tmp.iterdir()):
         if sub.is_dir():
-            shutil.copytree(sub, art / "passes" / sub.name, dirs_exist_ok=True)
+            copy_plain_tree(sub, art / "passes" / sub.name)

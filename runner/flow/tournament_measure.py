@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from runner.core.errors import FocusedTestFailed, MeasurementFailed, Tampered
+from runner.core.files import copy_plain_tree
 from runner.core.outcomes import Decision, GateResult, TransferCheck
 from runner.core.shapes import Shape
 from runner.flow.measure import (
@@ -193,7 +194,7 @@ class EntryTests:
         for e in self.entries:
             test = self.rnd.tmp / f"test-{e.role}"
             if test.is_dir() and self.rnd.tmp in e.dir.parents:  # its records' folder
-                shutil.copytree(test, e.dir / "test-candidate", dirs_exist_ok=True)
+                copy_plain_tree(test, e.dir / "test-candidate")
 
 
 def measure_entries(
@@ -329,7 +330,7 @@ def _keep_passes(rnd: Round, entry: Entry, paths: dict[str, list[Path]]) -> None
             name = csv.parent.name
             if role == entry.role:
                 name = name.replace(entry.role, "candidate", 1)
-            shutil.copytree(csv.parent, entry.dir / name, dirs_exist_ok=True)
+            copy_plain_tree(csv.parent, entry.dir / name)
     for extra in [*rnd.tmp.glob("turns*.jsonl"), *rnd.tmp.glob("memory*.json"),
                   rnd.tmp / "builds.json"]:  # fmt: skip
         if extra.is_file():

@@ -7,7 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-from runner.core.files import write_atomic, write_json_atomic
+from runner.core.files import copy_plain_tree, write_atomic, write_json_atomic
 from runner.core.outcomes import GateResult
 from runner.core.pause_points import pause_point
 from runner.store.campaign import Campaign
@@ -47,7 +47,7 @@ def store_artifacts(
         shutil.copy2(turns, stage / turns.name)
     for sub in sorted(tmp.iterdir()):
         if sub.is_dir() and sub.name != "specs":
-            shutil.copytree(sub, passes / sub.name, dirs_exist_ok=True)
+            copy_plain_tree(sub, passes / sub.name)  # written by the candidate's code too
     if (tmp / "specs").exists():
         shutil.copytree(tmp / "specs", stage / "specs", dirs_exist_ok=True)
     if gate is not None:
