@@ -586,3 +586,34 @@ def test_an_interval_wholly_below_a_leader_s_reading_is_outpaced() -> None:
     assert not outpaced(same, -100.0)
     one = judge(dict(BEST), sigma_g=0.07, pairs=pairs_with_gains([0.0]))
     assert not outpaced(one, 50.0) and not outpaced(judge(dict(BEST), sigma_g=0.07), 50.0)
+
+
+def test_a_fresh_interval_above_the_floor_confirms_and_a_shape_near_a_regression_does_not() -> None:
+    """``confirms``: a tournament's accepted reading is confirmed by a fresh measurement
+    the gate accepts, or, still asking for pairs, one whose gain's whole interval lies
+    above 1% with no gating shape's interval reaching -5% (the demo's +10% at 6.8% a
+    pair: the near-noise rule wanted 20 pairs, the interval was clear at far fewer).
+    An identical candidate, a rollback, one shape straddling -5% or one pair do not."""
+    from runner.judge.gate import confirms, promising
+
+    rng = random.Random(17)
+    raw = [rng.gauss(0.0, 1.0) for _ in range(8)]
+    mu, sd = sum(raw) / 8, math.sqrt(sum((x - sum(raw) / 8) ** 2 for x in raw) / 7)
+    unit = [(x - mu) / sd for x in raw]
+    gains = [0.10 + 0.068 * z for z in unit]  # mean +10%, stdev 6.8% exactly
+    fresh = judge(scaled(BEST, all=1.10), sigma_g=0.07, pairs=pairs_with_gains(gains))
+    assert fresh.decision is Decision.NEEDS_REMEASURE and promising(fresh), fresh.reasons
+    assert confirms(fresh)
+    assert confirms(judge(scaled(BEST, all=1.10), pairs=pairs_with_gains([0.10])))  # accepted
+    same = judge(dict(BEST), sigma_g=0.07, pairs=pairs_with_gains([0.068 * z for z in unit]))
+    assert not confirms(same)
+    slower = judge(scaled(BEST, all=0.7), sigma_g=0.07, pairs=pairs_with_gains([-0.3] * 3))
+    assert slower.decision is Decision.ROLLED_BACK and not confirms(slower)
+    # the gain still clear of 1%, but large at -4.5% +- 5.2%: it may be a 5% regression
+    near = pairs_with_gains(gains, per_shape={"small": 1.1, "mid": 1.1, "large": 0.87})
+    edge = judge(scaled(BEST, small=1.21, mid=1.21, large=0.957), sigma_g=0.07, pairs=near)
+    assert edge.decision is Decision.NEEDS_REMEASURE and promising(edge), edge.reasons
+    assert "near a 5% regression" in edge.reasons[0] and not confirms(edge)
+    assert not confirms(
+        judge(scaled(BEST, all=1.10), sigma_g=0.07, pairs=pairs_with_gains([0.1, 0.1])[:1])
+    )

@@ -291,6 +291,7 @@ def measure_and_judge(
     vetoes: Sequence[str] = (),
     remeasure: bool = True,
     measured: Mapping[str, list[Path]] | None = None,
+    settled: Callable[[GateResult], bool] | None = None,
 ) -> Judged:
     """Measure ``samples`` pairs, judge, and while the gate asks for more paired
     samples, measure the fresh pairs it asks for and judge again: sequential
@@ -298,7 +299,10 @@ def measure_and_judge(
     measurement cap (``measurement_cap``: seconds by level, and MAX_PAIRS) ends it; the
     last judgement is then final (what is still unclear rolls back as too volatile to
     tell, naming the noise measured).  ``measured``: passes of both roles already taken
-    (e.g. in a session with more roles); then only the extra pairs are measured here."""
+    (e.g. in a session with more roles); then only the extra pairs are measured here.
+    ``settled``: a judgement still asking for pairs that it holds enough ends the
+    measurement too (a tournament's confirmation, ``runner.judge.gate.confirms``); the
+    caller reads what it means."""
     ordered = {role: trees[role] for role in how.roles}
     started = time.monotonic()
     watch = pair_watch(rnd, how.roles, shapes)  # the pairs measured here
@@ -311,6 +315,8 @@ def measure_and_judge(
     judged = judge(rnd, paths, how, vetoes, final=not remeasure)
     cap = measurement_cap(getattr(rnd, "level", "full"))
     while judged.gate.decision is Decision.NEEDS_REMEASURE:
+        if settled is not None and settled(judged.gate):
+            break
         have = len(paths[how.roles[1]])
         more = next_pairs(judged.gate.more_pairs, have, time.monotonic() - started, cap,
                           promising(judged.gate))  # fmt: skip

@@ -146,6 +146,25 @@ def promising(gate: GateResult) -> bool:
     return math.log1p(mean / 100) - half / 100 > FLOOR_GAIN
 
 
+def confirms(gate: GateResult) -> bool:
+    """Whether a fresh paired measurement confirms a tournament's accepted reading: the
+    gate accepts it, or, while it still asks for pairs, the paired gain's whole 95%
+    interval lies above 1% (``promising``) and every gating shape's whole interval lies
+    above a 5% regression.  The reading it confirms has passed the gate already; the
+    fresh one has only to show that the gain was not picked from the noise of several
+    entries (an A/A entry is then committed less often than in a single round)."""
+    if gate.decision.accepted:
+        return True
+    if gate.decision is not Decision.NEEDS_REMEASURE or not promising(gate):
+        return False
+    shapes = (gate.evidence or {}).get("shapes") or {}
+    for est in shapes.values():
+        mean, half = est.get("mean_pct"), est.get("half_width_pct")
+        if mean is None or half is None or math.log1p(mean / 100) - half / 100 <= -SEVERE_LOG:
+            return False
+    return bool(shapes)
+
+
 def outpaced(gate: GateResult, leader_pct: float) -> bool:
     """Whether the paired gain's whole 95% interval lies below ``leader_pct`` (G - 1 in
     percent, another candidate's accepted reading against the same incumbent): more
