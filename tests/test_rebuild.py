@@ -33,6 +33,7 @@ from runner.executors.base import BuildJob
 from runner.executors.build_cache import BuildCache, build_key, native_inputs
 from runner.executors.container import CONTAINER_TARGET
 from runner.executors.docker import DockerExecutor
+from runner.flow.measure import ROUND_CAP_ENV
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import image_digest
 from runner.store.lineage import Lineage
@@ -80,9 +81,14 @@ def pipeline(cpu_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         )
     module = load_pipeline()
     root = tmp_path_factory.mktemp("rebuild")
-    campaign, outcomes = module.run_pipeline(
-        root, executor="docker", image=cpu_image, say=lambda _m: None
-    )
+    # The suite's 45 s cap (tests/conftest.py) held 2 docker pairs on a loaded CI
+    # machine and rolled the +20% Python-only speed-up back as too volatile; the
+    # product's quick cap gives the clear rounds room, and they stop early anyway.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ROUND_CAP_ENV, "150")
+        campaign, outcomes = module.run_pipeline(
+            root, executor="docker", image=cpu_image, say=lambda _m: None
+        )
     yield Pipeline(campaign, {o.step: o for o in outcomes}, cpu_image)
     for entry in BuildCache.for_campaign(campaign.root).entries():
         subprocess.run(["docker", "image", "rm", "-f", str(entry.image)], capture_output=True)
