@@ -136,14 +136,21 @@ def decide(
     return _recorded(_judge(facts, ev, final), ev)
 
 
+def _log_interval(est: Mapping[str, Any] | None) -> tuple[float, float] | None:
+    """The 95% interval of an evidence estimate (``mean_pct``, ``half_width_pct``) on
+    the log scale the gate judges, low and high; None where it has none."""
+    mean, half = (est or {}).get("mean_pct"), (est or {}).get("half_width_pct")
+    if mean is None or half is None or mean <= -100:
+        return None
+    centre = math.log1p(mean / 100)
+    return centre - half / 100, centre + half / 100
+
+
 def promising(gate: GateResult) -> bool:
     """Whether the paired gain's whole 95% interval lies above the near-noise rule's 1%
     (``gate.evidence``; False without pairs or with one)."""
-    gain = (gate.evidence or {}).get("gain") or {}
-    mean, half = gain.get("mean_pct"), gain.get("half_width_pct")
-    if mean is None or half is None:
-        return False
-    return math.log1p(mean / 100) - half / 100 > FLOOR_GAIN
+    interval = _log_interval((gate.evidence or {}).get("gain"))
+    return interval is not None and interval[0] > FLOOR_GAIN
 
 
 def confirms(gate: GateResult) -> bool:
@@ -157,12 +164,8 @@ def confirms(gate: GateResult) -> bool:
         return True
     if gate.decision is not Decision.NEEDS_REMEASURE or not promising(gate):
         return False
-    shapes = (gate.evidence or {}).get("shapes") or {}
-    for est in shapes.values():
-        mean, half = est.get("mean_pct"), est.get("half_width_pct")
-        if mean is None or half is None or math.log1p(mean / 100) - half / 100 <= -SEVERE_LOG:
-            return False
-    return bool(shapes)
+    shapes = [_log_interval(est) for est in ((gate.evidence or {}).get("shapes") or {}).values()]
+    return bool(shapes) and all(i is not None and i[0] > -SEVERE_LOG for i in shapes)
 
 
 def outpaced(gate: GateResult, leader_pct: float) -> bool:
@@ -171,11 +174,10 @@ def outpaced(gate: GateResult, leader_pct: float) -> bool:
     pairs could not lift this reading above it, so in a tournament, which commits the
     accepted entry with the highest reading, it cannot win (False without pairs or with
     one)."""
-    gain = (gate.evidence or {}).get("gain") or {}
-    mean, half = gain.get("mean_pct"), gain.get("half_width_pct")
-    if mean is None or half is None or leader_pct <= -100:
+    interval = _log_interval((gate.evidence or {}).get("gain"))
+    if interval is None or leader_pct <= -100:
         return False
-    return math.log1p(mean / 100) + half / 100 < math.log1p(leader_pct / 100)
+    return interval[1] < math.log1p(leader_pct / 100)
 
 
 def _recorded(judged: GateResult, ev: Evidence) -> GateResult:
