@@ -89,17 +89,21 @@ def inflation_veto(gate: GateResult, fresh: list[float], sigma_g: float) -> str 
     statistical: the gap between the idiom gain and the mean real-step gain must exceed
     max(1%, 3 sigma_G) plus the paired real-step gains' standard error times Student's
     t (97.5%, n - 1 degrees of freedom: 12.7 for two pairs, 2.8 for five), and the
-    real-step gain must fall below ``REAL_STEP_FRACTION`` (half) of the idiom gain.  A
-    gain that lives on reused tensors or values (a cache) shows a real-step gain near
-    zero: caught."""
+    real-step gain must fall below ``REAL_STEP_FRACTION`` (half) of the idiom gain less
+    its own noise (3 sigma_G): of what the idiom reading surely holds, so that one high
+    idiom reading of an honest gain does not halve it (the demo's speed-up read +26.7%
+    on a loaded 2-core host against +12.7% in the real step, and about +15% in the
+    idiom in other runs).  A gain that lives on reused tensors or values (a cache)
+    shows a real-step gain near zero: caught."""
     if not fresh or not gate.decision.accepted:
         return None
     n = len(fresh)
     mean = sum(fresh) / n
     se = stdev(fresh) / math.sqrt(n) if n > 1 else 0.0
     gap = gate.delta_pct - 100.0 * mean
-    limit = max(INFLATION_LIMIT_PCT, 300.0 * sigma_g) + 100.0 * t975(n - 1) * se
-    if gap > limit and 100.0 * mean < REAL_STEP_FRACTION * gate.delta_pct:
+    noise = max(INFLATION_LIMIT_PCT, 300.0 * sigma_g)
+    limit = noise + 100.0 * t975(n - 1) * se
+    if gap > limit and 100.0 * mean < REAL_STEP_FRACTION * (gate.delta_pct - noise):
         return (
             f"over-fit (fresh-tensor veto): benchmark-idiom gain {gate.delta_pct:+.3f}% exceeds "
             f"the real-training-step gain {100.0 * mean:+.3f}% (+-{100.0 * se:.3f}, {n} paired "
