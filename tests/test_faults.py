@@ -34,6 +34,7 @@ import pytest
 from runner.core.pause_points import PAUSE_ENV, PAUSE_FILE_ENV
 from runner.flow.measure import ROUND_CAP_ENV
 from runner.flow.settings import set_gate_field
+from runner.judge.measuring_caps import ROUND_CAP_S
 from runner.store.campaign import Campaign
 from runner.store.guard import check_records
 from runner.store.leftovers import JOB_PREFIX, WORKTREE_PREFIX, partial_files
@@ -92,7 +93,7 @@ def _env(step: str | None, marker: Path, campaign: Campaign) -> dict[str, str]:
     # The closing attempts measure a +50% gain that still needs 3 re-measurements: the
     # suite's 45 s cap (conftest WORKER_LIMITS) held only 2 pairs on a loaded CI machine
     # (14 s to the first turn) and rolled it back as too volatile; the product's quick cap
-    env[ROUND_CAP_ENV] = "150"
+    env[ROUND_CAP_ENV] = str(ROUND_CAP_S["quick"])
     env.pop(PAUSE_ENV, None)
     if step:
         env[PAUSE_ENV] = step

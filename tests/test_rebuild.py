@@ -34,6 +34,7 @@ from runner.executors.build_cache import BuildCache, build_key, native_inputs
 from runner.executors.container import CONTAINER_TARGET
 from runner.executors.docker import DockerExecutor
 from runner.flow.measure import ROUND_CAP_ENV
+from runner.judge.measuring_caps import ROUND_CAP_S
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import image_digest
 from runner.store.lineage import Lineage
@@ -85,7 +86,7 @@ def pipeline(cpu_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     # machine and rolled the +20% Python-only speed-up back as too volatile; the
     # product's quick cap gives the clear rounds room, and they stop early anyway.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(ROUND_CAP_ENV, "150")
+        patch.setenv(ROUND_CAP_ENV, str(ROUND_CAP_S["quick"]))
         campaign, outcomes = module.run_pipeline(
             root, executor="docker", image=cpu_image, say=lambda _m: None
         )
