@@ -254,10 +254,27 @@ def test_paired_shape_regression_rolls_back() -> None:
 
 
 def test_a_reading_beyond_the_threshold_decides_before_the_pairs_are_in() -> None:
-    one = pairs_with_gains([0.05])
-    assert judge(scaled(BEST, all=1.05), pairs=one).decision is Decision.ACCEPTED
-    assert judge(scaled(BEST, all=0.97), pairs=one).decision is Decision.ROLLED_BACK
-    assert judge(scaled(BEST, all=0.99), pairs=one).decision is Decision.NEEDS_REMEASURE
+    up, down, near = (pairs_with_gains([g]) for g in (0.05, -0.03, -0.01))
+    assert judge(scaled(BEST, all=1.05), pairs=up).decision is Decision.ACCEPTED
+    assert judge(scaled(BEST, all=0.97), pairs=down).decision is Decision.ROLLED_BACK
+    assert judge(scaled(BEST, all=0.99), pairs=near).decision is Decision.NEEDS_REMEASURE
+
+
+def test_an_early_verdict_needs_every_pair_beyond_the_threshold() -> None:
+    """The 2-core demo's A/A read +8.70% on 2 pairs against a 4.06% threshold (its
+    baseline was quieter than the round) and was ACCEPTED on the aggregate alone.  With
+    a pair inside the threshold the round waits for the pairs the rules need, and says
+    what each pair read; with both pairs beyond it, it still decides at once."""
+    split = pairs_with_gains([0.01, 0.165])
+    waits = judge(scaled(BEST, all=1.087), sigma_g=0.0135, pairs=split)
+    assert waits.decision is Decision.NEEDS_REMEASURE and waits.more_pairs == 3  # 5 needed
+    assert "its pairs read +1.00%, +16.50%" in waits.reasons[0], waits.reasons
+    steady = judge(scaled(BEST, all=1.087), sigma_g=0.0135, pairs=pairs_with_gains([0.08, 0.09]))
+    assert steady.decision is Decision.ACCEPTED and "threshold 4.05%" in steady.reasons[0]
+    slow = judge(scaled(BEST, all=0.90), sigma_g=0.0135, pairs=pairs_with_gains([0.01, -0.2]))
+    assert slow.decision is Decision.NEEDS_REMEASURE
+    clear = judge(scaled(BEST, all=0.90), sigma_g=0.0135, pairs=pairs_with_gains([-0.08, -0.12]))
+    assert clear.decision is Decision.ROLLED_BACK
 
 
 def test_a_direct_accept_needs_the_pairs_to_agree() -> None:
