@@ -293,6 +293,34 @@ def test_an_interrupt_mid_round_records_nothing_and_the_round_can_run_again(
     assert campaign.closed_rounds() == [1, 2]
 
 
+def test_an_interrupt_dropped_by_a_callback_still_stops_the_round(campaign: Campaign) -> None:
+    """A SIGINT whose KeyboardInterrupt Python dropped (it came inside the logging
+    module's fork handler while the round started a worker: the CI run of the
+    nineteenth session, where the round then ran on and recorded its verdict) is raised
+    at the round's next step, and the round records nothing."""
+    from runner.core import interrupts
+
+    before = snapshot_records(campaign)
+    patch = PATCHES / "speedup_reuse_fp8_weight.patch"
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        interrupts.install()
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        except KeyboardInterrupt:
+            pass  # dropped, as an "Exception ignored in" callback drops it
+        with pytest.raises(KeyboardInterrupt):
+            validate_round(campaign, LocalExecutor(),
+                           Request(2, "reuse fp8 weight", patch.read_text()),
+                           progress=lambda _m: None)  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, old)
+        interrupts.clear()
+    assert snapshot_records(campaign) == before
+    assert campaign.next_round() == 2
+
+
 def _break_context(patch: str) -> str:
     """The same patch with its first context line changed: it no longer applies."""
     lines = patch.splitlines(keepends=True)

@@ -25,6 +25,7 @@ from runner.cli import (
     settings_cmd,
 )
 from runner.cli.app import CAMPAIGNS_ROOT_ENV, App
+from runner.core import interrupts
 from runner.core.errors import CampaignError, ConfigError, Verdict
 
 
@@ -64,6 +65,7 @@ for _module in (
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: the only place a ``CampaignError`` is caught."""
+    interrupts.install()
     try:
         rc = cli.main(args=argv, prog_name="campaign", standalone_mode=False)
     except click.ClickException as exc:

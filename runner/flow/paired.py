@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from runner.core import interrupts
 from runner.core.errors import ConfigError, MeasurementFailed
 from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
@@ -245,7 +246,10 @@ class _Session:
                 seen[key] = max(value, seen.get(key, value))
 
     def start_pair(self) -> list[_Worker]:
-        group = []
+        """One worker per role, in ``started`` from the first one (so that whatever
+        stops the start, every worker already started is stopped)."""
+        group: list[_Worker] = []
+        self.started.append(group)
         for role in self.roles:
             self.next_index += 1
             name = pass_name(self.next_index, role) + self.suffix
@@ -255,7 +259,7 @@ class _Session:
             job = self.host.worker_job(name, spec, self.trees[role], self.env)
             live = self.serving.start_worker(job)
             group.append(_Worker(live, role, self.next_index))
-        self.started.append(group)
+            interrupts.check()  # one that came during the fork was dropped there
         return group
 
     def ready(self, wave: Sequence[list[_Worker]]) -> None:
@@ -487,6 +491,7 @@ def _take_turns(
                 order = _order(roles, p)
                 for half, slot in enumerate(order):
                     pick = picks[p][(2 * g + (half >= len(order) // 2)) % len(picks[p])]
+                    interrupts.check()
                     msg = {"op": "block", "index": g, "pick": pick}
                     reply = _talk(group[slot], msg, turn_s, "block")
                     name = group[slot].live.name

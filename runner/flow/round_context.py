@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import runner
+from runner.core import interrupts
 from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed, Tampered
 from runner.core.import_cause import explain_failure
 from runner.core.shapes import Shape, shape_set, shapes_by_label
@@ -212,6 +213,7 @@ class Round:
 
     def step(self, name: str) -> None:
         """Say (and note, for ``campaign status``) which step the round is at."""
+        interrupts.check()
         self.progress(StepStarted(f"round-{self.round}", name=name))
         if self.round >= 1:
             note_step(self.campaign.round_dir(self.round), name)
