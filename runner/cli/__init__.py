@@ -65,7 +65,11 @@ for _module in (
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: the only place a ``CampaignError`` is caught."""
-    interrupts.install()
+    with interrupts.installed():
+        _main(argv)
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         rc = cli.main(args=argv, prog_name="campaign", standalone_mode=False)
     except click.ClickException as exc:

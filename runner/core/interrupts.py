@@ -7,18 +7,21 @@ while the round started its fourth worker was printed as "Exception ignored in:
 <function _releaseLock>" and the round ran on to its end and recorded its verdict
 (tests/test_rounds.py, the CI run of the nineteenth session).
 
-``install`` (the CLI's entry point) makes SIGINT also set a flag; ``check`` raises
+``installed`` (around the CLI's entry point) makes SIGINT also set a flag; ``check`` raises
 ``KeyboardInterrupt`` once the flag is set.  The round calls it where it passes between
 its steps, after each worker it starts and before each turn, so an interrupt that was
 dropped is raised there, and the round stops recording nothing, as the CLI's
-"interrupted" message promises (docs/reliability.md §4).  Without ``install`` (a
-library caller, a test in-process) ``check`` never raises.
+"interrupted" message promises (docs/reliability.md §4).  Leaving ``installed`` puts the
+earlier handler back and forgets the flag, so an in-process caller (a test) that handled
+its interrupt starts clean.  Without it (a library caller) ``check`` never raises.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 _SEEN = threading.Event()
@@ -29,24 +32,28 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def install() -> None:
-    """SIGINT sets the flag and raises, in the main thread, where SIGINT has Python's
-    default handler (a process started with SIGINT ignored, as a background job is,
-    keeps ignoring it)."""
+@contextmanager
+def installed() -> Iterator[None]:
+    """Within: SIGINT sets the flag and raises, in the main thread, where SIGINT has
+    Python's default handler (a process started with SIGINT ignored, as a background
+    job is, keeps ignoring it).  After: the earlier handler and a clear flag."""
     if threading.current_thread() is not threading.main_thread():
+        yield
         return
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    earlier = signal.getsignal(signal.SIGINT)
+    if earlier is signal.default_int_handler:
         _SEEN.clear()
         signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        yield
+    finally:
+        if earlier is signal.default_int_handler:
+            signal.signal(signal.SIGINT, earlier)
+            _SEEN.clear()
 
 
 def check() -> None:
-    """Raise ``KeyboardInterrupt`` if SIGINT came since ``install``, also when the
+    """Raise ``KeyboardInterrupt`` if SIGINT came within ``installed``, also when the
     exception it raised then was dropped."""
     if _SEEN.is_set():
         raise KeyboardInterrupt
-
-
-def clear() -> None:
-    """Forget a SIGINT that was handled (a long-lived caller: a test, a server)."""
-    _SEEN.clear()
