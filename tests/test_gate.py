@@ -561,7 +561,7 @@ def test_at_the_cap_a_shape_inside_its_noise_is_judged_by_its_mean() -> None:
 
 
 def test_a_gain_clear_of_the_floor_is_promising_and_an_identical_candidate_is_not() -> None:
-    """The fifteenth-to-sixteenth-session demo miss: a +10% gain at 8.5% a pair over 12
+    """The demo miss at d6c008f and f29d795 (2026-12-02): a +10% gain at 8.5% a pair over 12
     pairs, its interval wholly above 1%, which the near-noise rule cannot settle yet (it
     wants 3 re-measurements of 8).  It is ``promising`` (the measuring side may go on to
     PROMISING_PAIRS); an identical candidate, or one pair, is not."""

@@ -104,7 +104,7 @@ def test_a_held_out_regression_is_refused_whatever_the_neighbours_did() -> None:
 
 
 def test_a_reading_past_minus_5_inside_its_noise_is_not_a_regression() -> None:
-    """The fourteenth session's demo acceptance: the base against itself (no round
+    """The demo acceptance at e6bfcbf (2026-12-02): the base against itself (no round
     accepted), the held-out down shape read -5.26% +- 5.37% (10 pairs): past the 5%
     line, but its interval reaches +0.11%.  It was called over-fitted; now it is named
     as within its noise, and only a regression established by the interval is refused.
@@ -133,7 +133,7 @@ DEMO_HALF = {"small": 8.93, "attn_out": 11.40, "qkv": 7.40, "gate_up": 6.25}
 
 
 def test_the_demos_shape_dependent_gain_passes_where_the_quarter_rule_refused() -> None:
-    """(c) the eleventh session's refused acceptance, +2.07% on the held-out shape, on
+    """(c) the refused acceptance at 22ed8f3 (2026-12-01), +2.07% on the held-out shape, on
     the demo's measured per-shape gains: the old rule refused it (the targets' geomean,
     +14.9%, is carried by gate_up's +40%); against its neighbours (+5.1%, +6.0%) and
     within the noise they were measured with it passes."""
@@ -177,7 +177,7 @@ def test_a_held_out_shape_keeping_most_of_the_gain_passes_however_precise() -> N
 
 
 def test_an_a_a_within_its_noise_passes() -> None:
-    """The eleventh session's second acceptance (nothing accepted: an A/A), held-out
+    """The second acceptance at 22ed8f3 (2026-12-01) (nothing accepted: an A/A), held-out
     -3.56% against targets +2.27%, at 5% per-shape noise: not over-fitting."""
     pct = {"small": 4.0, "attn_out": 1.0, "down": -3.56, "qkv": 2.0, "gate_up": 2.1}
     assert _judge(pct, "down", 5.0)

@@ -200,7 +200,7 @@ def test_wave_size_fits_the_device_memory() -> None:
 
 
 def test_wave_size_counts_a_turn_s_peak_once_and_what_workers_hold_for_each() -> None:
-    """The H200 tournament (thirteenth session): five workers a pair, each reserving
+    """The H200 tournament (bc8d1bd, 2026-12-02): five workers a pair, each reserving
     15-18 GiB over its life.  Counted at its life's peak, a worker left room for one
     pair; most of that peak is a turn's graphs, handed back after the turn, and only
     one worker takes a turn at a time."""
@@ -217,7 +217,7 @@ def test_wave_size_counts_a_turn_s_peak_once_and_what_workers_hold_for_each() ->
 
 
 def test_an_earlier_round_s_reports_on_this_machine_size_the_first_wave() -> None:
-    """The H200 quick round with its capture fixed (fifteenth session): workers prepare
+    """The H200 quick round with its capture fixed (a7b91ac, 2026-12-02): workers prepare
     at 7.2 GiB, hold 3.1 GiB between turns and peak at 11.1 GiB in a turn.  Sized by
     the first pair, the other two pairs started only after its turns; the baseline's
     reports let all three start together."""

@@ -296,7 +296,7 @@ def test_an_interrupt_mid_round_records_nothing_and_the_round_can_run_again(
 def test_an_interrupt_dropped_by_a_callback_still_stops_the_round(campaign: Campaign) -> None:
     """A SIGINT whose KeyboardInterrupt Python dropped (it came inside the logging
     module's fork handler while the round started a worker: the CI run of the
-    nineteenth session, where the round then ran on and recorded its verdict) is raised
+    run of 2312e40 (2026-12-03), where the round then ran on and recorded its verdict) is raised
     at the round's next step, and the round records nothing."""
     from runner.core import interrupts
 

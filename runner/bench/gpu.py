@@ -337,16 +337,15 @@ def _release_failed_capture(torch: Any, pool: Any) -> None:
     """A capture that fails inside ``torch.cuda.graph`` can leave PyTorch's caching
     allocator still allocating to the graph's private pool, and its cached blocks are
     then never handed back: ``empty_cache`` frees nothing for the rest of the process.
-    On one H200 a serving worker whose backward could not be captured (the autograd
-    engine ran it on the forward's stream) kept 13 GiB after its first turn, 16 GiB
-    after its second and 23 GiB after its fresh step, of which 2.9 GiB were live
-    tensors (docs/benchmarks.md, fifteenth session).  The graph cannot name its pool
-    after a failed capture, so ``_capture`` hands it one (``graph_pool_handle``).  End
-    the allocation to that pool, and when that was still to do (so ``capture_end``
-    never completed and the graph will not release its pool when it is dropped),
-    release the pool too.  When PyTorch had ended it, the graph releases the pool
-    itself and a second release would break the allocator's count, so nothing more is
-    done."""
+    On one H200 a serving worker whose backward could not be captured (the autograd engine
+    ran it on the forward's stream) kept 13 GiB after its first turn, 16 GiB after its
+    second and 23 GiB after its fresh step, of which 2.9 GiB were live tensors
+    (docs/benchmarks.md, the H200 study at a7b91ac, 2026-12-02). The graph cannot name its
+    pool after a failed capture, so ``_capture`` hands it one (``graph_pool_handle``). End
+    the allocation to that pool, and when that was still to do (so ``capture_end`` never
+    completed and the graph will not release its pool when it is dropped), release the pool
+    too. When PyTorch had ended it, the graph releases the pool itself and a second release
+    would break the allocator's count, so nothing more is done."""
     if pool is None or tuple(pool) == (0, 0):
         return
     device = torch.cuda.current_device()

@@ -5,7 +5,7 @@ callback whose exceptions Python prints and drops, the interrupt is gone: the lo
 module's fork handlers run around every subprocess start, and a SIGINT that arrived
 while the round started its fourth worker was printed as "Exception ignored in:
 <function _releaseLock>" and the round ran on to its end and recorded its verdict
-(tests/test_rounds.py, the CI run of the nineteenth session).
+(tests/test_rounds.py, the CI run of 2312e40, 2026-12-03).
 
 ``installed`` (around the CLI's entry point) makes SIGINT also set a flag; ``check`` raises
 ``KeyboardInterrupt`` once the flag is set.  The round calls it where it passes between
