@@ -28,7 +28,6 @@ from runner.store.manifest import (
     save_manifest,
     validate_manifest,
 )
-from runner.store.upstream_manifest import UPSTREAM_FIELDS, read_upstream_manifest
 
 
 def fields(**over: Any) -> dict[str, Any]:
@@ -62,6 +61,8 @@ UPSTREAM_MANIFEST: dict[str, Any] = {
 
 
 def test_the_template_names_every_field_the_import_knows() -> None:
+    from runner.store.upstream_manifest import UPSTREAM_FIELDS
+
     assert list(UPSTREAM_MANIFEST) == list(UPSTREAM_FIELDS)
 
 
@@ -140,6 +141,8 @@ def write_upstream(tmp_path: Path, **over: Any) -> Path:
 
 
 def test_an_upstream_manifest_is_read_and_unknown_fields_named(tmp_path: Path) -> None:
+    from runner.store.upstream_manifest import read_upstream_manifest
+
     got = read_upstream_manifest(write_upstream(tmp_path))
     assert (got["target_op"], got["granularity"]) == ("gemm_fp8", "blockwise")
     assert "quick_command" not in got and "representative_shapes" not in got
