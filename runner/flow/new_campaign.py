@@ -107,6 +107,7 @@ def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
     backend = str(fields.get("target_backend") or target.default_backend(op, gran, gpu)).upper()
     target.check_request(op, gran, backend)
     target.check_device(backend, gpu)
+    target.check_build_facts(backend, gpu)
     check_campaigns_root(Path(campaigns_root).resolve())
     source = git_toplevel(Path(fields["source"]).resolve())
     check_clean(source)
