@@ -1,6 +1,6 @@
 """Issue 45 item 5: the manifest speaks upstream's names.
 
-Primus-Turbo's ``agent/skills/kernel-optimize/SKILL.md`` (checked at a6a16cdc) writes a
+The skill page of Primus-Turbo's ``agent/skills/kernel-optimize/`` (checked at a6a16cdc) writes a
 ``manifest.yaml`` whose ``target_op`` is op + granularity (``gemm_fp8_blockwise``), with
 ``project_skill``, ``execution_mode`` (``repo``/``workspace``), ``max_iterations`` below
 120 and ``performance_target`` in TFLOPS, GB/s or a share of peak.  A campaign manifest
@@ -36,7 +36,7 @@ def fields(**over: Any) -> dict[str, Any]:
     return MANIFEST | fp8 | {"shape_set": "models"} | over
 
 
-# SKILL.md's Step 3 template filled as its End-to-End example fills it (a6a16cdc).
+# The skill page's Step 3 template filled as its End-to-End example fills it (a6a16cdc).
 UPSTREAM_MANIFEST: dict[str, Any] = {
     "target_op": "gemm_fp8_blockwise",
     "target_backend": "TRITON",

@@ -89,7 +89,7 @@ def merge_upstream_manifest(fields: dict[str, Any], path: Path) -> dict[str, Any
     "--from-manifest",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
-    help="A manifest.yaml in upstream's shape (Primus-Turbo's kernel-optimize SKILL.md): "
+    help="A manifest.yaml in upstream's shape (Primus-Turbo's kernel-optimize skill page): "
     "its fields fill the options not given here.",
 )
 @click.option(

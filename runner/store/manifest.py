@@ -5,7 +5,7 @@ Field order in the model (and therefore in the written YAML) is the order of
 docs/protocol.md §2.1 first, then the runner's own fields.  Any validation failure
 becomes a ``ConfigError`` whose message names each bad field, its value and the fix.
 
-Upstream's names (``agent/skills/kernel-optimize/SKILL.md``, checked at Primus-Turbo
+Upstream's names (the skill page of ``agent/skills/kernel-optimize/``, checked at Primus-Turbo
 a6a16cdc) are read as upstream writes them: ``target_op`` spelled op + granularity
 (``gemm_fp8_blockwise``: stored as ``target_op: gemm_fp8_blockwise`` with ``granularity:
 blockwise``, held in memory as the op ``gemm_fp8``; ``Manifest.upstream_op`` gives it
@@ -191,7 +191,7 @@ class Manifest(BaseModel):
     target_gpu: str
     execution_mode: ExecutionMode = "repo"
     # The project skill the loop reads its commands from (upstream's kernel-optimize
-    # SKILL.md, a6a16cdc): ``primus-turbo-develop`` for Primus-Turbo.
+    # skill page, a6a16cdc): ``primus-turbo-develop`` for Primus-Turbo.
     project_skill: str | None = Field(default=None, min_length=1)
     performance_target: str | None = None
     primary_metric: PrimaryMetric

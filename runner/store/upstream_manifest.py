@@ -1,6 +1,6 @@
 """A manifest in upstream's shape, imported by ``campaign init --from-manifest FILE``.
 
-Primus-Turbo's ``agent/skills/kernel-optimize/SKILL.md`` (PREPARE_ENVIRONMENT, Step 3;
+The skill page of Primus-Turbo's ``agent/skills/kernel-optimize/`` (PREPARE_ENVIRONMENT, Step 3;
 checked at a6a16cdc) writes ``agent/workspace/<campaign_name>/manifest.yaml`` with the
 fields of ``UPSTREAM_FIELDS``.  It lacks what a campaign here needs besides (the source
 checkout, the campaign name, the shape set), so it is not a campaign manifest: ``init``
@@ -23,7 +23,7 @@ import yaml
 from runner.core.errors import ConfigError
 from runner.store.manifest import upstream_spellings
 
-# SKILL.md's template, in its order (a6a16cdc); `granularity` is ours, accepted beside.
+# The skill page's template, in its order (a6a16cdc); `granularity` is ours, accepted beside.
 UPSTREAM_FIELDS = (
     "target_op",
     "target_backend",
@@ -60,7 +60,7 @@ def _load(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(
             f"--from-manifest {path}: cannot read it ({exc}); pass the manifest.yaml that "
-            "upstream's kernel-optimize SKILL.md wrote"
+            "upstream's kernel-optimize skill page wrote"
         ) from None
     try:
         data = yaml.safe_load(text)
