@@ -175,3 +175,31 @@ def test_init_from_an_upstream_manifest(tmp_path: Path, capsys: pytest.CaptureFi
     assert m.test_command == UPSTREAM_MANIFEST["test_command"]
     assert m.created == "2026-04-12 09:30"
     assert m.campaign_name == "gemm_fp8_blockwise_triton_gfx942_20260412"
+
+
+def test_the_lineage_commit_names_the_op_as_upstream_does(tmp_path: Path) -> None:
+    """optimize-loop.md's Git Integration example (a6a16cdc): ``[optimize]
+    gemm_fp8_blockwise TRITON round-3: ...``."""
+    from runner.core.csv_io import write_csv
+    from runner.core.csv_schema import GEMM_SCHEMA
+    from runner.judge.json_contract import gate_csvs
+    from runner.render.summary import commit_message
+
+    def row(fwd: float) -> dict[str, object]:
+        ms = 2 * 4096**3 / (fwd * 1e9)
+        return {"label": "a", "B": 1, "M": 4096, "N": 4096, "K": 4096, "Check": "PASS",
+                "Forward TFLOPS": fwd, "Forward TFLOPS_stddev": 0.0, "Backward TFLOPS": fwd,
+                "Backward TFLOPS_stddev": 0.0, "Forward Time (ms)": ms,
+                "Backward Time (ms)": 2 * ms, "out_snr": 40.0, "da_snr": 40.0,
+                "db_snr": 40.0}  # fmt: skip
+
+    for name, fwd in (("best.csv", 301.0), ("cand.csv", 319.0)):
+        write_csv(tmp_path / name, GEMM_SCHEMA, [row(fwd)])
+    gate = gate_csvs(str(tmp_path / "best.csv"), str(tmp_path / "cand.csv"))
+    m = validate_manifest(
+        fields(target_backend="TRITON", quick_command="python /c/x/quick_test_bench.py"), "t"
+    )
+    message = commit_message(m, 3, "increase num_stages from 2 to 3", gate)
+    assert message.startswith(
+        "[optimize] gemm_fp8_blockwise TRITON round-3: increase num_stages from 2 to 3\n\n"
+    )
