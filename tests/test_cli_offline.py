@@ -212,18 +212,23 @@ def exit_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 
 
 @pytest.mark.parametrize(("crlf_best", "crlf_cand"), [(False, True), (True, False), (True, True)])
-def test_gate_refuses_crlf(
+def test_gate_reads_crlf_and_refuses_a_lone_cr(
     tmp_path: Path, crlf_best: bool, crlf_cand: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """docs/protocol.md §4.4: CRLF line endings stop the round, in either CSV (exit 2)."""
+    """docs/protocol.md §4.4: CRLF line endings read like LF in either CSV (issue 45
+    item 1: csv.DictWriter writes CRLF); a carriage return that ends no line stops the
+    round (exit 2)."""
     best, cand = Path(best_csv(tmp_path)), Path(cand_csv(tmp_path, 1.05))
     for path, crlf in ((best, crlf_best), (cand, crlf_cand)):
         if crlf:
             path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    result = invoke("gate", "--best", str(best), "--candidate", str(cand), "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["decision"] == "ACCEPTED"
+    cand.write_bytes(cand.read_bytes().replace(b"\r\n", b"\r").replace(b"\n", b"\r"))
     code, err = exit_of(["gate", "--best", str(best), "--candidate", str(cand), "--json"], capsys)
     assert code == 2 and "carriage return" in err, err
     code, err = exit_of(["score", str(cand), "--json"], capsys)
-    assert code == (2 if crlf_cand else 0), err
+    assert code == 2 and "carriage return" in err, err
 
 
 def _sparse(path: Path, size: int) -> Path:

@@ -111,7 +111,9 @@ def test_accept_commits_and_rollback_changes_nothing(campaign: Campaign) -> None
         ["git", "log", "-1", "--format=%B", head], cwd=campaign.manifest.source,
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    assert message.startswith("[optimize] gemm_fp8 TORCH round-3: quantise the weight once\n\n")
+    assert message.startswith(
+        "[optimize] gemm_fp8_blockwise TORCH round-3: quantise the weight once\n\n"
+    )
     assert "Hypothesis: quantise the weight once\nResult: geomean " in message
     branch = subprocess.run(
         ["git", "rev-parse", "optimize/t"], cwd=campaign.manifest.source,

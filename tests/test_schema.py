@@ -170,7 +170,7 @@ def test_non_utf8_file(tmp_path: Path) -> None:
         (GEMM_HEADER.replace(",db_snr", ""), "missing column 'db_snr' (pinned position 15)"),
         (GEMM_HEADER + " ", "whitespace"),
         (GEMM_HEADER.replace(",M,", ", M,"), "column 3 ' M' has leading or trailing whitespace"),
-        (GEMM_HEADER + "\r", "CRLF"),
+        (GEMM_HEADER.replace(",M,", ",M\r,"), "carriage return that does not end the line"),
         ("\ufeff" + GEMM_HEADER, "BOM"),
     ],
 )
@@ -215,18 +215,39 @@ def test_line_endings_lf_reads(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    "text",
+    [
+        f"{GEMM_HEADER}\r\n{GOOD_ROW}\r\n",  # csv.DictWriter, upstream's quick script
+        f"{GEMM_HEADER}\r\n{GOOD_ROW}\n",
+        f"{GEMM_HEADER}\n{GOOD_ROW}\r\n",
+    ],
+)
+def test_crlf_reads_like_lf_in_a_csv_and_a_pinned_header(tmp_path: Path, text: str) -> None:
+    """Issue 45 item 1: the line ending is not part of a column (upstream's quick script
+    writes CRLF through csv.DictWriter, checked at Primus-Turbo a6a16cdc)."""
+    from runner.judge.json_contract import read_pinned_header
+
+    path = write_text(tmp_path, text)
+    for pinned in (None, GEMM_HEADER):
+        got = read_csv(path, pinned=pinned)
+        assert got.header == GEMM_HEADER and got.labels() == ["s1"]
+    header_file = write_text(tmp_path, text.partition("\n")[0] + "\n", "header.txt")
+    assert read_pinned_header(str(header_file)) == GEMM_HEADER
+
+
+@pytest.mark.parametrize(
     ("text", "named"),
     [
-        (f"{GEMM_HEADER}\r\n{GOOD_ROW}\r\n", "line 1 ends with a carriage return"),
-        (f"{GEMM_HEADER}\r\n{GOOD_ROW}\n", "line 1 ends with a carriage return"),
-        (f"{GEMM_HEADER}\n{GOOD_ROW}\r\n", "line 2 ends with a carriage return"),
+        (f"{GEMM_HEADER}\r{GOOD_ROW}\r", "line 1 holds a carriage return"),
+        (f"{GEMM_HEADER}\n{GOOD_ROW}\r", "line 2 holds a carriage return"),
         (f"\ufeff{GEMM_HEADER}\n{GOOD_ROW}\n", "byte-order mark"),
         (f"\ufeff{GEMM_HEADER}\r\n{GOOD_ROW}\r\n", "byte-order mark"),
     ],
 )
-def test_bom_and_crlf_stop_like_the_pinned_header(tmp_path: Path, text: str, named: str) -> None:
-    """docs/protocol.md §4.4: a BOM or CRLF line endings stop the round (exit 2), in the
-    candidate's CSV exactly as in a pinned header file: one check (check_encoding)."""
+def test_bom_and_lone_cr_stop_like_the_pinned_header(tmp_path: Path, text: str, named: str) -> None:
+    """docs/protocol.md §4.4: a BOM or a carriage return that ends no line stops the round
+    (exit 2), in the candidate's CSV exactly as in a pinned header file: one check
+    (check_encoding)."""
     from runner.judge.json_contract import read_pinned_header
 
     path = write_text(tmp_path, text)

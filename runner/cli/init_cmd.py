@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 import click
+from click.core import ParameterSource
 
 from runner.cli.app import App
 from runner.cli.options import (
@@ -31,8 +32,71 @@ def parse_shapes(text: str) -> str | list[str]:
     return shapes
 
 
+# A field of a manifest in upstream's shape -> the init option that sets it (None: no
+# option; the imported value is taken as it is).
+FROM_MANIFEST = {
+    "target_op": "op",
+    "granularity": "granularity",
+    "target_backend": "backend",
+    "target_lang": None,
+    "target_gpu": "gpu",
+    "execution_mode": "mode",
+    "project_skill": "project_skill",
+    "performance_target": "performance_target",
+    "primary_metric": "primary_metric",
+    "target_shapes": "shapes",
+    "representative_shapes": None,
+    "kernel_source": "kernel_source",
+    "test_command": "test_command",
+    "benchmark_command": "benchmark_command",
+    "git_commit": "no_git_commit",
+    "git_branch": "git_branch",
+    "max_iterations": "max_iterations",
+    "created": None,
+}
+
+
+def merge_upstream_manifest(fields: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``fields`` (create_campaign's) with those of upstream's manifest at ``path`` that
+    the command line left at their defaults (an explicit option wins)."""
+    from runner.store.upstream_manifest import read_upstream_manifest, target_of_skill
+
+    ctx = click.get_current_context()
+
+    def defaulted(option: str | None) -> bool:
+        return option is None or ctx.get_parameter_source(option) in (
+            None,
+            ParameterSource.DEFAULT,
+        )
+
+    imported = read_upstream_manifest(path)
+    for key, value in imported.items():
+        if defaulted(FROM_MANIFEST[key]):
+            fields[key] = value
+    target = target_of_skill(imported.get("project_skill"))
+    if target is not None and defaulted("target"):
+        fields["target"] = target
+    return fields
+
+
 @click.command("init")
-@click.option("--op", required=True, help="Operator, e.g. gemm_fp8, gemm, grouped_gemm.")
+@click.option(
+    "--op",
+    default=None,
+    help="Operator, e.g. gemm_fp8, gemm, grouped_gemm (or gemm_fp8_blockwise).",
+)
+@click.option(
+    "--from-manifest",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A manifest.yaml in upstream's shape (Primus-Turbo's kernel-optimize skill page): "
+    "its fields fill the options not given here.",
+)
+@click.option(
+    "--project-skill",
+    default=None,
+    help="Upstream's project skill (default for primus-turbo: primus-turbo-develop).",
+)
 @granularity_option
 @backend_option
 @click.option("--gpu", default="cpu", show_default=True, help="gfx942, gfx950, sm90, cpu...")
@@ -51,7 +115,9 @@ def parse_shapes(text: str) -> str | list[str]:
     help="repo: rounds change the source tree; workspace: docs/protocol.md §3.2.",
 )
 @click.option("--name", default=None, help="Campaign name (default <op>_<backend>_<gpu>_<date>).")
-@click.option("--performance-target", default=None, help="e.g. '>500 TFLOPS'.")
+@click.option(
+    "--performance-target", default=None, help="e.g. '>500 TFLOPS', '>=3000 GB/s', '80% of peak'."
+)
 @click.option("--max-iterations", type=int, default=None, help="At most 119.")
 @click.option("--git-branch", default="auto", show_default=True, help="auto, none or a name.")
 @click.option("--no-git-commit", is_flag=True, help="Do not commit accepted rounds.")
@@ -95,8 +161,18 @@ def init_cmd(app: App, **opts: Any) -> None:
     from runner.flow.new_campaign import create_campaign
 
     source = git_toplevel(opts["source"].resolve())
-    campaign = create_campaign(
-        app.campaigns_root,
+    fields = init_fields(opts, source)
+    if opts["from_manifest"] is not None:
+        fields = merge_upstream_manifest(fields, opts["from_manifest"])
+    if not fields.get("target_op"):
+        raise ConfigError("give --op (e.g. gemm_fp8), or --from-manifest FILE with target_op")
+    campaign = create_campaign(app.campaigns_root, **fields)
+    click.echo(f"campaign: {campaign.root}")
+
+
+def init_fields(opts: dict[str, Any], source: Path) -> dict[str, Any]:
+    """create_campaign's fields from init's options."""
+    return dict(
         campaign_name=opts["name"],
         target=opts["target"],
         source=str(source),
@@ -120,8 +196,8 @@ def init_cmd(app: App, **opts: Any) -> None:
         heldout_seed=opts["heldout_seed"],
         executor=opts["executor"],
         image=opts["image"],
+        project_skill=opts["project_skill"],
     )
-    click.echo(f"campaign: {campaign.root}")
 
 
 @click.command("relocate")

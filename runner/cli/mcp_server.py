@@ -156,9 +156,10 @@ class TurboTools:
         campaign: CampaignName = None,
     ) -> ParsedCsv:
         """Read a pinned benchmark CSV and return its rows: label, check (PASS/FAIL) and
-        every other column as a number or null.  With `campaign`, the header must equal
-        that campaign's pinned header (manifest.pinned_header) byte for byte; without,
-        one of the built-in schemas (gemm, memory).  Errors: unreadable file, header
+        every other column as a number or null.  With `campaign`, the header's columns must
+        equal that campaign's pinned header (manifest.pinned_header) exactly; without,
+        one of the built-in schemas (gemm, memory, attention).  LF and CRLF line endings
+        both read (csv.DictWriter writes CRLF).  Errors: unreadable file, header
         drift (the message names each differing column), bad values (e.g. a PASS row
         without a usable number), duplicate labels, unknown campaign."""
         with tool_errors():

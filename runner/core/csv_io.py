@@ -1,6 +1,7 @@
 """Reading, checking and writing CSVs in a pinned schema: header drift named column by
-column, a BOM or CRLF line endings refused (docs/protocol.md §4.4), size and line length
-bounded, PASS rows held to their values, atomic writes."""
+column, LF and CRLF line endings both read (upstream's quick script writes CRLF through
+``csv.DictWriter``), a BOM or a lone carriage return refused (docs/protocol.md §4.4),
+size and line length bounded, PASS rows held to their values, atomic writes."""
 
 from __future__ import annotations
 
@@ -38,9 +39,21 @@ def shown(text: str, limit: int = SHOWN) -> str:
     return r if len(r) <= limit else f"{r[:limit]}... ({len(text)} characters)"
 
 
+def header_columns(header: str) -> tuple[str, ...]:
+    """The columns of a header line, its line ending (LF or CRLF) not part of the last
+    one.  Nothing else is trimmed: a BOM or stray whitespace stays in its column."""
+    return tuple(header.removesuffix("\n").removesuffix("\r").split(","))
+
+
+def same_columns(actual: str, pinned: str) -> bool:
+    """Whether two header lines name the same columns in the same order."""
+    return header_columns(actual) == header_columns(pinned)
+
+
 def check_header(actual: str, pinned: str, *, source: str | None = None) -> None:
-    """Raise SchemaDriftError unless ``actual`` equals ``pinned`` byte for byte."""
-    if actual == pinned:
+    """Raise SchemaDriftError unless ``actual`` has ``pinned``'s columns, in its order and
+    spelled byte for byte (the line ending, LF or CRLF, is not a column)."""
+    if same_columns(actual, pinned):
         return
     where = f"{source}: " if source else ""
     found = describe_drift(actual, pinned)
@@ -57,8 +70,8 @@ def describe_drift(actual: str, pinned: str) -> list[str]:
     """Human-readable differences between two header lines, most specific first."""
     notes: list[str] = []
     actual, pinned = (
-        _strip_encoding(actual, "found", notes),
-        _strip_encoding(pinned, "pinned", notes),
+        _strip_encoding(actual.removesuffix("\n").removesuffix("\r"), "found", notes),
+        _strip_encoding(pinned.removesuffix("\n").removesuffix("\r"), "pinned", notes),
     )
     found = actual.split(",")
     for i, col in enumerate(found, start=1):
@@ -71,19 +84,19 @@ def describe_drift(actual: str, pinned: str) -> list[str]:
 
 
 def _strip_encoding(header: str, which: str, notes: list[str]) -> str:
-    """Remove (and note) a UTF-8 BOM and a trailing carriage return."""
+    """Remove (and note) a UTF-8 BOM and a carriage return inside the header."""
     if header.startswith("\ufeff"):
         notes.append(
             f"the {which} header starts with a UTF-8 byte-order mark (BOM); "
             "save the file as UTF-8 without BOM"
         )
         header = header[1:]
-    if header.endswith("\r"):
+    if "\r" in header:
         notes.append(
-            f"the {which} header ends with a carriage return (CRLF line "
-            "endings); write LF line endings"
+            f"the {which} header holds a carriage return that does not end the line; "
+            "write LF or CRLF line endings"
         )
-        header = header[:-1]
+        header = header.replace("\r", "")
     return header
 
 
@@ -119,9 +132,9 @@ def detect_schema(header: str, *, source: str | None = None) -> Schema:
     """The built-in schema whose header equals ``header``; SchemaDriftError against the
     closest one otherwise."""
     for schema in SCHEMAS.values():
-        if schema.header == header:
+        if same_columns(header, schema.header):
             return schema
-    cols = set(_strip_encoding(header, "found", []).split(","))
+    cols = set(_strip_encoding(",".join(header_columns(header)), "found", []).split(","))
     closest = max(SCHEMAS.values(), key=lambda s: len(cols & set(s.columns)))
     check_header(header, closest.header, source=source)
     raise AssertionError("unreachable")  # pragma: no cover
@@ -136,42 +149,46 @@ def _pinned_schema(header: str, pinned: str | Schema | None, source: str) -> Sch
         return pinned
     check_header(header, pinned, source=source)
     for schema in SCHEMAS.values():
-        if schema.header == pinned:
+        if same_columns(pinned, schema.header):
             return schema
-    return Schema("pinned", tuple(pinned.split(",")))
+    return Schema("pinned", header_columns(pinned))
 
 
 def read_csv(path: str | os.PathLike[str], pinned: str | Schema | None = None) -> BenchCSV:
     """Read and validate a benchmark CSV.  ``pinned`` (a header line or a Schema) is the
     header frozen at BASELINE; without it the header must equal a built-in schema's.
-    A BOM or a carriage return is refused (``check_encoding``), as is a file over
-    ``MAX_CSV_BYTES`` or with a line over ``MAX_CSV_LINE`` bytes (never read whole)."""
+    LF and CRLF line endings both read; a BOM or a lone carriage return is refused
+    (``check_encoding``), as is a file over ``MAX_CSV_BYTES`` or with a line over
+    ``MAX_CSV_LINE`` bytes (never read whole)."""
     p = Path(path)
-    text = _read_text(p)
-    check_encoding(text, str(p))
+    text = check_encoding(_read_text(p), str(p))
     header, _, body = text.partition("\n")
     schema = _pinned_schema(header, pinned, str(p))
     rows = _parse_rows(body, schema, str(p))
     return BenchCSV(path=p, header=header, schema=schema, rows=rows)
 
 
-def check_encoding(text: str, source: str) -> None:
-    """Raise SchemaDriftError (exit 2) when ``text`` starts with a UTF-8 byte-order mark or
-    holds a carriage return (CRLF line endings): docs/protocol.md §4.4 stops the round on
+def check_encoding(text: str, source: str) -> str:
+    """``text`` with its CRLF line endings read as LF (``csv.DictWriter``, which upstream's
+    quick script uses, ends lines with CRLF; checked at Primus-Turbo a6a16cdc).  Raise
+    SchemaDriftError (exit 2) when it starts with a UTF-8 byte-order mark or holds a
+    carriage return that does not end a line: docs/protocol.md §4.4 stops the round on
     both.  The one check for every CSV the runner reads and for a pinned header file."""
     notes: list[str] = []
     if text.startswith("\ufeff"):
         notes.append("it starts with a UTF-8 byte-order mark (BOM): save it as UTF-8 without BOM")
-    cr = text.find("\r")
+    lf = text.replace("\r\n", "\n")
+    cr = lf.find("\r")
     if cr >= 0:
-        line = text.count("\n", 0, cr) + 1
+        line = lf.count("\n", 0, cr) + 1
         notes.append(
-            f"line {line} ends with a carriage return (CRLF line endings): write LF line "
-            "endings (Python: csv.writer(fh, lineterminator='\\n'))"
+            f"line {line} holds a carriage return that does not end the line (a lone CR): "
+            "write LF or CRLF line endings"
         )
     if notes:
         listed = "; ".join(notes)
         raise SchemaDriftError(f"{source}: {listed}.\n{_WHAT_NEXT}")
+    return lf
 
 
 def _read_text(path: Path) -> str:

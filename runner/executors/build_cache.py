@@ -2,7 +2,8 @@
 
 The key (``build_key``) is what determines a build: the content of the tree's native
 and build files (``Target.needs_rebuild`` names them) and its submodule commits, the
-GPU architectures, the build commands, and the build environment's identity (the
+GPU architectures, the build commands, what the build reads from its environment
+(``Target.build_facts``), and the build environment's identity (the
 image id in docker, the compiler and Python locally: ``Executor.build_identity``).
 Two trees that differ in any native or build file get different keys, so they never
 share a build; trees that differ only in Python files share it, each with its own
@@ -93,17 +94,20 @@ def build_key(
     gpu_archs: str | None,
     commands: Sequence[Sequence[str]],
     identity: str,
+    facts: dict[str, Any] | None = None,
 ) -> str:
-    """The sha256 of everything that determines a build."""
-    text = json.dumps(
-        {
-            "native": inputs,
-            "gpu_archs": gpu_archs,
-            "commands": [list(c) for c in commands],
-            "identity": identity,
-        },
-        sort_keys=True,
-    )
+    """The sha256 of everything that determines a build.  ``facts``: what the build
+    reads from its environment (``Target.build_facts``: for Primus-Turbo GPU_ARCHS,
+    PRIMUS_TURBO_BUILD_CK and PRIMUS_TURBO_FRAMEWORK as its setup.py parses them)."""
+    what: dict[str, Any] = {
+        "native": inputs,
+        "gpu_archs": gpu_archs,
+        "commands": [list(c) for c in commands],
+        "identity": identity,
+    }
+    if facts:  # keys made before facts were keyed stay the same for targets without
+        what["facts"] = facts
+    text = json.dumps(what, sort_keys=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

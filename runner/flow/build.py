@@ -4,7 +4,9 @@ A round's roles are fresh git worktrees: the incumbent (the lineage head), the
 candidate (head + change), or the baseline.  Before anything tests or measures a
 role, ``built_roles`` gives it a build through the executor (``Executor.prepare_role``)
 keyed by what determines a build (``runner.executors.build_cache.build_key``: the
-tree's native and build files, GPU_ARCHS, the image or toolchain, the commands):
+tree's native and build files, GPU_ARCHS, what the build reads from its environment
+(for Primus-Turbo PRIMUS_TURBO_BUILD_CK and PRIMUS_TURBO_FRAMEWORK too), the image or
+toolchain, the commands):
 
 * "compile": no intact build of the key is cached; the tree is compiled and its build
   stored under the key (the docker executor commits it as the key's image, the local
@@ -154,12 +156,15 @@ def _builds(
     in_place = rnd.executor.name != "docker"
     commands = tuple(tuple(c) for c in target.build_commands(archs, in_place=in_place))
     env = target.build_env(archs)
+    facts = target.build_facts(env)
     cache = BuildCache.for_campaign(rnd.campaign.root)
     identity = rnd.executor.build_identity()
     keys = {}
     for role, tree in roles.items():
         inputs = native_inputs(tree, lambda p: target.needs_rebuild([p]))
-        keys[role] = build_key(inputs, gpu_archs=archs, commands=commands, identity=identity)
+        keys[role] = build_key(
+            inputs, gpu_archs=archs, commands=commands, identity=identity, facts=facts
+        )
     done: dict[str, BuiltRole] = {}
     first: dict[str, str] = {}  # key -> the first role of this round built on it
     watch = BuildWatch(roles)

@@ -23,8 +23,10 @@ from runner.store.manifest import (
     Manifest,
     campaign_name,
     lang_for_backend,
+    split_target_op,
     validate_manifest,
 )
+from runner.store.upstream_manifest import PROJECT_SKILLS
 from runner.targets.base import Target
 from runner.targets.registry import get_target
 
@@ -93,14 +95,19 @@ def git_toplevel(source: Path) -> Path:
 def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
     """Fill target facts into ``fields`` (anything given wins), validate, create."""
     target = get_target(fields.get("target") or "example")
-    op = fields["target_op"]
+    try:  # upstream's spelling: gemm_fp8_blockwise is gemm_fp8 at blockwise
+        op, gran = split_target_op(fields["target_op"], fields.get("granularity"))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    fields.update(target_op=op, granularity=gran)
+    fields["project_skill"] = fields.get("project_skill") or PROJECT_SKILLS.get(target.name)
     info = op_info(op)
-    info.check_granularity(fields.get("granularity"))
-    gran = fields.get("granularity")
+    info.check_granularity(gran)
     gpu = str(fields.get("target_gpu") or "cpu")
     backend = str(fields.get("target_backend") or target.default_backend(op, gran, gpu)).upper()
     target.check_request(op, gran, backend)
     target.check_device(backend, gpu)
+    target.check_build_facts(backend, gpu)
     check_campaigns_root(Path(campaigns_root).resolve())
     source = git_toplevel(Path(fields["source"]).resolve())
     check_clean(source)

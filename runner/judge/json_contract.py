@@ -76,8 +76,8 @@ class GateJSON(TypedDict):
 
 def read_pinned_header(path: str) -> str:
     """The first line of ``path`` (a header file or a pinned CSV), held to the same rules
-    as every CSV (a BOM or a carriage return is refused: ``check_encoding``), reading at
-    most ``MAX_CSV_LINE`` bytes of it."""
+    as every CSV (LF or CRLF; a BOM or a lone carriage return is refused:
+    ``check_encoding``), reading at most ``MAX_CSV_LINE`` bytes of it."""
     try:
         with open(path, "rb") as fh:
             raw = fh.readline(MAX_CSV_LINE + 2)
@@ -86,7 +86,7 @@ def read_pinned_header(path: str) -> str:
             f"{path}: cannot read the pinned header ({exc.strerror or exc}); pass the "
             "BASELINE CSV or a file holding its header line"
         ) from None
-    if len(raw.removesuffix(b"\n")) > MAX_CSV_LINE:
+    if len(raw.removesuffix(b"\n").removesuffix(b"\r")) > MAX_CSV_LINE:
         raise ConfigError(
             f"{path}: its first line is over {MAX_CSV_LINE} bytes, so it is not a CSV "
             "header; pass the BASELINE CSV or a file holding its header line"
@@ -95,8 +95,7 @@ def read_pinned_header(path: str) -> str:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 (byte {exc.start}); re-save it as UTF-8") from None
-    check_encoding(line, path)
-    return line.removesuffix("\n")
+    return check_encoding(line, path).removesuffix("\n")
 
 
 # ---------------------------------------------------------------- score
@@ -133,7 +132,8 @@ def gate_csvs(
     targeted: Sequence[str] = (),
 ) -> GateResult:
     """Judge the candidate CSV against the best one.  The candidate must carry the best
-    CSV's header byte for byte and is scored on the metric the best one resolved to."""
+    CSV's columns exactly (LF or CRLF either way) and is scored on the metric the best
+    one resolved to."""
     best_csv = read_csv(best_path)
     cand_csv = read_csv(cand_path, pinned=best_csv.header)
     best_score = score(best_csv, metric)

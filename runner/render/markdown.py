@@ -39,7 +39,12 @@ from runner.render.figures import (
     valid,
 )
 from runner.store.log_format import BASELINE_MARKER, history_marker
-from runner.store.manifest import Manifest, branch_name, parse_performance_target
+from runner.store.manifest import (
+    PEAK_SHARE,
+    Manifest,
+    branch_name,
+    parse_performance_target,
+)
 
 COMBINED = "Combined Step TFLOPS"
 
@@ -324,19 +329,27 @@ def _best(results: Sequence[RoundResult]) -> RoundResult | None:
     return max(kept, key=lambda r: r.round) if kept else None
 
 
-def _t1(manifest: Manifest, best: RoundResult | None) -> tuple[bool, str]:
-    if manifest.performance_target is None:
+def _t1(
+    manifest: Manifest, best: RoundResult | None, peak_fraction: float | None
+) -> tuple[bool, str]:
+    """T1; a target given as a share of peak (``80% of peak``) reads the same fraction
+    of the hardware peak that T2 reads."""
+    target = manifest.performance_target
+    if target is None:
         return False, "T1 performance target: not set"
-    op, goal, unit = parse_performance_target(manifest.performance_target)
+    op, goal, unit = parse_performance_target(target)
     if best is None:
-        return False, f"T1 performance target ({manifest.performance_target}): NOT MET (no best)"
-    value = best.score.aggregate
+        return False, f"T1 performance target ({target}): NOT MET (no best)"
+    if unit == PEAK_SHARE:
+        if peak_fraction is None:
+            return False, f"T1 performance target ({target}): unknown (no peak figure)"
+        value, shown = peak_fraction * 100, f"{peak_fraction * 100:.1f}% of peak"
+    else:
+        value = best.score.aggregate
+        shown = f"{fmt_num(value)} {unit} (round-{best.round})"
     met = value >= goal if op == ">=" else value > goal
     verdict = "MET" if met else "NOT MET"
-    return met, (
-        f"T1 performance target ({manifest.performance_target}): {verdict} — best "
-        f"{fmt_num(value)} {unit} (round-{best.round})"
-    )
+    return met, f"T1 performance target ({target}): {verdict} — best {shown}"
 
 
 def _t2(peak_fraction: float | None, goal: float) -> tuple[bool, str]:
@@ -370,7 +383,7 @@ def render_termination_check(
 ) -> str:
     """The Termination Check block (docs/protocol.md §7.2): T1-T4 and the verdict."""
     checks = [
-        _t1(manifest, _best(results)),
+        _t1(manifest, _best(results), peak_fraction),
         _t2(peak_fraction, peak_goal),
         _t3(manifest, results),
         (user_stop, f"T4 user asked to stop: {'YES' if user_stop else 'no'}"),

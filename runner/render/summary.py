@@ -248,7 +248,8 @@ def render_summary(result: RoundResult, manifest: Manifest) -> str:
 
 
 def commit_message(m: Manifest, n: int, hypothesis: str, gate: GateResult) -> str:
-    """docs/protocol.md §6.7: the lineage commit message of an accepted round."""
+    """docs/protocol.md §6.7: the lineage commit message of an accepted round, the op
+    spelled as upstream's loop spells ``target_op`` (``gemm_fp8_blockwise``)."""
     summary = hypothesis.strip().splitlines()[0][:72]
     scale = scale_for(gate.metric, [gate.best_aggregate, gate.candidate_aggregate])
     change = (
@@ -256,7 +257,7 @@ def commit_message(m: Manifest, n: int, hypothesis: str, gate: GateResult) -> st
         f"({gate.delta_pct:+.1f}%)"
     )
     return (
-        f"[optimize] {m.target_op} {m.target_backend} round-{n}: {summary}\n\n"
+        f"[optimize] {m.upstream_op} {m.target_backend} round-{n}: {summary}\n\n"
         f"Hypothesis: {hypothesis.strip()}\n"
         f"Result: {change}\n"
         f"Details: {Path(m.quick_command.split()[-1]).parent / 'logs' / 'optimize.md'}\n"

@@ -5,6 +5,14 @@ Field order in the model (and therefore in the written YAML) is the order of
 docs/protocol.md §2.1 first, then the runner's own fields.  Any validation failure
 becomes a ``ConfigError`` whose message names each bad field, its value and the fix.
 
+Upstream's names (the skill page of ``agent/skills/kernel-optimize/``, checked at Primus-Turbo
+a6a16cdc) are read as upstream writes them: ``target_op`` spelled op + granularity
+(``gemm_fp8_blockwise``: stored as ``target_op: gemm_fp8_blockwise`` with ``granularity:
+blockwise``, held in memory as the op ``gemm_fp8``; ``Manifest.upstream_op`` gives it
+back), ``execution_mode`` as ``repo``/``workspace`` or ``repo-mode``/``workspace-mode``,
+``kernel_source`` as one path or a list, ``project_skill``, ``max_iterations`` below 120
+and ``performance_target`` in TFLOPS, GB/s or as a share of peak (``80% of peak``).
+
 Campaign names: ``<op>_<backend lower>_<gpu>_<YYYYMMDD>``.  When a granularity is set
 it enters the name as a suffix of the op (``op + "_" + granularity``), so
 ``gemm_fp8`` + ``blockwise`` + ``TRITON`` + ``gfx942`` gives
@@ -18,7 +26,7 @@ import datetime as dt
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -55,6 +63,7 @@ SECTION2_FIELDS = (
     "target_lang",
     "target_gpu",
     "execution_mode",
+    "project_skill",
     "performance_target",
     "primary_metric",
     "target_shapes",
@@ -71,7 +80,11 @@ SECTION2_FIELDS = (
 
 _GPU_RE = re.compile(r"^(gfx\d+[a-z]?|sm\d+|cpu)$")
 _HEX40_RE = re.compile(r"^[0-9a-f]{40}$")
-_TARGET_RE = re.compile(r"^(>=|>)\s*(\d+(?:\.\d+)?)\s*(TFLOPS|GB/s)$")
+_TARGET_RE = re.compile(
+    r"^(>=|>)?\s*(\d+(?:\.\d+)?)\s*(?:(TFLOPS|GB/s)|%\s*(?:of\s+)?peak(?:\s+efficiency)?)$",
+    re.IGNORECASE,
+)
+PEAK_SHARE = "% of peak"  # the unit of a performance_target given as a share of peak
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _OP_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _BAD_BRANCH_RE = re.compile(r"(\.\.|[\s~^:?*\[\\]|@\{|//)")
@@ -88,14 +101,56 @@ def lang_for_backend(backend: str) -> str:
 
 
 def parse_performance_target(text: str) -> tuple[str, float, str]:
-    """``">500 TFLOPS"`` -> ``(">", 500.0, "TFLOPS")``; ValueError for another form."""
+    """``">500 TFLOPS"`` -> ``(">", 500.0, "TFLOPS")``, ``"80% of peak"`` -> ``(">=",
+    80.0, "% of peak")`` (upstream's forms, a6a16cdc: ``>500 TFLOPS``, ``>60% peak
+    efficiency``); no comparison means ``>=``.  ValueError for another form."""
     m = _TARGET_RE.match(text.strip())
     if not m:
         raise ValueError(
             f"performance_target {text!r} has the wrong form; write e.g. '>500 TFLOPS', "
-            "'>=3000 GB/s', or null for none"
+            "'>=3000 GB/s', '80% of peak', or null for none"
         )
-    return m.group(1), float(m.group(2)), m.group(3)
+    value = float(m.group(2))
+    unit = {"tflops": "TFLOPS", "gb/s": "GB/s"}.get((m.group(3) or "").lower(), PEAK_SHARE)
+    if unit == PEAK_SHARE and not 0 < value <= 100:
+        raise ValueError(
+            f"performance_target {text!r}: a share of peak lies in (0, 100]; write e.g. "
+            "'80% of peak'"
+        )
+    return m.group(1) or ">=", value, unit
+
+
+def split_target_op(op: Any, granularity: Any) -> tuple[Any, Any]:
+    """Upstream's ``target_op`` (op + granularity, ``gemm_fp8_blockwise``) -> (op,
+    granularity); an op without a granularity suffix comes back unchanged."""
+    if not isinstance(op, str):
+        return op, granularity
+    for g in sorted(get_args(Granularity), key=len, reverse=True):  # mx_blockwise first
+        stem = op.removesuffix(f"_{g}")
+        if stem == op or not stem:
+            continue
+        if granularity not in (None, g):
+            raise ValueError(
+                f"target_op {op!r} names the granularity {g!r} but granularity is "
+                f"{granularity!r}; make them agree (or write target_op: {stem})"
+            )
+        return stem, g
+    return op, granularity
+
+
+def upstream_spellings(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with upstream's spellings read (module doc): target_op split, ``-mode``
+    dropped from execution_mode, a single kernel_source path made a list."""
+    out = dict(data)
+    out["target_op"], gran = split_target_op(out.get("target_op"), out.get("granularity"))
+    if gran is not None:
+        out["granularity"] = gran
+    mode = out.get("execution_mode")
+    if isinstance(mode, str) and mode.endswith("-mode"):
+        out["execution_mode"] = mode.removesuffix("-mode")
+    if isinstance(out.get("kernel_source"), str):
+        out["kernel_source"] = [out["kernel_source"]]
+    return {k: v for k, v in out.items() if k in data or v is not None}
 
 
 def campaign_name(
@@ -135,6 +190,9 @@ class Manifest(BaseModel):
     target_lang: Lang
     target_gpu: str
     execution_mode: ExecutionMode = "repo"
+    # The project skill the loop reads its commands from (upstream's kernel-optimize
+    # skill page, a6a16cdc): ``primus-turbo-develop`` for Primus-Turbo.
+    project_skill: str | None = Field(default=None, min_length=1)
     performance_target: str | None = None
     primary_metric: PrimaryMetric
     target_shapes: Literal["all"] | list[str] = "all"
@@ -175,6 +233,21 @@ class Manifest(BaseModel):
     # The local image id (sha256:...) of ``image`` when the campaign was created: the
     # docker executor runs exactly this image, whatever the tag points at later.
     image_id: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upstream(cls, data: Any) -> Any:
+        return upstream_spellings(data) if isinstance(data, dict) else data
+
+    @property
+    def upstream_op(self) -> str:
+        """``target_op`` as upstream spells it: op + granularity (``gemm_fp8_blockwise``)."""
+        g = self.granularity
+        return (
+            f"{self.target_op}_{g}"
+            if g and not self.target_op.endswith(f"_{g}")
+            else self.target_op
+        )
 
     @field_validator("schema_version")
     @classmethod
@@ -302,7 +375,7 @@ def _check_metric(m: Manifest) -> None:
         )
     if m.performance_target is not None:
         unit = parse_performance_target(m.performance_target)[2]
-        if unit not in m.primary_metric:
+        if unit != PEAK_SHARE and unit not in m.primary_metric:
             raise ValueError(
                 f"performance_target {m.performance_target!r} is in {unit} but "
                 f"primary_metric is {m.primary_metric!r}; state the target in its unit"
@@ -406,7 +479,7 @@ def load_manifest(path: str | os.PathLike[str]) -> Manifest:
 
 def manifest_yaml(m: Manifest) -> str:
     """The YAML text of ``m``: section-2 keys first, then the runner's fields."""
-    data = m.model_dump(mode="json")
+    data = m.model_dump(mode="json") | {"target_op": m.upstream_op}
     ordered = {k: data[k] for k in SECTION2_FIELDS}
     ordered.update((k, v) for k, v in data.items() if k not in ordered)
     head = (

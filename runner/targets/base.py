@@ -160,6 +160,15 @@ class Target:
         """The build's environment (the architectures to compile for, ...)."""
         return {}
 
+    def build_facts(self, env: dict[str, str]) -> dict[str, Any]:
+        """What the build reads from its environment ``env``, as the target's build
+        parses it: part of the build key.  Empty for a target whose build reads none."""
+        return {}
+
+    def check_build_facts(self, backend: str, gpu: str) -> None:
+        """At init: refuse a backend that the campaign's builds would leave out
+        (ConfigError naming the variable that does it)."""
+
     def check_build(self, root: Path) -> None:
         """Inside the build environment, after the build: raise ConfigError when the
         environment would import another copy of the package than ``root``."""

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from runner.core.errors import ConfigError
 from runner.core.processes import run
 from runner.targets.base import Target
+from runner.targets.build_facts import BUILD_CK_ENV, FRAMEWORK_ENV, build_facts, missing_backend
 from runner.targets.upstream_csv import BENCH_CSV_NAME
 
 UPSTREAM_COMMIT = "a6a16cdce46bd2235a248b41f501fb363c215b9b"
@@ -282,10 +284,26 @@ class PrimusTurboTarget(Target):
         return [*self.install_commands(gpu_archs), check]
 
     def build_env(self, gpu_archs: str | None) -> dict[str, str]:
+        """MAX_JOBS, the campaign's GPU_ARCHS, and the switches of upstream's setup.py
+        (PRIMUS_TURBO_BUILD_CK, PRIMUS_TURBO_FRAMEWORK) as set where the campaign runs:
+        the builds' environment is otherwise clean."""
         env = {"MAX_JOBS": os.environ.get("MAX_JOBS", "64")}
+        env |= {k: os.environ[k] for k in (BUILD_CK_ENV, FRAMEWORK_ENV) if k in os.environ}
         if gpu_archs:
             env["GPU_ARCHS"] = gpu_archs
         return env
+
+    def build_facts(self, env: dict[str, str]) -> dict[str, Any]:
+        return build_facts(env).to_dict()
+
+    def check_build_facts(self, backend: str, gpu: str) -> None:
+        env = self.build_env(gpu if gpu.startswith("gfx") else None)
+        why = missing_backend(build_facts(env), backend.upper(), gpu)
+        if why:
+            raise ConfigError(
+                f"backend {backend.upper()} is not in this campaign's builds: {why} "
+                "(Primus-Turbo's setup.py, checked at a6a16cdc)"
+            )
 
     def check_build(self, root: Path) -> None:
         check_editable_install(root)

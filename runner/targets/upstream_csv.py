@@ -58,7 +58,7 @@ def to_pinned(text: str, schema: str) -> tuple[str, int]:
     ``schema`` is the campaign's ``csv_schema`` (``gemm`` or ``attention``); a header
     without the upstream columns that schema needs is a CsvValueError naming them."""
     pinned = ATTENTION_COLUMNS if schema == "attention" else GEMM_COLUMNS
-    if schema == "memory" or text.partition("\n")[0] == ",".join(pinned):
+    if schema == "memory" or text.partition("\n")[0].removesuffix("\r") == ",".join(pinned):
         return text, 0  # already the pinned CSV (runner.fullbench --out writes it)
     reader = csv.DictReader(io.StringIO(text, newline=""))
     header = reader.fieldnames or []

@@ -1,0 +1,93 @@
+"""docs/upstream-loop.md, the conformance page with upstream's loop (Primus-Turbo
+a6a16cdc): every test it names exists, every rule and phase has a row with a status, and
+upstream's worked examples come out as upstream prints them."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from runner.core.csv_io import read_csv, write_csv
+from runner.core.csv_schema import GEMM_SCHEMA
+from runner.judge.scoring import combined_from_tflops, score
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "upstream-loop.md"
+NAMED_TEST = re.compile(r"`(tests/[\w/]+\.py)::(\w+)`")
+STATUS = re.compile(r"\b(done|different by design|in progress, issues? \d+|open|see section 1)\b")
+# iteration_rules.mdc's rules and the sections of the loop (a6a16cdc), as the rows name them
+RULES = ["Core principle", *[str(n) for n in range(1, 12)], "2.1"]
+PHASES = [
+    "Prerequisite information", "DEFINE_TARGET", "PREPARE_ENVIRONMENT",
+    "READ_HISTORICAL_TIPS", "Iteration contract", "Pre-loop sanity check",
+    "Two-level validation", "Scoring: steps 1-5", "Scoring: multi-metric",
+    "Noise assessment", "Acceptance rules", "Computation example", "1. BASELINE",
+    "2. ANALYZE", "3. OPTIMIZE", "4. VALIDATE (repo-mode)", "4. VALIDATE (workspace-mode)",
+    "5. ACCEPT / REPORT", "Rollback rules", "Historical experience capture",
+    "Git integration", "Optimization log template", "Round summary template",
+    "Stagnation detection", "Termination conditions", "Execution reminders",
+]  # fmt: skip
+
+
+def rows() -> dict[str, list[str]]:
+    """First cell -> cells of every table row of the page."""
+    found = {}
+    for line in PAGE.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) == 5 and not set(cells[0]) <= {"-"}:
+            found[cells[0]] = cells
+    return found
+
+
+def test_every_test_the_page_names_exists() -> None:
+    named = NAMED_TEST.findall(PAGE.read_text(encoding="utf-8"))
+    assert len(named) > 40
+    missing = []
+    for path, name in named:
+        text = (ROOT / path).read_text(encoding="utf-8") if (ROOT / path).is_file() else ""
+        if not re.search(rf"^def {name}\(", text, re.M):
+            missing.append(f"{path}::{name}")
+    assert missing == []
+
+
+def test_every_rule_and_phase_has_a_row_with_a_status() -> None:
+    table = rows()
+    for key in [*RULES, *PHASES]:
+        assert key in table, f"no row for {key!r}"
+        assert STATUS.search(table[key][3]), f"row {key!r}: status {table[key][3]!r}"
+
+
+def _row(label: str, m: int, n: int, k: int, fwd: float, bwd: float) -> dict[str, object]:
+    flops = 2.0 * m * n * k
+    return {
+        "label": label, "B": 1, "M": m, "N": n, "K": k, "Check": "PASS",
+        "Forward TFLOPS": fwd, "Forward TFLOPS_stddev": 0.0,
+        "Backward TFLOPS": bwd, "Backward TFLOPS_stddev": 0.0,
+        "Forward Time (ms)": flops / (fwd * 1e9), "Backward Time (ms)": 2 * flops / (bwd * 1e9),
+        "out_snr": 40.0, "da_snr": 40.0, "db_snr": 40.0,
+    }  # fmt: skip
+
+
+def test_upstreams_scoring_example(tmp_path: Path) -> None:
+    """optimize-loop.md, "Computation Example" (a6a16cdc)."""
+    path = tmp_path / "b.csv"
+    write_csv(path, GEMM_SCHEMA, [
+        _row("s1", 4096, 4096, 4096, 320, 160),
+        _row("s2", 2048, 8192, 4096, 305, 152),
+        _row("s3", 1024, 4096, 8192, 290, 145),
+    ])  # fmt: skip
+    sc = score(read_csv(path))
+    assert sc.metric == "Combined Step TFLOPS"
+    assert [s.value for s in sc.shapes] == pytest.approx([192.000, 182.515, 174.000], abs=5e-3)
+    assert sc.aggregate == pytest.approx(182.69, abs=5e-3)
+    assert math.prod([320, 305, 290]) ** (1 / 3) == pytest.approx(304.8, abs=0.05)
+
+
+def test_upstreams_trend_example_row_1() -> None:
+    """iteration_rules.mdc Rule 8's trend table (a6a16cdc): 6 / (2/500 + 4/250) = 300."""
+    assert combined_from_tflops(500, 250) == pytest.approx(300.0)
+    assert combined_from_tflops(520, 258) == pytest.approx(310.077, abs=5e-4)
+    assert combined_from_tflops(550, 272) / 300 - 1 == pytest.approx(0.09039, abs=5e-5)
