@@ -25,7 +25,14 @@ from runner.core.outcomes import (
 )
 from runner.flow.records import close_round
 from runner.flow.report import write_report
-from runner.flow.round_records import Request, check_diagnosis, check_new, check_round_number
+from runner.flow.round_context import level_shapes
+from runner.flow.round_records import (
+    Request,
+    check_diagnosis,
+    check_new,
+    check_round_number,
+    check_targeted,
+)
 from runner.render.markdown import shape_table
 from runner.render.status import collect_status
 from runner.store.appendlog import verify
@@ -143,3 +150,15 @@ def test_the_shape_table_has_latency_delta_and_snr_per_shape() -> None:
     assert "Latency fwd / bwd (ms)" in header and "Δ vs current best" in header
     assert "SNR (dB, worst)" in header
     assert "1.25 / 2.5" in row and "+20.000%" in row and "38.2" in row
+
+
+def test_a_targeted_round_names_measured_shapes(tmp_path: Path) -> None:
+    """validate --target-shape LABEL (Rule 3's exception): a label the round's level does
+    not measure is refused up front; a measured one is carried to the gate
+    (runner.flow.measure.Comparison.targeted)."""
+    campaign = _campaign(tmp_path, [Status.BASELINE])
+    shapes = level_shapes(campaign.manifest, "full")
+    label = shapes[0].label
+    check_targeted(Request(2, "h", None, level="full", targeted=(label,)), shapes)
+    with pytest.raises(ConfigError, match=r"--target-shape nope: not a shape of this round's full"):
+        check_targeted(Request(2, "h", None, level="full", targeted=(label, "nope")), shapes)

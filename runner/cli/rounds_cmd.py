@@ -204,6 +204,14 @@ def baseline_cmd(
     help="Diagnosis of the last rollback (Rule 7): why it did not help; with --lesson.",
 )
 @click.option("--lesson", default="", help="What the last rollback says about the bottleneck.")
+@click.option(
+    "--target-shape",
+    "targeted",
+    multiple=True,
+    metavar="LABEL",
+    help="Declare a targeted-shape round (Rule 3's exception, docs/protocol.md §5.4): the "
+    "gate judges these shapes only; the others' regressions are reported (repeatable).",
+)
 @json_option("the closed round (as `campaign show N --json`; a tournament: a list)")
 @quiet_option
 @click.pass_obj
@@ -222,11 +230,10 @@ def validate_cmd(
     gpus: str,
     allow_env_mismatch: str | None,
     allow_outside: tuple[str, ...],
-    attribution: str,
-    root_cause: str,
-    lesson: str,
+    targeted: tuple[str, ...],
     as_json: bool,
     quiet: bool,
+    **diagnosis: str,  # --attribution, --root-cause, --lesson
 ) -> None:
     """VALIDATE round N: the candidate against the last accepted round, paired.  Several
     --patch: a tournament of rounds N, N+1, ... (docs/protocol.md §1.5).  Exit 0
@@ -238,8 +245,7 @@ def validate_cmd(
                      allow_outside=allow_outside,
                      gpus=tuple(parse_gpus(gpus)) if gpus else (),
                      allow_env_mismatch=allow_env_mismatch,
-                     diagnosis=(("attribution", attribution), ("root_cause", root_cause),
-                                ("lesson", lesson)))  # fmt: skip
+                     diagnosis=tuple(diagnosis.items()), targeted=targeted)  # fmt: skip
     requests = [
         replace(shared, round=round_n + k, hypothesis=hypothesis, patch=text, bucket=bucket_of[k])
         for k, (hypothesis, text) in enumerate(entries)
@@ -256,9 +262,7 @@ def validate_cmd(
     else:
         with ProgressView(quiet=quiet) as view:
             results = [validate_round(campaign, run, requests[0], progress=view)]
-    for result in results:
-        if as_json:
-            continue
+    for result in [] if as_json else results:
         print_result(result, campaign)
     if as_json:
         reports = [_round_json(campaign, r.round) for r in results]

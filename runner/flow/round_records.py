@@ -5,6 +5,7 @@ the behaviour-transfer update from what the workers saw."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +53,8 @@ class Request:
     # The last rollback's diagnosis (Rule 7), given with this round: attribution,
     # root_cause, lesson (``check_diagnosis``); empty: none given.
     diagnosis: tuple[tuple[str, str], ...] = ()
+    # A targeted round (Rule 3's exception, docs/protocol.md §5.4): judged on these shapes.
+    targeted: tuple[str, ...] = ()
 
 
 def behaviour_transfer(rnd: Round, transfer: TransferCheck, gate: GateResult) -> TransferCheck:
@@ -141,6 +144,17 @@ def check_diagnosis(campaign: Campaign, request: Request) -> int | None:
             "--lesson TEXT (--attribution is optional)"
         )
     return last.round
+
+
+def check_targeted(request: Request, shapes: Sequence[Shape]) -> None:
+    """A targeted round's shapes must be measured at its level (--target-shape LABEL)."""
+    labels = [s.label for s in shapes]
+    unknown = [t for t in request.targeted if t not in labels]
+    if unknown:
+        raise ConfigError(
+            f"--target-shape {', '.join(unknown)}: not a shape of this round's "
+            f"{request.level} level; pick from {', '.join(labels)} (or --level full)"
+        )
 
 
 def current_best(campaign: Campaign) -> RoundResult:

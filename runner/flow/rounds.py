@@ -33,7 +33,7 @@ from runner.flow.attempts import correctness_only, record_attempt
 from runner.flow.build import built_roles, describe
 from runner.flow.checkout import kept_note, plan_restore, restore_checkout
 from runner.flow.judge_files import check_scope, judge_digests, restore_judge, scope_notes
-from runner.flow.measure import measure_and_judge, measure_roles
+from runner.flow.measure import Comparison, measure_and_judge, measure_roles
 from runner.flow.records import close_round
 from runner.flow.round_context import (
     FocusedTest,
@@ -48,6 +48,7 @@ from runner.flow.round_records import (
     check_diagnosis,
     check_new,
     check_round_number,
+    check_targeted,
     current_best,
     failed_result,
     now,
@@ -86,6 +87,7 @@ def validate_round(
         touched = lineage.check_patch(patch)
         check_new(campaign, request.hypothesis, patch)
         diagnosed = check_diagnosis(campaign, request)
+        check_targeted(request, level_shapes(campaign.manifest, request.level))
         target = get_target(campaign.manifest.target)
         declared = check_scope(campaign.manifest, target, touched, request.allow_outside)
         restores = plan_restore(
@@ -244,7 +246,8 @@ def _measure_and_judge(
         samples = 2 * (request.pairs or m.pairs)
         trees = {"incumbent": inc_tree, "candidate": cand_tree}
         try:
-            got = measure_and_judge(rnd, trees, shapes, samples, vetoes=vetoes)
+            how = Comparison(targeted=request.targeted)
+            got = measure_and_judge(rnd, trees, shapes, samples, vetoes=vetoes, how=how)
         except FocusedTestFailed as exc:  # it ran beside the workers' start-up
             return veto_only(rnd, [*vetoes, failed + exc.tail], shapes)
     return got.gate, got.reference, got.candidate
