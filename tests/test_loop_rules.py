@@ -119,7 +119,9 @@ def test_a_hypothesis_or_patch_already_judged_is_refused_naming_the_round(tmp_pa
     check_new(campaign, "idea 3", "other")  # round-3 FAILED: it may be measured again
 
 
-def test_a_rollback_diagnosis_is_given_with_the_next_round(tmp_path: Path) -> None:
+def test_a_rollback_diagnosis_is_given_with_the_next_round(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """validate --root-cause/--lesson (--attribution) fill the last rollback's diagnosis:
     its diagnosis.json and an optimize.md entry; status then no longer lists it."""
     campaign = _campaign(tmp_path, [Status.BASELINE, Status.ROLLED_BACK])
@@ -135,6 +137,10 @@ def test_a_rollback_diagnosis_is_given_with_the_next_round(tmp_path: Path) -> No
     assert "#### round-2 rollback diagnosis (given with round-3)\n- Attribution: the fp64" in log
     assert "- Root cause: 2x FLOPs\n- Lesson: fp32\n" in log
     verify(campaign.optimize_log)
+    argv = ["--campaigns-root", str(campaign.root.parent), "validate", "--round", "3",
+            "--hypothesis", "h", "--root-cause", "x"]  # fmt: skip
+    code, out = run_cli(argv, capsys)
+    assert code == 2 and "round-2's rollback needs --root-cause TEXT and --lesson" in out, out
     accepted = _campaign(tmp_path / "b", [Status.BASELINE, Status.ACCEPTED])
     with pytest.raises(ConfigError, match="round-2 is ACCEPTED: leave them out"):
         check_diagnosis(accepted, Request(3, "h", None, diagnosis=given))

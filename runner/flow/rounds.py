@@ -80,13 +80,13 @@ def validate_round(
         check_round_number(campaign, request.round)
         if not request.hypothesis.strip():
             raise ConfigError("state the hypothesis before the change: --hypothesis TEXT")
+        diagnosed = check_diagnosis(campaign, request)
         lineage = Lineage(
             Path(campaign.manifest.source), campaign.name, branch_name(campaign.manifest)
         )
         patch = request.patch if request.patch is not None else lineage.working_tree_patch()
         touched = lineage.check_patch(patch)
         check_new(campaign, request.hypothesis, patch)
-        diagnosed = check_diagnosis(campaign, request)
         check_targeted(request, level_shapes(campaign.manifest, request.level))
         target = get_target(campaign.manifest.target)
         declared = check_scope(campaign.manifest, target, touched, request.allow_outside)
