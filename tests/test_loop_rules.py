@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from campaign_helpers import run_cli, tiny_campaign
 
+from runner.cli.rounds_cmd import print_termination
 from runner.core.errors import ConfigError
 from runner.core.outcomes import (
     Decision,
@@ -81,6 +82,10 @@ def test_a_round_past_max_iterations_is_refused_until_the_limit_is_raised(
     assert "verdict: the campaign may end (T3 holds)" in out
     assert "escalation: step 2: profile: stagnation review" in out  # Rule 7, upstream's step
     assert "undiagnosed rollbacks: round-2, round-3 (Rule 7" in out
+    print_termination(campaign)  # what `validate` prints after its round
+    out = capsys.readouterr().out
+    assert out.startswith("termination check:\n  T1 performance target: not set\n"), out
+    assert "  verdict: the campaign may end (T3 holds)" in out
     code, out = run_cli([*root, "set", "max_iterations", "3", "--reason", "one more idea"], capsys)
     assert code == 0, out
     campaign = Campaign.load(campaign.root)
