@@ -8,6 +8,7 @@ package with synthetic closed rounds (no round is measured)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,7 @@ from runner.flow.round_records import (
     check_round_number,
     check_targeted,
 )
+from runner.render.final_report import render_final_report
 from runner.render.markdown import shape_table
 from runner.render.status import collect_status
 from runner.store.appendlog import verify
@@ -173,3 +175,15 @@ def test_a_targeted_round_names_measured_shapes(tmp_path: Path) -> None:
     check_targeted(Request(2, "h", None, level="full", targeted=(label,)), shapes)
     with pytest.raises(ConfigError, match=r"--target-shape nope: not a shape of this round's full"):
         check_targeted(Request(2, "h", None, level="full", targeted=(label, "nope")), shapes)
+
+
+def test_the_final_report_has_latency_and_snr_per_shape(tmp_path: Path) -> None:
+    """Rule 4 in the report: the final best's latency and SNR beside each shape's change."""
+    campaign = _campaign(tmp_path, [Status.BASELINE])
+    best = ShapeScore("a", "PASS", 120.0, 150.0, 100.0, 1.25, 2.5, 38.2)
+    final = replace(_round(2, Status.ACCEPTED), score=Score(METRIC, 120.0, (best,), 1, 0))
+    text = render_final_report(campaign, [*campaign.results(), final], None, "2026-12-03 12:00")
+    table = text.split("### Baseline vs final best")[1]
+    header, _, row = table.split("\n\n")[2].splitlines()[:3]
+    assert "Final latency fwd / bwd (ms)" in header and "Final SNR (dB, worst)" in header
+    assert [c.strip() for c in row.split("|")[4:7]] == ["+20.000%", "1.25 / 2.5", "38.2"]

@@ -24,6 +24,7 @@ from runner.core.stats import geomean
 from runner.render.figures import fmt_gain, fmt_pct, score_scale, short_text
 from runner.render.headline import compound, headline_gain, round_gain
 from runner.render.markdown import (
+    latency_cell,
     md_table,
     render_final_sections,
     render_termination_check,
@@ -238,14 +239,17 @@ def _vs_table(baseline: Score, final: Score) -> str:
         f = fin.get(s.label)
         fv = f.value if f else None
         change = fmt_pct((fv / s.value - 1) * 100) if fv and s.value else "—"
-        rows.append([s.label, scale.num(s.value), scale.num(fv), change])
+        snr = f"{f.snr:.1f}" if f is not None and f.snr is not None else "—"
+        rows.append([s.label, scale.num(s.value), scale.num(fv), change, latency_cell(f), snr])
     labels = [s.label for s in final.shapes if s.value]
     b_agg = geomean([s.value for s in baseline.shapes if s.label in labels and s.value])
     f_agg = geomean([s.value for s in final.shapes if s.value])
     change = fmt_pct((f_agg / b_agg - 1) * 100 if b_agg else None)
-    rows.append(["geomean", scale.num(b_agg), scale.num(f_agg), change])
+    rows.append(["geomean", scale.num(b_agg), scale.num(f_agg), change, "", ""])
     unit = f" ({scale.unit})"
-    return md_table(["Shape", f"Baseline{unit}", f"Final best{unit}", "Change"], rows)
+    # Rule 4's per-shape record: throughput, latency, delta and SNR (of the final best)
+    headers = ["Shape", f"Baseline{unit}", f"Final best{unit}", "Change"]
+    return md_table([*headers, "Final latency fwd / bwd (ms)", "Final SNR (dB, worst)"], rows)
 
 
 def _acceptance_line(acceptance: dict[str, Any] | None) -> str:

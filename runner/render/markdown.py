@@ -184,7 +184,7 @@ def shape_table(score: Score, best: Score | None = None, *, delta: bool = True) 
         ref = best_by.get(s.label)
         row = [s.label, s.check, scale.num(s.forward), scale.num(s.backward)]
         row += [scale.num(s.value)] if show_metric else []
-        row += [_latency(s)]
+        row += [latency_cell(s)]
         if delta:
             row.append(fmt_pct(pct_change(s.value, ref.value if ref else None)))
         row.append(f"{s.snr:.1f}" if s.snr is not None else "—")
@@ -194,9 +194,9 @@ def shape_table(score: Score, best: Score | None = None, *, delta: bool = True) 
     return md_table([*headers, *(["Δ vs current best"] if delta else []), "SNR (dB, worst)"], rows)
 
 
-def _latency(s: ShapeScore) -> str:
+def latency_cell(s: ShapeScore | None) -> str:
     """Rule 4's per-shape latency: forward / backward milliseconds."""
-    if s.forward_ms is None:
+    if s is None or s.forward_ms is None:
         return "—"
     bwd = f" / {s.backward_ms:.4g}" if s.backward_ms is not None else ""
     return f"{s.forward_ms:.4g}{bwd}"
