@@ -376,6 +376,7 @@ def test_a_correctness_fail_is_an_attempt_of_the_same_round(campaign: Campaign) 
     assert campaign.closed_rounds() == [1] and campaign.next_round() == 2
     kept = campaign.round_dir(2) / "attempts" / "attempt-1" / "candidate.patch"
     assert "(2 * acc)" in kept.read_text()
+    assert (kept.parent / "kernel_snapshot" / KERNEL).read_text() == wrong  # Rule 5
     assert "#### round-2 attempt 1 — correctness FAIL" in campaign.optimize_log.read_text()
     verify(campaign.optimize_log)
     status = collect_status(campaign)

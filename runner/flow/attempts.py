@@ -4,9 +4,10 @@ correctness is not a valid round."
 
 A VALIDATE round whose only veto is its candidate's failed focused test is therefore
 not closed: it is recorded as a failed attempt of the same round number under
-``rounds/round-N/attempts/attempt-K/`` (its ``candidate.patch`` and ``attempt.json``:
-hypothesis, time, why) with one entry in ``logs/optimize.md`` (``#### round-N attempt
-K``, never a round's history marker), and round N stays open for the fixed candidate.
+``rounds/round-N/attempts/attempt-K/`` (its ``candidate.patch``, its
+``kernel_snapshot/`` and ``attempt.json``: hypothesis, time, why) with one entry in
+``logs/optimize.md`` (``#### round-N attempt K``, never a round's history marker), and
+round N stays open for the fixed candidate.
 It is no rollback: it does not count toward the escalation ladder, and the user's
 checkout keeps the edit to fix.  ``CorrectnessFailed`` (exit 3) says so.  A round that
 the audit also vetoes is judged as before (ROLLED BACK, closed): it tried a forbidden
@@ -39,7 +40,8 @@ def record_attempt(
     campaign: Campaign, n: int, hypothesis: str, patch: str, reasons: Sequence[str]
 ) -> CorrectnessFailed:
     """Record the failed attempt of open round ``n`` and return the error to raise; the
-    round folder keeps only its attempts (no snapshot, no result: the round is open)."""
+    round folder keeps only its attempts (the snapshot moves into the attempt; no
+    result: the round is open)."""
     round_dir = campaign.round_dir(n)
     k = len(list_attempts(round_dir)) + 1
     dest = round_dir / ATTEMPTS / f"attempt-{k}"
@@ -50,7 +52,9 @@ def record_attempt(
         {"round": n, "attempt": k, "when": now_minute(), "hypothesis": hypothesis, "why": why},
     )
     for path in round_dir.iterdir():
-        if path.name != ATTEMPTS:
+        if path.name == "kernel_snapshot":  # Rule 5: kept for the post-mortem
+            shutil.move(path, dest / "kernel_snapshot")
+        elif path.name != ATTEMPTS:
             shutil.rmtree(path) if path.is_dir() else path.unlink()
     first = why.splitlines()[1] if len(why.splitlines()) > 1 else why
     append(

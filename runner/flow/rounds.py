@@ -147,7 +147,7 @@ def _validate_in(
         failed.reasons.extend(_checkout_after(rnd, request, patch, touched, restores))
         close_round(campaign, failed, progress=rnd.step)
         return failed
-    _refuse_incorrect(rnd, request, patch, gate)
+    _refuse_incorrect(rnd, request, patch, gate, notes)
     commit = None
     message = ""
     if gate.decision.accepted:
@@ -171,11 +171,14 @@ def _validate_in(
     return result
 
 
-def _refuse_incorrect(rnd: Round, request: Request, patch: str, gate: GateResult) -> None:
+def _refuse_incorrect(
+    rnd: Round, request: Request, patch: str, gate: GateResult, notes: Sequence[str]
+) -> None:
     """Rule 6: a candidate vetoed only by its failed focused test is a failed attempt of
-    this round, not a round (``runner.flow.attempts``)."""
+    this round, not a round (``runner.flow.attempts``); ``notes``: the scope notes."""
     if not gate.decision.accepted and correctness_only(gate.reasons):
-        raise record_attempt(rnd.campaign, rnd.round, request.hypothesis, patch, gate.reasons)
+        why = [*gate.reasons, *notes]
+        raise record_attempt(rnd.campaign, rnd.round, request.hypothesis, patch, why)
 
 
 def _checkout_after(
