@@ -6,6 +6,7 @@ holds every file an accepted change touched."""
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -105,16 +106,16 @@ def test_a_hollowed_focused_test_judges_nothing(
     assert code == 2 and TEST in out and not camp.round_dir(n).exists(), out
     # declared: the round runs, with the incumbent's test, which sees the doubled output
     code, out = run_cli([*argv, "--allow-outside", "README.md", "--allow-outside", TEST], capsys)
-    assert code == 3, out
-    result = Campaign.load(demo_copy).load_result(n)
-    reasons = "\n".join(result.reasons)
+    # a correctness FAIL: failed attempt 1 of round n, not a round (Rule 6, exit 3)
+    assert code == 3 and f"failed attempt 1 of round {n}" in out, out
+    assert Campaign.load(demo_copy).next_round() == n
+    attempt = camp.round_dir(n) / "attempts" / "attempt-1"
+    reasons = json.loads((attempt / "attempt.json").read_text(encoding="utf-8"))["why"]
     assert "focused test failed on the candidate" in reasons
     assert "declared outside kernel_source (--allow-outside): README.md, " + TEST in reasons
     assert f"the candidate's {TEST} replaced by the incumbent's" in reasons
-    summary = camp.summary_path(n).read_text(encoding="utf-8")
-    assert "--allow-outside" in summary
-    # the snapshot holds every file the change touched
-    snap = camp.snapshot_dir(n)
+    # the attempt's snapshot holds every file the change touched
+    snap = attempt / "kernel_snapshot"
     assert (snap / "README.md").is_file() and (snap / TEST).read_text() == HOLLOW_TEST
 
 

@@ -77,8 +77,9 @@ def test_baseline_writes_every_record(campaign: Campaign) -> None:
 
 def test_accept_commits_and_rollback_changes_nothing(campaign: Campaign) -> None:
     """Round 2 (the demo's fp64-accumulate slow-down) is the working tree's diff, the
-    default patch, and ``restore`` resets the file; round 3 is a given patch, recorded
-    as given."""
+    default patch; its rollback puts the checkout back to the head by default (Rule 3),
+    the edit kept under a ref and brought back by the command it prints; round 3 is a
+    given patch, recorded as given."""
     lin = lineage(campaign)
     base = lin.head()
     source = Path(campaign.manifest.source)
@@ -88,7 +89,7 @@ def test_accept_commits_and_rollback_changes_nothing(campaign: Campaign) -> None
     subprocess.run(["git", "apply", "-"], cwd=source, input=slow, text=True, check=True)
     assert "ACCUM_DTYPE = torch.float64" in kernel.read_text()
     r2 = validate_round(
-        campaign, LocalExecutor(), Request(2, "fp64 via working tree", None, restore=True),
+        campaign, LocalExecutor(), Request(2, "fp64 via working tree", None),
         progress=lambda _m: None,
     )  # fmt: skip
     assert r2.status is Status.ROLLED_BACK
@@ -96,7 +97,14 @@ def test_accept_commits_and_rollback_changes_nothing(campaign: Campaign) -> None
     assert lin.head() == base
     recorded = (campaign.round_dir(2) / "candidate.patch").read_text()
     assert patch_paths(recorded) == [KERNEL] and "+ACCUM_DTYPE = torch.float64" in recorded
-    assert kernel.read_text() == original  # restore reset the working tree
+    assert kernel.read_text() == original  # the rollback reset the working tree
+    (line,) = [r for r in r2.reasons if r.startswith("checkout restored:")]
+    assert "refs/campaigns/t/rolled-back/round-2" in line
+    assert line in campaign.summary_path(2).read_text()
+    again = line.split("bring it back with: ")[1].split()
+    subprocess.run(again, check=True)
+    assert "ACCUM_DTYPE = torch.float64" in kernel.read_text()
+    subprocess.run(["git", "checkout", "-q", "--", KERNEL], cwd=source, check=True)
     assert (campaign.snapshot_dir(2) / KERNEL).read_text() != (
         campaign.snapshot_dir(1) / KERNEL
     ).read_text()
@@ -346,3 +354,33 @@ def _peek(root: Path) -> str:
         if tmp.is_dir():
             names += [p.name for p in tmp.iterdir()]
     return " ".join(names)
+
+
+def test_a_correctness_fail_is_an_attempt_of_the_same_round(campaign: Campaign) -> None:
+    """Rule 6: a candidate that fails its focused test is not a round: recorded as failed
+    attempt 1 of round 2 (exit 3, the edit left in the checkout to fix), round 2 stays
+    the next round, and no rollback counts toward escalation."""
+    from runner.core.errors import CorrectnessFailed
+    from runner.render.status import collect_status
+
+    source = Path(campaign.manifest.source)
+    kernel = source / KERNEL
+    wrong = kernel.read_text().replace(
+        "    return acc.to(out_dtype)", "    return (2 * acc).to(out_dtype)"
+    )
+    kernel.write_text(wrong)
+    with pytest.raises(CorrectnessFailed, match="failed attempt 1 of round 2") as info:
+        validate_round(campaign, LocalExecutor(), Request(2, "double it", None),
+                       progress=lambda _m: None)  # fmt: skip
+    assert info.value.return_code == 3
+    assert kernel.read_text() == wrong  # to be fixed, not rolled back
+    campaign = Campaign.load(campaign.root)
+    assert campaign.closed_rounds() == [1] and campaign.next_round() == 2
+    kept = campaign.round_dir(2) / "attempts" / "attempt-1" / "candidate.patch"
+    assert "(2 * acc)" in kept.read_text()
+    assert (kept.parent / "kernel_snapshot" / KERNEL).read_text() == wrong  # Rule 5
+    assert "#### round-2 attempt 1 — correctness FAIL" in campaign.optimize_log.read_text()
+    verify(campaign.optimize_log)
+    status = collect_status(campaign)
+    assert status.consecutive_rollbacks == 0 and status.escalation is None
+    assert "1 failed attempt(s), correctness FAIL" in status.unclosed_why[2]

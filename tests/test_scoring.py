@@ -220,3 +220,10 @@ def test_shape_value_of_failed_row_is_none(tmp_path: Path) -> None:
     assert shape_value(csv.rows[0], FORWARD_TFLOPS) == 400.0
     with pytest.raises(ConfigError, match="no column"):
         shape_value(csv.rows[0], FORWARD_GBPS)
+
+
+def test_each_shape_keeps_its_worst_snr(tmp_path: Path) -> None:
+    """Rule 4's per-shape SNR: the smallest of the row's *_snr columns (issue 48)."""
+    row = gemm("a", 400, 200) | {"da_snr": 31.5}
+    sc = score(make_csv(tmp_path, [row, gemm("b", 300, None)]))
+    assert [s.snr for s in sc.shapes] == [31.5, 40.0]

@@ -114,7 +114,7 @@ def test_summarise_counts_best_and_next() -> None:
     assert s.chain_problems == []
     text = render_status(s)
     assert "rounds: 1 accepted, 2 rolled back, 1 failed" in text
-    assert "escalation: step 2: stagnation review" in text
+    assert "escalation: step 2: profile: stagnation review" in text  # upstream's step name
     assert "round-7 is unclosed" in text
     assert "chain integrity: OK" in text
 

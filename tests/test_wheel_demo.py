@@ -65,6 +65,14 @@ def test_installed_wheel_runs_the_demo_from_an_empty_folder(
     sources = list((demo.campaigns_root / "sources").iterdir())
     assert len(sources) == 1 and (sources[0] / "turbo_kernels" / "__init__.py").is_file()
     assert (sources[0] / "demo_patches" / "speedup_reuse_fp8_weight.patch").is_file()
+    # the slow-down was the checkout's edit: its rollback put the checkout back to the
+    # lineage head (Rule 3) and kept the edit under a ref the round's reasons name
+    assert run(["git", "status", "--porcelain"], sources[0]) == "", "checkout not restored"
+    restored = [r for r in slowdown["reasons"] if r.startswith("checkout restored:")]
+    ref = f"refs/campaigns/{campaign.name}/rolled-back/round-2"
+    assert restored and ref in restored[0], slowdown["reasons"]
+    kept = run(["git", "show", f"{ref}:turbo_kernels/cpu/gemm_fp8.py"], sources[0])
+    assert "ACCUM_DTYPE = torch.float64" in kept
 
 
 def test_a_missing_example_package_is_a_clear_error(

@@ -84,6 +84,13 @@ MetricArg = Annotated[
     ),
 ]
 
+# the last rollback's diagnosis, given with the next round (Rule 7, docs/protocol.md §7.1)
+RootCause = Annotated[
+    str, Field(description="Diagnosis of the last rollback (Rule 7): why it did not help.")
+]
+Lesson = Annotated[str, Field(description="What the last rollback says about the bottleneck.")]
+Attribution = Annotated[str, Field(description="Why the last rolled-back round behaved as it did.")]
+
 
 # ---------------------------------------------------------------- output models
 
@@ -273,8 +280,12 @@ class TurboTools:
             str, Field(description="Transfer bucket (docs/protocol.md §8.2): K1-K4 or W1.")
         ] = "K1",
         restore: Annotated[
-            bool, Field(description="On rollback, reset the touched files to the head.")
-        ] = False,
+            bool,
+            Field(
+                description="On ROLLED BACK or FAILED put the checkout's edit back to the "
+                "lineage head, kept under a ref (docs/protocol.md §6.7); false: leave it."
+            ),
+        ] = True,
         pairs: Annotated[int | None, Field(description=PAIRS_HELP)] = None,
         allow_outside: Annotated[
             list[str] | None,
@@ -283,6 +294,9 @@ class TurboTools:
                 "the round); the focused test still runs as the lineage head has it."
             ),
         ] = None,
+        root_cause: RootCause = "",
+        lesson: Lesson = "",
+        attribution: Attribution = "",
     ) -> RoundReport:
         """VALIDATE round n (`campaign validate`): the candidate against the last accepted
         round, paired, then the gate and the records.  Long-running; sends progress
@@ -294,6 +308,8 @@ class TurboTools:
         request = rounds.Request(
             n, hypothesis, patch, level, restore, bucket, pairs,
             allow_outside=tuple(allow_outside or ()),
+            diagnosis=(("attribution", attribution), ("root_cause", root_cause),
+                       ("lesson", lesson)),
         )  # fmt: skip
         with tool_errors():
             found = self._campaign(campaign)

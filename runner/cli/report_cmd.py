@@ -65,10 +65,18 @@ def status_cmd(app: App, name: str | None, as_json: bool) -> None:
 @click.pass_obj
 def report_cmd(app: App, name: str | None, user_stop: bool) -> None:
     """Write the Termination Check and the Final Report to report/final_report.md and
-    report/index.html with its pictures (regenerated each run; logs/ is not touched)."""
+    report/index.html with its pictures (regenerated each run); when one of T1-T4 holds,
+    append them once to the end of logs/optimize.md (docs/protocol.md §6.3)."""
     from runner.flow.report import write_report
 
-    outcome = write_report(_find(app, name), user_stop=user_stop)
+    campaign = _find(app, name)
+    outcome = write_report(campaign, user_stop=user_stop)
+    if outcome.termination is not None:
+        click.echo(f"termination check: {outcome.termination.verdict()}")
+    if outcome.appended:
+        click.echo(
+            f"appended the Termination Check and the Final Report to {campaign.optimize_log}"
+        )
     click.echo(f"report: {outcome.markdown}")
     click.echo(f"html: {outcome.html}")
     for picture in outcome.pictures:
@@ -102,6 +110,7 @@ def accept_cmd(
     from runner.store.leases import parse_gpus
 
     campaign = _find(app, name)
+    _say_termination(campaign, as_json)
     with ProgressView(quiet=quiet) as view:
         result = run_acceptance(
             campaign,
@@ -123,6 +132,18 @@ def accept_cmd(
             "the final best is NOT ACCEPTED: fix the failed checks above, then run "
             "`campaign accept` again"
         )
+
+
+def _say_termination(campaign: Campaign, quiet: bool) -> None:
+    """Before final acceptance: whether the termination check holds (it runs either
+    way; accepting while none holds is the user's call, said aloud)."""
+    from runner.render.status import consecutive_rollbacks
+    from runner.render.termination import termination_check
+
+    results = campaign.results()
+    check = termination_check(campaign.manifest, results, consecutive_rollbacks(results))
+    if not quiet:
+        click.echo(f"termination check: {check.verdict()}")
 
 
 @click.command("tip")

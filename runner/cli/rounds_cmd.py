@@ -159,7 +159,18 @@ def baseline_cmd(
     "k is round N+k-1, all judged against the incumbent in one paired measurement.",
 )
 @click.option("--level", type=click.Choice(["quick", "full"]), default="quick", show_default=True)
-@click.option("--restore", is_flag=True, help="On rollback, reset the touched files to the head.")
+@click.option(
+    "--restore",
+    is_flag=True,
+    help="On rollback, reset the touched files to the head (the default now; kept for old "
+    "scripts).",
+)
+@click.option(
+    "--keep-checkout",
+    is_flag=True,
+    help="On ROLLED BACK or FAILED leave the checkout as it is (by default its edit is put "
+    "back to the lineage head and kept under a ref; docs/protocol.md §6.7).",
+)
 @click.option(
     "--bucket",
     "buckets",
@@ -185,6 +196,22 @@ def baseline_cmd(
     help="Let the change touch PATH outside kernel_source (repeatable; recorded). The "
     "focused test still runs as the lineage head has it.",
 )
+@click.option("--attribution", default="", help="Why the last rolled-back round behaved as it did.")
+@click.option(
+    "--root-cause",
+    "root_cause",
+    default="",
+    help="Diagnosis of the last rollback (Rule 7): why it did not help; with --lesson.",
+)
+@click.option("--lesson", default="", help="What the last rollback says about the bottleneck.")
+@click.option(
+    "--target-shape",
+    "targeted",
+    multiple=True,
+    metavar="LABEL",
+    help="Declare a targeted-shape round (Rule 3's exception, docs/protocol.md §5.4): the "
+    "gate judges these shapes only; the others' regressions are reported (repeatable).",
+)
 @json_option("the closed round (as `campaign show N --json`; a tournament: a list)")
 @quiet_option
 @click.pass_obj
@@ -196,14 +223,17 @@ def validate_cmd(
     patches: tuple[Path, ...],
     level: str,
     restore: bool,
+    keep_checkout: bool,
     buckets: tuple[str, ...],
     pairs: int | None,
     executor: str | None,
     gpus: str,
     allow_env_mismatch: str | None,
     allow_outside: tuple[str, ...],
+    targeted: tuple[str, ...],
     as_json: bool,
     quiet: bool,
+    **diagnosis: str,  # --attribution, --root-cause, --lesson
 ) -> None:
     """VALIDATE round N: the candidate against the last accepted round, paired.  Several
     --patch: a tournament of rounds N, N+1, ... (docs/protocol.md §1.5).  Exit 0
@@ -211,9 +241,11 @@ def validate_cmd(
     campaign = find_campaign(app, name)
     entries = entry_pairs(hypotheses, patches)
     bucket_of = _buckets(buckets, len(entries))
-    shared = Request(round_n, "", None, level, restore, pairs=pairs, allow_outside=allow_outside,
+    shared = Request(round_n, "", None, level, not keep_checkout, pairs=pairs,
+                     allow_outside=allow_outside,
                      gpus=tuple(parse_gpus(gpus)) if gpus else (),
-                     allow_env_mismatch=allow_env_mismatch)  # fmt: skip
+                     allow_env_mismatch=allow_env_mismatch,
+                     diagnosis=tuple(diagnosis.items()), targeted=targeted)  # fmt: skip
     requests = [
         replace(shared, round=round_n + k, hypothesis=hypothesis, patch=text, bucket=bucket_of[k])
         for k, (hypothesis, text) in enumerate(entries)
@@ -230,16 +262,30 @@ def validate_cmd(
     else:
         with ProgressView(quiet=quiet) as view:
             results = [validate_round(campaign, run, requests[0], progress=view)]
-    for result in results:
-        if as_json:
-            continue
+    for result in [] if as_json else results:
         print_result(result, campaign)
     if as_json:
         reports = [_round_json(campaign, r.round) for r in results]
         click.echo(json.dumps(reports[0] if len(reports) == 1 else reports, allow_nan=False))
     elif results[0].tournament is not None:
         click.echo(results[0].tournament.line)
+    print_termination(campaign, quiet=as_json)
     _exit_for(results)
+
+
+def print_termination(campaign: Campaign, *, quiet: bool = False) -> None:
+    """The termination check after the round (a step of the loop: docs/protocol.md §7.2);
+    nothing with ``quiet`` (--json prints the round alone)."""
+    if quiet:
+        return
+    from runner.render.status import consecutive_rollbacks
+    from runner.render.termination import termination_check
+
+    fresh = Campaign.load(campaign.root)
+    results = fresh.results()
+    click.echo("termination check:")
+    for line in termination_check(fresh.manifest, results, consecutive_rollbacks(results)).lines():
+        click.echo(f"  {line}")
 
 
 def entry_pairs(hypotheses: Sequence[str], patches: Sequence[Path]) -> list[tuple[str, str | None]]:

@@ -112,3 +112,11 @@ def _log_tail(log_path: Path | None) -> str:
         return ""
     text = log_path.read_text(encoding="utf-8", errors="replace")
     return explain_failure(text[-1500:], text)
+
+
+class CorrectnessFailed(Verdict):
+    """The candidate failed its focused test (Rule 6 of upstream's iteration rules:
+    correctness before performance): recorded as a failed attempt of the same round
+    number, which stays open; not a round, not a rollback (``runner.flow.attempts``)."""
+
+    return_code = 3

@@ -46,6 +46,9 @@ class ShapeScore:
     backward: float | None = None
     forward_ms: float | None = None
     backward_ms: float | None = None
+    # the worst signal-to-noise ratio (dB) over the row's ``*_snr`` columns (Rule 4's
+    # per-shape SNR); None when the schema has none (older results lack it too)
+    snr: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

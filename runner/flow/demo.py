@@ -2,7 +2,10 @@
 
 Baseline, then one hypothesis that really slows the code down (ROLLED BACK) and one
 that really speeds it up (ACCEPTED), each a real patch measured paired against the
-lineage head in fresh processes.  Ends by printing ``campaign: <path>``.
+lineage head in fresh processes.  The slow-down is edited into the checkout, as a user
+edits the kernel, and validated without a patch file: its rollback puts the checkout
+back to the lineage head and keeps the edit (docs/protocol.md §6.7).  Ends by printing
+``campaign: <path>``.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runner.core.outcomes import RoundResult
+from runner.core.processes import run
 from runner.core.timestamps import name_stamp
 from runner.executors.local import LocalExecutor
 from runner.flow.baseline import run_baseline
@@ -68,7 +72,10 @@ def run_demo(
     results = [run_baseline(campaign, executor, passes=passes, progress=say)]
     campaign = Campaign.load(campaign.root)
     for n, (patch, bucket, hypothesis) in enumerate((SLOWDOWN, SPEEDUP), start=2):
-        text = (PATCHES / patch).read_text(encoding="utf-8")
+        text: str | None = (PATCHES / patch).read_text(encoding="utf-8")
+        if n == 2:  # the user's edit in the checkout
+            run(["git", "apply", "-"], cwd=source, input_text=text)
+            text = None
         results.append(
             validate_round(
                 campaign, executor, Request(n, hypothesis, text, bucket=bucket), progress=say

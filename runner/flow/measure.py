@@ -273,12 +273,14 @@ class Comparison:
     ``roles``: the reference role, then the candidate role (``trees`` keys);
     ``files``: where their merged CSVs go in ``rnd.tmp``; ``broken``: the message when
     the reference FAILs a check; ``audits``: the round-only audits (held-out flag,
-    inflation veto) apply."""
+    inflation veto) apply; ``targeted``: the shapes a targeted round is judged on
+    (Rule 3's exception, docs/protocol.md §5.4; empty: every shape)."""
 
     roles: tuple[str, str] = ("incumbent", "candidate")
     files: tuple[str, str] = ("incumbent.csv", "benchmark.csv")
     broken: str = "the incumbent FAILed a correctness check: the lineage head is broken"
     audits: bool = True
+    targeted: tuple[str, ...] = ()
 
 
 def measure_and_judge(
@@ -422,8 +424,9 @@ def judge(
         light = speed_of_light_veto(light_readings(cand, op_info(m.target_op).precision, ref))
         vetoes = [*vetoes, light] if light else vetoes
     gate = decide(
-        ref_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=list(vetoes), final=final
-    )
+        ref_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=list(vetoes), final=final,
+        targeted_shapes=how.targeted,
+    )  # fmt: skip
     if cand_score.n_fail:
         why = tuple(f"candidate check: {p}" for p in check_problems(paths[cand_role]))
         gate = replace(gate, reasons=(*gate.reasons, *why))
@@ -434,7 +437,7 @@ def judge(
         if inflated:
             gate = decide(
                 ref_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=[*vetoes, inflated],
-                final=final,
+                final=final, targeted_shapes=how.targeted,
             )  # fmt: skip
     csvs = {ref_role: ref, cand_role: cand}
     return Judged(gate, ref_score, cand_score, {k: list(v) for k, v in paths.items()}, csvs)

@@ -5,6 +5,7 @@ the behaviour-transfer update from what the workers saw."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,13 +41,20 @@ class Request:
     hypothesis: str
     patch: str | None  # None: the user's working-tree diff
     level: str = "quick"
-    restore: bool = False
+    # On ROLLED BACK or FAILED put the checkout's edit back to the head (Rule 3);
+    # False: --keep-checkout (runner.flow.checkout).
+    restore: bool = True
     bucket: str = "K1"
     pairs: int | None = None
     gpus: tuple[int, ...] = ()
     allow_env_mismatch: str | None = None  # compare despite a fingerprint difference (why)
     # Paths outside kernel_source the change may touch (declared; recorded in the round).
     allow_outside: tuple[str, ...] = ()
+    # The last rollback's diagnosis (Rule 7), given with this round: attribution,
+    # root_cause, lesson (``check_diagnosis``); empty: none given.
+    diagnosis: tuple[tuple[str, str], ...] = ()
+    # A targeted round (Rule 3's exception, docs/protocol.md §5.4): judged on these shapes.
+    targeted: tuple[str, ...] = ()
 
 
 def behaviour_transfer(rnd: Round, transfer: TransferCheck, gate: GateResult) -> TransferCheck:
@@ -86,6 +94,66 @@ def check_round_number(campaign: Campaign, n: int) -> None:
             f"round {n} is not the next round: round-{expected - 1} is the last "
             f"closed one, so run `campaign validate --round {expected}` (round numbers "
             "are never reused)"
+        )
+    limit = campaign.manifest.max_iterations
+    if limit is not None and n - 1 > limit:
+        raise ConfigError(
+            f"round {n} would be attempt {n - 1}, past max_iterations {limit}: T3 holds and "
+            "the campaign may end (`campaign report`, docs/protocol.md §7.2); to go on, "
+            f"raise the limit first with `campaign set max_iterations {n - 1} --reason TEXT` "
+            "(recorded in optimize.md)"
+        )
+
+
+def check_new(campaign: Campaign, hypothesis: str, patch: str) -> None:
+    """Rule 7 (upstream's iteration rules): after a rollback the next hypothesis is new.
+    Refuse a hypothesis or a patch identical to a judged round's (ACCEPTED or ROLLED
+    BACK; a FAILED round may be measured again), naming the round."""
+    words = " ".join(hypothesis.split()).casefold()
+    for r in reversed(campaign.results()):
+        if r.status not in (Status.ACCEPTED, Status.ROLLED_BACK):
+            continue
+        if " ".join(r.hypothesis.split()).casefold() == words:
+            raise ConfigError(
+                f"round-{r.round} ({r.status.value}) already tested this hypothesis: state a "
+                "new one, informed by that round's result (Rule 7)"
+            )
+        earlier = campaign.round_dir(r.round) / "candidate.patch"
+        if earlier.is_file() and earlier.read_text("utf-8").strip() == patch.strip():
+            raise ConfigError(
+                f"this patch is round-{r.round}'s ({r.status.value}), byte for byte: a round "
+                "is judged once; change the candidate (Rule 7)"
+            )
+
+
+def check_diagnosis(campaign: Campaign, request: Request) -> int | None:
+    """The rolled-back (or FAILED) round a given diagnosis is about: the last closed
+    round; refused when it was accepted, or without a root cause and a lesson."""
+    given = {k: v for k, v in request.diagnosis if v.strip()}
+    if not given:
+        return None
+    last = campaign.results()[-1]
+    if last.status not in (Status.ROLLED_BACK, Status.FAILED):
+        raise ConfigError(
+            f"--attribution/--root-cause/--lesson diagnose the last rollback, but round-"
+            f"{last.round} is {last.status.value}: leave them out"
+        )
+    if not (given.get("root_cause") and given.get("lesson")):
+        raise ConfigError(
+            f"a diagnosis of round-{last.round}'s rollback needs --root-cause TEXT and "
+            "--lesson TEXT (--attribution is optional)"
+        )
+    return last.round
+
+
+def check_targeted(request: Request, shapes: Sequence[Shape]) -> None:
+    """A targeted round's shapes must be measured at its level (--target-shape LABEL)."""
+    labels = [s.label for s in shapes]
+    unknown = [t for t in request.targeted if t not in labels]
+    if unknown:
+        raise ConfigError(
+            f"--target-shape {', '.join(unknown)}: not a shape of this round's "
+            f"{request.level} level; pick from {', '.join(labels)} (or --level full)"
         )
 
 

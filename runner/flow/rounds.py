@@ -8,7 +8,9 @@ measurement through the executor (A B B A turns of paired local workers, or B C 
 passes of fresh processes; ``runner.flow.measure``) into a temporary folder -> merged pinned
 CSVs -> the gate (more paired passes when it asks) -> artifacts copied into the round
 folder -> kernel snapshot -> records (summary, both logs, result.json last) -> on
-ACCEPTED the lineage commit and ref update, after the records.
+ACCEPTED the lineage commit and ref update, after the records; on ROLLED BACK or
+FAILED the user's checkout back to the lineage head, the edit kept
+(``runner.flow.checkout``), before the records.
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ from runner.core.outcomes import (
 from runner.core.pause_points import pause_point
 from runner.core.shapes import Shape
 from runner.executors.base import BuiltRole, Executor
+from runner.flow.attempts import correctness_only, record_attempt
 from runner.flow.build import built_roles, describe
+from runner.flow.checkout import kept_note, plan_restore, restore_checkout
 from runner.flow.judge_files import check_scope, judge_digests, restore_judge, scope_notes
-from runner.flow.measure import measure_and_judge, measure_roles
+from runner.flow.measure import Comparison, measure_and_judge, measure_roles
 from runner.flow.records import close_round
 from runner.flow.round_context import (
     FocusedTest,
@@ -41,7 +45,10 @@ from runner.flow.round_context import (
 from runner.flow.round_records import (
     Request,
     behaviour_transfer,
+    check_diagnosis,
+    check_new,
     check_round_number,
+    check_targeted,
     current_best,
     failed_result,
     now,
@@ -58,6 +65,7 @@ from runner.store.guard import preflight
 from runner.store.leftovers import job_dir
 from runner.store.lineage import Lineage, snapshot
 from runner.store.manifest import branch_name
+from runner.store.roundfiles import ATTEMPTS, write_diagnosis
 from runner.targets.registry import get_target
 
 MIN_SIGMA = 1e-6
@@ -72,16 +80,24 @@ def validate_round(
         check_round_number(campaign, request.round)
         if not request.hypothesis.strip():
             raise ConfigError("state the hypothesis before the change: --hypothesis TEXT")
+        diagnosed = check_diagnosis(campaign, request)
         lineage = Lineage(
             Path(campaign.manifest.source), campaign.name, branch_name(campaign.manifest)
         )
         patch = request.patch if request.patch is not None else lineage.working_tree_patch()
         touched = lineage.check_patch(patch)
+        check_new(campaign, request.hypothesis, patch)
+        check_targeted(request, level_shapes(campaign.manifest, request.level))
         target = get_target(campaign.manifest.target)
         declared = check_scope(campaign.manifest, target, touched, request.allow_outside)
+        restores = plan_restore(
+            lineage, patch, from_checkout=request.patch is None, restore=request.restore
+        )
         best = current_best(campaign)
         diffs = check_round_comparable(campaign, best.round, request.allow_env_mismatch)
         started = now()
+        if diagnosed is not None:
+            write_diagnosis(campaign, diagnosed, request.round, dict(request.diagnosis))
         with (
             gpu_lease(request.gpus, campaign, request.round),
             job_dir(campaign.root, campaign.name) as tmp,
@@ -90,7 +106,7 @@ def validate_round(
                 campaign, executor, progress, tmp, request.round, request.level,
                 tuple(request.gpus),
             )  # fmt: skip
-            return _validate_in(rnd, request, patch, touched, started, diffs, declared)
+            return _validate_in(rnd, request, patch, touched, started, diffs, declared, restores)
 
 
 def _validate_in(
@@ -101,6 +117,7 @@ def _validate_in(
     started: str,
     diffs: Sequence[FingerprintDiff],
     declared: Sequence[str] = (),
+    restores: bool = False,
 ) -> RoundResult:
     campaign, m = rnd.campaign, rnd.manifest
     best = _open_round(rnd, request, patch, diffs)
@@ -127,8 +144,10 @@ def _validate_in(
     except (MeasurementFailed, Tampered) as exc:
         why = "\n".join([str(exc), *notes])
         failed = failed_result(rnd, request, patch, touched, started, best, why)
+        failed.reasons.extend(_checkout_after(rnd, request, patch, touched, restores))
         close_round(campaign, failed, progress=rnd.step)
         return failed
+    _refuse_incorrect(rnd, request, patch, gate, notes)
     commit = None
     message = ""
     if gate.decision.accepted:
@@ -144,13 +163,32 @@ def _validate_in(
     transfer.benchmark_gain_pct = round(gate.delta_pct, 3)
     transfer.estimated_real_gain_pct = 0.0 if report.rejects else round(gate.delta_pct, 3)
     result.transfer = behaviour_transfer(rnd, transfer, gate)
+    result.reasons.extend([] if commit else _checkout_after(rnd, request, patch, touched, restores))
     close_round(campaign, result, progress=rnd.step)
     if commit:
         pause_point("advance")
         lineage.advance(commit, head, move_branch=m.git_commit)
-    elif request.restore:
-        lineage.restore_user_tree(touched)
     return result
+
+
+def _refuse_incorrect(
+    rnd: Round, request: Request, patch: str, gate: GateResult, notes: Sequence[str]
+) -> None:
+    """Rule 6: a candidate vetoed only by its failed focused test is a failed attempt of
+    this round, not a round (``runner.flow.attempts``); ``notes``: the scope notes."""
+    if not gate.decision.accepted and correctness_only(gate.reasons):
+        why = [*gate.reasons, *notes]
+        raise record_attempt(rnd.campaign, rnd.round, request.hypothesis, patch, why)
+
+
+def _checkout_after(
+    rnd: Round, request: Request, patch: str, touched: list[str], restores: bool
+) -> list[str]:
+    """After a rollback or failure: the checkout back to the lineage head, the edit
+    kept (``runner.flow.checkout``); the lines for the round's reasons."""
+    if restores:
+        return [restore_checkout(rnd.campaign, rnd.lineage, rnd.round, patch, touched)]
+    return [kept_note(rnd.round)] if request.patch is None else []
 
 
 def _open_round(
@@ -160,8 +198,11 @@ def _open_round(
     a recorded override of a blocking environment difference; returns the current best."""
     campaign = rnd.campaign
     round_dir = campaign.round_dir(rnd.round)
-    shutil.rmtree(round_dir, ignore_errors=True)
-    round_dir.mkdir(parents=True)
+    if round_dir.is_dir():  # its failed attempts (Rule 6) stay
+        for path in round_dir.iterdir():
+            if path.name != ATTEMPTS:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+    round_dir.mkdir(parents=True, exist_ok=True)
     rnd.step("candidate tree")
     write_atomic(round_dir / "candidate.patch", patch)
     best = current_best(campaign)
@@ -208,7 +249,8 @@ def _measure_and_judge(
         samples = 2 * (request.pairs or m.pairs)
         trees = {"incumbent": inc_tree, "candidate": cand_tree}
         try:
-            got = measure_and_judge(rnd, trees, shapes, samples, vetoes=vetoes)
+            how = Comparison(targeted=request.targeted)
+            got = measure_and_judge(rnd, trees, shapes, samples, vetoes=vetoes, how=how)
         except FocusedTestFailed as exc:  # it ran beside the workers' start-up
             return veto_only(rnd, [*vetoes, failed + exc.tail], shapes)
     return got.gate, got.reference, got.candidate

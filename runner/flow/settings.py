@@ -19,6 +19,7 @@ from runner.store.gate_ledger import (
     CONSTANTS_FIELD,
     CONSTANTS_VALUE,
     GATE_FIELDS,
+    LOOP_FIELDS,
     SETTABLE,
     constant_problems,
     field_problems,
@@ -83,6 +84,22 @@ def _constants_line(campaign: Campaign, value: str, entry: dict[str, Any] | None
     return f"gate constants: {old} -> {current_digest()[:12]} (`campaign set`)"
 
 
+def _set_loop_field(campaign: Campaign, field: str, value: str, reason: str) -> str:
+    """A field of the loop (``max_iterations``): validated, saved, and its change
+    appended to optimize.md; the gate ledger is not touched (the verdict does not
+    depend on it)."""
+    m = campaign.manifest
+    data = m.model_dump()
+    old = data.get(field)
+    data[field] = parse_value(value)
+    new = validate_manifest(data, f"campaign set {field}")
+    line = f"loop field {field}: {old} -> {getattr(new, field)} (`campaign set`); reason: {reason}"
+    append_correction(campaign.optimize_log, line)
+    campaign.manifest = new
+    campaign.save_manifest()
+    return line
+
+
 def set_gate_field(campaign: Campaign, field: str, value: str, reason: str) -> str:
     """``campaign set``: change one gate field (or take the running code's gate
     constants) as a recorded, deliberate change.  Refused while a record does not
@@ -94,6 +111,8 @@ def set_gate_field(campaign: Campaign, field: str, value: str, reason: str) -> s
         raise ConfigError("say why the field changes: --reason TEXT (it is recorded)")
     with campaign.lock():
         verify_records(campaign)
+        if field in LOOP_FIELDS:
+            return _set_loop_field(campaign, field, value, reason.strip())
         entry = last_entry(campaign)
         _check_others(campaign, field, entry)
         if field == CONSTANTS_FIELD:

@@ -159,7 +159,15 @@ def score_row(row: Row, metric_column: str, csv: BenchCSV) -> ShapeScore:
         backward=_finite(row, csv.schema.backward_metric),
         forward_ms=_finite(row, FORWARD_TIME),
         backward_ms=_finite(row, BACKWARD_TIME),
+        snr=_worst_snr(row),
     )
+
+
+def _worst_snr(row: Row) -> float | None:
+    """The smallest finite ``*_snr`` of a row (the output furthest from its reference)."""
+    found = [_finite(row, c) for c in row.values if c.endswith("_snr")]
+    kept = [v for v in found if v is not None]
+    return min(kept) if kept else None
 
 
 def score(csv: BenchCSV, metric: Metric | str = Metric.AUTO) -> Score:

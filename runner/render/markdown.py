@@ -189,12 +189,22 @@ def shape_table(score: Score, best: Score | None = None, *, delta: bool = True) 
         ref = best_by.get(s.label)
         row = [s.label, s.check, scale.num(s.forward), scale.num(s.backward)]
         row += [scale.num(s.value)] if show_metric else []
+        row += [latency_cell(s)]
         if delta:
             row.append(fmt_pct(pct_change(s.value, ref.value if ref else None)))
+        row.append(f"{s.snr:.1f}" if s.snr is not None else "—")
         rows.append(row)
     metric = [scale.label(score.metric)] if show_metric else []
-    headers = ["Shape", "Check", *(scale.label(d) for d in diag), *metric]
-    return md_table([*headers, *(["Δ vs current best"] if delta else [])], rows)
+    headers = ["Shape", "Check", *(scale.label(d) for d in diag), *metric, "Latency fwd / bwd (ms)"]
+    return md_table([*headers, *(["Δ vs current best"] if delta else []), "SNR (dB, worst)"], rows)
+
+
+def latency_cell(s: ShapeScore | None) -> str:
+    """Rule 4's per-shape latency: forward / backward milliseconds."""
+    if s is None or s.forward_ms is None:
+        return "—"
+    bwd = f" / {s.backward_ms:.4g}" if s.backward_ms is not None else ""
+    return f"{s.forward_ms:.4g}{bwd}"
 
 
 def _info_rows(m: Manifest) -> list[list[str]]:
@@ -373,6 +383,23 @@ def _t3(manifest: Manifest, results: Sequence[RoundResult]) -> tuple[bool, str]:
     )
 
 
+def termination_checks(
+    manifest: Manifest,
+    results: Sequence[RoundResult],
+    *,
+    peak_fraction: float | None = None,
+    peak_goal: float = 0.8,
+    user_stop: bool = False,
+) -> list[tuple[bool, str]]:
+    """T1-T4 (docs/protocol.md §7.2), each (met, its line with the figures)."""
+    return [
+        _t1(manifest, _best(results), peak_fraction),
+        _t2(peak_fraction, peak_goal),
+        _t3(manifest, results),
+        (user_stop, f"T4 user asked to stop: {'YES' if user_stop else 'no'}"),
+    ]
+
+
 def render_termination_check(
     manifest: Manifest,
     results: Sequence[RoundResult],
@@ -382,12 +409,9 @@ def render_termination_check(
     user_stop: bool = False,
 ) -> str:
     """The Termination Check block (docs/protocol.md §7.2): T1-T4 and the verdict."""
-    checks = [
-        _t1(manifest, _best(results), peak_fraction),
-        _t2(peak_fraction, peak_goal),
-        _t3(manifest, results),
-        (user_stop, f"T4 user asked to stop: {'YES' if user_stop else 'no'}"),
-    ]
+    checks = termination_checks(
+        manifest, results, peak_fraction=peak_fraction, peak_goal=peak_goal, user_stop=user_stop
+    )
     held = [f"T{i}" for i, (ok, _) in enumerate(checks, 1) if ok]
     verdict = (
         f"the campaign may end ({', '.join(held)} holds)"

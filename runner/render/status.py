@@ -40,6 +40,7 @@ from runner.judge.gate import accept_threshold
 from runner.render.chain import check_chain
 from runner.render.figures import fmt_gain, scale_for, short_text
 from runner.render.headline import Headline, headline_gain
+from runner.render.termination import termination_check
 from runner.store.acceptance import load_acceptance
 from runner.store.campaign import Campaign
 from runner.store.gate_ledger import check_gate_fields, describe_constants
@@ -49,14 +50,18 @@ from runner.store.leases import list_leases
 from runner.store.leftovers import describe_attempt, describe_leftovers
 from runner.store.lineage import Lineage
 from runner.store.manifest import branch_name
+from runner.store.roundfiles import describe_attempts, has_diagnosis
 
+# Rule 7's escalation table in upstream's words (iteration_rules.mdc, checked at
+# Primus-Turbo a6a16cdc), each led by the name of the step due.
 ESCALATION: dict[int, str] = {
-    1: "diagnose the rollback and try another approach to the same bottleneck",
-    2: "stagnation review: full re-profile of the representative shapes (rocprofv3, "
-    "rocprof-compute) before the next hypothesis",
-    3: "inspect the generated ISA of the kernel (register pressure, spills, MFMA use, "
-    "waits) before the next hypothesis",
-    4: "compare with the state-of-the-art kernel for this op and consider a different approach",
+    1: "re-analyse: diagnose the failure, try another approach to the same bottleneck",
+    2: "profile: stagnation review, full re-profile of the representative shapes "
+    "(rocprofv3 + rocprof-compute), re-classify the bottleneck before the next hypothesis",
+    3: "ISA: inspect the generated ISA of the kernel (register pressure, spills, MFMA use, "
+    "waits), compare against a reference before the next hypothesis",
+    4: "state of the art: compare with the state-of-the-art kernel for this op and consider "
+    "a fundamentally different approach",
 }
 
 
@@ -122,6 +127,10 @@ class CampaignStatus:
     running: dict[str, Any] | None = None  # the campaign lock's holder: pid, command, started
     acceptance: dict[str, Any] | None = None  # the last `campaign accept`: see acceptance_facts
     checkout: dict[str, Any] = field(default_factory=dict)  # see checkout_facts
+    # the termination check after the last round (runner.render.termination): its lines
+    termination: list[str] = field(default_factory=list)
+    may_end: bool = False  # some of T1-T4 holds
+    undiagnosed: list[int] = field(default_factory=list)  # rollbacks in a row, no diagnosis
 
     def to_dict(self) -> dict[str, Any]:
         step = self.escalation
@@ -156,6 +165,8 @@ class CampaignStatus:
             "running": self.running,
             "acceptance": self.acceptance,
             "checkout": dict(self.checkout),
+            "termination": {"lines": list(self.termination), "may_end": self.may_end},
+            "undiagnosed": list(self.undiagnosed),
             "extra": {k: v for k, v in self.extra},
         }
 
@@ -287,13 +298,15 @@ def glance(campaign: Campaign) -> dict[str, Any]:
 
 
 def collect_status(campaign: Campaign) -> CampaignStatus:
-    status = summarise(
-        campaign.name, str(campaign.root), campaign.results(), unclosed_rounds(campaign)
-    )
+    results = campaign.results()
+    status = summarise(campaign.name, str(campaign.root), results, unclosed_rounds(campaign))
     status.record_problems = check_records(campaign) + check_gate_fields(campaign)
     status.gate_fields = describe_gate_fields(campaign)
     status.gate_constants = describe_constants(campaign)
-    status.unclosed_why = {n: describe_attempt(campaign.round_dir(n)) for n in status.unclosed}
+    status.unclosed_why = {
+        n: describe_attempts(campaign.round_dir(n)) or describe_attempt(campaign.round_dir(n))
+        for n in status.unclosed
+    }
     status.leftovers = describe_leftovers(
         campaign.root, campaign.name, Path(campaign.manifest.source)
     )
@@ -304,10 +317,19 @@ def collect_status(campaign: Campaign) -> CampaignStatus:
     if behind:
         status.leftovers.insert(0, f"lineage: {behind}")
     status.extra.extend(lease_lines())
+    streak = sorted(results, key=lambda r: r.round)[-status.consecutive_rollbacks :]
+    status.undiagnosed = [
+        r.round
+        for r in (streak if status.consecutive_rollbacks else [])
+        if not has_diagnosis(campaign.round_dir(r.round))
+    ]
     facts = glance(campaign)
     status.sigma_g, status.threshold_pct = facts["sigma_g"], facts["threshold_pct"]
     status.running, status.acceptance = facts["running"], facts["acceptance"]
     status.checkout = facts["checkout"]
+    if status.baseline_aggregate is not None:
+        check = termination_check(campaign.manifest, results, status.consecutive_rollbacks)
+        status.termination, status.may_end = check.lines(), bool(check.held)
     status.extra.extend(BuildCache.for_campaign(campaign.root).status_lines())
     return status
 
@@ -410,7 +432,20 @@ def render_status(s: CampaignStatus) -> str:
         *([f"checkout: {s.checkout['note']}"] if s.checkout else []),
         f"consecutive rollbacks: {s.consecutive_rollbacks}",
         f"escalation: {_escalation_line(s)}",
+        *(
+            [
+                f"undiagnosed rollbacks: {', '.join(f'round-{n}' for n in s.undiagnosed)} (Rule 7: "
+                "give --root-cause and --lesson with the next validate)"
+            ]
+            if s.undiagnosed
+            else []
+        ),
         f"next: {_next_line(s)}",
+        *(
+            ["termination check:", *(f"  {line}" for line in s.termination)]
+            if s.termination
+            else []
+        ),
         f"unclosed rounds: {', '.join(f'round-{n}' for n in s.unclosed) or 'none'}",
         *(f"round-{n} stopped: {why}" for n, why in sorted(s.unclosed_why.items())),
         f"chain integrity: {chain}",

@@ -68,7 +68,10 @@ GATE_FIELDS = (
 # campaign's (the only VALUE it takes).
 CONSTANTS_FIELD = "gate_constants"
 CONSTANTS_VALUE = "current"
-SETTABLE = (*GATE_FIELDS, CONSTANTS_FIELD)
+# Fields of the loop, not of the verdict: `campaign set` records their change in
+# optimize.md, never in the gate ledger (``max_iterations``: T3 of docs/protocol.md §7.2).
+LOOP_FIELDS = ("max_iterations",)
+SETTABLE = (*GATE_FIELDS, CONSTANTS_FIELD, *LOOP_FIELDS)
 CONSTANTS_SET = f"`campaign set {CONSTANTS_FIELD} {CONSTANTS_VALUE} --reason TEXT`"
 # How the problem line of changed constants starts (``constant_problems``).
 CONSTANTS_PROBLEM = "the gate's constants of this turbo-campaign differ"

@@ -4,7 +4,9 @@ Each accepted round is one commit whose parent is the previous accepted round's 
 (a strictly linear chain from the campaign's base commit).  The chain head is kept in
 ``refs/campaigns/<campaign>/head``; with ``git_commit`` the optimisation branch is
 moved to it as well.  Incumbent and candidate are always measured from fresh
-worktrees, never from the user's checkout; a rollback changes nothing in the target.
+worktrees, never from the user's checkout; a rollback moves no ref of the lineage (the
+user's checkout is put back to the head by ``runner.flow.checkout``, the failed change
+kept under ``refs/campaigns/<campaign>/rolled-back/round-N``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import contextlib
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -213,13 +216,40 @@ class Lineage:
         return self.git("rev-parse", f"{commit}^")
 
     def restore_user_tree(self, paths: list[str]) -> None:
-        """``--restore``: put the touched files of the user's tree back to the head."""
+        """Put the touched files of the user's checkout back to the head (after a rolled
+        back round, docs/protocol.md §6.7); their index entries back to the checkout's
+        HEAD, as before the edit."""
         head = self.head()
         tracked = [p for p in paths if _exists(self, head, p)]
         if tracked:
             self.git("checkout", head, "--", *tracked)
+            if self.git("rev-parse", "--verify", "-q", "HEAD", check=False):
+                self.git("reset", "-q", "HEAD", "--", *tracked)
         for p in set(paths) - set(tracked):
             (self.source / p).unlink(missing_ok=True)
+
+    def tree_of(self, patch: str) -> str:
+        """The git tree of the head with ``patch`` applied (through a private index:
+        no checkout, worktree or ref is touched); two patches are the same change when
+        their trees are the same."""
+        head = self.head()
+        if not patch.strip():
+            return self.git("rev-parse", f"{head}^{{tree}}")
+        with tempfile.TemporaryDirectory(prefix="turbo-index-") as tmp:
+            env = {**_git_env(), "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            run(["git", "read-tree", head], cwd=self.source, env=env)
+            run(["git", "apply", "--cached", "--whitespace=nowarn", "-"], cwd=self.source,
+                env=env, input_text=patch)  # fmt: skip
+            return run(["git", "write-tree"], cwd=self.source, env=env).stdout.strip()
+
+    def keep_change(self, name: str, patch: str, message: str) -> str:
+        """Keep ``patch``, a change the lineage did not take, as a commit on the head
+        under ``refs/campaigns/<campaign>/<name>`` (no checkout touched); returns the
+        ref."""
+        commit = self.git("commit-tree", self.tree_of(patch), "-p", self.head(), "-m", message)
+        ref = f"refs/campaigns/{self.campaign}/{name}"
+        self.git("update-ref", ref, commit)
+        return ref
 
     def linear_history(self, base: str) -> list[str]:
         """Commits from base (exclusive) to head; raises if the chain is not linear."""

@@ -39,3 +39,8 @@ def optimize_title(manifest: Manifest) -> str:
 
 def history_marker(n: int) -> str:
     return f"### round-{n} — "
+
+
+# The block `campaign report` appends once, at the end, when the campaign may end
+# (upstream's optimize-loop.md: "### Termination Check" then "## Final Report").
+TERMINATION_MARKER = "### Termination Check"

@@ -26,6 +26,7 @@ from runner.store.guard import verify_records
 from runner.store.leftovers import ATTEMPT
 from runner.store.log_format import (
     BASELINE_MARKER,
+    TERMINATION_MARKER,
     history_marker,
     optimize_title,
     trend_header,
@@ -104,6 +105,21 @@ def write_round_records(
         pause_point("records")
         campaign.save_result(result)
         (campaign.round_dir(result.round) / ATTEMPT).unlink(missing_ok=True)
+
+
+def append_final_report(campaign: Campaign, text: str) -> bool:
+    """Append the Termination Check and the Final Report (``text``) to the end of
+    optimize.md, once: False when the block already follows the last round's entry
+    (a later round, then a later end, appends again)."""
+    head = optimize_title(campaign.manifest)
+    verify(campaign.optimize_log, expected_prefix=head)
+    data = campaign.optimize_log.read_text("utf-8")
+    closed = campaign.closed_rounds()
+    at = data.rfind("\n" + history_marker(max(closed))) if closed else 0
+    if "\n" + TERMINATION_MARKER + "\n" in data[max(at, 0) :]:
+        return False
+    append(campaign.optimize_log, text, expected_prefix=head)
+    return True
 
 
 def append_log_correction(

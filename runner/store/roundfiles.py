@@ -10,9 +10,11 @@ from pathlib import Path
 from runner.core.files import copy_plain_tree, write_atomic, write_json_atomic
 from runner.core.outcomes import GateResult
 from runner.core.pause_points import pause_point
+from runner.store.appendlog import append
 from runner.store.campaign import Campaign
 from runner.store.fingerprint_check import record_fingerprint
 from runner.store.leftovers import PARTIAL_ARTIFACTS
+from runner.store.log_format import optimize_title
 
 
 def describe_patch(patch: str, touched: list[str]) -> str:
@@ -64,3 +66,51 @@ def store_artifacts(
 def artifact_list(campaign: Campaign, n: int) -> list[str]:
     root = campaign.artifacts_dir(n)
     return sorted(str(p.relative_to(campaign.root)) for p in root.glob("*") if p.is_file())
+
+
+# ---- failed attempts of an open round (Rule 6: runner.flow.attempts) ---------------
+ATTEMPTS = "attempts"
+
+
+def list_attempts(round_dir: Path) -> list[Path]:
+    """``rounds/round-N/attempts/attempt-K`` folders, in order."""
+    folder = round_dir / ATTEMPTS
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.iterdir() if p.name.removeprefix("attempt-").isdigit()]
+    return sorted(found, key=lambda p: int(p.name.removeprefix("attempt-")))
+
+
+def describe_attempts(round_dir: Path) -> str | None:
+    """An open round's failed attempts in words (None: none)."""
+    attempts = list_attempts(round_dir)
+    if not attempts:
+        return None
+    n = round_dir.name.removeprefix("round-")
+    return (
+        f"{len(attempts)} failed attempt(s), correctness FAIL (Rule 6: not a round, not a "
+        f"rollback; {round_dir / ATTEMPTS}): fix the candidate and run `campaign validate "
+        f"--round {n}` again"
+    )
+
+
+# ---- a rollback's diagnosis (Rule 7), given with the next round ---------------------
+DIAGNOSIS = "diagnosis.json"
+
+
+def has_diagnosis(round_dir: Path) -> bool:
+    return (round_dir / DIAGNOSIS).is_file()
+
+
+def write_diagnosis(campaign: Campaign, n: int, by: int, fields: dict[str, str]) -> None:
+    """Round ``n``'s rollback diagnosis, given with round ``by``: ``diagnosis.json`` in
+    its folder (beside its closed records, which stay as they are) and an entry at the
+    end of optimize.md."""
+    write_json_atomic(campaign.round_dir(n) / DIAGNOSIS, {"round": n, "given_with": by, **fields})
+    lines = [f"- {k.replace('_', ' ').capitalize()}: {' '.join(v.split())}"
+             for k, v in fields.items() if v]  # fmt: skip
+    append(
+        campaign.optimize_log,
+        f"\n#### round-{n} rollback diagnosis (given with round-{by})\n" + "\n".join(lines) + "\n",
+        expected_prefix=optimize_title(campaign.manifest),
+    )

@@ -1,0 +1,189 @@
+"""Upstream's loop rules, mechanised (issue 48; Primus-Turbo's iteration_rules.mdc and
+optimize-loop.md, checked at a6a16cdc).  The termination check as a step of the loop
+(docs/protocol.md §7.2): `status` shows it, a round past max_iterations is refused until
+`campaign set` raises the limit (recorded), and `campaign report` appends the
+Termination Check and the Final Report to optimize.md once, at the end.  Rule 7: a
+hypothesis or patch already judged is refused.  A real campaign folder of the example
+package with synthetic closed rounds (no round is measured)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from campaign_helpers import run_cli, tiny_campaign
+
+from runner.cli.rounds_cmd import print_termination
+from runner.core.errors import ConfigError
+from runner.core.outcomes import (
+    Decision,
+    GateResult,
+    RollbackAnalysis,
+    RoundResult,
+    Score,
+    ShapeScore,
+    Status,
+)
+from runner.flow.records import close_round
+from runner.flow.report import write_report
+from runner.flow.round_context import level_shapes
+from runner.flow.round_records import (
+    Request,
+    check_diagnosis,
+    check_new,
+    check_round_number,
+    check_targeted,
+)
+from runner.render.final_report import render_final_report
+from runner.render.markdown import shape_table
+from runner.render.status import collect_status
+from runner.store.appendlog import verify
+from runner.store.campaign import Campaign
+from runner.store.records import append_final_report
+from runner.store.roundfiles import write_diagnosis
+
+METRIC = "Combined Step TFLOPS"
+BASE = Score(METRIC, 100.0, (ShapeScore("a", "PASS", 100.0, 100.0, 100.0),), 1, 0)
+
+
+def _round(n: int, status: Status) -> RoundResult:
+    gate = None
+    if n > 1:
+        decision = Decision.ACCEPTED if status is Status.ACCEPTED else Decision.ROLLED_BACK
+        gate = GateResult(decision, METRIC, 1.0, 1.0, -1.0, (), (), ())
+    rollback = RollbackAnalysis("c", "e", "a", "r", "l") if status is Status.ROLLED_BACK else None
+    return RoundResult(
+        round=n, status=status, level="full" if n == 1 else "quick", hypothesis=f"idea {n}",
+        change="k.py", description=f"idea {n}", started="2026-12-03 10:00",
+        finished="2026-12-03 10:05", test_command="t", benchmark_command="b", score=BASE,
+        baseline=BASE, best=None if n == 1 else BASE, gate=gate, rollback=rollback,
+    )  # fmt: skip
+
+
+def _campaign(root: Path, closed: list[Status], **fields: object) -> Campaign:
+    campaign = tiny_campaign(root, "term", baseline=False, **fields)
+    for n, status in enumerate(closed, start=1):
+        campaign.snapshot_dir(n).mkdir(parents=True)
+        close_round(campaign, _round(n, status))
+    return Campaign.load(campaign.root)
+
+
+def test_a_round_past_max_iterations_is_refused_until_the_limit_is_raised(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    statuses = [Status.BASELINE, Status.ROLLED_BACK, Status.ROLLED_BACK]
+    campaign = _campaign(tmp_path, statuses, max_iterations=2)
+    with pytest.raises(ConfigError, match=r"past max_iterations 2.*campaign set max_iterations 3"):
+        check_round_number(campaign, 4)
+    root = ["--campaigns-root", str(campaign.root.parent)]
+    code, out = run_cli([*root, "status"], capsys)
+    assert code == 0, out
+    assert "T3 max_iterations: MET — 2 of 2 attempt rounds used" in out
+    assert "rollbacks in a row: 2 (a stagnation review is due, not a stop)" in out
+    assert "verdict: the campaign may end (T3 holds)" in out
+    assert "escalation: step 2: profile: stagnation review" in out  # Rule 7, upstream's step
+    assert "undiagnosed rollbacks: round-2, round-3 (Rule 7" in out
+    print_termination(campaign)  # what `validate` prints after its round
+    out = capsys.readouterr().out
+    assert out.startswith("termination check:\n  T1 performance target: not set\n"), out
+    assert "  verdict: the campaign may end (T3 holds)" in out
+    code, out = run_cli([*root, "set", "max_iterations", "3", "--reason", "one more idea"], capsys)
+    assert code == 0, out
+    campaign = Campaign.load(campaign.root)
+    assert campaign.manifest.max_iterations == 3
+    assert "loop field max_iterations: 2 -> 3" in campaign.optimize_log.read_text("utf-8")
+    verify(campaign.optimize_log)
+    check_round_number(campaign, 4)
+
+
+def test_report_appends_the_termination_check_and_final_report_once_at_the_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    campaign = _campaign(tmp_path, [Status.BASELINE, Status.ROLLED_BACK], max_iterations=5)
+    before = campaign.optimize_log.read_bytes()
+    code, out = run_cli(["--campaigns-root", str(campaign.root.parent), "report"], capsys)
+    assert code == 0 and "termination check: none of T1-T4 holds" in out, out
+    assert campaign.optimize_log.read_bytes() == before
+    assert write_report(campaign, user_stop=True, when="2026-12-03 11:00").appended
+    assert not append_final_report(campaign, "\n### Termination Check\n")  # once only
+    text = campaign.optimize_log.read_text("utf-8")
+    assert text.count("\n### Termination Check\n") == 1 and text.count("\n## Final Report (") == 1
+    block = text.split("\n### Termination Check\n", 1)[1]
+    assert "- T3 max_iterations reached: ❌ (T3 max_iterations: NOT MET — 1 of 5" in block
+    assert "- T4 user requested stop: ✅" in block and "-> Satisfied condition(s): T4" in block
+    assert block.index("-> Satisfied") < block.index("## Final Report (")
+    verify(campaign.optimize_log)
+
+
+def test_a_hypothesis_or_patch_already_judged_is_refused_naming_the_round(tmp_path: Path) -> None:
+    campaign = _campaign(tmp_path, [Status.BASELINE, Status.ROLLED_BACK, Status.FAILED])
+    (campaign.round_dir(2) / "candidate.patch").write_text("diff --git a/k b/k\n+x\n")
+    with pytest.raises(ConfigError, match=r"round-2 \(ROLLED BACK\) already tested"):
+        check_new(campaign, "  Idea   2 ", "other")
+    with pytest.raises(ConfigError, match=r"this patch is round-2's \(ROLLED BACK\)"):
+        check_new(campaign, "a new idea", "diff --git a/k b/k\n+x\n")
+    check_new(campaign, "idea 3", "other")  # round-3 FAILED: it may be measured again
+
+
+def test_a_rollback_diagnosis_is_given_with_the_next_round(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """validate --root-cause/--lesson (--attribution) fill the last rollback's diagnosis:
+    its diagnosis.json and an optimize.md entry; status then no longer lists it."""
+    campaign = _campaign(tmp_path, [Status.BASELINE, Status.ROLLED_BACK])
+    given = (("attribution", "the fp64 path"), ("root_cause", "2x FLOPs"), ("lesson", "fp32"))
+    assert collect_status(campaign).undiagnosed == [2]
+    with pytest.raises(ConfigError, match="needs --root-cause TEXT and --lesson TEXT"):
+        check_diagnosis(campaign, Request(3, "h", None, diagnosis=given[:2]))
+    assert check_diagnosis(campaign, Request(3, "h", None)) is None
+    assert check_diagnosis(campaign, Request(3, "h", None, diagnosis=given)) == 2
+    write_diagnosis(campaign, 2, 3, dict(given))
+    assert collect_status(campaign).undiagnosed == []
+    log = campaign.optimize_log.read_text("utf-8")
+    assert "#### round-2 rollback diagnosis (given with round-3)\n- Attribution: the fp64" in log
+    assert "- Root cause: 2x FLOPs\n- Lesson: fp32\n" in log
+    verify(campaign.optimize_log)
+    argv = ["--campaigns-root", str(campaign.root.parent), "validate", "--round", "3",
+            "--hypothesis", "h", "--root-cause", "x"]  # fmt: skip
+    code, out = run_cli(argv, capsys)
+    assert code == 2 and "round-2's rollback needs --root-cause TEXT and --lesson" in out, out
+    accepted = _campaign(tmp_path / "b", [Status.BASELINE, Status.ACCEPTED])
+    with pytest.raises(ConfigError, match="round-2 is ACCEPTED: leave them out"):
+        check_diagnosis(accepted, Request(3, "h", None, diagnosis=given))
+
+
+def test_the_shape_table_has_latency_delta_and_snr_per_shape() -> None:
+    """Rule 4: summary.md's results per shape: TFLOPS, latency, delta, SNR."""
+    cand = Score(
+        METRIC, 120.0, (ShapeScore("a", "PASS", 120.0, 150.0, 100.0, 1.25, 2.5, 38.2),), 1, 0
+    )
+    table = shape_table(cand, BASE)
+    header, _, row = table.splitlines()[:3]
+    assert "Latency fwd / bwd (ms)" in header and "Δ vs current best" in header
+    assert "SNR (dB, worst)" in header
+    assert "1.25 / 2.5" in row and "+20.000%" in row and "38.2" in row
+
+
+def test_a_targeted_round_names_measured_shapes(tmp_path: Path) -> None:
+    """validate --target-shape LABEL (Rule 3's exception): a label the round's level does
+    not measure is refused up front; a measured one is carried to the gate
+    (runner.flow.measure.Comparison.targeted)."""
+    campaign = _campaign(tmp_path, [Status.BASELINE])
+    shapes = level_shapes(campaign.manifest, "full")
+    label = shapes[0].label
+    check_targeted(Request(2, "h", None, level="full", targeted=(label,)), shapes)
+    with pytest.raises(ConfigError, match=r"--target-shape nope: not a shape of this round's full"):
+        check_targeted(Request(2, "h", None, level="full", targeted=(label, "nope")), shapes)
+
+
+def test_the_final_report_has_latency_and_snr_per_shape(tmp_path: Path) -> None:
+    """Rule 4 in the report: the final best's latency and SNR beside each shape's change."""
+    campaign = _campaign(tmp_path, [Status.BASELINE])
+    best = ShapeScore("a", "PASS", 120.0, 150.0, 100.0, 1.25, 2.5, 38.2)
+    final = replace(_round(2, Status.ACCEPTED), score=Score(METRIC, 120.0, (best,), 1, 0))
+    text = render_final_report(campaign, [*campaign.results(), final], None, "2026-12-03 12:00")
+    table = text.split("### Baseline vs final best")[1]
+    header, _, row = table.split("\n\n")[2].splitlines()[:3]
+    assert "Final latency fwd / bwd (ms)" in header and "Final SNR (dB, worst)" in header
+    assert [c.strip() for c in row.split("|")[4:7]] == ["+20.000%", "1.25 / 2.5", "38.2"]
