@@ -2,7 +2,7 @@
 gfx942 in every round, side by side in the round's records, with warnings.
 
 One real round (module fixture) on a copy of the session's ``slow_tiny`` campaign: its
-candidate plants 256 x 256 tiles in the example's FP8 GEMM config, which needs 128 KiB of
+candidate plants 256 x 512 tiles in the example's FP8 GEMM config, which needs 98 KiB of
 LDS on gfx942 (64 KiB): summary.md, ``campaign show``, the MCP answer and the report flag
 it, ``campaign isa`` diffs it.  The compiles (two, a few seconds each) run beside the
 round's measurement.  The parsers are tested on small texts written here in the format
@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from campaign_helpers import run_cli
+from campaign_helpers import MANIFEST, manifest, run_cli
 
+from runner.core.errors import ConfigError
 from runner.core.isa_facts import parse_amdgcn, parse_ptx, warnings
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.factory import make_executor
-from runner.flow.kernel_facts import triton_version
+from runner.flow.kernel_facts import facts_arch, triton_version
 from runner.flow.rounds import Request, validate_round
 from runner.render.analysis_status import analysis_lines
 from runner.store.campaign import Campaign
@@ -31,7 +32,7 @@ from runner.store.campaign import Campaign
 KERNEL = "turbo_kernels/triton/gemm_fp8_kernel.py"
 NAME = "_gemm_fp8_blockwise_kernel"
 TILES = '    "BLOCK_M": 128,\n    "BLOCK_N": 128,\n'
-BIG_TILES = '    "BLOCK_M": 256,\n    "BLOCK_N": 256,\n'
+BIG_TILES = '    "BLOCK_M": 256,\n    "BLOCK_N": 512,\n'
 
 needs_triton = pytest.mark.skipif(triton_version() is None, reason="needs torch and triton")
 
@@ -56,7 +57,7 @@ def planted(
         pytest.skip("needs torch and triton")
     campaign = Campaign.load(copy_campaign(slow_tiny, tmp_path_factory.mktemp("facts") / "c", "t"))
     patch = _planted_patch(Path(campaign.manifest.source))
-    request = Request(2, "256 x 256 tiles load more per K step", patch, allow_outside=(KERNEL,))
+    request = Request(2, "256 x 512 tiles load more per K step", patch, allow_outside=(KERNEL,))
     result = validate_round(
         campaign, make_executor(campaign.manifest), request, progress=lambda _m: None
     )
@@ -76,6 +77,7 @@ def test_a_planted_lds_overflow_is_flagged_in_the_round_summary(
     summary = campaign.summary_path(2).read_text(encoding="utf-8")
     assert "## Kernel facts" in summary and "gfx942" in summary
     assert f"WARNING {NAME}: over the LDS limit" in summary
+    assert f"WARNING {NAME}: new spills: vgpr_spill 0 -> " in summary
     row = f"| LDS / shared bytes | {inc['facts']['shared_bytes']} | {cand['facts']['shared_bytes']}"
     assert row in summary
     # the record of the (rolled-back or accepted) round carries them
@@ -221,3 +223,12 @@ def test_status_names_profile_after_two_rollbacks_and_isa_after_three(slow_tiny:
     three = dict(analysis_lines([*one, _rolled(3, facts, base), _rolled(4, None, base)], 3, "c"))
     assert three["analysis isa"].endswith("campaign isa --round 4 --campaign c")
     assert three["facts round-4"].startswith("none recorded")
+
+
+def test_the_facts_arch_defaults_to_gfx942_and_an_old_manifest_loads() -> None:
+    assert "facts_gpu" not in MANIFEST  # a manifest written before the field
+    assert facts_arch(manifest()) == "gfx942"
+    assert facts_arch(manifest(target_gpu="gfx950")) == "gfx950"
+    assert facts_arch(manifest(target_gpu="gfx950", facts_gpu="sm90")) == "sm90"
+    with pytest.raises(ConfigError, match="kernel facts compile for gfx942, gfx950, sm90"):
+        manifest(facts_gpu="gfx90a")

@@ -25,7 +25,7 @@ def _ptxas(ptx: str, arch: int | str) -> str:
     try:
         from triton.backends.nvidia.compiler import get_ptxas
 
-        tool = get_ptxas()
+        tool = get_ptxas(int(arch))  # Triton 3.6: the ptxas for that arch
         path = getattr(tool, "path", tool)
     except Exception:  # no NVIDIA backend or no bundled ptxas: PTX counts only
         return ""

@@ -118,8 +118,7 @@ def _compile(campaign: Campaign, tree: Path, rel: str, arch: str, triton: str) -
            "--arch", arch, "--out", str(tmp)]  # fmt: skip
     if m.granularity:
         cmd += ["--granularity", m.granularity]
-    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), *inherited])}
+    env = {**os.environ, "PYTHONPATH": tree_pythonpath(tree)}
     tmp.parent.mkdir(parents=True, exist_ok=True)
     try:
         run(cmd, env=env, cwd=tree, timeout=COMPILE_TIMEOUT_S)
@@ -132,6 +131,18 @@ def _compile(campaign: Campaign, tree: Path, rel: str, arch: str, triton: str) -
     except OSError:  # another process cached it first
         shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def tree_pythonpath(tree: Path) -> str:
+    """``tree`` first, then this runner's root and the caller's own entries (absolute:
+    the subprocess runs in ``tree``)."""
+    import runner
+
+    root = str(Path(runner.__file__).resolve().parent.parent)
+    inherited = [
+        str(Path(p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
+    ]
+    return os.pathsep.join(dict.fromkeys([str(tree), root, *inherited]))
 
 
 class FactsUnavailable(Exception):

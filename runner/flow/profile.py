@@ -32,6 +32,7 @@ from runner.core.errors import CommandFailed, ConfigError
 from runner.core.files import write_atomic
 from runner.core.outcomes import Status
 from runner.core.processes import run
+from runner.flow.kernel_facts import tree_pythonpath
 from runner.render.profile_table import parse_ncu_raw, parse_rocprof, parse_torch, table_markdown
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
@@ -150,6 +151,7 @@ def profile_round(
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir(parents=True)
             env = {**os.environ, **target.job_env(tree, m.target_op, m.target_backend), **env_words}
+            env["PYTHONPATH"] = tree_pythonpath(tree)
             cmd = wrapped(tool, argv, out, launches)
             try:
                 done = run(cmd, cwd=tree, env=env, timeout=timeout, check=False)
