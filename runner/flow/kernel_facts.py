@@ -121,7 +121,7 @@ def _compile(campaign: Campaign, tree: Path, rel: str, arch: str, triton: str) -
     env = {**os.environ, "PYTHONPATH": tree_pythonpath(tree)}
     tmp.parent.mkdir(parents=True, exist_ok=True)
     try:
-        run(cmd, env=env, cwd=tree, timeout=COMPILE_TIMEOUT_S)
+        run(cmd, env=env, cwd=tree, timeout=COMPILE_TIMEOUT_S, die_with_parent=True)
     except (CommandFailed, InfrastructureError) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         tail = str(exc).strip().splitlines()[-1:] or ["(no output)"]
