@@ -232,3 +232,17 @@ def test_the_facts_arch_defaults_to_gfx942_and_an_old_manifest_loads() -> None:
     assert facts_arch(manifest(target_gpu="gfx950", facts_gpu="sm90")) == "sm90"
     with pytest.raises(ConfigError, match="kernel facts compile for gfx942, gfx950, sm90"):
         manifest(facts_gpu="gfx90a")
+
+
+def test_a_tournament_entry_gets_its_own_pair_of_roles_and_warnings() -> None:
+    from runner.flow.kernel_facts import for_role
+
+    k = {"facts": {"shared_bytes": 32768, "vgpr_spill": 0}}
+    big = {"facts": {"shared_bytes": 98304, "vgpr_spill": 0}}
+    roles = {"incumbent": {"k": k}, "candidate-1": {"k": k}, "candidate-2": {"k": big}}
+    facts = {"arch": "gfx942", "triton": "3.6.0", "warnings": ["all roles"], "roles": roles}
+    one, two = for_role(facts, "candidate-1"), for_role(facts, "candidate-2")
+    assert one["roles"] == {"incumbent": {"k": k}, "candidate": {"k": k}} and one["warnings"] == []
+    assert two["warnings"] == ["k: over the LDS limit: 98304 B of 65536 B on gfx942 "
+                               "(it fails to launch there: OutOfResources)"]  # fmt: skip
+    assert for_role(facts, "candidate-3")["roles"] == {}

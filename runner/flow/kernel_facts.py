@@ -182,12 +182,29 @@ def round_facts(campaign: Campaign, trees: dict[str, Path]) -> dict[str, Any]:
         return out
     if not any(out["roles"].values()):
         out["note"] = "no kernel facts: the campaign's files hold no Triton kernel"
-    inc = out["roles"].get("incumbent", {})
-    for role in [r for r in out["roles"] if r != "incumbent"] or ["incumbent"]:
-        for name, entry in out["roles"][role].items():
-            old = inc.get(name, {}).get("facts") if role != "incumbent" else None
-            out["warnings"] += [f"{name}: {w}" for w in warnings(arch, old, entry["facts"])]
+    out["warnings"] = _warnings(arch, out["roles"])
     return out
+
+
+def _warnings(arch: str, roles: dict[str, Any]) -> list[str]:
+    """Each candidate role's kernels against the incumbent's (one role: its own)."""
+    inc = roles.get("incumbent", {})
+    said = []
+    for role in [r for r in roles if r != "incumbent"] or ["incumbent"]:
+        for name, entry in roles.get(role, {}).items():
+            old = inc.get(name, {}).get("facts") if role != "incumbent" else None
+            said += [f"{name}: {w}" for w in warnings(arch, old, entry["facts"])]
+    return said
+
+
+def for_role(facts: dict[str, Any], role: str) -> dict[str, Any]:
+    """The record of one candidate ``role`` of a measurement of several (a tournament's
+    entry): the incumbent and that role as "candidate", with their warnings."""
+    roles = facts.get("roles") or {}
+    if role not in roles:
+        return {**facts, "roles": {}, "warnings": []}
+    pair = {"incumbent": roles.get("incumbent", {}), "candidate": roles[role]}
+    return {**facts, "roles": pair, "warnings": _warnings(str(facts.get("arch")), pair)}
 
 
 class FactsJob:

@@ -30,7 +30,7 @@ from runner.core.shapes import Shape
 from runner.executors.base import BuiltRole, Executor
 from runner.flow.build import built_roles, describe
 from runner.flow.judge_files import check_scope, judge_digests, restore_judge, scope_notes
-from runner.flow.kernel_facts import FactsJob, save_isa
+from runner.flow.kernel_facts import FactsJob
 from runner.flow.measure import measure_and_judge, measure_roles
 from runner.flow.records import close_round
 from runner.flow.round_context import (
@@ -42,6 +42,7 @@ from runner.flow.round_context import (
 )
 from runner.flow.round_records import (
     Request,
+    attach_facts,
     behaviour_transfer,
     check_round_number,
     current_best,
@@ -143,7 +144,7 @@ def _validate_in(
     if builds:
         result.reasons.append(describe(builds))
     result.reasons.extend(notes)
-    _attach_facts(rnd, result, facts)
+    attach_facts(rnd, result, facts)
     transfer.benchmark_gain_pct = round(gate.delta_pct, 3)
     transfer.estimated_real_gain_pct = 0.0 if report.rejects else round(gate.delta_pct, 3)
     result.transfer = behaviour_transfer(rnd, transfer, gate)
@@ -154,12 +155,6 @@ def _validate_in(
     elif request.restore:
         lineage.restore_user_tree(touched)
     return result
-
-
-def _attach_facts(rnd: Round, result: RoundResult, facts: dict[str, Any]) -> None:
-    """The round's kernel facts into its record, each role's ISA under profiles/round-N/."""
-    save_isa(rnd.campaign, rnd.round, facts)
-    result.kernel_facts = facts
 
 
 def _open_round(
