@@ -118,7 +118,8 @@ def _compile(campaign: Campaign, tree: Path, rel: str, arch: str, triton: str) -
            "--arch", arch, "--out", str(tmp)]  # fmt: skip
     if m.granularity:
         cmd += ["--granularity", m.granularity]
-    env = {**os.environ, "PYTHONPATH": tree_pythonpath(tree)}
+    # nothing written into the role's tree (the round proves each tree unchanged)
+    env = {**os.environ, "PYTHONPATH": tree_pythonpath(tree), "PYTHONDONTWRITEBYTECODE": "1"}
     tmp.parent.mkdir(parents=True, exist_ok=True)
     try:
         run(cmd, env=env, cwd=tree, timeout=COMPILE_TIMEOUT_S, die_with_parent=True)
