@@ -97,6 +97,8 @@ FILE_SECONDS = {
     "test_tamper.py": 90,  # a round and a full validation on demo copies, failed before a turn
     "test_build_cache.py": 60,  # real C builds through the local executor
     "test_progress.py": 45,
+    "test_kernel_facts.py": 60,  # * one round, its two gfx942 compiles beside the measurement
+    "test_profile.py": 25,  # * the torch profiler over one shape of the fullbench
     "test_gpu_patches.py": 45,
     "test_docker_executor.py": 40,
     "test_slurm_executor.py": 60,

@@ -73,7 +73,7 @@ def blocked_run(
     )  # fmt: skip
 
 
-WORKER_SIDE = modules("bench", "ops", "targets", "core",
+WORKER_SIDE = modules("bench", "analyze", "ops", "targets", "core",
                       top=("worker", "fullbench", "cachesim"))  # fmt: skip
 HOST_SIDE = modules("cli", "flow", "judge", "store", "render", "portable", "executors")
 

@@ -108,7 +108,7 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 # docs/architecture.md §2 rule 5, top to bottom: a package imports only those below it
 LAYERS = ("__main__", "cli", "portable", "flow", "render", "executors", "store", "judge",
-          "fullbench", "worker", "bench", "cachesim", "ops", "targets", "core",
+          "fullbench", "worker", "bench", "cachesim", "analyze", "ops", "targets", "core",
           "runner")  # fmt: skip
 
 

@@ -13,6 +13,7 @@ import click
 
 from runner import __version__
 from runner.cli import (
+    analysis_cmd,
     bundle_cmd,
     demo_cmd,
     history_cmd,
@@ -58,6 +59,7 @@ for _module in (
     report_cmd,
     bundle_cmd,
     settings_cmd,
+    analysis_cmd,
 ):
     for _command in _module.COMMANDS:
         cli.add_command(_command)

@@ -12,6 +12,7 @@ from runner.core.csv_schema import CHECK, LABEL, BenchCSV, Row, Schema, get_sche
 from runner.core.errors import ConfigError
 from runner.core.outcomes import RoundResult
 from runner.render.headline import headline_gain
+from runner.render.kernel_facts import facts_lines
 from runner.render.status import glance
 from runner.store.campaign import Campaign
 
@@ -111,6 +112,11 @@ class RoundReport(BaseModel):
     summary_path: str
     summary_md: str = Field(description="The text of rounds/round-N/summary.md.")
     result: dict[str, Any] = Field(description="rounds/round-N/result.json (RoundResult).")
+    kernel_facts: list[str] = Field(
+        default_factory=list,
+        description="The ISA facts of both roles, incumbent -> candidate per kernel, and "
+        "their warnings (over the LDS limit, new spills, occupancy down): docs/analysis.md.",
+    )
 
 
 class TournamentEntry(BaseModel):
@@ -215,4 +221,5 @@ def round_report(campaign: Campaign, n: int) -> RoundReport:
         summary_path=str(path),
         summary_md=text,
         result=result.to_dict(),
+        kernel_facts=facts_lines(result.kernel_facts),
     )

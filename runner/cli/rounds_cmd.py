@@ -78,6 +78,20 @@ def print_result(result: RoundResult, campaign: Campaign) -> None:
     for reason in result.reasons:
         click.echo(f"  - {reason.splitlines()[0] if reason else reason}")
     click.echo(f"  summary: {campaign.summary_path(result.round)}")
+    _print_analysis(result, campaign)
+
+
+def _print_analysis(result: RoundResult, campaign: Campaign) -> None:
+    """The round's kernel facts, and the ANALYZE commands its rollbacks call for."""
+    from runner.render.analysis_status import analysis_lines
+    from runner.render.kernel_facts import facts_lines
+    from runner.render.status import consecutive_rollbacks
+
+    for line in facts_lines(result.kernel_facts):
+        click.echo(f"  {line}")
+    results = campaign.results()
+    for key, line in analysis_lines(results, consecutive_rollbacks(results), campaign.name)[:2]:
+        click.echo(f"  {key}: {line}")
 
 
 def print_round_json(campaign: Campaign, n: int) -> None:

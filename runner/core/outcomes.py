@@ -264,6 +264,9 @@ class RoundResult:
     # sha256 of the gate constants that judged it (runner.judge.gate_constants: the
     # digest docs/gate-constants.jsonl names); None in a result written before
     gate_constants: str | None = None
+    # The ISA facts of both roles (runner.flow.kernel_facts.round_facts: arch, triton,
+    # roles, warnings, note); None in a result written before docs/analysis.md
+    kernel_facts: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -294,6 +297,8 @@ class RoundResult:
             out["tournament"] = self.tournament.to_dict()
         if self.gate_constants is not None:
             out["gate_constants"] = self.gate_constants
+        if self.kernel_facts is not None:
+            out["kernel_facts"] = self.kernel_facts
         return out
 
     @classmethod
@@ -323,4 +328,5 @@ class RoundResult:
             commit=d.get("commit"),
             tournament=TournamentNote.from_dict(d["tournament"]) if d.get("tournament") else None,
             gate_constants=d.get("gate_constants"),
+            kernel_facts=d.get("kernel_facts"),
         )

@@ -22,6 +22,7 @@ from runner.core.outcomes import (
 )
 from runner.core.shapes import Shape
 from runner.core.timestamps import now_minute
+from runner.flow.kernel_facts import save_isa
 from runner.flow.measure import pairing_words
 from runner.flow.passes import fresh_gains, state_report
 from runner.flow.round_context import Round
@@ -230,6 +231,15 @@ def round_result(
         rollback=rollback,
         commit=commit,
     )
+
+
+def attach_facts(rnd: Round, result: RoundResult, facts: dict[str, Any] | None) -> None:
+    """The round's kernel facts into its record, each role's ISA under profiles/round-N/
+    (``runner.flow.kernel_facts``, docs/analysis.md)."""
+    if facts is None:
+        return
+    save_isa(rnd.campaign, rnd.round, facts)
+    result.kernel_facts = facts
 
 
 def failed_result(

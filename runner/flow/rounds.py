@@ -18,6 +18,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed, Tampered
 from runner.core.files import write_atomic, write_json_atomic
@@ -33,6 +34,7 @@ from runner.flow.attempts import correctness_only, record_attempt
 from runner.flow.build import built_roles, describe
 from runner.flow.checkout import kept_note, plan_restore, restore_checkout
 from runner.flow.judge_files import check_scope, judge_digests, restore_judge, scope_notes
+from runner.flow.kernel_facts import FactsJob
 from runner.flow.measure import Comparison, measure_and_judge, measure_roles
 from runner.flow.records import close_round
 from runner.flow.round_context import (
@@ -44,6 +46,7 @@ from runner.flow.round_context import (
 )
 from runner.flow.round_records import (
     Request,
+    attach_facts,
     behaviour_transfer,
     check_diagnosis,
     check_new,
@@ -138,7 +141,7 @@ def _validate_in(
             rnd.judge_expect[cand_tree] = judge_digests(m, inc_tree, touched)
             write_json_atomic(rnd.tmp / "audit.json", report.to_dict())
             roles = {"incumbent": inc_tree, "candidate": cand_tree}
-            gate, inc_score, cand_score, builds = _guarded(
+            gate, inc_score, cand_score, builds, facts = _guarded(
                 rnd, request, roles, touched, shapes, vetoes
             )
     except (MeasurementFailed, Tampered) as exc:
@@ -160,6 +163,7 @@ def _validate_in(
     if builds:
         result.reasons.append(describe(builds))
     result.reasons.extend(notes)
+    attach_facts(rnd, result, facts)
     transfer.benchmark_gain_pct = round(gate.delta_pct, 3)
     transfer.estimated_real_gain_pct = 0.0 if report.rejects else round(gate.delta_pct, 3)
     result.transfer = behaviour_transfer(rnd, transfer, gate)
@@ -219,16 +223,18 @@ def _guarded(
     touched: list[str],
     shapes: list[Shape],
     vetoes: list[str],
-) -> tuple[GateResult, Score, Score, list[BuiltRole]]:
+) -> tuple[GateResult, Score, Score, list[BuiltRole], dict[str, Any]]:
     """Build both roles, each tree read-only to the other's builds and jobs, then
     measure and judge under the proof that each role ran its own files
-    (``runner.flow.build``, ``runner.flow.tamper_check.proof``)."""
+    (``runner.flow.build``, ``runner.flow.tamper_check.proof``); the roles' kernel
+    facts compile beside it (``runner.flow.kernel_facts``, docs/analysis.md)."""
     inc_tree, cand_tree = roles["incumbent"], roles["candidate"]
+    facts_job = FactsJob(rnd.campaign, roles)
     with built_roles(rnd, roles, touched) as builds, proof(rnd, roles):
         gate, inc_score, cand_score = _measure_and_judge(
             rnd, request, inc_tree, cand_tree, shapes, vetoes
         )
-    return gate, inc_score, cand_score, builds
+    return gate, inc_score, cand_score, builds, facts_job.result()
 
 
 def _measure_and_judge(

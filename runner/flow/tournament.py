@@ -31,10 +31,12 @@ from runner.core.pause_points import pause_point
 from runner.executors.base import BuiltRole, Executor
 from runner.flow.build import built_roles, describe
 from runner.flow.judge_files import check_scope, judge_digests, restore_judge, scope_notes
+from runner.flow.kernel_facts import FactsJob, for_role
 from runner.flow.records import close_round
 from runner.flow.round_context import Progress, Round, gpu_lease, level_shapes
 from runner.flow.round_records import (
     Request,
+    attach_facts,
     behaviour_transfer,
     check_round_number,
     current_best,
@@ -156,6 +158,7 @@ def _run(rnd: Round, entries: list[Entry], started: str) -> list[RoundResult]:
         roles = {"incumbent": inc_tree, **{e.role: e.tree for e in live if e.tree}}
         guarded = tuple(roles)  # no role may write any other's tree
         builds: list[BuiltRole] = []
+        facts_job = FactsJob(rnd.campaign, roles)  # beside the measurement (docs/analysis.md)
         try:
             builds = _build(rnd, stack, roles, live)
             before = snapshot_trees(roles)
@@ -174,6 +177,9 @@ def _run(rnd: Round, entries: list[Entry], started: str) -> list[RoundResult]:
                 raise cause
         except (MeasurementFailed, Tampered) as exc:
             failed_all = str(exc)
+        facts = facts_job.result()
+        for entry in live:
+            entry.facts = for_role(facts, entry.role)
     if builds:
         for entry in live:
             entry.notes.append(describe(builds))
@@ -292,6 +298,7 @@ def _judged_result(
     result = round_result(view, entry.request, entry.patch, entry.touched, started, gate, cand, inc,
                           best, commit if won else None)  # fmt: skip
     result.reasons.extend(entry.notes)
+    attach_facts(view, result, entry.facts)
     result.attribution += (
         f"; judged in a tournament: one incumbent beside every candidate of rounds "
         f"{span}, each candidate in its own workers and tree"

@@ -19,6 +19,7 @@ import yaml
 from runner.core.outcomes import RoundResult, Score, Status
 from runner.core.stats import stdev
 from runner.render.figures import DASH, Scale, fmt_gain, fmt_pct, score_scale
+from runner.render.kernel_facts import facts_lines
 from runner.render.mdhtml import LinkMap, to_html
 
 TIME_FORMAT = "%Y-%m-%d %H:%M"
@@ -157,6 +158,17 @@ def _diff(r: RoundResult, round_dir: Path) -> str:
     )
 
 
+def _kernel_facts(r: RoundResult) -> str:
+    """Incumbent -> candidate ISA facts and their warnings (docs/analysis.md)."""
+    lines = facts_lines(r.kernel_facts)
+    if not lines:
+        return ""
+    return (
+        f'<details class="kernel-facts" open><summary>{h(lines[0])}</summary>'
+        f"<pre><code>{h(chr(10).join(lines[1:]))}</code></pre></details>"
+    )
+
+
 def round_section(r: RoundResult, round_dir: Path, scale: Scale, link: LinkMap) -> str:
     heads = ["Shape", "Check", scale.label("Forward " + scale.base),
              scale.label("Backward " + scale.base)]  # fmt: skip
@@ -187,6 +199,7 @@ def round_section(r: RoundResult, round_dir: Path, scale: Scale, link: LinkMap) 
         f"{table(heads, _shape_rows(r, scale), ' class=shapes')}"
         f"{_evidence(r) if r.status is not Status.BASELINE else ''}"
         f"{_diff(r, round_dir)}"
+        f"{_kernel_facts(r)}"
         f"<details><summary>summary.md</summary>{summary_html}</details></section>"
     )
 

@@ -37,6 +37,7 @@ from runner.core.errors import CampaignError
 from runner.core.outcomes import GateResult, RoundResult, Status
 from runner.executors.build_cache import BuildCache
 from runner.judge.gate import accept_threshold
+from runner.render.analysis_status import analysis_lines
 from runner.render.chain import check_chain
 from runner.render.figures import fmt_gain, scale_for, short_text
 from runner.render.headline import Headline, headline_gain
@@ -331,6 +332,9 @@ def collect_status(campaign: Campaign) -> CampaignStatus:
         check = termination_check(campaign.manifest, results, status.consecutive_rollbacks)
         status.termination, status.may_end = check.lines(), bool(check.held)
     status.extra.extend(BuildCache.for_campaign(campaign.root).status_lines())
+    status.extra.extend(  # docs/analysis.md §4: profile after 2 rollbacks, ISA after 3
+        analysis_lines(campaign.results(), status.consecutive_rollbacks, campaign.name)
+    )
     return status
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from runner.core.outcomes import GateResult, RoundResult, Status, TransferCheck
 from runner.render.figures import DASH, fmt_gain, fmt_pct, scale_for
+from runner.render.kernel_facts import facts_markdown
 from runner.render.markdown import (
     aggregate_over,
     decision_reasons,
@@ -237,6 +238,7 @@ def render_summary(result: RoundResult, manifest: Manifest) -> str:
         "Results": _results(result),
         "Decision": _decision(result),
         "Tournament": _tournament(result),
+        "Kernel facts": facts_markdown(result.kernel_facts),
         "Attribution": "n/a (baseline)" if _is_baseline(result) else result.attribution,
         "Next direction": result.next_direction,
         "Rollback Analysis": _rollback(result),

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from runner.core.errors import ConfigError
 from runner.core.files import write_atomic
+from runner.core.isa_facts import ARCHS
 from runner.core.timestamps import is_minute_stamp
 from runner.core.versions import require_schema_version
 
@@ -233,6 +234,9 @@ class Manifest(BaseModel):
     # The local image id (sha256:...) of ``image`` when the campaign was created: the
     # docker executor runs exactly this image, whatever the tag points at later.
     image_id: str | None = None
+    # The arch whose ISA facts every round records (docs/analysis.md): None takes
+    # target_gpu where the compiler has it, else gfx942 (a manifest without it loads).
+    facts_gpu: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -277,6 +281,14 @@ class Manifest(BaseModel):
                 "use an architecture code: gfx942 (MI300X/MI325X), gfx950 (MI350X/MI355X), "
                 "sm90 (H100/H200), another gfxNNN/smNN code, or cpu"
             )
+        return v
+
+    @field_validator("facts_gpu")
+    @classmethod
+    def _facts_gpu(cls, v: str | None) -> str | None:
+        if v is not None and v not in ARCHS:
+            known = ", ".join(sorted(ARCHS))
+            raise ValueError(f"kernel facts compile for {known}: use one of them")
         return v
 
     @field_validator("source")
