@@ -152,7 +152,6 @@ def _validate_in(
         return failed
     _refuse_incorrect(rnd, request, patch, gate, notes)
     commit = None
-    message = ""
     if gate.decision.accepted:
         rnd.step("lineage commit")
         message = commit_message(m, rnd.round, request.hypothesis, gate)
