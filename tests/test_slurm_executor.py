@@ -25,6 +25,7 @@ from runner.core import processes as cmd
 from runner.core.errors import ConfigError, InfrastructureError
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings, save_spec
+from runner.core.startup import isolated_python
 from runner.executors import slurm_scripts
 from runner.executors.base import WorkerJob
 from runner.executors.container import containment_args, safe_name
@@ -87,7 +88,9 @@ def test_task_script_native(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(slurm_scripts, "clean_env", lambda job: {"PATH": "/bin", **job.env})
     job = _job(Path("/shared/r"), prepare=(("pip", "install", "-e", "."),))
     text = task_script(job, python="/venv/bin/python")
-    lines = text.splitlines()
+    worker = shlex.join(isolated_python("/venv/bin/python", "runner.worker",
+                                        ["/shared/r/spec.json", "/shared/r/out dir"]))  # fmt: skip
+    lines = text.replace(worker, "WORKER").splitlines()  # started isolated: BOOT's lines
     assert lines[0] == "#!/bin/bash"
     assert "out='/shared/r/out dir'" in lines
     assert 'exec >"$out/job.log" 2>&1' in lines
@@ -100,7 +103,7 @@ def test_task_script_native(monkeypatch: pytest.MonkeyPatch) -> None:
         '"${iso[@]}" pip install -e . || finish "$?"',
         "echo '$ ''/venv/bin/python -m runner.worker /shared/r/spec.json "
         "'\"'\"'/shared/r/out dir'\"'\"''",
-        '"${iso[@]}" /venv/bin/python -m runner.worker /shared/r/spec.json \'/shared/r/out dir\'',
+        '"${iso[@]}" WORKER',
         'finish "$?"',
     ]  # fmt: skip
 

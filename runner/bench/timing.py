@@ -10,6 +10,7 @@ Worker-side: imports torch lazily, never pydantic.
 from __future__ import annotations
 
 import time
+import types
 from collections.abc import Callable
 
 from runner.bench.timing_result import Timing
@@ -41,8 +42,29 @@ class ClockTampered(RuntimeError):
     """The measured code replaced a clock of the ``time`` module."""
 
 
+def not_builtin(clocks: dict[str, object]) -> list[str]:
+    """The names in ``clocks`` whose function is not the ``time`` module's own C
+    builtin of that name (a Python wrapper, another clock under its name): the clock
+    guard's check that what it holds is real before it trusts it (issue 46 item 3: a
+    start-up hook that ran before the harness could have replaced them first)."""
+    return [
+        name for name, fn in clocks.items()
+        if not isinstance(fn, types.BuiltinFunctionType) or fn.__name__ != name
+        or not isinstance(fn.__self__, types.ModuleType) or fn.__self__.__name__ != "time"
+    ]  # fmt: skip
+
+
 def check_clocks() -> None:
-    """Raise ``ClockTampered`` if any clock of ``time`` is not the one seen at import."""
+    """Raise ``ClockTampered`` if a clock the runner holds is not the C builtin, or
+    any clock of ``time`` is not the one seen at import."""
+    fake = not_builtin({**_REAL_CLOCKS, "perf_counter": perf_counter,
+                        "process_time": process_time})  # fmt: skip
+    if fake:
+        raise ClockTampered(
+            "clock guard: time." + ", time.".join(fake) + " is not the interpreter's C "
+            "builtin (replaced before the harness started: a start-up hook such as a "
+            "sitecustomize or a .pth file); refusing to time with it"
+        )
     changed = [name for name, real in _REAL_CLOCKS.items() if getattr(time, name, None) is not real]
     if changed:
         raise ClockTampered(
@@ -54,6 +76,7 @@ def check_clocks() -> None:
 
 def measure(fn: Callable[[], object], settings: TimingSettings, device: str) -> Timing:
     """Time ``fn`` on ``device`` ("cpu" or "cuda:N"/"cuda")."""
+    check_clocks()  # the clocks it holds are the C builtins before it trusts them
     use_gpu = settings.engine == "gpu" or (settings.engine == "auto" and device != "cpu")
     if use_gpu:
         from runner.bench.gpu import measure_gpu

@@ -20,6 +20,7 @@ from runner.core.errors import MeasurementFailed
 from runner.core.pause_points import ENV_NAMES as PAUSE_ENV_NAMES
 from runner.core.processes import run, start
 from runner.core.spec import SOURCE_ENV
+from runner.core.startup import SYSPATH_ENV, isolated_python, syspath
 from runner.executors.base import (
     BuildJob,
     BuiltRole,
@@ -61,8 +62,11 @@ def clean_env(job: WorkerJob) -> dict[str, str]:
         env.update(jit_env(job.jit_cache))
     env.update(job.env)
     runner_root = str(Path(runner.__file__).resolve().parent.parent)
-    paths = [p for p in (env.get("PYTHONPATH", ""), runner_root) if p]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
+    own = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (own, runner_root) if p)  # its children
+    # The worker itself starts isolated (runner.core.startup): the harness first on its
+    # path, then the standard library, then the job's own paths and its tree.
+    env[SYSPATH_ENV] = syspath(runner_root, [*own.split(os.pathsep), job.source_dir])
     env[SOURCE_ENV] = str(job.source_dir)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
@@ -221,12 +225,13 @@ class LocalExecutor:
         env = clean_env(job)
         with log_path.open("w", encoding="utf-8") as log:
             code = self._prepare(job, env, log)
-            worker = [self.python, "-m", "runner.worker", "--serve", str(job.spec_path)]
-            log.write(f"$ {' '.join(worker)} {job.out_dir}\n")
+            args = ["--serve", str(job.spec_path), str(job.out_dir)]
+            worker = isolated_python(self.python, "runner.worker", args)
+            log.write(f"$ {self.python} -m runner.worker {' '.join(args)} (isolated)\n")
         if code:
             return LiveWorker(job.name, job.out_dir, log_path, None, code)
         proc = start(
-            _isolated(job, [*worker, str(job.out_dir)]),
+            _isolated(job, worker),
             cwd=job.source_dir,
             env=env,
             stderr_path=log_path,
@@ -242,9 +247,11 @@ class LocalExecutor:
             code = self._prepare(job, env, log)
             if code:
                 return JobOutcome(job.name, code, job.out_dir, log_path)
-            worker = [self.python, "-m", "runner.worker", str(job.spec_path), str(job.out_dir)]
+            args = [str(job.spec_path), str(job.out_dir)]
+            worker = isolated_python(self.python, "runner.worker", args)
             proc = run(_isolated(job, worker), cwd=job.source_dir, env=env, check=False,
                        timeout=job.timeout_s, die_with_parent=True,
                        pass_fds=held_fds())  # fmt: skip
-            log.write(f"$ {' '.join(worker)}\n{proc.stdout}\n")
+            shown = " ".join([self.python, "-m", "runner.worker", *args])
+            log.write(f"$ {shown} (isolated: runner.core.startup)\n{proc.stdout}\n")
         return JobOutcome(job.name, proc.returncode, job.out_dir, log_path)

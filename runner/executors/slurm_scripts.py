@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from runner.core.spec import SOURCE_ENV
+from runner.core.startup import isolated_python
 from runner.executors.base import BuildJob, WorkerJob
 from runner.executors.container import (
     CONTAINER_OUT,
@@ -156,9 +157,10 @@ def _native_body(job: WorkerJob, python: str) -> list[str]:
     for step in job.prepare:
         lines.append(f"echo '$ '{shlex.quote(shlex.join(step))}")
         lines.append(f'"${{iso[@]}}" {shlex.join(step)} || finish "$?"')
-    worker = [python, "-m", "runner.worker", os.fspath(job.spec_path), os.fspath(job.out_dir)]
-    lines.append(f"echo '$ '{shlex.quote(shlex.join(worker))}")
-    lines.append(f'"${{iso[@]}}" {shlex.join(worker)}')
+    args = [os.fspath(job.spec_path), os.fspath(job.out_dir)]
+    shown = [python, "-m", "runner.worker", *args]  # started isolated (runner.core.startup)
+    lines.append(f"echo '$ '{shlex.quote(shlex.join(shown))}")
+    lines.append(f'"${{iso[@]}}" {shlex.join(isolated_python(python, "runner.worker", args))}')
     lines.append('finish "$?"')
     return lines
 

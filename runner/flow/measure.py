@@ -50,7 +50,7 @@ from runner.flow.passes import (
     write_merged,
 )
 from runner.flow.progress import PairWatch, pair_seconds
-from runner.flow.round_context import Round
+from runner.flow.round_context import Round, level_shapes, round_probe
 from runner.flow.sharding import (
     BCCB,
     detect_vendor,
@@ -65,6 +65,7 @@ from runner.flow.sharding import (
 )
 from runner.judge.gate import decide, promising, required_pairs
 from runner.judge.measuring_caps import CAP_PAIRS, MAX_PAIRS, PROMISING_PAIRS, ROUND_CAP_S
+from runner.judge.probe import GUARD, PROBE_PREFIX, is_probe
 from runner.judge.scoring import score
 from runner.ops.info import op_info
 from runner.render.figures import fmt_gain
@@ -434,13 +435,57 @@ def judge(
         gate = heldout_flag(gate, m.heldout_shapes)
         gain = fresh_gains(paths[ref_role], paths[cand_role])
         inflated = inflation_veto(gate, gain, m.sigma_g or 0.0)
-        if inflated:
+        late = [v for v in (inflated, probe_veto(rnd, ref_score, cand_score, gate)) if v]
+        if late:
             gate = decide(
-                ref_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=[*vetoes, inflated],
-                final=final, targeted_shapes=how.targeted,
+                ref_score, cand_score, sigma_g=m.sigma_g, pairs=pairs,
+                vetoes=[*vetoes, *late], final=final, targeted_shapes=how.targeted,
             )  # fmt: skip
+        gate = name_probe(gate)
     csvs = {ref_role: ref, cand_role: cand}
     return Judged(gate, ref_score, cand_score, {k: list(v) for k, v in paths.items()}, csvs)
+
+
+def name_probe(gate: GateResult) -> GateResult:
+    """A probe shape the gate's own per-shape rule refused (it regressed) named as
+    the unannounced-shape guard's finding, first among the reasons."""
+    if gate.decision.accepted or any(r.startswith(GUARD) for r in gate.reasons):
+        return gate
+    hit = [
+        s.label
+        for s in gate.shapes
+        if is_probe(s.label) and any(s.label in r for r in gate.reasons)
+    ]
+    if not hit:
+        return gate
+    note = (f"{GUARD}: the candidate lost on {hit[0]}, a shape no file listed before the "
+            "round: a change tuned to the listed shapes (docs/protocol.md §5.7)")  # fmt: skip
+    return replace(gate, reasons=(note, *gate.reasons))
+
+
+def probe_veto(rnd: Round, ref: Score, cand: Score, gate: GateResult) -> str | None:
+    """The unannounced-shape guard (``runner.judge.probe``): a quick round's probe
+    shape judged against the listed shapes by the held-out rule of final acceptance
+    (``runner.flow.acceptance_checks.heldout_check``); the veto's words, or None."""
+    from runner.flow.acceptance_checks import heldout_check
+
+    measured = [label for label in ref.by_label() if is_probe(label)]
+    if not measured or not gate.decision.accepted:
+        return None
+    # the round whose number drew it (a tournament's entries share its first round's)
+    drawn = measured[0].removeprefix(PROBE_PREFIX + "r").split("-", 1)[0]
+    probe = round_probe(rnd.manifest, rnd.level, int(drawn)) if drawn.isdigit() else None
+    if probe is None or probe.label != measured[0]:
+        return None
+    work = {s.label: s.flops_fwd for s in [*level_shapes(rnd.manifest, rnd.level), probe]}
+    check = heldout_check(ref, cand, [probe.label], work, gate, rnd.manifest.sigma_g)
+    if check is None or check.ok:
+        return None
+    return (
+        f"{GUARD}: the gain does not hold on {probe.label}, a shape no file listed before "
+        f"the round (its M moved from {probe.params.get('probe_of')}): a change tuned to "
+        f"the listed shapes (docs/protocol.md §5.7): {check.detail}"
+    )
 
 
 __all__ = [

@@ -31,6 +31,7 @@ from runner.executors.jit_cache import (
 from runner.flow.host import job_in, read_memory_log, run_job
 from runner.flow.paired import supports_paired
 from runner.flow.progress import Progress, StepStarted
+from runner.judge.probe import probe_shape
 from runner.store.campaign import Campaign
 from runner.store.leases import acquire
 from runner.store.leftovers import note_step
@@ -234,8 +235,10 @@ def all_shapes(m: Manifest) -> list[Shape]:
     return shapes_by_label(m.shape_set, m.target_shapes, "target_shapes")
 
 
-def level_shapes(m: Manifest, level: str) -> list[Shape]:
-    """The shapes a round measures: never a held-out one (``campaign accept`` does)."""
+def level_shapes(m: Manifest, level: str, round_n: int | None = None) -> list[Shape]:
+    """The shapes a round measures: never a held-out one (``campaign accept`` does);
+    a quick VALIDATE round (``round_n``) also measures its unannounced shape
+    (``round_probe``)."""
     held = set(m.heldout_shapes)
     shapes = [s for s in all_shapes(m) if s.label not in held]
     if level == "full":
@@ -245,7 +248,19 @@ def level_shapes(m: Manifest, level: str) -> list[Shape]:
     if not m.representative_shapes:
         raise ConfigError("no representative shapes yet: run `campaign baseline` first")
     chosen = set(m.representative_shapes)
-    return [s for s in shapes if s.label in chosen]
+    probe = round_probe(m, level, round_n) if round_n is not None else None
+    return [s for s in shapes if s.label in chosen] + ([probe] if probe else [])
+
+
+def round_probe(m: Manifest, level: str, round_n: int) -> Shape | None:
+    """Round ``round_n``'s unannounced shape at the quick level (``runner.judge.probe``;
+    none at the full level, which measures every target), drawn from the campaign's name
+    and base commit and the round number; written nowhere before the round."""
+    if level != "quick" or round_n < 2 or not m.representative_shapes:
+        return None
+    rep = shapes_by_label(m.shape_set, m.representative_shapes, "representative_shapes")
+    known = [*shape_set(m.shape_set), *all_shapes(m)]
+    return probe_shape(rep, known, round_n, f"{m.campaign_name}:{m.base_commit}")
 
 
 # ---- passes --------------------------------------------------------------------------

@@ -126,7 +126,7 @@ def _validate_in(
     best = _open_round(rnd, request, patch, diffs)
     lineage = rnd.lineage
     head = lineage.head()
-    shapes = level_shapes(m, request.level)
+    shapes = level_shapes(m, request.level, rnd.round)
     notes: list[str] = []
     try:
         with lineage.worktree(head) as inc_tree, lineage.worktree(head, patch) as cand_tree:

@@ -27,6 +27,7 @@ from typing import Protocol
 from runner.core.errors import MeasurementFailed, Tampered
 from runner.core.files import blob_hash
 from runner.core.processes import run
+from runner.core.startup import interpreter_dirs, startup_files
 
 LOADED = "loaded.json"  # written by runner.bench.provenance.record_loaded
 SKIPPED_PARTS = frozenset({"__pycache__", ".pytest_cache", ".git"})
@@ -119,11 +120,65 @@ def harness_state() -> TreeState:
     return TreeState(HARNESS, root, "", files)
 
 
-def snapshot(trees: Mapping[str, Path]) -> dict[str, TreeState]:
-    """Every role's tree state (role -> tree) and the harness's, taken before the
-    round's processes start."""
+STARTUP = "start-up files"  # what an interpreter may run before the worker's first line
+LOADABLE = (".py", ".pth", ".so", ".pyd", ".pyc")  # what a later process could load
+
+
+@dataclass(frozen=True)
+class StartupState(TreeState):
+    """The start-up files (absolute path -> blob id) of the folders ``dirs``."""
+
+    dirs: tuple[Path, ...] = ()
+
+
+def startup_state(trees: Iterable[Path], dirs: Iterable[Path] | None = None) -> StartupState:
+    """The interpreter start-up files (``runner.core.startup.startup_files``) of every
+    folder a worker's ``sys.path`` may hold: ``dirs`` (default: this interpreter's, as
+    a local worker runs it), the harness root and each role's tree."""
+    import runner
+
+    harness_root = Path(runner.__file__).resolve().parent.parent
+    folders = tuple(dict.fromkeys([*(interpreter_dirs() if dirs is None else dirs),
+                                   harness_root, *trees]))  # fmt: skip
+    return StartupState(STARTUP, Path("/"), "", startup_files(folders), folders)
+
+
+def snapshot(trees: Mapping[str, Path], dirs: Iterable[Path] | None = None) -> dict[str, TreeState]:
+    """Every role's tree state (role -> tree), the harness's and the start-up files'
+    (``startup_state`` over ``dirs``), taken before the round's processes start."""
     roles = {role: tree_state(role, tree) for role, tree in trees.items()}
-    return {HARNESS: harness_state(), **roles}
+    return {HARNESS: harness_state(), STARTUP: startup_state(trees.values(), dirs), **roles}
+
+
+def startup_changes(before: Mapping[str, TreeState]) -> list[str]:
+    """Each interpreter start-up file that appeared, changed or went since ``before``,
+    in words: a process of the round wrote it, so later processes would run it."""
+    state = before.get(STARTUP)
+    if not isinstance(state, StartupState):
+        return []
+    later = startup_files(state.dirs)
+    return [f"interpreter start-up file {p} was created or changed while the round ran "
+            "(harness proof: start-up files)"
+            for p in sorted(state.files.keys() | later.keys())
+            if state.files.get(p) != later.get(p)]  # fmt: skip
+
+
+def created_files(before: Mapping[str, TreeState], guarded: Iterable[str]) -> list[str]:
+    """Loadable files (``LOADABLE``, start-up files) that appeared or changed in an
+    unguarded role's own tree since ``before`` (a guarded one is compared whole), in
+    words: nothing a role's process writes may be run by a later one."""
+    problems = []
+    for role, state in before.items():
+        if role in (HARNESS, STARTUP) or role in guarded:
+            continue
+        later = tree_state(role, state.tree)
+        new = [p for p in state.changes(later) if p != "HEAD" and p.endswith(LOADABLE)
+               and later.files.get(p, GONE) != GONE]  # fmt: skip
+        if new:
+            problems.append(f"the {role}'s own processes wrote {', '.join(new[:10])} into its "
+                            f"tree {state.tree} while the round ran (harness proof: files a "
+                            "role created)")  # fmt: skip
+    return problems
 
 
 def _worker_records(tmp: Path) -> Iterable[tuple[Path, dict[str, object] | None]]:
@@ -149,15 +204,17 @@ def _mismatches(
         loaded = record.get(prefix + phase) or {}
         for rel, got in sorted(loaded.items() if isinstance(loaded, dict) else ()):
             want = state.files.get(rel)
-            if want is not None and got != want:
+            if got != want:  # None: a file the snapshot did not have, created since
                 wrong.setdefault(rel, []).append(f"{when} blob {str(got)[:12]}")
     whose = "the harness's" if state.role == HARNESS else f"the {role}'s"
     where = "harness file " if state.role == HARNESS else ""
     return [
-        f"{name} ({role}) loaded {where}{rel}, not {whose} (blob {state.files[rel][:12]}): "
-        + ", ".join(seen)
+        f"{name} ({role}) loaded {where}{rel}, not {whose} "
+        + (f"(blob {state.files[rel][:12]})" if rel in state.files
+           else "(created after the round's snapshot)")
+        + ": " + ", ".join(seen)
         for rel, seen in wrong.items()
-    ]
+    ]  # fmt: skip
 
 
 def tampering(
@@ -178,7 +235,9 @@ def tampering(
         harness = before.get(HARNESS)
         if harness is not None and record.get("harness_root") == str(harness.tree):
             problems += _mismatches(folder.name, role, harness, record, "harness_")
-    return problems + guarded_changes(before, guarded)
+    guarded = tuple(guarded)
+    return (problems + guarded_changes(before, guarded) + startup_changes(before)
+            + created_files(before, guarded))  # fmt: skip
 
 
 def guarded_changes(
@@ -208,7 +267,8 @@ def prove_ready(before: Mapping[str, TreeState], guarded: Iterable[str] = ("incu
     """Before the first timed turn (``Round.ready_checks``): every worker has imported
     its code, so a candidate whose import rewrote a guarded role's tree is caught now,
     before anything is measured, not at the end of the round."""
-    found = [f"{p} (found before the first timed turn)" for p in guarded_changes(before, guarded)]
+    early = guarded_changes(before, guarded) + startup_changes(before)
+    found = [f"{p} (found before the first timed turn)" for p in early]
     error = _tampered(found)
     if error is not None:
         raise error

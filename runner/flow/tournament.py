@@ -145,7 +145,7 @@ def _run(rnd: Round, entries: list[Entry], started: str) -> list[RoundResult]:
     m = rnd.manifest
     lineage = rnd.lineage
     head = lineage.head()
-    shapes = level_shapes(m, rnd.level)
+    shapes = level_shapes(m, rnd.level, rnd.round)
     live = [e for e in entries if not e.failure]
     failed_all: str | None = None
     with contextlib.ExitStack() as stack:
@@ -289,7 +289,9 @@ def _judged_result(
     span: str,
 ) -> RoundResult:
     if entry.judged is None:  # vetoed (audit or focused test) before it was measured
-        gate, inc, cand = veto_only(view, entry.vetoes, level_shapes(view.manifest, view.level))
+        gate, inc, cand = veto_only(
+            view, entry.vetoes, level_shapes(view.manifest, view.level, view.round)
+        )
     else:
         gate, inc, cand = entry.judged.gate, entry.judged.reference, entry.judged.candidate
     if winner is not None and entry is not winner and gate.decision.accepted:

@@ -1,0 +1,128 @@
+"""How a worker's interpreter starts, and the files that could run code before it does
+(docs/reliability.md §7, issue 46 item 3).
+
+A worker starts isolated: ``python -I -S -B -c BOOT runner.worker ARGS``.  ``-I``
+ignores every ``PYTHON*`` variable and the user's site folder, ``-S`` runs no ``site``
+start-up at all: no ``sitecustomize``/``usercustomize`` and no ``import`` line of a
+``*.pth`` file, wherever a candidate's earlier process may have written one.  ``BOOT``
+then builds ``sys.path`` explicitly: the harness first, the standard library, the
+job's own paths (``SYSPATH_ENV``: its tree and its target's ``PYTHONPATH``), and last
+the interpreter's site-packages (a venv's, as ``site`` would find them) with the path
+lines of their ``*.pth`` files, never their ``import`` lines.  No writable tree comes
+before the harness or the standard library.
+
+The host side hashes the start-up files (``startup_files``) of every folder a worker's
+``sys.path`` holds before a round's processes start and after, and fails the round
+naming a file that appeared or changed (``runner.flow.tamper_check``): the local
+executor cannot make the interpreter's prefix read-only without root, so it detects.
+
+Standard library only (both sides).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from runner.core.files import blob_hash
+
+SYSPATH_ENV = "TURBO_CAMPAIGN_SYSPATH"  # harness root, then the job's own paths
+
+STARTUP_NAMES = frozenset({"sitecustomize", "usercustomize"})
+
+# Run by ``python -I -S -B -c BOOT MODULE ARGS...`` (self-contained: nothing is on the
+# path yet).  The venv handling mirrors ``site.venv`` without its ``addsitepackages``
+# (which would run the ``import`` lines of ``*.pth`` files).
+BOOT = r"""
+import os, sys
+def _boot():
+    import site
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    prefixes = [sys.prefix]
+    for conf in (os.path.join(exe_dir, "pyvenv.cfg"),
+                 os.path.join(os.path.dirname(exe_dir), "pyvenv.cfg")):
+        if os.path.isfile(conf):
+            system = "true"
+            with open(conf, encoding="utf-8") as f:
+                for line in f:
+                    key, eq, value = line.partition("=")
+                    if eq and key.strip().lower() == "include-system-site-packages":
+                        system = value.strip().lower()
+            sys.prefix = sys.exec_prefix = os.path.dirname(exe_dir)
+            prefixes = [sys.prefix] + ([sys.base_prefix] if system == "true" else [])
+            break
+    given = [p for p in os.environ.get("TURBO_CAMPAIGN_SYSPATH", "").split(os.pathsep) if p]
+    sites = []
+    for d in site.getsitepackages(prefixes):
+        if not os.path.isdir(d) or d in sites:
+            continue
+        sites.append(d)
+        for name in sorted(os.listdir(d)):
+            if not name.endswith(".pth"):
+                continue
+            with open(os.path.join(d, name), encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    line = line.rstrip()
+                    if not line or line.startswith(("#", "import ", "import\t")):
+                        continue
+                    extra = os.path.join(d, line)
+                    if os.path.isdir(extra) and extra not in sites:
+                        sites.append(extra)
+    sys.path[:] = given[:1] + sys.path + given[1:] + sites
+    module = sys.argv[1]
+    del sys.argv[0]
+    import runpy
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+_boot()
+"""
+
+
+def isolated_python(python: str, module: str, args: Sequence[str]) -> list[str]:
+    """``python -m module args`` started isolated (see the module's docstring)."""
+    return [python, "-I", "-S", "-B", "-c", BOOT, module, *args]
+
+
+def syspath(harness_root: str | Path, own: Iterable[str | Path]) -> str:
+    """``SYSPATH_ENV``'s value: the harness root first, then the job's own paths."""
+    paths = [str(harness_root), *(str(p) for p in own if str(p))]
+    return os.pathsep.join(dict.fromkeys(paths))
+
+
+def is_startup_file(name: str) -> bool:
+    """A file the interpreter's start-up may run: ``sitecustomize``/``usercustomize``
+    (a module, a package or an extension) or any ``*.pth``."""
+    stem = name.split(".", 1)[0]
+    return name.endswith(".pth") or stem in STARTUP_NAMES
+
+
+def interpreter_dirs() -> list[Path]:
+    """The folders this interpreter's start-up reads (its ``sys.path``, its site
+    folders, the user's site folder): a local worker runs this interpreter."""
+    import site
+    import sysconfig
+
+    found = [*sys.path, *site.getsitepackages(), site.getusersitepackages()]
+    found += [sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")]
+    return [Path(p) for p in dict.fromkeys(found) if p and Path(p).is_dir()]
+
+
+def startup_files(dirs: Iterable[Path]) -> dict[str, str]:
+    """Absolute path -> blob id of every start-up file directly in each of ``dirs``
+    (a ``sitecustomize/`` package by its ``__init__.py``)."""
+    files: dict[str, str] = {}
+    for folder in dict.fromkeys(Path(d) for d in dirs):
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            if not is_startup_file(entry.name):
+                continue
+            file = entry / "__init__.py" if entry.is_dir() else entry
+            try:
+                files[str(entry)] = blob_hash(file.read_bytes())
+            except OSError:
+                files[str(entry)] = "(unreadable)"
+    return files
