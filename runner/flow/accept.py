@@ -29,7 +29,8 @@ from typing import Any
 
 from runner.core.csv_io import read_csv
 from runner.core.csv_schema import get_schema
-from runner.core.errors import CampaignError, ConfigError, MeasurementFailed
+from runner.core.device_memory import oom_error
+from runner.core.errors import CampaignError, ConfigError, DeviceOutOfMemory, MeasurementFailed
 from runner.core.files import copy_plain_tree, write_atomic
 from runner.core.outcomes import GateResult, Score, Status
 from runner.core.shapes import Shape, shapes_by_label
@@ -121,6 +122,9 @@ def _example_full_benchmark(
         "returncode": outcome.returncode,
         "csv": None,
     }
+    oom = oom_error(outcome.out_dir, "full-benchmark", outcome.log_path)
+    if oom is not None:
+        raise oom  # the device's capacity, never a FAIL row of the code under test
     if outcome.ok:
         shutil.copy2(outcome.out_dir / "benchmark.csv", dest)
         info["csv"] = str(dest.name)
@@ -292,6 +296,8 @@ def _validate(
 ) -> Check:
     try:
         gate, base, final = full_validation(rnd, trees, shapes, result.passes)
+    except DeviceOutOfMemory:
+        raise  # infrastructure (exit 6 with the figure), not a verdict on the code
     except MeasurementFailed as exc:
         return Check("full validation", False, f"did not complete: {exc.message}")
     result.gate, result.baseline, result.final = gate, base, final

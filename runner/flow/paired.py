@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.core import interrupts
+from runner.core.device_memory import oom_error
 from runner.core.errors import ConfigError, MeasurementFailed
 from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
@@ -540,6 +541,9 @@ def _fail(w: _Worker, why: str) -> MeasurementFailed:
             code = proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             code = None
+    oom = oom_error(w.live.out_dir, w.live.name, w.live.log_path)
+    if oom is not None:
+        return oom
     exit_note = f" (exit {code})" if code is not None else ""
     return MeasurementFailed(f"worker {w.live.name} failed{exit_note}: {why}", w.live.log_path)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import runner
 from runner.core import interrupts
-from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed, Tampered
+from runner.core.errors import ConfigError, FocusedTestFailed, Tampered
 from runner.core.import_cause import explain_failure
 from runner.core.shapes import Shape, shape_set, shapes_by_label
 from runner.core.spec import VISIBILITY, RoundSpec, TimingSettings
@@ -31,7 +31,7 @@ from runner.executors.jit_cache import (
 from runner.flow.host import job_in, read_memory_log, run_job
 from runner.flow.paired import supports_paired
 from runner.flow.progress import Progress, StepStarted
-from runner.flow.sharding import pass_name, worker_failure
+from runner.flow.sharding import failed_worker, pass_name
 from runner.store.campaign import Campaign
 from runner.store.leases import acquire
 from runner.store.leftovers import note_step
@@ -255,7 +255,7 @@ def run_pass(rnd: Round, role: str, index: int, tree: Path, shapes: list[Shape])
     name = pass_name(index, role)
     outcome = run_job(rnd, name, rnd.spec(role, index, shapes), tree)
     if not outcome.ok:
-        raise MeasurementFailed(worker_failure(name, outcome), outcome.log_path)
+        raise failed_worker(name, outcome)
     return outcome.out_dir / "benchmark.csv"
 
 
