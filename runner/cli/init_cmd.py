@@ -120,6 +120,7 @@ def init_cmd(app: App, **opts: Any) -> None:
         heldout_seed=opts["heldout_seed"],
         executor=opts["executor"],
         image=opts["image"],
+        say=click.echo,
     )
     click.echo(f"campaign: {campaign.root}")
 

@@ -37,11 +37,12 @@ from runner.core.device_memory import oom_error
 from runner.core.errors import ConfigError, MeasurementFailed
 from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
-from runner.core.spec import POOL_CPU, POOL_GPU, TimingSettings
+from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec, TimingSettings
 from runner.executors.base import LiveWorker, ServingExecutor
 from runner.flow.host import Host
 from runner.flow.progress import PairWatch
 from runner.flow.sharding import pass_name
+from runner.ops.info import worker_bytes
 
 READY_TIMEOUT_S = 1800.0  # import, checks, compile/JIT and first calls of every shape
 TURN_TIMEOUT_S = 900.0  # one block or the finish
@@ -190,7 +191,9 @@ def measure_paired(
         raise MeasurementFailed(f"no source tree for role(s) {missing}")
     template = host.spec(roles[0], 0, [])
     turns = turns_per_worker(roles, groups)
-    members = pool_members(template.pool, host.gpu_target, turns)
+    total = host.device_bytes if host.gpu_target else None
+    plan = plan_memory(template, host.gpu_target, total, shapes, len(roles), turns)
+    members = plan.members
     session = _Session(
         host, trees, shapes, roles, groups, env, suffix, watch, turns, members,
         _picks(pairs, 2 * groups, members, seed), start_index,
@@ -198,7 +201,8 @@ def measure_paired(
         worker_timeout(TURN_TIMEOUT_ENV, TURN_TIMEOUT_S), executor,
     )  # fmt: skip
     try:
-        _run_waves(session, pairs, _first_wave(host, template.wave_pairs, len(roles), pairs))
+        first = _first_wave(host, template.wave_pairs, len(roles), pairs)
+        _run_waves(session, pairs, first if first is not None else plan.first_wave(pairs))
         _keep_memory(session)
     finally:
         for group in session.started:
@@ -369,6 +373,52 @@ def pool_members(pool: int | None, gpu_target: bool, turns: int) -> int:
     worker is on another member, and every worker places its own buffers."""
     default = POOL_GPU if gpu_target else POOL_CPU
     return max(1, min(pool if pool is not None else default, turns))
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """A paired session planned from the device bytes its workers need before any
+    starts (``runner.ops.info.worker_bytes``: every shape's pool, the largest shape's
+    check on top): ``members`` of each worker's buffer pool, shrunk until one pair
+    fits the device; ``fits``, how many pairs the device holds at once (None: not
+    known, the CPU or an unknown device; the first pair then sizes the waves)."""
+
+    members: int
+    need: int  # one worker's bytes at ``members``
+    fits: int | None
+
+    def first_wave(self, pairs: int) -> int | None:
+        """The first wave's pairs: all that fit (two or more), else None (the first pair
+        alone, its reports size the waves)."""
+        if self.fits is None or self.fits < 2:
+            return None
+        return min(pairs, self.fits)
+
+
+def plan_memory(
+    template: RoundSpec,
+    gpu_target: bool,
+    total: int | None,
+    shapes: Sequence[Shape],
+    roles: int,
+    turns: int,
+) -> MemoryPlan:
+    """The session's plan (``MemoryPlan``) from the op's per-shape figure and the
+    device's memory ``total`` (None: not limited).  ``FREE_MARGIN`` of the device is
+    left alone and each worker counts ``WORKER_CONTEXT_BYTES`` more."""
+    members = pool_members(template.pool, gpu_target, turns)
+    if total is None or not shapes:
+        return MemoryPlan(members, 0, None)
+    usable = (1.0 - FREE_MARGIN) * total
+
+    def pair(m: int) -> int:
+        return max(1, roles) * (worker_bytes(template.op, shapes, m) + WORKER_CONTEXT_BYTES)
+
+    while members > 1 and pair(members) > usable:
+        members -= 1
+    return MemoryPlan(
+        members, worker_bytes(template.op, shapes, members), int(usable // pair(members))
+    )
 
 
 def _hold(host: Host) -> None:
