@@ -305,7 +305,7 @@ def _validate(
         shutil.copy2(rnd.tmp / name, art / name)
     check = validation_check(gate, final)
     work = {s.label: s.flops_fwd for s in shapes}
-    held = heldout_check(base, final, result.heldout, work, gate, rnd.manifest.sigma_g)
+    held = heldout_check(base, final, result.heldout, work, gate)
     if held is not None:
         result.checks.append(held)
     if result.head == result.base_commit:
