@@ -30,3 +30,15 @@ def out_of_memory(exc: BaseException, shape: str = "", out_dir: Path | None = No
         raise DeviceMemoryExhausted(
             f"out of device memory, not a wrong result of the code under test: {exc}"
         ) from exc
+
+
+def release_cached(device: str) -> None:
+    """Hand the allocator's cached blocks back to the device (a GPU; nothing on the CPU):
+    after a correctness check its float32 reference is dropped, and the workers that
+    prepare side by side share the device (``runner.ops.info.ShapeMemory``: a worker
+    keeps its pool, a check's work only while it runs)."""
+    if device == "cpu":
+        return
+    import torch
+
+    torch.cuda.empty_cache()

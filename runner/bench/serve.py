@@ -49,7 +49,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from runner.bench.oom import out_of_memory
+from runner.bench.oom import out_of_memory, release_cached
 from runner.bench.timing import Timing
 from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
@@ -133,6 +133,7 @@ class Server:
             try:
                 seeds = [self.spec.seed + 1000 * i for i in range(self.spec.check_seeds)]
                 st.checks = [self.adapter.check(st.shape, self.device, s) for s in seeds]
+                release_cached(self.device)  # the checks' float32 references, dropped
                 for k in range(self.pool):
                     spacer_bytes = SPACER_UNIT * (1 + k) * (1 + len(st.cases) % 7)
                     st.spacers.append(

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import runner.bench.gpu  # noqa: F401  (imported before the target: its bindings are guarded)
 from runner.bench.environment import environment_meta
 from runner.bench.integrity import BindingGuard, OutputSampler
-from runner.bench.oom import DeviceMemoryExhausted, out_of_memory
+from runner.bench.oom import DeviceMemoryExhausted, out_of_memory, release_cached
 from runner.bench.provenance import check_provenance, record_loaded
 from runner.bench.rows import ROW_BUILDERS, failed_row
 from runner.bench.statecheck import stateful_probe
@@ -55,6 +55,7 @@ def measure_shape(adapter: Any, shape: Shape, spec: RoundSpec, device: str) -> d
     ``after_timing`` times the real-training step, runs the state probe and the
     re-check.  The paired workers (``runner.bench.serve``) use the same two parts."""
     checks = [adapter.check(shape, device, spec.seed + 1000 * i) for i in range(spec.check_seeds)]
+    release_cached(device)  # the checks' float32 references, dropped before the timed case
     case = adapter.case(shape, device, spec.seed)
     fwd, bwd, timed_problems = time_case(case, spec, device)
     moved = {"fwd_bytes": case.fwd_bytes, "bwd_bytes": case.bwd_bytes}
