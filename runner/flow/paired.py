@@ -42,7 +42,13 @@ from runner.executors.base import LiveWorker, ServingExecutor
 from runner.flow.host import Host
 from runner.flow.progress import PairWatch
 from runner.flow.sharding import pass_name
-from runner.ops.info import worker_bytes
+from runner.judge.memory_fit import (  # the one rule of device memory (init, baseline, here)
+    FREE_MARGIN,
+    WORKER_CONTEXT_BYTES,
+    WORKER_GROWTH,
+    usable,
+    worker_need,
+)
 
 READY_TIMEOUT_S = 1800.0  # import, checks, compile/JIT and first calls of every shape
 TURN_TIMEOUT_S = 900.0  # one block or the finish
@@ -51,9 +57,6 @@ READY_TIMEOUT_ENV = "TURBO_CAMPAIGN_READY_TIMEOUT_S"
 TURN_TIMEOUT_ENV = "TURBO_CAMPAIGN_TURN_TIMEOUT_S"
 BLOCK_WARMUP_FLOOR_S = 0.1  # a turn's warm-up never shorter than this (or the pinned one)
 # Sizing a wave of live workers by device memory (``wave_size``).
-WORKER_GROWTH = 1.25  # margin on the peak of the one worker taking its turn
-WORKER_CONTEXT_BYTES = 1 << 30  # its device context and allocator slack
-FREE_MARGIN = 0.1  # of the device's free memory, never planned for
 CPU_WAVE_PAIRS = 8  # a CPU target's pairs alive at once (host memory; turns are serial)
 # What a session's workers reported (``_Session.most``), kept with the round's artifacts:
 # the next round on the same machine sizes its first wave by it (``prior_wave``).
@@ -405,19 +408,20 @@ def plan_memory(
 ) -> MemoryPlan:
     """The session's plan (``MemoryPlan``) from the op's per-shape figure and the
     device's memory ``total`` (None: not limited).  ``FREE_MARGIN`` of the device is
-    left alone and each worker counts ``WORKER_CONTEXT_BYTES`` more."""
+    left alone; each worker counts ``WORKER_GROWTH`` times its figure (an estimate)
+    plus ``WORKER_CONTEXT_BYTES`` (``runner.judge.memory_fit.worker_need``)."""
     members = pool_members(template.pool, gpu_target, turns)
     if total is None or not shapes:
         return MemoryPlan(members, 0, None)
-    usable = (1.0 - FREE_MARGIN) * total
+    room = usable(total)
 
     def pair(m: int) -> int:
-        return max(1, roles) * (worker_bytes(template.op, shapes, m) + WORKER_CONTEXT_BYTES)
+        return max(1, roles) * worker_need(template.op, shapes, m)
 
-    while members > 1 and pair(members) > usable:
+    while members > 1 and pair(members) > room:
         members -= 1
     return MemoryPlan(
-        members, worker_bytes(template.op, shapes, members), int(usable // pair(members))
+        members, worker_need(template.op, shapes, members), int(room // pair(members))
     )
 
 

@@ -16,11 +16,25 @@ from runner.core.device_memory import gib
 from runner.core.errors import ConfigError
 from runner.core.shapes import Shape
 from runner.judge.peaks import device_memory_for
-from runner.ops.info import shape_memory
+from runner.ops.info import worker_bytes
 
+WORKER_GROWTH = 1.25  # margin on a worker's figure (an estimate) or a turn's peak
 WORKER_CONTEXT_BYTES = 1 << 30  # a worker's device context and allocator slack
 FREE_MARGIN = 0.1  # of the device's memory, never planned for
 PAIR = 2  # workers alive at once for one shape: base and candidate
+
+
+def worker_need(op: str, shapes: Sequence[Shape], pool: int) -> int:
+    """What one worker measuring ``shapes`` with ``pool`` members is planned at:
+    ``WORKER_GROWTH`` times the op's figure (``runner.ops.info.worker_bytes``) plus
+    ``WORKER_CONTEXT_BYTES``.  The one rule of init, baseline, the held-out pick and
+    the paired sessions' plan (``runner.flow.paired.plan_memory``)."""
+    return int(WORKER_GROWTH * worker_bytes(op, shapes, pool)) + WORKER_CONTEXT_BYTES
+
+
+def usable(total: int) -> float:
+    """The part of a device's memory planned for (``FREE_MARGIN`` left alone)."""
+    return (1.0 - FREE_MARGIN) * total
 
 
 @dataclass(frozen=True)
@@ -34,15 +48,16 @@ class Unfit:
     def describe(self) -> str:
         return (
             f"{self.label} needs {gib(self.need)} for a pair of workers "
-            f"({gib(self.need // PAIR)} each), the device has {gib(self.total)} "
+            f"({gib(self.need // PAIR)} each, {WORKER_GROWTH:g} times the op's figure "
+            f"plus context), the device has {gib(self.total)} "
             f"({int(100 * (1 - FREE_MARGIN))}% of it usable)"
         )
 
 
 def pair_need(op: str, shape: Shape) -> int:
-    """Device bytes of two workers measuring ``shape`` side by side, each with one pool
-    member, its correctness reference and its context."""
-    return PAIR * (shape_memory(op, shape).worker(1) + WORKER_CONTEXT_BYTES)
+    """Device bytes planned for two workers measuring ``shape`` side by side, each with
+    one pool member (``worker_need``)."""
+    return PAIR * worker_need(op, [shape], 1)
 
 
 def unfit_shapes(op: str, shapes: Iterable[Shape], gpu: str) -> list[Unfit]:
@@ -51,8 +66,8 @@ def unfit_shapes(op: str, shapes: Iterable[Shape], gpu: str) -> list[Unfit]:
     total = device_memory_for(gpu) if gpu != "cpu" else None
     if total is None:
         return []
-    usable = (1.0 - FREE_MARGIN) * total
-    return [Unfit(s.label, need, total) for s in shapes if (need := pair_need(op, s)) > usable]
+    room = usable(total)
+    return [Unfit(s.label, need, total) for s in shapes if (need := pair_need(op, s)) > room]
 
 
 def refuse_unfit(op: str, shapes: Sequence[Shape], gpu: str, where: str) -> None:
