@@ -137,3 +137,32 @@ def test_the_heldout_pick_takes_only_shapes_that_fit_and_says_which_it_left_out(
     m = load_manifest(Path(out.split("campaign: ")[1].strip()) / "manifest.yaml")
     assert m.heldout_shapes and BIG not in m.heldout_shapes
     assert m.target_shapes == TARGETS
+
+
+@pytest.mark.integration
+def test_baseline_refuses_a_target_shape_the_device_cannot_hold(
+    tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A campaign made for an MI355X, moved to an H200 (its manifest's GPU edited): the
+    baseline refuses before measuring anything, naming the shape and both figures."""
+    from runner.core.errors import ConfigError
+    from runner.executors.local import LocalExecutor
+    from runner.flow.baseline import run_baseline
+    from runner.store.campaign import Campaign
+
+    root = tmp_path / "c"
+    rc, out, _ = _init(capsys, root, "--gpu", "gfx950", "--source", str(repo), "--shapes",
+                       ",".join([TARGETS[0], BIG]), "--executor", "local")  # fmt: skip
+    assert rc == 0
+    folder = Path(out.split("campaign: ")[1].strip())
+    manifest = folder / "manifest.yaml"
+    text = manifest.read_text(encoding="utf-8")
+    manifest.write_text(text.replace("target_gpu: gfx950", "target_gpu: sm90"), encoding="utf-8")
+    campaign = Campaign.load(folder)
+    assert campaign.manifest.target_gpu == "sm90"
+    with pytest.raises(ConfigError) as info:
+        run_baseline(campaign, LocalExecutor(), passes=2, progress=lambda _: None)
+    assert f"campaign baseline: 1 target shape(s) cannot be measured on sm90: {BIG}" in str(
+        info.value
+    )
+    assert info.value.return_code == 2 and not (folder / "rounds" / "round-1").exists()
