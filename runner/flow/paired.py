@@ -194,18 +194,15 @@ def measure_paired(
         raise MeasurementFailed(f"no source tree for role(s) {missing}")
     template = host.spec(roles[0], 0, [])
     turns = turns_per_worker(roles, groups)
-    total = host.device_bytes if host.gpu_target else None
-    plan = plan_memory(template, host.gpu_target, total, shapes, len(roles), turns)
-    members = plan.members
+    plan = plan_memory(template, host.gpu_target, host.device_bytes, shapes, len(roles), turns)
     session = _Session(
-        host, trees, shapes, roles, groups, env, suffix, watch, turns, members,
-        _picks(pairs, 2 * groups, members, seed), start_index,
+        host, trees, shapes, roles, groups, env, suffix, watch, turns, plan.members,
+        _picks(pairs, 2 * groups, plan.members, seed), start_index,
         worker_timeout(READY_TIMEOUT_ENV, READY_TIMEOUT_S),
         worker_timeout(TURN_TIMEOUT_ENV, TURN_TIMEOUT_S), executor,
     )  # fmt: skip
     try:
-        first = _first_wave(host, template.wave_pairs, len(roles), pairs)
-        _run_waves(session, pairs, first if first is not None else plan.first_wave(pairs))
+        _run_waves(session, pairs, _first_wave(host, template.wave_pairs, len(roles), pairs, plan))
         _keep_memory(session)
     finally:
         for group in session.started:
@@ -407,11 +404,11 @@ def plan_memory(
     turns: int,
 ) -> MemoryPlan:
     """The session's plan (``MemoryPlan``) from the op's per-shape figure and the
-    device's memory ``total`` (None: not limited).  ``FREE_MARGIN`` of the device is
-    left alone; each worker counts ``WORKER_GROWTH`` times its figure (an estimate)
+    device's memory ``total`` (None, or a CPU target: not limited).  ``FREE_MARGIN`` of
+    the device is left alone; each worker counts ``WORKER_GROWTH`` times its figure (an estimate)
     plus ``WORKER_CONTEXT_BYTES`` (``runner.judge.memory_fit.worker_need``)."""
     members = pool_members(template.pool, gpu_target, turns)
-    if total is None or not shapes:
+    if not gpu_target or total is None or not shapes:
         return MemoryPlan(members, 0, None)
     room = usable(total)
 
@@ -469,12 +466,16 @@ def wave_size(memory: Sequence[Mapping[str, int | None]], roles: int, pairs: int
     return max(1, 1 + int(max(0.0, room) // per_pair))
 
 
-def _first_wave(host: Host, fixed: int | None, roles: int, pairs: int) -> int | None:
+def _first_wave(
+    host: Host, fixed: int | None, roles: int, pairs: int, plan: MemoryPlan
+) -> int | None:
     """The first wave's pairs: the spec's ``wave_pairs``, a CPU target's, an earlier
-    session's reports on this machine (``prior_wave``), else None (the first pair
-    measures alone and sizes the waves)."""
+    session's reports on this machine (``prior_wave``), the plan from the op's figure
+    (``plan_memory``), else None (the first pair measures alone and sizes the waves)."""
     size = fixed or _cpu_wave(host, pairs)
-    return size if size is not None else prior_wave(host.memory_prior, roles, pairs)
+    if size is None:
+        size = prior_wave(host.memory_prior, roles, pairs)
+    return size if size is not None else plan.first_wave(pairs)
 
 
 def _keep_memory(session: _Session) -> None:
