@@ -365,13 +365,21 @@ def test_a_pass_out_of_device_memory_writes_no_fail_row_and_names_the_figure(
             "of 139.81 GiB of which 2.00 GiB is free.")  # fmt: skip
     starved = plant_oom(tree, tmp_path / "starved", said)
     shapes = [Shape("big", 32, 64, 64), Shape("s1", 16, 64, 64)]
-    outcome = run_job(host, "full-benchmark", host.spec("final", 0, shapes), starved)
+    outcome = run_job(host, "pass-01-final", host.spec("final", 1, shapes), starved)
     assert not outcome.ok and outcome.returncode == 6
     assert not (outcome.out_dir / "benchmark.csv").exists()
-    error = failed_worker("full-benchmark", outcome)
+    error = failed_worker("pass-01-final", outcome)
     assert isinstance(error, DeviceOutOfMemory) and error.return_code == 6
     assert error.record["shape"] == "big"
     assert "on shape big: it asked for 14.00 GiB on a device of 139.81 GiB" in error.message
+    # final acceptance's full benchmark (the example's: one worker at level full)
+    from runner.flow.accept import _example_full_benchmark
+
+    dest = tmp_path / "full_benchmark.csv"
+    with pytest.raises(DeviceOutOfMemory) as info:
+        _example_full_benchmark(host, starved, shapes, dest)  # type: ignore[arg-type]
+    assert "worker full-benchmark ran out of device memory on shape big" in info.value.message
+    assert not dest.exists()  # no FAIL row to read as a wrong result
 
 
 @pytest.mark.integration
