@@ -315,6 +315,10 @@ def _validate(
 
 
 def _keep_passes(tmp: Path, art: Path) -> None:
+    """Every pass's folder, and the paired sessions' memory reports (``memory*.json``:
+    what the workers held against the op's figure, ``runner.flow.paired``)."""
     for sub in sorted(tmp.iterdir()):
         if sub.is_dir():
             copy_plain_tree(sub, art / "passes" / sub.name)
+        elif sub.name.startswith("memory") and sub.suffix == ".json":
+            shutil.copy2(sub, art / sub.name)
