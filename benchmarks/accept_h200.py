@@ -265,8 +265,8 @@ def spin_cycles_per_ms() -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("a", "b", "ab"), default="a",
-                        help="a, then b in a second call (each about 6-8 min on an H200)")  # fmt: skip
+    parts = "a, then b in a second call (each about 6-8 min on an H200)"
+    parser.add_argument("--part", choices=("a", "b", "ab"), default="a", help=parts)
     parser.add_argument("--root", type=Path, default=Path("/tmp/accept-h200"))
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--passes", type=int, default=5, help="BASELINE passes (CLI default)")
