@@ -74,8 +74,8 @@ def test_init_creates_a_campaign(
         "--max-iterations", "20", "--performance-target", ">500 TFLOPS", *BASIC,
     )  # fmt: skip
     assert (rc, err) == (0, "")
-    name = Path(out.removeprefix("campaign: ").strip()).name
-    assert out == f"campaign: {root / name}\n"
+    name = Path(out.split("campaign: ")[-1].strip()).name
+    assert out.endswith(f"campaign: {root / name}\n")  # after what the held-out pick left out
     m = load_manifest(root / name / "manifest.yaml")
     assert name == f"gemm_fp8_blockwise_triton_gfx942_{m.created[:10].replace('-', '')}"
     assert m.created[:10] in (str(dt.date.today()), str(dt.date.today() - dt.timedelta(days=1)))

@@ -194,23 +194,27 @@ def _gate(evidence: dict[str, dict[str, float]]) -> GateResult:
                       evidence={"shapes": evidence})  # fmt: skip
 
 
-def test_heldout_check_judges_the_paired_evidence_before_the_scores() -> None:
+def test_heldout_check_judges_only_the_paired_evidence() -> None:
     """The check reads each shape's paired mean and half-width from the full
-    validation's gate; without them, the figures' ratio with 1.96 * sqrt(2) sigma_G."""
+    validation's gate; a shape without them fails the check (issue 50: the sigma_G-wide
+    fallback, 1.96 * sqrt(2) * sigma_G, let a change tuned to the targets through)."""
     base = _score(dict.fromkeys(WORK, 1.0))
-    final = _score({"small": 1.1, "attn_out": 1.1, "down": 1.0, "qkv": 1.1, "gate_up": 1.1})
-    assert heldout_check(base, base, [], WORK) is None
-    refused = heldout_check(base, final, ["down"], WORK, None, 0.01)
-    assert refused is not None and not refused.ok and "over-fitting" in refused.detail
-    assert "tolerance 3.92%" in refused.detail  # 1.96 * 2 * 1%
-    assert "no paired interval for " in refused.detail and "(no paired samples)" in refused.detail
-    unknown = heldout_check(base, final, ["down"], WORK)
-    assert unknown is not None and unknown.ok  # no noise known: nothing is clear
     ratios = {"small": 1.1, "attn_out": 1.1, "down": 1.0, "qkv": 1.1, "gate_up": 1.1}
+    final = _score(ratios)
+    assert heldout_check(base, base, [], WORK) is None
+    for gate in (None, _gate({})):
+        refused = heldout_check(base, final, ["down"], WORK, gate)
+        assert refused is not None and not refused.ok
+        assert f"no paired interval for {', '.join(WORK)} (no paired samples)" in refused.detail
+        assert "sigma_G" not in refused.detail
     wide = {lb: {"mean_pct": 100 * (v - 1), "half_width_pct": 12.0} for lb, v in ratios.items()}
-    held = heldout_check(base, final, ["down"], WORK, _gate(wide), 0.01)
+    held = heldout_check(base, final, ["down"], WORK, _gate(wide))
     assert held is not None and held.ok and "tolerance 16.97%" in held.detail
-    above = heldout_check(base, _score(dict.fromkeys(WORK, 1.1)), ["down"], WORK, None, 0.01)
+    tight = {lb: {**e, "half_width_pct": 1.0} for lb, e in wide.items()}
+    refused = heldout_check(base, final, ["down"], WORK, _gate(tight))
+    assert refused is not None and not refused.ok and "over-fitting" in refused.detail
+    even = {lb: {"mean_pct": 10.0, "half_width_pct": 1.0} for lb in WORK}
+    above = heldout_check(base, _score(dict.fromkeys(WORK, 1.1)), ["down"], WORK, _gate(even))
     assert above is not None and above.ok and "(above by 0.00%" in above.detail
 
 
@@ -306,3 +310,21 @@ def test_the_accept_path_refuses_a_tuned_change_on_the_paired_evidence(
         if not ok:  # the paired half-widths, not 1.96 * sqrt(2) * sigma_G
             assert held.detail.startswith(f"over-fitting: {HELD} ")
             assert "tolerance 1.91%" in held.detail
+
+
+def test_the_acceptance_page_shows_each_shape_s_paired_evidence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """acceptance.md shows, per target and held-out shape, the paired mean with its 95%
+    interval and pairs that the held-out rule judged (issue 50)."""
+    from runner.flow.acceptance_record import render_acceptance
+
+    result = _accept_path(tmp_path, monkeypatch, DEMO_PCT | {"down": 4.0}, 0.035)
+    page = render_acceptance(result)
+    assert "Paired change (95%)" in page
+    shapes = (result.gate.evidence or {}).get("shapes") if result.gate else None
+    assert shapes and set(shapes) == {CPU[k].label for k in (*DEMO_PCT, "down")}
+    for label, est in shapes.items():
+        shown = f"{est['mean_pct']:+.2f}% \u00b1 {est['half_width_pct']:.2f}% (4 pairs)"
+        (row,) = [line for line in page.splitlines() if line.startswith(f"| {label} ")]
+        assert shown in row

@@ -358,15 +358,24 @@ def _score(values: dict[str, float]) -> Score:
     return Score("m", 1.0, shapes, len(shapes), 0)
 
 
+def _paired(values: dict[str, float], half_pct: float = 0.5) -> GateResult:
+    """A full validation's gate with each shape's paired mean (its ratio) and interval."""
+    shapes = {lb: {"mean_pct": 100 * (v - 1), "half_width_pct": half_pct, "pairs": 4}
+              for lb, v in values.items()}  # fmt: skip
+    return GateResult(Decision.ACCEPTED, "m", 1.0, 1.1, 10.0, (1.0,) * 4, (), (),
+                      evidence={"shapes": shapes})  # fmt: skip
+
+
 def test_heldout_check_blocks_over_fitting() -> None:
     base = _score({"t1": 1.0, "h": 1.0, "t2": 1.0})
     work = {"t1": 1.0, "h": 2.0, "t2": 3.0}
-    good = heldout_check(base, _score({"t1": 1.3, "t2": 1.3, "h": 1.25}), ["h"], work, None, 0.01)
-    assert good is not None and good.ok
-    slower = heldout_check(base, _score({"t1": 1.3, "t2": 1.3, "h": 0.94}), ["h"], work)
-    assert slower is not None and not slower.ok and ">= 5% slower" in slower.detail
-    flat = heldout_check(base, _score({"t1": 1.4, "t2": 1.4, "h": 1.02}), ["h"], work, None, 0.01)
-    assert flat is not None and not flat.ok and "against its neighbour" in flat.detail
+    for values, ok, why in (
+        ({"t1": 1.3, "t2": 1.3, "h": 1.25}, True, ""),
+        ({"t1": 1.3, "t2": 1.3, "h": 0.94}, False, ">= 5% slower"),
+        ({"t1": 1.4, "t2": 1.4, "h": 1.02}, False, "against its neighbour"),
+    ):
+        check = heldout_check(base, _score(values), ["h"], work, _paired(values))
+        assert check is not None and check.ok is ok and why in check.detail
     assert heldout_check(base, base, [], work) is None
 
 

@@ -16,12 +16,17 @@ from pathlib import Path
 import pytest
 
 from runner.core.csv_io import read_csv
-from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed
+from runner.core.errors import (
+    ConfigError,
+    DeviceOutOfMemory,
+    FocusedTestFailed,
+    MeasurementFailed,
+)
 from runner.core.outcomes import Decision, Score, ShapeScore
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.local import LocalExecutor
-from runner.flow.host import PlainHost
+from runner.flow.host import PlainHost, run_job
 from runner.flow.measure import measure_roles
 from runner.flow.paired import (
     READY_TIMEOUT_ENV,
@@ -39,6 +44,7 @@ from runner.flow.round_records import Request
 from runner.flow.sharding import (
     PlainManifest,
     PlainRound,
+    failed_worker,
     flops_cost,
     seconds_cost,
     shard_shapes,
@@ -325,12 +331,55 @@ def test_out_of_device_memory_fails_the_worker_not_the_code(tmp_path: Path) -> N
     oom = '    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")\n'
     kernel.write_text(text.replace(head, head + oom), encoding="utf-8")
     trees = {"incumbent": tree, "candidate": starved}
-    with pytest.raises(MeasurementFailed) as info:
+    with pytest.raises(DeviceOutOfMemory) as info:
         measure_paired(host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"], pairs=1)
-    assert "pass-02-candidate failed" in info.value.message
-    assert "out of device memory, not a wrong result of the code under test" in info.value.message
+    assert info.value.return_code == 6  # infrastructure, not a verdict
+    assert "worker pass-02-candidate ran out of device memory on shape s1" in info.value.message
+    assert "asked for 2.00 GiB" in info.value.message
     assert not (host.tmp / "pass-02-candidate" / "benchmark.csv").exists()
     assert alive(host.tmp) == []
+
+
+def plant_oom(tree: Path, dest: Path, message: str) -> Path:
+    """A copy of the example ``tree`` whose torch GEMM raises torch.OutOfMemoryError
+    with ``message`` (what the CUDA allocator says) on every call."""
+    shutil.copytree(tree, dest)
+    kernel = dest / "turbo_kernels" / "cpu" / "gemm.py"
+    text = kernel.read_text(encoding="utf-8")
+    head = "-> torch.Tensor:\n"  # the end of gemm_torch's signature, its only function
+    assert head in text
+    oom = f"    raise torch.OutOfMemoryError({message!r})\n"
+    kernel.write_text(text.replace(head, head + oom), encoding="utf-8")
+    return dest
+
+
+@pytest.mark.integration
+def test_a_pass_out_of_device_memory_writes_no_fail_row_and_names_the_figure(
+    tmp_path: Path,
+) -> None:
+    """A fresh-process pass (the full benchmark's, a container's or a Slurm job's) whose
+    device runs out of memory stops there: no benchmark.csv with a FAIL row, and the
+    host's error (exit 6) names the shape, the bytes asked and the device's total."""
+    host, tree = example_host(tmp_path)
+    said = ("CUDA out of memory. Tried to allocate 14.00 GiB. GPU 0 has a total capacity "
+            "of 139.81 GiB of which 2.00 GiB is free.")  # fmt: skip
+    starved = plant_oom(tree, tmp_path / "starved", said)
+    shapes = [Shape("big", 32, 64, 64), Shape("s1", 16, 64, 64)]
+    outcome = run_job(host, "pass-01-final", host.spec("final", 1, shapes), starved)
+    assert not outcome.ok and outcome.returncode == 6
+    assert not (outcome.out_dir / "benchmark.csv").exists()
+    error = failed_worker("pass-01-final", outcome)
+    assert isinstance(error, DeviceOutOfMemory) and error.return_code == 6
+    assert error.record["shape"] == "big"
+    assert "on shape big: it asked for 14.00 GiB on a device of 139.81 GiB" in error.message
+    # final acceptance's full benchmark (the example's: one worker at level full)
+    from runner.flow.accept import _example_full_benchmark
+
+    dest = tmp_path / "full_benchmark.csv"
+    with pytest.raises(DeviceOutOfMemory) as info:
+        _example_full_benchmark(host, starved, shapes, dest)  # type: ignore[arg-type]
+    assert "worker full-benchmark ran out of device memory on shape big" in info.value.message
+    assert not dest.exists()  # no FAIL row to read as a wrong result
 
 
 @pytest.mark.integration

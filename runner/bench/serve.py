@@ -49,6 +49,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from runner.bench.oom import out_of_memory, release_cached
 from runner.bench.timing import Timing
 from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
@@ -132,6 +133,7 @@ class Server:
             try:
                 seeds = [self.spec.seed + 1000 * i for i in range(self.spec.check_seeds)]
                 st.checks = [self.adapter.check(st.shape, self.device, s) for s in seeds]
+                release_cached(self.device)  # the checks' float32 references, dropped
                 for k in range(self.pool):
                     spacer_bytes = SPACER_UNIT * (1 + k) * (1 + len(st.cases) % 7)
                     st.spacers.append(
@@ -145,7 +147,7 @@ class Server:
                 if self.device != "cpu":
                     torch.cuda.synchronize()
             except Exception as exc:  # a shape that raises still gets a FAIL row
-                out_of_memory(exc)
+                out_of_memory(exc, st.shape.label, self.out_dir)
                 log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
                 st.error = f"{type(exc).__name__}: {exc}"
                 st.cases = []
@@ -173,7 +175,7 @@ class Server:
                     st.bwd.append(bwd)
                 st.timed_problems += [p for p in problems if p not in st.timed_problems]
             except Exception as exc:
-                out_of_memory(exc)
+                out_of_memory(exc, st.shape.label, self.out_dir)
                 log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
                 st.error = f"{type(exc).__name__}: {exc}"
             st.seconds += time.perf_counter() - t1
@@ -191,7 +193,7 @@ class Server:
             try:
                 st.fresh = fresh_timing(self.adapter, st.shape, self.spec, self.device)
             except Exception as exc:
-                out_of_memory(exc)
+                out_of_memory(exc, st.shape.label, self.out_dir)
                 log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
                 st.error = f"{type(exc).__name__}: {exc}"
 
@@ -211,7 +213,7 @@ class Server:
             try:
                 row, record = self._finish_shape(st, ROW_BUILDERS[schema.name])
             except Exception as exc:
-                out_of_memory(exc)
+                out_of_memory(exc, st.shape.label, self.out_dir)
                 log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
                 st.error = st.error or f"{type(exc).__name__}: {exc}"
                 row, record = None, {}
@@ -255,22 +257,6 @@ class Server:
             "seconds": round(st.seconds, 4),
         }
         return row, record
-
-
-class DeviceMemoryExhausted(RuntimeError):
-    """The device ran out of memory: the worker stops (the round FAILs as an
-    infrastructure failure) instead of writing FAIL rows that would read as wrong
-    results of the code under test."""
-
-
-def out_of_memory(exc: BaseException) -> None:
-    """Raise DeviceMemoryExhausted when ``exc`` is the device running out of memory."""
-    import torch
-
-    if isinstance(exc, torch.OutOfMemoryError):
-        raise DeviceMemoryExhausted(
-            f"out of device memory, not a wrong result of the code under test: {exc}"
-        ) from exc
 
 
 def device_memory(device: str) -> dict[str, int]:

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import runner.bench.gpu  # noqa: F401  (imported before the target: its bindings are guarded)
 from runner.bench.environment import environment_meta
 from runner.bench.integrity import BindingGuard, OutputSampler
+from runner.bench.oom import DeviceMemoryExhausted, out_of_memory, release_cached
 from runner.bench.provenance import check_provenance, record_loaded
 from runner.bench.rows import ROW_BUILDERS, failed_row
 from runner.bench.statecheck import stateful_probe
@@ -54,6 +55,7 @@ def measure_shape(adapter: Any, shape: Shape, spec: RoundSpec, device: str) -> d
     ``after_timing`` times the real-training step, runs the state probe and the
     re-check.  The paired workers (``runner.bench.serve``) use the same two parts."""
     checks = [adapter.check(shape, device, spec.seed + 1000 * i) for i in range(spec.check_seeds)]
+    release_cached(device)  # the checks' float32 references, dropped before the timed case
     case = adapter.case(shape, device, spec.seed)
     fwd, bwd, timed_problems = time_case(case, spec, device)
     moved = {"fwd_bytes": case.fwd_bytes, "bwd_bytes": case.bwd_bytes}
@@ -173,6 +175,21 @@ def load_for(spec: RoundSpec, out_dir: Path) -> Loaded:
     return Loaded(adapter, device, guard)
 
 
+OUT_OF_MEMORY_EXIT = 6  # a pass whose device ran out of memory (the record says where)
+
+
+def _ran_out_of_memory(exc: BaseException, shape: Shape, out_dir: Path) -> bool:
+    """True, with the record left in ``out_dir`` and logged, when ``exc`` is the device
+    running out of memory (``runner.bench.serve.out_of_memory``): the pass stops there,
+    an infrastructure failure, never a FAIL row read as a wrong result."""
+    try:
+        out_of_memory(exc, shape.label, out_dir)
+    except DeviceMemoryExhausted as oom:
+        log.error("shape %s: %s", shape.label, oom)
+        return True
+    return False
+
+
 def run_spec(spec: RoundSpec, out_dir: Path) -> int:
     """Measure every shape of ``spec`` into ``out_dir``; return the process exit code."""
     from runner.core.csv_io import write_csv
@@ -189,6 +206,8 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
             result = measure_shape(adapter, shape, spec, device)
             guard.verify()  # a binding replaced while this shape ran voids its timings
         except Exception as exc:  # a shape that raised still gets a FAIL row
+            if _ran_out_of_memory(exc, shape, out_dir):
+                return OUT_OF_MEMORY_EXIT  # no CSV: no FAIL row for the device's capacity
             log.error("shape %s raised: %s\n%s", shape.label, exc, traceback.format_exc())
             rows.append(failed_row(shape, schema.name, schema.columns))
             raw[shape.label] = {"error": f"{type(exc).__name__}: {exc}"}

@@ -197,6 +197,7 @@ def init_fields(opts: dict[str, Any], source: Path) -> dict[str, Any]:
         executor=opts["executor"],
         image=opts["image"],
         project_skill=opts["project_skill"],
+        say=click.echo,
     )
 
 

@@ -102,6 +102,22 @@ class MeasurementFailed(InfrastructureError):
         self.tail = tail
 
 
+class DeviceOutOfMemory(MeasurementFailed):
+    """A worker ran out of device memory (``runner.core.device_memory``): the device's
+    capacity, never a wrong result of the code under test, so never a FAIL row; exit 6
+    with the figure (the shape, the bytes asked, the device's total)."""
+
+    def __init__(
+        self,
+        message: str,
+        log_path: Path | None = None,
+        tail: str | None = None,
+        record: dict[str, object] | None = None,
+    ):
+        super().__init__(message, log_path, tail if tail is not None else "")
+        self.record = dict(record or {})
+
+
 class FocusedTestFailed(MeasurementFailed):
     """The focused test failed (its ``tail`` says how): a VALIDATE round turns it into a
     veto and is judged ROLLED BACK, not FAILED; the baseline refuses the base commit."""

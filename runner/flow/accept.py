@@ -29,7 +29,8 @@ from typing import Any
 
 from runner.core.csv_io import read_csv
 from runner.core.csv_schema import get_schema
-from runner.core.errors import CampaignError, ConfigError, MeasurementFailed
+from runner.core.device_memory import oom_error
+from runner.core.errors import CampaignError, ConfigError, DeviceOutOfMemory, MeasurementFailed
 from runner.core.files import copy_plain_tree, write_atomic
 from runner.core.outcomes import GateResult, Score, Status
 from runner.core.shapes import Shape, shapes_by_label
@@ -121,6 +122,9 @@ def _example_full_benchmark(
         "returncode": outcome.returncode,
         "csv": None,
     }
+    oom = oom_error(outcome.out_dir, "full-benchmark", outcome.log_path)
+    if oom is not None:
+        raise oom  # the device's capacity, never a FAIL row of the code under test
     if outcome.ok:
         shutil.copy2(outcome.out_dir / "benchmark.csv", dest)
         info["csv"] = str(dest.name)
@@ -292,6 +296,8 @@ def _validate(
 ) -> Check:
     try:
         gate, base, final = full_validation(rnd, trees, shapes, result.passes)
+    except DeviceOutOfMemory:
+        raise  # infrastructure (exit 6 with the figure), not a verdict on the code
     except MeasurementFailed as exc:
         return Check("full validation", False, f"did not complete: {exc.message}")
     result.gate, result.baseline, result.final = gate, base, final
@@ -299,7 +305,7 @@ def _validate(
         shutil.copy2(rnd.tmp / name, art / name)
     check = validation_check(gate, final)
     work = {s.label: s.flops_fwd for s in shapes}
-    held = heldout_check(base, final, result.heldout, work, gate, rnd.manifest.sigma_g)
+    held = heldout_check(base, final, result.heldout, work, gate)
     if held is not None:
         result.checks.append(held)
     if result.head == result.base_commit:
@@ -309,6 +315,10 @@ def _validate(
 
 
 def _keep_passes(tmp: Path, art: Path) -> None:
+    """Every pass's folder, and the paired sessions' memory reports (``memory*.json``:
+    what the workers held against the op's figure, ``runner.flow.paired``)."""
     for sub in sorted(tmp.iterdir()):
         if sub.is_dir():
             copy_plain_tree(sub, art / "passes" / sub.name)
+        elif sub.name.startswith("memory") and sub.suffix == ".json":
+            shutil.copy2(sub, art / sub.name)

@@ -11,7 +11,6 @@ from typing import Any
 from runner.core.errors import ConfigError, InfrastructureError
 from runner.core.outcomes import GateResult, Score
 from runner.flow.acceptance_record import Check
-from runner.judge.evidence import Z
 from runner.judge.heldout import ShapeGain, judge_heldout, shortfall, unsettled_notes
 from runner.render.figures import fmt_gain, scale_for
 from runner.store.lineage import Lineage
@@ -40,33 +39,34 @@ def heldout_check(
     heldout: list[str],
     work: Mapping[str, float],
     gate: GateResult | None = None,
-    sigma_g: float | None = None,
 ) -> Check | None:
     """The over-fitting guard on the held-out shapes (never measured by a round,
     docs/protocol.md §5.7, ``runner.judge.heldout``): a held-out shape established 5%
     or more slower than at the base commit (its whole interval; a reading past -5%
     inside its noise is named, not refused), or one that gains clearly less than the
     lesser of its size neighbours among the targets, is over-fitting.  None without
-    any held-out shape.  The detail names the shapes judged without a paired interval,
-    and why, and those read past -5% inside their noise."""
-    gains, unpaired = shape_gains(base, final, work, gate, sigma_g)
+    any held-out shape.  Every shape is judged on the full validation's paired mean
+    and 95% interval (the gate's ``evidence``, recorded whatever decided); a shape
+    without one fails the check, never judged on a tolerance as wide as sigma_G."""
+    gains, unpaired = shape_gains(base, final, work, gate)
+    if not any(lb in heldout for lb in [*(g.label for g in gains), *unpaired]):
+        return None
+    if unpaired:
+        return Check("held-out shapes", False, _unpaired_note(unpaired, gate))
     held = [g for g in gains if g.label in heldout]
     targets = [g for g in gains if g.label not in heldout]
-    if not held:
-        return None
     ok, reasons = judge_heldout(held, targets)
     geo = {
         name: 100.0 * math.expm1(sum(g.gain for g in group) / len(group)) if group else 0.0
         for name, group in (("held", held), ("targets", targets))
     }
     detail = f"held-out gain {geo['held']:+.3f}% vs targets {geo['targets']:+.3f}%"
-    fallback = _fallback_note(unpaired, gate, sigma_g)
     noisy = unsettled_notes(held)
     if not ok:
-        why = "; ".join([f"over-fitting: {'; '.join(reasons)}", detail, *noisy, *fallback])
+        why = "; ".join([f"over-fitting: {'; '.join(reasons)}", detail, *noisy])
         return Check("held-out shapes", False, why)
     near = [s.describe() for h in held if (s := shortfall(h, targets)) is not None]
-    return Check("held-out shapes", True, "; ".join([detail, *near, *noisy, *fallback]))
+    return Check("held-out shapes", True, "; ".join([detail, *near, *noisy]))
 
 
 def shape_gains(
@@ -74,14 +74,11 @@ def shape_gains(
     final: Score,
     work: Mapping[str, float],
     gate: GateResult | None,
-    sigma_g: float | None,
 ) -> tuple[list[ShapeGain], list[str]]:
-    """Each shape's gain, and the labels of those without a paired interval.  The gain
-    is the full validation's paired mean and 95% half-width where its evidence has the
-    shape with an interval (every verdict given two or more pairs records one, the
-    gate's ``evidence``), else the ratio of the final to the base figure with the
-    baseline's noise (each figure sigma_G: a difference of two gains 2 sigma_G, times
-    1.96) or, without that, no known noise."""
+    """Each shape's gain from the full validation's paired mean and 95% half-width (the
+    gate's ``evidence``: every verdict given two or more pairs records it for every
+    shape it judged), and the labels of the shapes measured on both sides without
+    one."""
     evidence = ((gate.evidence or {}).get("shapes") or {}) if gate is not None else {}
     b, f = base.by_label(), final.by_label()
     out: list[ShapeGain] = []
@@ -91,32 +88,24 @@ def shape_gains(
         if not (bv and fv) or label not in work:
             continue
         est = evidence.get(label) or {}
-        if est.get("mean_pct") is not None and est.get("half_width_pct") is not None:
-            gain = math.log1p(est["mean_pct"] / 100.0)
-            half = est["half_width_pct"] / 100.0
-        else:
-            gain, half = math.log(fv / bv), _noise(sigma_g)
+        if est.get("mean_pct") is None or est.get("half_width_pct") is None:
             unpaired.append(label)
-        out.append(ShapeGain(label, work[label], gain, half))
+            continue
+        gain = math.log1p(est["mean_pct"] / 100.0)
+        out.append(ShapeGain(label, work[label], gain, est["half_width_pct"] / 100.0))
     return out, unpaired
 
 
-def _fallback_note(
-    unpaired: list[str], gate: GateResult | None, sigma_g: float | None
-) -> list[str]:
-    """Why some shapes were judged on their figures' ratio (one pair: no interval; no
-    pairs at all; or not among the shapes the gate judged) and the tolerance used."""
-    if not unpaired:
-        return []
+def _unpaired_note(unpaired: list[str], gate: GateResult | None) -> str:
+    """Why the held-out rule could not judge: shapes without a paired interval (one pair
+    gives none; no pairs at all; or not among the shapes the gate judged)."""
     pairs = len(gate.pair_gains_pct) if gate is not None else 0
     why = {0: "no paired samples", 1: "one pair: no interval"}.get(pairs, "not in the evidence")
-    width = f"1.96 * sqrt(2) * sigma_G = {100 * _noise(sigma_g):.2f}%" if sigma_g else "unknown"
-    return [f"no paired interval for {', '.join(unpaired)} ({why}): judged on the ratio of "
-            f"the figures, half-width {width}"]  # fmt: skip
-
-
-def _noise(sigma_g: float | None) -> float:
-    return Z * math.sqrt(2.0) * sigma_g if sigma_g else math.inf
+    return (
+        f"no paired interval for {', '.join(unpaired)} ({why}): the held-out rule judges "
+        "each shape on the full validation's paired mean and 95% interval only; run "
+        "`campaign accept` again (each of its --passes blocks measures two pairs)"
+    )
 
 
 def extract_csv(log: str) -> tuple[str | None, int]:

@@ -4,6 +4,7 @@ it is rendered and written; where it lives and how it is read back: ``runner.sto
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,11 +91,13 @@ def write_acceptance(out: Path, result: Acceptance) -> None:
 
 
 def shape_rows(result: Acceptance) -> list[list[str]]:
-    """Per shape: baseline, final, change, check, held-out marker."""
+    """Per shape: baseline, final, change, the paired evidence (``paired_change``),
+    check, held-out marker."""
     if result.baseline is None or result.final is None:
         return []
     final = result.final.by_label()
     scale = score_scale(result.baseline.metric, result.baseline, result.final)
+    evidence = ((result.gate.evidence or {}).get("shapes") or {}) if result.gate else {}
     rows = []
     for s in result.baseline.shapes:
         f = final.get(s.label)
@@ -102,8 +105,19 @@ def shape_rows(result: Acceptance) -> list[list[str]]:
         delta = f"{(fv / s.value - 1) * 100:+.3f}%" if fv and s.value else "—"
         kind = "held-out" if s.label in result.heldout else "target"
         check = f.check if f else "-"
-        rows.append([s.label, kind, scale.value(s.value), scale.value(fv), delta, check])
+        paired = paired_change(evidence.get(s.label))
+        rows.append([s.label, kind, scale.value(s.value), scale.value(fv), delta, paired, check])
     return rows
+
+
+def paired_change(est: Mapping[str, Any] | None) -> str:
+    """A shape's paired mean with its 95% half-width and pairs ("+3.52% ± 0.27% (4
+    pairs)"), the evidence the held-out rule judges; "—" without it."""
+    if not est or est.get("mean_pct") is None:
+        return "—"
+    half = est.get("half_width_pct")
+    width = f"{half:.2f}%" if half is not None else "?"
+    return f"{est['mean_pct']:+.2f}% \u00b1 {width} ({est.get('pairs', '?')} pairs)"
 
 
 def render_acceptance(result: Acceptance) -> str:
@@ -116,7 +130,8 @@ def render_acceptance(result: Acceptance) -> str:
         [[c.name, "PASS" if c.ok else "FAIL", c.detail] for c in result.checks],
     )
     table = md_table(
-        ["Shape", "Set", "Base commit", "Final best", "Change", "Check"], shape_rows(result)
+        ["Shape", "Set", "Base commit", "Final best", "Change", "Paired change (95%)", "Check"],
+        shape_rows(result),
     )
     metric = result.baseline.metric if result.baseline else "primary metric"
     commits = "\n".join(f"- {c}" for c in result.commits) or "- none"

@@ -30,6 +30,7 @@ from runner.flow.round_context import (
 from runner.flow.rounds import MIN_SIGMA, measure_roles, now
 from runner.judge.gate import calibrate_sigma
 from runner.judge.gate_constants import current_digest
+from runner.judge.memory_fit import refuse_unfit
 from runner.judge.representative import choose_heldout, select_representative
 from runner.judge.scoring import score
 from runner.store.campaign import Campaign
@@ -64,6 +65,7 @@ def run_baseline(
         m = campaign.manifest
         if not m.base_commit:
             raise ConfigError("manifest has no base_commit; re-create the campaign")
+        refuse_unfit(m.target_op, all_shapes(m), m.target_gpu, "campaign baseline")
         started = now()
         shutil.rmtree(campaign.round_dir(1), ignore_errors=True)  # an interrupted attempt
         with (

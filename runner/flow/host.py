@@ -46,6 +46,12 @@ class Host(Protocol):
         (``runner.flow.paired.MEMORY_LOG``), or None."""
         ...
 
+    @property
+    def device_bytes(self) -> int | None:
+        """The memory of the device the workers measure on (bytes; None: not limited
+        or not known), which paired sessions plan their pools and waves against."""
+        ...
+
     def spec(self, role: str, index: int, shapes: list[Shape]) -> RoundSpec: ...
 
     def worker_job(
@@ -112,6 +118,7 @@ class PlainHost:
     before_turns: Callable[[], None] | None = None
     # before the first timed turn of a wave, after before_turns (runner.flow.paired._hold)
     ready_checks: list[Callable[[], None]] = field(default_factory=list)
+    device_bytes: int | None = None  # the device's memory, when the caller knows it
 
     @property
     def gpu_target(self) -> bool:

@@ -54,6 +54,7 @@ from runner.flow.round_context import Round, level_shapes, round_probe
 from runner.flow.sharding import (
     BCCB,
     detect_vendor,
+    failed_worker,
     gpu_env,
     measure_sharded,
     merge_passes,
@@ -61,7 +62,6 @@ from runner.flow.sharding import (
     run_sharded,
     seconds_cost,
     shard_shapes,
-    worker_failure,
 )
 from runner.judge.gate import decide, promising, required_pairs
 from runner.judge.measuring_caps import CAP_PAIRS, MAX_PAIRS, PROMISING_PAIRS, ROUND_CAP_S
@@ -216,7 +216,7 @@ def _slurm_array(
     for seq in outcomes:
         for outcome in seq:
             if not outcome.ok:
-                raise MeasurementFailed(worker_failure(outcome.name, outcome), outcome.log_path)
+                raise failed_worker(outcome.name, outcome)
     per_shard = [[Path(o.out_dir) / "benchmark.csv" for o in seq] for seq in outcomes]
     order = [s.label for s in shapes]
     return merge_passes(rnd.tmp, passes, per_shard, order, rnd.manifest.pinned_header)
@@ -226,7 +226,7 @@ def _run_pass(rnd: Round, role: str, index: int, tree: Path, shapes: list[Shape]
     name = pass_name(index, role)
     outcome = run_job(rnd, name, rnd.spec(role, index, shapes), tree)
     if not outcome.ok:
-        raise MeasurementFailed(worker_failure(name, outcome), outcome.log_path)
+        raise failed_worker(name, outcome)
     return Path(outcome.out_dir) / "benchmark.csv"
 
 
@@ -478,7 +478,7 @@ def probe_veto(rnd: Round, ref: Score, cand: Score, gate: GateResult) -> str | N
     if probe is None or probe.label != measured[0]:
         return None
     work = {s.label: s.flops_fwd for s in [*level_shapes(rnd.manifest, rnd.level), probe]}
-    check = heldout_check(ref, cand, [probe.label], work, gate, rnd.manifest.sigma_g)
+    check = heldout_check(ref, cand, [probe.label], work, gate)
     if check is None or check.ok:
         return None
     return (

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import secrets
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from runner.core.errors import ConfigError
 from runner.core.processes import run
 from runner.core.shapes import default_shape_set, shape_set, shapes_by_label
 from runner.core.timestamps import now_minute
+from runner.judge.memory_fit import refuse_unfit, unfit_shapes
 from runner.judge.representative import reserve_heldout
 from runner.ops.info import op_info
 from runner.store.campaign import Campaign, check_campaigns_root
@@ -128,7 +130,9 @@ def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
     fields["base_commit"] = fields.get("base_commit") or head_commit(source)
     wanted = fields.get("target_shapes")
     fields["target_shapes"] = pin_shapes(wanted, fields)
-    reserve_heldout_shapes(fields, explicit=wanted not in (None, "all"))
+    say = fields.pop("say", None) or (lambda _msg: None)
+    unfit = fit_device(fields, explicit=wanted not in (None, "all"), say=say)
+    reserve_heldout_shapes(fields, explicit=wanted not in (None, "all"), unfit=unfit, say=say)
     manifest = build_manifest(**fields)
     if manifest.execution_mode == "workspace":
         from runner.flow.workspace_mode import create_workspace, workspace_dir
@@ -180,18 +184,50 @@ def check_upstream_files(source: Path, files: list[str], target: str) -> None:
         )
 
 
-def reserve_heldout_shapes(fields: dict[str, Any], *, explicit: bool) -> None:
+def fit_device(fields: dict[str, Any], *, explicit: bool, say: Callable[[str], None]) -> set[str]:
+    """The shapes of the set a pair of workers cannot hold on the campaign's device
+    (``runner.judge.memory_fit``; none on the CPU).  Target shapes named on the command
+    line that do not fit are refused (exit 2, with the figures); of the whole set
+    (``all``) they are left out of the targets, and said."""
+    gpu = str(fields.get("target_gpu") or "cpu")
+    unfit = unfit_shapes(str(fields["target_op"]), shape_set(fields["shape_set"]), gpu)
+    targets = set(fields["target_shapes"])
+    mine = [u for u in unfit if u.label in targets]
+    if mine and explicit:
+        refuse_unfit(str(fields["target_op"]), [s for s in shape_set(fields["shape_set"])
+                     if s.label in targets], gpu, "campaign init")  # fmt: skip
+    for u in mine:
+        say(f"left out of the target shapes: {u.describe()}")
+    fields["target_shapes"] = [
+        t for t in fields["target_shapes"] if t not in {u.label for u in mine}
+    ]
+    return {u.label for u in unfit}
+
+
+def reserve_heldout_shapes(
+    fields: dict[str, Any],
+    *,
+    explicit: bool,
+    unfit: set[str] | None = None,
+    say: Callable[[str], None] | None = None,
+) -> None:
     """By default a few shapes of the op's set are held out (``heldout=False`` or
     ``--no-heldout`` turns it off; ``heldout_shapes`` given wins): chosen with a recorded
     seed (``heldout_seed``, random unless given) and taken out of the targets, so that
-    rounds never measure them and ``campaign accept`` judges the final best on them."""
+    rounds never measure them and ``campaign accept`` judges the final best on them.
+    Only shapes that fit the device are candidates (``unfit``: those that do not; the
+    count of them left out is said)."""
     enabled = fields.pop("heldout", True)
     seed = fields.pop("heldout_seed", None)
     if fields.get("heldout_shapes") or not enabled:
         return
     seed = int(seed) if seed is not None else secrets.randbelow(2**31)
     targets = list(fields["target_shapes"])
-    chosen = reserve_heldout(shape_set(fields["shape_set"]), seed, targets if explicit else ())
+    candidates = [s for s in shape_set(fields["shape_set"]) if s.label not in (unfit or set())]
+    if unfit and say is not None:
+        say(f"held-out pick: {len(unfit)} shape(s) of {fields['shape_set']} left out, they "
+            f"do not fit the device: {', '.join(sorted(unfit))}")  # fmt: skip
+    chosen = reserve_heldout(candidates, seed, targets if explicit else ())
     if not chosen:
         return
     fields["heldout_shapes"] = chosen

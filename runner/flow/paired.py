@@ -33,14 +33,22 @@ from pathlib import Path
 from typing import Any
 
 from runner.core import interrupts
+from runner.core.device_memory import oom_error
 from runner.core.errors import ConfigError, MeasurementFailed
 from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
-from runner.core.spec import POOL_CPU, POOL_GPU, TimingSettings
+from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec, TimingSettings
 from runner.executors.base import LiveWorker, ServingExecutor
 from runner.flow.host import Host
 from runner.flow.progress import PairWatch
 from runner.flow.sharding import pass_name
+from runner.judge.memory_fit import (  # the one rule of device memory (init, baseline, here)
+    FREE_MARGIN,
+    WORKER_CONTEXT_BYTES,
+    WORKER_GROWTH,
+    usable,
+    worker_need,
+)
 
 READY_TIMEOUT_S = 1800.0  # import, checks, compile/JIT and first calls of every shape
 TURN_TIMEOUT_S = 900.0  # one block or the finish
@@ -49,9 +57,6 @@ READY_TIMEOUT_ENV = "TURBO_CAMPAIGN_READY_TIMEOUT_S"
 TURN_TIMEOUT_ENV = "TURBO_CAMPAIGN_TURN_TIMEOUT_S"
 BLOCK_WARMUP_FLOOR_S = 0.1  # a turn's warm-up never shorter than this (or the pinned one)
 # Sizing a wave of live workers by device memory (``wave_size``).
-WORKER_GROWTH = 1.25  # margin on the peak of the one worker taking its turn
-WORKER_CONTEXT_BYTES = 1 << 30  # its device context and allocator slack
-FREE_MARGIN = 0.1  # of the device's free memory, never planned for
 CPU_WAVE_PAIRS = 8  # a CPU target's pairs alive at once (host memory; turns are serial)
 # What a session's workers reported (``_Session.most``), kept with the round's artifacts:
 # the next round on the same machine sizes its first wave by it (``prior_wave``).
@@ -189,15 +194,15 @@ def measure_paired(
         raise MeasurementFailed(f"no source tree for role(s) {missing}")
     template = host.spec(roles[0], 0, [])
     turns = turns_per_worker(roles, groups)
-    members = pool_members(template.pool, host.gpu_target, turns)
+    plan = plan_memory(template, host.gpu_target, host.device_bytes, shapes, len(roles), turns)
     session = _Session(
-        host, trees, shapes, roles, groups, env, suffix, watch, turns, members,
-        _picks(pairs, 2 * groups, members, seed), start_index,
+        host, trees, shapes, roles, groups, env, suffix, watch, turns, plan.members,
+        _picks(pairs, 2 * groups, plan.members, seed), start_index,
         worker_timeout(READY_TIMEOUT_ENV, READY_TIMEOUT_S),
         worker_timeout(TURN_TIMEOUT_ENV, TURN_TIMEOUT_S), executor,
     )  # fmt: skip
     try:
-        _run_waves(session, pairs, _first_wave(host, template.wave_pairs, len(roles), pairs))
+        _run_waves(session, pairs, _first_wave(host, template.wave_pairs, len(roles), pairs, plan))
         _keep_memory(session)
     finally:
         for group in session.started:
@@ -370,6 +375,53 @@ def pool_members(pool: int | None, gpu_target: bool, turns: int) -> int:
     return max(1, min(pool if pool is not None else default, turns))
 
 
+@dataclass(frozen=True)
+class MemoryPlan:
+    """A paired session planned from the device bytes its workers need before any
+    starts (``runner.ops.info.worker_bytes``: every shape's pool, the largest shape's
+    check on top): ``members`` of each worker's buffer pool, shrunk until one pair
+    fits the device; ``fits``, how many pairs the device holds at once (None: not
+    known, the CPU or an unknown device; the first pair then sizes the waves)."""
+
+    members: int
+    need: int  # one worker's bytes at ``members``
+    fits: int | None
+
+    def first_wave(self, pairs: int) -> int | None:
+        """The first wave's pairs: all that fit (two or more), else None (the first pair
+        alone, its reports size the waves)."""
+        if self.fits is None or self.fits < 2:
+            return None
+        return min(pairs, self.fits)
+
+
+def plan_memory(
+    template: RoundSpec,
+    gpu_target: bool,
+    total: int | None,
+    shapes: Sequence[Shape],
+    roles: int,
+    turns: int,
+) -> MemoryPlan:
+    """The session's plan (``MemoryPlan``) from the op's per-shape figure and the
+    device's memory ``total`` (None, or a CPU target: not limited).  ``FREE_MARGIN`` of
+    the device is left alone; each worker counts ``WORKER_GROWTH`` times its figure (an estimate)
+    plus ``WORKER_CONTEXT_BYTES`` (``runner.judge.memory_fit.worker_need``)."""
+    members = pool_members(template.pool, gpu_target, turns)
+    if not gpu_target or total is None or not shapes:
+        return MemoryPlan(members, 0, None)
+    room = usable(total)
+
+    def pair(m: int) -> int:
+        return max(1, roles) * worker_need(template.op, shapes, m)
+
+    while members > 1 and pair(members) > room:
+        members -= 1
+    return MemoryPlan(
+        members, worker_need(template.op, shapes, members), int(room // pair(members))
+    )
+
+
 def _hold(host: Host) -> None:
     """Before the first timed turn of a wave: whatever ran beside the workers' start-up
     (``host.before_turns``) must be done and have passed, and every ready check
@@ -414,12 +466,16 @@ def wave_size(memory: Sequence[Mapping[str, int | None]], roles: int, pairs: int
     return max(1, 1 + int(max(0.0, room) // per_pair))
 
 
-def _first_wave(host: Host, fixed: int | None, roles: int, pairs: int) -> int | None:
+def _first_wave(
+    host: Host, fixed: int | None, roles: int, pairs: int, plan: MemoryPlan
+) -> int | None:
     """The first wave's pairs: the spec's ``wave_pairs``, a CPU target's, an earlier
-    session's reports on this machine (``prior_wave``), else None (the first pair
-    measures alone and sizes the waves)."""
+    session's reports on this machine (``prior_wave``), the plan from the op's figure
+    (``plan_memory``), else None (the first pair measures alone and sizes the waves)."""
     size = fixed or _cpu_wave(host, pairs)
-    return size if size is not None else prior_wave(host.memory_prior, roles, pairs)
+    if size is None:
+        size = prior_wave(host.memory_prior, roles, pairs)
+    return size if size is not None else plan.first_wave(pairs)
 
 
 def _keep_memory(session: _Session) -> None:
@@ -540,6 +596,9 @@ def _fail(w: _Worker, why: str) -> MeasurementFailed:
             code = proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             code = None
+    oom = oom_error(w.live.out_dir, w.live.name, w.live.log_path)
+    if oom is not None:
+        return oom
     exit_note = f" (exit {code})" if code is not None else ""
     return MeasurementFailed(f"worker {w.live.name} failed{exit_note}: {why}", w.live.log_path)
 

@@ -31,6 +31,7 @@ from runner.executors.jit_cache import (
 from runner.flow.host import job_in, read_memory_log, run_job
 from runner.flow.paired import supports_paired
 from runner.flow.progress import Progress, StepStarted
+from runner.judge.peaks import device_memory_for
 from runner.judge.probe import probe_shape
 from runner.store.campaign import Campaign
 from runner.store.leases import acquire
@@ -83,6 +84,13 @@ class Round:
     def gpu_target(self) -> bool:
         """Whether the campaign measures on a GPU (its ``target_gpu`` is not "cpu")."""
         return self.manifest.target_gpu != "cpu"
+
+    @property
+    def device_bytes(self) -> int | None:
+        """The memory of the campaign's GPU (``runner.judge.peaks.DEVICE_MEMORY``; None
+        on the CPU or for an unknown GPU)."""
+        gpu = self.manifest.target_gpu
+        return None if gpu == "cpu" else device_memory_for(gpu)
 
     @property
     def quick_gpu(self) -> bool:

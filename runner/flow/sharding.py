@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from runner.core.csv_io import check_header, read_csv, write_csv
 from runner.core.csv_schema import BenchCSV, Row
+from runner.core.device_memory import oom_error
 from runner.core.errors import ConfigError, MeasurementFailed
 from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
@@ -142,11 +143,18 @@ def _run_shard(
         outcome = run_job(host, name, host.spec(role, index, shapes), trees[role], env=env,
                           gpu=gpu)  # fmt: skip
         if not outcome.ok:
-            raise MeasurementFailed(
-                f"{worker_failure(name, outcome)} on GPU {gpu}", outcome.log_path
-            )
+            raise failed_worker(name, outcome, f" on GPU {gpu}")
         paths.append(outcome.out_dir / "benchmark.csv")
     return paths
+
+
+def failed_worker(name: str, outcome: JobOutcome, where: str = "") -> MeasurementFailed:
+    """The error of a worker job that did not succeed: ``DeviceOutOfMemory`` (with the
+    figure) when its device ran out of memory, else ``MeasurementFailed``."""
+    oom = oom_error(Path(outcome.out_dir), name + where, outcome.log_path)
+    if oom is not None:
+        return oom
+    return MeasurementFailed(worker_failure(name, outcome) + where, outcome.log_path)
 
 
 def worker_failure(name: str, outcome: JobOutcome) -> str:

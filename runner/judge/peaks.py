@@ -47,6 +47,24 @@ PEAKS: dict[str, tuple[float, float, float]] = {
     "MI355X": (2500.0, 5000.0, 8000.0),
 }
 
+# gpu -> device memory in bytes, as the device reports it (torch.cuda.mem_get_info's
+# total; torch's out-of-memory message says "total capacity"): NVIDIA H200 139.81 GiB
+# (nvidia-smi says 143771 MiB, the driver keeps the rest), H100 80 GB 79.11 GiB,
+# H100 NVL 94 GB 93.1 GiB; AMD's datasheets' HBM in decimal GB: MI300X 192 GB,
+# MI325X 256 GB, MI350X / MI355X 288 GB.  A worker's memory is planned against it
+# (runner.ops.info.shape_memory, runner.flow.memory_plan).
+DEVICE_MEMORY: dict[str, int] = {
+    "H100 SXM": 81008 << 20,
+    "H100 PCIe": 81008 << 20,
+    "H100 NVL": 95334 << 20,
+    "H200": 143165 << 20,
+    "H200 NVL": 143165 << 20,
+    "MI300X": 192 * 10**9,
+    "MI325X": 256 * 10**9,
+    "MI350X": 288 * 10**9,
+    "MI355X": 288 * 10**9,
+}
+
 # Architecture -> the family it may be; the first is the name it resolves to.
 ARCH_FAMILIES: dict[str, tuple[str, ...]] = {
     "gfx942": ("MI300X", "MI325X"),
@@ -112,6 +130,16 @@ def peak_for(gpu_name_or_arch: str, dtype: str) -> float | None:
     if column is None or not family:
         return None
     return max(PEAKS[g][column] for g in family)
+
+
+def device_memory_for(gpu_name_or_arch: str) -> int | None:
+    """The device memory (bytes) of a GPU name or architecture (``DEVICE_MEMORY``; an
+    architecture's family counts at its largest member, so that a shape that fits one
+    of its devices is never refused); None for the CPU or an unknown GPU: no limit."""
+    family = _family(gpu_name_or_arch)
+    if not family:
+        return None
+    return max(DEVICE_MEMORY[g] for g in family)
 
 
 def check_speed_of_light(

@@ -4,6 +4,7 @@ backward path, the precision, and where its worker-side adapter lives."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from runner.core.errors import ConfigError
 
@@ -93,3 +94,77 @@ register_info(
 register_info(
     OpInfo("attention", "attention", True, "bf16", "runner.ops.attention:AttentionOp", COMBINED)
 )
+
+
+# ---- device memory of one shape ------------------------------------------------------
+@dataclass(frozen=True)
+class ShapeMemory:
+    """The device bytes one shape needs in a worker (an upper estimate, a pure function
+    of the shape): ``member``, one member of its buffer pool, alive while the worker
+    lives (inputs, outputs, gradients, FP8 copies and scales); ``work``, the most one
+    step adds on top and drops again: the correctness check (pristine copies, the
+    float32 reference and the op's outputs beside it, the SNR's float32 differences)
+    or one call's transients (the float32 draw of an input, FP8 quantisation's float32
+    copies)."""
+
+    member: int
+    work: int
+
+    def worker(self, pool: int) -> int:
+        """A worker measuring this shape alone with ``pool`` members."""
+        return max(1, pool) * self.member + self.work
+
+
+def _dense(shape: Any, fp8: bool) -> ShapeMemory:
+    """GEMM out = a @ b^T (a M x K, b N x K per group; grouped GEMM ``b`` groups of b):
+    a member holds bf16 a, b, grad_out, out and the gradients (2 bytes each), with FP8
+    the FP8 copies of a, b and grad_out and their transposes (1 byte each).  The check
+    holds pristine and live bf16 inputs, outputs and gradients, float32 copies of the
+    inputs and the float32 reference (16 bytes per element over a, b, out) and the
+    SNR's float32 differences of the output (8 bytes); quantising the largest tensor
+    takes three float32 copies of it (12 bytes), a bf16 call one (4)."""
+    groups = shape.b if shape.group_sizes is not None else 1
+    a, w, out = shape.m * shape.k, groups * shape.n * shape.k, shape.m * shape.n
+    every = a + w + out
+    member = 2 * every + 2 * out + 2 * (a + w) + (2 * every if fp8 else 0)
+    work = 16 * every + 8 * out + (12 if fp8 else 4) * max(a, w, out)
+    return ShapeMemory(member, work)
+
+
+def _attention(shape: Any, fp8: bool) -> ShapeMemory:
+    """q, grad_out and out B x Sq x H x D, k and v B x Sk x KVH x D, their gradients,
+    the log-sum-exp; the float32 reference materialises scores, probabilities and
+    their gradients (B x H x Sq x Sk, 16 bytes) and float32 copies of every tensor."""
+    heads = int(shape.params.get("heads", 1))
+    kv = int(shape.params.get("kv_heads", heads))
+    q, k = shape.b * shape.m * heads * shape.k, shape.b * shape.n * kv * shape.k
+    tensors = 3 * q + 2 * k  # q, out, grad_out; k, v
+    member = 2 * (tensors + q + 2 * k) + 4 * shape.b * heads * shape.m
+    scores = shape.b * heads * shape.m * shape.n
+    return ShapeMemory(member, 16 * scores + 16 * tensors)
+
+
+def _quantize(shape: Any, fp8: bool) -> ShapeMemory:
+    """bf16 input M x N, its FP8 output and scales; the float32 draw of the input and
+    the reference's float32 de-quantisation (16 bytes per element)."""
+    x = shape.m * shape.n
+    return ShapeMemory(3 * x + x // 8, 16 * x)
+
+
+_MEMORY = {"gemm": _dense, "grouped_gemm": _dense, "attention": _attention, "quantize": _quantize}
+
+
+def shape_memory(op: str, shape: Any) -> ShapeMemory:
+    """The device bytes one ``shape`` of ``op`` needs in a worker (``ShapeMemory``)."""
+    info = op_info(op)
+    formula = _MEMORY[op.removesuffix("_fp8")]
+    return formula(shape, info.precision == "fp8")
+
+
+def worker_bytes(op: str, shapes: Any, pool: int) -> int:
+    """A serving worker measuring ``shapes`` with ``pool`` members each: every shape's
+    pool is alive at once, one step's work at a time on top."""
+    figures = [shape_memory(op, s) for s in shapes]
+    if not figures:
+        return 0
+    return max(1, pool) * sum(f.member for f in figures) + max(f.work for f in figures)
