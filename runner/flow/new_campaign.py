@@ -101,6 +101,8 @@ def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
     backend = str(fields.get("target_backend") or target.default_backend(op, gran, gpu)).upper()
     target.check_request(op, gran, backend)
     target.check_device(backend, gpu)
+    if fields.get("execution_mode") == "workspace":
+        target = target.for_workspace(op, gran, backend)  # Primus-Turbo: HIP/CK refused
     check_campaigns_root(Path(campaigns_root).resolve())
     source = git_toplevel(Path(fields["source"]).resolve())
     check_clean(source)

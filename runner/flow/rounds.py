@@ -58,7 +58,7 @@ from runner.store.guard import preflight
 from runner.store.leftovers import job_dir
 from runner.store.lineage import Lineage, snapshot
 from runner.store.manifest import branch_name
-from runner.targets.registry import get_target
+from runner.targets.registry import manifest_target
 
 MIN_SIGMA = 1e-6
 
@@ -77,7 +77,7 @@ def validate_round(
         )
         patch = request.patch if request.patch is not None else lineage.working_tree_patch()
         touched = lineage.check_patch(patch)
-        target = get_target(campaign.manifest.target)
+        target = manifest_target(campaign.manifest)
         declared = check_scope(campaign.manifest, target, touched, request.allow_outside)
         best = current_best(campaign)
         diffs = check_round_comparable(campaign, best.round, request.allow_env_mismatch)
