@@ -49,6 +49,7 @@ from runner.flow.round_records import (
     veto_only,
 )
 from runner.flow.tamper_check import proof
+from runner.flow.upstream_quick import has_upstream_quick, run_quick
 from runner.judge.vetoes import audit_candidate
 from runner.render.summary import commit_message
 from runner.store.campaign import Campaign
@@ -58,6 +59,7 @@ from runner.store.guard import preflight
 from runner.store.leftovers import job_dir
 from runner.store.lineage import Lineage, snapshot
 from runner.store.manifest import branch_name
+from runner.store.upstream_quick import VALIDATION_LOG
 from runner.targets.registry import manifest_target
 
 MIN_SIGMA = 1e-6
@@ -184,6 +186,8 @@ def _guarded(
     (``runner.flow.build``, ``runner.flow.tamper_check.proof``)."""
     inc_tree, cand_tree = roles["incumbent"], roles["candidate"]
     with built_roles(rnd, roles, touched) as builds, proof(rnd, roles):
+        if has_upstream_quick(rnd):  # upstream's own check beside the gate's evidence
+            run_quick(rnd, cand_tree, "candidate", VALIDATION_LOG)
         gate, inc_score, cand_score = _measure_and_judge(
             rnd, request, inc_tree, cand_tree, shapes, vetoes
         )
