@@ -63,7 +63,11 @@ def create_workspace(
     stack = None
     if scaffolding.get("stack"):
         roots = (target.package, "tests")
-        stack = plan_stack(upstream, scaffolding["stack"], roots, optional=scaffolding["optional"])
+        seeds = [
+            *scaffolding["stack"],
+            *(k[:-3].replace("/", ".") for k in kernels if k.endswith(".py")),
+        ]
+        stack = plan_stack(upstream, seeds, roots, optional=scaffolding["optional"])
         tests = [f for f in stack.carried if f.startswith("tests/")]
         support = [f for f in stack.carried if f not in kernels and f not in tests]
         extra["stand_ins"] = sorted(stack.written)
