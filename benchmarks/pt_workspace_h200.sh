@@ -25,7 +25,14 @@ PT_SRC=${PT_SRC:-shared/pt_a6a16cdc}
 DEPS=${DEPS:-shared/deps}
 REPO=$(pwd)
 WORK=$(mktemp -d /tmp/pt_ws.XXXXXX)
-export PYTHONPATH="$REPO:$(readlink -f "$DEPS")"
+# A venv over the system's torch/triton whose .pth adds this checkout and DEPS: the
+# workers start with a clean environment (PYTHONPATH is not passed through), and
+# `python` on PATH (the focused test's command) must be this interpreter too.
+"$PY" -m venv --system-site-packages "$WORK/venv"
+"$WORK/venv/bin/python" -c "import site; print(site.getsitepackages()[0])" > "$WORK/site"
+printf '%s\n%s\n' "$REPO" "$(readlink -f "$DEPS")" > "$(cat "$WORK/site")/turbo_campaign_deps.pth"
+PY="$WORK/venv/bin/python"
+export PATH="$WORK/venv/bin:$PATH"
 export CAMPAIGN_ROOT="$WORK/campaigns"
 campaign() { "$PY" -m runner "$@"; }
 t0=$SECONDS
