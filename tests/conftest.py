@@ -62,7 +62,7 @@ IMAGE = os.environ.get("CPU_IMAGE", "turbo-campaign/cpu:py311")
 IMAGE_BUILT_ENV = "TURBO_CAMPAIGN_CPU_IMAGE_BUILT"
 # The Primus-Turbo-shaped fixture package holds its own (focused) tests; they run
 # inside the rebuild tests' campaigns, never in this suite's collection.
-collect_ignore_glob = ["data/fake_primus_turbo/*"]
+collect_ignore_glob = ["data/fake_primus_turbo/*", "data/pt_triton_stack/*"]
 # A serving worker of these tests is ready within seconds and takes sub-second turns:
 # minutes mean it hangs (the product's defaults are 1800 s and 900 s, for GPU compiles).
 # A round whose verdict is unclear measures up to its cap (150 s quick); these tests

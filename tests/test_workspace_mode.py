@@ -116,15 +116,17 @@ def test_integration_gate_fails_on_the_upstream_focused_test(tmp_path: Path) -> 
     assert "upstream focused test failed" in detail and "broken kernel" in detail
 
 
-def test_workspace_mode_is_refused_for_a_target_built_from_the_full_tree(
+def test_workspace_mode_is_refused_for_a_kernel_built_from_the_full_tree(
     tmp_path: Path,
 ) -> None:
+    # a Triton kernel of Primus-Turbo has a minimal stack (tests/test_minimal_stack.py);
+    # a compiled one (hipBLASLt here) is refused with the way to run it
     upstream = fresh_example_copy(tmp_path / "upstream")
-    with pytest.raises(ConfigError, match="use --mode repo"):
+    with pytest.raises(ConfigError, match="--mode repo"):
         create_campaign(
             tmp_path / "c", target="primus-turbo", executor="local", source=str(upstream),
             target_op="gemm",
-            target_backend="TRITON", execution_mode="workspace",
+            target_backend="HIPBLASLT", execution_mode="workspace",
             test_command="pytest t.py", benchmark_command="python b.py",
             kernel_source=["turbo_kernels/triton/gemm_kernel.py"],
         )  # fmt: skip

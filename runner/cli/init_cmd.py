@@ -21,6 +21,7 @@ from runner.cli.options import (
 from runner.core.errors import ConfigError
 from runner.flow.new_campaign import git_toplevel
 from runner.store.manifest import CacheMode, ExecutionMode, PrimaryMetric
+from runner.store.tips import read_tips, resolve_tips_root, tips_path
 
 
 def parse_shapes(text: str) -> str | list[str]:
@@ -168,6 +169,10 @@ def init_cmd(app: App, **opts: Any) -> None:
         raise ConfigError("give --op (e.g. gemm_fp8), or --from-manifest FILE with target_op")
     campaign = create_campaign(app.campaigns_root, **fields)
     click.echo(f"campaign: {campaign.root}")
+    tips = read_tips(campaign.manifest, resolve_tips_root(app.campaigns_root, None))
+    if tips:  # READ_HISTORICAL_TIPS: read before the first round
+        path = tips_path(campaign.manifest, resolve_tips_root(app.campaigns_root, None))
+        click.echo(f"historical tips ({path}):\n{tips}")
 
 
 def init_fields(opts: dict[str, Any], source: Path) -> dict[str, Any]:

@@ -61,6 +61,7 @@ from runner.judge.json_contract import (
 )
 from runner.judge.scoring import Metric
 from runner.store.campaign import Campaign
+from runner.store.tips import read_tips, resolve_tips_root
 
 SERVER_NAME = "turbo"
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
@@ -257,6 +258,9 @@ class TurboTools:
         with tool_errors():
             found = self._campaign(campaign)
             executor = make_executor(found.manifest)
+            tips = read_tips(found.manifest, resolve_tips_root(self.campaigns_root, None))
+            if tips:  # READ_HISTORICAL_TIPS, as the CLI's baseline prints them
+                await ctx.info(f"historical tips ({found.manifest.target_gpu}):\n{tips}")
             result = await run_in_worker(
                 ctx, lambda p: baseline.run_baseline(found, executor, passes=passes, progress=p)
             )

@@ -28,6 +28,7 @@ from runner.flow.round_context import (
     gpu_lease,
 )
 from runner.flow.rounds import MIN_SIGMA, measure_roles, now
+from runner.flow.upstream_quick import has_upstream_quick, run_quick
 from runner.judge.gate import calibrate_sigma
 from runner.judge.gate_constants import current_digest
 from runner.judge.memory_fit import refuse_unfit
@@ -41,6 +42,7 @@ from runner.store.leftovers import job_dir
 from runner.store.lineage import snapshot
 from runner.store.manifest import Manifest, validate_manifest
 from runner.store.roundfiles import artifact_list, store_artifacts
+from runner.store.upstream_quick import BASELINE_LOG, fill_shapes
 
 
 def run_baseline(
@@ -109,10 +111,9 @@ def _measure_baseline(rnd: Round, passes: int, started: str) -> RoundResult:
             },
             "baseline",
         )
-        write_quick_script(campaign)
-        quick_log = _quick_baseline(rnd, tree)
+        extra = _quick_run(rnd, tree, shapes)
         snapshot(tree, m.kernel_source, campaign.snapshot_dir(1))
-    store_artifacts(campaign, 1, rnd.tmp, extra={"quick_baseline.log": quick_log})
+    store_artifacts(campaign, 1, rnd.tmp, extra=extra)
     campaign.save_manifest()
     ledgered = record_gate_fields(campaign, "baseline", "fixed at the baseline")
     result = RoundResult(
@@ -178,6 +179,27 @@ def _representative(
         )
     grouped = m.target_op.startswith("grouped_gemm")
     return select_representative(rows, grouped=grouped)
+
+
+def _quick_run(rnd: Round, tree: Path, shapes: list[Shape]) -> dict[str, str]:
+    """The campaign's quick script on the baseline tree.  Upstream's template (copied at
+    init): SHAPES filled with every target shape and run (a FAIL row stops the
+    baseline), then narrowed to the representative shapes for the VALIDATE rounds.
+    Otherwise the generated script, run once.  Returns the extra artifacts."""
+    campaign = rnd.campaign
+    if not has_upstream_quick(rnd):
+        write_quick_script(campaign)
+        return {BASELINE_LOG: _quick_baseline(rnd, tree)}
+    script = campaign.quick_script
+    fill_shapes(campaign.root, script, [_upstream_shape(s) for s in shapes])
+    log = run_quick(rnd, tree, "baseline", BASELINE_LOG)
+    rep = set(rnd.campaign.manifest.representative_shapes)
+    fill_shapes(campaign.root, script, [_upstream_shape(s) for s in shapes if s.label in rep])
+    return {BASELINE_LOG: log}
+
+
+def _upstream_shape(shape: Shape) -> dict[str, object]:
+    return {"label": shape.label, "M": shape.m, "N": shape.n, "K": shape.k}
 
 
 def _quick_baseline(rnd: Round, tree: Path) -> str:

@@ -29,6 +29,7 @@ from runner.store.manifest import (
     validate_manifest,
 )
 from runner.store.upstream_manifest import PROJECT_SKILLS
+from runner.store.upstream_quick import copy_template
 from runner.targets.base import Target
 from runner.targets.registry import get_target
 
@@ -110,9 +111,12 @@ def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
     target.check_request(op, gran, backend)
     target.check_device(backend, gpu)
     target.check_build_facts(backend, gpu)
+    if fields.get("execution_mode") == "workspace":
+        target = target.for_workspace(op, gran, backend)  # Primus-Turbo: HIP/CK refused
     check_campaigns_root(Path(campaigns_root).resolve())
     source = git_toplevel(Path(fields["source"]).resolve())
     check_clean(source)
+    upstream = source
     fields.update(source=str(source), target=target.name, target_backend=backend)
     named = target.upstream_files(op, gran, backend)
     defaulted = [k for k in ("test_command", "benchmark_command", "kernel_source")
@@ -144,6 +148,7 @@ def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
         manifest = build_manifest(**create_workspace(target, source, dest, fields))
         source = dest
     campaign = Campaign.init(campaigns_root, manifest)
+    copy_template(upstream, campaign.root, backend)  # upstream's quick script, if any
     Lineage(source, manifest.campaign_name, None).resolve(manifest.base_commit or "HEAD")
     return campaign
 

@@ -40,7 +40,7 @@ from runner.store.lineage import Lineage
 from runner.store.manifest import Manifest, branch_name
 from runner.store.workspace import code_root
 from runner.targets.base import Target
-from runner.targets.registry import get_target
+from runner.targets.registry import manifest_target
 
 # glibc returns large freed blocks to the OS and page-faults them back on the next
 # allocation; every timed call then pays for page faults.  Measured on the CPU demo
@@ -119,7 +119,7 @@ class Round:
 
     @property
     def target(self) -> Target:
-        return get_target(self.manifest.target)
+        return manifest_target(self.manifest)
 
     @property
     def lineage(self) -> Lineage:

@@ -59,6 +59,7 @@ from runner.flow.round_records import (
     veto_only,
 )
 from runner.flow.tamper_check import proof
+from runner.flow.upstream_quick import has_upstream_quick, run_quick
 from runner.judge.vetoes import audit_candidate
 from runner.render.summary import commit_message
 from runner.store.campaign import Campaign
@@ -69,7 +70,8 @@ from runner.store.leftovers import job_dir
 from runner.store.lineage import Lineage, snapshot
 from runner.store.manifest import branch_name
 from runner.store.roundfiles import ATTEMPTS, write_diagnosis
-from runner.targets.registry import get_target
+from runner.store.upstream_quick import VALIDATION_LOG
+from runner.targets.registry import manifest_target
 
 MIN_SIGMA = 1e-6
 
@@ -91,7 +93,7 @@ def validate_round(
         touched = lineage.check_patch(patch)
         check_new(campaign, request.hypothesis, patch)
         check_targeted(request, level_shapes(campaign.manifest, request.level))
-        target = get_target(campaign.manifest.target)
+        target = manifest_target(campaign.manifest)
         declared = check_scope(campaign.manifest, target, touched, request.allow_outside)
         restores = plan_restore(
             lineage, patch, from_checkout=request.patch is None, restore=request.restore
@@ -230,6 +232,8 @@ def _guarded(
     inc_tree, cand_tree = roles["incumbent"], roles["candidate"]
     facts_job = FactsJob(rnd.campaign, roles)
     with built_roles(rnd, roles, touched) as builds, proof(rnd, roles):
+        if has_upstream_quick(rnd):  # upstream's own check beside the gate's evidence
+            run_quick(rnd, cand_tree, "candidate", VALIDATION_LOG)
         gate, inc_score, cand_score = _measure_and_judge(
             rnd, request, inc_tree, cand_tree, shapes, vetoes
         )

@@ -57,7 +57,7 @@ from runner.store.guard import preflight
 from runner.store.leftovers import job_dir
 from runner.store.lineage import Lineage, snapshot
 from runner.store.manifest import branch_name
-from runner.targets.registry import get_target
+from runner.targets.registry import manifest_target
 
 MAX_ENTRIES = 8  # hypotheses of one tournament, at most
 
@@ -77,7 +77,7 @@ def validate_tournament(
         _check_requests(campaign, requests)
         m = campaign.manifest
         lineage = Lineage(Path(m.source), campaign.name, branch_name(m))
-        target = get_target(m.target)
+        target = manifest_target(m)
         entries = [Entry(request, k) for k, request in enumerate(requests, start=1)]
         for entry in entries:
             try:

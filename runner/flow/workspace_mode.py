@@ -23,8 +23,10 @@ from runner.core.files import write_atomic
 from runner.core.import_cause import explain_failure
 from runner.core.processes import run
 from runner.store.lineage import Lineage
+from runner.store.minimal_stack import Stack, plan_stack, write_stack
 from runner.store.workspace import extract_workspace, load_record, sync_back, workspace_command
 from runner.targets.base import Target
+from runner.targets.registry import get_target
 
 if TYPE_CHECKING:
     from runner.flow.round_context import Round
@@ -44,7 +46,7 @@ def create_workspace(
     it: source, kernel_source under ``src/``, the commands' test/bench paths moved,
     base_commit the workspace's first commit.  The upstream forms of the commands are
     recorded in ``src/UPSTREAM.yaml`` for the integration gate."""
-    if target.editable_install:
+    if target.editable_install:  # Primus-Turbo: target.for_workspace gives the stack's
         raise ConfigError(
             f"workspace mode extracts a package that imports from its source files; "
             f"{target.name} needs its native extension built from the full tree: use "
@@ -56,13 +58,28 @@ def create_workspace(
     scaffolding = target.workspace_scaffolding(op, gran, backend)
     tests, bench = scaffolding.get("tests", []), scaffolding.get("bench", [])
     kernels = list(fields["kernel_source"])
-    listed = run(["git", "-C", str(upstream), "ls-files", "--", target.package])
-    support = [f for f in listed.stdout.splitlines() if f and f not in kernels]
     commands = {k: fields[k] for k in ("test_command", "benchmark_command")}
+    extra: dict[str, Any] = {"commands": commands, "target": target.name}
+    stack = None
+    if scaffolding.get("stack"):
+        roots = (target.package, "tests")
+        seeds = [
+            *scaffolding["stack"],
+            *(k[:-3].replace("/", ".") for k in kernels if k.endswith(".py")),
+        ]
+        stack = plan_stack(upstream, seeds, roots, optional=scaffolding["optional"])
+        tests = [f for f in stack.carried if f.startswith("tests/")]
+        support = [f for f in stack.carried if f not in kernels and f not in tests]
+        extra["stand_ins"] = sorted(stack.written)
+    else:
+        listed = run(["git", "-C", str(upstream), "ls-files", "--", target.package])
+        support = [f for f in listed.stdout.splitlines() if f and f not in kernels]
     extract_workspace(
-        upstream, kernels, dest, tests=tests, bench=bench, support=support,
-        extra={"commands": commands},
-    )  # fmt: skip
+        upstream, kernels, dest, tests=tests, bench=bench, support=support, extra=extra
+    )
+    if stack is not None:
+        write_stack(Stack(written=stack.written), upstream, dest,
+                    {target.package: "src", "tests": "tests"})  # fmt: skip
     run(["git", "init", "-q", "-b", "main"], cwd=dest)
     run(["git", "add", "-A"], cwd=dest)
     run(["git", *IDENT, "commit", "-q", "-m", "workspace: extracted"], cwd=dest)
@@ -93,8 +110,10 @@ def integration_gate(rnd: Round, head_tree: Path, log_path: Path) -> tuple[bool,
         written = sync_back(head_tree, tree)
         lines.append(f"synced back into {upstream} @ {str(record['commit'])[:12]}: "
                      f"{', '.join(written) or 'no kernel file changed'}")  # fmt: skip
-        target = rnd.target
-        if target.needs_rebuild(written):
+        # the full repository's own target: Primus-Turbo's focused test imports the
+        # compiled extension, built there from the synced tree (not the stack's stand-in)
+        target = get_target(str(record.get("target") or rnd.target.name))
+        if target.editable_install or target.needs_rebuild(written):
             build = " && ".join(shlex.join(c) for c in target.install_commands(None))
             code, text, _ = run_command_in(rnd, "integration-build", tree, build)
             lines.append(f"$ {build}\n{text}")

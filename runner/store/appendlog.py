@@ -139,6 +139,16 @@ def append(path: str | os.PathLike[str], text: str, *, expected_prefix: str | No
     write_atomic(ledger_path(p), lines + f"{len(new)} {_sha(new)}\n")
 
 
+def adopt(path: str | os.PathLike[str]) -> None:
+    """Start the ledger of a file written without one (upstream's own tips.md): its
+    bytes now are the history later appends must keep."""
+    p = Path(path)
+    if read_ledger(p) or not p.is_file():
+        return
+    data = p.read_bytes()
+    write_atomic(ledger_path(p), f"{len(data)} {_sha(data)}\n")
+
+
 def render_correction(text: str, when: str | None = None) -> str:
     """A clearly marked correction block (markdown blockquote)."""
     stamp = when or now_minute()

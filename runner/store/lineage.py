@@ -25,6 +25,11 @@ from runner.core.pause_points import pause_point
 from runner.core.processes import run
 from runner.store.leftovers import WORKTREE_PREFIX, make_owned_dir
 
+# Primus-Turbo keeps its historical tips in its own tree (kernel-optimize/SKILL.md,
+# READ_HISTORICAL_TIPS, checked at a6a16cdc); runner.store.tips writes there, and
+# that folder is never part of a round's change.
+UPSTREAM_TIPS_DIR = "agent/historical_experience"
+
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "turbo-campaign",
     "GIT_AUTHOR_EMAIL": "turbo-campaign@localhost",
@@ -110,8 +115,12 @@ class Lineage:
         if untracked:
             self.git("add", "--intent-to-add", "--", *untracked)
         try:
+            # upstream's tips (runner.store.tips) live in the checkout: never a change
+            exclude = f":(exclude){UPSTREAM_TIPS_DIR}"
             return run(
-                ["git", "diff", "--binary", self.head()], cwd=self.source, env=_git_env()
+                ["git", "diff", "--binary", self.head(), "--", ".", exclude],
+                cwd=self.source,
+                env=_git_env(),
             ).stdout
         finally:
             if untracked:

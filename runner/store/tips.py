@@ -23,12 +23,16 @@ from pathlib import Path
 from runner.core.errors import ConfigError
 from runner.core.outcomes import RoundResult
 from runner.core.timestamps import now_minute
-from runner.store.appendlog import append
+from runner.store.appendlog import adopt, append
 from runner.store.campaign import Campaign
+from runner.store.lineage import UPSTREAM_TIPS_DIR
 from runner.store.manifest import Manifest
+from runner.store.workspace import RECORD, load_record
 
 TIPS_ROOT_ENV = "CAMPAIGN_TIPS_ROOT"
 TIPS_FILE = "tips.md"
+# Primus-Turbo's tips: UPSTREAM_TIPS_DIR/<target_gpu>/<target_op>/<target_backend_lower>/
+# tips.md in its own tree, target_op with its granularity (gemm_fp8_blockwise).
 
 # (pattern, what it advertises): docs/protocol.md §8.2-8.3 (W2/W3, grouped GEMM).
 _OVERFIT: tuple[tuple[re.Pattern[str], str], ...] = tuple(
@@ -65,8 +69,29 @@ def resolve_tips_root(campaigns_root: Path, override: str | os.PathLike[str] | N
     return Path(chosen).resolve() if chosen else Path(campaigns_root).resolve() / "tips"
 
 
+def upstream_root(manifest: Manifest) -> Path | None:
+    """The upstream checkout when it has upstream's ``agent/`` folder: the campaign's
+    source, or in workspace mode the tree the workspace was extracted from."""
+    source = Path(manifest.source)
+    root = source
+    if (source / "src" / RECORD).is_file():
+        root = Path(str(load_record(source)["upstream"]))
+    return root if (root / "agent").is_dir() else None
+
+
+def upstream_op(manifest: Manifest) -> str:
+    """``target_op`` as upstream spells it: the op with its granularity."""
+    gran = manifest.granularity
+    return f"{manifest.target_op}_{gran}" if gran else manifest.target_op
+
+
 def tips_path(manifest: Manifest, root: Path) -> Path:
+    """Upstream's path in an upstream checkout that has ``agent/``; else under ``root``."""
     backend = manifest.target_backend.lower()
+    upstream = upstream_root(manifest)
+    if upstream is not None:
+        folder = upstream / UPSTREAM_TIPS_DIR / manifest.target_gpu / upstream_op(manifest)
+        return folder / backend / TIPS_FILE
     return Path(root) / manifest.target_gpu / manifest.target_op / backend / TIPS_FILE
 
 
@@ -169,5 +194,8 @@ def append_tip(campaign: Campaign, root: Path, tip: Tip, *, when: str | None = N
     title = tips_title(campaign.manifest)
     if not path.exists():
         append(path, title)
-    append(path, render_tip(tip, result, campaign.manifest, stamp), expected_prefix=title)
+    adopt(path)  # upstream's file has no ledger: its content now is kept as it is
+    ours = path.read_bytes().startswith(title.encode("utf-8"))
+    entry = render_tip(tip, result, campaign.manifest, stamp)
+    append(path, entry, expected_prefix=title if ours else None)
     return path

@@ -132,6 +132,12 @@ class Target:
         ``tests`` (the focused test and what it imports) and ``bench``."""
         raise ConfigError(f"target {self.name} has no workspace mode; use --mode repo")
 
+    def for_workspace(self, op: str, granularity: str | None, backend: str) -> Target:
+        """The target as workspace mode runs it (``execution_mode: workspace``): itself,
+        or for a target with native code a variant whose minimal stack needs no build
+        (or a ConfigError saying what is missing and what to run instead)."""
+        return self
+
     # Commands a subclass must provide -------------------------------------------------
     def test_command(self, op: str, granularity: str | None, backend: str) -> str:
         raise NotImplementedError

@@ -10,6 +10,7 @@ a checkout as ``--source`` it checks that the named files exist there.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -247,6 +248,28 @@ class PrimusTurboTarget(Target):
     def full_suite_command(self) -> str:
         return "pytest tests/pytorch/ -v"
 
+    def for_workspace(self, op: str, granularity: str | None, backend: str) -> Target:
+        """Workspace mode carries a Python (Triton) kernel: the stack needs no HIP build
+        (runner.store.minimal_stack), so its rounds build nothing.  HIP/CK/hipBLASLt
+        kernels are compiled into ``primus_turbo.pytorch._C``: refused, with the way."""
+        kernels = self.kernel_source(op, backend, granularity)
+        check_workspace_backend(op, granularity, backend, kernels)
+        return dataclasses.replace(self, editable_install=False, rebuild_globs=(), build_files=())
+
+    def workspace_scaffolding(
+        self, op: str, granularity: str | None, backend: str
+    ) -> dict[str, list[str]]:
+        """The minimal stack's seeds: the kernel modules, the op that calls them, the
+        FP8 configuration, the compiled extension (a stand-in) and the focused test;
+        runner.store.minimal_stack follows their imports."""
+        kernels = self.kernel_source(op, backend, granularity)
+        check_workspace_backend(op, granularity, backend, kernels)
+        test = f"tests/pytorch/ops/{TEST_FILES[op]}"
+        seeds = [k[: -len(".py")].replace("/", ".") for k in (*kernels, test)]
+        seeds += [f"{self.package}.pytorch.ops.{op}", self.api_modules[1], *self.native_modules]
+        conftests = ["tests.conftest", "tests.pytorch.conftest", "tests.pytorch.ops.conftest"]
+        return {"tests": [], "bench": [], "stack": seeds, "optional": conftests}
+
     def install_commands(self, gpu_archs: str | None = None) -> list[list[str]]:
         archs = gpu_archs or "native"
         return [
@@ -307,6 +330,28 @@ class PrimusTurboTarget(Target):
 
     def check_build(self, root: Path) -> None:
         check_editable_install(root)
+
+
+# The backends whose kernels are Python files a minimal stack can carry (workspace mode).
+STACK_BACKENDS = ("TRITON",)
+
+
+def check_workspace_backend(
+    op: str, granularity: str | None, backend: str, kernels: list[str]
+) -> None:
+    if backend.upper() in STACK_BACKENDS and all(k.endswith(".py") for k in kernels):
+        return
+    native = [k for k in kernels if not k.endswith(".py")] or kernels
+    raise ConfigError(
+        f"workspace mode on Primus-Turbo carries Python (Triton) kernels only: the "
+        f"{backend.upper()} kernel of {op}"
+        + (f" ({granularity})" if granularity else "")
+        + f" ({', '.join(native)}) is compiled by setup.py into primus_turbo.pytorch._C, "
+        "and this tool has no minimal stack with its own HIP/CK build of csrc/. Run the "
+        "campaign in the full repository instead: campaign init --mode repo (each round "
+        "builds it once per build key: GPU_ARCHS=<arch> pip install --no-build-isolation "
+        "-e .), or choose --backend TRITON"
+    )
 
 
 def parse_pip_show(text: str) -> dict[str, str]:

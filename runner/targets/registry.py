@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from runner.core.errors import ConfigError
 from runner.targets.base import Target
 from runner.targets.example import EXAMPLE
@@ -16,3 +18,15 @@ def get_target(name: str) -> Target:
     except KeyError:
         valid = ", ".join(sorted(TARGETS))
         raise ConfigError(f"unknown target {name!r}; choose one of: {valid}") from None
+
+
+def campaign_target(name: str, mode: str, op: str, granularity: str | None, backend: str) -> Target:
+    """The target a campaign runs: ``get_target(name)``, in workspace mode its variant
+    for the minimal stack (``Target.for_workspace``)."""
+    target = get_target(name)
+    return target.for_workspace(op, granularity, backend) if mode == "workspace" else target
+
+
+def manifest_target(m: Any) -> Target:
+    """``campaign_target`` for a campaign's manifest."""
+    return campaign_target(m.target, m.execution_mode, m.target_op, m.granularity, m.target_backend)

@@ -1,0 +1,1 @@
+"""Fixture: upstream's benchmark path (never run by these tests)."""

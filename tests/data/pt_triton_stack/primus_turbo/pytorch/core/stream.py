@@ -1,0 +1,5 @@
+"""Fixture: the compiled runtime's stream."""
+
+import primus_turbo.pytorch._C.runtime as runtime
+
+TurboStream = runtime.Stream

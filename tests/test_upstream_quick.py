@@ -1,0 +1,108 @@
+"""Upstream's quick script is the campaign's quick script (issue 45, item 2): init
+copies the template from the checkout with the backend set and the commit recorded;
+BASELINE fills SHAPES; a VALIDATE round runs it through the tool (its CRLF CSV read by
+the pinned reader, its log kept as quick_validation.log); an engineer's edit takes
+effect in the next round and is named; a FAIL row stops the round.
+
+``tests/data/upstream_quick`` stands for upstream's template (same markers, columns
+and ``csv.DictWriter``; no torch)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from campaign_helpers import speedup_patch
+
+from runner.core.csv_schema import GEMM_SCHEMA
+from runner.core.outcomes import Status
+from runner.executors.local import LocalExecutor
+from runner.flow.rounds import Request, validate_round
+from runner.store.campaign import Campaign
+from runner.store.upstream_quick import (
+    QUICK_CSV,
+    TEMPLATE,
+    copy_template,
+    failed_rows,
+    fill_shapes,
+    load_record,
+    read_quick_csv,
+    take_edit,
+)
+
+DATA = Path(__file__).parent / "data"
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+
+
+def checkout_with_template(tmp_path: Path) -> Path:
+    repo = tmp_path / "Primus-Turbo"
+    shutil.copytree(DATA / "pt_triton_stack", repo)
+    shutil.copytree(DATA / "upstream_quick", repo, dirs_exist_ok=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*GIT, "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run([*GIT, "-C", str(repo), "commit", "-qm", "upstream"], check=True)
+    return repo
+
+
+def test_init_copies_upstream_template_with_the_backend(tmp_path: Path) -> None:
+    from runner.flow.new_campaign import create_campaign
+
+    repo = checkout_with_template(tmp_path)
+    campaign = create_campaign(
+        tmp_path / "c", source=str(repo), target="primus-turbo", target_op="gemm_fp8",
+        granularity="blockwise", target_backend="TRITON", target_gpu="sm90",
+        executor="local", target_shapes=["Llama-2-7B-qkv-mb1-4096x12288x4096"], heldout=False,
+    )  # fmt: skip
+    text = campaign.quick_script.read_text()
+    assert 'setdefault("PRIMUS_TURBO_GEMM_BACKEND", "TRITON")' in text
+    assert "# Fill from representative_shapes" in text  # SHAPES still empty
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()  # fmt: skip
+    record = load_record(campaign.root)
+    assert record is not None and record["commit"] == head and record["template"] == TEMPLATE
+
+
+def test_filled_template_runs_and_its_csv_is_read(tmp_path: Path) -> None:
+    repo = checkout_with_template(tmp_path)
+    root = tmp_path / "camp"
+    root.mkdir()
+    script = copy_template(repo, root, "triton")
+    assert script is not None
+    fill_shapes(root, script, [{"label": "s1", "M": 256, "N": 512, "K": 1024}])
+    assert take_edit(root, script) == ""  # the tool's own write is no edit
+    out = tmp_path / "q.csv"
+    subprocess.run([sys.executable, str(script), "--summary-csv", str(out)], check=True)
+    assert b"\r\n" in out.read_bytes()  # csv.DictWriter's line ending
+    csv = read_quick_csv(out, GEMM_SCHEMA.header)
+    assert csv.labels() == ["s1"] and failed_rows(csv) == []
+    script.write_text(script.read_text().replace("FAIL_LABELS: List[str] = []",
+                                                 'FAIL_LABELS: List[str] = ["s1"]'))  # fmt: skip
+    note = take_edit(root, script)
+    assert "edited since its last run" in note and '+FAIL_LABELS: List[str] = ["s1"]' in note
+    assert take_edit(root, script) == ""  # named once
+    proc = subprocess.run([sys.executable, str(script), "--summary-csv", str(out)])
+    assert proc.returncode == 1 and failed_rows(read_quick_csv(out, None)) == ["s1"]
+
+
+def test_validate_runs_the_quick_script_and_a_fail_row_stops_the_round(
+    slow_tiny: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
+) -> None:
+    campaign = Campaign.load(copy_campaign(slow_tiny, tmp_path / "c", "t"))
+    script = copy_template(checkout_with_template(tmp_path), campaign.root, "TRITON")
+    assert script is not None
+    rep = campaign.manifest.representative_shapes
+    fill_shapes(campaign.root, script, [{"label": s, "M": 16, "N": 128, "K": 128} for s in rep])
+    # the engineer's edit: the first representative shape fails its check
+    script.write_text(script.read_text().replace(
+        "FAIL_LABELS: List[str] = []", f"FAIL_LABELS: List[str] = [{rep[0]!r}]"))  # fmt: skip
+    request = Request(2, "quantise the weight once", speedup_patch(campaign.root.parent.parent))
+    result = validate_round(campaign, LocalExecutor(), request, progress=lambda _m: None)
+    assert result.status is Status.FAILED
+    assert "Check FAIL on the candidate for " + rep[0] in result.reasons[0]
+    artifacts = campaign.artifacts_dir(2)
+    log = (artifacts / "quick_validation.log").read_text()
+    assert "edited since its last run" in log
+    assert b"\r\n" in (artifacts / QUICK_CSV).read_bytes()
