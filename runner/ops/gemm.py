@@ -72,7 +72,8 @@ class GemmOp(OpAdapter):
         w = self.inputs(shape, device, seed)[1]
 
         def run(a: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            return torch.autograd.grad(self.call(a, w), (a, w), g)[1:]
+            out = self.call(a, w)
+            return (out, *torch.autograd.grad(out, (a, w), g))  # out, dgrad, wgrad
 
         fresh = [((shape.m, shape.k), True), ((shape.m, shape.n), False)]
         return fresh_training_step(device, seed, fresh, [w], run)
