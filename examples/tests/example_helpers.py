@@ -36,3 +36,39 @@ def reference(
     out.backward(grad_out.float())
     assert a32.grad is not None and b32.grad is not None
     return out.detach(), a32.grad, b32.grad
+
+
+def outlier_operands(m: int, n: int, k: int, seed: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
+    """bf16 a (M, K) and b (N, K) with rows spanning 2^-5..2^5 and a few 128-wide blocks
+    64 times larger: coarser scaling groups lose the small values."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def draw(rows: int, tall: int) -> torch.Tensor:
+        x = torch.randn(rows, k, generator=gen)
+        x *= torch.exp2(torch.randint(-5, 6, (rows, 1), generator=gen).float())
+        row_blocks, col_blocks = -(-rows // tall), -(-k // 128)
+        for _ in range(max(1, row_blocks * col_blocks // 8)):
+            i = int(torch.randint(0, row_blocks, (1,), generator=gen))
+            j = int(torch.randint(0, col_blocks, (1,), generator=gen))
+            x[i * tall : (i + 1) * tall, j * 128 : (j + 1) * 128] *= 64.0
+        return x.bfloat16()
+
+    return draw(m, 1), draw(n, 128)
+
+
+def _fake_quant(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """E4M3 quantise-dequantise with one scale (amax / 448) per rows x cols group."""
+    r, c = x.shape
+    rb, cb = -(-r // rows), -(-c // cols)
+    xf = torch.nn.functional.pad(x.float(), (0, cb * cols - c, 0, rb * rows - r))
+    xf = xf.reshape(rb, rows, cb, cols)
+    scale = xf.abs().amax(dim=(1, 3), keepdim=True).clamp(min=1e-12) / torch.tensor(448.0)
+    codes = (xf / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return (codes.float() * scale).reshape(rb * rows, cb * cols)[:r, :c]
+
+
+def emulated_fp8_gemm(
+    a: torch.Tensor, b: torch.Tensor, a_group: tuple[int, int], b_group: tuple[int, int]
+) -> torch.Tensor:
+    """float32 q(a) @ q(b)^T with the given scaling groups (rows x cols of each operand)."""
+    return _fake_quant(a, *a_group) @ _fake_quant(b, *b_group).t()

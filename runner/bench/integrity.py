@@ -10,6 +10,8 @@ Self-contained and loop-agnostic, so that any timing loop can use it:
   calls made, warm-up included).  Keeping is holding a reference: no copy, no device
   synchronisation inside a timed region.  Checked and unchecked calls are therefore the
   same calls: the code under test cannot tell which of its outputs will be judged.
+  ``finish`` (the worker passes ``runner.ops.base.finished``) runs on every output
+  inside the timed call: an output that is not a plain ``torch.Tensor`` raises there.
   ``problems(verify, kind)`` judges the kept outputs afterwards (with a CUDA graph
   replay the kept tensors are the graph's outputs, holding the last replay's values).
 * ``BindingGuard`` records the objects bound to the harness's clocks and timing
@@ -54,8 +56,14 @@ GUARDED: tuple[tuple[str, str], ...] = (
 class OutputSampler:
     """A timed callable that keeps a uniform random sample of its outputs."""
 
-    def __init__(self, fn: Callable[[], Any], keep: int = KEEP) -> None:
+    def __init__(
+        self,
+        fn: Callable[[], Any],
+        keep: int = KEEP,
+        finish: Callable[[Any], Any] | None = None,
+    ) -> None:
         self._fn = fn
+        self._finish = finish  # inside the timed call: raises on an unfinished output
         self._keep = keep
         self._rng = random.Random(random.SystemRandom().getrandbits(64))
         self.calls = 0
@@ -69,6 +77,8 @@ class OutputSampler:
 
     def __call__(self) -> Any:
         out = self._fn()
+        if self._finish is not None:
+            self._finish(out)
         self.calls += 1
         # Algorithm R, decided after the call returned.
         if len(self.kept) < self._keep:

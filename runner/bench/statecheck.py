@@ -85,6 +85,14 @@ def _own(obj: Any, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
+def _is_tensor(value: Any) -> bool:
+    """An instance of ``torch.Tensor`` (a subclass's instance too), never a class: an FP8
+    library's tensor-subclass *class* has ``data_ptr`` and ``_version`` as attributes, and
+    calling its unbound ``data_ptr()`` raises (issue 46 item 6: a false FAIL)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
 def _items(value: Any) -> list[Any]:
     try:
         if isinstance(value, Mapping):
@@ -101,7 +109,7 @@ def _walk(path: str, value: Any, out: dict[str, Token], depth: int, package: str
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
         out[path] = (kind, value if not isinstance(value, (str, bytes)) else hash(value))
         return
-    if hasattr(value, "data_ptr") and hasattr(value, "_version"):  # a tensor
+    if _is_tensor(value):
         out[path] = ("tensor", id(value), value._version, value.data_ptr())
         return
     info = getattr(value, "cache_info", None)
@@ -204,7 +212,7 @@ def _watching(
 
     def watched(*args: Any, **kwargs: Any) -> Any:
         seen[:] = [r for r in seen if r() is not None]
-        seen.extend(weakref.ref(t) for t in (*args, *kwargs.values()) if hasattr(t, "_version"))
+        seen.extend(weakref.ref(t) for t in (*args, *kwargs.values()) if _is_tensor(t))
         return op(*args, **kwargs)
 
     def state() -> dict[str, Token]:

@@ -13,6 +13,7 @@ import time
 import types
 from collections.abc import Callable
 
+from runner.bench.proctree import TreeGuard
 from runner.bench.timing_result import Timing
 from runner.core.spec import TimingSettings
 
@@ -95,16 +96,22 @@ def measure_cpu(fn: Callable[[], object], settings: TimingSettings) -> Timing:
     The clock is the process's CPU time (``time.process_time``), not the wall clock:
     on a shared machine another process preempting the worker inflates wall time but
     not the CPU time the work consumed, so paired verdicts stay stable under load.
-    The worker runs CPU passes single-threaded, where the two agree on an idle host."""
+    The worker runs CPU passes single-threaded, where the two agree on an idle host.
+    That clock does not see other processes: ``runner.bench.proctree.TreeGuard`` reads
+    the process tree around every batch and refuses work done elsewhere (``ClockBlind``)."""
     iters = _warm_up(fn, settings)
     samples: list[float] = []
     start = perf_counter()
     stop_reason = "max_repeats"
+    tree = TreeGuard()  # its readings are taken outside the process-time window
     while len(samples) < settings.max_repeats:
+        tree.start()
         t0 = process_time()
         for _ in range(iters):
             fn()
-        samples.append((process_time() - t0) * 1e3 / iters)
+        t1 = process_time()
+        tree.stop()
+        samples.append((t1 - t0) * 1e3 / iters)
         timing = Timing(samples, CPU_CLOCK, "", iters)
         if len(samples) >= settings.repeats and timing.rsd_of_median <= settings.target_rsd:
             stop_reason = "converged"
@@ -112,6 +119,7 @@ def measure_cpu(fn: Callable[[], object], settings: TimingSettings) -> Timing:
         if len(samples) >= settings.repeats and perf_counter() - start > settings.budget_s:
             stop_reason = "budget"
             break
+    tree.check()  # work done in another process or thread: ClockBlind, named
     return Timing(samples, CPU_CLOCK, stop_reason, iters)
 
 

@@ -57,6 +57,50 @@ FRESH_LR = 1e-3  # SGD step on the weight, relative to the gradient's RMS
 FRESH_KEEP = 64  # fresh tensors kept alive, so no id() or address repeats among them
 
 
+class UnfinishedOutput(RuntimeError):
+    """A timed or real-training call returned something other than plain tensors."""
+
+
+def output_tensors(values: Any) -> list[Any]:
+    """The tensors of what a call returned: itself, or the items of a tuple or list
+    (``None`` items, unused gradients, left out)."""
+    items = values if isinstance(values, (tuple, list)) else (values,)
+    return [x for x in items if x is not None]
+
+
+def finished(values: Any, where: str) -> Any:
+    """The finished-output guard (issue 46 item 1): every output of a timed call or of
+    the real-training step is exactly ``torch.Tensor`` with storage (not a subclass,
+    which can defer its work to the first read, after the clock stopped, and not a
+    meta tensor, which has no values).  A plain tensor holds its values when the call
+    returns on the CPU; on a GPU the batch's end event waits for the stream's work.
+    Raises ``UnfinishedOutput`` naming the class; returns ``values``."""
+    for x in output_tensors(values):
+        kind = type(x)
+        if kind is not torch.Tensor:
+            raise UnfinishedOutput(
+                f"finished-output guard: the {where} returned a "
+                f"{kind.__module__}.{kind.__qualname__}, not a plain torch.Tensor (a "
+                "subclass can defer its work until it is read, after the clock stopped): "
+                "return the computed torch.Tensor"
+            )
+        if x.is_meta:
+            raise UnfinishedOutput(
+                f"finished-output guard: the {where} returned a meta tensor (no values): "
+                "return the computed torch.Tensor"
+            )
+    return values
+
+
+def read_all(values: Sequence[torch.Tensor], where: str) -> torch.Tensor:
+    """Every element of every tensor read (a float32 sum of each, no host sync): a result
+    left lazy or skipped costs here what it saved in the timed loop."""
+    tensors = output_tensors(finished(tuple(values), where))
+    if not tensors:
+        return torch.zeros(())
+    return torch.stack([x.detach().sum(dtype=torch.float32) for x in tensors])
+
+
 def seeded(device: str, seed: int) -> torch.Generator:
     """A generator on ``device`` seeded with ``seed``: inputs are drawn where they are
     used, so every process on one kind of device draws the same values for a seed.
@@ -74,10 +118,12 @@ def fresh_training_step(
 ) -> FreshStep:
     """Training as training runs it: every step draws NEW values for each tensor of
     ``fresh`` ((shape, requires_grad), bf16, on new buffers), calls ``run(*tensors)``
-    (forward and backward; returns the gradients of ``weights``, in order) and then
-    takes a small SGD step on each weight (``w.add_``, as ``torch.optim`` does: the
-    values and ``w._version`` change).  Nothing is reused from one step to the next,
-    so a cache keyed on the identity or on the content of an activation misses."""
+    (forward and backward; returns every output and gradient, the gradients of
+    ``weights`` last, in order), reads every one of them (``read_all``: training uses
+    the output and the activation gradient too) and then takes a small SGD step on each
+    weight (``w.add_``, as ``torch.optim`` does: the values and ``w._version`` change).
+    Nothing is reused from one step to the next, so a cache keyed on the identity or on
+    the content of an activation misses."""
     # A seed the measured code cannot know: the values never repeat between two runs of
     # the step in one process (a memo filled by the first would hit in the second).
     secret = random.SystemRandom().getrandbits(62)
@@ -97,7 +143,9 @@ def fresh_training_step(
         return made
 
     def step() -> Any:
-        grads = run(*draw())
+        outs = tuple(run(*draw()))
+        read_all(outs, "real-training step")
+        grads = outs[len(outs) - len(weights) :]
         with torch.no_grad():
             for w, gw in zip(weights, grads, strict=True):
                 rms = gw.float().pow(2).mean().sqrt().clamp_min(1e-12)

@@ -4,8 +4,10 @@ Layout as Primus-Turbo's training call: ``out = op(a, b, trans_b=True)`` with a 
 (M, K) activation and b the (N, K) weight.  Forward FLOPs 2*M*N*K, backward 4*M*N*K
 (grad_a and grad_b).  Correctness against a float32 reference built from pristine
 copies of the inputs: SNR >= 25 dB (E4M3) / 20 dB (E5M2) for FP8, allclose
-rtol=atol=1e-2 for bf16.  Each check also verifies that the call left its inputs
-untouched and that two calls on the same input agree (a race shows as a mismatch).
+rtol=atol=1e-2 for bf16; for FP8 also within 40 dB of the requested recipe's emulation
+on inputs with outlier rows and blocks (``runner.ops.recipe``: the recipe guard).  Each
+check also verifies that the call left its inputs untouched and that two calls on the
+same input agree (a race shows as a mismatch).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from runner.ops.base import (
     snr_db,
     snr_verifier,
 )
+from runner.ops.recipe import outlier_operands, recipe_problems
 
 SNR_THRESHOLDS = {"e4m3": 25.0, "e5m2": 20.0, "hybrid": 20.0}
 
@@ -72,7 +75,8 @@ class GemmOp(OpAdapter):
         w = self.inputs(shape, device, seed)[1]
 
         def run(a: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            return torch.autograd.grad(self.call(a, w), (a, w), g)[1:]
+            out = self.call(a, w)
+            return (out, *torch.autograd.grad(out, (a, w), g))  # out, dgrad, wgrad
 
         fresh = [((shape.m, shape.k), True), ((shape.m, shape.n), False)]
         return fresh_training_step(device, seed, fresh, [w], run)
@@ -145,10 +149,27 @@ class Fp8GemmOp(GemmOp):
                 kwargs["scale_dtype"] = api.ScaleDtype.E8M0
         self.config = api.Float8QuantConfig(**kwargs)
         self.threshold = SNR_THRESHOLDS[fmt.lower()]
+        self.recipe = (granularity, fmt.lower(), int(kwargs.get("block_size") or 128))
 
     def call(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.api.ops.gemm_fp8(a, b, trans_b=True, config=self.config)
         return out
+
+    def check(self, shape: Any, device: str, seed: int) -> CheckResult:
+        """``GemmOp.check`` (SNR against float32 on Gaussian inputs), then the recipe
+        guard: on inputs with outlier rows and blocks the output is within
+        ``RECIPE_SNR`` of the requested granularity's FP8 emulation
+        (``runner.ops.recipe``), so a coarser recipe FAILs however good its SNR."""
+        result = super().check(shape, device, seed)
+        a, b = outlier_operands(shape.m, shape.n, shape.k, device, seed + 1, self.recipe[2])
+        with torch.no_grad():
+            out = self.call(a, b)
+        snr, problems = recipe_problems(out, a, b, *self.recipe)
+        if snr != float("inf"):
+            result.figures["recipe_snr"] = snr
+        result.problems += problems
+        result.ok = result.ok and not problems
+        return result
 
     def judge(
         self,

@@ -82,7 +82,8 @@ class GroupedGemmOp(GemmOp):
         rows = int(lens.sum().item())
 
         def run(a: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            return torch.autograd.grad(self.grouped_call(a, w, lens), (a, w), g)[1:]
+            out = self.grouped_call(a, w, lens)
+            return (out, *torch.autograd.grad(out, (a, w), g))  # out, dgrad, wgrad
 
         fresh = [((rows, shape.k), True), ((rows, shape.n), False)]
         return fresh_training_step(device, seed, fresh, [w], run)
