@@ -25,9 +25,8 @@ from runner.core.csv_schema import (
 )
 from runner.core.errors import ConfigError, CsvValueError, SchemaDriftError
 from runner.core.files import read_bounded, write_atomic
+from runner.core.limits import MAX_CSV_BYTES, MAX_CSV_LINE, MAX_CSV_ROWS
 
-MAX_CSV_BYTES = 16 << 20  # thousands of shapes; a bigger file is not a benchmark CSV
-MAX_CSV_LINE = 64 << 10  # a header or one shape's row
 SHOWN = 200  # characters of a file's text a message may echo
 MAX_NOTES = 12  # differences listed before "... and N more"
 
@@ -193,6 +192,11 @@ def _parse_rows(body: str, schema: Schema, source: str) -> tuple[Row, ...]:
         records = list(csv.reader(io.StringIO(body, newline=""), strict=True))
     except csv.Error as exc:
         raise CsvValueError(f"{source}: malformed CSV ({exc}); fix the quoting") from None
+    if len(records) > MAX_CSV_ROWS:
+        raise CsvValueError(
+            f"{source}: {len(records):,} rows, over the {MAX_CSV_ROWS:,} shapes a benchmark "
+            "CSV may hold; this is not one benchmark's CSV: check the path (or what wrote it)"
+        )
     for lineno, cells in enumerate(records, start=2):
         if not cells:
             continue

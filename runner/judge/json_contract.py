@@ -13,12 +13,14 @@ subclasses) with a message that says what to fix.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, cast
 
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
 from runner.core.csv_io import MAX_CSV_LINE, check_encoding, read_csv
 from runner.core.errors import ConfigError
+from runner.core.files import check_regular_file
 from runner.core.outcomes import GateResult, Score
 from runner.judge.gate import decide
 from runner.judge.scoring import Metric, score
@@ -77,7 +79,8 @@ class GateJSON(TypedDict):
 def read_pinned_header(path: str) -> str:
     """The first line of ``path`` (a header file or a pinned CSV), held to the same rules
     as every CSV (a BOM or a carriage return is refused: ``check_encoding``), reading at
-    most ``MAX_CSV_LINE`` bytes of it."""
+    most ``MAX_CSV_LINE`` bytes of it (a FIFO is refused, never waited on)."""
+    check_regular_file(Path(path), "pinned header")
     try:
         with open(path, "rb") as fh:
             raw = fh.readline(MAX_CSV_LINE + 2)

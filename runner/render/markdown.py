@@ -28,6 +28,7 @@ from tabulate import tabulate
 
 from runner.core.outcomes import RoundResult, Score, ShapeScore, Status
 from runner.core.stats import geomean
+from runner.render.escape import md_text
 from runner.render.figures import (
     DASH,
     fmt_metric,
@@ -266,7 +267,9 @@ def render_history_entry(result: RoundResult) -> str:
         notes.append(f"commit {result.commit}")
     baseline = n == 1 or result.status == Status.BASELINE
     change = "none (baseline: no code changed)" if baseline else result.change
-    hypothesis = "none (baseline: measures the unmodified code)" if baseline else result.hypothesis
+    hypothesis = (
+        "none (baseline: measures the unmodified code)" if baseline else md_text(result.hypothesis)
+    )
     lines = [
         f"- Time: {result.started} → {result.finished}",
         f"- Level: {result.level}",

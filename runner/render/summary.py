@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner.core.outcomes import GateResult, RoundResult, Status, TransferCheck
+from runner.render.escape import md_text
 from runner.render.figures import DASH, fmt_gain, fmt_pct, scale_for
 from runner.render.markdown import (
     aggregate_over,
@@ -46,7 +47,7 @@ def _is_baseline(result: RoundResult) -> bool:
 def _hypothesis(result: RoundResult) -> str:
     if _is_baseline(result):
         return "None: round-1 is the baseline. No code changed; it measures the code as it is."
-    return result.hypothesis
+    return md_text(result.hypothesis)
 
 
 def _change(result: RoundResult, manifest: Manifest) -> str:

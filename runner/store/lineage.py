@@ -18,6 +18,7 @@ from pathlib import Path
 
 from runner.core.errors import CommandFailed, ConfigError, InfrastructureError, NothingToDo
 from runner.core.files import read_bounded
+from runner.core.limits import MAX_PATCH_BYTES, MAX_PATCH_LINE
 from runner.core.pause_points import pause_point
 from runner.core.processes import run
 from runner.store.leftovers import WORKTREE_PREFIX, make_owned_dir
@@ -152,6 +153,12 @@ class Lineage:
                 "the candidate patch is empty: edit the kernel in the source tree or pass "
                 "--patch FILE"
             )
+        if len(patch) > MAX_PATCH_BYTES:
+            raise ConfigError(
+                f"the candidate patch has {len(patch):,} characters, over the "
+                f"{MAX_PATCH_BYTES >> 20} MiB a round's patch may be: one hypothesis per "
+                "round; pass the patch of that one change"
+            )
         with self.worktree(self.head()) as tree:
             self._apply(tree, patch)
         return patch_paths(patch)
@@ -240,12 +247,6 @@ def _git_env() -> dict[str, str]:
         env.setdefault(key, value)
     env["GIT_TERMINAL_PROMPT"] = "0"
     return env
-
-
-MAX_PATCH_BYTES = 64 << 20  # one hypothesis's change; a bigger file is not a patch
-# A line of a patch (a source line, or a `git diff --binary` line of at most 66 chars):
-# generated tables stay well under it; a longer line is not a reviewable change.
-MAX_PATCH_LINE = 1 << 20
 
 
 def read_patch_file(path: Path) -> str:

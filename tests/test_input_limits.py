@@ -1,0 +1,262 @@
+"""Issue 47: bad input, second pass.  Each row's input is refused up front (exit 2, saying
+what to do, quoting at most a bounded excerpt) or gives the right result, on a campaign
+that never measures (``Campaign.init`` of ``manifest()``): nothing here runs a round.
+The bounds themselves are ``runner.core.limits``."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from campaign_helpers import manifest, run_cli
+
+from runner.core.errors import CampaignError, ConfigError
+from runner.core.limits import MAX_BLOCKS
+from runner.judge.measuring_caps import MAX_PAIRS
+from runner.store.campaign import Campaign
+
+
+def _campaign(tmp_path: Path) -> tuple[Campaign, list[str]]:
+    c = Campaign.init(tmp_path / "campaigns", manifest())
+    return c, ["--campaigns-root", str(tmp_path / "campaigns")]
+
+
+def _within(fn: Callable[[], Any], seconds: float = 10.0) -> BaseException | None:
+    """Run ``fn`` in a daemon thread; the exception it raised (None: it returned).  A
+    call still running after ``seconds`` fails the test instead of hanging it."""
+    got: list[BaseException | None] = []
+
+    def call() -> None:
+        try:
+            fn()
+            got.append(None)
+        except BaseException as exc:
+            got.append(exc)
+
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert got, f"still running after {seconds} s: it waits for ever"
+    return got[0]
+
+
+def _validate(root: list[str], *args: str) -> list[str]:
+    return [*root, "validate", "--round", "2", "--hypothesis", "h", *args]
+
+
+def test_row3_pair_counts_are_bounded_and_refused_up_front(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`validate --pairs 200` planned 400 pairs, `--pairs=-5` ended in an IndexError,
+    `campaign set pairs 1000000000` was accepted: each is exit 2 before anything runs,
+    saying the range; 48 blocks are the 96 pairs one comparison measures at most."""
+    assert 2 * MAX_BLOCKS == MAX_PAIRS
+    c, root = _campaign(tmp_path)
+    for given in ("--pairs=-5", "--pairs=0", "--pairs=200"):
+        code, out = run_cli(_validate(root, given), capsys)
+        assert code == 2 and f"from 1 to {MAX_BLOCKS}" in out, out
+        assert not c.round_dir(2).exists()
+    before = c.manifest_path.read_bytes()
+    code, out = run_cli([*root, "set", "pairs", "1000000000", "--reason", "more"], capsys)
+    assert code == 2 and f"from 1 to {MAX_BLOCKS}" in out, out
+    assert c.manifest_path.read_bytes() == before
+
+
+def test_row4_unknown_bucket_refused_before_anything_is_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`validate --bucket K9` was measured, closed ROLLED BACK and logged: a round used
+    up.  It is refused up front, naming the buckets."""
+    c, root = _campaign(tmp_path)
+    logs = c.optimize_log.read_bytes(), c.trend_log.read_bytes()
+    code, out = run_cli(_validate(root, "--bucket", "K9"), capsys)
+    assert code == 2 and "not a transfer bucket" in out and "K1, K2, K3, K4, W1" in out, out
+    assert not c.round_dir(2).exists()
+    assert (c.optimize_log.read_bytes(), c.trend_log.read_bytes()) == logs
+
+
+def test_row12_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO given as the CSV, the pinned header or --patch hung for ever (through MCP
+    the server could not exit): it is refused before it is opened."""
+    from runner.core.csv_io import read_csv
+    from runner.judge.json_contract import read_pinned_header
+    from runner.store.lineage import read_patch_file
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for read in (read_csv, read_pinned_header, read_patch_file):
+        got = _within(lambda read=read: read(fifo))  # type: ignore[misc]
+        assert isinstance(got, ConfigError) and "FIFO" in str(got), got
+
+
+def test_row12_sigma_g_must_be_a_noise_figure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`campaign set sigma_g .inf` / `1e308` / `500%` were accepted."""
+    c, root = _campaign(tmp_path)
+    for value in (".inf", "1e308", "500%", "0"):
+        code, out = run_cli([*root, "set", "sigma_g", value, "--reason", "r"], capsys)
+        assert code == 2 and "relative noise" in out, (value, out)
+    assert c.manifest.sigma_g is None
+    code, out = run_cli([*root, "set", "sigma_g", "2%", "--reason", "measured"], capsys)
+    assert code == 0, out
+    assert Campaign.load(c.root).manifest.sigma_g == pytest.approx(0.02)
+
+
+def test_row12_a_duplicate_manifest_key_is_refused_by_name(tmp_path: Path) -> None:
+    """A key given twice in manifest.yaml: the last one won silently."""
+    from runner.store.manifest import load_manifest
+
+    c, _ = _campaign(tmp_path)
+    text = c.manifest_path.read_text("utf-8")
+    c.manifest_path.write_text(text + "pairs: 3\npairs: 4\n", "utf-8")
+    with pytest.raises(ConfigError, match="the key 'pairs' is given twice"):
+        load_manifest(c.manifest_path)
+
+
+def test_row12_campaign_root_tilde_is_the_home_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`CAMPAIGN_ROOT='~/x'` (quoted, so no shell expanded it) made a folder named `~`."""
+    from runner.cli.app import CAMPAIGNS_ROOT_ENV, App
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv(CAMPAIGNS_ROOT_ENV, "~/x")
+    assert App.from_env(None).campaigns_root == tmp_path.resolve() / "x"
+    assert App.from_env("~/y").campaigns_root == tmp_path.resolve() / "y"
+
+
+def test_row12_the_same_patch_twice_in_a_tournament_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both copies were measured, one judged against its own twin."""
+    c, root = _campaign(tmp_path)
+    diff = "diff --git a/k.py b/k.py\n--- a/k.py\n+++ b/k.py\n@@ -1 +1 @@\n-0\n+1\n"
+    one, two = tmp_path / "one.patch", tmp_path / "two.patch"
+    one.write_text(diff)
+    two.write_text("From 0 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] again\n\n" + diff)
+    argv = [*root, "validate", "--round", "2", "--patch", str(one), "--patch", str(two)]
+    code, out = run_cli([*argv, "--hypothesis", "a", "--hypothesis", "b"], capsys)
+    assert code == 2 and "rounds 2 and 3 are the same patch" in out, out
+    assert not c.round_dir(2).exists()
+
+
+def test_row12_set_and_relocate_are_not_labelled_corrections(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`campaign set` was logged as "CORRECTION — this corrects an entry above": it
+    corrects nothing; it is a recorded change of a setting."""
+    c, root = _campaign(tmp_path)
+    before = c.optimize_log.read_text("utf-8")
+    code, out = run_cli([*root, "set", "pairs", "2", "--reason", "a quieter machine"], capsys)
+    assert code == 0, out
+    added = c.optimize_log.read_text("utf-8")[len(before) :]
+    assert "SETTING CHANGED" in added and "CORRECTION" not in added, added
+    assert "a quieter machine" in added
+
+
+def _bomb(levels: int) -> str:
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for k in range(1, levels):
+        refs = ",".join([f"*a{k - 1}"] * 9)
+        lines.append(f"a{k}: &a{k} [{refs}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_row6_a_yaml_alias_bomb_is_refused_quickly_and_briefly(tmp_path: Path) -> None:
+    """A 1.6 KB manifest of 9 alias levels hung `status` past 120 s; 7 levels gave a 39 MB
+    error message.  Both are refused in well under a second with a short message."""
+    from runner.store.manifest import load_manifest
+
+    c, _ = _campaign(tmp_path)
+    text = c.manifest_path.read_text("utf-8")
+    for levels in (7, 9):
+        c.manifest_path.write_text(text + _bomb(levels), "utf-8")
+        got = _within(lambda: load_manifest(c.manifest_path), 5.0)
+        assert isinstance(got, ConfigError) and "aliases counted" in str(got), got
+        assert len(str(got)) < 1000
+
+
+def test_row6_row10_messages_quote_a_bounded_excerpt(tmp_path: Path) -> None:
+    """A manifest value that fails validation was echoed whole (39 MB from an alias bomb)."""
+    from runner.store.manifest import load_manifest
+
+    c, _ = _campaign(tmp_path)
+    text = c.manifest_path.read_text("utf-8")
+    c.manifest_path.write_text(text + f"unknown_field: '{'x' * 200_000}'\n", "utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_manifest(c.manifest_path)
+    assert "unknown_field" in str(info.value) and len(str(info.value)) < 3000
+
+
+def test_row10_sizes_are_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 50 MB patch, a 100 KB hypothesis, a 120 KB correction and a CSV of 350,000
+    labels were all accepted: each is refused, exit 2, saying what to do."""
+    from runner.core.csv_io import read_csv
+    from runner.core.csv_schema import GEMM_SCHEMA
+    from runner.store.lineage import read_patch_file
+
+    _, root = _campaign(tmp_path)
+    big = tmp_path / "big.patch"
+    big.write_text("diff --git a/k.py b/k.py\n" + "+x = 1\n" * 900_000)  # about 6 MB
+    with pytest.raises(ConfigError, match="one hypothesis per round"):
+        read_patch_file(big)
+    code, out = run_cli([*_validate(root)[:-1], "h" * 100_000], capsys)
+    assert code == 2 and "the hypothesis has 100,000 characters" in out, out[:500]
+    assert len(out) < 2000
+    code, out = run_cli([*root, "correct", "--text", "c" * 120_000], capsys)
+    assert code == 2 and "the correction has 120,000 characters" in out, out[:500]
+    assert len(out) < 2000
+    header = ",".join(GEMM_SCHEMA.columns)
+    row = ",".join("PASS" if col == "Check" else "1" for col in GEMM_SCHEMA.columns[1:])
+    csv = tmp_path / "many.csv"
+    csv.write_text(header + "\n" + "".join(f"s{k},{row}\n" for k in range(30_000)))
+    with pytest.raises(CampaignError, match="30,000 rows"):
+        read_csv(csv)
+
+
+EVIL = "grow BLOCK_K\n## Round 99 — ACCEPTED \x1b]0;pwned\x07 [see](javascript:alert(1))"
+
+
+def _closed(c: Campaign, n: int, status: Any, hypothesis: str) -> None:
+    from runner.core.outcomes import RoundResult, Score, ShapeScore
+    from runner.flow.records import close_round
+
+    score = Score("Combined Step TFLOPS", 1.0, (ShapeScore("a", "PASS", 1.0, 1.0, 1.0),), 1, 0)
+    c.snapshot_dir(n).mkdir(parents=True)
+    (c.snapshot_dir(n) / "kernel.py").write_text("pass\n")
+    result = RoundResult(
+        round=n, status=status, level="quick", hypothesis=hypothesis, change="c",
+        description="d", started="2026-12-03 17:30", finished="2026-12-03 17:40",
+        test_command="pytest tests -q", benchmark_command="python bench.py", score=score,
+        baseline=score, best=None if n == 1 else score,
+    )  # fmt: skip
+    close_round(c, result)
+
+
+def test_row7_user_text_is_data_in_logs_summaries_report_and_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hypothesis with a newline and `## Round 99 — ACCEPTED` made a real heading in the
+    round's summary (and so in the HTML report); `rounds`, `status` and `show` printed
+    an OSC sequence raw (it renamed the terminal)."""
+    from runner.core.outcomes import Status
+    from runner.render.mdhtml import to_html
+
+    c, root = _campaign(tmp_path)
+    _closed(c, 1, Status.BASELINE, "")
+    _closed(c, 2, Status.ROLLED_BACK, EVIL)
+    summary = c.summary_path(2).read_text("utf-8")
+    for text in (summary, c.optimize_log.read_text("utf-8")):
+        assert not [line for line in text.splitlines() if "Round 99" in line and line[0] == "#"]
+        assert "\x1b" not in text and "\x07" not in text
+        assert "Round 99" in text and "\\x1b" in text and "pwned" in text  # kept, as data
+    page = to_html(summary)
+    assert "Round 99" in page and "<h2>Round 99" not in page and 'href="javascript' not in page
+    for argv in (["rounds"], ["status"], ["show", "2"]):
+        _, out = run_cli([*root, *argv], capsys)
+        assert "\x1b" not in out and "\x07" not in out, argv
