@@ -222,7 +222,7 @@ def test_row10_sizes_are_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[s
 EVIL = "grow BLOCK_K\n## Round 99 — ACCEPTED \x1b]0;pwned\x07 [see](javascript:alert(1))"
 
 
-def _closed(c: Campaign, n: int, status: Any, hypothesis: str) -> None:
+def _closed(c: Campaign, n: int, status: Any, hypothesis: str, **over: Any) -> Any:
     from runner.core.outcomes import RoundResult, Score, ShapeScore
     from runner.flow.records import close_round
 
@@ -233,9 +233,10 @@ def _closed(c: Campaign, n: int, status: Any, hypothesis: str) -> None:
         round=n, status=status, level="quick", hypothesis=hypothesis, change="c",
         description="d", started="2026-12-03 17:30", finished="2026-12-03 17:40",
         test_command="pytest tests -q", benchmark_command="python bench.py", score=score,
-        baseline=score, best=None if n == 1 else score,
+        baseline=score, best=None if n == 1 else score, **over,
     )  # fmt: skip
     close_round(c, result)
+    return result
 
 
 def test_row7_user_text_is_data_in_logs_summaries_report_and_terminal(
@@ -260,3 +261,210 @@ def test_row7_user_text_is_data_in_logs_summaries_report_and_terminal(
     for argv in (["rounds"], ["status"], ["show", "2"]):
         _, out = run_cli([*root, *argv], capsys)
         assert "\x1b" not in out and "\x07" not in out, argv
+
+
+def test_row12_mcp_answers_a_malformed_line_and_keeps_serving(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Malformed JSON to `campaign mcp` got no JSON-RPC reply (a client waited for ever):
+    a parse error (-32700), an invalid request (-32600) for a non-object and for a line
+    over the bound, then the next message is served; `--help` names every tool."""
+    import json
+    import subprocess
+    import sys
+
+    from runner.core.limits import MAX_MCP_MESSAGE_BYTES
+
+    lines = [
+        b"{not json",
+        b"[1, 2]",
+        b'{"jsonrpc": "2.0", "id": 1, "params": "' + b"x" * MAX_MCP_MESSAGE_BYTES + b'"}',
+        b'{"jsonrpc": "2.0", "id": 7, "method": "ping"}',
+    ]
+    argv = [sys.executable, "-m", "runner", "mcp", "--campaigns-root", str(tmp_path)]
+    proc = subprocess.run(
+        argv, input=b"\n".join(lines) + b"\n", capture_output=True, timeout=60, check=True
+    )
+    replies = [json.loads(line) for line in proc.stdout.splitlines()]
+    codes = [r.get("error", {}).get("code") for r in replies]
+    assert codes == [-32700, -32600, -32600, None], proc.stdout[:2000]
+    assert replies[-1] == {"jsonrpc": "2.0", "id": 7, "result": {}}
+    code, helped = run_cli(["mcp", "--help"], capsys)
+    assert code == 0 and "validate_tournament" in helped
+
+
+def _gemm_row(label: str, m: float = 4096, fwd_ms: float | None = None) -> dict[str, object]:
+    flops = 2 * 4096**3
+    return {
+        "label": label, "B": 1, "M": m, "N": 4096, "K": 4096, "Check": "PASS",
+        "Forward TFLOPS": 400.0, "Forward TFLOPS_stddev": 0.5,
+        "Backward TFLOPS": 200.0, "Backward TFLOPS_stddev": 0.5,
+        "Forward Time (ms)": fwd_ms if fwd_ms is not None else flops / 400e9,
+        "Backward Time (ms)": 2 * flops / 200e9,
+        "out_snr": 40.0, "da_snr": 40.0, "db_snr": 40.0,
+    }  # fmt: skip
+
+
+def test_row9_gate_checks_the_candidates_shapes_and_times(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`campaign gate` ACCEPTED a candidate row whose M was 1e30 (+1.1e9%) and one whose
+    forward time was 1e-300 ms (+14%): the first measured another shape, the second no
+    kernel call; both are refused, exit 2, naming the row."""
+    from runner.core.csv_io import write_csv
+    from runner.core.csv_schema import GEMM_SCHEMA
+
+    best = tmp_path / "best.csv"
+    write_csv(best, GEMM_SCHEMA, [_gemm_row("a"), _gemm_row("b")])
+    wanted = {"M = '1e+30'": {"m": 1e30}, "1e-300": {"fwd_ms": 1e-300}}
+    for k, (said, bad) in enumerate(wanted.items()):
+        cand = tmp_path / f"cand{k}.csv"
+        write_csv(cand, GEMM_SCHEMA, [_gemm_row("a"), _gemm_row("b", **bad)])  # type: ignore[arg-type]
+        code, out = run_cli(["gate", "--best", str(best), "--candidate", str(cand)], capsys)
+        assert code == 2 and "row 'b'" in out and said in out, out
+    code, out = run_cli(["gate", "--best", str(best), "--candidate", str(best)], capsys)
+    assert code in (0, 3), out  # the same rows: a verdict, not a refusal
+
+
+def _git(cwd: Path, *args: str) -> str:
+    import subprocess
+
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
+    env |= {"GIT_COMMITTER_EMAIL": "t@t", "PATH": os.environ["PATH"], "HOME": str(cwd)}
+    got = subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+    return got.stdout.decode("utf-8", "replace")
+
+
+def _staged_patch(src: Path, change: Callable[[], object]) -> str:
+    """The patch of ``change`` made in ``src`` (staged, diffed as a user would), undone."""
+    change()
+    _git(src, "add", "-A")
+    patch = _git(src, "diff", "--cached", "-M", "--binary")
+    _git(src, "reset", "-q", "--hard")
+    _git(src, "clean", "-qfd")
+    return patch
+
+
+def test_row1_row2_the_scope_check_reads_what_git_applies(tmp_path: Path) -> None:
+    """A rename of a test helper, a `chmod +x` of a test and an added binary beside a
+    helper passed the scope check (it read only the ---/+++ lines); a patch that turns
+    the kernel file into a link to a host file had the host file copied into the
+    round's snapshot.  Each touched path is seen; the link is refused before anything
+    runs; a snapshot copies regular files only."""
+    from runner.store.lineage import Lineage, snapshot
+
+    src = tmp_path / "src"
+    (src / "kern").mkdir(parents=True)
+    (src / "tests").mkdir()
+    (src / "kern" / "k.py").write_text("K = 0\n")
+    (src / "tests" / "helpers.py").write_text("H = 1\n")
+    (src / "tests" / "test_k.py").write_text("def test_k():\n    pass\n")
+    _git(src, "init", "-q", "-b", "main")
+    _git(src, "add", "-A")
+    _git(src, "commit", "-qm", "base")
+    lineage = Lineage(src, "t", None)
+    lineage.start(_git(src, "rev-parse", "HEAD").strip())
+    host = tmp_path / "host-secret.txt"
+    host.write_text("not for the records\n")
+
+    renamed = _staged_patch(src, lambda: _git(src, "mv", "tests/helpers.py", "tests/x.py"))
+    assert {"tests/helpers.py", "tests/x.py"} <= set(lineage.check_patch(renamed))
+    chmod = _staged_patch(src, lambda: (src / "tests" / "test_k.py").chmod(0o755))
+    assert "tests/test_k.py" in lineage.check_patch(chmod)
+    so = src / "tests" / "helpers.cpython-311-x86_64-linux-gnu.so"
+    binary = _staged_patch(src, lambda: so.write_bytes(b"\x7fELF\x00\x01" * 50))
+    assert so.name in " ".join(lineage.check_patch(binary))
+
+    def link() -> None:
+        (src / "kern" / "k.py").unlink()
+        (src / "kern" / "k.py").symlink_to(host)
+
+    with pytest.raises(ConfigError, match=r"makes kern/k\.py a symbolic link"):
+        lineage.check_patch(_staged_patch(src, link))
+    tree = tmp_path / "tree"
+    (tree / "kern" / "sub").mkdir(parents=True)
+    (tree / "kern" / "k.py").symlink_to(host)
+    (tree / "kern" / "sub" / "leak").symlink_to(host)
+    (tree / "kern" / "sub" / "ok.py").write_text("ok\n")
+    snapshot(tree, ["kern/k.py", "kern/sub"], tmp_path / "snap")
+    got = sorted(str(p.relative_to(tmp_path / "snap")) for p in (tmp_path / "snap").rglob("*"))
+    assert got == ["kern", "kern/sub", "kern/sub/ok.py"], got
+
+
+def test_row5_a_full_disk_is_exit_6_saying_what_was_kept(tmp_path: Path) -> None:
+    """`correct` on a full tmpfs was an `OSError [Errno 28]` traceback, exit 1.  On a real
+    full filesystem (a 1 MiB tmpfs in a private mount namespace, as the local executor
+    isolates its jobs) it is exit 6, no traceback, saying what was kept and what to do."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux) for a private tmpfs")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    tests = Path(__file__).resolve().parent
+    init = (
+        f"import sys; sys.path.insert(0, {str(tests)!r}); from pathlib import Path; "
+        "from campaign_helpers import manifest; from runner.store.campaign import Campaign; "
+        f"Campaign.init(Path({str(disk)!r}) / 'campaigns', manifest())"
+    )
+    script = (
+        f'mount -t tmpfs -o size=1m none {disk} && {sys.executable} -c "{init}" && '
+        f"(dd if=/dev/zero of={disk}/fill bs=4k 2>/dev/null; true) && "
+        f"{sys.executable} -m runner --campaigns-root {disk}/campaigns correct "
+        f"--text {'x' * 8000}; echo rc=$?"
+    )
+    argv = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script]
+    got = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if "rc=" not in got.stdout:
+        pytest.skip(f"no private tmpfs here: {got.stderr[-300:]}")
+    assert "rc=6" in got.stdout, got.stdout + got.stderr
+    assert "the disk is full" in got.stderr and "Traceback" not in got.stderr, got.stderr
+    assert "What was kept" in got.stderr
+
+
+def test_row8_a_failed_focused_test_is_not_passed_nor_measured(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A round whose focused test failed: optimize.md said "Test: ... — passed" beside
+    "focused test failed", and the CLI printed "0.000 -> 0.000 TFLOPS"."""
+    from runner.cli.rounds_cmd import print_result
+    from runner.core.outcomes import Decision, GateResult, Status
+
+    c, _ = _campaign(tmp_path)
+    _closed(c, 1, Status.BASELINE, "")
+    veto = "focused test failed on the candidate (pytest tests -q):\nE   assert 1 == 2"
+    gate = GateResult(Decision.ROLLED_BACK, "Combined Step TFLOPS", 0.0, 0.0, 0.0, (), (), (veto,))
+    result = _closed(c, 2, Status.ROLLED_BACK, "h", gate=gate, reasons=[veto])
+    entry = c.optimize_log.read_text("utf-8").split("### round-2")[1]
+    assert "— passed" not in entry and "failed on the candidate" in entry, entry
+    assert "0.000" not in entry and "not measured" in entry, entry
+    summary = c.summary_path(2).read_text("utf-8")
+    assert "candidate 0.000" not in summary and "vetoed before measuring" in summary
+    capsys.readouterr()
+    print_result(result, c)
+    out = capsys.readouterr().out
+    assert "0.000 -> 0.000" not in out and "not measured" in out, out
+
+
+def test_row11_a_change_committed_on_top_of_the_head_is_the_candidate(tmp_path: Path) -> None:
+    """The user commits the change on `main` (at the lineage head), then `validate`
+    without --patch: it said "would undo accepted rounds" (there were none).  The
+    change committed on top of the head, with what is still uncommitted, is the patch."""
+    from runner.store.lineage import Lineage
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "k.py").write_text("K = 0\n")
+    _git(src, "init", "-q", "-b", "main")
+    _git(src, "add", "-A")
+    _git(src, "commit", "-qm", "base")
+    lineage = Lineage(src, "t", None)
+    lineage.start(_git(src, "rev-parse", "HEAD").strip())
+    (src / "k.py").write_text("K = 1\n")
+    _git(src, "commit", "-qam", "my change")
+    (src / "k.py").write_text("K = 2\n")
+    patch = lineage.working_tree_patch()
+    assert "-K = 0\n+K = 2\n" in patch
+    assert lineage.check_patch(patch) == ["k.py"]

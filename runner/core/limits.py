@@ -38,6 +38,9 @@ MAX_MCP_MESSAGE_BYTES = 4 * 1024 * 1024
 # measured 9.3%; 100% or more (``campaign set sigma_g 500%``), or not finite, is no noise
 # figure a gate can use.
 MAX_SIGMA_G = 1.0
+# The shortest time a benchmark CSV may give a kernel call: below a nanosecond is no
+# measurement (a candidate row of 1e-300 ms was ACCEPTED at +14%).
+MIN_TIME_MS = 1e-6
 # What an error message quotes of a value it refuses.
 EXCERPT_CHARS = 200
 
@@ -105,6 +108,7 @@ __all__ = [
     "MAX_SIGMA_G",
     "MAX_TOURNAMENT_ENTRIES",
     "MAX_YAML_NODES",
+    "MIN_TIME_MS",
     "blocks_problem",
     "check_blocks",
     "check_size",

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-from runner.core.csv_io import MAX_CSV_LINE, check_encoding, read_csv
+from runner.core.csv_io import MAX_CSV_LINE, check_encoding, check_same_shapes, read_csv
 from runner.core.errors import ConfigError
 from runner.core.files import check_regular_file
 from runner.core.outcomes import GateResult, Score
@@ -139,6 +139,7 @@ def gate_csvs(
     CSV's header byte for byte and is scored on the metric the best one resolved to."""
     best_csv = read_csv(best_path)
     cand_csv = read_csv(cand_path, pinned=best_csv.header)
+    check_same_shapes(best_csv, cand_csv)
     best_score = score(best_csv, metric)
     cand_score = score(cand_csv, best_score.metric)
     return decide(best_score, cand_score, sigma_g=sigma_g, targeted_shapes=tuple(targeted))

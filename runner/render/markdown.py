@@ -234,8 +234,25 @@ def render_optimize_header(manifest: Manifest, baseline: RoundResult) -> str:
     )
 
 
+# How a veto of a failed focused test starts (``runner.flow.rounds``, the tournament's).
+TEST_FAILED = "focused test failed"
+
+
+def vetoed_unmeasured(result: RoundResult) -> bool:
+    """A VALIDATE round vetoed before anything was measured (its gate has no shapes)."""
+    return result.gate is not None and not result.gate.shapes and result.best is not None
+
+
+def test_failed(result: RoundResult) -> bool:
+    """The round's focused test failed on the candidate (a veto says so)."""
+    said = [*result.reasons, *(result.gate.reasons if result.gate else ())]
+    return any(r.startswith(TEST_FAILED) for r in said)
+
+
 def result_line(result: RoundResult) -> str:
     score = result.score
+    if vetoed_unmeasured(result):
+        return "not measured: vetoed before measuring (see Decision)"
     if result.best is None or result.status == Status.BASELINE:
         return (
             f"{score.metric} geomean {fmt_metric(score.aggregate, score.metric)} over "
@@ -253,6 +270,8 @@ def result_line(result: RoundResult) -> str:
 
 
 def _test_line(result: RoundResult) -> str:
+    if test_failed(result):
+        return f"`{result.test_command}` — failed on the candidate; see Decision"
     ok = result.gate is not None or result.status in (Status.BASELINE, Status.ACCEPTED)
     return f"`{result.test_command}` — " + ("passed" if ok else "not passed; see Decision")
 

@@ -20,6 +20,7 @@ from runner.render.markdown import (
     pct_change,
     shape_table,
     tradeoff_note,
+    vetoed_unmeasured,
 )
 from runner.store.manifest import Manifest
 
@@ -103,6 +104,8 @@ def _gate_line(result: RoundResult) -> str | None:
     g = result.gate
     if g is None:
         return None
+    if vetoed_unmeasured(result):
+        return f"Gate {g.decision.value}: vetoed before measuring, nothing was measured"
     scale = scale_for(g.metric, [g.best_aggregate, g.candidate_aggregate])
     parts = [
         f"Gate {g.decision.value} on {g.metric}: best {scale.value(g.best_aggregate)} -> "
