@@ -222,11 +222,14 @@ def test_row10_sizes_are_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[s
 EVIL = "grow BLOCK_K\n## Round 99 — ACCEPTED \x1b]0;pwned\x07 [see](javascript:alert(1))"
 
 
-def _closed(c: Campaign, n: int, status: Any, hypothesis: str, **over: Any) -> Any:
+def _closed(
+    c: Campaign, n: int, status: Any, hypothesis: str, value: float = 1.0, **over: Any
+) -> Any:
     from runner.core.outcomes import RoundResult, Score, ShapeScore
     from runner.flow.records import close_round
 
-    score = Score("Combined Step TFLOPS", 1.0, (ShapeScore("a", "PASS", 1.0, 1.0, 1.0),), 1, 0)
+    shape = ShapeScore("a", "PASS", value, value, value)
+    score = Score("Combined Step TFLOPS", value, (shape,), 1, 0)
     c.snapshot_dir(n).mkdir(parents=True)
     (c.snapshot_dir(n) / "kernel.py").write_text("pass\n")
     result = RoundResult(
@@ -468,3 +471,46 @@ def test_row11_a_change_committed_on_top_of_the_head_is_the_candidate(tmp_path: 
     patch = lineage.working_tree_patch()
     assert "-K = 0\n+K = 2\n" in patch
     assert lineage.check_patch(patch) == ["k.py"]
+
+
+def test_newcomer_units_and_a_rolled_back_rounds_transfer_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The metric was labelled "Combined Step TFLOPS" and printed in GFLOPS; a rolled-back
+    round's transfer check said "ACCEPT-as-real"."""
+    from runner.cli.rounds_cmd import print_result
+    from runner.core.outcomes import Status
+
+    c, _ = _campaign(tmp_path)
+    _closed(c, 1, Status.BASELINE, "", 0.0075)
+    result = _closed(c, 2, Status.ROLLED_BACK, "h", 0.0075)  # 7.5 GFLOPS
+    capsys.readouterr()
+    print_result(result, c)
+    out = capsys.readouterr().out
+    assert "Combined Step GFLOPS geomean 7.500 GFLOPS" in out and "TFLOPS" not in out, out
+    entry = c.optimize_log.read_text("utf-8").split("### round-2")[1]
+    assert "TFLOPS geomean" not in entry and "GFLOPS geomean" in entry, entry
+    summary = c.summary_path(2).read_text("utf-8")
+    assert "ACCEPT-as-real" not in summary and "nothing was kept" in summary
+
+
+def test_newcomer_an_inconclusive_round_and_the_next_step_offered(tmp_path: Path) -> None:
+    """An inconclusive round (gate_up +23.8% ± 6.4%, rolled back) was listed among the
+    ineffective directions as if shown so, and the first next step offered was
+    `campaign accept` when nothing had been accepted (it can only refuse)."""
+    from runner.core.outcomes import Decision, GateResult, Status
+    from runner.render.final_report import ineffective_directions, next_steps
+
+    c, _ = _campaign(tmp_path)
+    base = _closed(c, 1, Status.BASELINE, "")
+    gain = {"mean_pct": 23.8, "half_width_pct": 6.4, "pairs": 12}
+    evidence = {"gain": gain, "shapes": {"a": gain}, "remeasure_size": 4}
+    gate = GateResult(
+        Decision.ROLLED_BACK, "Combined Step TFLOPS", 1.0, 1.238, 23.8, (), (), ("noisy",),
+        threshold_pct=28.0, pairs_used=12, evidence=evidence,
+    )  # fmt: skip
+    rolled = _closed(c, 2, Status.ROLLED_BACK, "gate_up fusion", gate=gate)
+    (line,) = ineffective_directions([base, rolled])
+    assert "inconclusive" in line and "quieter machine" in line, line
+    steps = next_steps([base, rolled], None, (base.score, base.score))
+    assert not any("campaign accept" in s for s in steps), steps

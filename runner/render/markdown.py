@@ -254,8 +254,9 @@ def result_line(result: RoundResult) -> str:
     if vetoed_unmeasured(result):
         return "not measured: vetoed before measuring (see Decision)"
     if result.best is None or result.status == Status.BASELINE:
+        own = scale_for(score.metric, [score.aggregate])
         return (
-            f"{score.metric} geomean {fmt_metric(score.aggregate, score.metric)} over "
+            f"{own.label(score.metric)} geomean {own.value(score.aggregate)} over "
             f"{score.n_pass} PASS shapes, {score.n_fail} FAIL"
         )
     labels = [s.label for s in passing(score)]
@@ -263,7 +264,7 @@ def result_line(result: RoundResult) -> str:
     base = aggregate_over(result.baseline, labels)
     scale = scale_for(score.metric, [best, score.aggregate])
     return (
-        f"{score.metric} geomean {scale.num(best)} -> {scale.value(score.aggregate)} "
+        f"{scale.label(score.metric)} geomean {scale.num(best)} -> {scale.value(score.aggregate)} "
         f"({fmt_pct(pct_change(score.aggregate, best))} vs current best, "
         f"{fmt_pct(pct_change(score.aggregate, base))} vs baseline)"
     )
