@@ -5,6 +5,7 @@ The bounds themselves are ``runner.core.limits``."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable
@@ -13,6 +14,8 @@ from typing import Any
 
 import pytest
 from campaign_helpers import manifest, run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runner.core.errors import CampaignError, ConfigError
 from runner.core.limits import MAX_BLOCKS
@@ -56,8 +59,8 @@ def test_row3_pair_counts_are_bounded_and_refused_up_front(
     saying the range; 48 blocks are the 96 pairs one comparison measures at most."""
     assert 2 * MAX_BLOCKS == MAX_PAIRS
     c, root = _campaign(tmp_path)
-    for given in ("--pairs=-5", "--pairs=0", "--pairs=200"):
-        code, out = run_cli(_validate(root, given), capsys)
+    for asked in ("--pairs=-5", "--pairs=0", "--pairs=200"):
+        code, out = run_cli(_validate(root, asked), capsys)
         assert code == 2 and f"from 1 to {MAX_BLOCKS}" in out, out
         assert not c.round_dir(2).exists()
     before = c.manifest_path.read_bytes()
@@ -514,3 +517,36 @@ def test_newcomer_an_inconclusive_round_and_the_next_step_offered(tmp_path: Path
     assert "inconclusive" in line and "quieter machine" in line, line
     steps = next_steps([base, rolled], None, (base.score, base.score))
     assert not any("campaign accept" in s for s in steps), steps
+
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    raw=st.one_of(
+        st.binary(max_size=64),
+        _JSONISH.map(lambda v: json.dumps(v).encode()),
+        st.dictionaries(st.sampled_from(["jsonrpc", "id", "method"]), _JSONISH).map(
+            lambda d: json.dumps({**d, "jsonrpc": "2.0"}).encode()
+        ),
+    )
+)
+def test_the_mcp_transport_answers_every_line(raw: bytes) -> None:
+    """Fuzz over what a client may send on one line: each is served (a JSON-RPC 2.0
+    object) or answered with a JSON-RPC error (-32700 or -32600) that serialises, or is
+    blank; none raises."""
+    from runner.cli.mcp_transport import INVALID_REQUEST, PARSE_ERROR, checked
+
+    message, reply = checked(raw)
+    if message is not None:
+        assert reply is None and json.loads(message)["jsonrpc"] == "2.0"
+    elif reply is not None:
+        assert reply["error"]["code"] in (PARSE_ERROR, INVALID_REQUEST)
+        assert json.loads(json.dumps(reply)) == reply
+    else:
+        assert not raw.strip()

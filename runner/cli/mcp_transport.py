@@ -48,10 +48,6 @@ class Wire:
             while data:
                 data = data[os.write(self.out_fd, data) :]
 
-    def error(self, code: int, message: str, request_id: Any = None) -> None:
-        reply = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
-        self.send(json.dumps(reply) + "\n")
-
     def next_message(self) -> str | None:
         """The next line that is a JSON-RPC object (None at the end of input); the others
         are answered with an error here."""
@@ -62,30 +58,35 @@ class Wire:
             if len(raw) > MAX_MCP_MESSAGE_BYTES and not raw.endswith(b"\n"):
                 while (rest := self.reader.readline(1 << 16)) and not rest.endswith(b"\n"):
                     pass  # the rest of the over-long line
-                self.error(
-                    INVALID_REQUEST,
-                    f"Invalid Request: a message over {MAX_MCP_MESSAGE_BYTES} bytes; send less",
-                )
-                continue
-            message = self._checked(raw)
+            message, reply = checked(raw)
+            if reply is not None:
+                self.send(json.dumps(reply) + "\n")
             if message is not None:
                 return message
 
-    def _checked(self, raw: bytes) -> str | None:
-        if not raw.strip():
-            return None
-        try:
-            text = raw.decode("utf-8")
-            value = json.loads(text)
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            self.error(PARSE_ERROR, "Parse error: the line is not JSON (one message a line)")
-            return None
-        if not isinstance(value, dict) or value.get("jsonrpc") != "2.0":
-            rid = value.get("id") if isinstance(value, dict) else None
-            ok_id = rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
-            self.error(INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 object", ok_id)
-            return None
-        return text
+
+def _error(code: int, message: str, request_id: Any = None) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
+def checked(raw: bytes) -> tuple[str | None, dict[str, Any] | None]:
+    """One line a client sent: (the message to serve, None), or (None, the JSON-RPC
+    error to answer it with), or (None, None) for a blank line."""
+    if not raw.strip():
+        return None, None
+    if len(raw) > MAX_MCP_MESSAGE_BYTES:
+        too_long = f"Invalid Request: a message over {MAX_MCP_MESSAGE_BYTES} bytes; send less"
+        return None, _error(INVALID_REQUEST, too_long)
+    try:
+        text = raw.decode("utf-8")
+        value = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None, _error(PARSE_ERROR, "Parse error: the line is not JSON (one message a line)")
+    if not isinstance(value, dict) or value.get("jsonrpc") != "2.0":
+        rid = value.get("id") if isinstance(value, dict) else None
+        ok_id = rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
+        return None, _error(INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 object", ok_id)
+    return text, None
 
 
 class Lines:
@@ -118,4 +119,4 @@ class Frames:
         return None
 
 
-__all__ = ["INVALID_REQUEST", "PARSE_ERROR", "Frames", "Lines", "Wire"]
+__all__ = ["INVALID_REQUEST", "PARSE_ERROR", "Frames", "Lines", "Wire", "checked"]

@@ -136,6 +136,8 @@ def _check_distinct(requests: Sequence[Request]) -> None:
         text = request.patch or ""
         start = text.find("diff --git")
         body = text[start:] if start >= 0 else text
+        if not body.strip():
+            continue  # an empty patch is refused as such, later
         if body in first:
             raise ConfigError(
                 f"rounds {first[body]} and {request.round} are the same patch: a tournament "

@@ -73,8 +73,9 @@ def load_yaml(text: str, where: str) -> Any:
             f"{where}: over the {MAX_MANIFEST_BYTES >> 10} KiB a manifest may be; this is "
             "not a campaign manifest: restore it (`campaign init` writes one)"
         )
-    loader = _BoundedLoader(text)
+    loader: _BoundedLoader | None = None
     try:
+        loader = _BoundedLoader(text)  # its reader refuses control characters at once
         node = loader.get_single_node()
         if node is None:
             return None
@@ -87,7 +88,8 @@ def load_yaml(text: str, where: str) -> Any:
             f"{where}: not valid YAML ({clip(str(exc), 600)}); fix the syntax"
         ) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 __all__ = ["MAX_DEPTH", "load_yaml"]
