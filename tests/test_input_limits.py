@@ -63,6 +63,8 @@ def test_row3_pair_counts_are_bounded_and_refused_up_front(
         code, out = run_cli(_validate(root, asked), capsys)
         assert code == 2 and f"from 1 to {MAX_BLOCKS}" in out, out
         assert not c.round_dir(2).exists()
+    code, out = run_cli([*root, "accept", "--passes", "500"], capsys)
+    assert code == 2 and f"from 1 to {MAX_BLOCKS}" in out, out
     before = c.manifest_path.read_bytes()
     code, out = run_cli([*root, "set", "pairs", "1000000000", "--reason", "more"], capsys)
     assert code == 2 and f"from 1 to {MAX_BLOCKS}" in out, out
