@@ -27,7 +27,7 @@ from runner.cli import (
 )
 from runner.cli.app import CAMPAIGNS_ROOT_ENV, App
 from runner.core import interrupts
-from runner.core.errors import CampaignError, ConfigError, Verdict
+from runner.core.errors import CampaignError, ConfigError, InfrastructureError, Verdict
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -90,6 +90,9 @@ def _main(argv: list[str] | None) -> None:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.return_code)
     except OSError as exc:
+        if exc.errno in FULL_ERRNOS:
+            click.echo(f"error: {disk_full(exc)}", err=True)
+            sys.exit(InfrastructureError.return_code)
         if exc.errno not in PATH_ERRNOS:
             raise
         click.echo(f"error: {path_error(exc)}", err=True)
@@ -102,6 +105,23 @@ def _main(argv: list[str] | None) -> None:
 PATH_ERRNOS = frozenset(
     (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.EEXIST)
 )
+
+
+# The disk (or the quota) is full: the machine's fault, not the input's (exit 6).
+FULL_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT))
+
+
+def disk_full(exc: OSError) -> str:
+    """What a full disk left behind, and what to do."""
+    where = f"{exc.filename}" if exc.filename is not None else "a file"
+    return (
+        f"the disk is full: cannot write {where} ({exc.strerror or exc}). What was kept: "
+        "every record file is replaced whole or not at all (written to a temporary file, "
+        "then renamed into place), so none is half-written, and a round that did not "
+        "close has no result.json (it records nothing until it closes). Free space on "
+        "that filesystem (df -h shows it), then run the same command again (a round "
+        "closes once); `campaign status` checks the records."
+    )
 
 
 def path_error(exc: OSError) -> str:

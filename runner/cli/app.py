@@ -15,5 +15,8 @@ class App:
 
     @classmethod
     def from_env(cls, campaigns_root: str | None) -> App:
+        """The campaigns root: the option, else $CAMPAIGN_ROOT, else ./campaigns; a
+        leading ``~`` is the home folder, as a shell would expand it (a quoted
+        ``CAMPAIGN_ROOT='~/x'`` made a folder named ``~``)."""
         root = campaigns_root or os.environ.get(CAMPAIGNS_ROOT_ENV) or "campaigns"
-        return cls(campaigns_root=Path(root).resolve())
+        return cls(campaigns_root=Path(root).expanduser().resolve())

@@ -11,6 +11,7 @@ from tabulate import tabulate
 
 from runner.cli.app import App
 from runner.cli.options import campaign_option, json_option
+from runner.render.escape import printable
 from runner.store.campaign import Campaign
 
 
@@ -55,7 +56,7 @@ def show_cmd(app: App, n: int, name: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report.model_dump(mode="json"), allow_nan=False))
     else:
-        click.echo(report.summary_md, nl=False)
+        click.echo(printable(report.summary_md), nl=False)  # written by the user in part
 
 
 COMMANDS: list[click.Command] = [rounds_cmd, show_cmd]

@@ -21,7 +21,8 @@ from runner.core.errors import ConfigError
 @click.pass_obj
 def mcp_cmd(app: App, campaigns_root: Path | None) -> None:
     """Serve the `turbo` MCP server over stdio (tools: parse_bench_csv, score, gate,
-    campaign_status, list_rounds, round_summary, run_baseline, validate_round).
+    campaign_status, list_rounds, round_summary, run_baseline, validate_round,
+    validate_tournament).
     Started by an MCP client, not by hand: stdout carries the protocol."""
     try:
         from runner.cli.mcp_server import serve
@@ -31,7 +32,7 @@ def mcp_cmd(app: App, campaigns_root: Path | None) -> None:
         raise ConfigError(
             "`campaign mcp` needs the MCP Python SDK: pip install 'turbo-campaign[mcp]'"
         ) from None
-    serve(campaigns_root.resolve() if campaigns_root else app.campaigns_root)
+    serve(campaigns_root.expanduser().resolve() if campaigns_root else app.campaigns_root)
 
 
 COMMANDS: list[click.Command] = [mcp_cmd]

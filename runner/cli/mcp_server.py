@@ -28,6 +28,7 @@ import anyio.from_thread
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.stdio import stdio_server
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
@@ -44,6 +45,7 @@ from runner.cli.mcp_models import (
     round_infos,
     round_report,
 )
+from runner.cli.mcp_transport import Frames, Lines, Wire
 from runner.cli.options import PAIRS_HELP
 from runner.core.csv_io import read_csv
 from runner.core.errors import CampaignError, ConfigError
@@ -393,5 +395,19 @@ def build_server(campaigns_root: Path) -> MCPServer:
 
 
 def serve(campaigns_root: Path) -> None:
-    """Serve over stdio until the client closes stdin."""
-    build_server(campaigns_root).run("stdio")
+    """Serve over stdio until the client closes stdin: the SDK's stdio transport on the
+    bounded wire of ``runner.cli.mcp_transport`` (a malformed line gets an error reply)."""
+    anyio.run(_serve_stdio, build_server(campaigns_root))
+
+
+async def _serve_stdio(server: MCPServer) -> None:
+    wire = Wire()
+    try:
+        stdin: Any = Lines(wire)  # the SDK reads lines from it and writes frames to stdout
+        stdout: Any = Frames(wire)
+        async with stdio_server(stdin=stdin, stdout=stdout) as (read, write):
+            # what MCPServer.run_stdio_async does, on this wire
+            low = server._lowlevel_server
+            await low.run(read, write, low.create_initialization_options())
+    finally:
+        wire.restore()

@@ -29,7 +29,8 @@ from runner.executors.factory import make_executor
 from runner.flow.baseline import run_baseline
 from runner.flow.rounds import Request, validate_round
 from runner.flow.tournament import validate_tournament
-from runner.render.figures import fmt_gain, fmt_metric, scale_for
+from runner.render.figures import fmt_gain, scale_for
+from runner.render.markdown import vetoed_unmeasured
 from runner.store.campaign import Campaign
 from runner.store.leases import parse_gpus
 from runner.store.lineage import patch_subject, read_patch_file
@@ -66,15 +67,18 @@ def _new_campaign(app: App, opts: dict[str, Any]) -> Campaign:
 def print_result(result: RoundResult, campaign: Campaign) -> None:
     gate = result.gate
     click.echo(f"round-{result.round}: {result.status.value}")
-    if gate is not None:
+    if vetoed_unmeasured(result):
+        click.echo("  not measured: vetoed before measuring (the reasons follow)")
+    elif gate is not None:
         scale = scale_for(gate.metric, [gate.best_aggregate, gate.candidate_aggregate])
         click.echo(
-            f"  {gate.metric}: {scale.num(gate.best_aggregate)} -> "
+            f"  {scale.label(gate.metric)}: {scale.num(gate.best_aggregate)} -> "
             f"{scale.value(gate.candidate_aggregate)} ({fmt_gain(gate.delta_pct, gate)})"
         )
     else:
         score = result.score
-        click.echo(f"  {score.metric} geomean {fmt_metric(score.aggregate, score.metric)}")
+        own = scale_for(score.metric, [score.aggregate])
+        click.echo(f"  {own.label(score.metric)} geomean {own.value(score.aggregate)}")
     for reason in result.reasons:
         click.echo(f"  - {reason.splitlines()[0] if reason else reason}")
     click.echo(f"  summary: {campaign.summary_path(result.round)}")

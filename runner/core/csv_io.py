@@ -26,9 +26,8 @@ from runner.core.csv_schema import (
 )
 from runner.core.errors import ConfigError, CsvValueError, SchemaDriftError
 from runner.core.files import read_bounded, write_atomic
+from runner.core.limits import MAX_CSV_BYTES, MAX_CSV_LINE, MAX_CSV_ROWS, MIN_TIME_MS
 
-MAX_CSV_BYTES = 16 << 20  # thousands of shapes; a bigger file is not a benchmark CSV
-MAX_CSV_LINE = 64 << 10  # a header or one shape's row
 SHOWN = 200  # characters of a file's text a message may echo
 MAX_NOTES = 12  # differences listed before "... and N more"
 
@@ -210,6 +209,11 @@ def _parse_rows(body: str, schema: Schema, source: str) -> tuple[Row, ...]:
         records = list(csv.reader(io.StringIO(body, newline=""), strict=True))
     except csv.Error as exc:
         raise CsvValueError(f"{source}: malformed CSV ({exc}); fix the quoting") from None
+    if len(records) > MAX_CSV_ROWS:
+        raise CsvValueError(
+            f"{source}: {len(records):,} rows, over the {MAX_CSV_ROWS:,} shapes a benchmark "
+            "CSV may hold; this is not one benchmark's CSV: check the path (or what wrote it)"
+        )
     for lineno, cells in enumerate(records, start=2):
         if not cells:
             continue
@@ -299,7 +303,9 @@ def _rule(column: str) -> str:
         return "snr"
     if column.endswith("_stddev"):
         return "non-negative"
-    if column in DIMENSIONS or column.endswith("(ms)") or "TFLOPS" in column or "GB/s" in column:
+    if column.endswith("(ms)"):
+        return "time"
+    if column in DIMENSIONS or "TFLOPS" in column or "GB/s" in column:
         return "positive"
     return "non-negative"
 
@@ -311,11 +317,33 @@ def _problem(value: float | None, rule: str) -> str | None:
         return "NaN"
     if value < 0:
         return "negative"
-    if rule == "positive" and value == 0:
+    if rule in ("positive", "time") and value == 0:
         return "zero"
     if math.isinf(value) and rule != "snr":
         return "infinite"
+    if rule == "time" and value < MIN_TIME_MS:
+        return f"under {MIN_TIME_MS:g} ms, a nanosecond: no kernel call is that fast"
     return None
+
+
+def check_same_shapes(best: BenchCSV, cand: BenchCSV) -> None:
+    """CsvValueError when a label of both CSVs has other dimensions in the candidate (a
+    candidate row whose M was 1e30 was ACCEPTED at +1.1e9%): the two measured different
+    shapes, and no gain between them means anything."""
+    dims = [c for c in best.schema.columns if c in DIMENSIONS]
+    theirs = {r.label: r for r in best.rows}
+    for row in cand.rows:
+        ref = theirs.get(row.label)
+        if ref is None:
+            continue
+        for column in dims:
+            if row.number(column) != ref.number(column):
+                raise CsvValueError(
+                    f"row {shown(row.label)}: {column} = {shown(row.values[column])} in the "
+                    f"candidate CSV, {shown(ref.values[column])} in the best one: the two "
+                    "measured different shapes; re-run the candidate's benchmark on the "
+                    "pinned shapes"
+                )
 
 
 def format_value(value: object) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -80,12 +81,31 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def check_regular_file(path: Path, what: str) -> None:
+    """ConfigError unless ``path`` is (or links to) a regular file; never blocks."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise ConfigError(
+            f"{path}: cannot read the {what} ({exc.strerror or exc}); check the path"
+        ) from None
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise ConfigError(
+            f"{path} is {kind}; a {what} is read from a regular file: write it to a file "
+            "first and pass that file"
+        )
+
+
 def read_bounded(path: Path, what: str, *, max_bytes: int, max_line: int) -> bytes:
     """The bytes of ``path`` (``what`` names it in messages: "benchmark CSV"), refused
     with ConfigError (exit 2) when it is over ``max_bytes`` or holds a line over
     ``max_line`` bytes.  The size is checked before reading, and at most
     ``max_bytes + 1`` bytes are ever read (a file whose size lies, such as a device,
-    stays bounded).  Messages never echo the content."""
+    stays bounded).  Anything but a regular file (a FIFO, a device, a socket) is refused
+    before it is opened: opening a FIFO waits for a writer, for ever.  Messages never
+    echo the content."""
+    check_regular_file(path, what)
     try:
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size

@@ -32,6 +32,7 @@ from runner.core.csv_schema import get_schema
 from runner.core.device_memory import oom_error
 from runner.core.errors import CampaignError, ConfigError, DeviceOutOfMemory, MeasurementFailed
 from runner.core.files import copy_plain_tree, write_atomic
+from runner.core.limits import check_blocks
 from runner.core.outcomes import GateResult, Score, Status
 from runner.core.shapes import Shape, shapes_by_label
 from runner.core.timestamps import now_minute
@@ -196,8 +197,7 @@ def run_acceptance(
     gpus: tuple[int, ...] = (),
 ) -> Acceptance:
     """Final acceptance of the lineage head; writes ``acceptance/`` and returns it."""
-    if passes < 1:
-        raise ConfigError("--passes must be at least 1 (paired blocks; 2 is the default)")
+    check_blocks(passes, "--passes")  # 1 to MAX_BLOCKS paired blocks; 2 is the default
     with campaign.lock():
         preflight(campaign, progress)
         _refuse_unready(campaign)

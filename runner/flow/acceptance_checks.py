@@ -23,7 +23,7 @@ COMMIT_PREFIX = "[optimize] "
 def validation_check(gate: GateResult, final: Score) -> Check:
     scale = scale_for(gate.metric, [gate.best_aggregate, gate.candidate_aggregate])
     verdict = (
-        f"{gate.metric} geomean {scale.value(gate.best_aggregate)} (base) -> "
+        f"{scale.label(gate.metric)} geomean {scale.value(gate.best_aggregate)} (base) -> "
         f"{scale.value(gate.candidate_aggregate)} (final) ({fmt_gain(gate.delta_pct, gate)}), "
         f"gate {gate.decision.value}"
     )

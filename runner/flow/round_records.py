@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.core.errors import ConfigError
+from runner.core.limits import MAX_HYPOTHESIS_CHARS, check_blocks, check_size, excerpt
 from runner.core.outcomes import (
     Decision,
     GateResult,
@@ -26,6 +27,7 @@ from runner.flow.kernel_facts import save_isa
 from runner.flow.measure import pairing_words
 from runner.flow.passes import fresh_gains, state_report
 from runner.flow.round_context import Round
+from runner.judge.audit import DECLARABLE
 from runner.judge.gate_constants import current_digest
 from runner.judge.vetoes import state_transfer
 from runner.store.campaign import Campaign
@@ -56,6 +58,21 @@ class Request:
     diagnosis: tuple[tuple[str, str], ...] = ()
     # A targeted round (Rule 3's exception, docs/protocol.md §5.4): judged on these shapes.
     targeted: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Refuse a pair count or a hypothesis out of bounds (``runner.core.limits``)
+        before anything is measured or recorded."""
+        if self.pairs is not None:
+            check_blocks(self.pairs, "--pairs")
+        if self.bucket.strip().upper() not in DECLARABLE:
+            raise ConfigError(
+                f"--bucket {excerpt(self.bucket)} is not a transfer bucket: give one of "
+                f"{', '.join(DECLARABLE)} (docs/protocol.md §8.2); nothing was measured"
+            )
+        check_size(
+            self.hypothesis, MAX_HYPOTHESIS_CHARS, "the hypothesis",
+            "state it in a few sentences (the detail belongs in the patch's commit message)",
+        )  # fmt: skip
 
 
 def behaviour_transfer(rnd: Round, transfer: TransferCheck, gate: GateResult) -> TransferCheck:

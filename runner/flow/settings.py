@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from runner.core.errors import AppendOnlyViolation, ConfigError
+from runner.core.limits import MAX_NOTE_CHARS, check_size, excerpt
 from runner.judge.gate_constants import current_digest
-from runner.store.appendlog import append_correction
+from runner.store.appendlog import append_note
 from runner.store.campaign import Campaign
 from runner.store.gate_ledger import (
     CONSTANTS_FIELD,
@@ -31,6 +30,9 @@ from runner.store.gate_ledger import (
 )
 from runner.store.guard import verify_records
 from runner.store.manifest import validate_manifest
+from runner.store.yaml_input import load_yaml
+
+SETTING_CHANGED = "SETTING CHANGED"  # the heading of a `campaign set` entry in optimize.md
 
 
 def parse_value(text: str) -> Any:
@@ -42,10 +44,7 @@ def parse_value(text: str) -> Any:
             return float(stripped[:-1]) / 100
         except ValueError:
             pass
-    try:
-        return yaml.safe_load(stripped)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"VALUE {text!r} is not a YAML value ({exc})") from None
+    return load_yaml(stripped, f"VALUE {excerpt(text)}")
 
 
 def _check_others(campaign: Campaign, field: str, entry: dict[str, Any] | None) -> None:
@@ -94,7 +93,7 @@ def _set_loop_field(campaign: Campaign, field: str, value: str, reason: str) -> 
     data[field] = parse_value(value)
     new = validate_manifest(data, f"campaign set {field}")
     line = f"loop field {field}: {old} -> {getattr(new, field)} (`campaign set`); reason: {reason}"
-    append_correction(campaign.optimize_log, line)
+    append_note(campaign.optimize_log, line, SETTING_CHANGED)
     campaign.manifest = new
     campaign.save_manifest()
     return line
@@ -109,6 +108,7 @@ def set_gate_field(campaign: Campaign, field: str, value: str, reason: str) -> s
         raise ConfigError(f"{field!r} is not a gate field; one of: {', '.join(SETTABLE)}")
     if not reason.strip():
         raise ConfigError("say why the field changes: --reason TEXT (it is recorded)")
+    check_size(reason, MAX_NOTE_CHARS, "--reason", "say why in a few sentences")
     with campaign.lock():
         verify_records(campaign)
         if field in LOOP_FIELDS:
@@ -117,7 +117,7 @@ def set_gate_field(campaign: Campaign, field: str, value: str, reason: str) -> s
         _check_others(campaign, field, entry)
         if field == CONSTANTS_FIELD:
             line = _constants_line(campaign, value, entry) + f"; reason: {reason.strip()}"
-            append_correction(campaign.optimize_log, line)
+            append_note(campaign.optimize_log, line, SETTING_CHANGED)
             record(campaign, "campaign set", f"{field}: {reason.strip()}")
             return line
         m = campaign.manifest
@@ -129,7 +129,7 @@ def set_gate_field(campaign: Campaign, field: str, value: str, reason: str) -> s
             f"gate field {field}: {short_value(old)} "
             f"-> {short_value(gate_values(new)[field])} (`campaign set`); reason: {reason.strip()}"
         )
-        append_correction(campaign.optimize_log, line)
+        append_note(campaign.optimize_log, line, SETTING_CHANGED)
         campaign.manifest = new
         campaign.save_manifest()
         record(campaign, "campaign set", f"{field}: {reason.strip()}")

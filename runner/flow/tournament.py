@@ -26,6 +26,7 @@ from pathlib import Path
 
 from runner.core.errors import ConfigError, MeasurementFailed, NothingToDo, Tampered
 from runner.core.files import write_atomic, write_json_atomic
+from runner.core.limits import MAX_TOURNAMENT_ENTRIES
 from runner.core.outcomes import Decision, GateResult, RoundResult, TournamentNote
 from runner.core.pause_points import pause_point
 from runner.executors.base import BuiltRole, Executor
@@ -59,7 +60,7 @@ from runner.store.lineage import Lineage, snapshot
 from runner.store.manifest import branch_name
 from runner.targets.registry import manifest_target
 
-MAX_ENTRIES = 8  # hypotheses of one tournament, at most
+MAX_ENTRIES = MAX_TOURNAMENT_ENTRIES  # hypotheses of one tournament, at most
 
 
 def validate_tournament(
@@ -114,6 +115,7 @@ def _check_requests(campaign: Campaign, requests: Sequence[Request]) -> None:
         raise ConfigError(
             f"{len(requests)} entries; a tournament takes at most {MAX_ENTRIES}: split them"
         )
+    _check_distinct(requests)
     check_round_number(campaign, requests[0].round)
     for k, request in enumerate(requests):
         if request.round != requests[0].round + k:
@@ -126,6 +128,24 @@ def _check_requests(campaign: Campaign, requests: Sequence[Request]) -> None:
             )
         if request.patch is None:
             raise ConfigError("every tournament entry needs its --patch FILE")
+
+
+def _check_distinct(requests: Sequence[Request]) -> None:
+    """Refuse the same change entered twice (its diff, whatever the mail header above
+    it): both would be measured, and one would be judged against its own copy."""
+    first: dict[str, int] = {}
+    for request in requests:
+        text = request.patch or ""
+        start = text.find("diff --git")
+        body = text[start:] if start >= 0 else text
+        if not body.strip():
+            continue  # an empty patch is refused as such, later
+        if body in first:
+            raise ConfigError(
+                f"rounds {first[body]} and {request.round} are the same patch: a tournament "
+                "judges different changes; give each --patch once"
+            )
+        first[body] = request.round
 
 
 def _open_round(rnd: Round, entry: Entry) -> None:

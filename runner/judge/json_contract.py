@@ -13,12 +13,14 @@ subclasses) with a message that says what to fix.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, cast
 
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-from runner.core.csv_io import MAX_CSV_LINE, check_encoding, read_csv
+from runner.core.csv_io import MAX_CSV_LINE, check_encoding, check_same_shapes, read_csv
 from runner.core.errors import ConfigError
+from runner.core.files import check_regular_file
 from runner.core.outcomes import GateResult, Score
 from runner.judge.gate import decide
 from runner.judge.scoring import Metric, score
@@ -77,7 +79,9 @@ class GateJSON(TypedDict):
 def read_pinned_header(path: str) -> str:
     """The first line of ``path`` (a header file or a pinned CSV), held to the same rules
     as every CSV (LF or CRLF; a BOM or a lone carriage return is refused:
-    ``check_encoding``), reading at most ``MAX_CSV_LINE`` bytes of it."""
+    ``check_encoding``), reading at most ``MAX_CSV_LINE`` bytes of it (a FIFO is
+    refused, never waited on)."""
+    check_regular_file(Path(path), "pinned header")
     try:
         with open(path, "rb") as fh:
             raw = fh.readline(MAX_CSV_LINE + 2)
@@ -136,6 +140,7 @@ def gate_csvs(
     one resolved to."""
     best_csv = read_csv(best_path)
     cand_csv = read_csv(cand_path, pinned=best_csv.header)
+    check_same_shapes(best_csv, cand_csv)
     best_score = score(best_csv, metric)
     cand_score = score(cand_csv, best_score.metric)
     return decide(best_score, cand_score, sigma_g=sigma_g, targeted_shapes=tuple(targeted))

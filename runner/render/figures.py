@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from runner.core.outcomes import GateResult, Score
 from runner.core.stats import stdev
 from runner.judge.evidence import t95
+from runner.render.escape import printable
 
 DASH = "—"
 # (unit, factor from the metric's own unit), largest first, per unit family
@@ -139,8 +140,10 @@ def fmt_gain(delta_pct: float | None, evidence: Evidence = None) -> str:
 
 
 def short_text(text: str, width: int = 60) -> str:
-    """The first line, cut at a word boundary with an ellipsis when too long."""
-    line = " ".join(text.strip().splitlines()[0].split()) if text.strip() else DASH
+    """The first line, cut at a word boundary with an ellipsis when too long; control
+    characters made visible (``runner.render.escape.printable``: it goes to terminals)."""
+    first = text.strip().splitlines()[0] if text.strip() else DASH
+    line = printable(" ".join(first.split()), keep_newlines=False)
     if len(line) <= width:
         return line
     cut = line[: width - 1].rsplit(" ", 1)[0]

@@ -21,7 +21,7 @@ from typing import Any
 
 from runner.core.outcomes import GateResult, RoundResult, Score, Status
 from runner.core.stats import geomean
-from runner.render.figures import fmt_gain, fmt_pct, score_scale, short_text
+from runner.render.figures import fmt_gain, fmt_pct, pair_spread, score_scale, short_text
 from runner.render.headline import compound, headline_gain, round_gain
 from runner.render.markdown import (
     latency_cell,
@@ -155,10 +155,25 @@ def effective_directions(results: Sequence[RoundResult]) -> list[str]:
     ]
 
 
+def inconclusive(r: RoundResult) -> bool:
+    """A rolled-back round whose paired gain's whole 95% interval lies above zero: a
+    gain the gate could not accept at this noise, not a direction shown ineffective."""
+    spread = pair_spread(r.gate) if r.gate is not None else None
+    if r.gate is None or spread is None or r.status is not Status.ROLLED_BACK:
+        return False
+    return r.gate.delta_pct - spread[0] > 0
+
+
 def ineffective_directions(results: Sequence[RoundResult]) -> list[str]:
     out = []
     for r in results:
-        if r.status is Status.ROLLED_BACK:
+        if inconclusive(r):
+            out.append(
+                f"round-{r.round}: {brief(r)} ({_delta(r)}): inconclusive, not shown "
+                "ineffective: a gain above zero the gate could not accept at this noise; "
+                "measure it again on a quieter machine or with more --pairs"
+            )
+        elif r.status is Status.ROLLED_BACK:
             lesson = f"; lesson: {r.rollback.lesson}" if r.rollback else ""
             out.append(f"round-{r.round}: {brief(r)} ({_delta(r)}){lesson}")
         elif r.status is Status.FAILED:
@@ -181,12 +196,13 @@ def next_steps(
 ) -> list[str]:
     """The top three next steps, most urgent first."""
     steps = []
-    if acceptance is None:
+    accepted = any(r.status is Status.ACCEPTED for r in results)
+    if acceptance is None and accepted:
         steps.append(
             "Run `campaign accept`: full validation of the final best on every target "
             "shape, the full benchmark, the full test suite and the branch check."
         )
-    elif acceptance["outcome"] != "ACCEPTED":
+    elif acceptance is not None and acceptance["outcome"] != "ACCEPTED":
         steps.append(
             "Fix what final acceptance found, then run `campaign accept` again: "
             + "; ".join(acceptance["reasons"])

@@ -28,6 +28,7 @@ from tabulate import tabulate
 
 from runner.core.outcomes import RoundResult, Score, ShapeScore, Status
 from runner.core.stats import geomean
+from runner.render.escape import md_text
 from runner.render.figures import (
     DASH,
     fmt_metric,
@@ -248,11 +249,29 @@ def render_optimize_header(manifest: Manifest, baseline: RoundResult) -> str:
     )
 
 
+# How a veto of a failed focused test starts (``runner.flow.rounds``, the tournament's).
+TEST_FAILED = "focused test failed"
+
+
+def vetoed_unmeasured(result: RoundResult) -> bool:
+    """A VALIDATE round vetoed before anything was measured (its gate has no shapes)."""
+    return result.gate is not None and not result.gate.shapes and result.best is not None
+
+
+def test_failed(result: RoundResult) -> bool:
+    """The round's focused test failed on the candidate (a veto says so)."""
+    said = [*result.reasons, *(result.gate.reasons if result.gate else ())]
+    return any(r.startswith(TEST_FAILED) for r in said)
+
+
 def result_line(result: RoundResult) -> str:
     score = result.score
+    if vetoed_unmeasured(result):
+        return "not measured: vetoed before measuring (see Decision)"
     if result.best is None or result.status == Status.BASELINE:
+        own = scale_for(score.metric, [score.aggregate])
         return (
-            f"{score.metric} geomean {fmt_metric(score.aggregate, score.metric)} over "
+            f"{own.label(score.metric)} geomean {own.value(score.aggregate)} over "
             f"{score.n_pass} PASS shapes, {score.n_fail} FAIL"
         )
     labels = [s.label for s in passing(score)]
@@ -260,13 +279,15 @@ def result_line(result: RoundResult) -> str:
     base = aggregate_over(result.baseline, labels)
     scale = scale_for(score.metric, [best, score.aggregate])
     return (
-        f"{score.metric} geomean {scale.num(best)} -> {scale.value(score.aggregate)} "
+        f"{scale.label(score.metric)} geomean {scale.num(best)} -> {scale.value(score.aggregate)} "
         f"({fmt_pct(pct_change(score.aggregate, best))} vs current best, "
         f"{fmt_pct(pct_change(score.aggregate, base))} vs baseline)"
     )
 
 
 def _test_line(result: RoundResult) -> str:
+    if test_failed(result):
+        return f"`{result.test_command}` — failed on the candidate; see Decision"
     ok = result.gate is not None or result.status in (Status.BASELINE, Status.ACCEPTED)
     return f"`{result.test_command}` — " + ("passed" if ok else "not passed; see Decision")
 
@@ -281,7 +302,9 @@ def render_history_entry(result: RoundResult) -> str:
         notes.append(f"commit {result.commit}")
     baseline = n == 1 or result.status == Status.BASELINE
     change = "none (baseline: no code changed)" if baseline else result.change
-    hypothesis = "none (baseline: measures the unmodified code)" if baseline else result.hypothesis
+    hypothesis = (
+        "none (baseline: measures the unmodified code)" if baseline else md_text(result.hypothesis)
+    )
     lines = [
         f"- Time: {result.started} → {result.finished}",
         f"- Level: {result.level}",

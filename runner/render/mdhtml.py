@@ -12,7 +12,8 @@ import re
 from collections.abc import Callable, Sequence
 
 LinkMap = Callable[[str], str | None]
-_INLINE = re.compile(r"`([^`]+)`|\*\*(.+?)\*\*|\[([^\]]+)\]\(([^)\s]+)\)")
+# a backslash escape (``runner.render.escape.md_text``), code, bold, a link
+_INLINE = re.compile(r"\\([#>*+\-|`\[\]_.])|`([^`]+)`|\*\*(.+?)\*\*|\[([^\]]+)\]\(([^)\s]+)\)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*$")
 _ITEM = re.compile(r"^(\s*)([-*]|\d+\.)\s+(.*)$")
 _RULE = re.compile(r"^\s*(-{3,}|\*{3,})\s*$")
@@ -28,8 +29,10 @@ def inline(text: str, link: LinkMap = _keep) -> str:
     out, pos = [], 0
     for m in _INLINE.finditer(text):
         out.append(html.escape(text[pos : m.start()]))
-        code, bold, label, target = m.groups()
-        if code is not None:
+        escaped, code, bold, label, target = m.groups()
+        if escaped is not None:
+            out.append(html.escape(escaped))
+        elif code is not None:
             out.append(f"<code>{html.escape(code)}</code>")
         elif bold is not None:
             out.append(f"<strong>{inline(bold, link)}</strong>")

@@ -342,10 +342,11 @@ def _best_line(s: CampaignStatus) -> str:
     if s.best_round is None:
         return "no baseline yet: run `campaign baseline`"
     scale = scale_for(s.metric or "", [s.best_aggregate, s.baseline_aggregate])
+    metric = scale.label(s.metric or "")
     if s.best_round == 1:
-        return f"round-1 (baseline), {s.metric} geomean {scale.value(s.best_aggregate)}"
+        return f"round-1 (baseline), {metric} geomean {scale.value(s.best_aggregate)}"
     return (
-        f"round-{s.best_round}, {s.metric} geomean {scale.value(s.best_aggregate)} "
+        f"round-{s.best_round}, {metric} geomean {scale.value(s.best_aggregate)} "
         f"as measured in its round (the baseline's: {scale.value(s.baseline_aggregate)})"
     )
 

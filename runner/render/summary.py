@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner.core.outcomes import GateResult, RoundResult, Status, TransferCheck
+from runner.render.escape import md_text
 from runner.render.figures import DASH, fmt_gain, fmt_pct, scale_for
 from runner.render.kernel_facts import facts_markdown
 from runner.render.markdown import (
@@ -20,6 +21,7 @@ from runner.render.markdown import (
     pct_change,
     shape_table,
     tradeoff_note,
+    vetoed_unmeasured,
 )
 from runner.store.manifest import Manifest
 
@@ -47,7 +49,7 @@ def _is_baseline(result: RoundResult) -> bool:
 def _hypothesis(result: RoundResult) -> str:
     if _is_baseline(result):
         return "None: round-1 is the baseline. No code changed; it measures the code as it is."
-    return result.hypothesis
+    return md_text(result.hypothesis)
 
 
 def _change(result: RoundResult, manifest: Manifest) -> str:
@@ -103,9 +105,12 @@ def _gate_line(result: RoundResult) -> str | None:
     g = result.gate
     if g is None:
         return None
+    if vetoed_unmeasured(result):
+        return f"Gate {g.decision.value}: vetoed before measuring, nothing was measured"
     scale = scale_for(g.metric, [g.best_aggregate, g.candidate_aggregate])
     parts = [
-        f"Gate {g.decision.value} on {g.metric}: best {scale.value(g.best_aggregate)} -> "
+        f"Gate {g.decision.value} on {scale.label(g.metric)}: "
+        f"best {scale.value(g.best_aggregate)} -> "
         f"candidate {scale.value(g.candidate_aggregate)} ({fmt_gain(g.delta_pct, g)})"
     ]
     if g.threshold_pct is not None:
@@ -143,8 +148,9 @@ def _evidence(result: RoundResult) -> str | None:
         *rows,
         f"| **all (geomean)** | {cell(gain)} | {gain['pairs']} |",
         "",
-        f"Measured noise: stdev {noise}; re-measurements of "
-        f"{ev.get('remeasure_size', 1)} pair(s) (docs/measurement.md §4.2).",
+        f"Measured noise: stdev {noise}; {gain['pairs']} pair(s) measured, each "
+        f"re-measurement the gate asks for {ev.get('remeasure_size', 1)} pair(s) "
+        "(docs/measurement.md §4.2).",
     ])  # fmt: skip
 
 
@@ -205,9 +211,21 @@ def _transfer(result: RoundResult) -> str:
             ("Skew robustness", t.skew_robustness),
             ("Benchmark gain", fmt_pct(gain)),
             ("Estimated real-training gain", fmt_pct(t.estimated_real_gain_pct)),
-            ("Decision", t.decision),
+            ("Decision", _transfer_decision(result)),
         ]
     return "\n".join(f"- {k}: {v}" for k, v in fields)
+
+
+def _transfer_decision(result: RoundResult) -> str:
+    """The transfer check's decision; a round that kept nothing has no gain to carry into
+    training, so an "ACCEPT-as-real" there is said as what it means."""
+    decision = result.transfer.decision
+    if result.status is Status.ACCEPTED or decision != "ACCEPT-as-real":
+        return decision
+    return (
+        f"n/a ({result.status.value}: nothing was kept, so no gain carries into training; "
+        "the audit found no over-fitting in the change)"
+    )
 
 
 def _tournament(result: RoundResult) -> str | None:

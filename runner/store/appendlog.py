@@ -158,6 +158,19 @@ def render_correction(text: str, when: str | None = None) -> str:
     )
 
 
+def render_note(text: str, heading: str, when: str | None = None) -> str:
+    """A marked block for a deliberate change that corrects nothing above it (``campaign
+    set``: SETTING CHANGED, ``campaign relocate``: CAMPAIGN RELOCATED)."""
+    stamp = when or now_minute()
+    body = "\n".join(f"> {line}" if line else ">" for line in text.strip().splitlines())
+    return f"\n> **{heading} ({stamp})** — a deliberate change, recorded.\n{body}\n"
+
+
+def append_note(path: str | os.PathLike[str], text: str, heading: str) -> None:
+    """Append a ``render_note`` block (a recorded change, not a correction)."""
+    append(path, render_note(text, heading))
+
+
 def append_correction(path: str | os.PathLike[str], text: str, *, when: str | None = None) -> None:
     """Append a correction entry (the only way to fix a wrong entry)."""
     append(path, render_correction(text, when))

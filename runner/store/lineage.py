@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from runner.core.errors import CommandFailed, ConfigError, InfrastructureError, NothingToDo
-from runner.core.files import read_bounded
+from runner.core.files import copy_plain_tree, read_bounded
+from runner.core.limits import MAX_PATCH_BYTES, MAX_PATCH_LINE
 from runner.core.pause_points import pause_point
 from runner.core.processes import run
 from runner.store.leftovers import WORKTREE_PREFIX, make_owned_dir
@@ -126,12 +127,18 @@ class Lineage:
             if untracked:
                 self.git("reset", "-q", "--", *untracked)
 
+    def _descends(self, at: str, head: str) -> bool:
+        """``at`` is ``head`` or a commit made on top of it."""
+        proc = run(["git", "merge-base", "--is-ancestor", head, at], cwd=self.source,
+                   check=False, env=_git_env())  # fmt: skip
+        return proc.returncode == 0
+
     def check_checkout(self) -> None:
         """See ``working_tree_patch``; raises ConfigError with the way out."""
         head = self.head()
         at = self.git("rev-parse", "--verify", "-q", "HEAD", check=False)
-        if at == head:
-            return
+        if at == head or (at and self._descends(at, head)):
+            return  # on top of the head (the user committed the change): its diff is it
         ahead = self.git("rev-list", "--count", f"{at}..{head}", check=False) if at else ""
         is_ancestor = bool(at) and (
             run(["git", "merge-base", "--is-ancestor", at, head], cwd=self.source, check=False,
@@ -147,13 +154,26 @@ class Lineage:
                 return
         where = f"at {at[:12]}" if at else "without a commit"
         since = f", {ahead} accepted commit(s) behind it" if is_ancestor else ""
+        own = "" if is_ancestor or not at else self._own_commits(at, head)
         raise ConfigError(
             f"the checkout {self.source} is {where}, not at the lineage head {head[:12]}"
             f"{since}, and its working tree does not hold those rounds' changes: its diff "
             "against the head would undo accepted rounds (a change nobody made). Bring the "
             f"checkout to the head (git -C {self.source} stash; git -C {self.source} "
             f"checkout --detach {head[:12]}; git -C {self.source} stash pop), or pass the "
-            "change as --patch FILE"
+            f"change as --patch FILE{own}"
+        )
+
+    def _own_commits(self, at: str, head: str) -> str:
+        """The way out for commits of the user's that the head lacks (a checkout to the
+        head would leave them behind)."""
+        fork = self.git("merge-base", at, head, check=False)
+        if not fork:
+            return ""
+        return (
+            f". Your own commits ({fork[:12]}..{at[:12]}) would stay behind a checkout: "
+            f"pass them as the patch (git -C {self.source} diff --binary {fork[:12]} > "
+            "change.patch; then --patch change.patch)"
         )
 
     def check_patch(self, patch: str) -> list[str]:
@@ -164,9 +184,16 @@ class Lineage:
                 "the candidate patch is empty: edit the kernel in the source tree or pass "
                 "--patch FILE"
             )
+        if len(patch) > MAX_PATCH_BYTES:
+            raise ConfigError(
+                f"the candidate patch has {len(patch):,} characters, over the "
+                f"{MAX_PATCH_BYTES >> 20} MiB a round's patch may be: one hypothesis per "
+                "round; pass the patch of that one change"
+            )
         with self.worktree(self.head()) as tree:
             self._apply(tree, patch)
-        return patch_paths(patch)
+            applied = applied_paths(tree)
+        return [*patch_paths(patch), *(p for p in applied if p not in patch_paths(patch))]
 
     def _apply(self, tree: Path, patch: str) -> None:
         proc = run(
@@ -281,12 +308,6 @@ def _git_env() -> dict[str, str]:
     return env
 
 
-MAX_PATCH_BYTES = 64 << 20  # one hypothesis's change; a bigger file is not a patch
-# A line of a patch (a source line, or a `git diff --binary` line of at most 66 chars):
-# generated tables stay well under it; a longer line is not a reviewable change.
-MAX_PATCH_LINE = 1 << 20
-
-
 def read_patch_file(path: Path) -> str:
     """A candidate patch file as text; a file too large, with a line over
     MAX_PATCH_LINE bytes, or not UTF-8 is refused with what to do (never a traceback)."""
@@ -341,14 +362,43 @@ def patch_paths(patch: str) -> list[str]:
     return paths
 
 
+def applied_paths(tree: Path) -> list[str]:
+    """Every path the patch applied in ``tree``'s index changed, as git applied it: both
+    names of a rename, a copy, a mode change, a binary file (the ``---``/``+++`` lines
+    alone missed all four, so a renamed or chmod-ed test helper passed the scope
+    check).  A patch that makes a path a symbolic link or a submodule is refused: a
+    kernel change is a change of file contents (a link to a host file was copied into
+    the round's snapshot)."""
+    raw = run(
+        ["git", "diff", "--cached", "--raw", "--no-renames", "-z", "HEAD"],
+        cwd=tree, env=_git_env(),
+    ).stdout  # fmt: skip
+    fields = raw.split("\0")
+    paths: list[str] = []
+    for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+        new_mode = meta.split()[1] if meta.startswith(":") else ""
+        if new_mode in ("120000", "160000"):
+            kind = "a symbolic link" if new_mode == "120000" else "a submodule"
+            raise ConfigError(
+                f"the candidate patch makes {path} {kind}; a round's change is a change of "
+                "file contents: change the file itself (nothing was measured)"
+            )
+        if path and path not in paths:
+            paths.append(path)
+    return paths
+
+
 def snapshot(tree: Path, files: list[str], dest: Path) -> None:
-    """Copy the kernel files (or folders) of ``tree`` into ``dest`` (kernel_snapshot)."""
+    """Copy the kernel files (or folders) of ``tree`` into ``dest`` (kernel_snapshot):
+    regular files only (``copy_plain_tree``), never what a link points at."""
     dest.mkdir(parents=True, exist_ok=True)
     for rel in files:
         src = tree / rel
         target = dest / rel
+        if src.is_symlink():
+            continue
         if src.is_dir():
-            shutil.copytree(src, target, dirs_exist_ok=True)
+            copy_plain_tree(src, target)
         elif src.is_file():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, target)

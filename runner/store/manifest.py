@@ -23,6 +23,7 @@ suffix is not suffixed twice).
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import re
 from pathlib import Path
@@ -34,8 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from runner.core.errors import ConfigError
 from runner.core.files import write_atomic
 from runner.core.isa_facts import ARCHS
+from runner.core.limits import MAX_SIGMA_G, blocks_problem, excerpt
 from runner.core.timestamps import is_minute_stamp
 from runner.core.versions import require_schema_version
+from runner.store.yaml_input import load_yaml
 
 MANIFEST_SCHEMA_VERSION = 1
 
@@ -224,7 +227,7 @@ class Manifest(BaseModel):
     csv_schema: Literal["gemm", "memory", "attention"] = "gemm"
     cache_mode: CacheMode = "hot"
     timing: Timing = Field(default_factory=Timing)
-    sigma_g: float | None = Field(default=None, gt=0)
+    sigma_g: float | None = None  # checked by _sigma_g
     # Seconds a worker spent on each shape at the baseline (median over its passes):
     # the cost that sharding balances across GPUs.
     shape_seconds: dict[str, float] = Field(default_factory=dict)
@@ -257,6 +260,25 @@ class Manifest(BaseModel):
     @classmethod
     def _version(cls, v: int) -> int:
         check_schema_version(v)
+        return v
+
+    @field_validator("sigma_g")
+    @classmethod
+    def _sigma_g(cls, v: float | None) -> float | None:
+        if v is not None and not (math.isfinite(v) and 0 < v <= MAX_SIGMA_G):
+            raise ValueError(
+                "sigma_G is the baseline's relative noise of one sample, a fraction such "
+                f"as 0.02 (or 2%): finite, above 0 and at most {MAX_SIGMA_G:g} (100%); "
+                "re-run the baseline to measure it"
+            )
+        return v
+
+    @field_validator("pairs")
+    @classmethod
+    def _pairs(cls, v: int) -> int:
+        problem = blocks_problem(v)
+        if problem is not None:
+            raise ValueError(problem)
         return v
 
     @field_validator("campaign_name")
@@ -448,16 +470,18 @@ def _describe(err: Any, where: str) -> str:
         return f"{loc}: missing; add `{loc}: <value>` to {where} (docs/protocol.md §2.1)"
     if kind == "extra_forbidden":
         valid = ", ".join(Manifest.model_fields)
-        return f"{loc} = {err['input']!r}: unknown field; remove it (valid fields: {valid})"
+        return f"{loc} = {excerpt(err['input'])}: unknown field; remove it (valid fields: {valid})"
     if not loc:  # a cross-field check: the message names the fields and the fix
         return msg
-    return f"{loc} = {err['input']!r}: {msg}"
+    return f"{loc} = {excerpt(err['input'])}: {msg}"
 
 
 def validate_manifest(data: Any, where: str) -> Manifest:
     """Validate a mapping; any problem -> ConfigError naming field, value and fix."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a YAML mapping of manifest fields, got {data!r}")
+        raise ConfigError(
+            f"{where}: expected a YAML mapping of manifest fields, got {excerpt(data)}"
+        )
     if "schema_version" in data:
         try:
             check_schema_version(data["schema_version"])
@@ -482,11 +506,7 @@ def load_manifest(path: str | os.PathLike[str]) -> Manifest:
         raise ConfigError(f"{p}: not UTF-8 text ({exc}); restore the manifest") from None
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read the manifest ({exc.strerror or exc})") from None
-    try:
-        data = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError) as exc:
-        raise ConfigError(f"{p}: not valid YAML ({exc}); fix the syntax") from None
-    return validate_manifest(data, str(p))
+    return validate_manifest(load_yaml(text, str(p)), str(p))
 
 
 def manifest_yaml(m: Manifest) -> str:

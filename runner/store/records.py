@@ -18,6 +18,7 @@ from pathlib import Path
 
 from runner.core.errors import ConfigError
 from runner.core.files import write_atomic
+from runner.core.limits import MAX_NOTE_CHARS, check_size
 from runner.core.outcomes import RoundResult, Status
 from runner.core.pause_points import pause_point
 from runner.store.appendlog import append, append_correction, verify
@@ -131,6 +132,7 @@ def append_log_correction(
     exit 5: restore it first).  Returns the log written."""
     if not text.strip():
         raise ConfigError("the correction is empty: say what was wrong with --text TEXT")
+    check_size(text, MAX_NOTE_CHARS, "the correction", "say what was wrong in a few sentences")
     if round_n is not None and round_n not in campaign.closed_rounds():
         raise ConfigError(
             f"round {round_n} of {campaign.name} is not closed; only a closed round's "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from runner.core.errors import ConfigError
 from runner.core.processes import run
-from runner.store.appendlog import append_correction
+from runner.store.appendlog import append_note
 from runner.store.campaign import Campaign
 from runner.store.guard import verify_records
 from runner.store.lineage import Lineage
@@ -64,7 +64,7 @@ def relocate(campaign: Campaign, source: Path) -> str:
             f"relocated: campaign folder {old_dir} -> {campaign.root}; "
             f"source {m.source} -> {new_source} (`campaign relocate`)"
         )
-        append_correction(campaign.optimize_log, entry)
+        append_note(campaign.optimize_log, entry, "CAMPAIGN RELOCATED")
         campaign.manifest = validate_manifest(data, "campaign relocate")
         campaign.save_manifest()
     return entry

@@ -1,0 +1,117 @@
+"""The bounds on what a user hands the runner (docs/reliability.md §6, bad input): pair
+counts, patches, hypotheses, corrections, CSVs, manifests and MCP messages.  One place,
+so that every layer that reads input refuses the same sizes, and an error message quotes
+at most ``excerpt(...)`` of what it was given.  Standard library only (both sides)."""
+
+from __future__ import annotations
+
+from runner.core.errors import ConfigError
+
+# Paired blocks one comparison may be asked to start with (``validate --pairs``, the
+# manifest's ``pairs``, ``accept --passes``): each block is two incumbent/candidate
+# pairs, so 48 blocks are ``runner.judge.measuring_caps.MAX_PAIRS`` (96), the most one
+# comparison measures; the gate asks for more near its threshold by itself.
+MAX_BLOCKS = 48
+# Hypotheses of one tournament (``validate`` with several --patch), at most.
+MAX_TOURNAMENT_ENTRIES = 8
+# A candidate patch (``--patch`` or the source tree's diff), and one line of it: one
+# hypothesis's kernel change is a few hundred KB at most; the round keeps it and the
+# HTML report inlines it (64 MiB let a 50 MB patch through into a 52 MB index.html).
+MAX_PATCH_BYTES = 4 << 20
+MAX_PATCH_LINE = 1 << 20
+# A hypothesis: one statement of what the change does and why it should be faster.
+MAX_HYPOTHESIS_CHARS = 4000
+# A correction, a --reason or any other free text appended to the logs.
+MAX_NOTE_CHARS = 16_000
+# A CSV the runner is given (a pinned benchmark CSV, an upstream one): its bytes, one
+# line (a header or one shape's row) and its data rows (thousands of shapes at most).
+MAX_CSV_BYTES = 16 << 20
+MAX_CSV_LINE = 64 << 10
+MAX_CSV_ROWS = 20_000
+# A manifest.yaml, in bytes, and the YAML nodes it may build (aliases counted each time
+# they are used, so an alias bomb stops here instead of filling memory).
+MAX_MANIFEST_BYTES = 256 * 1024
+MAX_YAML_NODES = 100_000
+# One line of the MCP transport (a JSON-RPC message).
+MAX_MCP_MESSAGE_BYTES = 4 * 1024 * 1024
+# sigma_G, the baseline's relative noise of one sample, as a fraction: a busy 2-core CPU
+# measured 9.3%; 100% or more (``campaign set sigma_g 500%``), or not finite, is no noise
+# figure a gate can use.
+MAX_SIGMA_G = 1.0
+# The shortest time a benchmark CSV may give a kernel call: below a nanosecond is no
+# measurement (a candidate row of 1e-300 ms was ACCEPTED at +14%).
+MIN_TIME_MS = 1e-6
+# What an error message quotes of a value it refuses.
+EXCERPT_CHARS = 200
+
+
+def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
+    """``repr(value)`` cut to ``limit`` characters, saying how much was left out."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def clip(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out (for text the
+    runner wrote, such as a parser's message; a user's value goes through ``excerpt``)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def blocks_problem(value: object) -> str | None:
+    """What is wrong with a pair count a user asked for (None: a whole number from 1 to
+    ``MAX_BLOCKS``)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_BLOCKS:
+        return None
+    return (
+        f"give a whole number of paired blocks from 1 to {MAX_BLOCKS} (each block is two "
+        f"incumbent/candidate pairs; {MAX_BLOCKS} are the {2 * MAX_BLOCKS} pairs one "
+        "comparison measures at most); the gate asks for more near its threshold by "
+        "itself, so the manifest's pairs are usually right"
+    )
+
+
+def check_blocks(value: object, what: str) -> int:
+    """A pair count a user asked for, refused (ConfigError, exit 2) unless it is a whole
+    number from 1 to ``MAX_BLOCKS``."""
+    problem = blocks_problem(value)
+    if problem is not None:
+        raise ConfigError(f"{what} = {excerpt(value)}: {problem}; nothing was measured")
+    assert isinstance(value, int)
+    return value
+
+
+def check_size(text: str, limit: int, what: str, fix: str) -> str:
+    """``text`` if it has at most ``limit`` characters, else ConfigError saying what to do."""
+    if len(text) > limit:
+        raise ConfigError(
+            f"{what} has {len(text):,} characters, over the limit of {limit:,}: {fix}"
+        )
+    return text
+
+
+__all__ = [
+    "EXCERPT_CHARS",
+    "MAX_BLOCKS",
+    "MAX_CSV_BYTES",
+    "MAX_CSV_LINE",
+    "MAX_CSV_ROWS",
+    "MAX_HYPOTHESIS_CHARS",
+    "MAX_MANIFEST_BYTES",
+    "MAX_MCP_MESSAGE_BYTES",
+    "MAX_NOTE_CHARS",
+    "MAX_PATCH_BYTES",
+    "MAX_PATCH_LINE",
+    "MAX_SIGMA_G",
+    "MAX_TOURNAMENT_ENTRIES",
+    "MAX_YAML_NODES",
+    "MIN_TIME_MS",
+    "blocks_problem",
+    "check_blocks",
+    "check_size",
+    "clip",
+    "excerpt",
+]
