@@ -20,7 +20,7 @@ from runner.core.outcomes import Decision, GateResult, Score, ShapeScore
 from runner.core.shapes import shape_set
 from runner.flow.acceptance_checks import heldout_check
 from runner.judge.audit_source import audit_source
-from runner.judge.representative import reserve_heldout
+from runner.judge.representative import HELDOUT_SIZE_FACTOR, reserve_heldout
 from runner.judge.vetoes import inflation_veto
 
 # ------------------------------------------------------------------ sampled timed outputs
@@ -351,6 +351,20 @@ def test_reserve_heldout_is_seeded_and_spread() -> None:
     targets = [s.label for s in shapes[:2]]
     assert not set(reserve_heldout(shapes, 3, targets)) & set(targets)
     assert reserve_heldout(shapes[:4], 1) == []
+
+
+def test_the_heldout_pick_stays_near_the_targets_size() -> None:
+    """Four Llama-2-7B mb1 targets on the GPU model set: every seed's pick lies within
+    HELDOUT_SIZE_FACTOR of the targets' forward FLOPs (before, seeds picked 70B shapes
+    twenty times their size, and acceptance measured them for minutes)."""
+    shapes = shape_set("models")
+    targets = [s for s in shapes if s.label.startswith("Llama-2-7B-") and "-mb1-" in s.label]
+    lo = min(s.flops_fwd for s in targets) / HELDOUT_SIZE_FACTOR
+    hi = max(s.flops_fwd for s in targets) * HELDOUT_SIZE_FACTOR
+    size = {s.label: s.flops_fwd for s in shapes}
+    for seed in range(30):
+        picked = reserve_heldout(shapes, seed, [s.label for s in targets])
+        assert picked and all(lo <= size[p] <= hi for p in picked), (seed, picked)
 
 
 def _score(values: dict[str, float]) -> Score:

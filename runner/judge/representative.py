@@ -143,7 +143,7 @@ def reserve_heldout(shapes: Sequence[Shape], seed: int, targets: Collection[str]
     n = len(shapes)
     count = 0 if n < 5 else min(3, max(1, n // 10))
     ordered = sorted(shapes, key=lambda s: (s.flops_fwd, s.label))
-    pool = [s for s in ordered if s.label not in set(targets)] if targets else ordered[1:-1]
+    pool = _near_targets(ordered, targets, count) if targets else ordered[1:-1]
     if not count or not pool:
         return []
     rng = random.Random(seed)
@@ -156,3 +156,32 @@ def reserve_heldout(shapes: Sequence[Shape], seed: int, targets: Collection[str]
     rng.shuffle(keys)
     chosen = [rng.choice(classes[key]).label for key in keys[:count]]
     return sorted(chosen)
+
+
+# A held-out shape given targets lies within this factor of their forward FLOPs: it is
+# judged against its size neighbours among the targets (docs/protocol.md §5.7), and
+# final acceptance measures it beside them.  On one H200 (d235dd9, 2026-12-03) a pick
+# from the whole model set for four Llama-2-7B mb1 targets (0.14-0.74 TFLOP a forward)
+# took shapes of 4.4-15.4 TFLOP, and acceptance's turns grew from 5 s to 16-46 s.
+HELDOUT_SIZE_FACTOR = 4.0
+
+
+def _near_targets(ordered: Sequence[Shape], targets: Collection[str], count: int) -> list[Shape]:
+    """The shapes not in ``targets`` whose forward FLOPs lie within
+    ``HELDOUT_SIZE_FACTOR`` of the targets' range; when fewer than ``count`` do, the
+    nearest ones in log-FLOPs instead."""
+    chosen = set(targets)
+    sizes = [s.flops_fwd for s in ordered if s.label in chosen]
+    rest = [s for s in ordered if s.label not in chosen]
+    if not sizes:
+        return rest
+    lo, hi = min(sizes) / HELDOUT_SIZE_FACTOR, max(sizes) * HELDOUT_SIZE_FACTOR
+    near = [s for s in rest if lo <= s.flops_fwd <= hi]
+    if len(near) >= count:
+        return near
+
+    def distance(s: Shape) -> float:
+        f = max(s.flops_fwd, 1.0)
+        return max(math.log(lo / f), math.log(f / hi), 0.0)
+
+    return sorted(rest, key=lambda s: (distance(s), s.label))[: max(count, len(near))]
