@@ -20,7 +20,7 @@
 # a failing backward is reported, with the layout, instead of a campaign.
 # Budget: under 8 minutes (2 baseline passes, 5 small shapes of the `cpu` set).
 set -euo pipefail
-PY=${PY:-python3.12}
+PY=${PY:-python3}
 PT_SRC=${PT_SRC:-shared/pt_a6a16cdc}
 DEPS=${DEPS:-shared/deps}
 REPO=$(pwd)
@@ -30,7 +30,11 @@ WORK=$(mktemp -d /tmp/pt_ws.XXXXXX)
 # `python` on PATH (the focused test's command) must be this interpreter too.
 "$PY" -m venv --system-site-packages "$WORK/venv"
 "$WORK/venv/bin/python" -c "import site; print(site.getsitepackages()[0])" > "$WORK/site"
-printf '%s\n%s\n' "$REPO" "$(readlink -f "$DEPS")" > "$(cat "$WORK/site")/turbo_campaign_deps.pth"
+# the interpreter's own site-packages too: where python3 is itself a venv (torch in it),
+# --system-site-packages reaches only the base interpreter's
+"$PY" -c "import site; print('\n'.join(site.getsitepackages()))" > "$WORK/parent_site"
+{ printf '%s\n%s\n' "$REPO" "$(readlink -f "$DEPS")"; cat "$WORK/parent_site"; } \
+  > "$(cat "$WORK/site")/turbo_campaign_deps.pth"
 PY="$WORK/venv/bin/python"
 export PATH="$WORK/venv/bin:$PATH"
 export CAMPAIGN_ROOT="$WORK/campaigns"
