@@ -166,7 +166,8 @@ def test_init_from_an_upstream_manifest(tmp_path: Path, capsys: pytest.CaptureFi
         main(argv)
     out, err = capsys.readouterr()
     assert info.value.code == 0, err
-    m = load_manifest(Path(out.removeprefix("campaign: ").strip()) / "manifest.yaml")
+    made = next(line for line in out.splitlines() if line.startswith("campaign: "))
+    m = load_manifest(Path(made.removeprefix("campaign: ").strip()) / "manifest.yaml")
     assert (m.target, m.target_op, m.granularity, m.target_backend, m.target_gpu) == (
         "primus-turbo", "gemm_fp8", "blockwise", "TRITON", "gfx942"
     )  # fmt: skip

@@ -255,7 +255,10 @@ def checkout_facts(campaign: Campaign) -> dict[str, Any]:
     try:
         lineage.check_checkout()
         facts["note"] = (
-            f"HEAD {at[:12]} is behind the lineage head {head[:12]}; its working tree "
+            f"HEAD {at[:12]} is on top of the lineage head {head[:12]}: its commits and "
+            "edits are the next round's change (validate diffs against the head)"
+            if at and lineage.descends(at, head)
+            else f"HEAD {at[:12]} is behind the lineage head {head[:12]}; its working tree "
             "carries the accepted changes (validate diffs against the head)"
         )
     except CampaignError as exc:

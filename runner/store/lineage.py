@@ -26,7 +26,7 @@ from runner.core.pause_points import pause_point
 from runner.core.processes import run
 from runner.store.leftovers import WORKTREE_PREFIX, make_owned_dir
 
-# Primus-Turbo keeps its historical tips in its own tree (kernel-optimize/SKILL.md,
+# Primus-Turbo keeps its historical tips in its own tree (upstream's kernel-optimize skill page,
 # READ_HISTORICAL_TIPS, checked at a6a16cdc); runner.store.tips writes there, and
 # that folder is never part of a round's change.
 UPSTREAM_TIPS_DIR = "agent/historical_experience"
@@ -127,7 +127,7 @@ class Lineage:
             if untracked:
                 self.git("reset", "-q", "--", *untracked)
 
-    def _descends(self, at: str, head: str) -> bool:
+    def descends(self, at: str, head: str) -> bool:
         """``at`` is ``head`` or a commit made on top of it."""
         proc = run(["git", "merge-base", "--is-ancestor", head, at], cwd=self.source,
                    check=False, env=_git_env())  # fmt: skip
@@ -137,7 +137,7 @@ class Lineage:
         """See ``working_tree_patch``; raises ConfigError with the way out."""
         head = self.head()
         at = self.git("rev-parse", "--verify", "-q", "HEAD", check=False)
-        if at == head or (at and self._descends(at, head)):
+        if at == head or (at and self.descends(at, head)):
             return  # on top of the head (the user committed the change): its diff is it
         ahead = self.git("rev-list", "--count", f"{at}..{head}", check=False) if at else ""
         is_ancestor = bool(at) and (

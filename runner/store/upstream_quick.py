@@ -1,15 +1,16 @@
 """Upstream's quick script as the campaign's ``quick_test_bench.py``.
 
-Primus-Turbo's hand-off page (``agent/skills/primus-turbo-develop/optimize-handoff/
-SKILL.md``, checked at a6a16cdc) has PREPARE_ENVIRONMENT copy its template
-``optimize-handoff/quick_test_bench.py`` into ``<campaign_dir>/quick_test_bench.py``
-with ``SHAPES`` empty and ``<target_backend>`` set; BASELINE fills ``SHAPES`` (every
-target shape), then narrows it to the representative shapes for the VALIDATE rounds,
-each of which runs it with ``--summary-csv``.  This module does the file work:
-``copy_template`` at init (the commit recorded in ``quick_test_bench.upstream.json``),
-``fill_shapes`` at BASELINE, ``take_edit`` before each run (an engineer's edit of the
-campaign's copy takes effect in that run and is named in its log), ``read_quick_csv``
-(the pinned reader; the template writes with ``csv.DictWriter``, CRLF line endings).
+Primus-Turbo's hand-off page (the skill page of
+``agent/skills/primus-turbo-develop/optimize-handoff/``, checked at a6a16cdc) has
+PREPARE_ENVIRONMENT copy its template ``optimize-handoff/quick_test_bench.py`` into
+``<campaign_dir>/quick_test_bench.py`` with ``SHAPES`` empty and ``<target_backend>`` set;
+BASELINE fills ``SHAPES`` (every target shape), then narrows it to the representative
+shapes for the VALIDATE rounds, each of which runs it with ``--summary-csv``. This module
+does the file work: ``copy_template`` at init (the commit recorded in
+``quick_test_bench.upstream.json``), ``fill_shapes`` at BASELINE, ``take_edit`` before
+each run (an engineer's edit of the campaign's copy takes effect in that run and is named
+in its log), ``read_quick_csv`` (the pinned reader; the template writes with
+``csv.DictWriter``, CRLF line endings).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from runner.core.files import write_atomic
 TEMPLATE = "agent/skills/primus-turbo-develop/optimize-handoff/quick_test_bench.py"
 RECORD = "quick_test_bench.upstream.json"
 BACKEND_MARK = "<target_backend>"
-# upstream's names for the quick run's log (optimize-loop.md / SKILL.md at a6a16cdc)
+# upstream's names for the quick run's log (upstream's loop and skill pages at a6a16cdc)
 BASELINE_LOG = "quick_baseline.log"
 VALIDATION_LOG = "quick_validation.log"
 QUICK_CSV = "quick_benchmark.csv"  # artifacts/benchmark.csv is the paired measurement
