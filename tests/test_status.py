@@ -327,4 +327,4 @@ def test_status_at_a_glance_running_acceptance_checkout(demo_copy: Path) -> None
     assert data["acceptance"]["outcome"] == "NOT ACCEPTED"
     assert "last acceptance: NOT ACCEPTED (2026-12-01 16:09): full test suite: 2 failed" in text
     assert data["checkout"]["at_head"] is False and data["checkout"]["head"] == head
-    assert f"is on top of the lineage head {head[:12]}: its commits and edits" in text
+    assert f"is on top of the lineage head {head[:12]}" in text

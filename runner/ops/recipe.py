@@ -73,10 +73,14 @@ def outlier_operands(
         x = torch.randn(rows, k, generator=gen, device=device)
         x *= torch.exp2(torch.randint(-5, 6, (rows, 1), generator=gen, device=device).float())
         row_blocks, col_blocks = -(-rows // tall), -(-k // block_size)
-        for _ in range(max(1, row_blocks * col_blocks // 8)):
-            i = int(torch.randint(0, row_blocks, (1,), generator=gen, device=device))
-            j = int(torch.randint(0, col_blocks, (1,), generator=gen, device=device))
-            x[i * tall : (i + 1) * tall, j * block_size : (j + 1) * block_size] *= 64.0
+        # an eighth of the blocks 2^6 larger, drawn at once on the device (a loop of
+        # host syncs, one per block, cost seconds a check on a 4096-row GPU shape)
+        count = max(1, row_blocks * col_blocks // 8)
+        picked = torch.randint(0, row_blocks * col_blocks, (count,), generator=gen, device=device)
+        grid = torch.ones(row_blocks * col_blocks, device=device)
+        grid[picked] = 64.0
+        scale = grid.reshape(row_blocks, col_blocks).repeat_interleave(tall, dim=0)[:rows]
+        x *= scale.repeat_interleave(block_size, dim=1)[:, :k]
         return x.to(torch.bfloat16)
 
     return draw(m, 1), draw(n, block_size)
