@@ -1,8 +1,9 @@
 """Tips at upstream's path (issue 45, item 3): in a checkout with upstream's ``agent/``
 folder the tips file is ``agent/historical_experience/<gpu>/<op>_<granularity>/
-<backend>/tips.md`` (kernel-optimize/SKILL.md, checked at a6a16cdc); ``init`` shows
-what is there, ``campaign tip`` appends there (creating the folders, adopting an
-upstream file that has no ledger), and that folder never enters a round's patch."""
+<backend>/tips.md`` (upstream's kernel-optimize skill page, checked at a6a16cdc); ``init``
+and ``status`` show what is there, ``campaign tip`` appends there (creating the folders,
+adopting an upstream file that has no ledger), and that folder never enters a round's
+patch."""
 
 from __future__ import annotations
 
@@ -42,6 +43,9 @@ def test_init_shows_the_tips_at_upstreams_path(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
     assert f"historical tips ({tips})" in res.output and "BLOCK_K=128" in res.output
+    shown = CliRunner().invoke(cli, ["--campaigns-root", str(tmp_path / "c"), "status"])
+    assert shown.exit_code == 0, shown.output
+    assert f"tips: {tips}: 1 entry (read them)" in shown.output
 
 
 def test_tip_appends_to_upstreams_file_and_never_enters_a_round(

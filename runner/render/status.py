@@ -52,6 +52,7 @@ from runner.store.leftovers import describe_attempt, describe_leftovers
 from runner.store.lineage import Lineage
 from runner.store.manifest import branch_name
 from runner.store.roundfiles import describe_attempts, has_diagnosis
+from runner.store.tips import read_tips, resolve_tips_root, tips_path
 
 # Rule 7's escalation table in upstream's words (iteration_rules.mdc, checked at
 # Primus-Turbo a6a16cdc), each led by the name of the step due.
@@ -335,10 +336,24 @@ def collect_status(campaign: Campaign) -> CampaignStatus:
         check = termination_check(campaign.manifest, results, status.consecutive_rollbacks)
         status.termination, status.may_end = check.lines(), bool(check.held)
     status.extra.extend(BuildCache.for_campaign(campaign.root).status_lines())
+    status.extra.append(tips_line(campaign))
     status.extra.extend(  # docs/analysis.md §4: profile after 2 rollbacks, ISA after 3
         analysis_lines(campaign.results(), status.consecutive_rollbacks, campaign.name)
     )
     return status
+
+
+def tips_line(campaign: Campaign) -> tuple[str, str]:
+    """Where the historical tips of this campaign's GPU, op and backend are (upstream's
+    ``agent/historical_experience`` path in an upstream checkout), and how many entries
+    they hold: upstream's READ_HISTORICAL_TIPS, shown beside every status."""
+    root = resolve_tips_root(campaign.root.parent, None)
+    path = tips_path(campaign.manifest, root)
+    text = read_tips(campaign.manifest, root)
+    if text is None:
+        return "tips", f"none yet at {path} (`campaign tip` appends there)"
+    entries = sum(1 for line in text.splitlines() if line.startswith(("### ", "- ")))
+    return "tips", f"{path}: {entries} entr{'y' if entries == 1 else 'ies'} (read them)"
 
 
 def _best_line(s: CampaignStatus) -> str:
