@@ -138,6 +138,9 @@ class TreeGuard:
     threads_cpu: float = 0.0
     blocked: float = 0.0
     alive: set[int] = field(default_factory=set)
+    # children alive before the first batch (a test runner's, a pool made at import):
+    # their CPU time still counts, only their being alive does not
+    before: set[int] = field(default_factory=set)
     _last: TreeReading | None = None
 
     def start(self) -> None:
@@ -145,7 +148,7 @@ class TreeGuard:
         a scan of ``/proc`` costs a few milliseconds where the kernel lists no children)."""
         if self._last is None:
             self._last = read_tree()
-            self.alive.update(self._last.children)
+            self.before.update(self._last.children)
 
     def stop(self) -> None:
         """After a batch: add what happened since ``start``."""
@@ -158,7 +161,7 @@ class TreeGuard:
         self.threads_cpu += max(0.0, after.threads_cpu - before.threads_cpu)
         if before.on_cpu is not None and after.on_cpu is not None:
             self.blocked += max(0.0, wall - (after.on_cpu - before.on_cpu))
-        self.alive.update(after.children)
+        self.alive.update(set(after.children) - self.before)
         self._last = after
 
     def problems(self) -> list[str]:

@@ -24,6 +24,7 @@ not followed: what they reach is optional or runs only on another path.
 from __future__ import annotations
 
 import ast
+import shutil
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -214,6 +215,6 @@ def write_stack(stack: Stack, source: Path, dest: Path, place: dict[str, str]) -
     for rel in stack.carried:
         target = dest / place.get(rel.split("/")[0], "") / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes((source / rel).read_bytes())
+        shutil.copyfile(source / rel, target)
     for rel, text in stack.written.items():
         write_atomic(dest / place.get(rel.split("/")[0], "") / rel, text)

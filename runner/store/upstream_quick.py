@@ -20,7 +20,6 @@ import hashlib
 import json
 import pprint
 import re
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -116,13 +115,7 @@ def take_edit(campaign_root: Path, script: Path) -> str:
 def read_quick_csv(path: Path, pinned: str | None) -> BenchCSV:
     """The quick script's CSV through the pinned reader; ``csv.DictWriter``'s CRLF
     line endings are read as LF (the columns are what the reader checks)."""
-    raw = Path(path).read_bytes()
-    if b"\r\n" not in raw:
-        return read_csv(path, pinned or None)
-    with tempfile.TemporaryDirectory() as tmp:
-        lf = Path(tmp) / Path(path).name
-        lf.write_bytes(raw.replace(b"\r\n", b"\n"))
-        return read_csv(lf, pinned or None)
+    return read_csv(path, pinned or None)
 
 
 def failed_rows(csv: BenchCSV) -> list[str]:
