@@ -51,6 +51,7 @@ from runner.flow.sharding import (
 )
 from runner.flow.tournament_measure import Entry, EntryTests
 from runner.judge.gate import decide, required_pairs
+from runner.judge.probe import is_probe
 from runner.store.campaign import Campaign
 
 TIMING = TimingSettings(warmup_s=0.01, repeats=2, max_repeats=3, budget_s=0.05, batch_s=0.005)
@@ -506,7 +507,8 @@ def test_cli_validate_gpus_leases_and_shards(
     merged = read_csv(art / "passes" / "pass-01-incumbent" / "benchmark.csv")
     # the quick level's shapes (the representative ones): every shard's rows merged
     quick = [s.label for s in level_shapes(Campaign.load(root).manifest, "quick")]
-    assert len(quick) >= 2 and sorted(merged.labels()) == sorted(quick)
+    listed = [label for label in merged.labels() if not is_probe(label)]  # the probe
+    assert len(quick) >= 2 and sorted(listed) == sorted(quick)
     samples = json.loads((art / "passes" / "pass-01-incumbent" / "samples.json").read_text())
     assert sorted(samples["shapes"]) == sorted(merged.labels())  # every shard's records
     assert (art / "turns-gpu0.jsonl").is_file() and (art / "turns-gpu1.jsonl").is_file()

@@ -56,7 +56,12 @@ def test_an_event_is_its_old_line_of_text() -> None:
 def test_the_estimate_comes_from_the_recorded_shape_seconds_then_the_rate() -> None:
     prior = pair_seconds(SHAPES, ["a", "b", "c"], roles=2)
     assert prior == pytest.approx(8.0 * PAIR_SECONDS_FACTOR)  # both workers, every shape
-    assert pair_seconds(SHAPES, ["a", "missing"], roles=2) is None
+    # one shape without a record (a quick round's unannounced shape) counts as the median
+    one = pair_seconds(SHAPES, ["a", "missing"], roles=2)
+    assert one == pytest.approx(
+        2 * PAIR_SECONDS_FACTOR * (SHAPES["a"] + sorted(SHAPES.values())[1])
+    )
+    assert pair_seconds(SHAPES, ["a", "missing", "gone"], roles=2) is None
     assert pair_seconds({}, ["a"], roles=2) is None
     # A batch's seconds: before any pair, one start-up and the prior a pair; then the
     # start-up measured and the rate measured without it (none: fresh passes).

@@ -153,10 +153,16 @@ def pair_seconds(
     shape_seconds: Mapping[str, float], labels: Sequence[str], roles: int
 ) -> float | None:
     """The seconds one process pair (one worker per role) should take on ``labels``
-    from the baseline's seconds per shape; None when a shape has none recorded."""
-    if not labels or any(not shape_seconds.get(label) for label in labels):
+    from the baseline's seconds per shape; a shape without a record (a quick round's
+    unannounced shape) counts as the median recorded one; None when more than one shape
+    has none recorded."""
+    known = sorted(v for v in shape_seconds.values() if v)
+    unknown = [label for label in labels if not shape_seconds.get(label)]
+    if not labels or not known or len(unknown) > 1:
         return None
-    return roles * PAIR_SECONDS_FACTOR * sum(shape_seconds[label] for label in labels)
+    typical = known[len(known) // 2]
+    total = sum(shape_seconds.get(label) or typical for label in labels)
+    return roles * PAIR_SECONDS_FACTOR * total
 
 
 def batch_seconds(

@@ -35,7 +35,7 @@ from runner.flow.build import built_roles
 from runner.flow.measure import measure_and_judge
 from runner.flow.new_campaign import git_toplevel
 from runner.flow.passes import pair_samples, per_pass_metric
-from runner.flow.round_context import Round, all_shapes, gpu_lease
+from runner.flow.round_context import Round, all_shapes, gpu_lease, round_probe
 from runner.flow.tamper_check import proof
 from runner.judge.gate import calibrate_sigma
 from runner.portable.bundle import Bundle, BundleError, host_versions, image_id, open_bundle
@@ -332,6 +332,10 @@ def measure(
 def _round_shapes(campaign: Campaign, bundle: Bundle, n: int) -> list[Shape]:
     labels = [s.label for s in bundle.result(n).score.shapes]
     by_label = {s.label: s for s in all_shapes(campaign.manifest)}
+    # a quick round's unannounced shape (docs/protocol.md §5.7) is drawn again, not listed
+    probe = round_probe(campaign.manifest, "quick", n)
+    if probe is not None:
+        by_label[probe.label] = probe
     missing = [lb for lb in labels if lb not in by_label]
     if missing:
         raise ConfigError(

@@ -4,6 +4,7 @@ import pytest
 import torch
 from primus_turbo.pytorch.core.low_precision import Float8QuantConfig, Format, ScalingGranularity
 from primus_turbo.pytorch.ops import gemm_fp8
+from primus_turbo.pytorch.ops.gemm_fp8 import quantised
 
 BACKENDS = ["TRITON", "CK", "HIPBLASLT", "TURBO"]
 
@@ -14,7 +15,7 @@ def check(granularity: ScalingGranularity, block_size: int | None) -> None:
     b = torch.randn(40, 96, generator=gen).to(torch.bfloat16).requires_grad_(True)
     config = Float8QuantConfig(Format.E4M3, granularity, block_size)
     out = gemm_fp8(a, b, trans_b=True, config=config)
-    ref = a.float() @ b.float().t()
+    ref = quantised(a, config, False) @ quantised(b, config, True).t()  # the FP8 recipe
     torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2)
     g = torch.ones_like(out)
     da, db = torch.autograd.grad(out, (a, b), g)
