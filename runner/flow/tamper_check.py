@@ -121,7 +121,8 @@ def harness_state() -> TreeState:
 
 
 STARTUP = "start-up files"  # what an interpreter may run before the worker's first line
-LOADABLE = (".py", ".pth", ".so", ".pyd", ".pyc")  # what a later process could load
+# what a later process could load that no native build or interpreter writes by itself
+SOURCES = (".py", ".pth")
 
 
 @dataclass(frozen=True)
@@ -164,15 +165,18 @@ def startup_changes(before: Mapping[str, TreeState]) -> list[str]:
 
 
 def created_files(before: Mapping[str, TreeState], guarded: Iterable[str]) -> list[str]:
-    """Loadable files (``LOADABLE``, start-up files) that appeared or changed in an
-    unguarded role's own tree since ``before`` (a guarded one is compared whole), in
+    """Python sources and path files (``SOURCES``, start-up files) that appeared or
+    changed in an unguarded role's own tree since ``before`` (a guarded one is compared whole), in
     words: nothing a role's process writes may be run by a later one."""
     problems = []
     for role, state in before.items():
         if role in (HARNESS, STARTUP) or role in guarded:
             continue
         later = tree_state(role, state.tree)
-        new = [p for p in state.changes(later) if p != "HEAD" and p.endswith(LOADABLE)
+        # Python sources and path files: a native build writes its extension modules
+        # into the role's tree by design, and Python its bytecode caches; a worker that
+        # loads one made after the snapshot is named by the loaded-files proof instead
+        new = [p for p in state.changes(later) if p != "HEAD" and p.endswith(SOURCES)
                and later.files.get(p, GONE) != GONE]  # fmt: skip
         if new:
             problems.append(f"the {role}'s own processes wrote {', '.join(new[:10])} into its "
