@@ -86,6 +86,17 @@ def git(cwd: Path, *args: str) -> str:
     ).stdout
 
 
+def committed_repo(path: Path) -> Path:
+    """A fresh git repository at ``path`` with one commit (a README): a target for
+    ``campaign init`` that is never measured."""
+    path.mkdir()
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    (path / "README").write_text("target\n")
+    git(path, "add", "-A")
+    git(path, "commit", "-qm", "base")
+    return path
+
+
 def plant_slow_base(source: Path) -> str:
     """Commit the slow base in ``source``; return the patch that removes the waste."""
     kernel = source / SLOW_KERNEL

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from campaign_helpers import committed_repo
 
 from runner.cli import main
 from runner.core.errors import ConfigError
@@ -21,14 +22,7 @@ pytestmark = pytest.mark.integration  # real git repositories
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "target"
-    path.mkdir()
-    subprocess.run(["git", "init", "-q", str(path)], check=True)
-    (path / "README").write_text("target\n")
-    ident = ["-c", "user.name=t", "-c", "user.email=t@localhost"]
-    subprocess.run(["git", "-C", str(path), "add", "-A"], check=True)
-    subprocess.run(["git", "-C", str(path), *ident, "commit", "-qm", "base"], check=True)
-    return path
+    return committed_repo(tmp_path / "target")
 
 
 def test_init_refuses_a_repository_without_commits(

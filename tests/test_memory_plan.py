@@ -5,10 +5,10 @@ first wave), the device's memory from the manifest's GPU (``runner.judge.peaks``
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
+from campaign_helpers import committed_repo
 
 from runner.cli import main
 from runner.core.shapes import Shape, shape_set
@@ -87,14 +87,7 @@ def test_the_big_shape_does_not_fit_an_h200_but_fits_an_mi355x() -> None:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "target"
-    path.mkdir()
-    subprocess.run(["git", "init", "-q", str(path)], check=True)
-    (path / "README").write_text("target\n")
-    ident = ["-c", "user.name=t", "-c", "user.email=t@localhost"]
-    subprocess.run(["git", "-C", str(path), "add", "-A"], check=True)
-    subprocess.run(["git", "-C", str(path), *ident, "commit", "-qm", "base"], check=True)
-    return path
+    return committed_repo(tmp_path / "target")
 
 
 def _init(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str, str]:
