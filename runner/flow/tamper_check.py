@@ -121,8 +121,9 @@ def harness_state() -> TreeState:
 
 
 STARTUP = "start-up files"  # what an interpreter may run before the worker's first line
-# what a later process could load that no native build or interpreter writes by itself
-SOURCES = (".py", ".pth")
+# what a later process could load and no interpreter writes by itself (bytecode caches
+# are the interpreter's; a native build writes its modules before the snapshot)
+SOURCES = (".py", ".pth", ".so", ".pyd")
 
 
 @dataclass(frozen=True)
@@ -165,17 +166,15 @@ def startup_changes(before: Mapping[str, TreeState]) -> list[str]:
 
 
 def created_files(before: Mapping[str, TreeState], guarded: Iterable[str]) -> list[str]:
-    """Python sources and path files (``SOURCES``, start-up files) that appeared or
-    changed in an unguarded role's own tree since ``before`` (a guarded one is compared whole), in
-    words: nothing a role's process writes may be run by a later one."""
+    """Python sources, path files and extension modules (``SOURCES``, start-up files)
+    that appeared or changed in an unguarded role's own tree since ``before`` (a guarded
+    one is compared whole), in words: nothing a role's process writes may be run by a
+    later one."""
     problems = []
     for role, state in before.items():
         if role in (HARNESS, STARTUP) or role in guarded:
             continue
         later = tree_state(role, state.tree)
-        # Python sources and path files: a native build writes its extension modules
-        # into the role's tree by design, and Python its bytecode caches; a worker that
-        # loads one made after the snapshot is named by the loaded-files proof instead
         new = [p for p in state.changes(later) if p != "HEAD" and p.endswith(SOURCES)
                and later.files.get(p, GONE) != GONE]  # fmt: skip
         if new:
