@@ -79,18 +79,12 @@ def upstream_root(manifest: Manifest) -> Path | None:
     return root if (root / "agent").is_dir() else None
 
 
-def upstream_op(manifest: Manifest) -> str:
-    """``target_op`` as upstream spells it: the op with its granularity."""
-    gran = manifest.granularity
-    return f"{manifest.target_op}_{gran}" if gran else manifest.target_op
-
-
 def tips_path(manifest: Manifest, root: Path) -> Path:
     """Upstream's path in an upstream checkout that has ``agent/``; else under ``root``."""
     backend = manifest.target_backend.lower()
     upstream = upstream_root(manifest)
     if upstream is not None:
-        folder = upstream / UPSTREAM_TIPS_DIR / manifest.target_gpu / upstream_op(manifest)
+        folder = upstream / UPSTREAM_TIPS_DIR / manifest.target_gpu / manifest.upstream_op
         return folder / backend / TIPS_FILE
     return Path(root) / manifest.target_gpu / manifest.target_op / backend / TIPS_FILE
 
