@@ -13,21 +13,30 @@ Where the samples' formats come from:
   ROCm machine was at hand.
 * Nsight Compute: the layout of ``ncu --csv --page raw`` (a header row, a units row, one
   row per profiled launch; ``==PROF==`` lines before it), the metric names of its
-  LaunchStats, Occupancy and SpeedOfLight sections.  The H200 run in docs/benchmarks.md is
-  the check against a real one.
+  LaunchStats, Occupancy and SpeedOfLight sections; and ``data/ncu_raw_h200_9d73f9a.csv``,
+  recorded: six launches (the header, units row and ``==PROF==`` lines kept whole) of an
+  unfiltered ``campaign profile --tool ncu`` of the example's blockwise FP8 GEMM campaign
+  on one H200 at 9d73f9a, 2026-12-03 (docs/benchmarks.md, "campaign profile on one H200").
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from campaign_helpers import run_cli
 
+from runner.core.profile_range import RANGE_ENV, RANGE_NAME
+from runner.flow.profile import wrapped
 from runner.render.profile_table import parse_ncu_raw, parse_rocprof
+
+DATA = Path(__file__).parent / "data"
 
 STATS = ("Name", "Calls", "TotalDurationNs", "AverageNs", "Percentage", "MinNs", "MaxNs", "StdDev")
 TRACE = ("Kind", "Agent_Id", "Queue_Id", "Kernel_Id", "Kernel_Name", "Correlation_Id",
@@ -78,6 +87,62 @@ def test_ncu_raw_page_groups_launches_by_kernel() -> None:
     assert parse_ncu_raw("==PROF== no kernels were profiled\n") == []
 
 
+def test_a_recorded_h200_ncu_page_parses_per_kernel() -> None:
+    rows = parse_ncu_raw((DATA / "ncu_raw_h200_9d73f9a.csv").read_text(encoding="utf-8"))
+    by_name = {r["kernel"]: r for r in rows}
+    gemm = by_name["_gemm_fp8_blockwise_kernel"]
+    assert gemm["calls"] == 3 and gemm["total_us"] == pytest.approx(3401.568)
+    assert gemm["regs"] == 240.0 and gemm["occupancy_pct"] == pytest.approx(12.48)
+    assert gemm["dyn_smem_bytes"] == 65536.0
+    assert len(rows) == 4 and sum(r["calls"] for r in rows) == 6
+    assert sum(r["share_pct"] for r in rows) == pytest.approx(100.0, abs=0.05)
+
+
+def test_nsight_compute_is_asked_for_the_timed_range_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tool = tmp_path / "bin" / "ncu"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ['PATH']}")
+    argv = wrapped("ncu", ["python3", "-m", "runner.fullbench"], tmp_path, 50)
+    i = argv.index("--nvtx-include")
+    assert "--nvtx" in argv[:i] and argv[i + 1] == f"{RANGE_NAME}/"
+    assert argv[-3:] == ["python3", "-m", "runner.fullbench"]
+
+
+TIMED_SCRIPT = """
+import torch
+from runner.core.profile_range import profiled_region
+
+a = torch.randn(64, 64)
+b = torch.randn(64, 64)
+with profiled_region("cpu"):
+    for _ in range(3):
+        torch.mm(a, b)
+torch.add(a, b)
+"""
+
+
+@pytest.mark.parametrize("ranged", [True, False])
+def test_the_torch_profile_keeps_only_the_timed_range(tmp_path: Path, ranged: bool) -> None:
+    script = tmp_path / "bench.py"
+    script.write_text(TIMED_SCRIPT, encoding="utf-8")
+    env = {**os.environ, RANGE_ENV: RANGE_NAME if ranged else ""}
+    done = subprocess.run(
+        [sys.executable, "-m", "runner.analyze.torch_profile", "--out", str(tmp_path), "--",
+         str(script)],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "torch_profile.csv").read_text())))
+    calls = {r["name"]: int(r["calls"]) for r in rows}
+    assert calls["aten::mm"] == 3
+    outside = {"aten::randn", "aten::add"}
+    assert (outside & set(calls) == set()) if ranged else outside <= set(calls)
+
+
 def test_profile_on_the_cpu_runs_the_torch_profiler(
     slow_tiny: Path,
     tmp_path: Path,
@@ -92,7 +157,7 @@ def test_profile_on_the_cpu_runs_the_torch_profiler(
     assert "profile of round 1 (torch)" in out and "runner.fullbench" in out
     folder = campaign / "profiles" / "round-1"
     table = (folder / "profile.md").read_text(encoding="utf-8")
-    assert "## incumbent" in table
+    assert "## incumbent" in table and "inside the timed calls only" in table
     assert "| kernel | calls | total_us | cpu_total_us | share_pct |" in table
     rows = list(
         csv.DictReader(io.StringIO((folder / "incumbent" / "torch_profile.csv").read_text()))

@@ -2,6 +2,10 @@
 ARGS...``): run a benchmark in this process under the torch profiler and write
 ``DIR/torch_profile.csv``, one row per operator or kernel: name, calls, self and total
 CPU time, device time (microseconds).  ``campaign profile`` on the CPU (docs/analysis.md §5).
+
+With ``TURBO_CAMPAIGN_PROFILE_RANGE`` set (``campaign profile`` sets it), only the
+operators that ran inside that range's spans on the same thread are counted: the timed
+calls (``runner.core.profile_range``), not the harness's checks and input draws.
 """
 
 from __future__ import annotations
@@ -9,29 +13,58 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import os
 import runpy
 import sys
 from pathlib import Path
 from typing import Any
 
 from runner.core.files import write_atomic
+from runner.core.profile_range import RANGE_ENV
 
 COLUMNS = ("name", "calls", "self_cpu_us", "cpu_total_us", "device_total_us")
 
 
-def _rows(profile: Any) -> list[dict[str, Any]]:
-    rows = []
-    for e in profile.key_averages():
-        device = getattr(e, "device_time_total", None)
-        if device is None:
-            device = getattr(e, "cuda_time_total", 0.0)
-        rows.append({
-            "name": e.key,
-            "calls": e.count,
-            "self_cpu_us": round(e.self_cpu_time_total, 3),
-            "cpu_total_us": round(e.cpu_time_total, 3),
-            "device_total_us": round(float(device or 0.0), 3),
-        })  # fmt: skip
+def _device_us(e: Any) -> float:
+    device = getattr(e, "device_time_total", None)
+    if device is None:
+        device = getattr(e, "cuda_time_total", 0.0)
+    return float(device or 0.0)
+
+
+def _inside(events: list[Any], name: str) -> list[Any]:
+    """The events that ran within a span of the range ``name`` on the same thread."""
+    spans = [(e.thread, e.time_range.start, e.time_range.end) for e in events if e.name == name]
+    return [
+        e for e in events
+        if e.name != name and any(
+            t == e.thread and start <= e.time_range.start and e.time_range.end <= end
+            for t, start, end in spans
+        )
+    ]  # fmt: skip
+
+
+def _rows(profile: Any, only_range: str = "") -> list[dict[str, Any]]:
+    totals: dict[str, dict[str, Any]] = {}
+    if only_range:
+        events = _inside(list(profile.events()), only_range)
+        for e in events:
+            row = totals.setdefault(e.name, dict.fromkeys(COLUMNS[1:], 0.0))
+            row["calls"] += 1
+            row["self_cpu_us"] += e.self_cpu_time_total
+            row["cpu_total_us"] += e.cpu_time_total
+            row["device_total_us"] += _device_us(e)
+    else:
+        for a in profile.key_averages():
+            totals[a.key] = {
+                "calls": a.count, "self_cpu_us": a.self_cpu_time_total,
+                "cpu_total_us": a.cpu_time_total, "device_total_us": _device_us(a),
+            }  # fmt: skip
+    rows: list[dict[str, Any]] = [
+        {"name": name, "calls": int(t["calls"]),
+         **{k: round(float(t[k]), 3) for k in COLUMNS[2:]}}
+        for name, t in totals.items()
+    ]  # fmt: skip
     rows.sort(key=lambda r: (-r["self_cpu_us"], r["name"]))
     return rows
 
@@ -72,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=COLUMNS)
     writer.writeheader()
-    writer.writerows(_rows(prof))
+    writer.writerows(_rows(prof, os.environ.get(RANGE_ENV, "")))
     write_atomic(ns.out / "torch_profile.csv", out.getvalue())
     return code
 

@@ -26,6 +26,7 @@ from runner.bench.rows import ROW_BUILDERS, failed_row
 from runner.bench.statecheck import stateful_probe
 from runner.bench.timing import Timing, measure
 from runner.core.files import write_json_atomic
+from runner.core.profile_range import profiled_region
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec
 
@@ -77,12 +78,14 @@ def time_case(case: Any, spec: RoundSpec, device: str) -> tuple[Any, Any, list[s
 
     problems: list[str] = []
     fwd_calls = OutputSampler(case.forward, finish=lambda out: finished(out, "timed forward"))
-    fwd = measure(fwd_calls, spec.timing, device)
+    with profiled_region(device):
+        fwd = measure(fwd_calls, spec.timing, device)
     problems += fwd_calls.problems(case.verify, "forward")
     bwd = None
     if case.backward:
         bwd_calls = OutputSampler(case.backward, finish=lambda out: finished(out, "timed backward"))
-        bwd = measure(bwd_calls, spec.timing, device)
+        with profiled_region(device):
+            bwd = measure(bwd_calls, spec.timing, device)
         problems += bwd_calls.problems(case.verify, "backward")
     return fwd, bwd, problems
 

@@ -7,11 +7,20 @@ the base alone.  What runs is the campaign's benchmark command in the role's tre
 one shape (the first representative shape, or the one ``--shapes`` names) with a short
 timing budget, under:
 
-* ``ncu`` (Nsight Compute) on NVIDIA: ``ncu --csv --page raw --launch-count K
-  --log-file ...``, parsed per kernel (``runner.render.profile_table.parse_ncu_raw``);
+* ``ncu`` (Nsight Compute) on NVIDIA: ``ncu --csv --page raw --nvtx --nvtx-include
+  campaign-timed/ --launch-count K --log-file ...``, parsed per kernel
+  (``runner.render.profile_table.parse_ncu_raw``);
 * ``rocprofv3`` on ROCm: ``rocprofv3 --kernel-trace --stats -d DIR -o profile
   --output-format csv -- CMD``, its kernel stats and trace parsed per kernel;
 * the torch profiler on the CPU (``runner.analyze.torch_profile``).
+
+The worker marks its timed calls with a named range (``runner.core.profile_range``):
+Nsight Compute and the torch profiler keep only what ran inside it, so the tables show
+the kernels the gate times, not the harness around them (in an unfiltered Nsight Compute
+profile of the example's blockwise FP8 GEMM on one H200, 9d73f9a, 2026-12-03, the
+correctness check's three float32 reference GEMMs held 61% of the kernel time).
+rocprofv3's kernel trace has no such filter: its table is of the whole benchmark
+process, and ``profile.md`` says so.
 
 Files under ``profiles/round-N/<role>/``, the tables in ``profiles/round-N/profile.md``.
 """
@@ -32,6 +41,7 @@ from runner.core.errors import CommandFailed, ConfigError
 from runner.core.files import write_atomic
 from runner.core.outcomes import Status
 from runner.core.processes import run
+from runner.core.profile_range import RANGE_ENV, RANGE_NAME
 from runner.flow.kernel_facts import tree_pythonpath
 from runner.render.profile_table import parse_ncu_raw, parse_rocprof, parse_torch, table_markdown
 from runner.store.campaign import Campaign
@@ -40,6 +50,12 @@ from runner.store.manifest import Manifest, branch_name
 from runner.targets.registry import get_target
 
 TOOLS = ("auto", "ncu", "rocprofv3", "torch")
+COVERS = {
+    "ncu": f"Kernels launched inside the timed calls only (NVTX range `{RANGE_NAME}`).",
+    "torch": f"Operators run inside the timed calls only (range `{RANGE_NAME}`).",
+    "rocprofv3": "Every kernel of the benchmark process: the correctness check's reference "
+    "and the input draws are in this table too (rocprofv3's kernel trace has no range filter).",
+}
 PROFILE_BUDGET_S = 0.05
 
 
@@ -90,9 +106,9 @@ def wrapped(tool: str, argv: list[str], out: Path, launches: int) -> list[str]:
             "for rocprofv3) or pass --tool torch"
         )
     if tool == "ncu":
-        return ["ncu", "--csv", "--page", "raw", "--launch-count", str(launches),
-                "--target-processes", "all", "--log-file", str(out / "ncu_raw.csv"),
-                *argv]  # fmt: skip
+        return ["ncu", "--csv", "--page", "raw", "--nvtx", "--nvtx-include", f"{RANGE_NAME}/",
+                "--launch-count", str(launches), "--target-processes", "all",
+                "--log-file", str(out / "ncu_raw.csv"), *argv]  # fmt: skip
     return ["rocprofv3", "--kernel-trace", "--stats", "-d", str(out), "-o", "profile",
             "--output-format", "csv", "--", *argv]  # fmt: skip
 
@@ -152,6 +168,7 @@ def profile_round(
             out.mkdir(parents=True)
             env = {**os.environ, **target.job_env(tree, m.target_op, m.target_backend), **env_words}
             env["PYTHONPATH"] = tree_pythonpath(tree)
+            env[RANGE_ENV] = RANGE_NAME  # the profilers keep what the gate times
             cmd = wrapped(tool, argv, out, launches)
             try:
                 done = run(cmd, cwd=tree, env=env, timeout=timeout, check=False)
@@ -168,7 +185,8 @@ def profile_round(
 
 def profile_markdown(n: int, got: ProfileRun) -> str:
     lines = [f"# Profile of round {n} ({got.tool})", "", f"Command: `{got.command}`", ""]
-    lines += [f"- {note}" for note in got.notes]
+    lines.append(COVERS[got.tool] if got.tool in COVERS else COVERS["torch"])
+    lines += ["", *(f"- {note}" for note in got.notes)]
     for role, rows in got.tables.items():
         lines += ["", f"## {role}", "", table_markdown(rows)]
     return "\n".join(lines) + "\n"
