@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner.core.outcomes import GateResult, RoundResult, Status, TransferCheck
+from runner.judge.inconclusive import advice, inconclusive
 from runner.render.escape import md_text
 from runner.render.figures import DASH, fmt_gain, fmt_pct, scale_for
 from runner.render.kernel_facts import facts_markdown
@@ -162,6 +163,9 @@ def _decision(result: RoundResult) -> str:
         )
     lines = [f"**{result.status.value}**", ""]
     lines += [f"- {r}" for r in decision_reasons(result)] or ["- no reason recorded"]
+    noisy = inconclusive(result.gate)
+    if noisy is not None:
+        lines.append(f"- **Too noisy to tell**: {noisy.line()}; {advice(result.round)}")
     extra = [x for x in (_gate_line(result), tradeoff_note(result)) if x]
     lines += [f"- {x}" for x in extra]
     evidence = _evidence(result)
