@@ -158,3 +158,99 @@ def test_a_round_on_a_busy_machine_says_it_could_not_tell(
     assert "not shown ineffective" in summary and "as ineffective" not in summary, summary
     code, status = run_cli([*root, "status"], capsys)
     assert f"round-{n} ROLLED BACK: inconclusive" in status, status
+
+
+# ---- progress agrees with what happens -------------------------------------------------
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_cap_says_what_it_caps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ "capped at 2 min 30 s" while round 3 measured for 5 min 16 s: the seconds only
+    stop more pairs being planned, and the pair floors (12, 24 while promising) are
+    measured however long they take.  The line says both."""
+    from runner.flow.measure import measurement_cap
+    from runner.flow.progress import PairWatch
+
+    monkeypatch.delenv(ROUND_CAP_ENV, raising=False)  # the product's cap, not the suite's
+    said: list[str] = []
+    cap = measurement_cap("quick")
+    watch = PairWatch(said.append, "round-3", roles=2, turns_per_pair=4, cap_s=cap.seconds,
+                      cap_pairs=cap.pairs, cap_promising=cap.promising)  # fmt: skip
+    watch.plan(2)
+    assert said[-1].endswith(
+        "; more pairs only while they fit in 2 min 30 s or until 12 pairs are in "
+        "(24 while the gain's interval lies above 1%)"
+    ), said[-1]
+    assert "capped at" not in said[-1]
+
+
+def test_pairs_of_a_wave_count_the_pairs_of_the_next_waves() -> None:
+    """Twelve pairs in waves of eight and four (a CPU round), the first estimate short:
+    the first wave's eight pairs land in one second and each said "about 0 s left".
+    Each now counts the four pairs not yet done: their turns at the pace measured and
+    a start-up for their wave."""
+    from runner.flow.progress import PairWatch
+
+    said: list[str] = []
+    clock = _Clock()
+    watch = PairWatch(said.append, "round-3", roles=2, turns_per_pair=4, prior_s=2.0,
+                      clock=clock)  # fmt: skip
+    watch.plan(12)
+    clock.now += 10  # the first wave's workers are up
+    for _ in range(32):  # eight pairs' turns, 2 s each
+        watch.turn_done()
+        clock.now += 2
+    clock.now += 6  # their finish
+    for _ in range(8):
+        watch.pair_done()
+    burst = [getattr(e, "left_s", None) for e in said[-8:]]
+    # 16 turns at (80 - 10) / 32 s, and the second wave's start-up (10 s)
+    assert burst == [pytest.approx(16 * 70 / 32 + 10)] * 8, said[-8:]
+    assert all("about 45 s left" in line for line in said[-8:]), said[-8:]
+
+
+def test_a_step_after_the_measurement_does_not_show_its_figures() -> None:
+    """The live line kept a finished measurement's pairs and "finishing" through the
+    minute of the baseline's quick script that came after it."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from runner.cli.progress_view import ProgressView
+    from runner.flow.progress import PairWatch, StepStarted
+
+    clock = _Clock()
+    console = Console(file=StringIO(), force_terminal=True, width=200, color_system=None)
+    with ProgressView(console=console, clock=clock) as view:
+        watch = PairWatch(view, "round-1", roles=1, turns_per_pair=1, clock=clock)
+        watch.plan(3)
+        clock.now += 30
+        for _ in range(3):
+            watch.turn_done()
+        for _ in range(3):
+            watch.pair_done()
+        view(StepStarted("round-1", name="quick-baseline"))
+        clock.now += 40
+        line = view.status_text()
+    assert line == "round-1: quick-baseline · 1 min 10 s elapsed", line
+
+
+def test_re_measurements_are_named_by_the_pairs_they_hold() -> None:
+    """ "1 re-measurement(s) of 23 pair(s)" after 12 pairs: the one run held the 12."""
+    from runner.judge.evidence import Evidence, estimate, noise_rule
+
+    gains = tuple(0.0588 + (0.1 if i % 2 else -0.1) for i in range(12))
+    ev = Evidence(gains, estimate(list(gains)), {"a": estimate(list(gains))})
+    assert ev.remeasure_size() > ev.n
+    _, figures = noise_rule(ev)
+    assert figures.startswith(
+        f"1 re-measurement(s) of 12 pair(s) (the noise measured asks for "
+        f"{ev.remeasure_size()} a re-measurement)"
+    ), figures
+    tidy = Evidence(gains[:10], estimate(list(gains[:10])), {})
+    assert noise_rule(tidy)[1].startswith("1 re-measurement(s) of 10 pair(s)")

@@ -149,9 +149,9 @@ def _evidence(result: RoundResult) -> str | None:
         *rows,
         f"| **all (geomean)** | {cell(gain)} | {gain['pairs']} |",
         "",
-        f"Measured noise: stdev {noise}; {gain['pairs']} pair(s) measured, each "
-        f"re-measurement the gate asks for {ev.get('remeasure_size', 1)} pair(s) "
-        "(docs/measurement.md §4.2).",
+        f"Measured noise: stdev {noise}; {gain['pairs']} pair(s) measured; at this noise "
+        f"the near-noise rule wants re-measurements of {ev.get('remeasure_size', 1)} "
+        "pair(s) each (docs/measurement.md §4.2).",
     ])  # fmt: skip
 
 
