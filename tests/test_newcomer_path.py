@@ -254,3 +254,51 @@ def test_re_measurements_are_named_by_the_pairs_they_hold() -> None:
     ), figures
     tidy = Evidence(gains[:10], estimate(list(gains[:10])), {})
     assert noise_rule(tidy)[1].startswith("1 re-measurement(s) of 10 pair(s)")
+
+
+# ---- one unit per metric, one "current best" -------------------------------------------
+def test_one_current_best_and_one_unit_per_metric(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A round's summary called two figures of round-1's code "current best" and
+    "baseline" (the incumbent measured in the round, 8.009; round-1's recorded 7.858)
+    while `status` gave a third label to the second; and "Aggregate Combined Step
+    TFLOPS" stood beside a figure in GFLOPS, in summary.md, optimize.md's header and
+    `campaign score`.  Each figure is now named as what it is, in one unit."""
+    c = Campaign.init(tmp_path / "campaigns", manifest())
+    base = Score(METRIC, 0.007858, (ShapeScore("a", "PASS", 0.007858, 0.007, 0.009),), 1, 0)
+    inc = Score(METRIC, 0.008009, (ShapeScore("a", "PASS", 0.008009, 0.007, 0.009),), 1, 0)
+    cand = Score(METRIC, 0.009066, (ShapeScore("a", "PASS", 0.009066, 0.008, 0.010),), 1, 0)
+    for n, status, score, best in ((1, Status.BASELINE, base, None),
+                                   (2, Status.ROLLED_BACK, cand, inc)):  # fmt: skip
+        c.snapshot_dir(n).mkdir(parents=True)
+        (c.snapshot_dir(n) / "kernel.py").write_text("pass\n")
+        close_round(c, RoundResult(
+            round=n, status=status, level="quick", hypothesis="h", change="c",
+            description="d", started="2026-12-03 17:30", finished="2026-12-03 17:40",
+            test_command="pytest tests -q", benchmark_command="python bench.py",
+            score=score, baseline=base, best=best,
+        ))  # fmt: skip
+    summary = c.summary_path(2).read_text("utf-8")
+    assert "Aggregate Combined Step GFLOPS" in summary and "TFLOPS" not in summary, summary
+    assert "current best:" not in summary, summary  # no second "current best" figure
+    assert "vs the incumbent in this round (the current best's code" in summary, summary
+    assert "8.009 -> 9.066 GFLOPS" in summary and "7.858 -> 9.066 GFLOPS" in summary
+    log = c.optimize_log.read_text("utf-8")
+    assert "Aggregate Combined Step GFLOPS (geomean over 1 PASS shapes): 7.858 GFLOPS" in log
+    assert "vs the incumbent in this round" in log and "vs current best" not in log
+    code, status = run_cli(["--campaigns-root", str(tmp_path / "campaigns"), "status"], capsys)
+    best = next(line for line in status.splitlines() if line.startswith("current best:"))
+    assert "7.858 GFLOPS as measured at the baseline" in best, best
+    assert "8.009" not in status, status
+    csv = c.rounds_dir / "round-1" / "artifacts" / "benchmark.csv"
+    csv.parent.mkdir(parents=True, exist_ok=True)
+    csv.write_text(
+        "label,B,M,N,K,Check,Forward TFLOPS,Forward TFLOPS_stddev,Backward TFLOPS,"
+        "Backward TFLOPS_stddev,Forward Time (ms),Backward Time (ms),out_snr,da_snr,db_snr\n"
+        "cpu-small-16x256x1024,1,16,256,1024,PASS,0.0021,0.0002,0.0034,0.0002,3.9,4.8,"
+        "28.6,28.6,29.1\n"
+    )
+    code, out = run_cli(["score", str(csv)], capsys)
+    assert code == 0 and "aggregate (Combined Step GFLOPS, geomean): " in out, out
+    assert "aggregate (Combined Step GFLOPS, geomean): 2.893 GFLOPS\n" in out, out

@@ -42,6 +42,7 @@ from runner.render.analysis_status import analysis_lines
 from runner.render.chain import check_chain
 from runner.render.figures import fmt_gain, scale_for, short_text
 from runner.render.headline import Headline, headline_gain
+from runner.render.markdown import INCUMBENT
 from runner.render.termination import termination_check
 from runner.store.acceptance import load_acceptance
 from runner.store.campaign import Campaign
@@ -365,7 +366,11 @@ def _best_line(s: CampaignStatus) -> str:
     scale = scale_for(s.metric or "", [s.best_aggregate, s.baseline_aggregate])
     metric = scale.label(s.metric or "")
     if s.best_round == 1:
-        return f"round-1 (baseline), {metric} geomean {scale.value(s.best_aggregate)}"
+        return (
+            f"round-1 (baseline), {metric} geomean {scale.value(s.best_aggregate)} as "
+            "measured at the baseline (a round's summary compares its candidate with "
+            f"{INCUMBENT}: the same code measured beside it)"
+        )
     return (
         f"round-{s.best_round}, {metric} geomean {scale.value(s.best_aggregate)} "
         f"as measured in its round (the baseline's: {scale.value(s.baseline_aggregate)})"

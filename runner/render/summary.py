@@ -16,6 +16,8 @@ from runner.render.escape import md_text
 from runner.render.figures import DASH, fmt_gain, fmt_pct, scale_for
 from runner.render.kernel_facts import facts_markdown
 from runner.render.markdown import (
+    INCUMBENT,
+    RECORDED_BASELINE,
     aggregate_over,
     decision_reasons,
     passing,
@@ -67,7 +69,7 @@ def _aggregates(result: RoundResult) -> str:
     best = aggregate_over(result.best, labels) if result.best is not None else None
     scale = scale_for(score.metric, [score.aggregate, base, best])
     lines = [
-        f"- Aggregate {score.metric} (geomean over {score.n_pass} PASS shapes, "
+        f"- Aggregate {scale.label(score.metric)} (geomean over {score.n_pass} PASS shapes, "
         f"{score.n_fail} FAIL): {scale.value(score.aggregate)}"
     ]
     if score.n_fail:
@@ -75,12 +77,15 @@ def _aggregates(result: RoundResult) -> str:
     if not _is_baseline(result):
         pct = fmt_pct(pct_change(score.aggregate, base))
         lines.append(
-            f"- vs baseline (round-1): {scale.num(base)} -> {scale.value(score.aggregate)} ({pct})"
+            f"- vs {RECORDED_BASELINE} (round-1's aggregate, measured at the baseline): "
+            f"{scale.num(base)} -> {scale.value(score.aggregate)} ({pct})"
         )
     if result.best is not None and not _is_baseline(result):
         pct = fmt_pct(pct_change(score.aggregate, best))
         lines.append(
-            f"- vs current best: {scale.num(best)} -> {scale.value(score.aggregate)} ({pct})"
+            f"- vs {INCUMBENT} (the current best's code, measured beside the candidate "
+            f"in this round's pairs; what the gate judged): {scale.num(best)} -> "
+            f"{scale.value(score.aggregate)} ({pct})"
         )
     if len(labels) < len(result.baseline.shapes):
         lines.append("- Comparisons use the baseline/best restricted to this round's PASS shapes.")
