@@ -6,7 +6,8 @@ A verdict is **inconclusive** when the gate accepted nothing and its paired evid
 cannot tell a gain worth accepting from none: the 95% interval of the paired gain
 reaches the direct-accept floor (``MIN_THRESHOLD``, 2%: a gain the gate takes at once
 on a quiet machine) and no gating shape's whole interval lies at or below a 5%
-regression (a clear regression is a finding, whatever the noise).  Then the interval
+regression, nor did every pair read a slow-down beyond the threshold (the gate's early
+rule: a clear slow-down is a finding, whatever the interval's width).  Then the interval
 was wider than the effect the round could detect, and the rollback says nothing about
 the change: a busy machine (other work, a loaded 2-core CPU) widens both the interval
 and, through the baseline's sigma_G, the threshold (3 sigma_G).
@@ -85,9 +86,13 @@ def advice(round_n: int | None = None) -> str:
 def inconclusive(gate: GateResult | None) -> Inconclusive | None:
     """The figures when ``gate`` accepted nothing and was too noisy to tell (see the
     module docstring); None otherwise (accepted, no paired evidence, one pair, the
-    interval clear of the 2% floor, or a gating shape clearly 5% slower)."""
+    interval clear of the 2% floor, every pair a slow-down beyond the threshold, or a
+    gating shape clearly 5% slower)."""
     if gate is None or gate.decision.accepted or not gate.evidence:
         return None
+    threshold = gate.threshold_pct if gate.threshold_pct is not None else 100 * MIN_THRESHOLD
+    if gate.pair_gains_pct and max(gate.pair_gains_pct) <= -threshold:
+        return None  # every pair a slow-down beyond the threshold: the gate's clear case
     gain = gate.evidence.get("gain") or {}
     half = gain.get("half_width_pct")
     if half is None or not math.isfinite(half) or int(gain.get("pairs") or 0) < 2:

@@ -182,7 +182,7 @@ def render_trend_row(result: RoundResult) -> str:
 
 # -- optimize.md --------------------------------------------------------------------
 def shape_table(score: Score, best: Score | None = None, *, delta: bool = True) -> str:
-    """Per shape: Check, Forward/Backward, the primary metric, delta vs current best
+    """Per shape: Check, Forward/Backward, the primary metric, delta vs the incumbent
     (``—`` without a best; the column is left out when ``delta`` is false), in one unit
     chosen for the size of the figures."""
     unit = unit_of(score.metric)
