@@ -160,7 +160,7 @@ def test_the_shape_table_has_latency_delta_and_snr_per_shape() -> None:
     )
     table = shape_table(cand, BASE)
     header, _, row = table.splitlines()[:3]
-    assert "Latency fwd / bwd (ms)" in header and "Δ vs current best" in header
+    assert "Latency fwd / bwd (ms)" in header and "Δ vs the incumbent in this round" in header
     assert "SNR (dB, worst)" in header
     assert "1.25 / 2.5" in row and "+20.000%" in row and "38.2" in row
 

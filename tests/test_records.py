@@ -202,10 +202,11 @@ def test_accepted_summary_with_tradeoff() -> None:
         "`pytest tests -q`",
         "`python bench.py`",
         "`artifacts/benchmark.csv`",
-        "Δ vs current best",
+        "Δ vs the incumbent in this round",
         "+1.852%",  # a: 244.444 vs 240
-        "vs baseline (round-1): 207.846 -> 217.832 TFLOPS (+4.805%)",
-        "vs current best: 207.846 -> 217.832 TFLOPS (+4.805%)",
+        "vs the recorded baseline (round-1's aggregate, measured at the baseline): "
+        "207.846 -> 217.832 TFLOPS (+4.805%)",
+        "in this round's pairs; what the gate judged): 207.846 -> 217.832 TFLOPS (+4.805%)",
     ):
         assert needle in results, needle
     decision = text.split("## Decision")[1].split("## Attribution")[0]
@@ -265,8 +266,8 @@ def test_history_entry() -> None:
         "- Notes",
     ]
     assert (
-        "- Result: Combined Step TFLOPS geomean 207.846 -> 217.832 TFLOPS (+4.805% vs current best"
-        in entry
+        "- Result: Combined Step TFLOPS geomean 207.846 -> 217.832 TFLOPS (+4.805% vs the "
+        "incumbent in this round" in entry
     )
     assert "- Details: [rounds/round-2/summary.md](../rounds/round-2/summary.md)" in entry
     assert "- Notes: k; commit abc123" in entry

@@ -6,6 +6,7 @@ import click
 
 from runner.cli.app import App
 from runner.cli.progress_view import ProgressView, quiet_option
+from runner.cli.rounds_cmd import print_inconclusive
 from runner.flow.demo import run_demo
 from runner.render.figures import fmt_gain
 
@@ -23,6 +24,7 @@ def demo_cmd(app: App, passes: int, device: str, quiet: bool) -> None:
         gate = r.gate
         delta = f" ({fmt_gain(gate.delta_pct, gate)} vs incumbent)" if gate else ""
         click.echo(f"round-{r.round}: {r.status.value}{delta}")
+        print_inconclusive(r)
     click.echo(f"campaign: {campaign.root}")
 
 

@@ -63,7 +63,7 @@ def _print_score(sc: Score) -> None:
     ]
     headers = ["label", "check", scale.label(sc.metric), "forward", "backward", "fwd ms", "bwd ms"]
     click.echo(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
-    click.echo(f"\naggregate ({sc.metric}, geomean): {scale.value(sc.aggregate)}")
+    click.echo(f"\naggregate ({scale.label(sc.metric)}, geomean): {scale.value(sc.aggregate)}")
     click.echo(f"pass: {sc.n_pass}  fail: {sc.n_fail}")
 
 

@@ -81,6 +81,9 @@ class ProgressView:
     def _note(self, message: str) -> None:
         if isinstance(message, StepStarted):
             self.step = f"{message.label}: {message.name}"
+            m = self.measuring
+            if m is not None and m.done >= m.planned:  # a step after the measurement:
+                self.measuring, self.turn, self.reading = None, "", ""  # its figures are done
         elif isinstance(message, PairsPlanned | TurnDone | PairDone):
             self.measuring, self.measuring_at = message, self.clock()
             if isinstance(message, TurnDone):

@@ -29,6 +29,7 @@ from runner.executors.factory import make_executor
 from runner.flow.baseline import run_baseline
 from runner.flow.rounds import Request, validate_round
 from runner.flow.tournament import validate_tournament
+from runner.judge.inconclusive import advice, inconclusive
 from runner.render.figures import fmt_gain, scale_for
 from runner.render.markdown import vetoed_unmeasured
 from runner.store.campaign import Campaign
@@ -81,8 +82,18 @@ def print_result(result: RoundResult, campaign: Campaign) -> None:
         click.echo(f"  {own.label(score.metric)} geomean {own.value(score.aggregate)}")
     for reason in result.reasons:
         click.echo(f"  - {reason.splitlines()[0] if reason else reason}")
+    print_inconclusive(result)
     click.echo(f"  summary: {campaign.summary_path(result.round)}")
     _print_analysis(result, campaign)
+
+
+def print_inconclusive(result: RoundResult) -> None:
+    """A verdict too noisy to tell says so, with its figures and what to do
+    (``runner.judge.inconclusive``)."""
+    noisy = inconclusive(result.gate)
+    if noisy is not None:
+        click.echo(f"  {noisy.line()}")
+        click.echo(f"  what to do: {advice(result.round)}")
 
 
 def _print_analysis(result: RoundResult, campaign: Campaign) -> None:

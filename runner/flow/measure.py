@@ -49,7 +49,7 @@ from runner.flow.passes import (
     read_passes,
     write_merged,
 )
-from runner.flow.progress import PairWatch, pair_seconds
+from runner.flow.progress import PairWatch, fmt_seconds, pair_seconds
 from runner.flow.round_context import Round, level_shapes, round_probe
 from runner.flow.sharding import (
     BCCB,
@@ -251,7 +251,8 @@ def pair_watch(rnd: Round, roles: Sequence[str], shapes: Sequence[Shape]) -> Pai
     return PairWatch(
         getattr(rnd, "progress", None) or (lambda _m: None), f"round-{rnd.round}",
         roles=len(roles), turns_per_pair=len(roles) * turns_per_worker(roles, 1),
-        prior_s=prior, cap_s=cap.seconds or None, cap_pairs=cap.pairs, reading=reading,
+        prior_s=prior, cap_s=cap.seconds or None, cap_pairs=cap.pairs,
+        cap_promising=cap.promising, reading=reading,
     )  # fmt: skip
 
 
@@ -324,7 +325,8 @@ def measure_and_judge(
         more = next_pairs(judged.gate.more_pairs, have, time.monotonic() - started, cap,
                           promising(judged.gate))  # fmt: skip
         if more < 1:
-            rnd.progress(f"round-{rnd.round}: measurement cap reached at {have} pair(s)")
+            rnd.progress(f"round-{rnd.round}: measurement cap reached at {have} pair(s), "
+                         f"{fmt_seconds(time.monotonic() - started)} measured")  # fmt: skip
             judged = judge(rnd, paths, how, vetoes, final=True)
             break
         rnd.progress(f"round-{rnd.round}: not clear yet ({_evidence_line(judged.gate)}): "

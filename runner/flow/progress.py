@@ -15,7 +15,8 @@ display, ``runner.cli.progress_view``) reads their fields:
 The measuring ones carry the seconds elapsed and an estimate of the seconds left,
 from ``PairWatch``: each batch's time is estimated when it is planned, for the first
 from the baseline's recorded seconds per shape (``pair_seconds``), for later ones
-from the rate measured so far, and counts down.
+from the rate measured so far, and counts down; each pair done re-estimates what is
+left from every pair not yet done (the next waves' too) at the pace measured.
 """
 
 from __future__ import annotations
@@ -98,19 +99,34 @@ class _Measuring(Event):
 
 
 class PairsPlanned(_Measuring):
-    """``more`` pairs planned now (``planned`` in all); ``cap_s``: the measurement cap."""
+    """``more`` pairs planned now (``planned`` in all); the measurement cap
+    (``runner.flow.measure.next_pairs``): ``cap_s`` seconds, within which more pairs
+    are planned only while they fit, and its pair floors ``cap_pairs`` and
+    ``cap_promising`` (pairs that may always be measured, however long they take)."""
 
     @classmethod
     def describe(cls, fields: Mapping[str, Any]) -> str:
         unit, more = fields["unit"], fields["more"]
-        cap, floor = fields.get("cap_s"), fields.get("cap_pairs")
-        least = f" (at least {floor} {plural(unit)})" if cap and floor else ""
-        capped = f", measurement capped at {fmt_seconds(cap)}{least}" if cap else ""
         return (
             f"measuring {more} {unit}(s): {fields['done']}/{fields['planned']} {plural(unit)} "
-            "done, "
-            f"{cls.clock(fields)}{capped}"
+            f"done, {cls.clock(fields)}{cls.cap(fields)}"
         )
+
+    @staticmethod
+    def cap(fields: Mapping[str, Any]) -> str:
+        """What the cap holds: when more pairs stop being planned (the pairs planned
+        always finish)."""
+        cap, floor, promising = fields.get("cap_s"), fields.get("cap_pairs"), None
+        if not cap:
+            return ""
+        unit = plural(fields["unit"])
+        text = f"; more {unit} only while they fit in {fmt_seconds(cap)}"
+        if floor:
+            text += f" or until {floor} {unit} are in"
+            promising = fields.get("cap_promising")
+        if promising:
+            text += f" ({promising} while the gain's interval lies above 1%)"
+        return text
 
 
 class TurnDone(_Measuring):
@@ -224,11 +240,12 @@ class PairWatch:
         prior_s: float | None = None,
         cap_s: float | None = None,
         cap_pairs: int = 0,
+        cap_promising: int = 0,
         reading: Callable[[Sequence[Path]], float | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.progress, self.label, self.prior_s, self.cap_s = progress, label, prior_s, cap_s
-        self.cap_pairs = cap_pairs
+        self.cap_pairs, self.cap_promising = cap_pairs, cap_promising
         self.unit = "pair" if roles > 1 else "pass"
         self.turns_per_pair = turns_per_pair
         self.reading, self.clock = reading, clock
@@ -239,6 +256,7 @@ class PairWatch:
         self.batch_started = 0.0
         self.start_ups: list[float] = []  # per batch: planned -> its first turn's end
         self._batch_turned = False
+        self._batch_from = (0, 0)  # (turns, pairs done) when the current batch was planned
         self.turn_seconds: list[float] = []
         self._lock = threading.Lock()
 
@@ -264,6 +282,28 @@ class PairWatch:
         finish = (PAIR_SECONDS_FACTOR - 1) * self.prior_s / PAIR_SECONDS_FACTOR
         return turns_left * turn_s + self.planned * finish * turn_s / prior_turn
 
+    def _pairs_left_s(self) -> float:
+        """After a pair: the seconds every pair not yet done needs, those of the next
+        waves included, at this batch's pace.  Pairs of a wave finish together, so the
+        pace is per turn (turns are taken one at a time; a burst of pairs leaves it
+        as it was): the turns left at the batch's seconds a turn since its workers were
+        up.  A pair ends after every turn of its wave, so turns left are a later
+        wave's: add its start-up.
+        Without turns (fresh processes per pass): the pairs left at the batch's seconds
+        a pair."""
+        pairs_left = self.planned - self.done
+        if pairs_left <= 0:
+            return 0.0
+        batch_elapsed = self.elapsed() - self.batch_started
+        turns, done = self.turns - self._batch_from[0], self.done - self._batch_from[1]
+        if turns <= 0:
+            return pairs_left * batch_elapsed / max(done, 1)
+        start_up = self.start_ups[-1] if self._batch_turned else 0.0
+        turns_left = self.planned * self.turns_per_pair - self.turns
+        if turns_left <= 0:
+            return 0.0  # the last wave's pairs are finishing
+        return start_up + turns_left * max(batch_elapsed - start_up, 0.0) / turns
+
     def _fields(self) -> dict[str, Any]:
         return {"done": self.done, "planned": self.planned, "unit": self.unit,
                 "elapsed_s": round(self.elapsed(), 1), "left_s": self.left_s()}  # fmt: skip
@@ -275,10 +315,12 @@ class PairWatch:
             )
             self.batch_started = self.elapsed()
             self._batch_turned = False
+            self._batch_from = (self.turns, self.done)
             self.planned += more
             event = PairsPlanned(
-                self.label, more=more, cap_s=self.cap_s, cap_pairs=self.cap_pairs, **self._fields()
-            )
+                self.label, more=more, cap_s=self.cap_s, cap_pairs=self.cap_pairs,
+                cap_promising=self.cap_promising, **self._fields(),
+            )  # fmt: skip
         self.progress(event)
 
     def turn_done(self, seconds: float | None = None) -> None:
@@ -309,5 +351,6 @@ class PairWatch:
         with self._lock:
             self.done += 1
             self.last_done_s = self.elapsed()
+            self.batch_s = self.last_done_s - self.batch_started + self._pairs_left_s()
             event = PairDone(self.label, gain_pct=gain, **self._fields())
         self.progress(event)

@@ -29,6 +29,7 @@ from runner.flow.passes import fresh_gains, state_report
 from runner.flow.round_context import Round
 from runner.judge.audit import DECLARABLE
 from runner.judge.gate_constants import current_digest
+from runner.judge.inconclusive import advice, inconclusive
 from runner.judge.vetoes import state_transfer
 from runner.store.campaign import Campaign
 from runner.store.roundfiles import artifact_list, describe_patch, store_artifacts
@@ -225,12 +226,17 @@ def round_result(
     change = describe_patch(patch, touched)
     rollback = None
     if status is Status.ROLLED_BACK:
+        noisy = inconclusive(gate)
         rollback = RollbackAnalysis(
             change=change,
             expected=request.hypothesis,
             actual=f"{gate.delta_pct:+.3f}% geomean vs the incumbent; " + "; ".join(gate.reasons),
-            root_cause="the measured effect did not support the hypothesis (see Results)",
-            lesson="record the direction as ineffective unless a profile shows otherwise",
+            root_cause="the measured effect did not support the hypothesis (see Results)"
+            if noisy is None
+            else f"not the change: {noisy.line()}",
+            lesson="record the direction as ineffective unless a profile shows otherwise"
+            if noisy is None
+            else f"not shown ineffective; {advice(rnd.round)}",
         )
     return RoundResult(
         **_shared_fields(rnd, request, change, started),

@@ -156,10 +156,17 @@ def noise_rule(evidence: Evidence) -> tuple[bool, str]:
     values = evidence.remeasurements(k)
     m = math.fsum(values) / len(values)
     s = stdev(values) if len(values) > 1 else math.inf
-    figures = (
-        f"{len(values)} re-measurement(s) of {k} pair(s): mean {100 * math.expm1(m):+.2f}%, "
-        f"stdev {100 * s:.2f}%" if math.isfinite(s) else
-        f"{len(values)} re-measurement(s) of {k} pair(s)"
-    )  # fmt: skip
+    figures = f"{len(values)} re-measurement(s) of {_run_pairs(evidence.n, len(values), k)}"
+    if math.isfinite(s):
+        figures += f": mean {100 * math.expm1(m):+.2f}%, stdev {100 * s:.2f}%"
     ok = len(values) >= MIN_REMEASUREMENTS and m > FLOOR_GAIN and s < m / 2
     return ok, figures
+
+
+def _run_pairs(n: int, count: int, k: int) -> str:
+    """The pairs in each of ``count`` re-measurements cut from ``n`` pairs, as they are
+    (``n // count``, or one more in some), and the ``k`` the noise asks for when the
+    pairs measured hold fewer than that."""
+    low, high = n // count, -(-n // count)
+    size = f"{low} pair(s)" if low == high else f"{low}-{high} pairs"
+    return size if k <= n else f"{size} (the noise measured asks for {k} a re-measurement)"

@@ -21,7 +21,8 @@ from typing import Any
 
 from runner.core.outcomes import GateResult, RoundResult, Score, Status
 from runner.core.stats import geomean
-from runner.render.figures import fmt_gain, fmt_pct, pair_spread, score_scale, short_text
+from runner.judge.inconclusive import inconclusive as find_inconclusive
+from runner.render.figures import fmt_gain, fmt_pct, score_scale, short_text
 from runner.render.headline import compound, headline_gain, round_gain
 from runner.render.markdown import (
     latency_cell,
@@ -156,12 +157,10 @@ def effective_directions(results: Sequence[RoundResult]) -> list[str]:
 
 
 def inconclusive(r: RoundResult) -> bool:
-    """A rolled-back round whose paired gain's whole 95% interval lies above zero: a
-    gain the gate could not accept at this noise, not a direction shown ineffective."""
-    spread = pair_spread(r.gate) if r.gate is not None else None
-    if r.gate is None or spread is None or r.status is not Status.ROLLED_BACK:
-        return False
-    return r.gate.delta_pct - spread[0] > 0
+    """A rolled-back round too noisy to tell (``runner.judge.inconclusive``): its paired
+    interval holds both no gain and a gain worth accepting, so it is not a direction
+    shown ineffective."""
+    return r.status is Status.ROLLED_BACK and find_inconclusive(r.gate) is not None
 
 
 def ineffective_directions(results: Sequence[RoundResult]) -> list[str]:
@@ -170,8 +169,8 @@ def ineffective_directions(results: Sequence[RoundResult]) -> list[str]:
         if inconclusive(r):
             out.append(
                 f"round-{r.round}: {brief(r)} ({_delta(r)}): inconclusive, not shown "
-                "ineffective: a gain above zero the gate could not accept at this noise; "
-                "measure it again on a quieter machine or with more --pairs"
+                "ineffective: too noisy to tell, its interval holds both no gain and a gain "
+                "worth accepting; measure it again on a quieter machine or with more --pairs"
             )
         elif r.status is Status.ROLLED_BACK:
             lesson = f"; lesson: {r.rollback.lesson}" if r.rollback else ""

@@ -31,7 +31,6 @@ from runner.core.stats import geomean
 from runner.render.escape import md_text
 from runner.render.figures import (
     DASH,
-    fmt_metric,
     fmt_num,
     fmt_pct,
     scale_for,
@@ -48,6 +47,12 @@ from runner.store.manifest import (
 )
 
 COMBINED = "Combined Step TFLOPS"
+# What a round's figures are compared with, named as what they are: the incumbent (the
+# current best's code) measured beside the candidate in the round's own pairs, which the
+# gate judged; and round-1's aggregate as recorded at the baseline.  The "current best"
+# of `campaign status` is the best round's recorded aggregate: another measurement.
+INCUMBENT = "the incumbent in this round"
+RECORDED_BASELINE = "the recorded baseline"
 
 
 # -- formatting (the figures themselves: runner.render.figures) --------------------
@@ -177,7 +182,7 @@ def render_trend_row(result: RoundResult) -> str:
 
 # -- optimize.md --------------------------------------------------------------------
 def shape_table(score: Score, best: Score | None = None, *, delta: bool = True) -> str:
-    """Per shape: Check, Forward/Backward, the primary metric, delta vs current best
+    """Per shape: Check, Forward/Backward, the primary metric, delta vs the incumbent
     (``—`` without a best; the column is left out when ``delta`` is false), in one unit
     chosen for the size of the figures."""
     unit = unit_of(score.metric)
@@ -197,7 +202,7 @@ def shape_table(score: Score, best: Score | None = None, *, delta: bool = True) 
         rows.append(row)
     metric = [scale.label(score.metric)] if show_metric else []
     headers = ["Shape", "Check", *(scale.label(d) for d in diag), *metric, "Latency fwd / bwd (ms)"]
-    return md_table([*headers, *(["Δ vs current best"] if delta else []), "SNR (dB, worst)"], rows)
+    return md_table([*headers, *([f"Δ vs {INCUMBENT}"] if delta else []), "SNR (dB, worst)"], rows)
 
 
 def latency_cell(s: ShapeScore | None) -> str:
@@ -238,9 +243,10 @@ def _info_rows(m: Manifest) -> list[list[str]]:
 def render_optimize_header(manifest: Manifest, baseline: RoundResult) -> str:
     """Basic information and the baseline table, appended once at round-1."""
     score = baseline.score
+    own = scale_for(score.metric, [score.aggregate])
     agg = (
-        f"Aggregate {score.metric} (geomean over {score.n_pass} PASS shapes): "
-        f"{fmt_metric(score.aggregate, score.metric)}; {score.n_fail} FAIL"
+        f"Aggregate {own.label(score.metric)} (geomean over {score.n_pass} PASS shapes): "
+        f"{own.value(score.aggregate)}; {score.n_fail} FAIL"
     )
     return (
         f"\n{BASELINE_MARKER}\n\n{md_table(['Field', 'Value'], _info_rows(manifest))}\n\n"
@@ -280,8 +286,8 @@ def result_line(result: RoundResult) -> str:
     scale = scale_for(score.metric, [best, score.aggregate])
     return (
         f"{scale.label(score.metric)} geomean {scale.num(best)} -> {scale.value(score.aggregate)} "
-        f"({fmt_pct(pct_change(score.aggregate, best))} vs current best, "
-        f"{fmt_pct(pct_change(score.aggregate, base))} vs baseline)"
+        f"({fmt_pct(pct_change(score.aggregate, best))} vs {INCUMBENT}, "
+        f"{fmt_pct(pct_change(score.aggregate, base))} vs {RECORDED_BASELINE})"
     )
 
 

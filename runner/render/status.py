@@ -37,10 +37,12 @@ from runner.core.errors import CampaignError
 from runner.core.outcomes import GateResult, RoundResult, Status
 from runner.executors.build_cache import BuildCache
 from runner.judge.gate import accept_threshold
+from runner.judge.inconclusive import advice, inconclusive
 from runner.render.analysis_status import analysis_lines
 from runner.render.chain import check_chain
 from runner.render.figures import fmt_gain, scale_for, short_text
 from runner.render.headline import Headline, headline_gain
+from runner.render.markdown import INCUMBENT
 from runner.render.termination import termination_check
 from runner.store.acceptance import load_acceptance
 from runner.store.campaign import Campaign
@@ -213,6 +215,8 @@ def round_rows(results: Sequence[RoundResult]) -> list[dict[str, Any]]:
             "round": r.round,
             "status": r.status.value,
             "decision": r.gate.decision.value if r.gate else None,
+            # a verdict too noisy to tell (runner.judge.inconclusive): what it is, in words
+            "inconclusive": noisy.line() if (noisy := inconclusive(r.gate)) else None,
             "delta_pct": r.gate.delta_pct if r.gate else None,
             "gain": fmt_gain(r.gate.delta_pct, r.gate) if r.gate else None,
             "hypothesis": short_text(r.hypothesis or r.description),
@@ -362,7 +366,11 @@ def _best_line(s: CampaignStatus) -> str:
     scale = scale_for(s.metric or "", [s.best_aggregate, s.baseline_aggregate])
     metric = scale.label(s.metric or "")
     if s.best_round == 1:
-        return f"round-1 (baseline), {metric} geomean {scale.value(s.best_aggregate)}"
+        return (
+            f"round-1 (baseline), {metric} geomean {scale.value(s.best_aggregate)} as "
+            "measured at the baseline (a round's summary compares its candidate with "
+            f"{INCUMBENT}: the same code measured beside it)"
+        )
     return (
         f"round-{s.best_round}, {metric} geomean {scale.value(s.best_aggregate)} "
         f"as measured in its round (the baseline's: {scale.value(s.baseline_aggregate)})"
@@ -400,9 +408,15 @@ def _after(s: CampaignStatus) -> str:
     return f"round-{s.next_round}: `campaign validate --round {s.next_round} --hypothesis ...`"
 
 
+def _decision_cell(row: dict[str, Any]) -> str:
+    if not row["decision"]:
+        return "—"
+    return row["decision"] + (" (too noisy to tell)" if row.get("inconclusive") else "")
+
+
 def _table(s: CampaignStatus) -> list[str]:
     rows = [
-        [f"round-{r['round']}", r["status"], r["decision"] or "—", r["gain"] or "—",
+        [f"round-{r['round']}", r["status"], _decision_cell(r), r["gain"] or "—",
          r["hypothesis"]]
         for r in s.round_table
     ]  # fmt: skip
@@ -411,7 +425,16 @@ def _table(s: CampaignStatus) -> list[str]:
     headers = ["Round", "Status", "Decision", "Gain vs incumbent", "Hypothesis"]
     text = tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
     tournaments = [r["tournament"] for r in s.round_table if r.get("tournament")]
-    return [f"  {line}" for line in [*text.splitlines(), *tournaments]]
+    return [f"  {line}" for line in [*text.splitlines(), *tournaments]] + _noisy_lines(s)
+
+
+def _noisy_lines(s: CampaignStatus) -> list[str]:
+    """The rounds too noisy to tell, each in words, and what to do once."""
+    noisy = [r for r in s.round_table if r.get("inconclusive")]
+    if not noisy:
+        return []
+    lines = [f"round-{r['round']} {r['status']}: {r['inconclusive']}" for r in noisy]
+    return [*lines, f"what to do: {advice(noisy[-1]['round'])}"]
 
 
 def _noise_line(s: CampaignStatus) -> str:

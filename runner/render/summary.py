@@ -11,10 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner.core.outcomes import GateResult, RoundResult, Status, TransferCheck
+from runner.judge.inconclusive import advice, inconclusive
 from runner.render.escape import md_text
 from runner.render.figures import DASH, fmt_gain, fmt_pct, scale_for
 from runner.render.kernel_facts import facts_markdown
 from runner.render.markdown import (
+    INCUMBENT,
+    RECORDED_BASELINE,
     aggregate_over,
     decision_reasons,
     passing,
@@ -66,7 +69,7 @@ def _aggregates(result: RoundResult) -> str:
     best = aggregate_over(result.best, labels) if result.best is not None else None
     scale = scale_for(score.metric, [score.aggregate, base, best])
     lines = [
-        f"- Aggregate {score.metric} (geomean over {score.n_pass} PASS shapes, "
+        f"- Aggregate {scale.label(score.metric)} (geomean over {score.n_pass} PASS shapes, "
         f"{score.n_fail} FAIL): {scale.value(score.aggregate)}"
     ]
     if score.n_fail:
@@ -74,12 +77,15 @@ def _aggregates(result: RoundResult) -> str:
     if not _is_baseline(result):
         pct = fmt_pct(pct_change(score.aggregate, base))
         lines.append(
-            f"- vs baseline (round-1): {scale.num(base)} -> {scale.value(score.aggregate)} ({pct})"
+            f"- vs {RECORDED_BASELINE} (round-1's aggregate, measured at the baseline): "
+            f"{scale.num(base)} -> {scale.value(score.aggregate)} ({pct})"
         )
     if result.best is not None and not _is_baseline(result):
         pct = fmt_pct(pct_change(score.aggregate, best))
         lines.append(
-            f"- vs current best: {scale.num(best)} -> {scale.value(score.aggregate)} ({pct})"
+            f"- vs {INCUMBENT} (the current best's code, measured beside the candidate "
+            f"in this round's pairs; what the gate judged): {scale.num(best)} -> "
+            f"{scale.value(score.aggregate)} ({pct})"
         )
     if len(labels) < len(result.baseline.shapes):
         lines.append("- Comparisons use the baseline/best restricted to this round's PASS shapes.")
@@ -148,9 +154,9 @@ def _evidence(result: RoundResult) -> str | None:
         *rows,
         f"| **all (geomean)** | {cell(gain)} | {gain['pairs']} |",
         "",
-        f"Measured noise: stdev {noise}; {gain['pairs']} pair(s) measured, each "
-        f"re-measurement the gate asks for {ev.get('remeasure_size', 1)} pair(s) "
-        "(docs/measurement.md §4.2).",
+        f"Measured noise: stdev {noise}; {gain['pairs']} pair(s) measured; at this noise "
+        f"the near-noise rule wants re-measurements of {ev.get('remeasure_size', 1)} "
+        "pair(s) each (docs/measurement.md §4.2).",
     ])  # fmt: skip
 
 
@@ -162,6 +168,9 @@ def _decision(result: RoundResult) -> str:
         )
     lines = [f"**{result.status.value}**", ""]
     lines += [f"- {r}" for r in decision_reasons(result)] or ["- no reason recorded"]
+    noisy = inconclusive(result.gate)
+    if noisy is not None:
+        lines.append(f"- **Too noisy to tell**: {noisy.line()}; {advice(result.round)}")
     extra = [x for x in (_gate_line(result), tradeoff_note(result)) if x]
     lines += [f"- {x}" for x in extra]
     evidence = _evidence(result)
