@@ -8,14 +8,15 @@ roles (incumbent = the checkout, candidate = it with every ``OLD`` of the GEMM f
 replaced by ``NEW``, e.g. ``"num_stages=ns," "num_stages=ns + 1,"``: the change, made
 here so that no upstream line is stored in this repository) as a VALIDATE
 round takes them (``runner.flow.kernel_facts.round_facts``).  Prints each arch's seconds
-and the summary's facts section; ``--cache`` keeps the facts cache (a second run is the
-warm one).
+(wall and CPU: the machine may be shared) and the summary's facts section; ``--cache``
+keeps the facts cache (a second run is the warm one).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,12 @@ def _repo(source: Path, dest: Path) -> None:
     subprocess.run([*GIT, "init", "-q", str(dest)], check=True)
     subprocess.run([*GIT, "-C", str(dest), "add", "-A"], check=True)
     subprocess.run([*GIT, "-C", str(dest), "commit", "-qm", "checkout"], check=True)
+
+
+def _cpu_s() -> float:
+    """User + system seconds of this process and of its finished children."""
+    me, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def main() -> int:
@@ -72,10 +79,15 @@ def main() -> int:
                 target_backend="TRITON", target_gpu=arch, campaign_name=f"facts-{arch}",
                 kernel_source=list(KERNELS),
             )  # fmt: skip
-            started = time.monotonic()
+            started, cpu = time.monotonic(), _cpu_s()
             facts = round_facts(campaign, {"incumbent": inc, "candidate": cand})
-            took = time.monotonic() - started
-            print(f"## {arch}: {took:.1f} s\n\n{facts_markdown(facts)}\n", flush=True)
+            took, cpu = time.monotonic() - started, _cpu_s() - cpu
+            load = os.getloadavg()[0]
+            print(
+                f"## {arch}: {took:.1f} s wall, {cpu:.1f} s CPU (this process and its "
+                f"compiles), load average {load:.1f}\n\n{facts_markdown(facts)}\n",
+                flush=True,
+            )
     return 0
 
 
