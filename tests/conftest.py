@@ -101,6 +101,7 @@ FILE_SECONDS = {
     "test_progress.py": 45,
     "test_kernel_facts.py": 60,  # * one round, its two gfx942 compiles beside the measurement
     "test_profile.py": 25,  # * the torch profiler over one shape of the fullbench
+    "test_launch_recipes.py": 60,  # ~14 small compiles in ~10 processes (loaded machine: 130)
     "test_gpu_patches.py": 45,
     "test_docker_executor.py": 40,
     "test_slurm_executor.py": 60,

@@ -114,6 +114,10 @@ def test_a_hollowed_focused_test_judges_nothing(
     assert "focused test failed on the candidate" in reasons
     assert "declared outside kernel_source (--allow-outside): README.md, " + TEST in reasons
     assert f"the candidate's {TEST} replaced by the incumbent's" in reasons
+    # the broken candidate's kernel facts are kept with the attempt and shown
+    facts = json.loads((attempt / "attempt.json").read_text(encoding="utf-8"))["kernel_facts"]
+    assert set(facts["roles"]) == {"incumbent", "candidate"}, facts
+    assert "kernel facts (gfx942" in out
     # the attempt's snapshot holds every file the change touched
     snap = attempt / "kernel_snapshot"
     assert (snap / "README.md").is_file() and (snap / TEST).read_text() == HOLLOW_TEST

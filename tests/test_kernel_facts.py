@@ -12,6 +12,7 @@ Triton 3.6.0's AMDGCN and ptxas print.
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 from campaign_helpers import MANIFEST, manifest, run_cli
 
 from runner.core.errors import ConfigError
+from runner.core.files import write_json_atomic
 from runner.core.isa_facts import parse_amdgcn, parse_ptx, warnings
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.factory import make_executor
@@ -127,11 +129,21 @@ def test_isa_writes_both_roles_and_a_readable_diff(
     assert f"{NAME}: +" in out and "isa.diff" in out
 
 
-def test_isa_refuses_a_round_without_facts(
-    slow_tiny: Path, capsys: pytest.CaptureFixture[str]
+def test_isa_lists_the_baselines_one_role_and_refuses_a_record_without_facts(
+    slow_tiny: Path,
+    tmp_path: Path,
+    copy_campaign: Callable[[Path, Path, str], Path],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    root = str(slow_tiny / "campaigns")  # read only: the baseline recorded no ISA facts
-    code, out = run_cli(["--campaigns-root", root, "isa", "--round", "1"], capsys)
+    campaign = Campaign.load(copy_campaign(slow_tiny, tmp_path / "c", "t"))
+    argv = ["--campaigns-root", str(campaign.root.parent), "isa", "--round", "1"]
+    code, out = run_cli(argv, capsys)  # the baseline records the base's facts
+    assert code == 0 and f"incumbent {NAME}: " in out and "identical" in out, out
+    # a round recorded by a runner from before kernel facts: refused, saying why
+    old = json.loads(campaign.result_path(1).read_text(encoding="utf-8"))
+    del old["kernel_facts"]
+    write_json_atomic(campaign.result_path(1), old)
+    code, out = run_cli(argv, capsys)
     assert code == 2 and "recorded no kernel facts" in out
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from campaign_helpers import speedup_patch
+from campaign_helpers import run_cli, speedup_patch
 
 from runner.core.csv_io import read_csv
 from runner.core.csv_schema import GEMM_SCHEMA
@@ -34,6 +34,7 @@ pytestmark = pytest.mark.integration
 
 PATCHES = EXAMPLES_DIR / "demo_patches"
 KERNEL = "turbo_kernels/cpu/gemm_fp8.py"
+FACTS_KERNEL = "_gemm_fp8_blockwise_kernel"  # the facts of a TORCH campaign: the op's Triton file
 
 
 @pytest.fixture
@@ -73,6 +74,12 @@ def test_baseline_writes_every_record(campaign: Campaign) -> None:
     assert "no code changed" in summary and "BASELINE" in summary
     assert campaign.closed_rounds() == [1]
     assert lineage(campaign).head() == m.base_commit
+    # the base's kernel facts: the incumbent side of round 2 (docs/analysis.md §1)
+    facts = campaign.load_result(1).kernel_facts
+    assert facts is not None and list(facts["roles"]) == ["incumbent"], facts
+    base = facts["roles"]["incumbent"][FACTS_KERNEL]
+    assert base["facts"]["vgpr"] > 0 and (campaign.root / base["isa"]).is_file()
+    assert "## Kernel facts" in summary and f"`{FACTS_KERNEL}`" in summary
 
 
 def test_accept_commits_and_rollback_changes_nothing(campaign: Campaign) -> None:
@@ -233,7 +240,9 @@ def test_refusals_write_nothing(campaign: Campaign) -> None:
     assert campaign.next_round() == 2
 
 
-def test_a_crashing_worker_records_a_failed_round_and_nothing_else(campaign: Campaign) -> None:
+def test_a_crashing_worker_records_a_failed_round_and_nothing_else(
+    campaign: Campaign, capsys: pytest.CaptureFixture[str]
+) -> None:
     source = Path(campaign.manifest.source)
     kernel = source / KERNEL
     original = kernel.read_text()
@@ -249,6 +258,12 @@ def test_a_crashing_worker_records_a_failed_round_and_nothing_else(campaign: Cam
     assert lineage(campaign).head() == head
     assert "| round-2 | FAILED |" in campaign.trend_log.read_text()
     assert campaign.next_round() == 3
+    # the failed round still records both roles' kernel facts, shown by summary and show
+    facts = campaign.load_result(2).kernel_facts
+    assert facts is not None and set(facts["roles"]) == {"incumbent", "candidate"}, facts
+    assert "## Kernel facts" in campaign.summary_path(2).read_text()
+    code, out = run_cli(["--campaigns-root", str(campaign.root.parent), "show", "2"], capsys)
+    assert code == 0 and "## Kernel facts" in out and f"`{FACTS_KERNEL}`" in out, out
 
 
 def test_an_interrupt_mid_round_records_nothing_and_the_round_can_run_again(

@@ -1,17 +1,32 @@
-"""``python -m runner.analyze.compile_main --prefix P [--granularity G] --arch A --out DIR``:
-compile the first case of each kernel of a kernel file (``P``: its name without
-``_kernel``, e.g. ``gemm_fp8``) for ``A`` and write, into ``DIR``, each kernel's assembly
-(``<kernel>.amdgcn`` or ``<kernel>.ptx``) and ``facts.json``.  The measured tree comes
-first on ``PYTHONPATH``; the host (``runner.flow.kernel_facts``) starts one such process
-per role and kernel file, with a timeout, and caches what it wrote.
+"""``python -m runner.analyze.compile_main --target T --file F --op O --prefix P
+[--granularity G] --arch A --out DIR``, run in the measured tree: compile the kernels of
+the kernel file ``F`` for ``A`` at the launches the target's recipes make, and write into
+``DIR`` each kernel's assembly (``<kernel>.amdgcn`` or ``.ptx``, the recipe's step added
+where a kernel has several launches) and ``facts.json``
+(its facts, config, and ``deps``: the hash of every file of the tree the process
+imported, which the host's cache checks).
+
+* ``example``: the first case of each kernel of the file (``P``: its name without
+  ``_kernel``, e.g. ``gemm_fp8``; ``runner.analyze.example_cases``);
+* ``primus-turbo``: the launches of the op's recipe (``runner.analyze.primus_turbo_cases``)
+  whose kernel is defined in ``F``, each distinct specialisation once.
+
+A target or op without recipes writes ``facts.json`` with a ``note`` and no kernels.
+The measured tree comes first on ``PYTHONPATH``; the host (``runner.flow.kernel_facts``)
+starts one such process per role and kernel file, with a timeout, and caches what it
+wrote.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import re
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,27 +76,94 @@ def _selected(prefix: str, granularity: str | None) -> list[Any]:
     return list(first.values())
 
 
-def compile_file(prefix: str, granularity: str | None, arch: str, out: Path) -> dict[str, Any]:
+@dataclass
+class Job:
+    """One launch to compile: the name its facts go under, what made it, the JIT
+    function, its arguments and the knobs in force at the launch."""
+
+    name: str
+    case: str
+    fn: Any
+    launch: tuple[tuple[Any, ...], dict[str, Any]]
+    knobs: dict[str, Any] | None = None
+    autotune: str | None = None
+
+
+def _example_jobs(prefix: str, granularity: str | None, arch: str) -> list[Job]:
+    from runner.analyze.example_cases import record
+    from runner.analyze.launches import TARGETS
+
+    jobs = []
+    for case in _selected(prefix, granularity):
+        fn, launch = record(case, arch, TARGETS[arch])
+        jobs.append(Job(case.kernel, case.id, fn, launch))
+    return jobs
+
+
+def _primus_turbo_jobs(
+    tree: Path, rel: str, op: str, granularity: str | None, arch: str, doc: dict[str, Any]
+) -> list[Job]:
+    """The launches of the op's recipe whose kernel is defined in ``rel``, each distinct
+    specialisation once (under the first step that made it)."""
+    from runner.analyze.launches import TARGETS, specialise
+    from runner.analyze.primus_turbo_cases import SHAPE, kernel_file, record
+
+    launches, doc["stood_in"] = record(tree, op, granularity, arch)
+    doc["shape"] = "M={}, N={}, K={}".format(*SHAPE)
+    mine = [r for r in launches if kernel_file(r.fn) == (tree / rel).resolve()]
+    distinct: dict[str, Any] = {}
+    for r in mine:
+        spec = specialise(r.fn, r.args, r.kwargs, TARGETS[arch])
+        distinct.setdefault(repr((r.fn.__name__, spec, sorted(r.knobs.items()))), r)
+    jobs = []
+    for r in distinct.values():
+        name = r.fn.__name__  # with its step where the kernel launches more than one way
+        if sum(1 for x in distinct.values() if x.fn is r.fn) > 1:
+            name = f"{name} [{r.step}]"
+        jobs.append(Job(name, r.step, r.fn, (r.args, r.kwargs), r.knobs, r.autotune))
+    return jobs
+
+
+def _plain(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if isinstance(v, (int, float, str, bool))}
+
+
+def compile_file(ns: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Compile the kernels of one kernel file as the target's launch recipes launch them
+    and write their assembly and ``facts.json`` into ``out``."""
     import triton
 
-    from runner.analyze.example_cases import record
     from runner.analyze.launches import TARGETS, compile_launch
+    from runner.analyze.primus_turbo_cases import NoRecipe, tree_deps
 
-    target = TARGETS[arch]
-    kernels: dict[str, Any] = {}
-    for case in _selected(prefix, granularity):
-        fn, launch = record(case, arch, target)
-        compiled, config = compile_launch(fn, launch, target)
+    target = TARGETS[ns.arch]
+    doc: dict[str, Any] = {"arch": ns.arch, "triton": triton.__version__, "kernels": {}}
+    tree = Path.cwd()
+    try:
+        if ns.target == "primus-turbo":
+            jobs = _primus_turbo_jobs(tree, ns.file, ns.op, ns.granularity, ns.arch, doc)
+        elif ns.target == "example":
+            jobs = _example_jobs(ns.prefix, ns.granularity, ns.arch)
+        else:
+            raise NoRecipe(f"no launch recipes for target {ns.target}")
+    except NoRecipe as exc:
+        jobs, doc["note"] = [], str(exc)
+    for job in jobs:
+        if ns.triton_cache:  # the AMD knobs are not in Triton's cache key: a cache per set
+            knobs = json.dumps([ns.arch, sorted((job.knobs or {}).items())], default=str)
+            part = hashlib.sha256(knobs.encode()).hexdigest()[:16]
+            triton.knobs.cache.dir = str(ns.triton_cache / part)
+        compiled, config = compile_launch(job.fn, job.launch, target, job.knobs)
         ext, text, facts = _facts(compiled, target, config)
-        write_atomic(out / f"{case.kernel}.{ext}", text)
-        plain = {k: v for k, v in config.items() if isinstance(v, (int, float, str, bool))}
-        kernels[case.kernel] = {
-            "case": case.id,
-            "config": plain,
-            "facts": facts,
-            "isa": f"{case.kernel}.{ext}",
-        }
-    doc = {"arch": arch, "triton": triton.__version__, "kernels": kernels}
+        isa = re.sub(r"[^A-Za-z0-9_.]+", "-", job.name).strip("-") + f".{ext}"
+        write_atomic(out / isa, text)
+        entry = {"case": job.case, "config": _plain(config), "facts": facts, "isa": isa}
+        if job.autotune:
+            entry["autotune"] = job.autotune
+        if job.knobs and target.backend == "hip":
+            entry["knobs"] = _plain(job.knobs)
+        doc["kernels"][job.name] = entry
+    doc["deps"] = tree_deps(tree)
     write_json_atomic(out / "facts.json", doc)
     return doc
 
@@ -89,17 +171,23 @@ def compile_file(prefix: str, granularity: str | None, arch: str, out: Path) -> 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m runner.analyze.compile_main")
     ap.add_argument("--prefix", required=True)
+    ap.add_argument("--target", default="example")
+    ap.add_argument("--file", default="", help="the kernel file, relative to the tree (cwd)")
+    ap.add_argument("--op", default="")
     ap.add_argument("--granularity", default=None)
     ap.add_argument("--arch", required=True)
     ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument(
+        "--triton-cache", type=Path, default=None, help="Triton's cache (else a fresh one)"
+    )
     ns = ap.parse_args(argv)
     ns.out.mkdir(parents=True, exist_ok=True)
     cache = Path(tempfile.mkdtemp(prefix="triton-cache-"))
     import os
 
-    os.environ["TRITON_CACHE_DIR"] = str(cache)  # a compile of its own, never a stale one
+    os.environ["TRITON_CACHE_DIR"] = str(cache)  # without --triton-cache: a compile of its own
     try:
-        compile_file(ns.prefix, ns.granularity, ns.arch, ns.out)
+        compile_file(ns, ns.out)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     return 0

@@ -11,13 +11,22 @@ compiles it with ``triton.compile(ASTSource(...), target=GPUTarget(...))``, no G
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["TARGETS", "TRITON_DTYPES", "Recorder", "Target", "compile_launch", "specialise"]
+__all__ = [
+    "TARGETS",
+    "TRITON_DTYPES",
+    "Recorder",
+    "Target",
+    "amd_knobs",
+    "compile_launch",
+    "specialise",
+]
 
 TRITON_DTYPES = {
     torch.bfloat16: "bf16",
@@ -78,7 +87,8 @@ def specialise(
 ) -> tuple[dict[str, str], dict[str, Any], dict[tuple[int, ...], Any], dict[str, Any]]:
     """signature, constexprs, attrs and options of a launch, as Triton's JIT makes them."""
     names: list[str] = list(fn.arg_names)
-    bound = dict(zip(names, args, strict=False))
+    bound = {p.name: p.default for p in fn.params if p.has_default}  # unpassed: defaults
+    bound.update(zip(names, args, strict=False))
     bound.update({k: v for k, v in kwargs.items() if k in names})
     if set(bound) != set(names):
         raise TypeError(f"launch lacks {sorted(set(names) - set(bound))}")
@@ -90,12 +100,18 @@ def specialise(
     for i, param in enumerate(fn.params):
         value = bound[param.name]
         specialised = not getattr(param, "do_not_specialize", False)
-        if param.is_constexpr or (type(value) is int and value == 1 and specialised):
+        if (
+            param.is_constexpr
+            or value is None
+            or (type(value) is int and value == 1 and specialised)
+        ):
             signature[param.name] = "constexpr"
             constexprs[param.name] = value
         elif isinstance(value, torch.Tensor):
             signature[param.name] = "*" + TRITON_DTYPES[value.dtype]
             attrs[(i,)] = pointer
+        elif type(value) is bool:
+            signature[param.name] = "i1"
         elif type(value) is int:
             signature[param.name] = "i32" if -(2**31) <= value < 2**31 else "i64"
             if value % 16 == 0 and specialised:
@@ -107,16 +123,36 @@ def specialise(
     return signature, constexprs, attrs, options
 
 
-def compile_launch(fn: Any, launch: Launch, target: Target) -> tuple[Any, dict[str, Any]]:
+@contextlib.contextmanager
+def amd_knobs(knobs: dict[str, Any] | None) -> Iterator[None]:
+    """``triton.knobs.amd`` set to ``knobs`` for the scope (the knobs a launch had)."""
+    import triton
+
+    amd = triton.knobs.amd
+    saved = {k: getattr(amd, k) for k in knobs or {}}
+    for key, value in (knobs or {}).items():
+        setattr(amd, key, value)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            setattr(amd, key, value)
+
+
+def compile_launch(
+    fn: Any, launch: Launch, target: Target, knobs: dict[str, Any] | None = None
+) -> tuple[Any, dict[str, Any]]:
     """The compiled kernel of one recorded launch, and its config: the declared
-    constexprs and the launch options (``num_warps``, ``num_stages``...)."""
+    constexprs and the launch options (``num_warps``, ``num_stages``...); ``knobs``: the
+    AMD compiler knobs in force at the launch."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    signature, constexprs, attrs, options = specialise(fn, *launch, target)
-    src = ASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
-    gpu = GPUTarget(target.backend, target.arch, target.warp_size)
-    compiled = triton.compile(src, target=gpu, options=options)
+    with amd_knobs(knobs if target.backend == "hip" else None):
+        signature, constexprs, attrs, options = specialise(fn, *launch, target)
+        src = ASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
+        gpu = GPUTarget(target.backend, target.arch, target.warp_size)
+        compiled = triton.compile(src, target=gpu, options=options)
     declared = {p.name for p in fn.params if p.is_constexpr}
     return compiled, {**{k: v for k, v in constexprs.items() if k in declared}, **options}

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
+from typing import Any
 
 from runner.core.errors import CorrectnessFailed
 from runner.core.files import write_atomic, write_json_atomic
 from runner.core.timestamps import now_minute
+from runner.render.kernel_facts import facts_lines
 from runner.store.appendlog import append
 from runner.store.campaign import Campaign
 from runner.store.leftovers import ATTEMPT
@@ -37,20 +39,26 @@ def correctness_only(reasons: Sequence[str]) -> bool:
 
 
 def record_attempt(
-    campaign: Campaign, n: int, hypothesis: str, patch: str, reasons: Sequence[str]
+    campaign: Campaign,
+    n: int,
+    hypothesis: str,
+    patch: str,
+    reasons: Sequence[str],
+    facts: dict[str, Any] | None = None,
 ) -> CorrectnessFailed:
     """Record the failed attempt of open round ``n`` and return the error to raise; the
     round folder keeps only its attempts (the snapshot moves into the attempt; no
-    result: the round is open)."""
+    result: the round is open).  ``facts``: both roles' kernel facts, kept in
+    ``attempt.json`` and shown with the error (what the broken candidate compiled to)."""
     round_dir = campaign.round_dir(n)
     k = len(list_attempts(round_dir)) + 1
     dest = round_dir / ATTEMPTS / f"attempt-{k}"
     why = "\n".join(reasons)
     write_atomic(dest / "candidate.patch", patch)
-    write_json_atomic(
-        dest / "attempt.json",
-        {"round": n, "attempt": k, "when": now_minute(), "hypothesis": hypothesis, "why": why},
-    )
+    record = {"round": n, "attempt": k, "when": now_minute(), "hypothesis": hypothesis, "why": why}
+    if facts is not None:
+        record["kernel_facts"] = facts
+    write_json_atomic(dest / "attempt.json", record)
     for path in round_dir.iterdir():
         if path.name == "kernel_snapshot":  # Rule 5: kept for the post-mortem
             shutil.move(path, dest / "kernel_snapshot")
@@ -71,4 +79,5 @@ def record_attempt(
         f"of round {n} ({dest}), not as a round (Rule 6: correctness before performance; "
         "it does not count toward escalation). Your edit is left in the checkout: fix it "
         f"and run `campaign validate --round {n}` again.\n{why}"
+        + "".join(f"\n{line}" for line in facts_lines(facts))
     )

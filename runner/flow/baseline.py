@@ -17,6 +17,7 @@ from runner.core.stats import rel_stdev
 from runner.executors.base import Executor
 from runner.flow.build import built_roles, describe
 from runner.flow.host import run_job
+from runner.flow.kernel_facts import FactsJob
 from runner.flow.passes import per_pass_metric, read_passes, shape_seconds, write_merged
 from runner.flow.quickscript import write_quick_script
 from runner.flow.records import close_round
@@ -27,6 +28,7 @@ from runner.flow.round_context import (
     all_shapes,
     gpu_lease,
 )
+from runner.flow.round_records import attach_facts
 from runner.flow.rounds import MIN_SIGMA, measure_roles, now
 from runner.flow.upstream_quick import has_upstream_quick, run_quick
 from runner.judge.gate import calibrate_sigma
@@ -87,11 +89,20 @@ def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:
 
 
 def _measure_baseline(rnd: Round, passes: int, started: str) -> RoundResult:
+    m, campaign = rnd.manifest, rnd.campaign
+    with rnd.lineage.worktree(m.base_commit or "") as tree:
+        facts_job = FactsJob(campaign, {"incumbent": tree})  # the base: round 2's incumbent
+        result = _measured_base(rnd, tree, passes, started)  # a failure: not waited for
+        facts = facts_job.result()  # while the tree exists
+    attach_facts(rnd, result, facts)
+    close_round(campaign, result, progress=rnd.step)
+    return result
+
+
+def _measured_base(rnd: Round, tree: Path, passes: int, started: str) -> RoundResult:
+    """The baseline's measurement, calibration and artifacts; its record, not yet closed."""
     m, campaign, shapes = rnd.manifest, rnd.campaign, all_shapes(rnd.manifest)
-    with (
-        rnd.lineage.worktree(m.base_commit or "") as tree,
-        built_roles(rnd, {"baseline": tree}) as builds,
-    ):
+    with built_roles(rnd, {"baseline": tree}) as builds:
         paths = _measured(rnd, tree, shapes, passes)
         csvs = read_passes(paths, None)
         merged = write_merged(rnd.tmp / "benchmark.csv", csvs)
@@ -142,7 +153,6 @@ def _measure_baseline(rnd: Round, passes: int, started: str) -> RoundResult:
         commit=m.base_commit,
         gate_constants=current_digest(),
     )
-    close_round(campaign, result, progress=rnd.step)
     return result
 
 

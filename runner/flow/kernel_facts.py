@@ -12,14 +12,18 @@ measurement; a round waits for it only when it closes.
 
 Which kernels: the Triton files among ``kernel_source``; where there is none (a TORCH
 campaign, such as the CPU demo, whose device launches no Triton kernel), the target's
-Triton files of the same op.  Their launches are the example package's wrappers called
-as ``runner.analyze.example_cases`` records them, at the config dicts they name.
+Triton files of the same op.  Their launches are the target's launch recipes: the example
+package's wrappers as ``runner.analyze.example_cases`` records them, at the config dicts
+they name; Primus-Turbo's op calls as ``runner.analyze.primus_turbo_cases`` makes them, at
+the configs upstream's code picks (its autotune lists' first configs, its keyword
+constexprs and knobs).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import os
 import shutil
 import sys
@@ -35,9 +39,11 @@ from runner.store.campaign import Campaign
 from runner.store.manifest import Manifest
 from runner.targets.registry import get_target
 
-ANALYZER_VERSION = "1"  # raise when the facts a compile records change
+ANALYZER_VERSION = "2"  # raise when the facts a compile records change
 COMPILE_TIMEOUT_S = float(os.environ.get("TURBO_CAMPAIGN_FACTS_TIMEOUT_S", "300"))
 ROLES = ("incumbent", "candidate")
+# compiles at a time: each is one process on one core
+FACTS_WORKERS = int(os.environ.get("TURBO_CAMPAIGN_FACTS_WORKERS") or min(2, os.cpu_count() or 1))
 
 
 def facts_arch(m: Manifest) -> str:
@@ -82,14 +88,36 @@ def _prefix(rel: str) -> str:
 
 
 def cache_key(tree: Path, rel: str, m: Manifest, arch: str, triton: str) -> str:
-    """What a compile's result depends on: the kernel file's folder, the case, the arch,
-    the Triton version and this analyser's version."""
+    """What a compile's result depends on, as far as the host knows before it: the
+    kernel file's folder, the target, op and case, the arch, the Triton version and this
+    analyser's version.  The files of the tree the compile imported beyond that (launch
+    sites, helpers) are its ``deps``, checked on each lookup (``_cached``)."""
     h = hashlib.sha256()
     for path in sorted((tree / rel).parent.glob("*.py")):
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    for part in (_prefix(rel), m.granularity or "", arch, triton, ANALYZER_VERSION):
+    parts = (m.target, m.target_op, rel, _prefix(rel), m.granularity or "", arch, triton)
+    for part in (*parts, ANALYZER_VERSION):
         h.update(part.encode() + b"\0")
     return h.hexdigest()[:24]
+
+
+def _deps_hold(tree: Path, deps: dict[str, str]) -> bool:
+    for rel, digest in deps.items():
+        path = tree / rel
+        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            return False
+    return True
+
+
+def _cached(folder: Path, tree: Path) -> Path | None:
+    """The compile under ``folder`` whose recorded deps ``tree`` still has."""
+    import json
+
+    for sub in sorted(folder.glob("*/facts.json")) if folder.is_dir() else []:
+        doc = json.loads(sub.read_text(encoding="utf-8"))
+        if _deps_hold(tree, doc.get("deps") or {}):
+            return sub.parent
+    return None
 
 
 CACHE_ENV = "TURBO_CAMPAIGN_FACTS_CACHE"
@@ -109,13 +137,15 @@ def _compile(campaign: Campaign, tree: Path, rel: str, arch: str, triton: str) -
     """The cache folder of one kernel file's compile, compiled now where it is missing."""
     m = campaign.manifest
     folder = cache_dir() / cache_key(tree, rel, m, arch, triton)
-    if (folder / "facts.json").is_file():
-        return folder
+    hit = _cached(folder, tree)
+    if hit is not None:
+        return hit
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}.{threading.get_ident()}")
     shutil.rmtree(tmp, ignore_errors=True)
     nice = ["nice", "-n", "10"] if shutil.which("nice") else []  # yield to the measurement
-    cmd = [*nice, sys.executable, "-m", "runner.analyze.compile_main", "--prefix", _prefix(rel),
-           "--arch", arch, "--out", str(tmp)]  # fmt: skip
+    cmd = [*nice, sys.executable, "-m", "runner.analyze.compile_main", "--target", m.target,
+           "--file", rel, "--op", m.target_op, "--prefix", _prefix(rel), "--arch", arch,
+           "--out", str(tmp), "--triton-cache", str(cache_dir() / "triton")]  # fmt: skip
     if m.granularity:
         cmd += ["--granularity", m.granularity]
     # nothing written into the role's tree (the round proves each tree unchanged)
@@ -127,11 +157,15 @@ def _compile(campaign: Campaign, tree: Path, rel: str, arch: str, triton: str) -
         shutil.rmtree(tmp, ignore_errors=True)
         tail = str(exc).strip().splitlines()[-1:] or ["(no output)"]
         raise FactsUnavailable(f"{rel} did not compile for {arch}: {tail[0]}") from exc
+    done = json.loads((tmp / "facts.json").read_text(encoding="utf-8"))
+    deps = json.dumps(done.get("deps") or {}, sort_keys=True).encode()
+    dest = folder / hashlib.sha256(deps).hexdigest()[:16]  # one compile per set of deps
+    folder.mkdir(parents=True, exist_ok=True)
     try:
-        tmp.rename(folder)
+        tmp.rename(dest)
     except OSError:  # another process cached it first
         shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+    return dest
 
 
 def tree_pythonpath(tree: Path) -> str:
@@ -150,17 +184,39 @@ class FactsUnavailable(Exception):
     """A compile failed or timed out: the round records why instead of facts."""
 
 
-def role_facts(campaign: Campaign, tree: Path, arch: str, triton: str) -> dict[str, Any]:
-    """``{kernel: {case, config, facts, isa (path), file}}`` of one role's tree."""
-    import json
+def _compiled_all(
+    campaign: Campaign, trees: dict[str, Path], arch: str, triton: str
+) -> dict[tuple[str, str], Path]:
+    """Every role's kernel files compiled (or found in the cache), ``FACTS_WORKERS`` at a
+    time in the order of the roles (the incumbent first: a later role's unchanged
+    kernels then hit Triton's cache); ``{(role, file): folder}``."""
+    from concurrent.futures import ThreadPoolExecutor
 
+    jobs = [(role, rel) for role, tree in trees.items()
+            for rel in kernel_files(campaign.manifest, tree)]  # fmt: skip
+    with ThreadPoolExecutor(max_workers=FACTS_WORKERS) as pool:
+        futures = {
+            job: pool.submit(_compile, campaign, trees[job[0]], job[1], arch, triton)
+            for job in jobs
+        }
+        return {job: future.result() for job, future in futures.items()}
+
+
+def role_facts(folders: dict[str, Path]) -> tuple[dict[str, Any], list[str]]:
+    """``{kernel: {case, config, facts, isa (path), file}}`` of one role's tree from its
+    compiles (``folders``: kernel file -> cache folder), and the notes they wrote (no
+    recipe for the op, modules stood in for)."""
     kernels: dict[str, Any] = {}
-    for rel in kernel_files(campaign.manifest, tree):
-        folder = _compile(campaign, tree, rel, arch, triton)
+    notes: list[str] = []
+    for rel, folder in folders.items():
         doc = json.loads((folder / "facts.json").read_text(encoding="utf-8"))
+        if doc.get("note"):
+            notes.append(doc["note"])
         for name, entry in doc["kernels"].items():
             kernels[name] = {**entry, "file": rel, "isa": str(folder / entry["isa"])}
-    return kernels
+        if doc.get("stood_in"):
+            notes.append(f"{rel}: stood in for {', '.join(doc['stood_in'])}")
+    return kernels, notes
 
 
 def round_facts(campaign: Campaign, trees: dict[str, Path]) -> dict[str, Any]:
@@ -172,17 +228,21 @@ def round_facts(campaign: Campaign, trees: dict[str, Path]) -> dict[str, Any]:
     if triton is None:
         out["note"] = "no kernel facts: torch and triton are not installed beside the runner"
         return out
-    if campaign.manifest.target != "example":
-        out["note"] = f"no kernel facts: no launch recipes for target {campaign.manifest.target}"
-        return out
+    notes: list[str] = []
     try:
-        for role, tree in trees.items():
-            out["roles"][role] = role_facts(campaign, tree, arch, triton)
+        compiled = _compiled_all(campaign, trees, arch, triton)
+        for role in trees:
+            mine = {rel: folder for (r, rel), folder in compiled.items() if r == role}
+            out["roles"][role], said = role_facts(mine)
+            notes += [n for n in said if n not in notes]
     except (FactsUnavailable, OSError, ValueError) as exc:
         out["note"] = f"no kernel facts: {exc}"
         return out
     if not any(out["roles"].values()):
-        out["note"] = "no kernel facts: the campaign's files hold no Triton kernel"
+        why = notes[0] if notes else "the campaign's files hold no Triton kernel"
+        out["note"] = f"no kernel facts: {why}"
+    elif notes:
+        out["note"] = "; ".join(notes)
     out["warnings"] = _warnings(arch, out["roles"])
     return out
 

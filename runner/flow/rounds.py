@@ -130,6 +130,7 @@ def _validate_in(
     head = lineage.head()
     shapes = level_shapes(m, request.level, rnd.round)
     notes: list[str] = []
+    facts: dict[str, Any] = {}  # a failed round records them too (docs/analysis.md)
     try:
         with lineage.worktree(head) as inc_tree, lineage.worktree(head, patch) as cand_tree:
             pause_point("candidate-tree")
@@ -143,16 +144,13 @@ def _validate_in(
             rnd.judge_expect[cand_tree] = judge_digests(m, inc_tree, touched)
             write_json_atomic(rnd.tmp / "audit.json", report.to_dict())
             roles = {"incumbent": inc_tree, "candidate": cand_tree}
-            gate, inc_score, cand_score, builds, facts = _guarded(
-                rnd, request, roles, touched, shapes, vetoes
+            gate, inc_score, cand_score, builds = _guarded(
+                rnd, request, roles, touched, shapes, vetoes, facts
             )
     except (MeasurementFailed, Tampered) as exc:
         why = "\n".join([str(exc), *notes])
-        failed = failed_result(rnd, request, patch, touched, started, best, why)
-        failed.reasons.extend(_checkout_after(rnd, request, patch, touched, restores))
-        close_round(campaign, failed, progress=rnd.step)
-        return failed
-    _refuse_incorrect(rnd, request, patch, gate, notes)
+        return _closed_failure(rnd, request, patch, touched, started, best, why, facts, restores)
+    _refuse_incorrect(rnd, request, patch, gate, notes, facts or None)
     commit = None
     if gate.decision.accepted:
         rnd.step("lineage commit")
@@ -164,7 +162,7 @@ def _validate_in(
     if builds:
         result.reasons.append(describe(builds))
     result.reasons.extend(notes)
-    attach_facts(rnd, result, facts)
+    attach_facts(rnd, result, facts or None)
     transfer.benchmark_gain_pct = round(gate.delta_pct, 3)
     transfer.estimated_real_gain_pct = 0.0 if report.rejects else round(gate.delta_pct, 3)
     result.transfer = behaviour_transfer(rnd, transfer, gate)
@@ -176,14 +174,40 @@ def _validate_in(
     return result
 
 
+def _closed_failure(
+    rnd: Round,
+    request: Request,
+    patch: str,
+    touched: list[str],
+    started: str,
+    best: RoundResult,
+    why: str,
+    facts: dict[str, Any],
+    restores: bool,
+) -> RoundResult:
+    """A round that failed to measure, closed FAILED with both roles' kernel facts (what
+    the candidate compiled to: a reader sees why without re-running it)."""
+    failed = failed_result(rnd, request, patch, touched, started, best, why)
+    attach_facts(rnd, failed, facts or None)
+    failed.reasons.extend(_checkout_after(rnd, request, patch, touched, restores))
+    close_round(rnd.campaign, failed, progress=rnd.step)
+    return failed
+
+
 def _refuse_incorrect(
-    rnd: Round, request: Request, patch: str, gate: GateResult, notes: Sequence[str]
+    rnd: Round,
+    request: Request,
+    patch: str,
+    gate: GateResult,
+    notes: Sequence[str],
+    facts: dict[str, Any] | None = None,
 ) -> None:
     """Rule 6: a candidate vetoed only by its failed focused test is a failed attempt of
-    this round, not a round (``runner.flow.attempts``); ``notes``: the scope notes."""
+    this round, not a round (``runner.flow.attempts``); ``notes``: the scope notes;
+    ``facts``: both roles' kernel facts, kept with the attempt."""
     if not gate.decision.accepted and correctness_only(gate.reasons):
         why = [*gate.reasons, *notes]
-        raise record_attempt(rnd.campaign, rnd.round, request.hypothesis, patch, why)
+        raise record_attempt(rnd.campaign, rnd.round, request.hypothesis, patch, why, facts)
 
 
 def _checkout_after(
@@ -224,20 +248,28 @@ def _guarded(
     touched: list[str],
     shapes: list[Shape],
     vetoes: list[str],
-) -> tuple[GateResult, Score, Score, list[BuiltRole], dict[str, Any]]:
+    facts: dict[str, Any],
+) -> tuple[GateResult, Score, Score, list[BuiltRole]]:
     """Build both roles, each tree read-only to the other's builds and jobs, then
     measure and judge under the proof that each role ran its own files
     (``runner.flow.build``, ``runner.flow.tamper_check.proof``); the roles' kernel
-    facts compile beside it (``runner.flow.kernel_facts``, docs/analysis.md)."""
+    facts compile beside it into ``facts`` (``runner.flow.kernel_facts``,
+    docs/analysis.md), waited for while the trees exist, also when the measurement
+    failed: a FAILED round records them too."""
     inc_tree, cand_tree = roles["incumbent"], roles["candidate"]
     facts_job = FactsJob(rnd.campaign, roles)
-    with built_roles(rnd, roles, touched) as builds, proof(rnd, roles):
-        if has_upstream_quick(rnd):  # upstream's own check beside the gate's evidence
-            run_quick(rnd, cand_tree, "candidate", VALIDATION_LOG)
-        gate, inc_score, cand_score = _measure_and_judge(
-            rnd, request, inc_tree, cand_tree, shapes, vetoes
-        )
-    return gate, inc_score, cand_score, builds, facts_job.result()
+    try:
+        with built_roles(rnd, roles, touched) as builds, proof(rnd, roles):
+            if has_upstream_quick(rnd):  # upstream's own check beside the gate's evidence
+                run_quick(rnd, cand_tree, "candidate", VALIDATION_LOG)
+            gate, inc_score, cand_score = _measure_and_judge(
+                rnd, request, inc_tree, cand_tree, shapes, vetoes
+            )
+    except (MeasurementFailed, Tampered):  # a FAILED round: not an interrupt, which is quick
+        facts.update(facts_job.result())
+        raise
+    facts.update(facts_job.result())
+    return gate, inc_score, cand_score, builds
 
 
 def _measure_and_judge(
