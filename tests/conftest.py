@@ -98,6 +98,7 @@ FILE_SECONDS = {
     "test_build_cache.py": 60,  # real C builds through the local executor
     "test_unannounced_shape.py": 50,  # one quick round on a slow_tiny copy (first pairs final)
     "test_newcomer_path.py": 55,  # one quick round on a slow_tiny copy (first pairs final)
+    "test_sealed_heldout.py": 60,  # one quick round on a slow_tiny copy (first pairs final)
     "test_progress.py": 45,
     "test_kernel_facts.py": 60,  # * one round, its two gfx942 compiles beside the measurement
     "test_profile.py": 25,  # * the torch profiler over one shape of the fullbench

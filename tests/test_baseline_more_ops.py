@@ -26,6 +26,7 @@ from runner.flow.measure import ROUND_CAP_ENV
 from runner.flow.rounds import Request, validate_round
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
+from runner.store.sealed import heldout_labels
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +125,7 @@ def test_baseline_and_a_validate_round_of_more_ops(
     _, sset, header = CASES[op]
     assert m.pinned_header == header
     csv = read_csv(campaign.benchmark_csv(1), pinned=m.pinned_header)
-    assert csv.labels() == measured_labels(sset, m.heldout_shapes)
+    assert csv.labels() == measured_labels(sset, heldout_labels(campaign.root, m))
     assert all(r.passed for r in csv.rows)
     assert 3 <= len(m.representative_shapes) <= 5
     if op == "quantize":
@@ -179,7 +180,7 @@ def test_cli_baseline_of_quantize_makes_its_own_example_copy(tmp_path: Path) -> 
     assert Path(m.source).parent == root / "sources"
     assert (Path(m.source) / HONEST["quantize"][0]).is_file()
     csv = read_csv(campaign.benchmark_csv(1), pinned=m.pinned_header)
-    assert csv.labels() == measured_labels("quant-cpu", m.heldout_shapes)
+    assert csv.labels() == measured_labels("quant-cpu", heldout_labels(campaign.root, m))
     assert all(r.passed for r in csv.rows)
     assert campaign.closed_rounds() == [1]
     assert 3 <= len(m.representative_shapes) <= 5

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ from runner.core.errors import ConfigError
 from runner.core.shapes import shape_set
 from runner.flow.new_campaign import build_manifest
 from runner.store.manifest import load_manifest
+from runner.store.sealed import heldout_labels, heldout_path
 
 pytestmark = pytest.mark.integration  # real git repositories
 
@@ -214,18 +216,23 @@ def test_init_holds_shapes_out_by_default(
         rc, out, _ = invoke(capsys, tmp_path / name, "--op", "gemm", "--gpu", "gfx942",
                             "--source", str(repo), *BASIC, *extra)  # fmt: skip
         assert rc == 0
-        m = load_manifest(Path(out.split("campaign: ")[1].strip()) / "manifest.yaml")
-        assert m.heldout_shapes and m.heldout_seed == 11
+        root = Path(out.split("campaign: ")[1].strip())
+        m = load_manifest(root / "manifest.yaml")
+        held = heldout_labels(root, m)  # sealed: the manifest lists neither labels nor seed
+        assert held and not m.heldout_shapes and m.heldout_seed is None
+        assert json.loads(heldout_path(root).read_text(encoding="utf-8"))["seed"] == 11
         assert isinstance(m.target_shapes, list)
-        assert not set(m.heldout_shapes) & set(m.target_shapes)
+        assert not set(held) & set(m.target_shapes)
         all_labels = {s.label for s in shape_set(m.shape_set)}
-        assert set(m.heldout_shapes) | set(m.target_shapes) == all_labels
-        picks.append(m.heldout_shapes)
+        assert set(held) | set(m.target_shapes) == all_labels
+        picks.append(held)
     assert picks[0] == picks[1]
     rc, out, _ = invoke(capsys, tmp_path / "c", "--op", "gemm", "--gpu", "gfx942",
                         "--source", str(repo), *BASIC, "--no-heldout")  # fmt: skip
-    m = load_manifest(Path(out.split("campaign: ")[1].strip()) / "manifest.yaml")
-    assert rc == 0 and m.heldout_shapes == [] and m.heldout_seed is None
+    root = Path(out.split("campaign: ")[1].strip())
+    m = load_manifest(root / "manifest.yaml")
+    assert rc == 0 and m.heldout_shapes == [] and m.heldout_digest is None
+    assert not heldout_path(root).exists()
 
 
 def _branches(repo: Path) -> list[str]:

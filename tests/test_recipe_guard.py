@@ -21,7 +21,17 @@ import torch
 from runner.core.shapes import Shape
 from runner.ops.base import snr_db
 from runner.ops.gemm import Fp8GemmOp
-from runner.ops.recipe import RECIPE_SNR, emulate_fp8_gemm, outlier_operands
+from runner.ops.grouped_gemm import Fp8GroupedGemmOp
+from runner.ops.quantize import fp8_dtype
+from runner.ops.recipe import (
+    MX_BLOCK,
+    RECIPE_SNR,
+    emulate_fp8_gemm,
+    fake_quantize,
+    mx_operands,
+    outlier_operands,
+    recipe_snr,
+)
 from runner.targets.example import EXAMPLE
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -58,7 +68,7 @@ def test_one_scale_per_tensor_for_blockwise_fails_the_check_named() -> None:
     assert any(p.startswith("recipe guard: ") and "BLOCKWISE" in p for p in result.problems)
 
 
-@pytest.mark.parametrize("granularity", ["tensorwise", "rowwise", "blockwise"])
+@pytest.mark.parametrize("granularity", ["tensorwise", "rowwise", "blockwise", "mx_blockwise"])
 def test_the_honest_kernels_pass_the_recipe_guard(granularity: str) -> None:
     api = EXAMPLE.load_api()
     op = Fp8GemmOp(_api(api.ops.gemm_fp8), {"granularity": granularity})
@@ -74,7 +84,81 @@ def test_coarser_recipes_are_far_from_the_blockwise_emulation() -> None:
     for coarse in ("TENSORWISE", "ROWWISE"):
         other = emulate_fp8_gemm(a, b, coarse, "e4m3", 128)
         assert other is not None and snr_db(blockwise, other) < RECIPE_SNR - 5
-    assert emulate_fp8_gemm(a, b, "MX_BLOCKWISE", "e4m3", 32) is None  # not emulated
+
+
+def test_coarser_recipes_are_far_from_the_mx_emulation_and_both_rules_near_it() -> None:
+    """MX_BLOCKWISE: 1 x 32 blocks, power-of-two scales (upstream a6a16cdc).  On
+    ``mx_operands`` a coarser grouping with the same power-of-two rule is far; the other
+    power-of-two rule is not (the guard takes the nearer of the two)."""
+    a, b = mx_operands(64, 256, 384, "cpu", 3)
+    dtype = fp8_dtype("e4m3", "cpu")
+    upstream = emulate_fp8_gemm(a, b, "MX_BLOCKWISE", "e4m3", MX_BLOCK)
+    ceil = emulate_fp8_gemm(a, b, "MX_BLOCKWISE", "e4m3", MX_BLOCK, rule="ceil")
+    assert upstream is not None and ceil is not None
+    assert snr_db(upstream, ceil) > RECIPE_SNR - 5
+    for rows, cols in ((1, 64), (1, 128), (1, 384), (64, 384)):
+        coarse = fake_quantize(a, dtype, rows, cols) @ fake_quantize(b, dtype, 1, cols).t()
+        assert recipe_snr(coarse, a, b, "MX_BLOCKWISE", "e4m3", MX_BLOCK) < RECIPE_SNR - 10
+
+
+def _coarse_mx_gemm_fp8(
+    a: torch.Tensor, b: torch.Tensor, trans_b: bool = True, config: Any = None
+) -> torch.Tensor:
+    """The planted MX cheat: 1 x 128 FP32-scaled blocks instead of 1 x 32 power-of-two
+    ones (a third of the scales)."""
+    from turbo_kernels.pytorch.ops import gemm_fp8
+
+    coarse = dataclasses.replace(config, granularity=config.granularity.BLOCKWISE, block_size=128)
+    out: torch.Tensor = gemm_fp8(a, b, trans_b=trans_b, config=coarse)
+    return out
+
+
+def test_coarser_blocks_for_mx_blockwise_fail_the_check_named() -> None:
+    op = Fp8GemmOp(_api(_coarse_mx_gemm_fp8), {"granularity": "mx_blockwise"})
+    result = op.check(SHAPE, "cpu", 11)
+    assert result.figures["out_snr"] >= 25.0  # the SNR floor alone let it through
+    assert not result.ok
+    assert any(p.startswith("recipe guard: ") and "MX_BLOCKWISE" in p for p in result.problems)
+
+
+GROUPED = Shape("recipe-grouped", m=48, n=256, k=384, b=3, group_sizes=(64, 0, 80))
+
+
+def _grouped_api(grouped_gemm_fp8: Any) -> Any:
+    api = EXAMPLE.load_api()
+    return types.SimpleNamespace(
+        ops=types.SimpleNamespace(grouped_gemm_fp8=grouped_gemm_fp8),
+        Format=api.Format,
+        ScalingGranularity=api.ScalingGranularity,
+        Float8QuantConfig=api.Float8QuantConfig,
+        ScaleDtype=api.ScaleDtype,
+    )
+
+
+def _coarse_grouped(a: torch.Tensor, b: torch.Tensor, lens: torch.Tensor, trans_b: bool = True,
+                    config: Any = None) -> torch.Tensor:  # fmt: skip
+    """The planted grouped cheat: one scale per tensor, whatever the granularity asked."""
+    from turbo_kernels.pytorch.ops import grouped_gemm_fp8
+
+    coarse = dataclasses.replace(config, granularity=config.granularity.TENSORWISE, block_size=None)
+    out: torch.Tensor = grouped_gemm_fp8(a, b, lens, trans_b=trans_b, config=coarse)
+    return out
+
+
+@pytest.mark.parametrize("granularity", ["rowwise", "blockwise", "mx_blockwise"])
+def test_a_grouped_fp8_gemm_with_one_scale_per_tensor_fails_the_check_named(
+    granularity: str,
+) -> None:
+    op = Fp8GroupedGemmOp(_grouped_api(_coarse_grouped), {"granularity": granularity})
+    result = op.check(GROUPED, "cpu", 11)
+    assert not result.ok
+    assert any(p.startswith("recipe guard: ") and granularity.upper() in p
+               for p in result.problems)  # fmt: skip
+    honest = Fp8GroupedGemmOp(_grouped_api(EXAMPLE.load_api().ops.grouped_gemm_fp8),
+                              {"granularity": granularity})  # fmt: skip
+    passed = honest.check(GROUPED, "cpu", 11)
+    assert passed.ok, passed.problems
+    assert passed.figures["recipe_snr"] > RECIPE_SNR + 10
 
 
 @pytest.mark.parametrize("granularity", ["tensorwise", "rowwise", "blockwise"])

@@ -29,6 +29,7 @@ from runner.flow.rounds import Request, validate_round
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
 from runner.store.lineage import MAX_PATCH_LINE, Lineage, patch_paths
+from runner.store.sealed import heldout_labels
 
 pytestmark = pytest.mark.integration
 
@@ -59,13 +60,14 @@ def test_baseline_writes_every_record(campaign: Campaign) -> None:
     m = campaign.manifest
     assert m.pinned_header == GEMM_SCHEMA.header
     assert 3 <= len(m.representative_shapes) <= 5
-    assert len(m.heldout_shapes) == 1
-    assert not set(m.heldout_shapes) & set(m.representative_shapes)
+    held = heldout_labels(campaign.root, m)  # sealed (runner.store.sealed)
+    assert len(held) == 1 and m.heldout_count == 1 and not m.heldout_shapes
+    assert not set(held) & set(m.representative_shapes)
     assert m.sigma_g is not None and m.sigma_g > 0
     csv = read_csv(campaign.benchmark_csv(1), pinned=m.pinned_header)
     # the shape set's five shapes, less the one held out at init (never measured)
     assert [r.check for r in csv.rows] == ["PASS"] * 4
-    assert m.heldout_shapes[0] not in csv.labels()
+    assert held[0] not in csv.labels()
     art = campaign.artifacts_dir(1)
     assert (art / "quick_baseline.log").read_text().startswith("$ python ")
     assert (campaign.snapshot_dir(1) / KERNEL).is_file()

@@ -89,7 +89,7 @@ def test_a_sitecustomize_a_candidate_wrote_never_runs_in_its_later_workers(
                                        marker))  # fmt: skip
     assert first.returncode == 0, first.log_path.read_text()
     assert (tree / "sitecustomize.py").is_file()  # the cheat is planted (no mount namespace)
-    marker.unlink(missing_ok=True)  # the focused test's own python may run it: not timed
+    assert not marker.exists()  # planted after its own interpreter started
     second = executor.run_job(_test_job(tmp_path / "r", "job-2", tree, "true", marker))
     assert second.returncode == 0, second.log_path.read_text()
     assert not marker.exists(), "the later worker ran the candidate's sitecustomize.py"
@@ -97,6 +97,27 @@ def test_a_sitecustomize_a_candidate_wrote_never_runs_in_its_later_workers(
     assert f"interpreter start-up file {tree / 'sitecustomize.py'} was created" in problems
     assert "harness proof: start-up files" in problems
     assert "the candidate's own processes wrote sitecustomize.py into its tree" in problems
+
+
+# The focused test's own interpreter (issue 46 item 3, its last gap): the command's
+# ``python`` and ``pytest`` start isolated too (``runner.bench.focused_test.write_shims``).
+FOCUSED = "python -c 'import k' && python -m pytest --version && pytest --version"
+
+
+def test_a_sitecustomize_a_candidate_wrote_never_runs_in_its_focused_test(
+    tmp_path: Path,
+) -> None:
+    tree = _tree(tmp_path / "cand", OP_SITECUSTOMIZE)
+    marker = tmp_path / "marker"
+    executor = LocalExecutor()
+    first = executor.run_job(_test_job(tmp_path / "r", "job-1", tree, "python -c 'import cheat_op'",
+                                       marker))  # fmt: skip
+    assert first.returncode == 0 and (tree / "sitecustomize.py").is_file()
+    second = executor.run_job(_test_job(tmp_path / "r", "job-2", tree, FOCUSED, marker))
+    log = second.log_path.read_text() + (second.out_dir / "test.log").read_text()
+    assert json.loads((second.out_dir / "test.json").read_text())["returncode"] == 0, log
+    assert "pytest" in log  # the test command ran: its module, pytest by -m and by name
+    assert not marker.exists(), "the focused test's python ran the candidate's sitecustomize.py"
 
 
 def test_a_pth_a_candidate_wrote_into_site_packages_never_runs_in_a_later_worker(
@@ -126,6 +147,10 @@ def test_a_pth_a_candidate_wrote_into_site_packages_never_runs_in_a_later_worker
     assert second.returncode == 0, second.log_path.read_text()
     assert json.loads((second.out_dir / "test.json").read_text())["returncode"] == 0
     assert not marker.exists(), "the later worker ran the .pth the candidate planted"
+    third = executor.run_job(_test_job(tmp_path / "r", "job-3", tree, "python -c 'import k'",
+                                       marker))  # fmt: skip
+    assert json.loads((third.out_dir / "test.json").read_text())["returncode"] == 0
+    assert not marker.exists(), "the focused test's python ran the .pth the candidate planted"
     problems = "\n".join(tampering(before, tmp_path / "r", guarded=()))
     assert f"interpreter start-up file {sp / 'zz_cheat.pth'} was created" in problems
 

@@ -28,6 +28,7 @@ from runner.flow.rounds import Request, validate_round
 from runner.judge.probe import GUARD, PROBE_PREFIX
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
+from runner.store.sealed import heldout_labels
 
 OPS = "turbo_kernels/pytorch/ops/gemm_fp8.py"
 AT = "        a_mk, b_nk = as_mk_nk(a, b, trans_a, trans_b)\n"
@@ -37,7 +38,7 @@ def _cheat(campaign: Campaign, root: Path) -> str:
     """The honest speed-up, plus a slow loop for every GEMM the manifest does not list
     (targets and held-out shapes)."""
     m = campaign.manifest
-    names = {*(s.label for s in all_shapes(m)), *m.heldout_shapes}
+    names = {*(s.label for s in all_shapes(m)), *heldout_labels(campaign.root, m)}
     listed = sorted({(s.m, s.n, s.k) for s in shape_set(m.shape_set) if s.label in names})
     slow = (
         AT

@@ -1,6 +1,7 @@
 """The focused test of a tree, run by the worker in test mode
 (``spec.mode == "test"``): the target's test command in the measured tree, its exit
-code and output recorded in ``test.log`` and ``test.json``.
+code and output recorded in ``test.log`` and ``test.json``.  The command's ``python``
+(and ``pytest``) is this interpreter started isolated (``write_shims``).
 
 Imports neither torch nor pydantic: the command's own interpreter imports the target.
 """
@@ -9,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from runner.core.files import write_atomic, write_json_atomic
 from runner.core.lifeline import child_preexec
 from runner.core.pause_points import pause_point
 from runner.core.spec import OUT_ENV, RoundSpec
+from runner.core.startup import SYSPATH_ENV, isolated_command, syspath
 
 # The exit code of a test job that found a judge file changed and ran nothing.
 TAMPERED_EXIT = 87
@@ -49,6 +53,20 @@ def _refuse(spec: RoundSpec, out_dir: Path, changed: list[str]) -> int:
     return TAMPERED_EXIT
 
 
+def write_shims(folder: Path) -> str:
+    """``python``, ``python3`` and ``pytest`` in ``folder`` (first on the command's
+    ``PATH``): this interpreter started isolated as a worker is
+    (``runner.core.startup.isolated_command``: no ``site`` start-up, so no
+    ``sitecustomize``/``usercustomize`` nor ``*.pth`` import line a candidate's earlier
+    process wrote runs; ``sys.path`` explicit, the harness first).  Returns ``folder``."""
+    start = shlex.join(isolated_command(sys.executable))
+    for name, first in (("python", ""), ("python3", ""), ("pytest", " -m pytest")):
+        path = folder / name
+        write_atomic(path, f'#!/bin/sh\nexec {start}{first} "$@"\n')
+        path.chmod(0o755)
+    return str(folder)
+
+
 def run_test(spec: RoundSpec, out_dir: Path) -> int:
     """Test mode: run the target's focused test command in the current directory (the
     measured tree) and record its exit code and output; refuse (``TAMPERED_EXIT``,
@@ -66,19 +84,26 @@ def run_test(spec: RoundSpec, out_dir: Path) -> int:
     for name, text in files.items():
         write_atomic(out_dir / Path(str(name)).name, str(text))
     env[OUT_ENV] = str(out_dir.resolve())
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env[SYSPATH_ENV] = env.get(SYSPATH_ENV) or syspath(
+        Path(__file__).resolve().parents[2],  # the harness root
+        [*env.get("PYTHONPATH", "").split(os.pathsep), Path.cwd()],
+    )
     pause_point("worker-test")
     t0 = time.perf_counter()
-    proc = subprocess.run(  # the command dies with this worker (parent-death signal)
-        command,
-        shell=True,
-        preexec_fn=child_preexec(),
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        check=False,
-        env=env,
-    )
+    with tempfile.TemporaryDirectory(prefix="isolated-python-") as shims:
+        env["PATH"] = os.pathsep.join(
+            [write_shims(Path(shims)), str(Path(sys.executable).parent), env.get("PATH", "")]
+        )
+        proc = subprocess.run(  # the command dies with this worker (parent-death signal)
+            command,
+            shell=True,
+            preexec_fn=child_preexec(),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            check=False,
+            env=env,
+        )
     write_atomic(out_dir / "test.log", f"$ {command}\n{proc.stdout}")
     write_json_atomic(
         out_dir / "test.json",

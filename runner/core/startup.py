@@ -1,7 +1,9 @@
 """How a worker's interpreter starts, and the files that could run code before it does
 (docs/reliability.md §7, issue 46 item 3).
 
-A worker starts isolated: ``python -I -S -B -c BOOT runner.worker ARGS``.  ``-I``
+A worker starts isolated: ``python -I -S -B -c BOOT runner.worker ARGS``, and so does
+the ``python`` (and ``pytest``) of its focused test's command
+(``isolated_command``, ``runner.bench.focused_test``).  ``-I``
 ignores every ``PYTHON*`` variable and the user's site folder, ``-S`` runs no ``site``
 start-up at all: no ``sitecustomize``/``usercustomize`` and no ``import`` line of a
 ``*.pth`` file, wherever a candidate's earlier process may have written one.  ``BOOT``
@@ -53,6 +55,7 @@ def _boot():
             sys.prefix = sys.exec_prefix = os.path.dirname(exe_dir)
             prefixes = [sys.prefix] + ([sys.base_prefix] if system == "true" else [])
             break
+    site.PREFIXES[:] = prefixes  # site.getsitepackages() as site would answer in a venv
     given = [p for p in os.environ.get("TURBO_CAMPAIGN_SYSPATH", "").split(os.pathsep) if p]
     sites = []
     for d in site.getsitepackages(prefixes):
@@ -71,17 +74,52 @@ def _boot():
                     if os.path.isdir(extra) and extra not in sites:
                         sites.append(extra)
     sys.path[:] = given[:1] + sys.path + given[1:] + sites
+    _run()
+_boot()
+"""
+# A worker: ``BOOT MODULE ARGS``.
+_RUN_MODULE = r"""
+def _run():
     module = sys.argv[1]
     del sys.argv[0]
     import runpy
     runpy.run_module(module, run_name="__main__", alter_sys=True)
-_boot()
 """
+# The focused test's ``python``: ``COMMAND_BOOT [-m MODULE | -c CODE | SCRIPT] ARGS``, as
+# ``python`` takes them (the flags isolation already sets, and -u, are dropped).
+_RUN_COMMAND = r"""
+def _run():
+    import runpy
+    args = sys.argv[1:]
+    while args and args[0] in ("-I", "-S", "-B", "-s", "-E", "-P", "-u"):
+        args.pop(0)
+    if args[:1] == ["-m"] and len(args) > 1:
+        sys.argv[:] = args[1:]
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    elif args[:1] == ["-c"] and len(args) > 1:
+        sys.argv[:] = ["-c", *args[2:]]
+        exec(compile(args[1], "<string>", "exec"), {"__name__": "__main__"})
+    elif args and not args[0].startswith("-"):
+        sys.argv[:] = args
+        runpy.run_path(args[0], run_name="__main__")
+    else:
+        raise SystemExit("the focused test's python (started isolated, "
+                         "docs/reliability.md §7) runs -m MODULE, -c CODE or a script, "
+                         "not: " + " ".join(args))
+"""
+COMMAND_BOOT = _RUN_COMMAND + BOOT
+BOOT = _RUN_MODULE + BOOT
 
 
 def isolated_python(python: str, module: str, args: Sequence[str]) -> list[str]:
     """``python -m module args`` started isolated (see the module's docstring)."""
     return [python, "-I", "-S", "-B", "-c", BOOT, module, *args]
+
+
+def isolated_command(python: str) -> list[str]:
+    """The focused test's ``python`` started isolated: append its arguments as
+    ``python`` takes them (``-m MODULE``, ``-c CODE`` or ``SCRIPT``, then theirs)."""
+    return [python, "-I", "-S", "-B", "-c", COMMAND_BOOT]
 
 
 def syspath(harness_root: str | Path, own: Iterable[str | Path]) -> str:

@@ -41,6 +41,9 @@ class WorkerJob:
     # Paths the job's processes must not write (other roles' trees, the campaign...):
     # the local executor mounts them read-only where it can (runner.executors.isolation).
     readonly: tuple[Path, ...] = ()
+    # Folders the job's processes must not read (the campaign's sealed folder): the
+    # local executor covers them with an empty file system where it can.
+    hidden: tuple[Path, ...] = ()
     role: str = ""  # the spec's role: its compiler caches are its own (docker volumes)
     # The role's own JIT cache folder on the host (runner.executors.jit_cache): a local
     # job's Triton/Inductor/CUDA caches, writable to it alone.
@@ -74,6 +77,7 @@ class BuildJob:
     # What the build's processes must not write (the other roles' trees...), as for
     # its jobs: the local build runs with them read-only (runner.executors.isolation).
     readonly: tuple[Path, ...] = ()
+    hidden: tuple[Path, ...] = ()  # what it may not read, as for its jobs
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ Each local job runs in a private mount namespace (``unshare --mount``; as a user
 is not root, inside a user namespace that maps it to root) in which the paths the job
 must not write (the other roles' worktrees, the round's scratch folder, the campaign
 folder, the source repository, the harness) are bind-mounted read-only over
-themselves and the job's own artifacts folder writable again.  Nothing outside the
+themselves and the job's own artifacts folder writable again; the campaign's sealed
+folder (the held-out pick, ``runner.store.sealed``) is covered by an empty read-only
+file system, so no job of any role reads it.  Nothing outside the
 process changes.  Where namespaces do not work (a container without the privilege, a
 kernel without them) or ``TURBO_CAMPAIGN_ISOLATION=off``, jobs run as before and the
 end-of-round proof (``runner.flow.tamper_check``) still fails a round whose files
@@ -47,56 +49,75 @@ def isolation_works() -> bool:
     return proc.returncode == 0
 
 
-def mount_script(readonly: Sequence[Path], writable: Sequence[Path] = ()) -> str:
+def mount_script(
+    readonly: Sequence[Path], writable: Sequence[Path] = (), hidden: Sequence[Path] = ()
+) -> str:
     """The ``sh`` script, run inside the new namespace, that makes each existing path of
-    ``readonly`` read-only and each of ``writable`` writable again, then runs its
-    arguments (``exec "$@"``); a mount that fails exits 97 saying how to run without."""
+    ``readonly`` read-only and each of ``writable`` writable again, mounts an empty
+    read-only file system over each existing folder of ``hidden`` (its files unseen:
+    the sealed held-out pick, ``runner.store.sealed``), then runs its arguments
+    (``exec "$@"``); a mount that fails exits 97 saying how to run without."""
     lines = []
-    for paths, mode in ((readonly, "ro"), (writable, "rw")):
+    for paths, mode in ((readonly, "ro"), (writable, "rw"), (hidden, "hidden")):
         for path in dict.fromkeys(Path(p).resolve() for p in paths if Path(p).exists()):
             q = shlex.quote(str(path))
             why = shlex.quote(f"isolation: could not mount {path} {mode} in the job's mount "
                               f"namespace; set {ISOLATION_ENV}=off to run without it")  # fmt: skip
-            lines.append(f"{{ mount --bind {q} {q} && mount -o remount,bind,{mode} {q} {q}; }} "
-                         f"|| {{ echo {why} >&2; exit 97; }}")  # fmt: skip
+            mount = (
+                f"mount -t tmpfs -o ro,size=4k,mode=0500 turbo-campaign-hidden {q}"
+                if mode == "hidden"
+                else f"mount --bind {q} {q} && mount -o remount,bind,{mode} {q} {q}"
+            )
+            lines.append(f"{{ {mount}; }} || {{ echo {why} >&2; exit 97; }}")
     lines.append('exec "$@"')
     return "\n".join(lines)
 
 
 def isolated_argv(
-    argv: Sequence[str], readonly: Sequence[Path], writable: Sequence[Path] = ()
+    argv: Sequence[str],
+    readonly: Sequence[Path],
+    writable: Sequence[Path] = (),
+    hidden: Sequence[Path] = (),
 ) -> list[str]:
     """``argv`` run in a private mount namespace where each existing path of
-    ``readonly`` is read-only and each of ``writable`` (e.g. a folder inside one of
-    them) writable."""
-    return [*_unshare(), "sh", "-c", mount_script(readonly, writable), "isolated", *argv]
+    ``readonly`` is read-only, each of ``writable`` (e.g. a folder inside one of
+    them) writable and each folder of ``hidden`` empty."""
+    script = mount_script(readonly, writable, hidden)
+    return [*_unshare(), "sh", "-c", script, "isolated", *argv]
 
 
 def _off() -> bool:
     return os.environ.get(ISOLATION_ENV, "").strip().lower() == "off"
 
 
-def protect(argv: Sequence[str], readonly: Sequence[Path], writable: Sequence[Path]) -> list[str]:
+def protect(
+    argv: Sequence[str],
+    readonly: Sequence[Path],
+    writable: Sequence[Path],
+    hidden: Sequence[Path] = (),
+) -> list[str]:
     """``argv`` isolated when there is something to protect and the host can
     (``isolation_works``), unless ``TURBO_CAMPAIGN_ISOLATION=off``; else unchanged."""
-    if not readonly or _off():
+    if not (readonly or hidden) or _off():
         return list(argv)
     if not isolation_works():
         return list(argv)
-    return isolated_argv(argv, readonly, writable)
+    return isolated_argv(argv, readonly, writable, hidden)
 
 
-def shell_prefix(readonly: Sequence[Path], writable: Sequence[Path]) -> list[str]:
+def shell_prefix(
+    readonly: Sequence[Path], writable: Sequence[Path], hidden: Sequence[Path] = ()
+) -> list[str]:
     """For a script that runs on another machine (a Slurm task): bash lines that set
     the array ``iso`` to the namespace prefix when that machine can make one (the probe
     of ``isolation_works``, run there, as its user) and leave it empty otherwise; the
     script then runs ``"${iso[@]}" CMD``.  Empty too when there is nothing to protect
     or ``TURBO_CAMPAIGN_ISOLATION=off`` here."""
-    if not readonly or _off():
+    if not (readonly or hidden) or _off():
         return ["iso=()"]
     user = 'u=(); [ "$(id -u)" = 0 ] || u=(--user --map-root-user)'
     ns = 'unshare "${u[@]}" --mount --propagation private'
-    script = shlex.quote(mount_script(readonly, writable))
+    script = shlex.quote(mount_script(readonly, writable, hidden))
     return [
         "iso=()",
         user,

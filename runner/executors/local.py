@@ -160,7 +160,7 @@ def _isolated(job: WorkerJob, argv: Sequence[str]) -> list[str]:
     if job.jit_cache is not None:
         job.jit_cache.mkdir(parents=True, exist_ok=True)
         writable.append(job.jit_cache)
-    return protect(argv, job.readonly, writable)
+    return protect(argv, job.readonly, writable, job.hidden)
 
 
 class LocalExecutor:
@@ -193,8 +193,9 @@ class LocalExecutor:
         env |= build.env
         for command in build.commands:
             argv = self.argv(command)
-            proc = run(protect(argv, build.readonly, []), cwd=build.source_dir, env=env,
-                       check=False, timeout=build.timeout_s)  # fmt: skip
+            guarded = protect(argv, build.readonly, [], build.hidden)
+            proc = run(guarded, cwd=build.source_dir, env=env, check=False,
+                       timeout=build.timeout_s)  # fmt: skip
             log.write(f"$ {' '.join(argv)}\n{proc.stdout}\n")
             if proc.returncode != 0:
                 raise MeasurementFailed(

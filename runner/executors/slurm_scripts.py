@@ -153,7 +153,7 @@ def _native_body(job: WorkerJob, python: str) -> list[str]:
     lines = [f"cd {shlex.quote(os.fspath(job.source_dir))} || finish 1"]
     lines += _exports(task_env(job))
     writable = [job.out_dir, *([job.jit_cache] if job.jit_cache else [])]
-    lines += shell_prefix(job.readonly, writable)
+    lines += shell_prefix(job.readonly, writable, job.hidden)
     for step in job.prepare:
         lines.append(f"echo '$ '{shlex.quote(shlex.join(step))}")
         lines.append(f'"${{iso[@]}}" {shlex.join(step)} || finish "$?"')

@@ -61,6 +61,7 @@ from runner.store.guard import preflight
 from runner.store.leftovers import job_dir
 from runner.store.lineage import Lineage
 from runner.store.manifest import Manifest, branch_name
+from runner.store.sealed import heldout_labels
 from runner.targets.upstream_csv import BENCH_CSV_NAME, to_pinned
 
 ACCEPT_ROUND = 0  # the spec's round number: acceptance is not a round
@@ -71,13 +72,18 @@ def now() -> str:
 
 
 # ---- shapes --------------------------------------------------------------------------
-def acceptance_shapes(m: Manifest) -> tuple[list[Shape], list[str]]:
-    """Every target shape, then the held-out shapes; and the held-out labels."""
+def acceptance_shapes(
+    m: Manifest, heldout: list[str] | None = None
+) -> tuple[list[Shape], list[str]]:
+    """Every target shape, then the held-out shapes (``heldout``: the sealed pick's
+    labels, ``runner.store.sealed.heldout_labels``; else the manifest's); and the
+    held-out labels."""
     shapes = all_shapes(m)
     have = {s.label for s in shapes}
-    listed = shapes_by_label(m.shape_set, m.heldout_shapes, "heldout_shapes", "; fix manifest.yaml")
-    heldout = [s for s in listed if s.label not in have]
-    return shapes + heldout, [s.label for s in listed]
+    labels = m.heldout_shapes if heldout is None else heldout
+    listed = shapes_by_label(m.shape_set, labels, "heldout_shapes", "; fix manifest.yaml")
+    extra = [s for s in listed if s.label not in have]
+    return shapes + extra, [s.label for s in listed]
 
 
 # ---- 1. full validation ------------------------------------------------------------------
@@ -203,7 +209,7 @@ def run_acceptance(
         _refuse_unready(campaign)
         m = campaign.manifest
         lineage = Lineage(Path(m.source), campaign.name, branch_name(m))
-        shapes, heldout = acceptance_shapes(m)
+        shapes, heldout = acceptance_shapes(m, heldout_labels(campaign.root, m))
         result = Acceptance(
             campaign.name,
             now(),

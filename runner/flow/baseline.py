@@ -44,6 +44,7 @@ from runner.store.leftovers import job_dir
 from runner.store.lineage import snapshot
 from runner.store.manifest import Manifest, validate_manifest
 from runner.store.roundfiles import artifact_list, store_artifacts
+from runner.store.sealed import is_sealed
 from runner.store.upstream_quick import BASELINE_LOG, fill_shapes
 
 
@@ -88,6 +89,15 @@ def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:
         return _measure_baseline(rnd, passes, started)
 
 
+def _heldout(m: Manifest, shapes: list[Shape]) -> list[str]:
+    """The held-out labels the manifest lists after the baseline: its own; none for a
+    sealed pick (``runner.store.sealed``: no target, nothing to choose nor exclude);
+    else, for a campaign made with none, chosen among the measured shapes."""
+    if m.heldout_shapes or is_sealed(m):
+        return list(m.heldout_shapes)
+    return choose_heldout({s.label: s.flops_fwd for s in shapes})
+
+
 def _measure_baseline(rnd: Round, passes: int, started: str) -> RoundResult:
     m, campaign = rnd.manifest, rnd.campaign
     with rnd.lineage.worktree(m.base_commit or "") as tree:
@@ -109,7 +119,7 @@ def _measured_base(rnd: Round, tree: Path, passes: int, started: str) -> RoundRe
         base_score = score(merged, m.primary_metric)
         per_pass = per_pass_metric(csvs, base_score.metric)
         sigma_g, _ = calibrate_sigma(per_pass)
-        heldout = m.heldout_shapes or choose_heldout({s.label: s.flops_fwd for s in shapes})
+        heldout = _heldout(m, shapes)
         rep = _representative(m, merged, per_pass, exclude=set(heldout))
         campaign.manifest = validate_manifest(
             {

@@ -183,6 +183,7 @@ def _builds(
                 built_from=f"campaign {m.campaign_name}, round {rnd.round}, {role}",
                 keep=tuple(keys.values()),
                 readonly=rnd.readonly(tree),
+                hidden=rnd.hidden(),
             )
             rnd.progress(f"round-{rnd.round}: build-{role} (key {key[:12]})")
             watch.before(role)

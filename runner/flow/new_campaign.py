@@ -28,6 +28,7 @@ from runner.store.manifest import (
     split_target_op,
     validate_manifest,
 )
+from runner.store.sealed import Sealed, write_sealed
 from runner.store.upstream_manifest import PROJECT_SKILLS
 from runner.store.upstream_quick import copy_template
 from runner.targets.base import Target
@@ -136,7 +137,9 @@ def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
     fields["target_shapes"] = pin_shapes(wanted, fields)
     say = fields.pop("say", None) or (lambda _msg: None)
     unfit = fit_device(fields, explicit=wanted not in (None, "all"), say=say)
-    reserve_heldout_shapes(fields, explicit=wanted not in (None, "all"), unfit=unfit, say=say)
+    sealed = reserve_heldout_shapes(
+        fields, explicit=wanted not in (None, "all"), unfit=unfit, say=say
+    )
     manifest = build_manifest(**fields)
     if manifest.execution_mode == "workspace":
         from runner.flow.workspace_mode import create_workspace, workspace_dir
@@ -148,6 +151,8 @@ def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
         manifest = build_manifest(**create_workspace(target, source, dest, fields))
         source = dest
     campaign = Campaign.init(campaigns_root, manifest)
+    if sealed is not None:
+        write_sealed(campaign.root, sealed)
     copy_template(upstream, campaign.root, backend)  # upstream's quick script, if any
     Lineage(source, manifest.campaign_name, None).resolve(manifest.base_commit or "HEAD")
     return campaign
@@ -215,17 +220,23 @@ def reserve_heldout_shapes(
     explicit: bool,
     unfit: set[str] | None = None,
     say: Callable[[str], None] | None = None,
-) -> None:
+) -> Sealed | None:
     """By default a few shapes of the op's set are held out (``heldout=False`` or
-    ``--no-heldout`` turns it off; ``heldout_shapes`` given wins): chosen with a recorded
-    seed (``heldout_seed``, random unless given) and taken out of the targets, so that
-    rounds never measure them and ``campaign accept`` judges the final best on them.
-    Only shapes that fit the device are candidates (``unfit``: those that do not; the
-    count of them left out is said)."""
+    ``--no-heldout`` turns it off; ``heldout_shapes`` given wins): chosen with a seed
+    (random unless given) and taken out of the targets, so that rounds never measure
+    them and ``campaign accept`` judges the final best on them.  Only shapes that fit
+    the device are candidates (``unfit``: those that do not; the count of them left out
+    is said).  The pick is sealed (``runner.store.sealed``): returned to be written
+    into the campaign's sealed folder, and the manifest's fields keep only its count and
+    digest, never a label or the seed."""
     enabled = fields.pop("heldout", True)
     seed = fields.pop("heldout_seed", None)
-    if fields.get("heldout_shapes") or not enabled:
-        return
+    given = list(fields.pop("heldout_shapes", None) or [])
+    if given:
+        shapes_by_label(fields["shape_set"], given, "heldout_shapes")  # each in the set
+        return _sealed_fields(fields, Sealed.new(given, None))
+    if not enabled:
+        return None
     seed = int(seed) if seed is not None else secrets.randbelow(2**31)
     targets = list(fields["target_shapes"])
     candidates = [s for s in shape_set(fields["shape_set"]) if s.label not in (unfit or set())]
@@ -234,10 +245,15 @@ def reserve_heldout_shapes(
             f"do not fit the device: {', '.join(sorted(unfit))}")  # fmt: skip
     chosen = reserve_heldout(candidates, seed, targets if explicit else ())
     if not chosen:
-        return
-    fields["heldout_shapes"] = chosen
-    fields["heldout_seed"] = seed
+        return None
     fields["target_shapes"] = [t for t in targets if t not in chosen]
+    return _sealed_fields(fields, Sealed.new(chosen, seed))
+
+
+def _sealed_fields(fields: dict[str, Any], sealed: Sealed) -> Sealed:
+    fields["heldout_digest"] = sealed.digest()
+    fields["heldout_count"] = len(sealed.labels)
+    return sealed
 
 
 def choose_executor(target: Target, fields: dict[str, Any]) -> None:

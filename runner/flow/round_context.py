@@ -38,6 +38,7 @@ from runner.store.leases import acquire
 from runner.store.leftovers import note_step
 from runner.store.lineage import Lineage
 from runner.store.manifest import Manifest, branch_name
+from runner.store.sealed import SEALED_DIR, sealed_dir
 from runner.store.workspace import code_root
 from runner.targets.base import Target
 from runner.targets.registry import manifest_target
@@ -186,7 +187,7 @@ class Round:
         self.step(name)
         job = job_in(self.tmp, name, spec, tree, job_env, gpu, self.builds.get(tree))
         jit = self.jit_folder(spec.role, tree)
-        return replace(job, readonly=self.readonly(tree), jit_cache=jit)
+        return replace(job, readonly=self.readonly(tree), hidden=self.hidden(), jit_cache=jit)
 
     def jit_folder(self, role: str, tree: Path) -> Path:
         """The role's own JIT cache folder for ``tree``'s content (as the round's first
@@ -218,6 +219,13 @@ class Round:
                  harness, jit, builds]  # fmt: skip
         # never the job's own tree (or a folder holding it: workspace mode's checkout)
         return tuple(p for p in paths if p.resolve() != mine and p.resolve() not in mine.parents)
+
+    def hidden(self) -> tuple[Path, ...]:
+        """What no job of any role may read: the sealed folder (the held-out pick,
+        ``runner.store.sealed``; docs/reliability.md §7 row 21) of this campaign and of
+        every other under its campaigns root (a copy holds the same pick)."""
+        others = sorted(self.campaign.root.parent.glob(f"*/{SEALED_DIR}"))
+        return tuple(dict.fromkeys([sealed_dir(self.campaign.root), *others]))
 
     def step(self, name: str) -> None:
         """Say (and note, for ``campaign status``) which step the round is at."""

@@ -53,7 +53,7 @@ def _check_others(campaign: Campaign, field: str, entry: dict[str, Any] | None) 
     if entry is None:
         return
     now = gate_values(campaign.manifest)
-    others = [k for k in GATE_FIELDS if k != field and entry["fields"].get(k) != now[k]]
+    others = [k for k in GATE_FIELDS if k != field and entry["fields"].get(k) != now.get(k)]
     if field != CONSTANTS_FIELD and constant_problems(entry):
         others.append(f"{CONSTANTS_FIELD} (the running code's differ)")
     if others:

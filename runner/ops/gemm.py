@@ -28,7 +28,7 @@ from runner.ops.base import (
     snr_db,
     snr_verifier,
 )
-from runner.ops.recipe import outlier_operands, recipe_problems
+from runner.ops.recipe import recipe_operands, recipe_problems
 
 SNR_THRESHOLDS = {"e4m3": 25.0, "e5m2": 20.0, "hybrid": 20.0}
 
@@ -161,7 +161,8 @@ class Fp8GemmOp(GemmOp):
         ``RECIPE_SNR`` of the requested granularity's FP8 emulation
         (``runner.ops.recipe``), so a coarser recipe FAILs however good its SNR."""
         result = super().check(shape, device, seed)
-        a, b = outlier_operands(shape.m, shape.n, shape.k, device, seed + 1, self.recipe[2])
+        gran, _, bs = self.recipe
+        a, b = recipe_operands(gran, shape.m, shape.n, shape.k, device, seed + 1, bs)
         with torch.no_grad():
             out = self.call(a, b)
         snr, problems = recipe_problems(out, a, b, *self.recipe)

@@ -33,6 +33,7 @@ from runner.ops.base import (
     snr_verifier,
 )
 from runner.ops.gemm import Fp8GemmOp, GemmOp, snr_judge
+from runner.ops.recipe import grouped_recipe_problems, recipe_operands
 
 Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -121,7 +122,26 @@ class Fp8GroupedGemmOp(GroupedGemmOp):
     def __init__(self, api: Any, options: dict[str, Any]) -> None:
         super().__init__(api, options)
         fp8 = Fp8GemmOp(api, options)  # builds the Float8QuantConfig and the threshold
-        self.config, self.threshold = fp8.config, fp8.threshold
+        self.config, self.threshold, self.recipe = fp8.config, fp8.threshold, fp8.recipe
+
+    def check(self, shape: Any, device: str, seed: int) -> CheckResult:
+        """``GroupedGemmOp.check``, then the recipe guard group by group on the
+        recipe's inputs (``runner.ops.recipe.grouped_recipe_problems``)."""
+        result = super().check(shape, device, seed)
+        sizes = list(_sizes(shape))
+        gran, _, bs = self.recipe
+        a, flat = recipe_operands(gran, sum(sizes), len(sizes) * shape.n, shape.k, device,
+                                  seed + 1, bs)  # fmt: skip
+        b = flat.reshape(len(sizes), shape.n, shape.k)
+        lens = torch.tensor(sizes, dtype=torch.int64, device=device)
+        with torch.no_grad():
+            out = self.grouped_call(a, b, lens)
+        snr, problems = grouped_recipe_problems(out, a, b, sizes, self.recipe)
+        if snr != float("inf"):
+            result.figures["recipe_snr"] = snr
+        result.problems += problems
+        result.ok = result.ok and not problems
+        return result
 
     def grouped_call(self, a: torch.Tensor, b: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.api.ops.grouped_gemm_fp8(

@@ -12,11 +12,32 @@ dequantised operands in float32.  An honest kernel differs from it only by its
 accumulation order and the output's rounding (above 50 dB); a coarser recipe, on
 ``outlier_operands`` (rows and blocks of very different magnitudes), by the
 quantisation noise of the groups it merged (below 30 dB).  ``recipe_problems`` judges
-with ``RECIPE_SNR``.  MX_BLOCKWISE is not emulated (its scale layout differs between
-libraries): its GEMMs keep the SNR check alone.
+with ``RECIPE_SNR``.
+
+MX_BLOCKWISE (MXFP8) is 1 x 32 blocks along K for both operands with power-of-two (E8M0)
+scales (Primus-Turbo at a6a16cdc: ``MXFP8_BLOCK_SIZE = 32`` and ``ScaleDtype.E8M0``
+asserted by ``Float8QuantConfig`` in ``primus_turbo/pytorch/core/low_precision.py``;
+the exponent in ``compute_tile_scale`` of
+``csrc/kernels/quantization/quantization_mxfp8.cu``: amax rounded to the format's
+mantissa bits, its exponent less the format's largest power of two, 8 for E4M3 and 15
+for E5M2, clamped to E8M0's range, values saturated).  A power-of-two scale leaves every
+value's mantissa alone, so outlier rows and blocks do not tell a coarser power-of-two
+recipe apart (it read above 90 dB); ``mx_operands`` do: each 32-wide K block of a is
+2^u larger and of b 2^u smaller (u drawn in -10..10), so every block adds as much to
+the output and a scale shared by several blocks flushes the small ones (1 x 64 read
+17 dB, 1 x 128 and 128 x 128 weight blocks 10 dB, one per row or tensor 5 dB).  The
+example package rounds its scale up instead (``ceil(log2(amax / fp8_max))``, as
+NVIDIA's recipe: nothing saturates); the two rules read 38-41 dB apart, so an MX output
+is judged against the nearer of the two (``MX_RULES``).  The grouped FP8 GEMM is
+judged group by group (``grouped_recipe_problems``): ROWWISE, BLOCKWISE and
+MX_BLOCKWISE scale each row of a and each expert's weight on its own whatever the
+groups; TENSORWISE, the coarsest recipe, is not judged there (a library may share one
+scale across the groups).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +46,10 @@ from runner.ops.base import seeded, snr_db
 from runner.ops.quantize import fp8_dtype
 
 RECIPE_SNR = 40.0  # dB between the kernel's output and the recipe's emulation
-EMULATED = ("TENSORWISE", "ROWWISE", "BLOCKWISE")
+EMULATED = ("TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE")
+MX_BLOCK = 32  # MXFP8_BLOCK_SIZE upstream (a6a16cdc)
+MX_RULES = ("upstream", "ceil")  # the power-of-two rules an MX output may follow
+MX_SPAN = 10  # mx_operands: K blocks 2^-10..2^10
 
 
 def fake_quantize(x: torch.Tensor, dtype: torch.dtype, rows: int, cols: int) -> torch.Tensor:
@@ -41,15 +65,45 @@ def fake_quantize(x: torch.Tensor, dtype: torch.dtype, rows: int, cols: int) -> 
     return back.reshape(rb * rows, cb * cols)[:r, :c]
 
 
+def mx_quantize(x: torch.Tensor, dtype: torch.dtype, rule: str) -> torch.Tensor:
+    """``x`` (R, C) quantised to ``dtype`` in 1 x ``MX_BLOCK`` blocks with power-of-two
+    scales and dequantised, in float32.  ``rule`` "upstream": the scale's exponent is
+    amax's (rounded to ``dtype``'s mantissa bits) less ``dtype``'s largest power of two,
+    clamped to E8M0's -127..128, values saturated; "ceil": the power of two rounded up
+    from amax / fp8_max."""
+    r, c = x.shape
+    cb = -(-c // MX_BLOCK)
+    xf = F.pad(x.float(), (0, cb * MX_BLOCK - c)).reshape(r, cb, MX_BLOCK)
+    fp8_max = torch.finfo(dtype).max
+    amax = xf.abs().amax(dim=2, keepdim=True).clamp(min=2.0**-126)
+    if rule == "ceil":
+        scale = torch.exp2(torch.ceil(torch.log2(amax / fp8_max)))
+    else:
+        mbits = 2 if "e5m2" in str(dtype) else 3
+        bits = amax.view(torch.int32) + (1 << (23 - mbits - 1))
+        exp = ((bits >> 23) & 0x1FF) - 127 - math.floor(math.log2(fp8_max))
+        scale = torch.exp2(exp.clamp(-127, 128).float())
+    codes = (xf / scale).clamp(-fp8_max, fp8_max).to(dtype)
+    return (codes.float() * scale).reshape(r, cb * MX_BLOCK)[:, :c]
+
+
 def emulate_fp8_gemm(
-    a: torch.Tensor, b: torch.Tensor, granularity: str, fmt: str, block_size: int
+    a: torch.Tensor,
+    b: torch.Tensor,
+    granularity: str,
+    fmt: str,
+    block_size: int,
+    rule: str = MX_RULES[0],
 ) -> torch.Tensor | None:
     """float32 ``q(a) @ q(b)^T`` under the recipe (a (M, K), b (N, K)); None where the
-    granularity is not emulated.  ``fmt``: e4m3, e5m2 or hybrid (E4M3 forward)."""
+    granularity is not emulated.  ``fmt``: e4m3, e5m2 or hybrid (E4M3 forward);
+    ``rule``: MX_BLOCKWISE's power-of-two rule (``mx_quantize``)."""
     gran = granularity.upper()
     if gran not in EMULATED:
         return None
     dtype = fp8_dtype("e5m2" if fmt.lower() == "e5m2" else "e4m3", a.device.type)
+    if gran == "MX_BLOCKWISE":
+        return mx_quantize(a.detach(), dtype, rule) @ mx_quantize(b.detach(), dtype, rule).t()
     (m, k), n = a.shape, b.shape[0]
     groups = {
         "TENSORWISE": ((m, k), (n, k)),
@@ -86,24 +140,97 @@ def outlier_operands(
     return draw(m, 1), draw(n, block_size)
 
 
+def mx_operands(
+    m: int, n: int, k: int, device: str, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """bf16 operands a (M, K) and b (N, K) whose ``MX_BLOCK``-wide K blocks are 2^u
+    larger in a and 2^u smaller in b (u in -MX_SPAN..MX_SPAN, one per block), rows of a
+    2^-3..2^3: every block adds as much to the output, and only a scale per block keeps
+    the small ones."""
+    gen = seeded(device, seed)
+    blocks = -(-k // MX_BLOCK)
+    u = torch.randint(-MX_SPAN, MX_SPAN + 1, (blocks,), generator=gen, device=device)
+    col = torch.exp2(u.float()).repeat_interleave(MX_BLOCK)[:k]
+    rows = torch.exp2(torch.randint(-3, 4, (m, 1), generator=gen, device=device).float())
+    a = torch.randn(m, k, generator=gen, device=device) * rows * col
+    b = torch.randn(n, k, generator=gen, device=device) / col
+    return a.to(torch.bfloat16), b.to(torch.bfloat16)
+
+
+def recipe_operands(
+    granularity: str, m: int, n: int, k: int, device: str, seed: int, bs: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inputs on which ``granularity``'s emulation tells a coarser recipe apart."""
+    if granularity.upper() == "MX_BLOCKWISE":
+        return mx_operands(m, n, k, device, seed)
+    return outlier_operands(m, n, k, device, seed, bs)
+
+
+def recipe_snr(
+    out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, granularity: str, fmt: str, bs: int
+) -> float | None:
+    """The SNR of ``out`` against the recipe's emulation (MX_BLOCKWISE: the nearer of
+    ``MX_RULES``); None where the granularity is not emulated, -inf for another shape."""
+    rules = MX_RULES if granularity.upper() == "MX_BLOCKWISE" else MX_RULES[:1]
+    best = None
+    for rule in rules:
+        ref = emulate_fp8_gemm(a, b, granularity, fmt, bs, rule)
+        if ref is None:
+            return None
+        snr = snr_db(ref, out) if out.shape == ref.shape else float("-inf")
+        best = snr if best is None else max(best, snr)
+    return best
+
+
 def recipe_problems(
     out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, granularity: str, fmt: str, bs: int
 ) -> tuple[float, list[str]]:
     """(SNR of ``out`` against the recipe's emulation, the problem if below RECIPE_SNR);
     (inf, []) where the granularity is not emulated."""
-    ref = emulate_fp8_gemm(a, b, granularity, fmt, bs)
-    if ref is None:
+    snr = recipe_snr(out, a, b, granularity, fmt, bs)
+    if snr is None:
         return float("inf"), []
-    if out.shape != ref.shape:
-        return float("-inf"), [f"recipe guard: out has shape {tuple(out.shape)}"]
-    snr = snr_db(ref, out)
+    if snr == float("-inf"):
+        return snr, [f"recipe guard: out has shape {tuple(out.shape)}"]
     if snr >= RECIPE_SNR:
         return snr, []
-    what = f"{granularity.upper()}" + (
-        f" (block {bs})" if granularity.upper() == "BLOCKWISE" else ""
-    )
-    return snr, [
+    return snr, [_coarser(snr, granularity, bs)]
+
+
+def _coarser(snr: float, granularity: str, bs: int) -> str:
+    gran = granularity.upper()
+    what = gran + {"BLOCKWISE": f" (block {bs})", "MX_BLOCKWISE": f" (1 x {MX_BLOCK}, "
+                   "power-of-two scales)"}.get(gran, "")  # fmt: skip
+    inputs = "K blocks of opposite scales" if gran == "MX_BLOCKWISE" else "outlier rows and blocks"
+    return (
         f"recipe guard: out is {snr:.1f} dB from the {what} FP8 emulation on inputs with "
-        f"outlier rows and blocks (needs {RECIPE_SNR:.0f} dB): the kernel does not apply "
-        "the requested scaling granularity (a coarser recipe)"
-    ]
+        f"{inputs} (needs {RECIPE_SNR:.0f} dB): the kernel does not apply the requested "
+        "scaling granularity (a coarser recipe)"
+    )
+
+
+GROUPED_EMULATED = ("ROWWISE", "BLOCKWISE", "MX_BLOCKWISE")
+
+
+def grouped_recipe_problems(
+    out: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    lens: list[int],
+    recipe: tuple[str, str, int],
+) -> tuple[float, list[str]]:
+    """``recipe_problems`` of a grouped FP8 GEMM (a (T, K) rows by group, b (G, N, K)):
+    each group's rows of ``out`` against its own GEMM's emulation, the lowest SNR
+    judged; (inf, []) for TENSORWISE (see the module's docstring)."""
+    granularity, fmt, bs = recipe
+    if granularity.upper() not in GROUPED_EMULATED:
+        return float("inf"), []
+    worst, problems, start = float("inf"), [], 0
+    for e, rows in enumerate(lens):
+        if rows:
+            sl = slice(start, start + rows)
+            snr, found = recipe_problems(out[sl], a[sl], b[e], granularity, fmt, bs)
+            if snr < worst:
+                worst, problems = snr, found
+        start += rows
+    return worst, problems

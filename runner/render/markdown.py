@@ -213,6 +213,18 @@ def latency_cell(s: ShapeScore | None) -> str:
     return f"{s.forward_ms:.4g}{bwd}"
 
 
+def describe_heldout(m: Manifest) -> str:
+    """What the logs and ``status`` say of the held-out shapes, never a sealed label."""
+    if m.heldout_digest is not None:
+        return (
+            f"{m.heldout_count} sealed (labels hidden until `campaign accept`; digest "
+            f"{str(m.heldout_digest)[:19]}...)"
+        )
+    if m.heldout_shapes:
+        return ", ".join(m.heldout_shapes) + " (unsealed: listed in manifest.yaml)"
+    return "none"
+
+
 def _info_rows(m: Manifest) -> list[list[str]]:
     shapes = "all" if m.target_shapes == "all" else ", ".join(m.target_shapes)
     branch = branch_name(m) or "none (no branch)"
@@ -227,7 +239,7 @@ def _info_rows(m: Manifest) -> list[list[str]]:
         ["Performance target", m.performance_target or "none"],
         ["Target shapes", f"{shapes} (shape set {m.shape_set})"],
         ["Representative shapes", ", ".join(m.representative_shapes) or "not chosen yet"],
-        ["Held-out shapes", ", ".join(m.heldout_shapes) or "none"],
+        ["Held-out shapes", describe_heldout(m)],
         ["Kernel source", ", ".join(m.kernel_source) or "not recorded"],
         ["Test command", f"`{m.test_command}`"],
         ["Benchmark command", f"`{m.benchmark_command}`"],

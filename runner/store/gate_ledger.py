@@ -55,6 +55,8 @@ GATE_FIELDS = (
     "target_shapes",
     "representative_shapes",
     "heldout_shapes",
+    "heldout_digest",
+    "heldout_count",
     "pairs",
     "timing",
     "cache_mode",
@@ -64,6 +66,9 @@ GATE_FIELDS = (
     "kernel_source",
     "test_command",
 )
+# A sealed held-out pick's fields (runner.store.sealed), ledgered only when sealed: the
+# ledger of a campaign made before the seal stays valid.
+SEALED_FIELDS = ("heldout_digest", "heldout_count")
 # `campaign set gate_constants current`: the running code's gate constants become the
 # campaign's (the only VALUE it takes).
 CONSTANTS_FIELD = "gate_constants"
@@ -71,7 +76,7 @@ CONSTANTS_VALUE = "current"
 # Fields of the loop, not of the verdict: `campaign set` records their change in
 # optimize.md, never in the gate ledger (``max_iterations``: T3 of docs/protocol.md §7.2).
 LOOP_FIELDS = ("max_iterations",)
-SETTABLE = (*GATE_FIELDS, CONSTANTS_FIELD, *LOOP_FIELDS)
+SETTABLE = (*(f for f in GATE_FIELDS if f not in SEALED_FIELDS), CONSTANTS_FIELD, *LOOP_FIELDS)
 CONSTANTS_SET = f"`campaign set {CONSTANTS_FIELD} {CONSTANTS_VALUE} --reason TEXT`"
 # How the problem line of changed constants starts (``constant_problems``).
 CONSTANTS_PROBLEM = "the gate's constants of this turbo-campaign differ"
@@ -89,7 +94,8 @@ def ledger_file(campaign: Campaign) -> Path:
 
 def gate_values(m: Manifest) -> dict[str, Any]:
     data = m.model_dump(mode="json")
-    return {k: data[k] for k in GATE_FIELDS}
+    skip = SEALED_FIELDS if m.heldout_digest is None else ()
+    return {k: data[k] for k in GATE_FIELDS if k not in skip}
 
 
 def values_sha(values: dict[str, Any]) -> str:
@@ -191,11 +197,11 @@ def field_problems(campaign: Campaign) -> list[str]:
             ]
         return []
     recorded, now = entry["fields"], gate_values(campaign.manifest)
-    changed = [k for k in GATE_FIELDS if recorded.get(k) != now[k]]
+    changed = [k for k in GATE_FIELDS if recorded.get(k) != now.get(k)]
     if not changed and values_sha(now) == entry.get("sha256"):
         return []
     listed = "; ".join(
-        f"{k} {short_value(recorded.get(k))} -> {short_value(now[k])}" for k in changed
+        f"{k} {short_value(recorded.get(k))} -> {short_value(now.get(k))}" for k in changed
     )
     return [
         f"{campaign.manifest_path}: gate field(s) {', '.join(changed) or '(hash)'} changed "

@@ -223,6 +223,11 @@ class Manifest(BaseModel):
     shape_set: str
     heldout_shapes: list[str] = Field(default_factory=list)
     heldout_seed: int | None = None  # the seed `campaign init` reserved them with
+    # A sealed pick (runner.store.sealed): the labels and the seed live in the campaign's
+    # sealed/heldout.json, hidden from every job; the manifest holds their count and the
+    # digest of that file.  None: unsealed (the labels above, or none).
+    heldout_digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    heldout_count: int = Field(default=0, ge=0)
     pinned_header: str | None = None
     csv_schema: Literal["gemm", "memory", "attention"] = "gemm"
     cache_mode: CacheMode = "hot"
@@ -417,6 +422,11 @@ def _check_metric(m: Manifest) -> None:
 
 
 def _check_shapes(m: Manifest) -> None:
+    if m.heldout_digest is not None and (m.heldout_shapes or m.heldout_seed is not None):
+        raise ValueError(
+            "a sealed held-out pick (heldout_digest) lists no heldout_shapes nor "
+            "heldout_seed in the manifest: its labels are in sealed/heldout.json"
+        )
     overlap = sorted(set(m.representative_shapes) & set(m.heldout_shapes))
     if overlap:
         raise ValueError(
