@@ -55,6 +55,7 @@ from pathlib import Path
 
 import pytest
 from campaign_helpers import build_once
+from file_seconds import FileSeconds
 from wheel_helpers import DEMO_DIR_ENV, installed_demo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,6 +126,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if worker:  # simulated GPUs of two workers must not wait on each other's leases
         leases = Path(tempfile.gettempdir()) / f"turbo-campaign-test-leases-{os.getpid()}"
         os.environ.setdefault("CAMPAIGN_LEASE_DIR", str(leases))
+    else:  # the run's seconds per file and per worker, printed at its end (FILE_SECONDS)
+        config.pluginmanager.register(FileSeconds(), "file-seconds")
 
 
 @pytest.fixture(scope="session")
