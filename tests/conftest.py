@@ -55,6 +55,7 @@ from pathlib import Path
 
 import pytest
 from campaign_helpers import build_once
+from file_seconds import FileSeconds
 from wheel_helpers import DEMO_DIR_ENV, installed_demo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,31 +76,35 @@ WORKER_LIMITS = {
 
 
 # Seconds a file takes on the 2-core CI machine, its module and session fixtures
-# included (`--durations` of .ci/run, 2026-12-01; the files marked * less what their
-# later changes saved, estimated from the rounds and baselines they no longer run): the
-# order files start in.  The first demo user (test_accept) carries the session demo's
-# build (~140 s).  A file not named here is short and runs after these, in name order;
-# a wrong figure costs balance, never a test.
+# included: the order files start in.  The end of every run prints them
+# (tests/file_seconds.py: each file over 20 s, and each worker's seconds); copy a
+# file's figure from a .ci/run log here when it is new or has moved by more than a
+# few percent.  The figures: `--durations` of .ci/run at 9d73f9a (2026-12-03) where
+# its 25 slowest tests name the file (a lower bound: the sum of those), else of
+# 2026-12-01; the files marked * less what later changes saved, estimated from the
+# work they no longer do.  The first demo user (test_accept) carries the session
+# demo's build (~190 s).  A file not named here is short and runs after these, in
+# name order; a wrong figure costs balance, never a test.
 FILE_SECONDS = {
-    "test_rebuild.py": 410,
+    "test_rebuild.py": 500,  # * 546 s of pipeline at 9d73f9a; its fixture kernel in AVX2
     "test_adversarial.py": 280,
     "test_baseline_more_ops.py": 235,  # * its rounds' first pairs are final
-    "test_bundle.py": 190,  # * a copy of slow_tiny, no baseline of its own
+    "test_bundle.py": 210,  # a copy of slow_tiny, no baseline of its own (CI: 194+)
     "test_redteam.py": 185,  # * its honest speed-up is test_adversarial's round
-    "test_faults.py": 270,  # one test of eight attempts (the last CI run: 272)
-    "test_accept.py": 200,  # builds demo_campaign (the wheel's demo); a part of the example suite
-    "test_docker_rounds.py": 160,  # * the killed round is the campaign's round 2
-    "test_rounds.py": 150,  # * one round fewer (the working-tree diff is round 2's)
-    "test_workspace_mode.py": 185,
+    "test_faults.py": 270,  # * one test of eight attempts (CI: 295); three first-pairs-final
+    "test_accept.py": 280,  # builds demo_campaign (the wheel's demo: 192 s) (CI: 270+)
+    "test_docker_rounds.py": 175,  # a docker baseline and three rounds (CI: 131+)
+    "test_rounds.py": 200,  # (CI: 181+)
+    "test_workspace_mode.py": 175,  # (CI: 167+)
     "test_paired.py": 140,  # * its GPU-target rounds on slow_tiny copies, not the demo
-    "test_tournament.py": 180,  # five entries on a slow_tiny copy, three fixture C builds
-    "test_mcp_server.py": 100,  # a baseline and a round through the server (CI: 101)
+    "test_tournament.py": 150,  # five entries on a slow_tiny copy (CI: 140+)
+    "test_mcp_server.py": 100,  # a baseline and a round through the server (CI: 85+)
     "test_tamper.py": 90,  # a round and a full validation on demo copies, failed before a turn
     "test_build_cache.py": 60,  # real C builds through the local executor
     "test_unannounced_shape.py": 50,  # one quick round on a slow_tiny copy (first pairs final)
     "test_newcomer_path.py": 55,  # one quick round on a slow_tiny copy (first pairs final)
     "test_sealed_heldout.py": 60,  # one quick round on a slow_tiny copy (first pairs final)
-    "test_progress.py": 45,
+    "test_progress.py": 60,  # (CI: 57+)
     "test_kernel_facts.py": 60,  # * one round, its two gfx942 compiles beside the measurement
     "test_profile.py": 25,  # * the torch profiler over one shape of the fullbench
     "test_launch_recipes.py": 60,  # ~14 small compiles in ~10 processes (loaded machine: 130)
@@ -128,6 +133,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if worker:  # simulated GPUs of two workers must not wait on each other's leases
         leases = Path(tempfile.gettempdir()) / f"turbo-campaign-test-leases-{os.getpid()}"
         os.environ.setdefault("CAMPAIGN_LEASE_DIR", str(leases))
+    else:  # the run's seconds per file and per worker, printed at its end (FILE_SECONDS)
+        config.pluginmanager.register(FileSeconds(), "file-seconds")
 
 
 @pytest.fixture(scope="session")
