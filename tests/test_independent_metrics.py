@@ -18,6 +18,7 @@ from runner.core.outcomes import Decision, PairSample, Score, ShapeScore
 from runner.executors.factory import make_executor
 from runner.flow.measure import Comparison, judge
 from runner.flow.round_context import Round, level_shapes
+from runner.flow.round_records import veto_only
 from runner.judge.independent import decide_metrics
 from runner.store.campaign import Campaign
 
@@ -129,3 +130,14 @@ def test_an_undeclared_metric_list_is_refused(tmp_path: Path, metric: str) -> No
 
     with pytest.raises(ConfigError, match="primary_metric"):
         tiny_campaign(tmp_path, "bad", baseline=False, primary_metric=metric)
+
+
+def test_a_vetoed_round_of_it_records_the_metric_its_other_rounds_show(tmp_path: Path) -> None:
+    """A round vetoed before measuring records an empty score; it is on the first
+    metric, the one every measured round's record shows, not on the declared list."""
+    campaign = tiny_campaign(tmp_path, "ind", baseline=False, primary_metric=INDEPENDENT)
+    rnd = Round(campaign, make_executor(campaign.manifest), lambda _m: None, tmp_path, 2, "full")
+    gate, inc, cand = veto_only(
+        rnd, ["focused test failed"], level_shapes(campaign.manifest, "full")
+    )
+    assert gate.metric == inc.metric == cand.metric == FWD
