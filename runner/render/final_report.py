@@ -29,6 +29,7 @@ from runner.render.markdown import (
     md_table,
     render_final_sections,
     render_termination_check,
+    vetoed_unmeasured,
 )
 from runner.render.status import best_round, consecutive_rollbacks, escalation_step
 from runner.render.termination import peak_fraction, peak_info
@@ -190,7 +191,9 @@ def ineffective_rows(results: Sequence[RoundResult]) -> list[Ineffective]:
     for r in results:
         if r.status is Status.ROLLED_BACK and not inconclusive(r):
             why = r.gate.reasons[0] if r.gate is not None and r.gate.reasons else ""
-            reason = f"{_delta(r)}; {why}" if why else _delta(r)
+            measured = "not measured: vetoed before measuring" if vetoed_unmeasured(r) else None
+            said = measured or _delta(r)
+            reason = f"{said}; {why}" if why else said
             out.append(Ineffective(brief(r), r.round, reason))
         elif r.status is Status.FAILED:
             out.append(Ineffective(brief(r), r.round, "not measured: the worker failed"))
