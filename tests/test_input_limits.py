@@ -445,9 +445,13 @@ def test_row8_a_failed_focused_test_is_not_passed_nor_measured(
     veto = "focused test failed on the candidate (pytest tests -q):\nE   assert 1 == 2"
     gate = GateResult(Decision.ROLLED_BACK, "Combined Step TFLOPS", 0.0, 0.0, 0.0, (), (), (veto,))
     result = _closed(c, 2, Status.ROLLED_BACK, "h", gate=gate, reasons=[veto])
-    entry = c.optimize_log.read_text("utf-8").split("### round-2")[1]
+    entry, state = (
+        c.optimize_log.read_text("utf-8").split("### round-2")[1].split("\n## Current Best\n")
+    )
     assert "— passed" not in entry and "failed on the candidate" in entry, entry
     assert "0.000" not in entry and "not measured" in entry, entry
+    ineffective = state.split("\n## Verified Ineffective Directions\n")[1]
+    assert "0.000" not in ineffective and "not measured" in ineffective, ineffective
     summary = c.summary_path(2).read_text("utf-8")
     assert "candidate 0.000" not in summary and "vetoed before measuring" in summary
     capsys.readouterr()

@@ -8,6 +8,7 @@ package with synthetic closed rounds (no round is measured)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -187,3 +188,93 @@ def test_the_final_report_has_latency_and_snr_per_shape(tmp_path: Path) -> None:
     header, _, row = table.split("\n\n")[2].splitlines()[:3]
     assert "Final latency fwd / bwd (ms)" in header and "Final SNR (dB, worst)" in header
     assert [c.strip() for c in row.split("|")[4:7]] == ["+20.000%", "1.25 / 2.5", "38.2"]
+
+
+# Upstream's optimization log template (agent/skills/kernel-optimize/workflow/
+# optimize-loop.md, "Optimization Log Template", Primus-Turbo a6a16cdc), the lines that
+# hold the Current Best and the directions, as upstream writes them.
+UPSTREAM_CURRENT_BEST = """## Current Best
+| Shape (MxNxK) | Baseline | Current Best | Improvement |
+|---------------|----------|-------------|-------------|
+| ... | ... | ... | ... |
+- Aggregate score: baseline <X> → current <Y> (+Z%)"""
+UPSTREAM_DIRECTIONS = """## Directions to Try
+- [ ] <Direction 1>
+- [ ] <Direction 2>
+- [x] ~~<Verified ineffective direction>~~ (verified in round-N)
+
+## Verified Ineffective Directions
+| Direction | Version | Failure Reason |
+|-----------|---------|---------------|
+| ... | round-N | ... |"""
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _form(line: str) -> str:
+    """A line of the log as its kind: a table header's cells, a checkbox item with its
+    text replaced, the aggregate line with its figures replaced, a heading as it is."""
+    if line.startswith("- [x] ~~"):
+        return re.sub(r"~~.*~~ \(verified in round-\d+\)", "~~D~~ (verified in round-N)", line)
+    if line.startswith("- [ ] "):
+        return "- [ ] D"
+    if line.startswith("- Aggregate score: "):
+        return re.sub(r"baseline \S+ → current \S+ \([+-][\d.]+%\)", "baseline X → current Y (Z)",
+                      line)  # fmt: skip
+    return line
+
+
+def _upstream_form(template: str) -> list[str]:
+    out = []
+    for line in template.splitlines():
+        line = line.replace("<X>", "0").replace("<Y>", "0").replace("(+Z%)", "(+0%)")
+        line = re.sub(r"<[^>]*>", "D", line).replace("round-N", "round-1")
+        out.append(_form(line))
+    return out
+
+
+def test_every_round_appends_current_best_and_directions_as_upstream_writes_them(
+    tmp_path: Path,
+) -> None:
+    """optimize-loop.md's VALIDATE step: after each round, optimize.md says the current
+    best and the directions to try (a6a16cdc), under upstream's headings, with its table
+    columns, its aggregate line and its checkboxes; the log stays append-only."""
+    campaign = _campaign(tmp_path, [Status.BASELINE])
+    better = Score(METRIC, 110.0, (ShapeScore("a", "PASS", 110.0, 110.0, 110.0),), 1, 0)
+    campaign.snapshot_dir(2).mkdir(parents=True)
+    close_round(campaign, replace(_round(2, Status.ACCEPTED), score=better,
+                                  next_direction="deeper pipelining"))  # fmt: skip
+    for n in (3, 4):
+        campaign.snapshot_dir(n).mkdir(parents=True)
+        close_round(campaign, replace(_round(n, Status.ROLLED_BACK), next_direction=f"next {n}"))
+    log = campaign.optimize_log.read_text("utf-8")
+    entries = log.split("\n### round-")[1:]
+    assert len(entries) == 4
+    for entry in entries:  # each round's own copy, after its history entry
+        assert entry.count("\n## Current Best\n") == 1
+        assert entry.count("\n## Directions to Try\n") == 1
+        assert entry.count("\n## Verified Ineffective Directions\n") == 1
+    last = entries[-1]
+    best = last.split("\n## Current Best\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert _cells(best[0]) == _cells(UPSTREAM_CURRENT_BEST.splitlines()[1])
+    assert _cells(best[2]) == ["a", "100.000", "110.000", "+10.000%"]
+    assert best[3] == "- Aggregate score: baseline 100.000 → current 110.000 (+10.000%)"
+    assert [_form(x) for x in (best[3],)] == _upstream_form(UPSTREAM_CURRENT_BEST)[-1:]
+    directions = "## Directions to Try\n" + last.split("\n## Directions to Try\n", 1)[1]
+    items, table = directions.split("\n\n## Verified Ineffective Directions\n")
+    lines = items.splitlines()
+    assert lines[0] == "## Directions to Try"
+    assert lines[1] == "- [ ] next 4 (from round-4)"
+    assert lines[2].startswith("- [ ] escalation step 2: profile: stagnation review")
+    assert lines[-2:] == ["- [x] ~~idea 3~~ (verified in round-3)",
+                          "- [x] ~~idea 4~~ (verified in round-4)"]  # fmt: skip
+    kinds = {_form(x) for x in lines}
+    assert kinds <= set(_upstream_form(UPSTREAM_DIRECTIONS))
+    head, _, *rows = table.splitlines()
+    assert _cells(head) == _cells(UPSTREAM_DIRECTIONS.splitlines()[-3])
+    assert [_cells(r)[:2] for r in rows] == [["idea 3", "round-3"], ["idea 4", "round-4"]]
+    after_2 = entries[1].split("\n## Directions to Try\n", 1)[1]
+    assert after_2.startswith("- [ ] deeper pipelining (from round-2)\n")
+    verify(campaign.optimize_log)

@@ -24,6 +24,7 @@ from runner.core.stats import geomean
 from runner.flow.records import close_round, correct_logs
 from runner.render.chain import check_chain
 from runner.render.markdown import (
+    Ineffective,
     render_current_best,
     render_directions,
     render_final_sections,
@@ -285,12 +286,14 @@ def test_optimize_header_has_information_and_baseline_table() -> None:
 def test_current_best_and_directions() -> None:
     best = score(shape("a", 440, 200), shape("b", 300, 165))
     text = render_current_best(BASE, best, 2)
-    assert "| geomean " in text
-    assert "+4.805%" in text
-    assert "Current best (round-2)" in text
-    d = render_directions(["split-K for small M"], [])
-    assert "## Directions to try\n\n- split-K for small M\n" in d
-    assert "## Verified ineffective directions\n\n- none recorded\n" in d
+    assert "| Shape (MxNxK) " in text
+    assert "- Aggregate score: baseline " in text and "(+4.805%)" in text
+    assert "- Current best: round-2;" in text
+    d = render_directions(["split-K for small M"], [Ineffective("BLOCK_K 256", 3, "spills")])
+    assert "## Directions to Try\n- [ ] split-K for small M\n" in d
+    assert "- [x] ~~BLOCK_K 256~~ (verified in round-3)\n" in d
+    assert "## Verified Ineffective Directions\n| Direction " in d
+    assert "## Verified Ineffective Directions\n- none yet\n" in render_directions([], [])
 
 
 def test_termination_check() -> None:
@@ -444,9 +447,9 @@ def test_final_sections_and_trend_correction(camp: Campaign) -> None:
     close_round(camp, rr(1, Status.BASELINE, BASE))
     text = render_final_sections(camp.manifest, camp.results(), to_try=["split-K"])
     assert [h for h in headings(text)] == [
-        "Current best vs baseline (Combined Step TFLOPS)",
-        "Directions to try",
-        "Verified ineffective directions",
+        "Current Best",
+        "Directions to Try",
+        "Verified Ineffective Directions",
         "Termination Check",
     ]
     with pytest.raises(ConfigError, match="not closed"):

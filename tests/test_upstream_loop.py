@@ -12,6 +12,8 @@ import pytest
 
 from runner.core.csv_io import read_csv, write_csv
 from runner.core.csv_schema import GEMM_SCHEMA
+from runner.core.outcomes import Decision
+from runner.judge.json_contract import gate_csvs
 from runner.judge.scoring import combined_from_tflops, score
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,3 +93,62 @@ def test_upstreams_trend_example_row_1() -> None:
     assert combined_from_tflops(500, 250) == pytest.approx(300.0)
     assert combined_from_tflops(520, 258) == pytest.approx(310.077, abs=5e-4)
     assert combined_from_tflops(550, 272) / 300 - 1 == pytest.approx(0.09039, abs=5e-5)
+
+
+def _example_csvs(tmp_path: Path, fwd_bwd: list[tuple[float, float]]) -> tuple[Path, Path]:
+    """optimize-loop.md's "Computation Example" (a6a16cdc) as two CSVs: the candidate's
+    three shapes as upstream lists them, scaled by ``fwd_bwd`` per shape, against a
+    baseline whose forward and backward aggregates are upstream's 285.0 and 140.0 (the
+    example gives the baseline only as aggregates; each shape is the candidate's scaled
+    to them)."""
+    shapes = [("s1", 4096, 4096, 4096, 320, 160), ("s2", 2048, 8192, 4096, 305, 152),
+              ("s3", 1024, 4096, 8192, 290, 145)]  # fmt: skip
+    fwd_g = math.prod(s[4] for s in shapes) ** (1 / 3)
+    bwd_g = math.prod(s[5] for s in shapes) ** (1 / 3)
+    best, cand = tmp_path / "best.csv", tmp_path / "cand.csv"
+    base = [_row(lb, m, n, k, f * 285.0 / fwd_g, b * 140.0 / bwd_g) for lb, m, n, k, f, b in shapes]
+    write_csv(best, GEMM_SCHEMA, base)
+    rows = [_row(lb, m, n, k, f * sf, b * sb)
+            for (lb, m, n, k, f, b), (sf, sb) in zip(shapes, fwd_bwd, strict=True)]  # fmt: skip
+    write_csv(cand, GEMM_SCHEMA, rows)
+    return best, cand
+
+
+def test_upstreams_worked_example_under_independent_metrics(tmp_path: Path) -> None:
+    """optimize-loop.md, "Multi-metric handling" (a6a16cdc): "If no combined-step metric
+    is defined and the metrics are genuinely independent objectives ... all metric
+    aggregates must not regress, and at least one must improve", judged on its
+    Computation Example: forward 285.0 -> 304.8 and backward 140.0 -> 152.2 (upstream's
+    trend cell: "fwd +6.947%, bwd +8.714%", from those rounded aggregates)."""
+    best, cand = _example_csvs(tmp_path, [(1.0, 1.0)] * 3)
+    both = gate_csvs(str(best), str(cand), "independent")
+    assert both.decision is Decision.ACCEPTED, both.reasons
+    assert both.reasons[0] == (
+        "independent metrics: improved Forward TFLOPS, Backward TFLOPS; none regressed"
+    )
+    each = [re.match(r"(.+): ACCEPTED \(([+-][\d.]+)%\)", r) for r in both.reasons[1:]]
+    got = {m.group(1): float(m.group(2)) for m in each if m}
+    # upstream's 6.947 and 8.714 come from the aggregates rounded to 304.8 and 152.2
+    assert got == pytest.approx({"Forward TFLOPS": 6.947, "Backward TFLOPS": 8.714}, abs=0.02)
+    assert both.delta_pct == pytest.approx(6.947, abs=0.02)  # the records show forward
+
+
+def test_an_independent_aggregate_that_regresses_rolls_back_the_worked_example(
+    tmp_path: Path,
+) -> None:
+    """The example with its forward pass 7.5% slower on every shape (forward aggregate
+    304.8 x 0.925 = 281.9, below the baseline's 285.0) and the backward pass as upstream
+    gives it: the combined step still gains, so a combined-step campaign accepts; under
+    independent metrics the forward aggregate regressed, and the round rolls back."""
+    best, cand = _example_csvs(tmp_path, [(0.925, 1.0)] * 3)
+    combined = gate_csvs(str(best), str(cand), "auto")
+    assert combined.metric == "Combined Step TFLOPS" and combined.decision.accepted
+    got = gate_csvs(str(best), str(cand), "independent")
+    assert got.decision is Decision.ROLLED_BACK
+    assert got.reasons[0] == (
+        "independent metrics: no aggregate may regress; regressed: Forward TFLOPS"
+    )
+    flat = gate_csvs(str(best), str(_example_csvs(tmp_path, [(0.9, 0.9)] * 3)[1]),
+                     "independent")  # fmt: skip
+    assert flat.decision is Decision.ROLLED_BACK  # both fell
+    assert "regressed: Forward TFLOPS, Backward TFLOPS" in flat.reasons[0]

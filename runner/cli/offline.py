@@ -35,7 +35,9 @@ _metric_option = click.option(
     default=Metric.AUTO.value,
     show_default=True,
     help="Primary metric: auto picks Combined Step TFLOPS for fwd+bwd GEMMs, Forward "
-    "TFLOPS for forward-only ones and Forward GB/s for memory-bound ops.",
+    "TFLOPS for forward-only ones and Forward GB/s for memory-bound ops; independent "
+    "judges Forward and Backward TFLOPS together: no aggregate may fall, one must improve "
+    "(docs/protocol.md §5.9).",
 )
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 

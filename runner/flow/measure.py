@@ -63,10 +63,11 @@ from runner.flow.sharding import (
     seconds_cost,
     shard_shapes,
 )
-from runner.judge.gate import decide, promising, required_pairs
+from runner.judge.gate import promising, required_pairs
+from runner.judge.independent import decide_metrics
 from runner.judge.measuring_caps import CAP_PAIRS, MAX_PAIRS, PROMISING_PAIRS, ROUND_CAP_S
 from runner.judge.probe import GUARD, PROBE_PREFIX, is_probe
-from runner.judge.scoring import score
+from runner.judge.scoring import component_metrics, score
 from runner.ops.info import op_info
 from runner.render.figures import fmt_gain
 
@@ -418,16 +419,20 @@ def judge(
     ref_role, cand_role = how.roles
     ref = read_passes(paths[ref_role], m.pinned_header)
     cand = read_passes(paths[cand_role], m.pinned_header)
-    ref_score = score(write_merged(rnd.tmp / how.files[0], ref), m.primary_metric)
-    cand_score = score(write_merged(rnd.tmp / how.files[1], cand), ref_score.metric)
+    merged = write_merged(rnd.tmp / how.files[0], ref), write_merged(rnd.tmp / how.files[1], cand)
+    # several metrics: independent metrics, docs/protocol.md §5.9
+    metrics = component_metrics(m.primary_metric)
+    refs = {k: score(merged[0], k) for k in metrics}
+    cands = {k: score(merged[1], refs[k].metric) for k in metrics}
+    ref_score, cand_score = refs[metrics[0]], cands[metrics[0]]
     if ref_score.n_fail:
         raise MeasurementFailed(how.broken)
-    pairs = pair_samples(ref, cand, ref_score.metric)
+    pairs = {k: pair_samples(ref, cand, refs[k].metric) for k in metrics}
     if how.audits:  # a candidate's rate above its GPU's peak: a measuring error, vetoed
         light = speed_of_light_veto(light_readings(cand, op_info(m.target_op).precision, ref))
         vetoes = [*vetoes, light] if light else vetoes
-    gate = decide(
-        ref_score, cand_score, sigma_g=m.sigma_g, pairs=pairs, vetoes=list(vetoes), final=final,
+    gate = decide_metrics(
+        refs, cands, sigma_g=m.sigma_g, pairs=pairs, vetoes=list(vetoes), final=final,
         targeted_shapes=how.targeted,
     )  # fmt: skip
     if cand_score.n_fail:
@@ -439,8 +444,8 @@ def judge(
         inflated = inflation_veto(gate, gain, m.sigma_g or 0.0)
         late = [v for v in (inflated, probe_veto(rnd, ref_score, cand_score, gate)) if v]
         if late:
-            gate = decide(
-                ref_score, cand_score, sigma_g=m.sigma_g, pairs=pairs,
+            gate = decide_metrics(
+                refs, cands, sigma_g=m.sigma_g, pairs=pairs,
                 vetoes=[*vetoes, *late], final=final, targeted_shapes=how.targeted,
             )  # fmt: skip
         gate = name_probe(gate)

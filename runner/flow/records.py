@@ -17,6 +17,7 @@ from runner.render.markdown import (
     render_trend_correction,
     render_trend_row,
 )
+from runner.render.round_state import render_round_state
 from runner.render.summary import render_summary
 from runner.store.campaign import Campaign
 from runner.store.records import RoundTexts, append_log_correction, write_round_records
@@ -25,12 +26,14 @@ from runner.store.records import RoundTexts, append_log_correction, write_round_
 def close_round(
     campaign: Campaign, result: RoundResult, progress: Callable[[str], None] | None = None
 ) -> None:
-    """Render the round's records and write them: summary.md, both log entries and, last,
-    result.json (``runner.store.records.write_round_records``)."""
+    """Render the round's records and write them: summary.md, both log entries (the
+    history entry followed by the Current Best and Directions after this round) and,
+    last, result.json (``runner.store.records.write_round_records``)."""
     m = campaign.manifest
+    so_far = [*(r for r in campaign.results() if r.round != result.round), result]
     texts = RoundTexts(
         summary=render_summary(result, m),
-        history_entry=render_history_entry(result),
+        history_entry=render_history_entry(result) + render_round_state(so_far),
         trend_row=render_trend_row(result),
         optimize_header=render_optimize_header(m, result) if result.round == 1 else None,
     )

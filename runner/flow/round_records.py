@@ -30,6 +30,7 @@ from runner.flow.round_context import Round
 from runner.judge.audit import DECLARABLE
 from runner.judge.gate_constants import current_digest
 from runner.judge.inconclusive import advice, inconclusive
+from runner.judge.scoring import component_metrics
 from runner.judge.vetoes import state_transfer
 from runner.store.campaign import Campaign
 from runner.store.roundfiles import artifact_list, describe_patch, store_artifacts
@@ -95,7 +96,7 @@ def behaviour_transfer(rnd: Round, transfer: TransferCheck, gate: GateResult) ->
 def veto_only(
     rnd: Round, vetoes: list[str], shapes: list[Shape]
 ) -> tuple[GateResult, Score, Score]:
-    metric = rnd.manifest.primary_metric
+    metric = component_metrics(rnd.manifest.primary_metric)[0]  # the one the records show
     empty = Score(
         metric, 0.0, tuple(ShapeScore(s.label, "FAIL", None) for s in shapes), 0, len(shapes)
     )
@@ -278,9 +279,8 @@ def failed_result(
     rnd.step("artifacts")
     store_artifacts(campaign, rnd.round, rnd.tmp)
     labels = [s.label for s in best.score.shapes]
-    empty = Score(
-        m.primary_metric, 0.0, tuple(ShapeScore(lb, "FAIL", None) for lb in labels), 0, len(labels)
-    )
+    metric = component_metrics(m.primary_metric)[0]  # the one the records show
+    empty = Score(metric, 0.0, tuple(ShapeScore(lb, "FAIL", None) for lb in labels), 0, len(labels))
     result = RoundResult(
         **_shared_fields(rnd, request, describe_patch(patch, touched), started),
         status=Status.FAILED,

@@ -168,6 +168,21 @@ def confirms(gate: GateResult) -> bool:
     return bool(shapes) and all(i is not None and i[0] > -SEVERE_LOG for i in shapes)
 
 
+def fell(gate: GateResult) -> bool:
+    """Whether the aggregate went down: with pairs, the paired gain's whole 95% interval
+    lies below zero (a drop within the noise is not one); without pairs (two merged
+    scores), the candidate's aggregate is below the best's.  A veto or a FAIL, which
+    measures no aggregate, is not a fall."""
+    if not gate.shapes or any(s.check != "PASS" for s in gate.shapes):
+        return False
+    if gate.pair_gains_pct:
+        interval = _log_interval((gate.evidence or {}).get("gain"))
+        if interval is not None:
+            return interval[1] < 0
+        return max(gate.pair_gains_pct) < 0  # one pair: its reading is all there is
+    return gate.candidate_aggregate < gate.best_aggregate
+
+
 def outpaced(gate: GateResult, leader_pct: float) -> bool:
     """Whether the paired gain's whole 95% interval lies below ``leader_pct`` (G - 1 in
     percent, another candidate's accepted reading against the same incumbent): more

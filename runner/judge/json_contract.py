@@ -22,8 +22,8 @@ from runner.core.csv_io import MAX_CSV_LINE, check_encoding, check_same_shapes, 
 from runner.core.errors import ConfigError
 from runner.core.files import check_regular_file
 from runner.core.outcomes import GateResult, Score
-from runner.judge.gate import decide
-from runner.judge.scoring import Metric, score
+from runner.judge.independent import decide_metrics
+from runner.judge.scoring import INDEPENDENT, Metric, component_metrics, score
 
 
 class ShapeValueJSON(TypedDict):
@@ -137,13 +137,15 @@ def gate_csvs(
 ) -> GateResult:
     """Judge the candidate CSV against the best one.  The candidate must carry the best
     CSV's columns exactly (LF or CRLF either way) and is scored on the metric the best
-    one resolved to."""
+    one resolved to; ``metric`` ``independent`` judges forward and backward TFLOPS by
+    the independent-metrics rule (``runner.judge.independent``)."""
     best_csv = read_csv(best_path)
     cand_csv = read_csv(cand_path, pinned=best_csv.header)
     check_same_shapes(best_csv, cand_csv)
-    best_score = score(best_csv, metric)
-    cand_score = score(cand_csv, best_score.metric)
-    return decide(best_score, cand_score, sigma_g=sigma_g, targeted_shapes=tuple(targeted))
+    names = component_metrics(INDEPENDENT if metric == Metric.INDEPENDENT.value else metric)
+    best = {b.metric: b for b in (score(best_csv, k) for k in names)}
+    cand = {k: score(cand_csv, k) for k in best}
+    return decide_metrics(best, cand, sigma_g=sigma_g, targeted_shapes=tuple(targeted))
 
 
 def gate_json(result: GateResult) -> GateJSON:

@@ -8,7 +8,12 @@ their geometric mean.
 * attention (the attention schema: B, H, S, D, causal): the same from the times with
   the step's FLOPs ``3.5 * 4*B*H*S*S*D`` (forward 4*B*H*S^2*D, backward 2.5x forward,
   both halved when causal);
-* memory-bound op: ``Forward GB/s``.
+* memory-bound op: ``Forward GB/s``;
+* independent metrics (docs/protocol.md §5.9): ``primary_metric`` names several,
+  comma-separated as upstream writes them (``"Forward TFLOPS, Backward TFLOPS"``); each
+  is scored on its own (``component_metrics``) and ``runner.judge.independent`` judges
+  them together; scoring with the whole name scores its first metric, the one the
+  records show.
 
 Any FAIL row sets the aggregate to 0 (the candidate is rejected).
 """
@@ -27,7 +32,9 @@ from runner.core.stats import geomean
 FORWARD_TFLOPS = "Forward TFLOPS"
 COMBINED_STEP = "Combined Step TFLOPS"
 FORWARD_GBPS = "Forward GB/s"
+BACKWARD_TFLOPS = "Backward TFLOPS"
 FORWARD_TIME = "Forward Time (ms)"
+INDEPENDENT = "Forward TFLOPS, Backward TFLOPS"  # upstream's comma-separated form
 
 
 class Metric(str, Enum):
@@ -37,13 +44,23 @@ class Metric(str, Enum):
     FORWARD = "forward"
     COMBINED = "combined"
     GBPS = "gbps"
+    BACKWARD = "backward"
+    # forward and backward TFLOPS judged together: docs/protocol.md §5.9
+    INDEPENDENT = "independent"
 
 
 _COLUMN_TO_METRIC = {
     FORWARD_TFLOPS: Metric.FORWARD,
     COMBINED_STEP: Metric.COMBINED,
     FORWARD_GBPS: Metric.GBPS,
+    BACKWARD_TFLOPS: Metric.BACKWARD,
 }
+
+
+def component_metrics(primary_metric: str) -> tuple[str, ...]:
+    """The metrics a ``primary_metric`` names: several for independent metrics
+    (``"Forward TFLOPS, Backward TFLOPS"``, docs/protocol.md §5.9), one otherwise."""
+    return tuple(p.strip() for p in primary_metric.split(",") if p.strip())
 
 
 def combined_step_tflops(
@@ -63,6 +80,7 @@ def _as_metric(metric: Metric | str) -> Metric:
     """A Metric from its value or from a primary-metric column name."""
     if isinstance(metric, Metric):
         return metric
+    metric = (component_metrics(metric) or (metric,))[0]  # independent: the first
     if metric in _COLUMN_TO_METRIC:
         return _COLUMN_TO_METRIC[metric]
     try:
@@ -84,6 +102,8 @@ def resolve_metric(csv: BenchCSV, metric: Metric | str = Metric.AUTO) -> str:
     """The primary metric's column name for this CSV; ConfigError when the requested
     metric does not fit the CSV's kind (e.g. GB/s on a GEMM CSV)."""
     chosen = _as_metric(metric)
+    if chosen is Metric.INDEPENDENT:  # scored on its first metric, as the records show
+        chosen = Metric.FORWARD
     kind = csv.schema.kind
     if kind == "memory":
         if chosen in (Metric.AUTO, Metric.GBPS):
@@ -99,6 +119,8 @@ def resolve_metric(csv: BenchCSV, metric: Metric | str = Metric.AUTO) -> str:
         )
     if chosen is Metric.FORWARD:
         return FORWARD_TFLOPS
+    if chosen is Metric.BACKWARD:
+        return BACKWARD_TFLOPS
     if chosen is Metric.COMBINED or any(has_backward(r) for r in csv.rows):
         return COMBINED_STEP
     return FORWARD_TFLOPS
@@ -110,6 +132,11 @@ def shape_value(row: Row, metric_column: str) -> float | None:
         return None
     if metric_column == COMBINED_STEP:
         return _combined(row)
+    if metric_column == BACKWARD_TFLOPS and not has_backward(row):
+        raise ConfigError(
+            f"row {row.label!r} has no backward pass: Backward TFLOPS cannot be scored; "
+            "use a primary_metric without it (docs/protocol.md §5.9)"
+        )
     if metric_column not in row.values:
         raise ConfigError(
             f"row {row.label!r} has no column {metric_column!r}; pick a metric the CSV carries"

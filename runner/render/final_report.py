@@ -25,10 +25,12 @@ from runner.judge.inconclusive import inconclusive as find_inconclusive
 from runner.render.figures import fmt_gain, fmt_pct, score_scale, short_text
 from runner.render.headline import compound, headline_gain, round_gain
 from runner.render.markdown import (
+    Ineffective,
     latency_cell,
     md_table,
     render_final_sections,
     render_termination_check,
+    vetoed_unmeasured,
 )
 from runner.render.status import best_round, consecutive_rollbacks, escalation_step
 from runner.render.termination import peak_fraction, peak_info
@@ -177,6 +179,23 @@ def ineffective_directions(results: Sequence[RoundResult]) -> list[str]:
             out.append(f"round-{r.round}: {brief(r)} ({_delta(r)}){lesson}")
         elif r.status is Status.FAILED:
             out.append(f"round-{r.round}: {brief(r)} (not measured: the worker failed)")
+    return out
+
+
+def ineffective_rows(results: Sequence[RoundResult]) -> list[Ineffective]:
+    """The rounds that showed a direction ineffective, as upstream's Verified Ineffective
+    Directions rows: each rolled-back round (an inconclusive one is not shown
+    ineffective) and each FAILED one, with why."""
+    out = []
+    for r in results:
+        if r.status is Status.ROLLED_BACK and not inconclusive(r):
+            why = r.gate.reasons[0] if r.gate is not None and r.gate.reasons else ""
+            measured = "not measured: vetoed before measuring" if vetoed_unmeasured(r) else None
+            said = measured or _delta(r)
+            reason = f"{said}; {why}" if why else said
+            out.append(Ineffective(brief(r), r.round, reason))
+        elif r.status is Status.FAILED:
+            out.append(Ineffective(brief(r), r.round, "not measured: the worker failed"))
     return out
 
 
@@ -353,7 +372,7 @@ def render_report(
         m,
         results,
         to_try=next_steps(results, acceptance, (baseline, final)),
-        ineffective=ineffective_directions(results),
+        ineffective=ineffective_rows(results),
         peak_fraction=fraction,
         user_stop=user_stop,
     )

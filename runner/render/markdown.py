@@ -338,9 +338,22 @@ def render_history_entry(result: RoundResult) -> str:
     return f"\n{history_marker(n)}{result.status.value}\n\n{body}\n"
 
 
-# -- final sections (campaign report) ------------------------------------------------
+# -- Current Best and Directions: after every round, and in the report ------------------
+@dataclass(frozen=True)
+class Ineffective:
+    """One row of upstream's Verified Ineffective Directions: the direction, the round
+    that showed it, why it failed."""
+
+    direction: str
+    round: int
+    reason: str
+
+
 def render_current_best(baseline: Score, best: Score, best_round: int) -> str:
-    """Current best vs baseline, per shape, on the primary metric."""
+    """Upstream's ``## Current Best`` (the optimization log template of
+    ``agent/skills/kernel-optimize/workflow/optimize-loop.md``, Primus-Turbo a6a16cdc):
+    per shape the baseline, the current best and the improvement on the primary metric,
+    then the aggregate line, over the shapes the best measured."""
     best_by = best.by_label()
     scale = score_scale(baseline.metric, baseline, best)
     rows = []
@@ -352,27 +365,30 @@ def render_current_best(baseline: Score, best: Score, best_round: int) -> str:
         )
     labels = [s.label for s in passing(best)]
     base_agg, best_agg = aggregate_over(baseline, labels), aggregate_over(best, labels)
-    rows.append(
-        [
-            "geomean",
-            scale.num(base_agg),
-            scale.num(best_agg),
-            fmt_pct(pct_change(best_agg, base_agg)),
-        ]
-    )
-    headers = ["Shape", "Baseline", f"Current best (round-{best_round})", "Change"]
-    metric = scale.label(baseline.metric)
-    return f"\n## Current best vs baseline ({metric})\n\n{md_table(headers, rows)}\n"
-
-
-def render_directions(to_try: Sequence[str], ineffective: Sequence[str]) -> str:
-    def items(xs: Sequence[str]) -> str:
-        return "\n".join(f"- {' '.join(x.split())}" for x in xs) or "- none recorded"
-
+    headers = ["Shape (MxNxK)", "Baseline", "Current Best", "Improvement"]
     return (
-        f"\n## Directions to try\n\n{items(to_try)}\n\n"
-        f"## Verified ineffective directions\n\n{items(ineffective)}\n"
+        f"\n## Current Best\n{md_table(headers, rows)}\n"
+        f"- Aggregate score: baseline {scale.num(base_agg)} → current {scale.num(best_agg)} "
+        f"({fmt_pct(pct_change(best_agg, base_agg))})\n"
+        f"- Current best: round-{best_round}; {scale.label(baseline.metric)}, geomean over "
+        f"{len(labels)} shape(s)\n"
     )
+
+
+def render_directions(to_try: Sequence[str], ineffective: Sequence[Ineffective]) -> str:
+    """Upstream's ``## Directions to Try`` (open directions unchecked, the verified
+    ineffective ones checked and struck through with their round) and ``## Verified
+    Ineffective Directions`` (direction, version, failure reason), as the optimization
+    log template of optimize-loop.md writes them (Primus-Turbo a6a16cdc); the user's
+    words go through ``runner.render.escape.md_text``."""
+    items = [f"- [ ] {md_text(x)}" for x in to_try]
+    items += [
+        f"- [x] ~~{md_text(x.direction)}~~ (verified in round-{x.round})" for x in ineffective
+    ]
+    rows = [[md_text(x.direction), f"round-{x.round}", md_text(x.reason)] for x in ineffective]
+    table = md_table(["Direction", "Version", "Failure Reason"], rows) if rows else "- none yet"
+    listed = "\n".join(items) or "- none recorded"
+    return f"\n## Directions to Try\n{listed}\n\n## Verified Ineffective Directions\n{table}\n"
 
 
 def _best(results: Sequence[RoundResult]) -> RoundResult | None:
@@ -468,7 +484,7 @@ def render_final_sections(
     results: Sequence[RoundResult],
     *,
     to_try: Sequence[str] = (),
-    ineffective: Sequence[str] = (),
+    ineffective: Sequence[Ineffective] = (),
     peak_fraction: float | None = None,
     user_stop: bool = False,
 ) -> str:

@@ -48,7 +48,11 @@ Granularity = Literal["tensorwise", "rowwise", "blockwise", "mx_blockwise"]
 TargetName = Literal["example", "primus-turbo"]
 ExecutionMode = Literal["repo", "workspace"]
 CacheMode = Literal["hot", "cold"]
-PrimaryMetric = Literal["Combined Step TFLOPS", "Forward TFLOPS", "Forward GB/s"]
+# "Forward TFLOPS, Backward TFLOPS": independent metrics, no combined one (upstream's
+# comma-separated form, the kernel-optimize skill page at a6a16cdc; docs/protocol.md §5.9)
+PrimaryMetric = Literal[
+    "Combined Step TFLOPS", "Forward TFLOPS", "Forward GB/s", "Forward TFLOPS, Backward TFLOPS"
+]
 
 BACKEND_LANG: dict[str, str] = {
     "TRITON": "TRITON",
