@@ -59,15 +59,19 @@ def _spec(pool: int | None = None) -> RoundSpec:
 
 def test_paired_sessions_plan_pool_and_waves_from_the_figure() -> None:
     """An accept session like issue 50's (four Llama-2-7B mb1 targets and a 32768-row
-    held-out shape) on an H200: its pool shrinks to one member, one pair at a time; on
-    an MI355X it keeps two; a round of the four targets starts several pairs at once."""
+    held-out shape) on an H200: one pair at a time with two members (the checks in
+    slices, ``runner.ops.sliced_check``); measured by three roles, as a tournament
+    would, its pool shrinks to one member; on an MI355X it keeps two; a round of the
+    four targets starts several pairs at once."""
     shapes = {s.label: s for s in shape_set("models")}
     held = shapes["Llama-3.1-8B-gate_up-mb4-32768x28672x4096"]
     accept = [shapes[t] for t in TARGETS] + [held]
     h200, mi355 = device_memory_for("sm90"), device_memory_for("gfx950")
-    tight = plan_memory(_spec(), True, h200, accept, roles=2, turns=2)
+    pair = plan_memory(_spec(), True, h200, accept, roles=2, turns=2)
+    assert pair.members == 2 and pair.fits == 1 and pair.first_wave(4) is None
+    tight = plan_memory(_spec(), True, h200, accept, roles=3, turns=2)
     assert tight.members == 1 and tight.fits == 1 and tight.first_wave(4) is None
-    assert 2 * tight.need <= 0.9 * (h200 or 0) < 2 * worker_need("gemm_fp8", accept, 2)
+    assert 3 * tight.need <= 0.9 * (h200 or 0) < 3 * worker_need("gemm_fp8", accept, 2)
     roomy = plan_memory(_spec(), True, mi355, accept, roles=2, turns=2)
     assert roomy.members == 2
     rounds = plan_memory(_spec(), True, h200, [shapes[t] for t in TARGETS], roles=2, turns=2)

@@ -21,8 +21,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from runner.ops.base import seeded, snr_db
+from runner.ops.base import seeded
 from runner.ops.quantize import fp8_dtype
+from runner.ops.sliced_check import compare
 
 RECIPE_SNR = 40.0  # dB between the kernel's output and the recipe's emulation
 EMULATED = ("TENSORWISE", "ROWWISE", "BLOCKWISE")
@@ -46,6 +47,15 @@ def emulate_fp8_gemm(
 ) -> torch.Tensor | None:
     """float32 ``q(a) @ q(b)^T`` under the recipe (a (M, K), b (N, K)); None where the
     granularity is not emulated.  ``fmt``: e4m3, e5m2 or hybrid (E4M3 forward)."""
+    operands = emulated_operands(a, b, granularity, fmt, block_size)
+    return None if operands is None else operands[0] @ operands[1].t()
+
+
+def emulated_operands(
+    a: torch.Tensor, b: torch.Tensor, granularity: str, fmt: str, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """float32 ``q(a)`` and ``q(b)`` under the recipe; None where the granularity is not
+    emulated."""
     gran = granularity.upper()
     if gran not in EMULATED:
         return None
@@ -58,7 +68,7 @@ def emulate_fp8_gemm(
     }[gran]
     qa = fake_quantize(a.detach(), dtype, *groups[0])
     qb = fake_quantize(b.detach(), dtype, *groups[1])
-    return qa @ qb.t()
+    return qa, qb
 
 
 def outlier_operands(
@@ -91,12 +101,13 @@ def recipe_problems(
 ) -> tuple[float, list[str]]:
     """(SNR of ``out`` against the recipe's emulation, the problem if below RECIPE_SNR);
     (inf, []) where the granularity is not emulated."""
-    ref = emulate_fp8_gemm(a, b, granularity, fmt, bs)
-    if ref is None:
+    operands = emulated_operands(a, b, granularity, fmt, bs)
+    if operands is None:
         return float("inf"), []
-    if out.shape != ref.shape:
+    if tuple(out.shape) != (a.shape[0], b.shape[0]):
         return float("-inf"), [f"recipe guard: out has shape {tuple(out.shape)}"]
-    snr = snr_db(ref, out)
+    (got,) = compare([out], *operands)  # the product tile by tile, never whole
+    snr = got.snr_db()
     if snr >= RECIPE_SNR:
         return snr, []
     what = f"{granularity.upper()}" + (
