@@ -7,7 +7,8 @@ BASELINE (5 passes, the CLI's default), one round with ``scalar_scale.patch`` (t
 earlier H200 study's round 2, docs/benchmarks.md "Three GPU hypotheses"), then
 ``campaign accept``.  Printed: each step's verdict and wall time, accept over BASELINE
 (target: at most 2), every check, each shape's paired change, and per paired session
-the device memory its workers reported against the op's per-shape figure.
+the device memory its workers reported against the op's per-shape figure, and per
+shape the figure beside the peak the GPU workers measured (one run calibrates it).
 
 Part ``b`` (after ``a``, same ``--root``): a copy of the campaign as it was after its
 BASELINE, one round with ``scalar_scale.patch`` plus a planted slow-down of one held-out
@@ -151,7 +152,10 @@ def report(campaign: Campaign, got: Any, record: dict[str, Any]) -> None:
 
 def memory_reports(campaign: Campaign, labels: list[str]) -> list[dict[str, Any]]:
     """Per paired session of the acceptance, what its workers reported (GiB) against the
-    op's figure for one worker at pool 1 and 2 (runner.ops.info.worker_bytes)."""
+    op's figure for one worker at pool 1 and 2 (runner.ops.info.worker_bytes), and per
+    shape the figure for one worker with the session's pool beside the peak a GPU
+    worker measured preparing it (``shapes``: estimate vs measured; on the CPU no
+    measured figure exists)."""
     shapes = [s for s in shape_set(campaign.manifest.shape_set) if s.label in labels]
     figure = {p: round(worker_bytes("gemm_fp8", shapes, p) / GIB, 2) for p in (1, 2)}
     out = []
@@ -159,8 +163,16 @@ def memory_reports(campaign: Campaign, labels: list[str]) -> list[dict[str, Any]
         doc = json.loads(path.read_text(encoding="utf-8"))
         workers = {name: {k: round(v / GIB, 2) for k, v in m.items()}
                    for name, m in (doc.get("workers") or {}).items()}  # fmt: skip
-        out.append({"file": str(path.name), "workers": workers, "figure_gib": figure})
+        per_shape = {label: {k: round(v / GIB, 3) for k, v in row.items()}
+                     for label, row in (doc.get("shapes") or {}).items()}  # fmt: skip
+        out.append({"file": str(path.name), "workers": workers, "figure_gib": figure,
+                    "pool": doc.get("pool"), "shapes_gib": per_shape})  # fmt: skip
         say(f"  memory {path.name}: figure {figure} GiB; reported {workers}")
+        for label, row in per_shape.items():
+            measured = row.get("measured")
+            ratio = f" ({measured / row['estimate']:.2f} of it)" if measured else ""
+            say(f"    {label}: estimate {row['estimate']} GiB (pool {doc.get('pool')}), "
+                f"measured {measured if measured is not None else '-'} GiB{ratio}")  # fmt: skip
     return out
 
 
