@@ -29,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from runner.flow.progress import (
+    AcceptStep,
     Event,
     PairDone,
     PairsPlanned,
@@ -81,6 +82,8 @@ class ProgressView:
     def _note(self, message: str) -> None:
         if isinstance(message, StepStarted):
             self.step = f"{message.label}: {message.name}"
+        elif isinstance(message, AcceptStep):  # a new step: the last one's pairs are done
+            self.step, self.measuring, self.turn = str(message), None, ""
         elif isinstance(message, PairsPlanned | TurnDone | PairDone):
             self.measuring, self.measuring_at = message, self.clock()
             if isinstance(message, TurnDone):
