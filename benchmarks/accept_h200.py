@@ -251,14 +251,16 @@ def planted_patch(source: Path, base_patch: Path, shape: Any, step_ms: float,
         text = kernel.read_text(encoding="utf-8")
         assert ANCHOR in text, f"{KERNEL} changed: the plant's anchor is gone"
         mnk = shape.m * shape.n * shape.k
-        if args.device == "cpu":  # quantise the weight again: clearly slower
+        if args.device == "cpu":  # quantise the weight's codes again: clearly slower
             reps = max(1, round(args.slower * 10))
-            again = "quantize_fp8(b, b_dtype, gran, bs, weight=True)"
+            again = "quantize_fp8(b_fp8.to(a.dtype), b_dtype, gran, bs, weight=True)"
             slow = f"        for _ in range({reps}):\n            {again}\n"
         else:
             cycles = int(spin_cycles_per_ms() * args.slower * step_ms / 3.0)
             slow = f"        torch.cuda._sleep({cycles})  # about {args.slower:.0%} of the step\n"
-        plant = f"    if a.shape[0] * a.shape[1] * b.shape[0] == {mnk}:  # planted\n{slow}"
+        # b_fp8 (not b): the CPU patch passes the forward's quantised weight as a tuple;
+        # M*K*N is the same for the forward and both backward GEMMs of the shape
+        plant = f"    if a.shape[0] * a.shape[1] * b_fp8.shape[0] == {mnk}:  # planted\n{slow}"
         kernel.write_text(text.replace(ANCHOR, plant + ANCHOR), encoding="utf-8")
         return subprocess.run([*git, "diff"], check=True, capture_output=True, text=True).stdout
     finally:
