@@ -197,7 +197,7 @@ def test_accept_end_to_end_then_report(
     root = ["--campaigns-root", str(demo_copy.parent)]
     with pytest.raises(SystemExit) as exc:
         main([*root, "accept", "--passes", "1"])
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     folder = demo_copy / "acceptance"
     data = json.loads((folder / "acceptance.json").read_text("utf-8"))
     assert exc.value.code == (0 if data["outcome"] == "ACCEPTED" else 3), out
@@ -238,7 +238,7 @@ def test_accept_end_to_end_then_report(
     # each step timed, announced, recorded (issue 50 item 5)
     assert list(data["step_seconds"]) == list(ACCEPT_STEPS), data["step_seconds"]
     for i, step in enumerate(ACCEPT_STEPS, 1):
-        assert f"accept: step {i}/{len(ACCEPT_STEPS)}: {step} (" in out, out
+        assert f"accept: step {i}/{len(ACCEPT_STEPS)}: {step} (" in err, err  # progress
     assert "## Where the time went" in (folder / "acceptance.md").read_text("utf-8")
     for name in ("baseline.csv", "final.csv"):
         assert (folder / "artifacts" / name).is_file()
