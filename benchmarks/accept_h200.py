@@ -7,7 +7,8 @@ BASELINE (5 passes, the CLI's default), one round with ``scalar_scale.patch`` (t
 earlier H200 study's round 2, docs/benchmarks.md "Three GPU hypotheses"), then
 ``campaign accept``.  Printed: each step's verdict and wall time, accept over BASELINE
 (target: at most 2), every check, each shape's paired change, and per paired session
-the device memory its workers reported against the op's per-shape figure.
+the device memory its workers reported against the op's per-shape figure, and per
+shape the figure beside the peak the GPU workers measured (one run calibrates it).
 
 Part ``b`` (after ``a``, same ``--root``): a copy of the campaign as it was after its
 BASELINE, one round with ``scalar_scale.patch`` plus a planted slow-down of one held-out
@@ -151,7 +152,10 @@ def report(campaign: Campaign, got: Any, record: dict[str, Any]) -> None:
 
 def memory_reports(campaign: Campaign, labels: list[str]) -> list[dict[str, Any]]:
     """Per paired session of the acceptance, what its workers reported (GiB) against the
-    op's figure for one worker at pool 1 and 2 (runner.ops.info.worker_bytes)."""
+    op's figure for one worker at pool 1 and 2 (runner.ops.info.worker_bytes), and per
+    shape the figure for one worker with the session's pool beside the peak a GPU
+    worker measured preparing it (``shapes``: estimate vs measured; on the CPU no
+    measured figure exists)."""
     shapes = [s for s in shape_set(campaign.manifest.shape_set) if s.label in labels]
     figure = {p: round(worker_bytes("gemm_fp8", shapes, p) / GIB, 2) for p in (1, 2)}
     out = []
@@ -159,8 +163,16 @@ def memory_reports(campaign: Campaign, labels: list[str]) -> list[dict[str, Any]
         doc = json.loads(path.read_text(encoding="utf-8"))
         workers = {name: {k: round(v / GIB, 2) for k, v in m.items()}
                    for name, m in (doc.get("workers") or {}).items()}  # fmt: skip
-        out.append({"file": str(path.name), "workers": workers, "figure_gib": figure})
+        per_shape = {label: {k: round(v / GIB, 3) for k, v in row.items()}
+                     for label, row in (doc.get("shapes") or {}).items()}  # fmt: skip
+        out.append({"file": str(path.name), "workers": workers, "figure_gib": figure,
+                    "pool": doc.get("pool"), "shapes_gib": per_shape})  # fmt: skip
         say(f"  memory {path.name}: figure {figure} GiB; reported {workers}")
+        for label, row in per_shape.items():
+            measured = row.get("measured")
+            ratio = f" ({measured / row['estimate']:.2f} of it)" if measured else ""
+            say(f"    {label}: estimate {row['estimate']} GiB (pool {doc.get('pool')}), "
+                f"measured {measured if measured is not None else '-'} GiB{ratio}")  # fmt: skip
     return out
 
 
@@ -239,14 +251,16 @@ def planted_patch(source: Path, base_patch: Path, shape: Any, step_ms: float,
         text = kernel.read_text(encoding="utf-8")
         assert ANCHOR in text, f"{KERNEL} changed: the plant's anchor is gone"
         mnk = shape.m * shape.n * shape.k
-        if args.device == "cpu":  # quantise the weight again: clearly slower
+        if args.device == "cpu":  # quantise the weight's codes again: clearly slower
             reps = max(1, round(args.slower * 10))
-            again = "quantize_fp8(b, b_dtype, gran, bs, weight=True)"
+            again = "quantize_fp8(b_fp8.to(a.dtype), b_dtype, gran, bs, weight=True)"
             slow = f"        for _ in range({reps}):\n            {again}\n"
         else:
             cycles = int(spin_cycles_per_ms() * args.slower * step_ms / 3.0)
             slow = f"        torch.cuda._sleep({cycles})  # about {args.slower:.0%} of the step\n"
-        plant = f"    if a.shape[0] * a.shape[1] * b.shape[0] == {mnk}:  # planted\n{slow}"
+        # b_fp8 (not b): the CPU patch passes the forward's quantised weight as a tuple;
+        # M*K*N is the same for the forward and both backward GEMMs of the shape
+        plant = f"    if a.shape[0] * a.shape[1] * b_fp8.shape[0] == {mnk}:  # planted\n{slow}"
         kernel.write_text(text.replace(ANCHOR, plant + ANCHOR), encoding="utf-8")
         return subprocess.run([*git, "diff"], check=True, capture_output=True, text=True).stdout
     finally:

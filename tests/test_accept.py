@@ -16,6 +16,7 @@ from runner.core.outcomes import Score, ShapeScore, Status
 from runner.core.shapes import shape_set
 from runner.flow import accept as accept_mod
 from runner.flow.accept import acceptance_shapes
+from runner.flow.accept_steps import ACCEPT_STEPS, StepClock, prior_seconds
 from runner.flow.acceptance_checks import benchmark_check, extract_csv, lineage_check, suite_check
 from runner.flow.acceptance_record import (
     Acceptance,
@@ -196,7 +197,7 @@ def test_accept_end_to_end_then_report(
     root = ["--campaigns-root", str(demo_copy.parent)]
     with pytest.raises(SystemExit) as exc:
         main([*root, "accept", "--passes", "1"])
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     folder = demo_copy / "acceptance"
     data = json.loads((folder / "acceptance.json").read_text("utf-8"))
     assert exc.value.code == (0 if data["outcome"] == "ACCEPTED" else 3), out
@@ -228,6 +229,17 @@ def test_accept_end_to_end_then_report(
     assert "passed" in (folder / "artifacts" / "full_suite.log").read_text("utf-8")
     header = (folder / "artifacts" / "full_benchmark.csv").read_text("utf-8").splitlines()[0]
     assert header.startswith("label,B,M,N,K,Check,")
+    # the example's full benchmark is the worker at level full: full validation's final
+    # role ran exactly that, so its CSV is the benchmark, not timed a second time
+    bench = folder / "artifacts" / "full_benchmark.csv"
+    assert data["full_benchmark"]["from_full_validation"] is True
+    assert bench.read_bytes() == (folder / "artifacts" / "final.csv").read_bytes()
+    assert not (folder / "artifacts" / "passes" / "full-benchmark").exists()
+    # each step timed, announced, recorded (issue 50 item 5)
+    assert list(data["step_seconds"]) == list(ACCEPT_STEPS), data["step_seconds"]
+    for i, step in enumerate(ACCEPT_STEPS, 1):
+        assert f"accept: step {i}/{len(ACCEPT_STEPS)}: {step} (" in err, err  # progress
+    assert "## Where the time went" in (folder / "acceptance.md").read_text("utf-8")
     for name in ("baseline.csv", "final.csv"):
         assert (folder / "artifacts" / name).is_file()
     assert f"Outcome: **{data['outcome']}**" in (folder / "acceptance.md").read_text("utf-8")
@@ -238,3 +250,28 @@ def test_accept_end_to_end_then_report(
     report = (demo_copy / "report" / "final_report.md").read_text("utf-8")
     assert "Source: full validation by `campaign accept`" in report
     assert f"Final acceptance: **{data['outcome']}**" in report
+
+
+def test_accept_steps_estimate_the_time_left_from_the_last_acceptance(tmp_path: Path) -> None:
+    """The first acceptance has no estimate for its steps; the next one reads the
+    seconds per step the last one recorded in acceptance.json and counts them down."""
+    said: list[str] = []
+    first = StepClock(said.append, "round-0", ACCEPT_STEPS, prior_seconds(tmp_path / "none"))
+    for step in ACCEPT_STEPS:
+        with first.step(step):
+            pass
+    assert said[0].startswith("round-0: step 1/4: worktrees and builds (0 s elapsed)")
+    assert not any("left" in line for line in said)
+    record = Acceptance("c", "t", step_seconds={**first.seconds, "full validation": 100.0,
+                                                 "full test suite": 30.0})  # fmt: skip
+    write_acceptance(tmp_path, record)
+    prior = prior_seconds(tmp_path / "acceptance.json")
+    said.clear()
+    second = StepClock(said.append, "round-0", ACCEPT_STEPS, prior)
+    with second.step("full validation"):
+        pass
+    with second.step("full test suite"):
+        pass
+    assert "step 2/4: full validation" in said[0] and "about 2 min 10 s left" in said[0]
+    assert "step 4/4: full test suite" in said[1] and "about 30 s left" in said[1]
+    assert set(second.seconds) == {"full validation", "full test suite"}

@@ -43,11 +43,14 @@ def test_sampler_names_the_call_a_verify_rejects() -> None:
     for _ in range(5):
         sampler()
 
-    def verify(kind: str, got: Any) -> list[str]:
-        return [] if got.abs().sum() else [f"{kind} is all zeros"]
+    calls: list[int] = []
+
+    def verify(kind: str, gots: list[Any]) -> list[list[str]]:
+        calls.append(len(gots))  # the kept outputs judged together: one reference
+        return [[] if got.abs().sum() else [f"{kind} is all zeros"] for got in gots]
 
     problems = sampler.problems(verify, "backward")
-    assert len(problems) == 3
+    assert calls == [3] and len(problems) == 3
     assert all("timed backward call #" in p and "of 5" in p for p in problems)
     assert "is all zeros" in problems[0]
 

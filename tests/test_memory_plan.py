@@ -5,16 +5,19 @@ first wave), the device's memory from the manifest's GPU (``runner.judge.peaks``
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 import pytest
+import torch
 from campaign_helpers import committed_repo
 
+from runner.bench.serve import Server, device_memory
 from runner.cli import main
 from runner.core.shapes import Shape, shape_set
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.flow.paired import plan_memory
-from runner.judge.memory_fit import unfit_shapes, worker_need
+from runner.judge.memory_fit import shape_report, unfit_shapes, worker_need
 from runner.judge.peaks import device_memory_for
 from runner.ops.info import shape_memory, worker_bytes
 from runner.store.manifest import load_manifest
@@ -41,7 +44,9 @@ def test_the_figure_is_a_pure_function_of_the_shape_and_counts_the_parts() -> No
     assert fp8 == shape_memory("gemm_fp8", big)  # pure
     assert fp8.member > bf16.member and fp8.work > bf16.work  # FP8 copies, quantisation
     out_bytes = 2 * big.m * big.n  # the bf16 output alone
-    assert fp8.member > 2 * out_bytes and fp8.work > 8 * out_bytes  # float32 reference
+    assert fp8.member > 2 * out_bytes and fp8.work > 8 * out_bytes  # copies, FP8 transients
+    every = big.m * big.k + big.n * big.k + big.m * big.n
+    assert fp8.work < 16 * every  # one tile of the float32 reference, not all of it
     assert worker_bytes("gemm_fp8", [big, small], 2) == 2 * (
         fp8.member + shape_memory("gemm_fp8", small).member
     ) + max(fp8.work, shape_memory("gemm_fp8", small).work)
@@ -60,15 +65,19 @@ def _spec(pool: int | None = None) -> RoundSpec:
 
 def test_paired_sessions_plan_pool_and_waves_from_the_figure() -> None:
     """An accept session like issue 50's (four Llama-2-7B mb1 targets and a 32768-row
-    held-out shape) on an H200: its pool shrinks to one member, one pair at a time; on
-    an MI355X it keeps two; a round of the four targets starts several pairs at once."""
+    held-out shape) on an H200: one pair at a time with two members (the checks in
+    slices, ``runner.ops.sliced_check``); measured by three roles, as a tournament
+    would, its pool shrinks to one member; on an MI355X it keeps two; a round of the
+    four targets starts several pairs at once."""
     shapes = {s.label: s for s in shape_set("models")}
     held = shapes["Llama-3.1-8B-gate_up-mb4-32768x28672x4096"]
     accept = [shapes[t] for t in TARGETS] + [held]
     h200, mi355 = device_memory_for("sm90"), device_memory_for("gfx950")
-    tight = plan_memory(_spec(), True, h200, accept, roles=2, turns=2)
+    pair = plan_memory(_spec(), True, h200, accept, roles=2, turns=2)
+    assert pair.members == 2 and pair.fits == 1 and pair.first_wave(4) is None
+    tight = plan_memory(_spec(), True, h200, accept, roles=3, turns=2)
     assert tight.members == 1 and tight.fits == 1 and tight.first_wave(4) is None
-    assert 2 * tight.need <= 0.9 * (h200 or 0) < 2 * worker_need("gemm_fp8", accept, 2)
+    assert 3 * tight.need <= 0.9 * (h200 or 0) < 3 * worker_need("gemm_fp8", accept, 2)
     roomy = plan_memory(_spec(), True, mi355, accept, roles=2, turns=2)
     assert roomy.members == 2
     rounds = plan_memory(_spec(), True, h200, [shapes[t] for t in TARGETS], roles=2, turns=2)
@@ -162,3 +171,48 @@ def test_baseline_refuses_a_target_shape_the_device_cannot_hold(
         info.value
     )
     assert info.value.return_code == 2 and not (folder / "rounds" / "round-1").exists()
+
+
+def test_the_shape_report_puts_the_measured_peak_beside_the_figure() -> None:
+    """Issue 50, calibration: a paired session's memory report gives per shape the op's
+    figure for one worker with the session's pool and, only where a GPU worker measured
+    it, its peak; a shape nobody measured has no ``measured`` field."""
+    shapes = [s for s in shape_set("models") if s.label in TARGETS[:2]]
+    report = shape_report("gemm_fp8", shapes, 2, {TARGETS[0]: 123})
+    assert report[TARGETS[0]] == {
+        "estimate": shape_memory("gemm_fp8", shapes[0]).worker(2),
+        "measured": 123,
+    }
+    assert report[TARGETS[1]] == {"estimate": shape_memory("gemm_fp8", shapes[1]).worker(2)}
+
+
+def _server(device: str) -> Server:
+    spec = RoundSpec("c", 0, "baseline", 0, "full", "example", "gemm", {}, (
+        Shape("s1", 64, 96, 128), Shape("s2", 256, 128, 64)), TimingSettings(), device=device,
+        pool=2)  # fmt: skip
+    gemm = types.SimpleNamespace(gemm=lambda a, b, trans_b: a @ b.t())
+    from runner.ops.gemm import GemmOp
+
+    server = Server(spec, Path("."), GemmOp(types.SimpleNamespace(ops=gemm), {}), device)
+    server.prepare()
+    return server
+
+
+def test_a_cpu_worker_reports_no_shape_peaks() -> None:
+    """On the CPU a serving worker measures no device memory: its ready message has no
+    ``shape_peaks`` (absent, not zero) and no memory figures."""
+    server = _server("cpu")
+    assert all(st.cases and not st.error for st in server.states)
+    assert server.peaks.ready(device_memory("cpu")) == {"memory": {}}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_a_gpu_worker_measures_each_shapes_peak() -> None:
+    """On a GPU each shape's preparation peak is measured apart (its own window), above
+    what the worker held before it, and the ready report's ``reserved`` covers them."""
+    server = _server("cuda")
+    ready = server.peaks.ready(device_memory("cuda"))
+    peaks = ready["shape_peaks"]
+    assert set(peaks) == {"s1", "s2"} and all(v > 0 for v in peaks.values())
+    assert ready["memory"]["reserved"] >= max(peaks.values())

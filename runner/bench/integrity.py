@@ -89,13 +89,18 @@ class OutputSampler:
                 self.kept[slot] = (self.calls, out)
         return out
 
-    def problems(self, verify: Callable[[str, Any], list[str]] | None, kind: str) -> list[str]:
-        """One line per kept output that ``verify`` rejects, naming the call."""
+    def problems(
+        self, verify: Callable[[str, list[Any]], list[list[str]]] | None, kind: str
+    ) -> list[str]:
+        """One line per kept output that ``verify`` rejects, naming the call (the kept
+        outputs are judged in one call: a reference is made once for all of them)."""
         found: list[str] = []
         if verify is None:
             return found
-        for index, out in sorted(self.kept, key=lambda x: x[0]):
-            for problem in verify(kind, out):
+        kept = sorted(self.kept, key=lambda x: x[0])
+        verdicts = verify(kind, [out for _, out in kept]) if kept else []
+        for (index, _), problems in zip(kept, verdicts, strict=True):
+            for problem in problems:
                 found.append(
                     f"timed {kind} call #{index} of {self.calls} (sampled after the fact) "
                     f"differs from the reference: {problem}"

@@ -8,7 +8,8 @@ processes never run kernels at once, and the host decides the A B B A order.
 
 Messages (one JSON object per line):
 
-* worker -> host, after set-up: ``{"ok": true, "ready": [labels], "memory": {...}}``;
+* worker -> host, after set-up: ``{"ok": true, "ready": [labels], "memory": {...}}``,
+  on a GPU with ``"shape_peaks": {label: bytes}`` (``ShapePeaks``);
 * host -> worker ``{"op": "block", "index": i, "pick": k}``: measure every shape once
   (forward, backward) on member ``k`` of its buffer pool; reply
   ``{"ok": true, "block": i, "seconds": s, "start": t0, "end": t1, "memory": {...}}``
@@ -123,13 +124,16 @@ class Server:
         self.guard = guard  # runner.bench.integrity.BindingGuard: verified around each block
         self.pool = pool_size(spec, device)
         self.states = [_ShapeState(s) for s in spec.shapes]
+        self.peaks = ShapePeaks(device)
 
     def prepare(self) -> None:
-        """Checks, the buffer pool and the first calls (JIT, autotune) of every shape."""
+        """Checks, the buffer pool and the first calls (JIT, autotune) of every shape;
+        on a GPU each shape's measured peak (``ShapePeaks``)."""
         import torch
 
         for st in self.states:
             t0 = time.perf_counter()
+            start = self.peaks.open()
             try:
                 seeds = [self.spec.seed + 1000 * i for i in range(self.spec.check_seeds)]
                 st.checks = [self.adapter.check(st.shape, self.device, s) for s in seeds]
@@ -151,6 +155,7 @@ class Server:
                 log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
                 st.error = f"{type(exc).__name__}: {exc}"
                 st.cases = []
+            self.peaks.close(st.shape.label, start)
             st.seconds += time.perf_counter() - t0
             log.info("shape %s prepared in %.1f s", st.shape.label, st.seconds)
 
@@ -259,6 +264,48 @@ class Server:
         return row, record
 
 
+class ShapePeaks:
+    """On a GPU, per shape the most device memory allocated while the worker prepared
+    it (its checks, its pool members and their first calls) above what the worker
+    held before it: the measured counterpart of the op's figure for one worker with
+    this pool (``runner.ops.info.ShapeMemory.worker``).  Each shape opens its own peak
+    window (``torch.cuda.reset_peak_memory_stats``); the most reserved over them is
+    kept for the ready report (``reserved``).  On the CPU nothing is measured and
+    ``bytes`` stays empty."""
+
+    def __init__(self, device: str) -> None:
+        self.gpu = device != "cpu"
+        self.reserved = 0
+        self.bytes: dict[str, int] = {}
+
+    def open(self) -> int:
+        if not self.gpu:
+            return 0
+        import torch
+
+        torch.cuda.synchronize()
+        self.reserved = max(self.reserved, int(torch.cuda.max_memory_reserved()))
+        torch.cuda.reset_peak_memory_stats()
+        return int(torch.cuda.memory_allocated())
+
+    def close(self, label: str, start: int) -> None:
+        if not self.gpu:
+            return
+        import torch
+
+        torch.cuda.synchronize()
+        self.bytes[label] = int(torch.cuda.max_memory_allocated()) - start
+        self.reserved = max(self.reserved, int(torch.cuda.max_memory_reserved()))
+
+    def ready(self, memory: dict[str, int]) -> dict[str, Any]:
+        """The ready message's memory fields: ``memory`` with the preparation's peak
+        over every shape's window, and ``shape_peaks`` where measured."""
+        if not self.gpu:
+            return {"memory": memory}
+        memory = {**memory, "reserved": max(memory.get("reserved", 0), self.reserved)}
+        return {"memory": memory, "shape_peaks": dict(self.bytes)}
+
+
 def device_memory(device: str) -> dict[str, int]:
     """For the host's wave sizing (``runner.flow.paired.wave_size``), on a GPU (``{}``
     on the CPU): ``reserved``, the most device memory this process reserved since its
@@ -304,7 +351,8 @@ def serve(spec: RoundSpec, out_dir: Path, load: Callable[[RoundSpec, Path], Any]
         server.prepare()
         log.info("ready")
         memory = device_memory(server.device)  # its preparation's peak, what it keeps
-        channel.send({"ok": True, "ready": [s.label for s in spec.shapes], "memory": memory})
+        ready = {"ok": True, "ready": [s.label for s in spec.shapes]}
+        channel.send({**ready, **server.peaks.ready(memory)})
         while True:
             message = channel.receive()
             if message is None:

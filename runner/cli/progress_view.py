@@ -29,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from runner.flow.progress import (
+    AcceptStep,
     Event,
     PairDone,
     PairsPlanned,
@@ -84,6 +85,8 @@ class ProgressView:
             m = self.measuring
             if m is not None and m.done >= m.planned:  # a step after the measurement:
                 self.measuring, self.turn, self.reading = None, "", ""  # its figures are done
+        elif isinstance(message, AcceptStep):  # a new step: the last one's pairs are done
+            self.step, self.measuring, self.turn = str(message), None, ""
         elif isinstance(message, PairsPlanned | TurnDone | PairDone):
             self.measuring, self.measuring_at = message, self.clock()
             if isinstance(message, TurnDone):

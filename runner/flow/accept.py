@@ -9,7 +9,10 @@ Four checks, each recorded, none skipped:
 2. the target's own full benchmark on the final code, stored apart as
    ``acceptance/artifacts/full_benchmark.csv`` (never compared with the quick CSV:
    another engine).  For the example target it is the worker at level full with the
-   campaign's pinned timing; for a real target it is ``benchmark_command`` run in the
+   campaign's pinned timing: full validation's final role already ran exactly that on
+   every shape, so its merged CSV is kept as the benchmark (timed once; a second pass
+   only where full validation did not complete); for a real target it is
+   ``benchmark_command`` run in the
    head's worktree (its log is kept; the CSV it writes to
    ``$TURBO_CAMPAIGN_OUT/upstream_benchmark.csv`` is kept and mapped onto the pinned
    schema, else CSV lines it prints are extracted);
@@ -17,13 +20,17 @@ Four checks, each recorded, none skipped:
 4. the optimisation branch: linear from base_commit, one ``[optimize] `` commit per
    accepted round, the branch (when committing) at the lineage head.
 
-The outcome goes to ``acceptance/acceptance.md`` and ``acceptance/acceptance.json``;
+The steps run one after another (only full validation's workers use the device while
+it measures) and are announced with the time left and recorded in seconds
+(``runner.flow.accept_steps``).  The outcome goes to ``acceptance/acceptance.md`` and
+``acceptance/acceptance.json``;
 the command exits 0 when ACCEPTED, 3 when NOT ACCEPTED, 2 on bad input.
 """
 
 from __future__ import annotations
 
 import shutil
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +44,7 @@ from runner.core.outcomes import GateResult, Score, Status
 from runner.core.shapes import Shape, shapes_by_label
 from runner.core.timestamps import now_minute
 from runner.executors.base import Executor
+from runner.flow.accept_steps import ACCEPT_STEPS, INTEGRATION, StepClock, prior_seconds
 from runner.flow.acceptance_checks import (
     benchmark_check,
     extract_csv,
@@ -107,12 +115,38 @@ def full_validation(
 
 
 # ---- 2. the target's full benchmark --------------------------------------------------
-def full_benchmark(rnd: Round, tree: Path, shapes: list[Shape], dest: Path) -> dict[str, Any]:
-    """Run the target's full benchmark on the head; store its CSV at ``dest``."""
+def full_benchmark(
+    rnd: Round, tree: Path, shapes: list[Shape], dest: Path, measured: Path | None = None
+) -> dict[str, Any]:
+    """The target's full benchmark on the head, its CSV stored at ``dest``.  For the
+    example target that benchmark is the worker at level full with the campaign's
+    pinned timing, which is what full validation's final role ran on every shape:
+    its merged CSV (``measured``, when full validation completed) is that benchmark's
+    result, every shape's correctness checked by each of its workers before and after
+    timing, and is not timed a second time.  A real target's own benchmark command is
+    another engine and always runs, after full validation."""
     m = rnd.manifest
     if rnd.target.name == "example":
+        if measured is not None and measured.is_file():
+            return _measured_benchmark(rnd, measured, dest)
         return _example_full_benchmark(rnd, tree, shapes, dest)
     return _command_full_benchmark(rnd, tree, m.benchmark_command, dest)
+
+
+def _measured_benchmark(rnd: Round, measured: Path, dest: Path) -> dict[str, Any]:
+    shutil.copy2(measured, dest)
+    csv_score = score(read_passes([dest], None)[0], rnd.manifest.primary_metric)
+    return {
+        "command": f"none: full validation's {measured.name} (level full, not timed again)",
+        "engine": "runner worker, level full: full validation's final role, its paired "
+        "samples merged; each worker checked every shape's correctness before and after "
+        "timing",
+        "timing": rnd.spec("full-benchmark", 0, []).timing.to_dict(),
+        "returncode": 0,
+        "csv": dest.name,
+        "fail": csv_score.n_fail,
+        "from_full_validation": True,
+    }
 
 
 def _example_full_benchmark(
@@ -222,9 +256,15 @@ def run_acceptance(
         accepted = [r.commit for r in campaign.results() if r.status is Status.ACCEPTED]
         check, result.commits = lineage_check(lineage, m, accepted)
         out = _fresh_dir(acceptance_dir(campaign))
+        steps = ACCEPT_STEPS + ((INTEGRATION,) if m.execution_mode == "workspace" else ())
+        prior = prior_seconds(out / "acceptance.json")
+        clock = StepClock(_prefixed(progress), f"round-{ACCEPT_ROUND}", steps, prior)
         with gpu_lease(gpus, campaign, ACCEPT_ROUND), job_dir(campaign.root, campaign.name) as tmp:
             rnd = Round(campaign, executor, _prefixed(progress), tmp, ACCEPT_ROUND, "full", gpus)
-            _measure(rnd, lineage, result, shapes, out / "artifacts")
+            try:
+                _measure(rnd, lineage, result, shapes, out / "artifacts", clock)
+            finally:
+                result.step_seconds = dict(clock.seconds)
             _keep_passes(tmp, out / "artifacts")
         result.checks.append(check)
         result.finished = now()
@@ -264,22 +304,31 @@ def _prefixed(progress: Progress) -> Progress:
 
 
 def _measure(
-    rnd: Round, lineage: Lineage, result: Acceptance, shapes: list[Shape], art: Path
-) -> None:
-    """Checks 1-3 in fresh worktrees of the base commit and the head."""
-    with (
-        lineage.worktree(result.base_commit) as base,
-        lineage.worktree(result.head) as head,
-        built_roles(rnd, {"baseline": base, "final": head}),
-    ):
-        trees = {"baseline": base, "final": head}
-        result.checks.append(_validate(rnd, trees, shapes, result, art))
-        result.full_benchmark = full_benchmark(rnd, head, shapes, art / "full_benchmark.csv")
-        result.checks.append(benchmark_check(result.full_benchmark))
-        result.full_suite = full_suite(rnd, head, art / "full_suite.log")
-        result.checks.append(suite_check(result.full_suite))
+    rnd: Round, lineage: Lineage, result: Acceptance, shapes: list[Shape], art: Path,
+    clock: StepClock,
+) -> None:  # fmt: skip
+    """Checks 1-3 in fresh worktrees of the base commit and the head, one step at a
+    time: nothing else uses the device while full validation measures, and the full
+    benchmark and the full test suite come after it."""
+    with ExitStack() as stack:
+        with clock.step("worktrees and builds"):
+            base = stack.enter_context(lineage.worktree(result.base_commit))
+            head = stack.enter_context(lineage.worktree(result.head))
+            trees = {"baseline": base, "final": head}
+            stack.enter_context(built_roles(rnd, trees))
+        with clock.step("full validation"):
+            result.checks.append(_validate(rnd, trees, shapes, result, art))
+        measured = art / "final.csv" if result.final is not None else None
+        with clock.step("full benchmark"):
+            dest = art / "full_benchmark.csv"
+            result.full_benchmark = full_benchmark(rnd, head, shapes, dest, measured)
+            result.checks.append(benchmark_check(result.full_benchmark))
+        with clock.step("full test suite"):
+            result.full_suite = full_suite(rnd, head, art / "full_suite.log")
+            result.checks.append(suite_check(result.full_suite))
         if rnd.manifest.execution_mode == "workspace":
-            result.checks.append(_integration(rnd, head, result, art / "integration.log"))
+            with clock.step(INTEGRATION):
+                result.checks.append(_integration(rnd, head, result, art / "integration.log"))
 
 
 def _integration(rnd: Round, head: Path, result: Acceptance, log: Path) -> Check:

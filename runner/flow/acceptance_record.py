@@ -51,6 +51,7 @@ class Acceptance:
     full_benchmark: dict[str, Any] = field(default_factory=dict)
     full_suite: dict[str, Any] = field(default_factory=dict)
     commits: list[str] = field(default_factory=list)
+    step_seconds: dict[str, float] = field(default_factory=dict)  # wall time per step
 
     @property
     def accepted(self) -> bool:
@@ -80,6 +81,7 @@ class Acceptance:
             "full_benchmark": dict(self.full_benchmark),
             "full_suite": dict(self.full_suite),
             "commits": list(self.commits),
+            "step_seconds": dict(self.step_seconds),
         }
 
 
@@ -137,6 +139,9 @@ def render_acceptance(result: Acceptance) -> str:
     commits = "\n".join(f"- {c}" for c in result.commits) or "- none"
     bench = result.full_benchmark
     suite = result.full_suite
+    steps = md_table(
+        ["Step", "Seconds"], [[n, f"{v:.1f}"] for n, v in result.step_seconds.items()]
+    ) if result.step_seconds else ""  # fmt: skip
     return (
         f"# Final acceptance — {result.campaign}\n\n"
         f"Outcome: **{verdict}** ({result.started} → {result.finished})\n\n{why}\n\n"
@@ -149,5 +154,6 @@ def render_acceptance(result: Acceptance) -> str:
         f"- CSV: artifacts/{bench.get('csv') or '(none)'}\n\n"
         f"## Full test suite\n\n- Command: `{suite.get('command', '-')}`\n"
         f"- Exit code: {suite.get('returncode', '-')}\n- Log: artifacts/{suite.get('log', '-')}\n\n"
-        f"## Optimisation branch\n\n{commits}\n"
+        f"## Optimisation branch\n\n{commits}\n\n"
+        f"## Where the time went\n\n{steps or 'not recorded'}\n"
     )

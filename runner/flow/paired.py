@@ -46,6 +46,7 @@ from runner.judge.memory_fit import (  # the one rule of device memory (init, ba
     FREE_MARGIN,
     WORKER_CONTEXT_BYTES,
     WORKER_GROWTH,
+    shape_report,
     usable,
     worker_need,
 )
@@ -240,6 +241,8 @@ class _Session:
     # each worker's most over the session: prepare, reserved (a turn's peak) and held
     # the largest, free the smallest (``MEMORY_LOG``)
     most: dict[str, dict[str, int]] = field(default_factory=dict)
+    # per shape the most a worker measured preparing it (GPU only, ``ShapePeaks``)
+    shape_peaks: dict[str, int] = field(default_factory=dict)
 
     def note(self, name: str, report: Mapping[str, int]) -> None:
         """``report`` into ``most`` for worker ``name``."""
@@ -273,7 +276,10 @@ class _Session:
         ``reserved`` as ``prepare``."""
         for group in wave:
             for w in group:
-                report = _expect(w, self.ready_s, "ready").get("memory") or {}
+                reply = _expect(w, self.ready_s, "ready")
+                for label, peak in (reply.get("shape_peaks") or {}).items():
+                    self.shape_peaks[label] = max(int(peak), self.shape_peaks.get(label, 0))
+                report = reply.get("memory") or {}
                 if report:
                     self.memory[w.live.name] = {**report, "prepare": report["reserved"]}
                     kept = {k: v for k, v in report.items() if k != "reserved"}
@@ -479,9 +485,15 @@ def _first_wave(
 
 
 def _keep_memory(session: _Session) -> None:
-    """The session's memory reports in ``<tmp>/MEMORY_LOG`` (none on the CPU)."""
+    """The session's memory reports in ``<tmp>/MEMORY_LOG`` (none on the CPU): each
+    worker's, and per shape the op's figure for one worker with the session's pool
+    (``estimate``) beside the most a worker measured preparing it (``measured``,
+    only where measured)."""
     if session.most:
-        doc = {"host": socket.gethostname(), "roles": len(session.roles), "workers": session.most}
+        op = session.host.spec(session.roles[0], 0, []).op
+        shapes = shape_report(op, session.shapes, session.members, session.shape_peaks)
+        doc = {"host": socket.gethostname(), "roles": len(session.roles),
+               "workers": session.most, "pool": session.members, "shapes": shapes}  # fmt: skip
         write_json_atomic(session.host.tmp / MEMORY_LOG.format(suffix=session.suffix), doc)
 
 

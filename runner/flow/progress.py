@@ -7,6 +7,7 @@ MCP server's notifications) keeps working, and one that knows the events (the CL
 display, ``runner.cli.progress_view``) reads their fields:
 
 * ``StepStarted``: the round started a step (a pass, a build, the records);
+* ``AcceptStep``: final acceptance started one of its steps (with the time left);
 * ``PairsPlanned``: the pairs (passes, with one role) the measurement plans so far;
 * ``TurnDone``: one worker turn of a paired measurement ended;
 * ``PairDone``: a process pair finished, with its reading (the candidate's gain over
@@ -85,6 +86,21 @@ class StepStarted(Event):
     @classmethod
     def describe(cls, fields: Mapping[str, Any]) -> str:
         return str(fields["name"])
+
+
+class AcceptStep(Event):
+    """A step of ``campaign accept`` started: ``name``, ``index`` of ``steps``,
+    ``elapsed_s`` since the acceptance began, ``left_s`` (the steps left, this one
+    included, from the last acceptance's seconds per step; None: no estimate yet)."""
+
+    @classmethod
+    def describe(cls, fields: Mapping[str, Any]) -> str:
+        left = fields.get("left_s")
+        est = f", about {fmt_seconds(left)} left" if left is not None else ""
+        return (
+            f"step {fields['index']}/{fields['steps']}: {fields['name']} "
+            f"({fmt_seconds(fields['elapsed_s'])} elapsed{est})"
+        )
 
 
 class _Measuring(Event):

@@ -9,14 +9,14 @@ Host-safe (no torch)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from runner.core.device_memory import gib
 from runner.core.errors import ConfigError
 from runner.core.shapes import Shape
 from runner.judge.peaks import device_memory_for
-from runner.ops.info import worker_bytes
+from runner.ops.info import shape_memory, worker_bytes
 
 WORKER_GROWTH = 1.25  # margin on a worker's figure (an estimate) or a turn's peak
 WORKER_CONTEXT_BYTES = 1 << 30  # a worker's device context and allocator slack
@@ -30,6 +30,22 @@ def worker_need(op: str, shapes: Sequence[Shape], pool: int) -> int:
     ``WORKER_CONTEXT_BYTES``.  The one rule of init, baseline, the held-out pick and
     the paired sessions' plan (``runner.flow.paired.plan_memory``)."""
     return int(WORKER_GROWTH * worker_bytes(op, shapes, pool)) + WORKER_CONTEXT_BYTES
+
+
+def shape_report(
+    op: str, shapes: Sequence[Shape], pool: int, measured: Mapping[str, int]
+) -> dict[str, dict[str, int]]:
+    """Per shape the op's figure for one worker measuring it alone with ``pool``
+    members (``estimate``, bytes) and, where a GPU worker measured it, the most it
+    allocated preparing that shape (``measured``): one GPU run calibrates the figure.
+    On the CPU nothing is measured and ``measured`` is absent, never filled in."""
+    out: dict[str, dict[str, int]] = {}
+    for s in shapes:
+        row = {"estimate": shape_memory(op, s).worker(pool)}
+        if s.label in measured:
+            row["measured"] = int(measured[s.label])
+        out[s.label] = row
+    return out
 
 
 def usable(total: int) -> float:

@@ -37,10 +37,10 @@ class Case:
     bwd_flops: float
     fwd_bytes: float = 0.0
     bwd_bytes: float = 0.0
-    # verify("forward" | "backward", what that closure returned) -> problems: the
-    # timed outputs sampled by runner.bench.integrity are judged against the float32
-    # reference of the case's inputs with the same thresholds as ``check``.
-    verify: Callable[[str, Any], list[str]] | None = None
+    # verify("forward" | "backward", [what that closure returned, ...]) -> problems of
+    # each: the timed outputs sampled by runner.bench.integrity are judged together
+    # against the float32 reference of the case's inputs with ``check``'s thresholds.
+    verify: Callable[[str, list[Any]], list[list[str]]] | None = None
 
 
 @dataclass
@@ -163,7 +163,7 @@ _REFS_SLOT: dict[str, Any] = {}
 def snr_verifier(
     make_refs: Callable[[], Refs],
     judge: Callable[[dict[str, float], Tensors, Tensors], list[str]],
-) -> Callable[[str, Any], list[str]]:
+) -> Callable[[str, list[Any]], list[list[str]]]:
     """A ``Case.verify``: ``make_refs()`` maps "forward"/"backward" to (names, reference
     tensors), built from inputs drawn again from the case's seed; what the closure
     returned is judged name by name with ``judge``.
@@ -183,7 +183,10 @@ def snr_verifier(
         made: Refs = _REFS_SLOT["refs"]
         return made
 
-    def verify(kind: str, got: Any) -> list[str]:
+    def verify(kind: str, gots: list[Any]) -> list[list[str]]:
+        return [one(kind, got) for got in gots]
+
+    def one(kind: str, got: Any) -> list[str]:
         if kind not in ("forward", "backward"):
             return []
         table = refs()

@@ -12,6 +12,7 @@ same input agree (a race shows as a mismatch).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,16 +22,16 @@ from runner.ops.base import (
     CheckResult,
     FreshStep,
     OpAdapter,
-    Refs,
     fresh_training_step,
     input_problems,
     seeded,
     snr_db,
-    snr_verifier,
 )
 from runner.ops.recipe import recipe_operands, recipe_problems
+from runner.ops.sliced_check import Comparison, compare, gemm_operands
 
 SNR_THRESHOLDS = {"e4m3": 25.0, "e5m2": 20.0, "hybrid": 20.0}
+GEMM_OUTPUTS = ("out", "da", "db")
 
 
 class GemmOp(OpAdapter):
@@ -62,12 +63,12 @@ class GemmOp(OpAdapter):
 
         flops = 2.0 * shape.m * shape.n * shape.k
 
-        def refs() -> Refs:  # pristine inputs, drawn again from the seed
+        def pristine() -> tuple[torch.Tensor, ...]:  # drawn again from the seed
             a0, b0, g0 = self.inputs(shape, device, seed)
-            ref_out, ref_da, ref_db = _reference(a0.detach(), b0.detach(), g0)
-            return {"forward": (("out",), (ref_out,)), "backward": (("da", "db"), (ref_da, ref_db))}
+            return a0.detach(), b0.detach(), g0
 
-        return Case(forward, backward, flops, 2.0 * flops, verify=snr_verifier(refs, self.judge))
+        verify = sliced_verifier(pristine, self.sliced)
+        return Case(forward, backward, flops, 2.0 * flops, verify=verify)
 
     def fresh_step(self, shape: Any, device: str, seed: int) -> FreshStep:
         """One training step as training runs it: a new activation and grad_out (new
@@ -97,18 +98,46 @@ class GemmOp(OpAdapter):
         pristine = [t.detach().clone() for t in (a, b, g)]
         out = self.call(a, b)
         da, db = torch.autograd.grad(out, (a, b), g)
-        ref_out, ref_da, ref_db = _reference(*pristine)
         problems = input_problems(("a", "b", "grad_out"), (a, b, g), pristine)
         again = self.call(a.detach().clone().requires_grad_(True), b.detach().clone())
         if not torch.equal(again, out.detach()):
             problems.append("two calls on the same input differ (race or stale state)")
-        figures = {
-            "out_snr": snr_db(ref_out, out),
-            "da_snr": snr_db(ref_da, da),
-            "db_snr": snr_db(ref_db, db),
-        }
-        problems += self.judge(figures, (out, da, db), (ref_out, ref_da, ref_db))
-        return CheckResult(not problems, figures, problems)
+        del again
+        got = (out.detach(), da, db)
+        ((figures, found),) = self.sliced(gemm_operands(*pristine), GEMM_OUTPUTS, [got])
+        return CheckResult(not (problems + found), figures, problems + found)
+
+    def sliced(
+        self,
+        operands: dict[str, tuple[torch.Tensor, torch.Tensor]],
+        names: tuple[str, ...],
+        gots: list[tuple[torch.Tensor, ...]],
+    ) -> list[tuple[dict[str, float], list[str]]]:
+        """Each output set of ``gots`` (outputs named ``names``) against the float32
+        reference of ``operands``, tile by tile (``runner.ops.sliced_check``: one tile
+        shared by every set, never the whole reference): per set its SNR figures and
+        problems (a wrong shape; this op's tolerance)."""
+        judged: list[tuple[dict[str, float], list[str]]] = [({}, []) for _ in gots]
+        for pos, name in enumerate(names):
+            x, y = operands[name]
+            want = (x.shape[0], y.shape[0])
+            fit = [k for k, got in enumerate(gots) if tuple(got[pos].shape) == want]
+            for k, got in enumerate(gots):
+                if k not in fit:
+                    judged[k][0][f"{name}_snr"] = float("-inf")
+                    judged[k][1].append(
+                        f"{name} has shape {tuple(got[pos].shape)}, expected {want}"
+                    )
+            for k, c in zip(fit, compare([gots[k][pos].detach() for k in fit], x, y), strict=True):
+                judged[k][0][f"{name}_snr"] = c.snr_db()
+                judged[k][1].extend(self.tolerance(name, c, judged[k][0]))
+        return judged
+
+    def tolerance(self, name: str, c: Comparison, figures: dict[str, float]) -> list[str]:
+        """bf16: allclose (rtol=atol=1e-2) on values divided by the reference's RMS."""
+        if c.count and not c.allclose():
+            return [f"{name} not allclose (rtol=atol=1e-2); snr {figures}"]
+        return []
 
     def judge(
         self,
@@ -180,6 +209,45 @@ class Fp8GemmOp(GemmOp):
     ) -> list[str]:
         return snr_judge(figures, got, ref, self.threshold)
 
+    def tolerance(self, name: str, c: Comparison, figures: dict[str, float]) -> list[str]:
+        """FP8: the output's SNR reaches the format's threshold."""
+        snr = figures[f"{name}_snr"]
+        return (
+            []
+            if snr >= self.threshold
+            else [f"{name}_snr {snr:.2f} dB below {self.threshold:.0f} dB"]
+        )
+
+
+def sliced_verifier(
+    pristine: Callable[[], tuple[torch.Tensor, ...]],
+    sliced: Callable[..., list[tuple[dict[str, float], list[str]]]],
+) -> Callable[[str, list[Any]], list[list[str]]]:
+    """A ``Case.verify`` for a GEMM: the sampled timed outputs of one kind are judged
+    together against the float32 reference of the case's inputs, drawn again from its
+    seed (``pristine``), made tile by tile (``GemmOp.sliced``) and dropped when the
+    judgement returns: the worker holds what it times, and at most one tile of a
+    reference besides."""
+
+    def verify(kind: str, gots: list[Any]) -> list[list[str]]:
+        names = {"forward": GEMM_OUTPUTS[:1], "backward": GEMM_OUTPUTS[1:]}.get(kind)
+        if names is None:
+            return [[] for _ in gots]
+        outs = [(x,) if isinstance(x, torch.Tensor) else tuple(x) for x in gots]
+        found: list[list[str]] = [
+            [] if len(o) == len(names) else
+            [f"timed {kind} returned {len(o)} tensor(s), expected {len(names)}"]
+            for o in outs
+        ]  # fmt: skip
+        whole = [k for k, o in enumerate(outs) if len(o) == len(names)]
+        if whole:
+            judged = sliced(gemm_operands(*pristine()), names, [outs[k] for k in whole])
+            for k, (_figures, problems) in zip(whole, judged, strict=True):
+                found[k] = problems
+        return found
+
+    return verify
+
 
 def snr_judge(
     figures: dict[str, float],
@@ -213,11 +281,3 @@ def allclose_normalised(x: torch.Tensor, ref: torch.Tensor) -> bool:
     H200: 55.6 dB SNR, yet "not allclose").  Normalising keeps the check's meaning."""
     scale = ref.float().pow(2).mean().sqrt().clamp_min(1e-30)
     return torch.allclose(x.float() / scale, ref.float() / scale, rtol=1e-2, atol=1e-2)
-
-
-def _reference(
-    a: torch.Tensor, b: torch.Tensor, g: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """float32 reference of out = a @ b^T and its gradients."""
-    a32, b32, g32 = a.float(), b.float(), g.float()
-    return a32 @ b32.t(), g32 @ b32, g32.t() @ a32

@@ -115,20 +115,31 @@ class ShapeMemory:
         return max(1, pool) * self.member + self.work
 
 
+# The most bytes one tile of a GEMM's correctness check holds (float32 rows of its
+# operands, the reference tile and the sums' temporaries: ``runner.ops.sliced_check``);
+# a shape's figure counts this, not its whole float32 reference.
+CHECK_SLICE_BYTES = 256 << 20
+
+
 def _dense(shape: Any, fp8: bool) -> ShapeMemory:
     """GEMM out = a @ b^T (a M x K, b N x K per group; grouped GEMM ``b`` groups of b):
     a member holds bf16 a, b, grad_out, out and the gradients (2 bytes each), with FP8
     the FP8 copies of a, b and grad_out and their transposes (1 byte each).  The check
-    holds pristine and live bf16 inputs, outputs and gradients, float32 copies of the
-    inputs and the float32 reference (16 bytes per element over a, b, out) and the
-    SNR's float32 differences of the output (8 bytes); quantising the largest tensor
-    takes three float32 copies of it (12 bytes), a bf16 call one (4)."""
-    groups = shape.b if shape.group_sizes is not None else 1
+    holds pristine bf16 copies of the inputs, its own outputs and gradients and a
+    second output (2 bytes each), and of the float32 reference one tile at a time
+    (``CHECK_SLICE_BYTES``: a dense GEMM's check is sliced; a grouped GEMM's still
+    makes its whole reference, 16 bytes per element over a, b, out, and the SNR's 8
+    per output element); FP8's recipe guard holds its two emulated operands in float32
+    (4 bytes per element of a and b); quantising the largest tensor takes three
+    float32 copies of it (12 bytes), a bf16 call one (4)."""
+    grouped = shape.group_sizes is not None
+    groups = shape.b if grouped else 1
     a, w, out = shape.m * shape.k, groups * shape.n * shape.k, shape.m * shape.n
     every = a + w + out
     member = 2 * every + 2 * out + 2 * (a + w) + (2 * every if fp8 else 0)
-    work = 16 * every + 8 * out + (12 if fp8 else 4) * max(a, w, out)
-    return ShapeMemory(member, work)
+    check = 16 * every + 8 * out if grouped else 4 * every + 2 * out + CHECK_SLICE_BYTES
+    transient = (12 if fp8 else 4) * max(a, w, out) + (4 * (a + w) if fp8 else 0)
+    return ShapeMemory(member, check + transient)
 
 
 def _attention(shape: Any, fp8: bool) -> ShapeMemory:

@@ -95,11 +95,10 @@ class QuantizeOp(OpAdapter):
         def forward() -> Any:
             return self.call(x)
 
-        def verify(kind: str, got: Any) -> list[str]:
+        def verify(kind: str, gots: list[Any]) -> list[list[str]]:
             if kind != "forward":
-                return []
-            codes, scale = got
-            return compare_quantized(codes, scale, ref_codes, ref_scale)
+                return [[] for _ in gots]
+            return [compare_quantized(got[0], got[1], ref_codes, ref_scale) for got in gots]
 
         return Case(forward, None, shape.flops_fwd, 0.0, fwd_bytes=float(moved), verify=verify)
 

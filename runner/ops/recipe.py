@@ -42,8 +42,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from runner.ops.base import seeded, snr_db
+from runner.ops.base import seeded
 from runner.ops.quantize import fp8_dtype
+from runner.ops.sliced_check import compare
 
 RECIPE_SNR = 40.0  # dB between the kernel's output and the recipe's emulation
 EMULATED = ("TENSORWISE", "ROWWISE", "BLOCKWISE", "MX_BLOCKWISE")
@@ -98,21 +99,36 @@ def emulate_fp8_gemm(
     """float32 ``q(a) @ q(b)^T`` under the recipe (a (M, K), b (N, K)); None where the
     granularity is not emulated.  ``fmt``: e4m3, e5m2 or hybrid (E4M3 forward);
     ``rule``: MX_BLOCKWISE's power-of-two rule (``mx_quantize``)."""
+    operands = emulated_operands(a, b, granularity, fmt, block_size, rule)
+    return None if operands is None else operands[0] @ operands[1].t()
+
+
+def emulated_operands(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    granularity: str,
+    fmt: str,
+    block_size: int,
+    rule: str = MX_RULES[0],
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """float32 ``q(a)`` and ``q(b)`` under the recipe; None where the granularity is not
+    emulated."""
     gran = granularity.upper()
     if gran not in EMULATED:
         return None
     dtype = fp8_dtype("e5m2" if fmt.lower() == "e5m2" else "e4m3", a.device.type)
     if gran == "MX_BLOCKWISE":
-        return mx_quantize(a.detach(), dtype, rule) @ mx_quantize(b.detach(), dtype, rule).t()
+        return mx_quantize(a.detach(), dtype, rule), mx_quantize(b.detach(), dtype, rule)
     (m, k), n = a.shape, b.shape[0]
     groups = {
         "TENSORWISE": ((m, k), (n, k)),
         "ROWWISE": ((1, k), (1, k)),
         "BLOCKWISE": ((1, block_size), (block_size, block_size)),
     }[gran]
-    qa = fake_quantize(a.detach(), dtype, *groups[0])
-    qb = fake_quantize(b.detach(), dtype, *groups[1])
-    return qa @ qb.t()
+    return (
+        fake_quantize(a.detach(), dtype, *groups[0]),
+        fake_quantize(b.detach(), dtype, *groups[1]),
+    )
 
 
 def outlier_operands(
@@ -174,10 +190,13 @@ def recipe_snr(
     rules = MX_RULES if granularity.upper() == "MX_BLOCKWISE" else MX_RULES[:1]
     best = None
     for rule in rules:
-        ref = emulate_fp8_gemm(a, b, granularity, fmt, bs, rule)
-        if ref is None:
+        operands = emulated_operands(a, b, granularity, fmt, bs, rule)
+        if operands is None:
             return None
-        snr = snr_db(ref, out) if out.shape == ref.shape else float("-inf")
+        if tuple(out.shape) != (a.shape[0], b.shape[0]):
+            return float("-inf")
+        (got,) = compare([out], *operands)  # the product tile by tile, never whole
+        snr = got.snr_db()
         best = snr if best is None else max(best, snr)
     return best
 
