@@ -51,6 +51,7 @@ from typing import IO, Any
 
 from runner.bench.oom import out_of_memory, release_cached
 from runner.bench.timing import Timing
+from runner.core.artifact_names import BENCHMARK_CSV, META, SAMPLES
 from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
 from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec
@@ -224,10 +225,10 @@ class Server:
             rows.append(row)
             raw[st.shape.label] = record
         samples = {"spec": self.spec.to_dict(), "shapes": raw, "pool": self.pool}
-        write_json_atomic(self.out_dir / "samples.json", samples)
-        write_json_atomic(self.out_dir / "meta.json", environment_meta(self.device))
+        write_json_atomic(self.out_dir / SAMPLES, samples)
+        write_json_atomic(self.out_dir / META, environment_meta(self.device))
         record_loaded(self.out_dir, self.spec.role, "end")
-        write_csv(self.out_dir / "benchmark.csv", schema, rows)
+        write_csv(self.out_dir / BENCHMARK_CSV, schema, rows)
 
     def _finish_shape(self, st: _ShapeState, build: Any) -> tuple[Any, dict[str, Any]]:
         from runner.bench.worker_pass import after_timing

@@ -25,6 +25,7 @@ from runner.bench.provenance import check_provenance, record_loaded
 from runner.bench.rows import ROW_BUILDERS, failed_row
 from runner.bench.statecheck import stateful_probe
 from runner.bench.timing import Timing, measure
+from runner.core.artifact_names import BENCHMARK_CSV, META, SAMPLES
 from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec
@@ -223,8 +224,8 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
         log.info(
             "shape %s: %s in %.1f s", shape.label, result["row"]["Check"], time.perf_counter() - t0
         )
-    write_json_atomic(out_dir / "samples.json", {"spec": spec.to_dict(), "shapes": raw})
-    write_json_atomic(out_dir / "meta.json", environment_meta(device))
+    write_json_atomic(out_dir / SAMPLES, {"spec": spec.to_dict(), "shapes": raw})
+    write_json_atomic(out_dir / META, environment_meta(device))
     record_loaded(out_dir, spec.role, "end")
-    write_csv(out_dir / "benchmark.csv", schema, rows)
+    write_csv(out_dir / BENCHMARK_CSV, schema, rows)
     return 0

@@ -8,6 +8,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from runner.core.artifact_names import BENCHMARK_CSV
 from runner.core.csv_schema import BenchCSV
 from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed
 from runner.core.outcomes import RoundResult, Status
@@ -94,7 +95,7 @@ def _measure_baseline(rnd: Round, passes: int, started: str) -> RoundResult:
     ):
         paths = _measured(rnd, tree, shapes, passes)
         csvs = read_passes(paths, None)
-        merged = write_merged(rnd.tmp / "benchmark.csv", csvs)
+        merged = write_merged(rnd.tmp / BENCHMARK_CSV, csvs)
         base_score = score(merged, m.primary_metric)
         per_pass = per_pass_metric(csvs, base_score.metric)
         sigma_g, _ = calibrate_sigma(per_pass)

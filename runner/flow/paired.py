@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.core import interrupts
+from runner.core.artifact_names import BENCHMARK_CSV, MEMORY_LOG
 from runner.core.device_memory import oom_error
 from runner.core.errors import ConfigError, MeasurementFailed
 from runner.core.files import write_json_atomic
@@ -58,9 +59,6 @@ TURN_TIMEOUT_ENV = "TURBO_CAMPAIGN_TURN_TIMEOUT_S"
 BLOCK_WARMUP_FLOOR_S = 0.1  # a turn's warm-up never shorter than this (or the pinned one)
 # Sizing a wave of live workers by device memory (``wave_size``).
 CPU_WAVE_PAIRS = 8  # a CPU target's pairs alive at once (host memory; turns are serial)
-# What a session's workers reported (``_Session.most``), kept with the round's artifacts:
-# the next round on the same machine sizes its first wave by it (``prior_wave``).
-MEMORY_LOG = "memory{suffix}.json"
 # A quick round's turn on a GPU (``block_timing``): upper bounds per callable and block.
 QUICK_TURN: dict[str, float] = {
     "batch_s": 0.02,
@@ -129,7 +127,7 @@ class _Worker:
 
     @property
     def csv(self) -> Path:
-        return self.live.out_dir / "benchmark.csv"
+        return self.live.out_dir / BENCHMARK_CSV
 
 
 def _order(roles: Sequence[str], rotate: int = 0) -> tuple[int, ...]:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from runner.core.artifact_names import META, SAMPLES
 from runner.core.csv_io import read_csv, write_csv
 from runner.core.csv_schema import SHAPE_COLUMNS, BenchCSV, Row, Schema
 from runner.core.errors import ConfigError
@@ -111,7 +112,7 @@ def fresh_step_ms(csv_path: Path) -> dict[str, float]:
     drawing its fresh inputs (both from the ``samples.json`` beside its CSV; the draw
     costs the same on both sides and would only dilute a gain); empty when the pass did
     not measure it."""
-    samples = csv_path.parent / "samples.json"
+    samples = csv_path.parent / SAMPLES
     if not samples.exists():
         return {}
     data = json.loads(samples.read_text(encoding="utf-8"))
@@ -180,7 +181,7 @@ def state_report(csv_paths: Sequence[Path]) -> dict[str, Any]:
     simulation: dict[str, Any] | None = None
     label = ""
     for path in csv_paths:
-        samples = path.parent / "samples.json"
+        samples = path.parent / SAMPLES
         if not samples.exists():
             continue
         shapes = json.loads(samples.read_text(encoding="utf-8")).get("shapes", {})
@@ -199,7 +200,7 @@ def check_problems(csv_paths: Sequence[Path], limit: int = 5) -> list[str]:
     pass's CSV): why a shape FAILed, for the round's reasons.  At most ``limit``."""
     found: list[str] = []
     for path in csv_paths:
-        samples = path.parent / "samples.json"
+        samples = path.parent / SAMPLES
         if not samples.exists():
             continue
         shapes = json.loads(samples.read_text(encoding="utf-8")).get("shapes", {})
@@ -221,7 +222,7 @@ def shape_seconds(csv_paths: Sequence[Path]) -> dict[str, float]:
     timing budget and compile, not its FLOPs."""
     per_shape: dict[str, list[float]] = {}
     for path in csv_paths:
-        merged = path.parent / "samples.json"  # a sharded pass: its shards' records merged
+        merged = path.parent / SAMPLES  # a sharded pass: its shards' records merged
         if merged.exists():
             _add_seconds(per_shape, merged)
     return {label: round(median(values), 3) for label, values in per_shape.items()}
@@ -262,7 +263,7 @@ def _gpu_name(csv: BenchCSV) -> str | None:
     if csv.path is None:
         return None
     try:
-        meta = json.loads((csv.path.parent / "meta.json").read_text(encoding="utf-8"))
+        meta = json.loads((csv.path.parent / META).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     name = meta.get("gpu_name") if isinstance(meta, dict) else None

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from runner.core.artifact_names import AUDIT
 from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed, Tampered
 from runner.core.files import write_atomic, write_json_atomic
 from runner.core.outcomes import (
@@ -141,7 +142,7 @@ def _validate_in(
             )
             notes = scope_notes(declared, restore_judge(m, inc_tree, cand_tree, touched))
             rnd.judge_expect[cand_tree] = judge_digests(m, inc_tree, touched)
-            write_json_atomic(rnd.tmp / "audit.json", report.to_dict())
+            write_json_atomic(rnd.tmp / AUDIT, report.to_dict())
             roles = {"incumbent": inc_tree, "candidate": cand_tree}
             gate, inc_score, cand_score, builds, facts = _guarded(
                 rnd, request, roles, touched, shapes, vetoes

@@ -24,6 +24,7 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
+from runner.core.artifact_names import AUDIT
 from runner.core.errors import ConfigError, MeasurementFailed, NothingToDo, Tampered
 from runner.core.files import write_atomic, write_json_atomic
 from runner.core.limits import MAX_TOURNAMENT_ENTRIES
@@ -245,7 +246,7 @@ def _audit(rnd: Round, entry: Entry, inc_tree: Path) -> None:
     restored = restore_judge(m, inc_tree, entry.tree, entry.touched)
     rnd.judge_expect[entry.tree] = judge_digests(m, inc_tree, entry.touched)
     entry.notes = scope_notes(entry.declared, restored)
-    write_json_atomic(entry.dir / "audit.json", report.to_dict())
+    write_json_atomic(entry.dir / AUDIT, report.to_dict())
 
 
 def _tampered(
