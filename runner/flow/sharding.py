@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from runner.core.artifact_names import BENCHMARK_CSV, PROVENANCE, SAMPLES
 from runner.core.csv_io import check_header, read_csv, write_csv
@@ -30,6 +30,7 @@ from runner.core.csv_schema import BenchCSV, Row
 from runner.core.device_memory import oom_error
 from runner.core.errors import ConfigError, MeasurementFailed
 from runner.core.files import write_json_atomic
+from runner.core.samples import Samples, samples_beside
 from runner.core.shapes import Shape
 from runner.executors.base import JobOutcome
 from runner.executors.gpus import Vendor, detect_vendor, gpu_env
@@ -272,14 +273,13 @@ def merge_shard_samples(dest: Path, shard_csv_paths: Sequence[Path]) -> None:
     pass (fresh-step times, state probes, check problems, seconds per shape) sees every
     shape of a sharded pass: the shapes' records side by side, the first shard's spec,
     and where each shard's record came from."""
-    merged: dict[str, Any] = {"spec": None, "shapes": {}, "shards": []}
+    merged: Samples = {"spec": None, "shapes": {}, "shards": []}
     for csv_path in shard_csv_paths:
-        samples = Path(csv_path).parent / SAMPLES
-        if not samples.is_file():
+        data = samples_beside(Path(csv_path))
+        if data is None:
             continue
-        data = json.loads(samples.read_text(encoding="utf-8"))
         merged["spec"] = merged["spec"] or data.get("spec")
         merged["shapes"].update(data.get("shapes", {}))
-        merged["shards"].append(str(samples))
+        merged["shards"].append(str(Path(csv_path).parent / SAMPLES))
     if merged["shards"]:
         write_json_atomic(dest, merged)
