@@ -437,7 +437,7 @@ def test_row8_a_failed_focused_test_is_not_passed_nor_measured(
 ) -> None:
     """A round whose focused test failed: optimize.md said "Test: ... — passed" beside
     "focused test failed", and the CLI printed "0.000 -> 0.000 TFLOPS"."""
-    from runner.cli.rounds_cmd import print_result
+    from runner.cli.validate_cmd import print_result
     from runner.core.outcomes import Decision, GateResult, Status
 
     c, _ = _campaign(tmp_path)
@@ -483,7 +483,7 @@ def test_newcomer_units_and_a_rolled_back_rounds_transfer_check(
 ) -> None:
     """The metric was labelled "Combined Step TFLOPS" and printed in GFLOPS; a rolled-back
     round's transfer check said "ACCEPT-as-real"."""
-    from runner.cli.rounds_cmd import print_result
+    from runner.cli.validate_cmd import print_result
     from runner.core.outcomes import Status
 
     c, _ = _campaign(tmp_path)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from campaign_helpers import run_cli, tiny_campaign
 
-from runner.cli.rounds_cmd import print_termination
+from runner.cli.validate_cmd import print_termination
 from runner.core.errors import ConfigError
 from runner.core.outcomes import (
     Decision,

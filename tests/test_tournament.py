@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from campaign_helpers import git, run_cli
 
-from runner.cli.rounds_cmd import entry_pairs
+from runner.cli.validate_cmd import entry_pairs
 from runner.core.errors import ConfigError
 from runner.flow.paired import _order
 from runner.store.lineage import patch_subject

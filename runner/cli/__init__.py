@@ -22,8 +22,8 @@ from runner.cli import (
     mcp_cmd,
     offline,
     report_cmd,
-    rounds_cmd,
     settings_cmd,
+    validate_cmd,
 )
 from runner.cli.app import CAMPAIGNS_ROOT_ENV, App
 from runner.core import interrupts
@@ -51,7 +51,7 @@ def cli(ctx: click.Context, campaigns_root: str | None, verbose: bool) -> None:
 for _module in (
     offline,
     init_cmd,
-    rounds_cmd,
+    validate_cmd,
     history_cmd,
     demo_cmd,
     image_cmd,
