@@ -10,7 +10,7 @@ import pytest
 from campaign_helpers import git
 from click.testing import CliRunner
 
-from runner.cli import cli, validate_cmd
+from runner.cli import baseline_cmd, cli, validate_cmd
 from runner.cli.mcp_models import round_infos, round_report
 from runner.cli.mcp_server import TurboTools
 from runner.core.errors import Verdict
@@ -101,7 +101,7 @@ def test_baseline_json_prints_the_closed_baseline(
     """The demo's round-1 replayed through `baseline --json` (nothing is measured):
     stdout is the one JSON object `campaign show 1 --json` prints."""
     campaign = Campaign.load(demo_campaign)
-    monkeypatch.setattr(validate_cmd, "run_baseline", lambda *a, **k: campaign.load_result(1))
+    monkeypatch.setattr(baseline_cmd, "run_baseline", lambda *a, **k: campaign.load_result(1))
     res = CliRunner().invoke(
         cli, ["--campaigns-root", str(demo_campaign.parent), "baseline", "--json", "--quiet"]
     )

@@ -14,6 +14,7 @@ import click
 from runner import __version__
 from runner.cli import (
     analysis_cmd,
+    baseline_cmd,
     bundle_cmd,
     demo_cmd,
     history_cmd,
@@ -51,6 +52,7 @@ def cli(ctx: click.Context, campaigns_root: str | None, verbose: bool) -> None:
 for _module in (
     offline,
     init_cmd,
+    baseline_cmd,
     validate_cmd,
     history_cmd,
     demo_cmd,
