@@ -13,6 +13,7 @@ import click
 
 from runner import __version__
 from runner.cli import (
+    accept_cmd,
     analysis_cmd,
     baseline_cmd,
     bundle_cmd,
@@ -22,7 +23,6 @@ from runner.cli import (
     init_cmd,
     mcp_cmd,
     offline,
-    report_cmd,
     settings_cmd,
     validate_cmd,
 )
@@ -58,7 +58,7 @@ for _module in (
     demo_cmd,
     image_cmd,
     mcp_cmd,
-    report_cmd,
+    accept_cmd,
     bundle_cmd,
     settings_cmd,
     analysis_cmd,
