@@ -28,7 +28,7 @@ from runner.core.outcomes import (
 from runner.flow.records import close_round
 from runner.flow.report import write_report
 from runner.flow.round_context import level_shapes
-from runner.flow.round_records import (
+from runner.flow.round_result import (
     Request,
     check_diagnosis,
     check_new,

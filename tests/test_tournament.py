@@ -194,7 +194,7 @@ def test_a_candidate_whose_native_build_fails_fails_alone(tmp_path: Path) -> Non
     from runner.executors.local import LocalExecutor
     from runner.flow.judge_files import judge_digests, restore_judge
     from runner.flow.round_context import Round
-    from runner.flow.round_records import Request
+    from runner.flow.round_result import Request
     from runner.flow.tournament import _build
     from runner.flow.tournament_measure import Entry, focused_tests
 

@@ -45,7 +45,7 @@ from runner.flow.round_context import (
     gpu_lease,
     level_shapes,
 )
-from runner.flow.round_records import (
+from runner.flow.round_result import (
     Request,
     attach_facts,
     behaviour_transfer,

@@ -36,7 +36,7 @@ from runner.flow.judge_files import check_scope, judge_digests, restore_judge, s
 from runner.flow.kernel_facts import FactsJob, for_role
 from runner.flow.records import close_round
 from runner.flow.round_context import Progress, Round, gpu_lease, level_shapes
-from runner.flow.round_records import (
+from runner.flow.round_result import (
     Request,
     attach_facts,
     behaviour_transfer,

@@ -44,7 +44,7 @@ from runner.flow.measure import (
 )
 from runner.flow.paired import supports_paired
 from runner.flow.round_context import Round, run_focused_test
-from runner.flow.round_records import Request
+from runner.flow.round_result import Request
 from runner.judge.gate import confirms, outpaced, promising
 from runner.render.figures import fmt_gain
 
