@@ -163,7 +163,7 @@ def test_the_cycle_finder_finds_a_cycle_between_packages(tmp_path: Path) -> None
 
 def test_render_only_reads() -> None:
     """render returns text or bytes: it imports no writer (docs/architecture.md §2)."""
-    writers = {"runner.core.files", "runner.store.appendlog", "runner.store.records"}
+    writers = {"runner.core.files", "runner.store.appendlog", "runner.store.record_writer"}
     graph = import_graph()
     writes = {m: graph[m] & writers for m in graph if m.startswith("runner.render.")}
     assert {m: w for m, w in writes.items() if w} == {}, "write it from flow through store"

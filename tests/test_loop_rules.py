@@ -40,7 +40,7 @@ from runner.render.markdown import shape_table
 from runner.render.status import collect_status
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
-from runner.store.records import append_final_report
+from runner.store.record_writer import append_final_report
 from runner.store.roundfiles import write_diagnosis
 
 METRIC = "Combined Step TFLOPS"

@@ -1,5 +1,5 @@
 """A round's records and the corrections of ``campaign correct``: rendered by
-``runner.render`` (which only returns text), written by ``runner.store.records`` (which
+``runner.render`` (which only returns text), written by ``runner.store.record_writer`` (which
 only writes it, under the campaign lock).  Rounds, the baseline and the CLI close and
 correct through here."""
 
@@ -19,14 +19,14 @@ from runner.render.markdown import (
 )
 from runner.render.summary import render_summary
 from runner.store.campaign import Campaign
-from runner.store.records import RoundTexts, append_log_correction, write_round_records
+from runner.store.record_writer import RoundTexts, append_log_correction, write_round_records
 
 
 def close_round(
     campaign: Campaign, result: RoundResult, progress: Callable[[str], None] | None = None
 ) -> None:
     """Render the round's records and write them: summary.md, both log entries and, last,
-    result.json (``runner.store.records.write_round_records``)."""
+    result.json (``runner.store.record_writer.write_round_records``)."""
     m = campaign.manifest
     texts = RoundTexts(
         summary=render_summary(result, m),
