@@ -25,9 +25,9 @@ from runner.core.outcomes import (
     ShapeScore,
     Status,
 )
-from runner.flow.records import close_round
 from runner.flow.report import write_report
 from runner.flow.round_context import level_shapes
+from runner.flow.round_logs import close_round
 from runner.flow.round_result import (
     Request,
     check_diagnosis,

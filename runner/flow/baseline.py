@@ -20,7 +20,6 @@ from runner.flow.build import built_roles, describe
 from runner.flow.host import run_job
 from runner.flow.passes import per_pass_metric, read_passes, shape_seconds, write_merged
 from runner.flow.quickscript import write_quick_script
-from runner.flow.records import close_round
 from runner.flow.round_context import (
     FocusedTest,
     Progress,
@@ -28,6 +27,7 @@ from runner.flow.round_context import (
     all_shapes,
     gpu_lease,
 )
+from runner.flow.round_logs import close_round
 from runner.flow.rounds import MIN_SIGMA, measure_roles, now
 from runner.flow.upstream_quick import has_upstream_quick, run_quick
 from runner.judge.gate import calibrate_sigma

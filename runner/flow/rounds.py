@@ -37,7 +37,6 @@ from runner.flow.checkout import kept_note, plan_restore, restore_checkout
 from runner.flow.judge_files import check_scope, judge_digests, restore_judge, scope_notes
 from runner.flow.kernel_facts import FactsJob
 from runner.flow.measure import Comparison, measure_and_judge, measure_roles
-from runner.flow.records import close_round
 from runner.flow.round_context import (
     FocusedTest,
     Progress,
@@ -45,6 +44,7 @@ from runner.flow.round_context import (
     gpu_lease,
     level_shapes,
 )
+from runner.flow.round_logs import close_round
 from runner.flow.round_result import (
     Request,
     attach_facts,

@@ -34,8 +34,8 @@ from runner.executors.base import BuiltRole, Executor
 from runner.flow.build import built_roles, describe
 from runner.flow.judge_files import check_scope, judge_digests, restore_judge, scope_notes
 from runner.flow.kernel_facts import FactsJob, for_role
-from runner.flow.records import close_round
 from runner.flow.round_context import Progress, Round, gpu_lease, level_shapes
+from runner.flow.round_logs import close_round
 from runner.flow.round_result import (
     Request,
     attach_facts,
