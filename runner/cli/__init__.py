@@ -1,4 +1,5 @@
-"""The ``campaign`` command line.  One module per command group; each module exposes
+"""The ``campaign`` command line.  One module per command (or group of commands), named
+after it; each module exposes
 ``COMMANDS`` (a list of click commands) that is registered here.  Errors are caught
 only in ``main`` (a ``CampaignError`` by its exit code; an ``OSError`` of a path that
 cannot be written, such as a read-only folder, as bad input: exit 2)."""
