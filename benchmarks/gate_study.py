@@ -1,4 +1,4 @@
-"""A/A and A/B gate study (part 2 of benchmarks/timing_fidelity.py).
+"""A/A and A/B gate study (part 2 of benchmarks/timing_fidelity.py, which runs it).
 
 Incumbent A: bf16 torch.matmul on the four fidelity shapes.  Candidate: A again (A/A) or
 B, A made ~3% slower on every shape (A/B):
@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from canary import CanaryBand, canary_drifted, run_canary
-from timing_fidelity import SHAPES, label, quick_template_ms, tflops
+from matmul_timing import SHAPES, label, quick_template_ms, tflops
 
 from runner.bench.timing import TimingSettings, measure
 from runner.core.outcomes import Decision, PairSample, Score, ShapeScore

@@ -48,6 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
+from runner.core.artifact_names import BUILDS  # noqa: E402
 from runner.executors.factory import make_executor  # noqa: E402
 from runner.flow.baseline import run_baseline  # noqa: E402
 from runner.flow.new_campaign import create_campaign  # noqa: E402
@@ -180,7 +181,7 @@ def new_campaign(root: Path, executor: str, image: str | None, gpu: str) -> Camp
 
 
 def builds_of(campaign: Campaign, n: int) -> list[dict[str, Any]]:
-    path = campaign.artifacts_dir(n) / "builds.json"
+    path = campaign.artifacts_dir(n) / BUILDS
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
 
 

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from runner.core.artifact_names import BENCHMARK_CSV, INCUMBENT_CSV
 from runner.core.outcomes import GateResult
 from runner.core.shapes import DENSE_MODELS, Shape, model_gemm_shapes, tiny_gemm_shapes
 from runner.core.spec import RoundSpec, TimingSettings
@@ -110,8 +111,8 @@ def measure(
 def judge(tmp: Path, paths: dict[str, list[Path]]) -> GateResult:
     inc = read_passes(paths["incumbent"], None)
     cand = read_passes(paths["candidate"], None)
-    inc_score = score(write_merged(tmp / "incumbent.csv", inc), "auto")
-    cand_score = score(write_merged(tmp / "benchmark.csv", cand), inc_score.metric)
+    inc_score = score(write_merged(tmp / INCUMBENT_CSV, inc), "auto")
+    cand_score = score(write_merged(tmp / BENCHMARK_CSV, cand), inc_score.metric)
     pairs = pair_samples(inc, cand, inc_score.metric)
     return decide(inc_score, cand_score, sigma_g=None, pairs=pairs)
 

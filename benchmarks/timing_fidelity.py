@@ -27,36 +27,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-SHAPES = ((16, 1024, 1024), (128, 4096, 4096), (4096, 4096, 4096), (8192, 8192, 8192))
+from matmul_timing import SHAPES, label, quick_template_ms, tflops
+
 METHODS = ("quick", "do_bench", "engine")
 REFS = ("graph", "profiler")
 
 
-def label(shape: tuple[int, int, int]) -> str:
-    return "x".join(map(str, shape))
-
-
-def tflops(shape: tuple[int, int, int], ms: float) -> float:
-    m, n, k = shape
-    return 2.0 * m * n * k / (ms * 1e-3) / 1e12
-
-
 # ----------------------------------------------------------------- timing methods
-
-
-def quick_template_ms(fn: Any, torch: Any) -> float:
-    """Upstream quick template: 1 warm-up repeat + 3 repeats of 50 iterations, host clock,
-    synchronize at the ends of each repeat; the mean of the three repeats."""
-    times = []
-    for rep in range(4):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(50):
-            fn()
-        torch.cuda.synchronize()
-        if rep:
-            times.append((time.perf_counter() - t0) * 1e3 / 50)
-    return sum(times) / len(times)
 
 
 def do_bench_ms(fn: Any) -> float:
@@ -276,7 +253,7 @@ def main() -> None:
     print("\n## Fidelity\n\n" + fidelity_table(report["fidelity"]["summary"]), flush=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
     if not args.skip_study:
-        from gate_study import run_study, study_table
+        from gate_study import run_study, study_table  # its passes only when asked
 
         deadline = t0 + args.deadline_s
         report["study"] = run_study(args.rounds, args.calib_passes, deadline)

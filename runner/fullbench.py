@@ -19,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from runner.core.artifact_names import BENCHMARK_CSV
 from runner.core.errors import ConfigError
 from runner.core.shapes import Shape, default_shape_set, shape_set, shapes_by_label
 from runner.core.spec import RoundSpec, TimingSettings
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="fullbench-") as tmp:
         run_spec(spec, Path(tmp))
-        csv = Path(tmp) / "benchmark.csv"
+        csv = Path(tmp) / BENCHMARK_CSV
         text = csv.read_text(encoding="utf-8")
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)

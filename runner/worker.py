@@ -24,6 +24,7 @@ import os
 import sys
 from pathlib import Path
 
+from runner.core.artifact_names import WORKER_LOG
 from runner.core.pause_points import pause_point
 from runner.core.spec import SOURCE_ENV, RoundSpec, load_spec
 
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(message)s",
-        handlers=[logging.FileHandler(out_dir / "worker.log"), logging.StreamHandler(sys.stderr)],
+        handlers=[logging.FileHandler(out_dir / WORKER_LOG), logging.StreamHandler(sys.stderr)],
     )
     spec = load_spec(Path(args[0]))
     check_source()

@@ -124,7 +124,7 @@ def test_baseline_and_a_validate_round_of_more_ops(
     m = campaign.manifest
     _, sset, header = CASES[op]
     assert m.pinned_header == header
-    csv = read_csv(campaign.benchmark_csv(1), pinned=m.pinned_header)
+    csv = read_csv(campaign.artifacts_dir(1) / "benchmark.csv", pinned=m.pinned_header)
     assert csv.labels() == measured_labels(sset, heldout_labels(campaign.root, m))
     assert all(r.passed for r in csv.rows)
     assert 3 <= len(m.representative_shapes) <= 5
@@ -179,7 +179,7 @@ def test_cli_baseline_of_quantize_makes_its_own_example_copy(tmp_path: Path) -> 
     assert m.shape_set == "quant-cpu" and m.pinned_header == MEMORY_SCHEMA.header
     assert Path(m.source).parent == root / "sources"
     assert (Path(m.source) / HONEST["quantize"][0]).is_file()
-    csv = read_csv(campaign.benchmark_csv(1), pinned=m.pinned_header)
+    csv = read_csv(campaign.artifacts_dir(1) / "benchmark.csv", pinned=m.pinned_header)
     assert csv.labels() == measured_labels("quant-cpu", heldout_labels(campaign.root, m))
     assert all(r.passed for r in csv.rows)
     assert campaign.closed_rounds() == [1]

@@ -23,11 +23,12 @@ from typing import Any
 
 import pytest
 
+from runner.core.artifact_names import BUILDS
 from runner.core.errors import Tampered
 from runner.executors.build_cache import COMPLETE, PRODUCTS, BuildCache
 from runner.executors.isolation import ISOLATION_ENV, isolation_works
 from runner.executors.local import LocalExecutor
-from runner.flow.build import BUILDS_RECORD, built_roles
+from runner.flow.build import built_roles
 from runner.flow.judge_files import judge_digests, restore_judge
 from runner.flow.round_context import FocusedTest, Round
 from runner.render.status import collect_status
@@ -66,7 +67,7 @@ def build(
     candidate's edits."""
     rnd = Round(campaign, LocalExecutor(), lambda _m: None, tmp / f"r{n}", n, "quick")
     with built_roles(rnd, roles, sorted(changed) if changed else None):
-        record = json.loads((rnd.tmp / BUILDS_RECORD).read_text(encoding="utf-8"))
+        record = json.loads((rnd.tmp / BUILDS).read_text(encoding="utf-8"))
     return {b["role"]: b for b in record}
 
 

@@ -59,7 +59,7 @@ def test_init_creates_the_layout(camp: Campaign, tmp_path: Path) -> None:
     assert camp.round_dir(3) == root / "rounds" / "round-3"
     assert camp.snapshot_dir(3) == root / "rounds" / "round-3" / "kernel_snapshot"
     assert camp.artifacts_dir(3) == root / "rounds" / "round-3" / "artifacts"
-    assert camp.benchmark_csv(3) == root / "rounds" / "round-3" / "artifacts" / "benchmark.csv"
+    assert camp.artifacts_dir(3) == root / "rounds" / "round-3" / "artifacts"
     assert camp.summary_path(3) == root / "rounds" / "round-3" / "summary.md"
     trend = camp.trend_log.read_text()
     assert f"\n{TREND_HEADER}\n{TREND_SEPARATOR}\n" in trend

@@ -10,7 +10,7 @@ import pytest
 from campaign_helpers import git
 from click.testing import CliRunner
 
-from runner.cli import cli, rounds_cmd
+from runner.cli import baseline_cmd, cli, validate_cmd
 from runner.cli.mcp_models import round_infos, round_report
 from runner.cli.mcp_server import TurboTools
 from runner.core.errors import Verdict
@@ -60,7 +60,7 @@ def test_validate_json_prints_the_closed_round(
     """The demo's round-3 replayed through `validate --json` (no round is measured)."""
     campaign = Campaign.load(demo_campaign)
     closed = campaign.load_result(3)
-    monkeypatch.setattr(rounds_cmd, "validate_round", lambda *a, **k: closed)
+    monkeypatch.setattr(validate_cmd, "validate_round", lambda *a, **k: closed)
     args = ["validate", "--round", "3", "--hypothesis", "x", "--json"]
     res = CliRunner().invoke(cli, ["--campaigns-root", str(demo_campaign.parent), *args])
     if closed.status is Status.ROLLED_BACK:  # a verdict: main() makes it exit 3
@@ -101,7 +101,7 @@ def test_baseline_json_prints_the_closed_baseline(
     """The demo's round-1 replayed through `baseline --json` (nothing is measured):
     stdout is the one JSON object `campaign show 1 --json` prints."""
     campaign = Campaign.load(demo_campaign)
-    monkeypatch.setattr(rounds_cmd, "run_baseline", lambda *a, **k: campaign.load_result(1))
+    monkeypatch.setattr(baseline_cmd, "run_baseline", lambda *a, **k: campaign.load_result(1))
     res = CliRunner().invoke(
         cli, ["--campaigns-root", str(demo_campaign.parent), "baseline", "--json", "--quiet"]
     )

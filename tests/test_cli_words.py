@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runner.bench.statecheck import STEPS
-from runner.cli import main, rounds_cmd
+from runner.cli import main, validate_cmd
 from runner.core.errors import RolledBack
 from runner.core.outcomes import Status
 from runner.flow.rounds import Request
@@ -33,7 +33,7 @@ def test_a_rollback_prints_its_verdict_not_an_error(
         assert request.round == 2
         return rolled
 
-    monkeypatch.setattr(rounds_cmd, "validate_round", replay)
+    monkeypatch.setattr(validate_cmd, "validate_round", replay)
     args = ["--campaigns-root", str(demo_campaign.parent), "validate", "--round", "2"]
     with pytest.raises(SystemExit) as exc:
         main([*args, "--hypothesis", "float64 accumulation"])

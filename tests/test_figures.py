@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.cli.rounds_cmd import print_result
+from runner.cli.validate_cmd import print_result
 from runner.core.outcomes import Decision, GateResult
 from runner.render.figures import fmt_gain, fmt_metric, fmt_num, scale_for
 from runner.render.summary import render_summary

@@ -23,10 +23,10 @@ from runner.store.campaign import Campaign
 from runner.store.gate_ledger import (
     LEDGER_NAME,
     LEDGERED_NOTE,
-    gate_sha,
     gate_values,
     ledger_file,
     record,
+    values_sha,
 )
 
 PATCH = EXAMPLES_DIR / "demo_patches" / "slowdown_fp64_accumulate.patch"
@@ -88,7 +88,7 @@ def test_campaign_set_records_the_change_and_status_stays_ok(
     camp = Campaign.load(demo_copy)
     root = ["--campaigns-root", str(demo_copy.parent)]
     opt = camp.optimize_log.read_bytes()
-    before = gate_sha(camp.manifest)
+    before = values_sha(gate_values(camp.manifest))
     reason = "recalibrated on a quiet host"
     code, out = run_cli([*root, "set", "sigma_g", "5%", "--reason", reason], capsys)
     assert code == 0, out
@@ -99,7 +99,7 @@ def test_campaign_set_records_the_change_and_status_stays_ok(
     lines = (camp.logs_dir / LEDGER_NAME).read_text("utf-8").splitlines()
     last = json.loads(lines[-1])
     assert len(lines) == 2 and last["by"] == "campaign set" and reason in last["reason"]
-    assert last["sha256"] == gate_sha(again.manifest) != before
+    assert last["sha256"] == values_sha(gate_values(again.manifest)) != before
     code, out = run_cli([*root, "set", "primary_metric", "Forward TFLOPS", "--reason", "r"], capsys)
     assert code == 0, out
     code, out = run_cli([*root, "status"], capsys)
@@ -218,7 +218,7 @@ def test_a_campaign_ledgered_before_the_constants_is_not_ledgered_until_set(
     root = ["--campaigns-root", str(camp.root.parent)]
     values = gate_values(camp.manifest)  # an entry as the code before wrote it
     old = {"when": "2026-12-01 10:00", "by": "baseline", "reason": "fixed at the baseline",
-           "sha256": gate_sha(camp.manifest), "fields": values}  # fmt: skip
+           "sha256": values_sha(values), "fields": values}  # fmt: skip
     append(ledger_file(camp), json.dumps(old, sort_keys=True) + "\n")
     monkeypatch.setattr(gate, "MIN_THRESHOLD", 0.03)  # whatever the running code holds
     code, out = run_cli([*root, "status"], capsys)

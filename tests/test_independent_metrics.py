@@ -18,7 +18,7 @@ from runner.core.outcomes import Decision, PairSample, Score, ShapeScore
 from runner.executors.factory import make_executor
 from runner.flow.measure import Comparison, judge
 from runner.flow.round_context import Round, level_shapes
-from runner.flow.round_records import veto_only
+from runner.flow.round_result import veto_only
 from runner.judge.independent import decide_metrics
 from runner.store.campaign import Campaign
 

@@ -231,7 +231,7 @@ def _closed(
     c: Campaign, n: int, status: Any, hypothesis: str, value: float = 1.0, **over: Any
 ) -> Any:
     from runner.core.outcomes import RoundResult, Score, ShapeScore
-    from runner.flow.records import close_round
+    from runner.flow.round_logs import close_round
 
     shape = ShapeScore("a", "PASS", value, value, value)
     score = Score("Combined Step TFLOPS", value, (shape,), 1, 0)
@@ -437,7 +437,7 @@ def test_row8_a_failed_focused_test_is_not_passed_nor_measured(
 ) -> None:
     """A round whose focused test failed: optimize.md said "Test: ... — passed" beside
     "focused test failed", and the CLI printed "0.000 -> 0.000 TFLOPS"."""
-    from runner.cli.rounds_cmd import print_result
+    from runner.cli.validate_cmd import print_result
     from runner.core.outcomes import Decision, GateResult, Status
 
     c, _ = _campaign(tmp_path)
@@ -487,7 +487,7 @@ def test_newcomer_units_and_a_rolled_back_rounds_transfer_check(
 ) -> None:
     """The metric was labelled "Combined Step TFLOPS" and printed in GFLOPS; a rolled-back
     round's transfer check said "ACCEPT-as-real"."""
-    from runner.cli.rounds_cmd import print_result
+    from runner.cli.validate_cmd import print_result
     from runner.core.outcomes import Status
 
     c, _ = _campaign(tmp_path)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from campaign_helpers import run_cli, tiny_campaign
 
-from runner.cli.rounds_cmd import print_termination
+from runner.cli.validate_cmd import print_termination
 from runner.core.errors import ConfigError
 from runner.core.outcomes import (
     Decision,
@@ -26,10 +26,10 @@ from runner.core.outcomes import (
     ShapeScore,
     Status,
 )
-from runner.flow.records import close_round
 from runner.flow.report import write_report
 from runner.flow.round_context import level_shapes
-from runner.flow.round_records import (
+from runner.flow.round_logs import close_round
+from runner.flow.round_result import (
     Request,
     check_diagnosis,
     check_new,
@@ -41,7 +41,7 @@ from runner.render.markdown import shape_table
 from runner.render.status import collect_status
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
-from runner.store.records import append_final_report
+from runner.store.record_writer import append_final_report
 from runner.store.roundfiles import write_diagnosis
 
 METRIC = "Combined Step TFLOPS"

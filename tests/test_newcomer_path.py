@@ -18,7 +18,7 @@ from campaign_helpers import manifest, run_cli
 
 from runner.core.outcomes import Decision, GateResult, RoundResult, Score, ShapeScore, Status
 from runner.flow.measure import ROUND_CAP_ENV
-from runner.flow.records import close_round
+from runner.flow.round_logs import close_round
 from runner.judge.inconclusive import inconclusive
 from runner.store.campaign import Campaign
 
@@ -97,7 +97,7 @@ def test_output_summary_and_status_say_too_noisy_to_tell(
 ) -> None:
     """The round's output, its summary.md and `status` name the verdict for what it is,
     with the figures and what to do; a clear slow-down's do not."""
-    from runner.cli.rounds_cmd import print_result
+    from runner.cli.validate_cmd import print_result
 
     c = Campaign.init(tmp_path / "campaigns", manifest())
     _closed(c, 1, Status.BASELINE)

@@ -40,7 +40,7 @@ from runner.flow.paired import (
     wave_size,
 )
 from runner.flow.round_context import FocusedTest, Round, level_shapes
-from runner.flow.round_records import Request
+from runner.flow.round_result import Request
 from runner.flow.sharding import (
     PlainManifest,
     PlainRound,

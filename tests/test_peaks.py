@@ -11,33 +11,40 @@ from runner.core.csv_io import read_csv, write_csv
 from runner.core.csv_schema import GEMM_SCHEMA, BenchCSV
 from runner.core.errors import CampaignError
 from runner.flow.passes import light_readings
-from runner.judge.peaks import PEAKS, SpeedOfLightError, check_speed_of_light, peak_for, resolve_gpu
+from runner.judge.peaks import PEAKS, SpeedOfLightError, check_speed_of_light, peak_for
 from runner.judge.vetoes import speed_of_light_veto
+
+_FAMILY_PEAKS = {  # an architecture counts at the highest of its family's figures
+    "gfx942": (1307.4, 2614.9, 6000.0),  # MI300X, MI325X
+    "gfx950": (2500.0, 5000.0, 8000.0),  # MI355X, MI350X
+    "sm_90": (989.5, 1979.0, 4800.0),  # H100 SXM, H200
+}
 
 
 @pytest.mark.parametrize(
-    ("name", "key"),
+    ("name", "peaks"),
     [
-        ("NVIDIA H200", "H200"),
-        ("NVIDIA H200 NVL", "H200 NVL"),
-        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
-        ("NVIDIA H100 PCIe", "H100 PCIe"),
-        ("AMD Instinct MI300X", "MI300X"),
-        ("AMD Instinct MI300X VF", "MI300X"),
-        ("AMD Instinct MI325X", "MI325X"),
-        ("AMD Instinct MI355X", "MI355X"),
-        ("gfx942", "MI300X"),
-        ("gfx942:sramecc+:xnack-", "MI300X"),
-        ("gfx950", "MI355X"),
-        ("sm_90", "H100 SXM"),
+        ("NVIDIA H200", PEAKS["H200"]),
+        ("NVIDIA H200 NVL", PEAKS["H200 NVL"]),
+        ("NVIDIA H100 80GB HBM3", PEAKS["H100 SXM"]),
+        ("NVIDIA H100 PCIe", PEAKS["H100 PCIe"]),
+        ("AMD Instinct MI300X", PEAKS["MI300X"]),
+        ("AMD Instinct MI300X VF", PEAKS["MI300X"]),
+        ("AMD Instinct MI325X", PEAKS["MI325X"]),
+        ("AMD Instinct MI355X", PEAKS["MI355X"]),
+        ("gfx942", _FAMILY_PEAKS["gfx942"]),
+        ("gfx942:sramecc+:xnack-", _FAMILY_PEAKS["gfx942"]),
+        ("gfx950", _FAMILY_PEAKS["gfx950"]),
+        ("sm_90", _FAMILY_PEAKS["sm_90"]),
     ],
 )
-def test_resolve(name: str, key: str) -> None:
-    assert resolve_gpu(name) == key
+def test_a_device_name_or_architecture_finds_its_peaks(
+    name: str, peaks: tuple[float, float, float]
+) -> None:
+    assert tuple(peak_for(name, dtype) for dtype in ("bf16", "fp8", "hbm")) == peaks
 
 
 def test_unknown_gpu_and_dtype() -> None:
-    assert resolve_gpu("NVIDIA GeForce RTX 4090") is None
     assert peak_for("NVIDIA GeForce RTX 4090", "bf16") is None
     assert peak_for("NVIDIA H200", "int4") is None
 

@@ -21,7 +21,7 @@ from runner.core.outcomes import (
     Status,
 )
 from runner.core.stats import geomean
-from runner.flow.records import close_round, correct_logs
+from runner.flow.round_logs import close_round, correct_logs
 from runner.render.chain import check_chain
 from runner.render.markdown import (
     Ineffective,

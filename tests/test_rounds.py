@@ -64,7 +64,7 @@ def test_baseline_writes_every_record(campaign: Campaign) -> None:
     assert len(held) == 1 and m.heldout_count == 1 and not m.heldout_shapes
     assert not set(held) & set(m.representative_shapes)
     assert m.sigma_g is not None and m.sigma_g > 0
-    csv = read_csv(campaign.benchmark_csv(1), pinned=m.pinned_header)
+    csv = read_csv(campaign.artifacts_dir(1) / "benchmark.csv", pinned=m.pinned_header)
     # the shape set's five shapes, less the one held out at init (never measured)
     assert [r.check for r in csv.rows] == ["PASS"] * 4
     assert held[0] not in csv.labels()

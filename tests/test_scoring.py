@@ -17,7 +17,6 @@ from runner.judge.scoring import (
     FORWARD_GBPS,
     FORWARD_TFLOPS,
     Metric,
-    combined_from_tflops,
     combined_step_tflops,
     resolve_metric,
     score,
@@ -95,9 +94,11 @@ def test_combined_step_formula() -> None:
     assert combined_step_tflops(DIM, DIM, DIM, 1.0, 2.0, b=4) == pytest.approx(4 * expected)
 
 
-def test_combined_from_tflops_protocol_example() -> None:
-    assert combined_from_tflops(400, 200) == pytest.approx(240.0)
-    assert combined_from_tflops(300, 150) == pytest.approx(180.0)
+def test_combined_step_protocol_example() -> None:
+    """6 / (2/F + 4/B): forward 400 and backward 200 TFLOPS make a 240 TFLOPS step."""
+    for fwd, bwd, step in ((400, 200, 240.0), (300, 150, 180.0)):
+        t_fwd, t_bwd = fwd_ms(fwd), 2 * fwd_ms(bwd)
+        assert combined_step_tflops(DIM, DIM, DIM, t_fwd, t_bwd) == pytest.approx(step)
 
 
 @settings(max_examples=150)
@@ -107,14 +108,14 @@ def test_combined_from_tflops_protocol_example() -> None:
     dims=st.tuples(*[st.integers(min_value=1, max_value=32768)] * 3),
     b=st.integers(min_value=1, max_value=64),
 )
-def test_combined_from_times_equals_from_tflops(
+def test_combined_from_times_equals_the_throughputs_formula(
     fwd: float, bwd: float, dims: tuple[int, int, int], b: int
 ) -> None:
     m, n, k = dims
     t_fwd = 2 * b * m * n * k / (fwd * 1e12) * 1e3
     t_bwd = 4 * b * m * n * k / (bwd * 1e12) * 1e3
     from_times = combined_step_tflops(m, n, k, t_fwd, t_bwd, b)
-    assert from_times == pytest.approx(combined_from_tflops(fwd, bwd), rel=1e-9)
+    assert from_times == pytest.approx(6.0 / (2.0 / fwd + 4.0 / bwd), rel=1e-9)
 
 
 # ---------------------------------------------------------------- metric choice

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from campaign_helpers import git, run_cli
 
-from runner.cli.rounds_cmd import entry_pairs
+from runner.cli.validate_cmd import entry_pairs
 from runner.core.errors import ConfigError
 from runner.flow.paired import _order
 from runner.store.lineage import patch_subject
@@ -194,7 +194,7 @@ def test_a_candidate_whose_native_build_fails_fails_alone(tmp_path: Path) -> Non
     from runner.executors.local import LocalExecutor
     from runner.flow.judge_files import judge_digests, restore_judge
     from runner.flow.round_context import Round
-    from runner.flow.round_records import Request
+    from runner.flow.round_result import Request
     from runner.flow.tournament import _build
     from runner.flow.tournament_measure import Entry, focused_tests
 

@@ -14,7 +14,7 @@ from runner.core.csv_io import read_csv, write_csv
 from runner.core.csv_schema import GEMM_SCHEMA
 from runner.core.outcomes import Decision
 from runner.judge.json_contract import gate_csvs
-from runner.judge.scoring import combined_from_tflops, score
+from runner.judge.scoring import score
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "upstream-loop.md"
@@ -88,11 +88,18 @@ def test_upstreams_scoring_example(tmp_path: Path) -> None:
     assert math.prod([320, 305, 290]) ** (1 / 3) == pytest.approx(304.8, abs=0.05)
 
 
-def test_upstreams_trend_example_row_1() -> None:
+def test_upstreams_trend_example_row_1(tmp_path: Path) -> None:
     """iteration_rules.mdc Rule 8's trend table (a6a16cdc): 6 / (2/500 + 4/250) = 300."""
-    assert combined_from_tflops(500, 250) == pytest.approx(300.0)
-    assert combined_from_tflops(520, 258) == pytest.approx(310.077, abs=5e-4)
-    assert combined_from_tflops(550, 272) / 300 - 1 == pytest.approx(0.09039, abs=5e-5)
+    path = tmp_path / "trend.csv"
+    write_csv(path, GEMM_SCHEMA, [
+        _row("base", 4096, 4096, 4096, 500, 250),
+        _row("r2", 4096, 4096, 4096, 520, 258),
+        _row("r3", 4096, 4096, 4096, 550, 272),
+    ])  # fmt: skip
+    base, r2, r3 = (s.value for s in score(read_csv(path)).shapes)
+    assert base == pytest.approx(300.0)
+    assert r2 == pytest.approx(310.077, abs=5e-4)
+    assert r3 / base - 1 == pytest.approx(0.09039, abs=5e-5)
 
 
 def _example_csvs(tmp_path: Path, fwd_bwd: list[tuple[float, float]]) -> tuple[Path, Path]:

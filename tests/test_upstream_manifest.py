@@ -61,9 +61,9 @@ UPSTREAM_MANIFEST: dict[str, Any] = {
 
 
 def test_the_template_names_every_field_the_import_knows() -> None:
-    from runner.store.upstream_manifest import UPSTREAM_FIELDS
+    from runner.store.manifest import SECTION2_FIELDS
 
-    assert list(UPSTREAM_MANIFEST) == list(UPSTREAM_FIELDS)
+    assert list(UPSTREAM_MANIFEST) == list(SECTION2_FIELDS)
 
 
 def test_upstream_spellings_load_and_are_written_back(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from runner.core.artifact_names import FOCUSED_TEST
 from runner.core.files import write_atomic, write_json_atomic
 from runner.core.lifeline import child_preexec
 from runner.core.pause_points import pause_point
@@ -49,7 +50,7 @@ def _refuse(spec: RoundSpec, out_dir: Path, changed: list[str]) -> int:
         "lineage head's when the test was to start (rewritten after they were restored)\n",
     )
     record = {"command": spec.command, "returncode": TAMPERED_EXIT, "tampered": changed}
-    write_json_atomic(out_dir / "test.json", record)
+    write_json_atomic(out_dir / FOCUSED_TEST, record)
     return TAMPERED_EXIT
 
 
@@ -106,7 +107,7 @@ def run_test(spec: RoundSpec, out_dir: Path) -> int:
         )
     write_atomic(out_dir / "test.log", f"$ {command}\n{proc.stdout}")
     write_json_atomic(
-        out_dir / "test.json",
+        out_dir / FOCUSED_TEST,
         {
             "command": command,
             "returncode": proc.returncode,

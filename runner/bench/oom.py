@@ -17,7 +17,7 @@ class DeviceMemoryExhausted(RuntimeError):
 
 def out_of_memory(exc: BaseException, shape: str = "", out_dir: Path | None = None) -> None:
     """Raise DeviceMemoryExhausted when ``exc`` is the device running out of memory;
-    with ``out_dir``, first leave the record the host reads (``OOM_FILE``: the shape,
+    with ``out_dir``, first leave the record the host reads (``OUT_OF_MEMORY``: the shape,
     the bytes the allocation asked for, the device's total)."""
     import torch
 

@@ -13,12 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from runner.core.artifact_names import LOADED, PROVENANCE
 from runner.core.files import blob_hash, write_json_atomic
 from runner.core.spec import SOURCE_ENV
 
 log = logging.getLogger("runner.worker")
-
-PROVENANCE = "provenance.json"
 
 
 def loaded_from(names: list[str]) -> dict[str, str | None]:
@@ -73,9 +72,6 @@ def check_provenance(target: Any, api: Any, out_dir: Path) -> None:
     if error:
         log.error("%s", error)
         raise SystemExit(f"provenance: {error}")
-
-
-LOADED = "loaded.json"
 
 
 def loaded_files(root: Path) -> dict[str, str | None]:

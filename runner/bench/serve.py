@@ -6,26 +6,17 @@ device: the host sends one JSON line per turn on stdin and waits for the reply l
 stdout, and it only ever talks to one worker per device at a time (the token).  So two
 processes never run kernels at once, and the host decides the A B B A order.
 
-Messages (one JSON object per line):
-
-* worker -> host, after set-up: ``{"ok": true, "ready": [labels], "memory": {...}}``,
-  on a GPU with ``"shape_peaks": {label: bytes}`` (``ShapePeaks``);
-* host -> worker ``{"op": "block", "index": i, "pick": k}``: measure every shape once
-  (forward, backward) on member ``k`` of its buffer pool; reply
-  ``{"ok": true, "block": i, "seconds": s, "start": t0, "end": t1, "memory": {...}}``
-  (wall clock; on a GPU the memory (``device_memory``) is ``reserved``, the most
-  device memory this process held since its last report, ``held``, what it keeps
-  between turns, and the device's ``free`` and ``total``: the host sizes its waves of
-  live workers by them);
-* host -> worker ``{"op": "fresh"}``: the fresh-step timing, a timed turn of its own
-  (the pool freed first); reply ``{"ok": true, "fresh": true, "memory": {...}}``;
-* host -> worker ``{"op": "finish"}``: the re-check after timing (untimed: the host
-  sends it to every worker of a wave at once, after every fresh step is timed; the
-  fresh step is timed here when ``fresh`` was not sent), then
-  ``benchmark.csv``, ``samples.json``, ``meta.json`` in OUT as a
-  per-pass worker writes them (per shape the median over its blocks); reply
-  ``{"ok": true, "finished": true}`` and exit 0;
-* on any error: ``{"ok": false, "error": "..."}`` and exit 1.
+Messages (one JSON object per line, each a dataclass of ``runner.core.worker_messages``):
+after set-up the worker says ``Ready``; the host then sends ``Block`` per turn (every
+shape measured once on one member of the buffer pool; the reply carries the wall clock
+and, on a GPU, the memory report by which the host sizes its waves of live workers),
+``Fresh`` (the fresh-step timing, a timed turn of its own, the pool freed first) and
+``Finish`` (the re-check after timing, untimed: the host sends it to every worker of a
+wave at once, after every fresh step is timed; the fresh step is timed here when
+``Fresh`` was not sent), after which the worker writes its artifacts as a per-pass
+worker writes them (per shape the median over its blocks), answers ``Finished`` and
+exits 0.  On any error it answers ``Failed`` and exits 1.  On a GPU ``Ready`` carries
+each shape's preparation peak (``ShapePeaks``).
 
 The buffer pool: per shape ``pool`` input sets (seeds ``seed + 101*k``, the same in every
 process, so both roles of a block see the same data), each allocated after a spacer of
@@ -40,7 +31,6 @@ prints cannot corrupt it.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -52,9 +42,25 @@ from typing import IO, Any
 
 from runner.bench.oom import out_of_memory, release_cached
 from runner.bench.timing import Timing
+from runner.core.artifact_names import BENCHMARK_CSV, META, SAMPLES
 from runner.core.files import write_json_atomic
+from runner.core.samples import Samples, ShapeSamples
 from runner.core.shapes import Shape
 from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec
+from runner.core.worker_messages import (
+    Block,
+    BlockDone,
+    Failed,
+    Finished,
+    Fresh,
+    FreshDone,
+    MemoryReport,
+    Ready,
+    Reply,
+    Request,
+    parse_request,
+    reply_line,
+)
 
 log = logging.getLogger("runner.worker")
 SPACER_UNIT = 4096  # bytes; spacer k is k * SPACER_UNIT * (1 + member) bytes
@@ -75,16 +81,13 @@ class Channel:
         os.dup2(2, 1)  # prints of the measured code go to the log, not the protocol
         sys.stdout = sys.stderr
 
-    def send(self, message: dict[str, Any]) -> None:
-        self.writer.write(json.dumps(message) + "\n")
+    def send(self, reply: Reply) -> None:
+        self.writer.write(reply_line(reply) + "\n")
         self.writer.flush()
 
-    def receive(self) -> dict[str, Any] | None:
+    def receive(self) -> Request | None:
         line = self.reader.readline()
-        if not line:
-            return None
-        data: dict[str, Any] = json.loads(line)
-        return data
+        return parse_request(line) if line else None
 
 
 class _ShapeState:
@@ -213,7 +216,7 @@ class Server:
 
         schema = get_schema(self.adapter.info.schema)
         rows: list[dict[str, object]] = []
-        raw: dict[str, Any] = {}
+        raw: dict[str, ShapeSamples] = {}
         for st in self.states:
             try:
                 row, record = self._finish_shape(st, ROW_BUILDERS[schema.name])
@@ -221,20 +224,20 @@ class Server:
                 out_of_memory(exc, st.shape.label, self.out_dir)
                 log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
                 st.error = st.error or f"{type(exc).__name__}: {exc}"
-                row, record = None, {}
+                row, record = None, ShapeSamples()
             if row is None:
                 rows.append(failed_row(st.shape, schema.name, schema.columns))
                 raw[st.shape.label] = {"error": st.error, **record}
                 continue
             rows.append(row)
             raw[st.shape.label] = record
-        samples = {"spec": self.spec.to_dict(), "shapes": raw, "pool": self.pool}
-        write_json_atomic(self.out_dir / "samples.json", samples)
-        write_json_atomic(self.out_dir / "meta.json", environment_meta(self.device))
+        samples: Samples = {"spec": self.spec.to_dict(), "shapes": raw, "pool": self.pool}
+        write_json_atomic(self.out_dir / SAMPLES, samples)
+        write_json_atomic(self.out_dir / META, environment_meta(self.device))
         record_loaded(self.out_dir, self.spec.role, "end")
-        write_csv(self.out_dir / "benchmark.csv", schema, rows)
+        write_csv(self.out_dir / BENCHMARK_CSV, schema, rows)
 
-    def _finish_shape(self, st: _ShapeState, build: Any) -> tuple[Any, dict[str, Any]]:
+    def _finish_shape(self, st: _ShapeState, build: Any) -> tuple[Any, ShapeSamples]:
         from runner.bench.worker_pass import after_timing
 
         if st.error or not st.fwd:
@@ -255,7 +258,7 @@ class Server:
         fwd = over_blocks(st.fwd)
         bwd = over_blocks(st.bwd) if st.bwd else None
         row = build(st.shape, fwd, bwd, st.moved, figures, not problems)
-        record = {
+        record: ShapeSamples = {
             "forward": fwd.to_dict(),
             "backward": bwd.to_dict() if bwd else None,
             **raw,
@@ -297,16 +300,16 @@ class ShapePeaks:
         self.bytes[label] = int(torch.cuda.max_memory_allocated()) - start
         self.reserved = max(self.reserved, int(torch.cuda.max_memory_reserved()))
 
-    def ready(self, memory: dict[str, int]) -> dict[str, Any]:
-        """The ready message's memory fields: ``memory`` with the preparation's peak
-        over every shape's window, and ``shape_peaks`` where measured."""
+    def ready(self, labels: tuple[str, ...], memory: MemoryReport) -> Ready:
+        """The ready message: ``memory`` with the preparation's peak over every shape's
+        window, and ``shape_peaks`` where measured."""
         if not self.gpu:
-            return {"memory": memory}
+            return Ready(labels, memory)
         memory = {**memory, "reserved": max(memory.get("reserved", 0), self.reserved)}
-        return {"memory": memory, "shape_peaks": dict(self.bytes)}
+        return Ready(labels, memory, dict(self.bytes))
 
 
-def device_memory(device: str) -> dict[str, int]:
+def device_memory(device: str) -> MemoryReport:
     """For the host's wave sizing (``runner.flow.paired.wave_size``), on a GPU (``{}``
     on the CPU): ``reserved``, the most device memory this process reserved since its
     last report (a turn's graphs and work, or its preparation); then the cached blocks
@@ -351,34 +354,29 @@ def serve(spec: RoundSpec, out_dir: Path, load: Callable[[RoundSpec, Path], Any]
         server.prepare()
         log.info("ready")
         memory = device_memory(server.device)  # its preparation's peak, what it keeps
-        ready = {"ok": True, "ready": [s.label for s in spec.shapes]}
-        channel.send({**ready, **server.peaks.ready(memory)})
+        channel.send(server.peaks.ready(tuple(s.label for s in spec.shapes), memory))
         while True:
             message = channel.receive()
             if message is None:
                 log.error("the host closed the channel before finish")
                 return 1
-            op = message.get("op")
-            if op == "block":
+            if isinstance(message, Block):
                 start = time.time()
-                seconds = server.block(int(message.get("pick", 0)))
-                reply = {"block": message.get("index"), "seconds": seconds, "start": start,
-                         "memory": device_memory(server.device)}  # fmt: skip
-                channel.send({"ok": True, **reply, "end": time.time()})
-            elif op == "fresh":
+                seconds = server.block(message.pick)
+                memory = device_memory(server.device)
+                channel.send(BlockDone(message.index, seconds, start, time.time(), memory))
+            elif isinstance(message, Fresh):
                 log.info("fresh step: timing")
                 server.fresh()
                 log.info("fresh step: timed")
                 memory = device_memory(server.device)  # the pool and the steps handed back
-                channel.send({"ok": True, "fresh": True, "memory": memory})
-            elif op == "finish":
+                channel.send(FreshDone(memory))
+            else:
                 log.info("finishing: the re-checks and files")
                 server.finish()
-                channel.send({"ok": True, "finished": True})
+                channel.send(Finished())
                 return 0
-            else:
-                raise ValueError(f"unknown message {message!r}")
     except Exception as exc:
         log.error("serve failed: %s\n%s", exc, traceback.format_exc())
-        channel.send({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+        channel.send(Failed(f"{type(exc).__name__}: {exc}"))
         return 1

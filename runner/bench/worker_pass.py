@@ -25,8 +25,10 @@ from runner.bench.provenance import check_provenance, record_loaded
 from runner.bench.rows import ROW_BUILDERS, failed_row
 from runner.bench.statecheck import stateful_probe
 from runner.bench.timing import Timing, measure
+from runner.core.artifact_names import BENCHMARK_CSV, META, SAMPLES
 from runner.core.files import write_json_atomic
 from runner.core.profile_range import profiled_region
+from runner.core.samples import Samples, ShapeSamples
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec
 
@@ -116,7 +118,7 @@ def after_timing(
     checks: list[Any],
     timed_problems: list[str],
     timed: FreshTimes | None = None,
-) -> tuple[list[str], dict[str, float], dict[str, Any]]:
+) -> tuple[list[str], dict[str, float], ShapeSamples]:
     """After the idiom's timing: the real-training step (fresh values, new buffers, a
     weight update) timed, and the cost of drawing its inputs apart; the 8-step
     simulation when the op keeps state between calls; the re-check on new inputs.
@@ -140,7 +142,7 @@ def after_timing(
         integrity += [f"8-step simulation: {p}" for p in state["simulation"]["problems"]]
     problems = [p for c in checks for p in c.problems] + integrity
     figures = {k: _worst(k, [c.figures[k] for c in checks]) for k in checks[0].figures}
-    raw = {
+    raw: ShapeSamples = {
         "fresh_step": fresh.to_dict() if fresh else None,
         "fresh_draw": draw.to_dict() if draw else None,
         "state": state,
@@ -205,7 +207,7 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
     adapter, device, guard = load_for(spec, out_dir)
     schema = get_schema(adapter.info.schema)
     rows: list[dict[str, object]] = []
-    raw: dict[str, Any] = {}
+    raw: dict[str, ShapeSamples] = {}
     for shape in spec.shapes:
         t0 = time.perf_counter()
         try:
@@ -226,8 +228,9 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
         log.info(
             "shape %s: %s in %.1f s", shape.label, result["row"]["Check"], time.perf_counter() - t0
         )
-    write_json_atomic(out_dir / "samples.json", {"spec": spec.to_dict(), "shapes": raw})
-    write_json_atomic(out_dir / "meta.json", environment_meta(device))
+    samples: Samples = {"spec": spec.to_dict(), "shapes": raw}
+    write_json_atomic(out_dir / SAMPLES, samples)
+    write_json_atomic(out_dir / META, environment_meta(device))
     record_loaded(out_dir, spec.role, "end")
-    write_csv(out_dir / "benchmark.csv", schema, rows)
+    write_csv(out_dir / BENCHMARK_CSV, schema, rows)
     return 0

@@ -1,4 +1,5 @@
-"""The ``campaign`` command line.  One module per command group; each module exposes
+"""The ``campaign`` command line.  One module per command (or group of commands), named
+after it; each module exposes
 ``COMMANDS`` (a list of click commands) that is registered here.  Errors are caught
 only in ``main`` (a ``CampaignError`` by its exit code; an ``OSError`` of a path that
 cannot be written, such as a read-only folder, as bad input: exit 2)."""
@@ -13,17 +14,22 @@ import click
 
 from runner import __version__
 from runner.cli import (
+    accept_cmd,
     analysis_cmd,
+    baseline_cmd,
     bundle_cmd,
+    correct_cmd,
     demo_cmd,
+    final_report_cmd,
     history_cmd,
     image_cmd,
     init_cmd,
     mcp_cmd,
     offline,
-    report_cmd,
-    rounds_cmd,
     settings_cmd,
+    status_cmd,
+    tip_cmd,
+    validate_cmd,
 )
 from runner.cli.app import CAMPAIGNS_ROOT_ENV, App
 from runner.core import interrupts
@@ -51,12 +57,17 @@ def cli(ctx: click.Context, campaigns_root: str | None, verbose: bool) -> None:
 for _module in (
     offline,
     init_cmd,
-    rounds_cmd,
+    baseline_cmd,
+    validate_cmd,
     history_cmd,
     demo_cmd,
     image_cmd,
     mcp_cmd,
-    report_cmd,
+    status_cmd,
+    final_report_cmd,
+    accept_cmd,
+    tip_cmd,
+    correct_cmd,
     bundle_cmd,
     settings_cmd,
     analysis_cmd,

@@ -6,7 +6,7 @@ import click
 
 from runner.cli.app import App
 from runner.cli.progress_view import ProgressView, quiet_option
-from runner.cli.rounds_cmd import print_inconclusive
+from runner.cli.validate_cmd import print_inconclusive
 from runner.flow.demo import run_demo
 from runner.render.figures import fmt_gain
 

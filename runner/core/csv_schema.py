@@ -86,6 +86,12 @@ ATTENTION_COLUMNS: tuple[str, ...] = (
 LABEL = "label"
 CHECK = "Check"
 BACKWARD_TIME = "Backward Time (ms)"
+FORWARD_TIME = "Forward Time (ms)"
+# the primary metrics: two columns, and the training step scoring derives from the times
+FORWARD_TFLOPS = "Forward TFLOPS"
+BACKWARD_TFLOPS = "Backward TFLOPS"
+FORWARD_GBPS = "Forward GB/s"
+COMBINED_STEP = "Combined Step TFLOPS"
 DIMENSIONS = frozenset({"B", "M", "N", "K", "H", "S", "D"})
 # columns that describe the shape, not a measurement: kept in a merged FAIL row
 SHAPE_COLUMNS = frozenset({LABEL, "causal", *DIMENSIONS})

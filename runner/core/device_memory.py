@@ -1,5 +1,5 @@
 """Device memory both sides speak of: the record a worker leaves when its device ran
-out of memory (``OOM_FILE`` in its artifacts folder), the host's reading of it into
+out of memory (``OUT_OF_MEMORY`` in its artifacts folder), the host's reading of it into
 ``DeviceOutOfMemory`` (exit 6: infrastructure, never a wrong result of the code under
 test), and figures in GiB.
 
@@ -12,10 +12,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from runner.core.artifact_names import OUT_OF_MEMORY
 from runner.core.errors import DeviceOutOfMemory
 from runner.core.files import write_json_atomic
 
-OOM_FILE = "out_of_memory.json"
 GIB = float(1 << 30)
 _UNITS = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 # torch: "Tried to allocate 14.00 GiB. GPU 0 has a total capacity of 139.81 GiB ..."
@@ -48,7 +48,7 @@ def oom_record(shape: str, message: str, total: int | None) -> dict[str, Any]:
 
 
 def write_oom(out_dir: Path, record: dict[str, Any]) -> None:
-    write_json_atomic(out_dir / OOM_FILE, record)
+    write_json_atomic(out_dir / OUT_OF_MEMORY, record)
 
 
 def oom_message(worker: str, record: dict[str, Any]) -> str:
@@ -64,8 +64,8 @@ def oom_message(worker: str, record: dict[str, Any]) -> str:
 
 def oom_error(out_dir: Path, worker: str, log_path: Path | None = None) -> DeviceOutOfMemory | None:
     """``DeviceOutOfMemory`` when the worker whose artifacts are in ``out_dir`` ran out
-    of device memory (it left ``OOM_FILE``), else None."""
-    path = out_dir / OOM_FILE
+    of device memory (it left ``OUT_OF_MEMORY``), else None."""
+    path = out_dir / OUT_OF_MEMORY
     if not path.is_file():
         return None
     try:

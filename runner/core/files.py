@@ -12,6 +12,7 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ def write_atomic(path: Path, content: str | bytes) -> None:
     _fsync_dir(path.parent)
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     """``data`` as indented JSON (keys in their order, a final newline), atomically."""
     write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 

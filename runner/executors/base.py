@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from runner.core.artifact_names import BENCHMARK_CSV
+
 if TYPE_CHECKING:
     from runner.executors.build_cache import BuildCache
 
@@ -117,7 +119,7 @@ class JobOutcome:
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and (self.out_dir / "benchmark.csv").is_file()
+        return self.returncode == 0 and (self.out_dir / BENCHMARK_CSV).is_file()
 
 
 @dataclass

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TextIO
 
 from runner.core import processes as cmd
+from runner.core.artifact_names import BENCHMARK_CSV
 from runner.core.errors import ConfigError, InfrastructureError, MeasurementFailed
 from runner.core.files import write_atomic, write_json_atomic
 from runner.core.spec import load_spec
@@ -340,7 +341,7 @@ class SlurmExecutor:
     ) -> JobOutcome:
         exit_path = job.out_dir / EXIT_FILE
         exit_text = exit_path.read_text(encoding="utf-8") if exit_path.exists() else None
-        has_csv = (job.out_dir / "benchmark.csv").is_file()
+        has_csv = (job.out_dir / BENCHMARK_CSV).is_file()
         rc = task_returncode(exit_text, state, has_csv, _needs_csv(job))
         self._record(job, job_id, state, rc, argv)
         return JobOutcome(job.name, rc, job.out_dir, job.out_dir / LOG_NAME)

@@ -34,6 +34,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from runner.core.artifact_names import BENCHMARK_CSV
 from runner.core.csv_io import read_csv
 from runner.core.csv_schema import get_schema
 from runner.core.device_memory import oom_error
@@ -167,7 +168,7 @@ def _example_full_benchmark(
     if oom is not None:
         raise oom  # the device's capacity, never a FAIL row of the code under test
     if outcome.ok:
-        shutil.copy2(outcome.out_dir / "benchmark.csv", dest)
+        shutil.copy2(outcome.out_dir / BENCHMARK_CSV, dest)
         info["csv"] = str(dest.name)
         csv_score = score(read_passes([dest], None)[0], rnd.manifest.primary_metric)
         info["fail"] = csv_score.n_fail

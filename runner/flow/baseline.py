@@ -8,6 +8,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from runner.core.artifact_names import BENCHMARK_CSV
 from runner.core.csv_schema import BenchCSV
 from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed
 from runner.core.outcomes import RoundResult, Status
@@ -20,7 +21,6 @@ from runner.flow.host import run_job
 from runner.flow.kernel_facts import FactsJob
 from runner.flow.passes import per_pass_metric, read_passes, shape_seconds, write_merged
 from runner.flow.quickscript import write_quick_script
-from runner.flow.records import close_round
 from runner.flow.round_context import (
     FocusedTest,
     Progress,
@@ -28,7 +28,8 @@ from runner.flow.round_context import (
     all_shapes,
     gpu_lease,
 )
-from runner.flow.round_records import attach_facts
+from runner.flow.round_logs import close_round
+from runner.flow.round_result import attach_facts
 from runner.flow.rounds import MIN_SIGMA, measure_roles, now
 from runner.flow.upstream_quick import has_upstream_quick, run_quick
 from runner.judge.gate import calibrate_sigma
@@ -115,7 +116,7 @@ def _measured_base(rnd: Round, tree: Path, passes: int, started: str) -> RoundRe
     with built_roles(rnd, {"baseline": tree}) as builds:
         paths = _measured(rnd, tree, shapes, passes)
         csvs = read_passes(paths, None)
-        merged = write_merged(rnd.tmp / "benchmark.csv", csvs)
+        merged = write_merged(rnd.tmp / BENCHMARK_CSV, csvs)
         base_score = score(merged, m.primary_metric)
         per_pass = per_pass_metric(csvs, base_score.metric)
         sigma_g, _ = calibrate_sigma(per_pass)

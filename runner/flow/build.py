@@ -31,13 +31,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from runner.core.artifact_names import BUILDS
 from runner.core.files import write_atomic
 from runner.executors.base import BuildJob, BuiltRole
 from runner.executors.build_cache import BuildCache, build_key, native_inputs
 from runner.flow.round_context import Round
 from runner.flow.tamper_check import BuildWatch
 
-BUILDS_RECORD = "builds.json"
 _ORDER = ("baseline", "incumbent", "candidate", "final")
 TREE_OF = {
     "baseline": "the base commit",
@@ -196,7 +196,7 @@ def _builds(
             done[role] = built
             rnd.builds[tree] = built
         watch.finish()
-        _write_record(rnd.tmp / BUILDS_RECORD, list(done.values()), rnd.executor.name, commands)
+        _write_record(rnd.tmp / BUILDS, list(done.values()), rnd.executor.name, commands)
         yield list(done.values())
     finally:
         for built in done.values():

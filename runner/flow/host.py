@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from runner.core.artifact_names import MEMORY
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, save_spec
 from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
@@ -43,7 +44,7 @@ class Host(Protocol):
     @property
     def memory_prior(self) -> Mapping[str, Any] | None:
         """An earlier paired session's device-memory reports on this machine
-        (``runner.flow.paired.MEMORY_LOG``), or None."""
+        (``runner.core.artifact_names.MEMORY_LOG``), or None."""
         ...
 
     @property
@@ -65,7 +66,7 @@ class Host(Protocol):
 
 
 def read_memory_log(path: Path) -> dict[str, Any] | None:
-    """A paired session's memory reports (``runner.flow.paired.MEMORY_LOG``), or None
+    """A paired session's memory reports (``runner.core.artifact_names.MEMORY_LOG``), or None
     when the file is missing or unreadable (then nothing is assumed)."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -132,7 +133,7 @@ class PlainHost:
     @property
     def memory_prior(self) -> Mapping[str, Any] | None:
         """What an earlier measurement in the same scratch folder left (``memory.json``)."""
-        return read_memory_log(self.tmp / "memory.json")
+        return read_memory_log(self.tmp / MEMORY)
 
     def spec(
         self,

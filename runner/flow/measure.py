@@ -28,6 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
+from runner.core.artifact_names import BENCHMARK_CSV, INCUMBENT_CSV
 from runner.core.csv_schema import BenchCSV
 from runner.core.errors import MeasurementFailed
 from runner.core.outcomes import Decision, GateResult, Score
@@ -218,7 +219,7 @@ def _slurm_array(
         for outcome in seq:
             if not outcome.ok:
                 raise failed_worker(outcome.name, outcome)
-    per_shard = [[Path(o.out_dir) / "benchmark.csv" for o in seq] for seq in outcomes]
+    per_shard = [[Path(o.out_dir) / BENCHMARK_CSV for o in seq] for seq in outcomes]
     order = [s.label for s in shapes]
     return merge_passes(rnd.tmp, passes, per_shard, order, rnd.manifest.pinned_header)
 
@@ -228,7 +229,7 @@ def _run_pass(rnd: Round, role: str, index: int, tree: Path, shapes: list[Shape]
     outcome = run_job(rnd, name, rnd.spec(role, index, shapes), tree)
     if not outcome.ok:
         raise failed_worker(name, outcome)
-    return Path(outcome.out_dir) / "benchmark.csv"
+    return Path(outcome.out_dir) / BENCHMARK_CSV
 
 
 def _cost(rnd: Round) -> Callable[[Shape], float]:
@@ -280,7 +281,7 @@ class Comparison:
     (Rule 3's exception, docs/protocol.md §5.4; empty: every shape)."""
 
     roles: tuple[str, str] = ("incumbent", "candidate")
-    files: tuple[str, str] = ("incumbent.csv", "benchmark.csv")
+    files: tuple[str, str] = (INCUMBENT_CSV, BENCHMARK_CSV)
     broken: str = "the incumbent FAILed a correctness check: the lineage head is broken"
     audits: bool = True
     targeted: tuple[str, ...] = ()

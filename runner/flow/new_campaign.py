@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from runner.core.csv_schema import COMBINED_STEP, FORWARD_GBPS
 from runner.core.errors import ConfigError
 from runner.core.processes import run
 from runner.core.shapes import default_shape_set, shape_set, shapes_by_label
@@ -44,19 +45,22 @@ def examples_dir() -> Path:
 
 
 EXAMPLES_DIR = examples_dir()
-MEMORY_BOUND_OPS = ("quantize",)
 
 
 def default_metric(op: str) -> str:
-    """Memory-bound ops score on Forward GB/s; the GEMM-class training ops on the
-    combined forward+backward step."""
-    return "Forward GB/s" if op.startswith(MEMORY_BOUND_OPS) else "Combined Step TFLOPS"
+    """The op's own primary metric (``OpInfo.primary_metric``: Forward GB/s for a
+    memory-bound op, the combined forward+backward step for the GEMM-class training
+    ops); an unknown op fails later, in validate_manifest."""
+    try:
+        return op_info(op).primary_metric
+    except ConfigError:
+        return COMBINED_STEP
 
 
 def _default_schema(op: str, metric: str) -> str:
     """The op's own CSV schema (the attention schema for attention); otherwise the one
     the metric implies."""
-    if metric == "Forward GB/s":
+    if metric == FORWARD_GBPS:
         return "memory"
     try:
         return op_info(op).schema

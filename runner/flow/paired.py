@@ -30,14 +30,30 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from runner.core import interrupts
+from runner.core.artifact_names import BENCHMARK_CSV, MEMORY_LOG
 from runner.core.device_memory import oom_error
 from runner.core.errors import ConfigError, MeasurementFailed
 from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
 from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec, TimingSettings
+from runner.core.worker_messages import (
+    Block,
+    BlockDone,
+    Failed,
+    Finish,
+    Finished,
+    Fresh,
+    FreshDone,
+    ProtocolError,
+    Ready,
+    Reply,
+    Request,
+    parse_reply,
+    request_line,
+)
 from runner.executors.base import LiveWorker, ServingExecutor
 from runner.flow.host import Host
 from runner.flow.progress import PairWatch
@@ -51,6 +67,8 @@ from runner.judge.memory_fit import (  # the one rule of device memory (init, ba
     worker_need,
 )
 
+R = TypeVar("R", bound=Reply)  # the reply a message is answered with
+
 READY_TIMEOUT_S = 1800.0  # import, checks, compile/JIT and first calls of every shape
 TURN_TIMEOUT_S = 900.0  # one block or the finish
 # Either limit can be lowered (or raised) for a host or a test suite, in seconds.
@@ -59,9 +77,6 @@ TURN_TIMEOUT_ENV = "TURBO_CAMPAIGN_TURN_TIMEOUT_S"
 BLOCK_WARMUP_FLOOR_S = 0.1  # a turn's warm-up never shorter than this (or the pinned one)
 # Sizing a wave of live workers by device memory (``wave_size``).
 CPU_WAVE_PAIRS = 8  # a CPU target's pairs alive at once (host memory; turns are serial)
-# What a session's workers reported (``_Session.most``), kept with the round's artifacts:
-# the next round on the same machine sizes its first wave by it (``prior_wave``).
-MEMORY_LOG = "memory{suffix}.json"
 # A quick round's turn on a GPU (``block_timing``): upper bounds per callable and block.
 QUICK_TURN: dict[str, float] = {
     "batch_s": 0.02,
@@ -130,7 +145,7 @@ class _Worker:
 
     @property
     def csv(self) -> Path:
-        return self.live.out_dir / "benchmark.csv"
+        return self.live.out_dir / BENCHMARK_CSV
 
 
 def _order(roles: Sequence[str], rotate: int = 0) -> tuple[int, ...]:
@@ -276,10 +291,10 @@ class _Session:
         ``reserved`` as ``prepare``."""
         for group in wave:
             for w in group:
-                reply = _expect(w, self.ready_s, "ready")
-                for label, peak in (reply.get("shape_peaks") or {}).items():
+                ready = _expect(w, self.ready_s, Ready)
+                for label, peak in ready.shape_peaks.items():
                     self.shape_peaks[label] = max(int(peak), self.shape_peaks.get(label, 0))
-                report = reply.get("memory") or {}
+                report = ready.memory
                 if report:
                     self.memory[w.live.name] = {**report, "prepare": report["reserved"]}
                     kept = {k: v for k, v in report.items() if k != "reserved"}
@@ -305,22 +320,22 @@ class _Session:
         together = finish_side_by_side([self.memory.get(w.live.name, {}) for w in workers])
         if together:
             for w in workers:
-                reply = _talk(w, {"op": "fresh"}, self.turn_s, "fresh")
-                if reply.get("memory"):  # what it keeps now, its pool handed back
-                    self.note(w.live.name, reply["memory"])
+                reply = _talk(w, Fresh(), self.turn_s, FreshDone)
+                if reply.memory:  # what it keeps now, its pool handed back
+                    self.note(w.live.name, reply.memory)
                     self.memory[w.live.name] = {
                         **self.memory.get(w.live.name, {}),
-                        **reply["memory"],
+                        **reply.memory,
                     }
             # the re-checks side by side only if they still fit; else one at a time
             together = finish_side_by_side([self.memory.get(w.live.name, {}) for w in workers])
             for w in workers if together else []:
-                _send(w, {"op": "finish"})
+                _send(w, Finish())
         for group in wave:
             for w in group:
                 if not together:
-                    _send(w, {"op": "finish"})
-                _expect(w, self.turn_s, "finished")
+                    _send(w, Finish())
+                _expect(w, self.turn_s, Finished)
                 _reap(w)
             if self.watch is not None:
                 self.watch.pair_done([w.csv for w in group])
@@ -560,17 +575,16 @@ def _take_turns(
                 for half, slot in enumerate(order):
                     pick = picks[p][(2 * g + (half >= len(order) // 2)) % len(picks[p])]
                     interrupts.check()
-                    msg = {"op": "block", "index": g, "pick": pick}
-                    reply = _talk(group[slot], msg, turn_s, "block")
+                    reply = _talk(group[slot], Block(g, pick), turn_s, BlockDone)
                     name = group[slot].live.name
-                    report: dict[str, int] = reply.get("memory") or {}
+                    report = reply.memory
                     held: dict[str, int] = {
                         k: report[k] for k in ("reserved", "held") if k in report
                     }
                     if report:  # the most over its turns, the rest as of its last one
                         before = (memory.get(name) or {}).get("reserved") or 0
                         memory[name] = {**report, "reserved": max(report["reserved"], before)}
-                    span = {"start": reply.get("start"), "end": reply.get("end")}
+                    span = {"start": reply.start, "end": reply.end}
                     turn: dict[str, Any] = {
                         "worker": name,
                         "pair": p,
@@ -581,7 +595,7 @@ def _take_turns(
                     }
                     record.write(json.dumps(turn) + "\n")
                     if watch is not None:
-                        watch.turn_done(reply.get("seconds"))
+                        watch.turn_done(reply.seconds)
     return memory
 
 
@@ -615,7 +629,8 @@ def _fail(w: _Worker, why: str) -> MeasurementFailed:
     return MeasurementFailed(f"worker {w.live.name} failed{exit_note}: {why}", w.live.log_path)
 
 
-def _expect(w: _Worker, timeout: float, key: str) -> dict[str, Any]:
+def _expect(w: _Worker, timeout: float, kind: type[R]) -> R:
+    """The worker's next reply, which must be a ``kind``."""
     proc = w.live.proc
     if proc is None or proc.stdout is None:
         raise _fail(w, "did not start")
@@ -627,25 +642,27 @@ def _expect(w: _Worker, timeout: float, key: str) -> dict[str, Any]:
         proc.wait(timeout=30)
         raise _fail(w, "exited before answering")
     try:
-        reply: dict[str, Any] = json.loads(line)
-    except json.JSONDecodeError:
+        reply = parse_reply(line.decode("utf-8", "replace"))
+    except ProtocolError:
         raise _fail(w, f"answered garbage: {line[:200]!r}") from None
-    if not reply.get("ok") or key not in reply:
-        raise _fail(w, str(reply.get("error", reply)))
+    if isinstance(reply, Failed):
+        raise _fail(w, reply.error)
+    if not isinstance(reply, kind):
+        raise _fail(w, f"answered {reply} where {kind.__name__} was due")
     return reply
 
 
-def _talk(w: _Worker, message: dict[str, Any], timeout: float, key: str) -> dict[str, Any]:
+def _talk(w: _Worker, message: Request, timeout: float, kind: type[R]) -> R:
     _send(w, message)
-    return _expect(w, timeout, key)
+    return _expect(w, timeout, kind)
 
 
-def _send(w: _Worker, message: dict[str, Any]) -> None:
+def _send(w: _Worker, message: Request) -> None:
     proc = w.live.proc
     if proc is None or proc.stdin is None:
         raise _fail(w, "did not start")
     try:
-        proc.stdin.write((json.dumps(message) + "\n").encode())
+        proc.stdin.write((request_line(message) + "\n").encode())
         proc.stdin.flush()
     except (BrokenPipeError, OSError):
         raise _fail(w, "is gone") from None

@@ -13,10 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from runner.core.artifact_names import META
 from runner.core.csv_io import read_csv, write_csv
 from runner.core.csv_schema import SHAPE_COLUMNS, BenchCSV, Row, Schema
 from runner.core.errors import ConfigError
 from runner.core.outcomes import PairSample
+from runner.core.samples import samples_beside
 from runner.core.stats import geomean, median, stdev
 from runner.judge.scoring import score
 
@@ -111,13 +113,10 @@ def fresh_step_ms(csv_path: Path) -> dict[str, float]:
     drawing its fresh inputs (both from the ``samples.json`` beside its CSV; the draw
     costs the same on both sides and would only dilute a gain); empty when the pass did
     not measure it."""
-    samples = csv_path.parent / "samples.json"
-    if not samples.exists():
-        return {}
-    data = json.loads(samples.read_text(encoding="utf-8"))
-    out = {}
-    for label, raw in data.get("shapes", {}).items():
-        fresh = raw.get("fresh_step") if isinstance(raw, dict) else None
+    data = samples_beside(csv_path)
+    out: dict[str, float] = {}
+    for label, raw in (data or {}).get("shapes", {}).items():
+        fresh = raw.get("fresh_step")
         if fresh:
             draw = raw.get("fresh_draw") or {}
             step = float(fresh["median_ms"])
@@ -180,12 +179,9 @@ def state_report(csv_paths: Sequence[Path]) -> dict[str, Any]:
     simulation: dict[str, Any] | None = None
     label = ""
     for path in csv_paths:
-        samples = path.parent / "samples.json"
-        if not samples.exists():
-            continue
-        shapes = json.loads(samples.read_text(encoding="utf-8")).get("shapes", {})
+        shapes = (samples_beside(path) or {}).get("shapes", {})
         for name, raw in shapes.items():
-            state = raw.get("state") if isinstance(raw, dict) else None
+            state = raw.get("state")
             if not state or not state.get("stateful"):
                 continue
             written += [w for w in state.get("written", []) if w not in written]
@@ -199,10 +195,7 @@ def check_problems(csv_paths: Sequence[Path], limit: int = 5) -> list[str]:
     pass's CSV): why a shape FAILed, for the round's reasons.  At most ``limit``."""
     found: list[str] = []
     for path in csv_paths:
-        samples = path.parent / "samples.json"
-        if not samples.exists():
-            continue
-        shapes = json.loads(samples.read_text(encoding="utf-8")).get("shapes", {})
+        shapes = (samples_beside(path) or {}).get("shapes", {})
         for label, raw in shapes.items():
             problems = [p for c in raw.get("checks", []) for p in c.get("problems", [])]
             problems += [str(p) for p in raw.get("integrity_problems", [])]
@@ -221,16 +214,12 @@ def shape_seconds(csv_paths: Sequence[Path]) -> dict[str, float]:
     timing budget and compile, not its FLOPs."""
     per_shape: dict[str, list[float]] = {}
     for path in csv_paths:
-        merged = path.parent / "samples.json"  # a sharded pass: its shards' records merged
-        if merged.exists():
-            _add_seconds(per_shape, merged)
+        samples = samples_beside(path)  # a sharded pass: its shards' records merged
+        for label, raw in (samples or {}).get("shapes", {}).items():
+            seconds = raw.get("seconds")
+            if seconds:
+                per_shape.setdefault(label, []).append(float(seconds))
     return {label: round(median(values), 3) for label, values in per_shape.items()}
-
-
-def _add_seconds(per_shape: dict[str, list[float]], samples: Path) -> None:
-    for label, raw in json.loads(samples.read_text(encoding="utf-8"))["shapes"].items():
-        if isinstance(raw, dict) and raw.get("seconds"):
-            per_shape.setdefault(label, []).append(float(raw["seconds"]))
 
 
 def light_readings(
@@ -262,7 +251,7 @@ def _gpu_name(csv: BenchCSV) -> str | None:
     if csv.path is None:
         return None
     try:
-        meta = json.loads((csv.path.parent / "meta.json").read_text(encoding="utf-8"))
+        meta = json.loads((csv.path.parent / META).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     name = meta.get("gpu_name") if isinstance(meta, dict) else None

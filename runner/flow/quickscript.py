@@ -44,6 +44,7 @@ def main():
     parser.add_argument("--iters-per-repeat", type=int, default={iters})
     parser.add_argument("--full", action="store_true", help="every target shape")
     args = parser.parse_args()
+    from runner.core.artifact_names import BENCHMARK_CSV
     from runner.core.spec import TimingSettings
     from runner.core.shapes import Shape
     from runner.core.spec import RoundSpec
@@ -61,7 +62,7 @@ def main():
     )
     with tempfile.TemporaryDirectory() as out:
         run_spec(spec, Path(out))
-        csv_text = (Path(out) / "benchmark.csv").read_text()
+        csv_text = (Path(out) / BENCHMARK_CSV).read_text()
     header = csv_text.splitlines()[0]
     if PINNED_HEADER and header != PINNED_HEADER:
         print(f"schema drift: {{header!r}} != pinned {{PINNED_HEADER!r}}", file=sys.stderr)

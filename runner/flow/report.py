@@ -24,7 +24,7 @@ from runner.render.termination import TerminationCheck, termination_check
 from runner.store.acceptance import load_acceptance
 from runner.store.campaign import Campaign
 from runner.store.guard import preflight
-from runner.store.records import append_final_report
+from runner.store.record_writer import append_final_report
 
 REPORT_MD = "final_report.md"
 

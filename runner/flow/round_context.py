@@ -13,6 +13,7 @@ from typing import Any
 
 import runner
 from runner.core import interrupts
+from runner.core.artifact_names import FOCUSED_TEST, MEMORY
 from runner.core.errors import ConfigError, FocusedTestFailed, Tampered
 from runner.core.import_cause import explain_failure
 from runner.core.shapes import Shape, shape_set, shapes_by_label
@@ -104,7 +105,7 @@ class Round:
         re-measurement's prior is the same candidate's first measurement), else of
         this campaign's latest earlier round that measured with serving workers (its
         ``artifacts/memory.json``), or None."""
-        own = read_memory_log(self.tmp / "memory.json")
+        own = read_memory_log(self.tmp / MEMORY)
         if own is not None:
             return own
         numbers = []
@@ -113,7 +114,7 @@ class Round:
             if tail.isdigit() and int(tail) < self.round:
                 numbers.append(int(tail))
         for n in sorted(numbers, reverse=True):
-            doc = read_memory_log(self.campaign.artifacts_dir(n) / "memory.json")
+            doc = read_memory_log(self.campaign.artifacts_dir(n) / MEMORY)
             if doc is not None:
                 return doc
         return None
@@ -328,7 +329,7 @@ def run_focused_test(
 def _tampered_files(out: Path) -> list[str]:
     """The judge files the test job said were changed (test.json's ``tampered``)."""
     try:
-        data = json.loads((out / "test.json").read_text(encoding="utf-8"))
+        data = json.loads((out / FOCUSED_TEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
     found = data.get("tampered") if isinstance(data, dict) else None

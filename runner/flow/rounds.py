@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from runner.core.artifact_names import AUDIT
 from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed, Tampered
 from runner.core.files import write_atomic, write_json_atomic
 from runner.core.outcomes import (
@@ -36,7 +37,6 @@ from runner.flow.checkout import kept_note, plan_restore, restore_checkout
 from runner.flow.judge_files import check_scope, judge_digests, restore_judge, scope_notes
 from runner.flow.kernel_facts import FactsJob
 from runner.flow.measure import Comparison, measure_and_judge, measure_roles
-from runner.flow.records import close_round
 from runner.flow.round_context import (
     FocusedTest,
     Progress,
@@ -44,7 +44,8 @@ from runner.flow.round_context import (
     gpu_lease,
     level_shapes,
 )
-from runner.flow.round_records import (
+from runner.flow.round_logs import close_round
+from runner.flow.round_result import (
     Request,
     attach_facts,
     behaviour_transfer,
@@ -142,7 +143,7 @@ def _validate_in(
             )
             notes = scope_notes(declared, restore_judge(m, inc_tree, cand_tree, touched))
             rnd.judge_expect[cand_tree] = judge_digests(m, inc_tree, touched)
-            write_json_atomic(rnd.tmp / "audit.json", report.to_dict())
+            write_json_atomic(rnd.tmp / AUDIT, report.to_dict())
             roles = {"incumbent": inc_tree, "candidate": cand_tree}
             gate, inc_score, cand_score, builds = _guarded(
                 rnd, request, roles, touched, shapes, vetoes, facts

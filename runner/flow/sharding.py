@@ -22,13 +22,15 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from runner.core.artifact_names import BENCHMARK_CSV, PROVENANCE, SAMPLES
 from runner.core.csv_io import check_header, read_csv, write_csv
 from runner.core.csv_schema import BenchCSV, Row
 from runner.core.device_memory import oom_error
 from runner.core.errors import ConfigError, MeasurementFailed
 from runner.core.files import write_json_atomic
+from runner.core.samples import Samples, samples_beside
 from runner.core.shapes import Shape
 from runner.executors.base import JobOutcome
 from runner.executors.gpus import Vendor, detect_vendor, gpu_env
@@ -144,7 +146,7 @@ def _run_shard(
                           gpu=gpu)  # fmt: skip
         if not outcome.ok:
             raise failed_worker(name, outcome, f" on GPU {gpu}")
-        paths.append(outcome.out_dir / "benchmark.csv")
+        paths.append(outcome.out_dir / BENCHMARK_CSV)
     return paths
 
 
@@ -160,7 +162,7 @@ def failed_worker(name: str, outcome: JobOutcome, where: str = "") -> Measuremen
 def worker_failure(name: str, outcome: JobOutcome) -> str:
     """The worker's provenance error (the target came from outside the tree under
     test), else its exit status."""
-    record = outcome.out_dir / "provenance.json"
+    record = outcome.out_dir / PROVENANCE
     if record.is_file():
         error = json.loads(record.read_text(encoding="utf-8")).get("error")
         if error:
@@ -218,7 +220,7 @@ def merge_passes(
     (``write_shard_merge``); per role, its merged CSVs in pass order."""
     merged: dict[str, list[Path]] = {}
     for p, (index, role) in enumerate(passes):
-        dest = tmp / pass_name(index, role) / "benchmark.csv"
+        dest = tmp / pass_name(index, role) / BENCHMARK_CSV
         write_shard_merge(dest, [paths[p] for paths in per_shard], order, pinned)
         merged.setdefault(role, []).append(dest)
     return merged
@@ -262,7 +264,7 @@ def write_shard_merge(
     first, rows = merge_shard_csvs(shard_csv_paths, order, pinned)
     dest.parent.mkdir(parents=True, exist_ok=True)
     write_csv(dest, first.schema, [dict(row.values) for row in rows])
-    merge_shard_samples(dest.parent / "samples.json", shard_csv_paths)
+    merge_shard_samples(dest.parent / SAMPLES, shard_csv_paths)
     return read_csv(dest, pinned=first.header)
 
 
@@ -271,14 +273,13 @@ def merge_shard_samples(dest: Path, shard_csv_paths: Sequence[Path]) -> None:
     pass (fresh-step times, state probes, check problems, seconds per shape) sees every
     shape of a sharded pass: the shapes' records side by side, the first shard's spec,
     and where each shard's record came from."""
-    merged: dict[str, Any] = {"spec": None, "shapes": {}, "shards": []}
+    merged: Samples = {"spec": None, "shapes": {}, "shards": []}
     for csv_path in shard_csv_paths:
-        samples = Path(csv_path).parent / "samples.json"
-        if not samples.is_file():
+        data = samples_beside(Path(csv_path))
+        if data is None:
             continue
-        data = json.loads(samples.read_text(encoding="utf-8"))
         merged["spec"] = merged["spec"] or data.get("spec")
         merged["shapes"].update(data.get("shapes", {}))
-        merged["shards"].append(str(samples))
+        merged["shards"].append(str(Path(csv_path).parent / SAMPLES))
     if merged["shards"]:
         write_json_atomic(dest, merged)

@@ -24,12 +24,12 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol
 
+from runner.core.artifact_names import BENCHMARK_CSV, LOADED
 from runner.core.errors import MeasurementFailed, Tampered
 from runner.core.files import blob_hash
 from runner.core.processes import run
 from runner.core.startup import interpreter_dirs, startup_files
 
-LOADED = "loaded.json"  # written by runner.bench.provenance.record_loaded
 SKIPPED_PARTS = frozenset({"__pycache__", ".pytest_cache", ".git"})
 GONE = "(deleted)"
 
@@ -189,7 +189,7 @@ def _worker_records(tmp: Path) -> Iterable[tuple[Path, dict[str, object] | None]
     ``benchmark.csv``, with its ``loaded.json`` (None when missing or unreadable)."""
     for log in sorted(tmp.glob("*/worker.log")):
         folder = log.parent
-        if not (folder / "benchmark.csv").is_file():
+        if not (folder / BENCHMARK_CSV).is_file():
             continue
         try:
             yield folder, json.loads((folder / LOADED).read_text(encoding="utf-8"))

@@ -24,6 +24,7 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
+from runner.core.artifact_names import AUDIT
 from runner.core.errors import ConfigError, MeasurementFailed, NothingToDo, Tampered
 from runner.core.files import write_atomic, write_json_atomic
 from runner.core.limits import MAX_TOURNAMENT_ENTRIES
@@ -33,9 +34,9 @@ from runner.executors.base import BuiltRole, Executor
 from runner.flow.build import built_roles, describe
 from runner.flow.judge_files import check_scope, judge_digests, restore_judge, scope_notes
 from runner.flow.kernel_facts import FactsJob, for_role
-from runner.flow.records import close_round
 from runner.flow.round_context import Progress, Round, gpu_lease, level_shapes
-from runner.flow.round_records import (
+from runner.flow.round_logs import close_round
+from runner.flow.round_result import (
     Request,
     attach_facts,
     behaviour_transfer,
@@ -245,7 +246,7 @@ def _audit(rnd: Round, entry: Entry, inc_tree: Path) -> None:
     restored = restore_judge(m, inc_tree, entry.tree, entry.touched)
     rnd.judge_expect[entry.tree] = judge_digests(m, inc_tree, entry.touched)
     entry.notes = scope_notes(entry.declared, restored)
-    write_json_atomic(entry.dir / "audit.json", report.to_dict())
+    write_json_atomic(entry.dir / AUDIT, report.to_dict())
 
 
 def _tampered(

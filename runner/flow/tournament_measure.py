@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from runner.core.artifact_names import BUILDS
 from runner.core.errors import FocusedTestFailed, MeasurementFailed, Tampered
 from runner.core.files import copy_plain_tree
 from runner.core.outcomes import Decision, GateResult, TransferCheck
@@ -43,7 +44,7 @@ from runner.flow.measure import (
 )
 from runner.flow.paired import supports_paired
 from runner.flow.round_context import Round, run_focused_test
-from runner.flow.round_records import Request
+from runner.flow.round_result import Request
 from runner.judge.gate import confirms, outpaced, promising
 from runner.render.figures import fmt_gain
 
@@ -334,7 +335,7 @@ def _keep_passes(rnd: Round, entry: Entry, paths: dict[str, list[Path]]) -> None
                 name = name.replace(entry.role, "candidate", 1)
             copy_plain_tree(csv.parent, entry.dir / name)
     for extra in [*rnd.tmp.glob("turns*.jsonl"), *rnd.tmp.glob("memory*.json"),
-                  rnd.tmp / "builds.json"]:  # fmt: skip
+                  rnd.tmp / BUILDS]:  # fmt: skip
         if extra.is_file():
             shutil.copy2(extra, entry.dir / extra.name)
 

@@ -65,7 +65,7 @@ DEVICE_MEMORY: dict[str, int] = {
     "MI355X": 288 * 10**9,
 }
 
-# Architecture -> the family it may be; the first is the name it resolves to.
+# Architecture -> the devices it may be.
 ARCH_FAMILIES: dict[str, tuple[str, ...]] = {
     "gfx942": ("MI300X", "MI325X"),
     "gfx950": ("MI355X", "MI350X"),
@@ -91,14 +91,6 @@ DTYPES: dict[str, int] = {
     ),
     **dict.fromkeys(("hbm", "bandwidth", "memory", "gb/s", "gbs"), 2),
 }
-
-
-def resolve_gpu(name: str) -> str | None:
-    """The PEAKS key for a device name ("NVIDIA H200", "NVIDIA H100 80GB HBM3",
-    "AMD Instinct MI300X") or architecture ("gfx942", "gfx950:sramecc+:xnack-"); None
-    when unknown."""
-    family = _family(name)
-    return family[0] if family else None
 
 
 def _family(name: str) -> tuple[str, ...]:

@@ -23,17 +23,21 @@ from __future__ import annotations
 import math
 from enum import Enum
 
-from runner.core.csv_schema import BACKWARD_TIME, BenchCSV, Row
+from runner.core.csv_schema import (
+    BACKWARD_TFLOPS,
+    BACKWARD_TIME,
+    COMBINED_STEP,
+    FORWARD_GBPS,
+    FORWARD_TFLOPS,
+    FORWARD_TIME,
+    BenchCSV,
+    Row,
+)
 from runner.core.errors import ConfigError
 from runner.core.outcomes import Score, ShapeScore
 from runner.core.shapes import ATTENTION_BWD_RATIO, attention_fwd_flops
 from runner.core.stats import geomean
 
-FORWARD_TFLOPS = "Forward TFLOPS"
-COMBINED_STEP = "Combined Step TFLOPS"
-FORWARD_GBPS = "Forward GB/s"
-BACKWARD_TFLOPS = "Backward TFLOPS"
-FORWARD_TIME = "Forward Time (ms)"
 INDEPENDENT = "Forward TFLOPS, Backward TFLOPS"  # upstream's comma-separated form
 
 
@@ -69,11 +73,6 @@ def combined_step_tflops(
     """Training-step TFLOPS: forward (2BMNK) plus backward (4BMNK) FLOPs over the sum
     of both times."""
     return 6.0 * b * m * n * k / ((fwd_ms + bwd_ms) * 1e-3) / 1e12
-
-
-def combined_from_tflops(fwd_tflops: float, bwd_tflops: float) -> float:
-    """The same figure from the two throughputs: ``6 / (2/F + 4/B)``."""
-    return 6.0 / (2.0 / fwd_tflops + 4.0 / bwd_tflops)
 
 
 def _as_metric(metric: Metric | str) -> Metric:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from runner.core.csv_schema import COMBINED_STEP, FORWARD_GBPS
 from runner.core.errors import ConfigError
 
 
@@ -50,9 +51,7 @@ def op_info(name: str) -> OpInfo:
         raise ConfigError(f"unknown op {name!r}; choose one of: {valid}") from None
 
 
-COMBINED = "Combined Step TFLOPS"
-
-register_info(OpInfo("gemm", "gemm", True, "bf16", "runner.ops.gemm:GemmOp", COMBINED))
+register_info(OpInfo("gemm", "gemm", True, "bf16", "runner.ops.gemm:GemmOp", COMBINED_STEP))
 register_info(
     OpInfo(
         "gemm_fp8",
@@ -60,14 +59,16 @@ register_info(
         True,
         "fp8",
         "runner.ops.gemm:Fp8GemmOp",
-        COMBINED,
+        COMBINED_STEP,
         granularities=("tensorwise", "rowwise", "blockwise", "mx_blockwise"),
     )
 )
 
 _FP8_GRANULARITIES = ("tensorwise", "rowwise", "blockwise")
 register_info(
-    OpInfo("grouped_gemm", "gemm", True, "bf16", "runner.ops.grouped_gemm:GroupedGemmOp", COMBINED)
+    OpInfo(
+        "grouped_gemm", "gemm", True, "bf16", "runner.ops.grouped_gemm:GroupedGemmOp", COMBINED_STEP
+    )
 )
 register_info(
     OpInfo(
@@ -76,7 +77,7 @@ register_info(
         True,
         "fp8",
         "runner.ops.grouped_gemm:Fp8GroupedGemmOp",
-        COMBINED,
+        COMBINED_STEP,
         granularities=_FP8_GRANULARITIES,
     )
 )
@@ -87,12 +88,14 @@ register_info(
         False,
         "fp8",
         "runner.ops.quantize:QuantizeOp",
-        "Forward GB/s",
+        FORWARD_GBPS,
         granularities=_FP8_GRANULARITIES,
     )
 )
 register_info(
-    OpInfo("attention", "attention", True, "bf16", "runner.ops.attention:AttentionOp", COMBINED)
+    OpInfo(
+        "attention", "attention", True, "bf16", "runner.ops.attention:AttentionOp", COMBINED_STEP
+    )
 )
 
 

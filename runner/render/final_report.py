@@ -6,7 +6,7 @@ of ``runner.render.html_report``.
 Termination Check (T1-T4) and the Final Report.  When one of T1-T4 holds, the
 Termination Check (upstream's form, ``runner.render.termination``) and
 ``render_final_report`` are appended once to the end of ``logs/optimize.md``
-(``runner.store.records.append_final_report``, after the last round's entry; a report
+(``runner.store.record_writer.append_final_report``, after the last round's entry; a report
 run again adds nothing).  The Final Report:
 baseline vs final best on full validation (from ``campaign accept`` when it ran),
 cumulative gain, effective and ineffective directions, the top three next steps,

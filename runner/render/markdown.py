@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from tabulate import tabulate
 
+from runner.core.csv_schema import COMBINED_STEP
 from runner.core.outcomes import RoundResult, Score, ShapeScore, Status
 from runner.core.stats import geomean
 from runner.render.escape import md_text
@@ -46,7 +47,6 @@ from runner.store.manifest import (
     parse_performance_target,
 )
 
-COMBINED = "Combined Step TFLOPS"
 # What a round's figures are compared with, named as what they are: the incumbent (the
 # current best's code) measured beside the candidate in the round's own pairs, which the
 # gate judged; and round-1's aggregate as recorded at the baseline.  The "current best"
@@ -136,7 +136,7 @@ def trend_figures(
     bwd = [s.backward for s in shapes if s.backward is not None and valid(s.backward)]
     fwd_avg = geomean(fwd) if fwd else None
     step = fwd_avg
-    if score.metric == COMBINED and bwd:
+    if score.metric == COMBINED_STEP and bwd:
         step = score.aggregate if official else aggregate_over(score, labels)
     return TrendFigures(
         fwd_avg=fwd_avg,

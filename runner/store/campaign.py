@@ -143,9 +143,6 @@ class Campaign:
     def artifacts_dir(self, n: int) -> Path:
         return self.round_dir(n) / "artifacts"
 
-    def benchmark_csv(self, n: int) -> Path:
-        return self.artifacts_dir(n) / "benchmark.csv"
-
     def summary_path(self, n: int) -> Path:
         return self.round_dir(n) / "summary.md"
 

@@ -103,10 +103,6 @@ def values_sha(values: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def gate_sha(m: Manifest) -> str:
-    return values_sha(gate_values(m))
-
-
 def record(campaign: Campaign, by: str, reason: str) -> str:
     """Append the manifest's gate fields as the new ledgered state; returns its sha256."""
     values = gate_values(campaign.manifest)

@@ -64,7 +64,9 @@ BACKEND_LANG: dict[str, str] = {
     "HIPKITTENS": "HIP",
     "TORCH": "PYTORCH",
 }
-# docs/protocol.md §2.1, in order; save_manifest writes these keys first.
+# docs/protocol.md §2.1: the fields of upstream's manifest template (Primus-Turbo's
+# kernel-optimize skill page, PREPARE_ENVIRONMENT Step 3), in its order (checked at
+# a6a16cdc); save_manifest writes these keys first, `init --from-manifest` reads them.
 SECTION2_FIELDS = (
     "target_op",
     "target_backend",
@@ -75,11 +77,11 @@ SECTION2_FIELDS = (
     "performance_target",
     "primary_metric",
     "target_shapes",
-    "representative_shapes",
     "kernel_source",
     "test_command",
     "benchmark_command",
     "quick_command",
+    "representative_shapes",
     "git_commit",
     "git_branch",
     "max_iterations",

@@ -7,6 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
+from runner.core.artifact_names import AUDIT, BENCHMARK_CSV, BUILDS, INCUMBENT_CSV
 from runner.core.files import copy_plain_tree, write_atomic, write_json_atomic
 from runner.core.outcomes import GateResult
 from runner.core.pause_points import pause_point
@@ -39,7 +40,7 @@ def store_artifacts(
     stage = dest.parent / PARTIAL_ARTIFACTS
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(parents=True)
-    for name in ("benchmark.csv", "incumbent.csv", "audit.json", "builds.json"):
+    for name in (BENCHMARK_CSV, INCUMBENT_CSV, AUDIT, BUILDS):
         if (tmp / name).exists():
             shutil.copy2(tmp / name, stage / name)
     pause_point("artifacts")

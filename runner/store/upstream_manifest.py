@@ -2,9 +2,10 @@
 
 The skill page of Primus-Turbo's ``agent/skills/kernel-optimize/`` (PREPARE_ENVIRONMENT, Step 3;
 checked at a6a16cdc) writes ``agent/workspace/<campaign_name>/manifest.yaml`` with the
-fields of ``UPSTREAM_FIELDS``.  It lacks what a campaign here needs besides (the source
-checkout, the campaign name, the shape set), so it is not a campaign manifest: ``init``
-reads it as its options instead, the command line's explicit options winning.  Upstream's
+fields of ``runner.store.manifest.SECTION2_FIELDS``.  It lacks what a campaign here needs
+besides (the source checkout, the campaign name, the shape set), so it is not a campaign
+manifest: ``init`` reads it as its options instead, the command line's explicit options
+winning.  Upstream's
 spellings are read as ``runner.store.manifest`` reads them (``target_op`` op +
 granularity, ``repo-mode``, one ``kernel_source`` path, a share-of-peak target).
 ``quick_command`` is left out: the campaign's own quick script has its own path.  An
@@ -21,29 +22,8 @@ from typing import Any
 import yaml
 
 from runner.core.errors import ConfigError
-from runner.store.manifest import upstream_spellings
+from runner.store.manifest import SECTION2_FIELDS, upstream_spellings
 
-# The skill page's template, in its order (a6a16cdc); `granularity` is ours, accepted beside.
-UPSTREAM_FIELDS = (
-    "target_op",
-    "target_backend",
-    "target_lang",
-    "target_gpu",
-    "execution_mode",
-    "project_skill",
-    "performance_target",
-    "primary_metric",
-    "target_shapes",
-    "kernel_source",
-    "test_command",
-    "benchmark_command",
-    "quick_command",
-    "representative_shapes",
-    "git_commit",
-    "git_branch",
-    "max_iterations",
-    "created",
-)
 NOT_IMPORTED = ("quick_command",)
 # The project skill of each target (upstream's `project_skill`, a6a16cdc).
 PROJECT_SKILLS = {"primus-turbo": "primus-turbo-develop"}
@@ -81,12 +61,12 @@ def read_upstream_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     still holding a template placeholder."""
     p = Path(path)
     data = _load(p)
-    known = (*UPSTREAM_FIELDS, "granularity")
+    known = (*SECTION2_FIELDS, "granularity")  # granularity is ours, accepted beside
     unknown = sorted(str(k) for k in data if k not in known)
     if unknown:
         raise ConfigError(
             f"--from-manifest {p}: unknown field(s) {', '.join(unknown)}; remove them "
-            f"(upstream's manifest fields: {', '.join(UPSTREAM_FIELDS)})"
+            f"(upstream's manifest fields: {', '.join(SECTION2_FIELDS)})"
         )
     unfilled = sorted(str(k) for k, v in data.items() if _placeholder(v))
     if unfilled:

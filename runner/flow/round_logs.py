@@ -1,5 +1,5 @@
 """A round's records and the corrections of ``campaign correct``: rendered by
-``runner.render`` (which only returns text), written by ``runner.store.records`` (which
+``runner.render`` (which only returns text), written by ``runner.store.record_writer`` (which
 only writes it, under the campaign lock).  Rounds, the baseline and the CLI close and
 correct through here."""
 
@@ -20,7 +20,7 @@ from runner.render.markdown import (
 from runner.render.round_state import render_round_state
 from runner.render.summary import render_summary
 from runner.store.campaign import Campaign
-from runner.store.records import RoundTexts, append_log_correction, write_round_records
+from runner.store.record_writer import RoundTexts, append_log_correction, write_round_records
 
 
 def close_round(
@@ -28,7 +28,7 @@ def close_round(
 ) -> None:
     """Render the round's records and write them: summary.md, both log entries (the
     history entry followed by the Current Best and Directions after this round) and,
-    last, result.json (``runner.store.records.write_round_records``)."""
+    last, result.json (``runner.store.record_writer.write_round_records``)."""
     m = campaign.manifest
     so_far = [*(r for r in campaign.results() if r.round != result.round), result]
     texts = RoundTexts(

@@ -1,0 +1,56 @@
+"""``samples.json``: what a worker recorded per shape besides its CSV row (the raw
+timings, the checks, the fresh step, the state probe, its seconds), written by a pass
+(``runner.bench.worker_pass.run_spec``) or a serving worker (``runner.bench.serve``),
+merged over a sharded pass's shards (``runner.flow.sharding.merge_shard_samples``) and
+read by the host for the round's reasons, fresh-step times and sharding costs
+(``runner.flow.passes``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TypedDict
+
+from runner.core.artifact_names import SAMPLES
+
+
+class CheckRecord(TypedDict):
+    """One correctness check of a shape (``runner.ops.base.CheckResult``)."""
+
+    ok: bool
+    figures: dict[str, float]
+    problems: list[str]
+
+
+class ShapeSamples(TypedDict, total=False):
+    """One shape's record; a shape that raised has only ``error`` (and what a serving
+    worker measured before it did)."""
+
+    forward: dict[str, Any]  # runner.bench.timing_result.Timing.to_dict
+    backward: dict[str, Any] | None  # None: the op has no backward pass
+    fresh_step: dict[str, Any] | None  # the real-training step, a Timing
+    fresh_draw: dict[str, Any] | None  # drawing that step's inputs, a Timing
+    state: dict[str, Any] | None  # runner.bench.statecheck: stateful, written, simulation
+    checks: list[CheckRecord]
+    integrity_problems: list[str]  # sampled timed outputs, the 8-step simulation
+    seconds: float  # wall time the worker spent on the shape
+    error: str | None
+
+
+class Samples(TypedDict, total=False):
+    """The whole file: the pass's spec, the shapes by label, a serving worker's pool
+    size, and for a sharded pass the shard files it was merged from."""
+
+    spec: dict[str, Any] | None
+    shapes: dict[str, ShapeSamples]
+    pool: int
+    shards: list[str]
+
+
+def samples_beside(csv_path: Path) -> Samples | None:
+    """The ``samples.json`` beside a pass's CSV; None when the pass left none."""
+    path = Path(csv_path).parent / SAMPLES
+    if not path.is_file():
+        return None
+    data: Samples = json.loads(path.read_text(encoding="utf-8"))
+    return data
