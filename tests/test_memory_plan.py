@@ -16,6 +16,7 @@ from runner.bench.serve import Server, device_memory
 from runner.cli import main
 from runner.core.shapes import Shape, shape_set
 from runner.core.spec import RoundSpec, TimingSettings
+from runner.core.worker_messages import Ready, parse_reply, reply_line
 from runner.flow.paired import plan_memory
 from runner.judge.memory_fit import shape_report, unfit_shapes, worker_need
 from runner.judge.peaks import device_memory_for
@@ -203,7 +204,9 @@ def test_a_cpu_worker_reports_no_shape_peaks() -> None:
     ``shape_peaks`` (absent, not zero) and no memory figures."""
     server = _server("cpu")
     assert all(st.cases and not st.error for st in server.states)
-    assert server.peaks.ready(device_memory("cpu")) == {"memory": {}}
+    ready = server.peaks.ready(("s1", "s2"), device_memory("cpu"))
+    assert ready == Ready(("s1", "s2"), {}) and ready.shape_peaks == {}
+    assert "shape_peaks" not in reply_line(ready)
 
 
 @pytest.mark.gpu
@@ -212,7 +215,8 @@ def test_a_gpu_worker_measures_each_shapes_peak() -> None:
     """On a GPU each shape's preparation peak is measured apart (its own window), above
     what the worker held before it, and the ready report's ``reserved`` covers them."""
     server = _server("cuda")
-    ready = server.peaks.ready(device_memory("cuda"))
-    peaks = ready["shape_peaks"]
+    ready = server.peaks.ready(("s1", "s2"), device_memory("cuda"))
+    peaks = ready.shape_peaks
     assert set(peaks) == {"s1", "s2"} and all(v > 0 for v in peaks.values())
-    assert ready["memory"]["reserved"] >= max(peaks.values())
+    assert ready.memory["reserved"] >= max(peaks.values())
+    assert parse_reply(reply_line(ready)) == ready  # the peaks cross the wire
