@@ -53,6 +53,7 @@ from runner.flow.new_campaign import EXAMPLES_DIR, create_campaign, fresh_exampl
 from runner.flow.rounds import Request, validate_round  # noqa: E402
 from runner.ops.info import worker_bytes  # noqa: E402
 from runner.store.campaign import Campaign  # noqa: E402
+from runner.store.sealed import heldout_labels  # noqa: E402
 
 GIB = float(1 << 30)
 KERNEL = "turbo_kernels/pytorch/ops/gemm_fp8.py"
@@ -140,7 +141,9 @@ def report(campaign: Campaign, got: Any, record: dict[str, Any]) -> None:
         "outcome": doc["outcome"], "reasons": doc["reasons"], "checks": doc["checks"],
         "heldout": doc["heldout_shapes"], "paired": evidence,
         "final": {s["label"]: s.get("value") for s in final_shapes},
+        "step_seconds": doc.get("step_seconds"), "suite": (doc.get("full_suite") or {}).get("ran"),
     }  # fmt: skip
+    say(f"accept steps: {doc.get('step_seconds')}")
     say(f"accept: {doc['outcome']}")
     for check in doc["checks"]:
         say(f"  {'PASS' if check['ok'] else 'FAIL'} {check['name']}: {check['detail'][:400]}")
@@ -184,8 +187,9 @@ def part_a(args: argparse.Namespace, record: dict[str, Any]) -> None:
     if campaign is None:
         return
     m = campaign.manifest
-    record.update(targets=list(m.target_shapes), heldout=list(m.heldout_shapes))
-    say(f"targets {m.target_shapes}; held-out {m.heldout_shapes}")
+    held = heldout_labels(campaign.root, m)  # sealed: not in manifest.yaml
+    record.update(targets=list(m.target_shapes), heldout=held)
+    say(f"targets {m.target_shapes}; held-out {held}")
     timed("baseline", record, lambda: run_baseline(campaign, LocalExecutor(), passes=args.passes,
                                                    progress=say))  # fmt: skip
     copy_root(root, args.root / "after-baseline")
@@ -211,7 +215,7 @@ def part_b(args: argparse.Namespace, record: dict[str, Any]) -> None:
     root = copy_root(args.root / "after-baseline", args.root / "b")
     (folder,) = [p for p in (root / "campaigns").iterdir() if (p / "manifest.yaml").is_file()]
     campaign = Campaign.load(folder)
-    held = campaign.manifest.heldout_shapes
+    held = heldout_labels(campaign.root, campaign.manifest)
     if not held:
         raise SystemExit("the campaign has no held-out shape: run part a with the pick on")
     label = held[-1]

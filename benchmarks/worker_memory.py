@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes = tuple(Shape(label, m // args.scale, n // args.scale, k // args.scale)
                    for label, m, n, k in STUDY_SHAPES)  # fmt: skip
     options = {"granularity": "blockwise", "backend": "TRITON" if gpu else "TORCH"}
-    timing = block_timing(TimingSettings(), 2, quick_gpu=gpu)
+    timing = block_timing(TimingSettings(), 2, short=gpu)
     spec = RoundSpec("worker-memory", 2, "incumbent", 1, "quick", "example", "gemm_fp8",
                      options, shapes, timing, device=args.device, pool=args.pool)  # fmt: skip
     adapter = load_adapter(spec.op, get_target("example").load_api(), spec.options)

@@ -27,8 +27,9 @@ from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.local import LocalExecutor
 from runner.flow.host import PlainHost, run_job
-from runner.flow.measure import measure_roles
+from runner.flow.measure import ROUND_CAP_ENV, measure_roles
 from runner.flow.paired import (
+    QUICK_TURN,
     READY_TIMEOUT_ENV,
     TURN_TIMEOUT_ENV,
     _order,
@@ -87,12 +88,12 @@ def test_block_order_and_pool_walk() -> None:
     assert (short.warmup_s, short.budget_s) == (0.1, 0.2)  # the floor: re-warm every turn
     # A quick round on a GPU: short turns, never longer than the pinned share.
     pinned = TimingSettings(warmup_s=0.3, budget_s=5.0, repeats=5, max_repeats=30)
-    quick = block_timing(pinned, 2, quick_gpu=True)
+    quick = block_timing(pinned, 2, short=True)
     got = (quick.warmup_s, quick.budget_s, quick.repeats, quick.max_repeats, quick.batch_s)
     assert got == (0.05, 0.16, 3, 8, 0.02)
-    assert block_timing(short, 1, quick_gpu=True).budget_s == 0.16
+    assert block_timing(short, 1, short=True).budget_s == 0.16
     tiny = TimingSettings(warmup_s=0.01, budget_s=0.05, repeats=2, max_repeats=3, batch_s=0.005)
-    assert block_timing(tiny, 2, quick_gpu=True) == block_timing(tiny, 2)
+    assert block_timing(tiny, 2, short=True) == block_timing(tiny, 2)
 
 
 def test_quick_gpu_rounds_start_every_pair_the_gate_may_ask_for() -> None:
@@ -580,27 +581,6 @@ def gpu_round(campaign_dir: Path, tmp: Path) -> tuple[Round, list[Shape]]:
 
 
 @pytest.mark.integration
-def test_on_a_gpu_target_the_focused_test_runs_beside_worker_start_up(
-    tiny_copy: Path, tmp_path: Path
-) -> None:
-    rnd, shapes = gpu_round(tiny_copy, tmp_path / "round")
-    with rnd.lineage.worktree(rnd.lineage.head()) as tree:
-        with FocusedTest(rnd, "candidate", tree) as test:
-            assert rnd.before_turns == test.require
-            trees = {"incumbent": tree, "candidate": tree}
-            measure_roles(rnd, trees, shapes, 1)
-        assert test.ok and rnd.before_turns is None
-    tested = (rnd.tmp / "test-candidate" / "test.log").stat().st_mtime
-    spawned = (rnd.tmp / "specs" / "pass-01-incumbent.json").stat().st_mtime
-    turns = [json.loads(line) for line in (rnd.tmp / "turns.jsonl").read_text().splitlines()]
-    assert spawned < tested  # the workers started while the test ran
-    assert min(t["start"] for t in turns) >= tested  # and nothing was timed before it passed
-    samples = json.loads((rnd.tmp / "pass-02-candidate" / "samples.json").read_text())
-    assert samples["pool"] == 2  # two turns each: two members, not the default four
-    assert alive(rnd.tmp) == []
-
-
-@pytest.mark.integration
 def test_a_focused_test_failing_beside_the_workers_stops_them_before_any_turn(
     tiny_copy: Path, tmp_path: Path
 ) -> None:
@@ -703,3 +683,36 @@ def test_a_round_s_memory_prior_is_the_latest_earlier_round_s_reports(
     assert rnd.memory_prior == {"host": "a"}
     (rnd.tmp / "memory.json").write_text('{"host": "this round"}')  # a re-measurement's
     assert rnd.memory_prior == {"host": "this round"}
+
+
+@pytest.mark.integration
+def test_on_a_gpu_target_accept_takes_short_turns_with_its_suite_beside_start_up(
+    tiny_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 50 item 5: on a GPU target ``campaign accept``'s full validation takes a
+    quick round's short turns (its final role's merged samples are the full benchmark,
+    recorded with that timing), and the full test suite runs beside the first wave's
+    worker start-up: the workers start while it runs, no turn before it is done."""
+    from runner.flow.accept import run_acceptance
+    from runner.targets.example import ExampleTarget
+
+    suite = "python -m pytest tests/test_example_gemm_fp8.py -q"
+    monkeypatch.setattr(ExampleTarget, "full_suite_command", lambda self: suite)
+    monkeypatch.setenv(ROUND_CAP_ENV, "1")
+    campaign = Campaign.load(tiny_copy)
+    campaign.manifest = campaign.manifest.model_copy(update={"target_gpu": "sm90"})
+    result = run_acceptance(campaign, LocalExecutor(), passes=1, progress=lambda m: None)
+    art = tiny_copy / "acceptance" / "artifacts"
+    assert "beside full validation's worker start-up" in result.full_suite["ran"]
+    assert result.full_suite["returncode"] == 0, result.full_suite["tail"]
+    suite_done = (art / "full_suite.log").stat().st_mtime
+    spawned = (art / "passes" / "specs" / "pass-01-baseline.json").stat().st_mtime
+    turns = [json.loads(line) for line in (art / "turns.jsonl").read_text().splitlines()]
+    assert turns and spawned < suite_done  # the workers started while the suite ran
+    assert min(t["start"] for t in turns) >= suite_done  # nothing timed before it ended
+    spec = json.loads((art / "passes" / "specs" / "pass-02-final.json").read_text())
+    assert spec["timing"]["budget_s"] <= QUICK_TURN["budget_s"]
+    assert spec["timing"]["batch_s"] <= QUICK_TURN["batch_s"]
+    assert result.full_benchmark["timing"] == spec["timing"]
+    samples = json.loads((art / "passes" / "pass-02-final" / "samples.json").read_text())
+    assert samples["pool"] == 2  # two turns each: two members, not the default four

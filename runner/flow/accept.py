@@ -8,10 +8,11 @@ Four checks, each recorded, none skipped:
    scored and judged by the same gate as a round (more pairs when it asks);
 2. the target's own full benchmark on the final code, stored apart as
    ``acceptance/artifacts/full_benchmark.csv`` (never compared with the quick CSV:
-   another engine).  For the example target it is the worker at level full with the
-   campaign's pinned timing: full validation's final role already ran exactly that on
-   every shape, so its merged CSV is kept as the benchmark (timed once; a second pass
-   only where full validation did not complete); for a real target it is
+   another engine).  For the example target it is the worker at level full: full
+   validation's final role already ran it on every shape (its workers' blocks together:
+   short turns on a GPU target, the pinned timing's share elsewhere), so its merged CSV
+   is kept as the benchmark with the timing its workers used (timed once; a pass at the
+   pinned timing only where full validation did not complete); for a real target it is
    ``benchmark_command`` run in the
    head's worktree (its log is kept; the CSV it writes to
    ``$TURBO_CAMPAIGN_OUT/upstream_benchmark.csv`` is kept and mapped onto the pinned
@@ -20,8 +21,10 @@ Four checks, each recorded, none skipped:
 4. the optimisation branch: linear from base_commit, one ``[optimize] `` commit per
    accepted round, the branch (when committing) at the lineage head.
 
-The steps run one after another (only full validation's workers use the device while
-it measures) and are announced with the time left and recorded in seconds
+Nothing else uses the device while full validation times: on a GPU target with serving
+workers its turns are short turns (``Round.short_turns``) and the full test suite runs
+beside the first wave's start-up, the first timed turn waiting for it; elsewhere the
+steps run one after another.  The steps are announced with the time left and recorded in seconds
 (``runner.flow.accept_steps``).  The outcome goes to ``acceptance/acceptance.md`` and
 ``acceptance/acceptance.json``;
 the command exits 0 when ACCEPTED, 3 when NOT ACCEPTED, 2 on bad input.
@@ -43,6 +46,7 @@ from runner.core.files import copy_plain_tree, write_atomic
 from runner.core.limits import check_blocks
 from runner.core.outcomes import GateResult, Score, Status
 from runner.core.shapes import Shape, shapes_by_label
+from runner.core.spec import load_spec
 from runner.core.timestamps import now_minute
 from runner.executors.base import Executor
 from runner.flow.accept_steps import ACCEPT_STEPS, INTEGRATION, StepClock, prior_seconds
@@ -60,7 +64,14 @@ from runner.flow.host import run_job
 from runner.flow.measure import Comparison, measure_and_judge
 from runner.flow.passes import read_passes
 from runner.flow.progress import Event
-from runner.flow.round_context import Progress, Round, all_shapes, gpu_lease, run_command_in
+from runner.flow.round_context import (
+    BesideStartUp,
+    Progress,
+    Round,
+    all_shapes,
+    gpu_lease,
+    run_command_in,
+)
 from runner.flow.tamper_check import proof
 from runner.judge.scoring import score
 from runner.render.status import unclosed_rounds
@@ -142,12 +153,24 @@ def _measured_benchmark(rnd: Round, measured: Path, dest: Path) -> dict[str, Any
         "engine": "runner worker, level full: full validation's final role, its paired "
         "samples merged; each worker checked every shape's correctness before and after "
         "timing",
-        "timing": rnd.spec("full-benchmark", 0, []).timing.to_dict(),
+        "timing": _final_role_timing(rnd),
         "returncode": 0,
         "csv": dest.name,
         "fail": csv_score.n_fail,
         "from_full_validation": True,
     }
+
+
+def _final_role_timing(rnd: Round) -> dict[str, Any]:
+    """The timing the final role's workers ran with (one block's share of the pinned
+    timing, a short turn on a GPU target: ``runner.flow.paired.block_timing``), read
+    from the first such worker's spec; the pinned timing where none is found."""
+    for path in sorted((rnd.tmp / "specs").glob("pass-*-final*.json")):
+        try:
+            return load_spec(path).timing.to_dict()
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return rnd.spec("full-benchmark", 0, []).timing.to_dict()
 
 
 def _example_full_benchmark(
@@ -261,7 +284,7 @@ def run_acceptance(
         prior = prior_seconds(out / "acceptance.json")
         clock = StepClock(_prefixed(progress), f"round-{ACCEPT_ROUND}", steps, prior)
         with gpu_lease(gpus, campaign, ACCEPT_ROUND), job_dir(campaign.root, campaign.name) as tmp:
-            rnd = Round(campaign, executor, _prefixed(progress), tmp, ACCEPT_ROUND, "full", gpus)
+            rnd = acceptance_round(campaign, executor, _prefixed(progress), tmp, gpus)
             try:
                 _measure(rnd, lineage, result, shapes, out / "artifacts", clock)
             finally:
@@ -271,6 +294,14 @@ def run_acceptance(
         result.finished = now()
         write_acceptance(out, result)
         return result
+
+
+def acceptance_round(
+    campaign: Campaign, executor: Executor, progress: Progress, tmp: Path, gpus: tuple[int, ...]
+) -> Round:
+    """The acceptance's measurement context: level full, and on a GPU target short turns
+    (``Round.short_turns``), as a quick round takes them."""
+    return Round(campaign, executor, progress, tmp, ACCEPT_ROUND, "full", gpus, acceptance=True)
 
 
 def _refuse_unready(campaign: Campaign) -> None:
@@ -308,16 +339,25 @@ def _measure(
     rnd: Round, lineage: Lineage, result: Acceptance, shapes: list[Shape], art: Path,
     clock: StepClock,
 ) -> None:  # fmt: skip
-    """Checks 1-3 in fresh worktrees of the base commit and the head, one step at a
-    time: nothing else uses the device while full validation measures, and the full
-    benchmark and the full test suite come after it."""
+    """Checks 1-3 in fresh worktrees of the base commit and the head.  Nothing else
+    uses the device while full validation times: on a GPU target with serving workers
+    the full test suite runs beside the first wave's start-up (``BesideStartUp``: no
+    turn starts before it is done), elsewhere after full validation; the full benchmark
+    comes after full validation."""
     with ExitStack() as stack:
         with clock.step("worktrees and builds"):
             base = stack.enter_context(lineage.worktree(result.base_commit))
             head = stack.enter_context(lineage.worktree(result.head))
             trees = {"baseline": base, "final": head}
             stack.enter_context(built_roles(rnd, trees))
+
+        def suite() -> None:
+            result.full_suite = full_suite(rnd, head, art / "full_suite.log")
+
+        beside: BesideStartUp | None = None
         with clock.step("full validation"):
+            if BesideStartUp.possible(rnd):
+                beside = stack.enter_context(BesideStartUp(rnd, "full-suite", suite))
             result.checks.append(_validate(rnd, trees, shapes, result, art))
         measured = art / "final.csv" if result.final is not None else None
         with clock.step("full benchmark"):
@@ -325,7 +365,15 @@ def _measure(
             result.full_benchmark = full_benchmark(rnd, head, shapes, dest, measured)
             result.checks.append(benchmark_check(result.full_benchmark))
         with clock.step("full test suite"):
-            result.full_suite = full_suite(rnd, head, art / "full_suite.log")
+            if beside is None:
+                suite()
+            else:  # what is left of it after full validation
+                beside.close()
+                beside.wait()
+                result.full_suite["ran"] = (
+                    f"beside full validation's worker start-up ({beside.seconds} s; the "
+                    "first timed turn waited for it)"
+                )
             result.checks.append(suite_check(result.full_suite))
         if rnd.manifest.execution_mode == "workspace":
             with clock.step(INTEGRATION):
@@ -371,10 +419,11 @@ def _validate(
 
 
 def _keep_passes(tmp: Path, art: Path) -> None:
-    """Every pass's folder, and the paired sessions' memory reports (``memory*.json``:
-    what the workers held against the op's figure, ``runner.flow.paired``)."""
+    """Every pass's folder, the paired sessions' memory reports (``memory*.json``: what
+    the workers held against the op's figure, ``runner.flow.paired``) and their turns
+    (``turns*.jsonl``: when each worker timed), as a round keeps them."""
     for sub in sorted(tmp.iterdir()):
         if sub.is_dir():
             copy_plain_tree(sub, art / "passes" / sub.name)
-        elif sub.name.startswith("memory") and sub.suffix == ".json":
+        elif sub.suffix in (".json", ".jsonl") and sub.name.startswith(("memory", "turns")):
             shutil.copy2(sub, art / sub.name)

@@ -39,7 +39,10 @@ class Host(Protocol):
     def gpu_target(self) -> bool: ...
 
     @property
-    def quick_gpu(self) -> bool: ...
+    def short_turns(self) -> bool:
+        """Whether serving workers take short turns (``runner.flow.paired.block_timing``):
+        a quick round or the acceptance, on a GPU target."""
+        ...
 
     @property
     def memory_prior(self) -> Mapping[str, Any] | None:
@@ -127,7 +130,7 @@ class PlainHost:
         return self.template.device != "cpu"
 
     @property
-    def quick_gpu(self) -> bool:
+    def short_turns(self) -> bool:
         return self.template.level == "quick" and self.gpu_target
 
     @property

@@ -107,9 +107,7 @@ def supports_paired(executor: object) -> bool:
     return isinstance(executor, ServingExecutor)
 
 
-def block_timing(
-    settings: TimingSettings, turns: int, *, quick_gpu: bool = False
-) -> TimingSettings:
+def block_timing(settings: TimingSettings, turns: int, *, short: bool = False) -> TimingSettings:
     """The timing of one block when a worker has ``turns`` blocks: the pinned warm-up
     and budget are per callable and process, so each block gets its share (at least
     ``repeats`` batches each).  Every turn follows another process's, so its warm-up
@@ -117,12 +115,14 @@ def block_timing(
     settle again (the GPU engine also waits for its windows to agree; the CPU one
     does not).
 
-    ``quick_gpu`` (a quick round on a GPU target): each block is a short turn, at most
-    the ``QUICK_TURN`` figures (graph-replayed batches of about 20 ms, as the probe
-    that motivated turn-taking used).  Turn-taking removes the drift between blocks,
-    and the gate's independent samples are process pairs, so a turn needs only enough
-    batches for a stable median; the pinned timing still governs full rounds, the
-    baseline and every CPU round (CPU timing noise needs its longer batches)."""
+    ``short`` (a quick round or the acceptance on a GPU target, ``Host.short_turns``):
+    each block is a short turn, at most the ``QUICK_TURN`` figures (graph-replayed
+    batches of about 20 ms, as the probe that motivated turn-taking used).  Turn-taking
+    removes the drift between blocks, and the gate's independent samples are process
+    pairs, so a turn needs only enough batches for a stable median; the pinned timing
+    still governs full rounds, the baseline and every CPU round (CPU timing noise needs
+    its longer batches).  The fresh step at a worker's finish is timed with the same
+    settings."""
     out = settings
     if turns > 1:
         floor = min(settings.warmup_s, BLOCK_WARMUP_FLOOR_S)
@@ -132,7 +132,7 @@ def block_timing(
             budget_s=settings.budget_s / turns,
             max_repeats=max(settings.repeats, math.ceil(settings.max_repeats / turns)),
         )
-    if not quick_gpu:
+    if not short:
         return out
     return replace(out, **{k: min(getattr(out, k), v) for k, v in QUICK_TURN.items()})
 
@@ -277,7 +277,7 @@ class _Session:
             self.next_index += 1
             name = pass_name(self.next_index, role) + self.suffix
             spec = self.host.spec(role, self.next_index, list(self.shapes))
-            timing = block_timing(spec.timing, self.turns, quick_gpu=self.host.quick_gpu)
+            timing = block_timing(spec.timing, self.turns, short=self.host.short_turns)
             spec = replace(spec, timing=timing, pool=self.members)
             job = self.host.worker_job(name, spec, self.trees[role], self.env)
             live = self.serving.start_worker(job)

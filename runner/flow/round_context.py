@@ -6,10 +6,11 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import runner
 from runner.core import interrupts
@@ -77,6 +78,8 @@ class Round:
     # tree -> what its judge files must hold when its focused test starts
     # (runner.flow.judge_files.judge_digests: the lineage head's, restored in it)
     judge_expect: dict[Path, dict[str, str]] = field(default_factory=dict)
+    # ``campaign accept``'s full validation (runner.flow.accept), not a round
+    acceptance: bool = False
 
     @property
     def manifest(self) -> Manifest:
@@ -98,6 +101,14 @@ class Round:
     def quick_gpu(self) -> bool:
         """A quick round on a GPU target: short turns, every pair started at once."""
         return self.level == "quick" and self.gpu_target
+
+    @property
+    def short_turns(self) -> bool:
+        """Short turns for serving workers (``runner.flow.paired.block_timing``): a quick
+        round's, and the acceptance's on a GPU target, whose final role's merged samples
+        are the full benchmark (its workers together time each callable about as long
+        as one worker at the pinned timing)."""
+        return self.gpu_target and (self.level == "quick" or self.acceptance)
 
     @property
     def memory_prior(self) -> Mapping[str, Any] | None:
@@ -336,56 +347,76 @@ def _tampered_files(out: Path) -> list[str]:
     return [str(p) for p in found] if isinstance(found, list) else []
 
 
-class FocusedTest:
-    """The focused test of one tree, run before anything is timed.
+_B = TypeVar("_B", bound="BesideStartUp")
 
-    When the round measures a GPU target with serving workers, the test runs in a
+
+class BesideStartUp:
+    """Work that must be done before anything is timed, run beside serving workers'
+    start-up where it can be.
+
+    When the round measures a GPU target with serving workers, ``work`` runs in a
     thread beside the workers' start-up (imports, compile/JIT, first calls: nothing is
-    timed then), and ``rnd.before_turns`` makes the first timed turn wait for it and
-    raise ``FocusedTestFailed`` when it failed.  That saved the test's 12-26 s of a
-    round on an H200.  Elsewhere (the CPU, docker and Slurm passes) it runs at once, as
-    it always did: two CPU cores shared by a test and worker start-up would slow both,
-    and a pass-per-worker executor has no start-up to hide it behind.
+    timed then), and ``rnd.before_turns`` makes the first timed turn of every wave wait
+    for it (``require``).  Elsewhere (the CPU, docker and Slurm passes) it runs at once:
+    two CPU cores shared by it and worker start-up would slow both, and a
+    pass-per-worker executor has no start-up to hide it behind.
 
-    ``done`` and ``ok``/``tail`` after ``wait()``; leave through ``close()`` (or use it
-    as a context manager), which waits for the thread and clears the hook."""
+    ``done``; ``wait()`` raises what ``work`` raised in the thread (at once, it raises
+    from the constructor); ``seconds`` it ran; leave through ``close()`` (or use
+    it as a context manager), which waits for the thread and clears the hook."""
 
-    def __init__(self, rnd: Round, role: str, tree: Path) -> None:
+    def __init__(self, rnd: Round, name: str, work: Callable[[], None]) -> None:
         self.rnd = rnd
-        self.ok = False
-        self.tail = ""
+        self.seconds = 0.0  # how long ``work`` ran
+        self._work = work
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        if rnd.gpu_target and supports_paired(rnd.executor):
-            self._thread = threading.Thread(
-                target=self._run, args=(role, tree), name=f"focused-test-{role}", daemon=True
-            )
+        if self.possible(rnd):
+            self._thread = threading.Thread(target=self._run, name=name, daemon=True)
             self._thread.start()
             rnd.before_turns = self.require
         else:
-            self._run(role, tree)
+            t0 = time.monotonic()
+            try:
+                work()
+            finally:
+                self.seconds = round(time.monotonic() - t0, 1)
 
-    def _run(self, role: str, tree: Path) -> None:
+    @staticmethod
+    def possible(rnd: Round) -> bool:
+        """Whether ``rnd`` has a start-up to run work beside: a GPU target measured by
+        serving workers."""
+        return rnd.gpu_target and supports_paired(rnd.executor)
+
+    @property
+    def beside(self) -> bool:
+        """Whether it ran beside the workers' start-up (else at once, before them)."""
+        return self._thread is not None
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
         try:
-            self.ok, self.tail = run_focused_test(self.rnd, role, tree)
+            self._work()
         except BaseException as exc:  # raised again by wait(), in the round's thread
             self._error = exc
+        finally:
+            self.seconds = round(time.monotonic() - t0, 1)
 
     @property
     def done(self) -> bool:
         return self._thread is None or not self._thread.is_alive()
 
     def wait(self) -> bool:
+        """Wait for the work; True when it passed (here: it raised nothing)."""
         if self._thread is not None:
             self._thread.join()
         if self._error is not None:
             raise self._error
-        return self.ok
+        return True
 
     def require(self) -> None:
-        """``before_turns``: wait for the test; raise FocusedTestFailed when it failed."""
-        if not self.wait():
-            raise FocusedTestFailed("the focused test failed", tail=self.tail)
+        """``before_turns``: wait for the work."""
+        self.wait()
 
     def close(self) -> None:
         if self._thread is not None:
@@ -393,8 +424,32 @@ class FocusedTest:
         if self.rnd.before_turns == self.require:
             self.rnd.before_turns = None
 
-    def __enter__(self) -> FocusedTest:
+    def __enter__(self: _B) -> _B:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class FocusedTest(BesideStartUp):
+    """The focused test of one tree, run before anything is timed (``BesideStartUp``:
+    on a GPU target with serving workers beside their start-up, which saved the test's
+    12-26 s of a round on an H200); the first timed turn raises ``FocusedTestFailed``
+    when it failed.  ``ok``/``tail`` after ``wait()``."""
+
+    def __init__(self, rnd: Round, role: str, tree: Path) -> None:
+        self.ok = False
+        self.tail = ""
+
+        def work() -> None:
+            self.ok, self.tail = run_focused_test(rnd, role, tree)
+
+        super().__init__(rnd, f"focused-test-{role}", work)
+
+    def wait(self) -> bool:
+        return super().wait() and self.ok
+
+    def require(self) -> None:
+        """``before_turns``: wait for the test; raise FocusedTestFailed when it failed."""
+        if not self.wait():
+            raise FocusedTestFailed("the focused test failed", tail=self.tail)

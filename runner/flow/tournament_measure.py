@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +42,7 @@ from runner.flow.measure import (
     next_pairs,
 )
 from runner.flow.paired import supports_paired
-from runner.flow.round_context import Round, run_focused_test
+from runner.flow.round_context import BesideStartUp, Round, run_focused_test
 from runner.flow.round_result import Request
 from runner.judge.gate import confirms, outpaced, promising
 from runner.render.figures import fmt_gain
@@ -128,44 +127,24 @@ def focused_tests(rnd: Round, entries: Sequence[Entry]) -> None:
             future.result()
 
 
-class EntryTests:
+class EntryTests(BesideStartUp):
     """The entries' focused tests (``focused_tests``) for one tournament.
 
     On a GPU target with serving workers they run in a thread beside the first
-    measurement's worker start-up, as a single round's ``FocusedTest`` runs beside its
-    workers (on the H200 the four tests of a tournament took 39 s before any worker
-    started), and ``rnd.before_turns`` holds the first timed turn until all are done.
-    A test that failed vetoes its entry (one whose judge files its own build rewrote
-    fails it: TAMPERED), and ``require`` then raises FocusedTestFailed before anything
-    was timed: ``measure_entries`` measures again without that entry.
+    measurement's worker start-up (``BesideStartUp``, as a single round's
+    ``FocusedTest``: on the H200 the four tests of a tournament took 39 s before any
+    worker started), and ``rnd.before_turns`` holds the first timed turn until all are
+    done.  A test that failed vetoes its entry (one whose judge files its own build
+    rewrote fails it: TAMPERED), and ``require`` then raises FocusedTestFailed before
+    anything was timed: ``measure_entries`` measures again without that entry.
     Elsewhere they run at once, before any worker starts, as they always did.  Leave
     through ``close()``, which waits for the thread and clears the hook."""
 
     def __init__(self, rnd: Round, entries: Sequence[Entry]) -> None:
-        self.rnd = rnd
         self.entries = list(entries)
         self._vetoes = {e.role: len(e.vetoes) for e in self.entries}
         self._failures = {e.role: e.failure for e in self.entries}
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-        if rnd.gpu_target and supports_paired(rnd.executor):
-            self._thread = threading.Thread(target=self._run, name="focused-tests", daemon=True)
-            self._thread.start()
-            rnd.before_turns = self.require
-        else:
-            focused_tests(rnd, self.entries)
-
-    def _run(self) -> None:
-        try:
-            focused_tests(self.rnd, self.entries)
-        except BaseException as exc:  # raised again by wait(), in the round's thread
-            self._error = exc
-
-    def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-        if self._error is not None:
-            raise self._error
+        super().__init__(rnd, "focused-tests", lambda: focused_tests(rnd, self.entries))
 
     def failed(self) -> list[Entry]:
         """The entries whose focused test failed (a veto added since they started) or
@@ -190,10 +169,7 @@ class EntryTests:
         """Wait for the tests, clear the hook, and put each entry's test folder in its
         round's records as a single round's (``test-candidate``: the log, the exit
         code and the seconds), a failed test's too."""
-        if self._thread is not None:
-            self._thread.join()
-        if self.rnd.before_turns == self.require:
-            self.rnd.before_turns = None
+        super().close()
         for e in self.entries:
             test = self.rnd.tmp / f"test-{e.role}"
             if test.is_dir() and self.rnd.tmp in e.dir.parents:  # its records' folder
