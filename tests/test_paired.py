@@ -704,6 +704,8 @@ def test_on_a_gpu_target_accept_takes_short_turns_with_its_suite_beside_start_up
     result = run_acceptance(campaign, LocalExecutor(), passes=1, progress=lambda m: None)
     art = tiny_copy / "acceptance" / "artifacts"
     assert "beside full validation's worker start-up" in result.full_suite["ran"]
+    page = (tiny_copy / "acceptance" / "acceptance.md").read_text()
+    assert "- Ran: beside full validation's worker start-up" in page
     assert result.full_suite["returncode"] == 0, result.full_suite["tail"]
     suite_done = (art / "full_suite.log").stat().st_mtime
     spawned = (art / "passes" / "specs" / "pass-01-baseline.json").stat().st_mtime

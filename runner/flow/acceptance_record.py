@@ -153,7 +153,9 @@ def render_acceptance(result: Acceptance) -> str:
         f"- Command: `{bench.get('command', '-')}`\n- Engine: {bench.get('engine', '-')}\n"
         f"- CSV: artifacts/{bench.get('csv') or '(none)'}\n\n"
         f"## Full test suite\n\n- Command: `{suite.get('command', '-')}`\n"
-        f"- Exit code: {suite.get('returncode', '-')}\n- Log: artifacts/{suite.get('log', '-')}\n\n"
+        f"- Exit code: {suite.get('returncode', '-')}\n- Log: artifacts/{suite.get('log', '-')}\n"
+        + (f"- Ran: {suite['ran']}\n" if suite.get("ran") else "")
+        + "\n"
         f"## Optimisation branch\n\n{commits}\n\n"
         f"## Where the time went\n\n{steps or 'not recorded'}\n"
     )
