@@ -278,3 +278,59 @@ def test_every_round_appends_current_best_and_directions_as_upstream_writes_them
     after_2 = entries[1].split("\n## Directions to Try\n", 1)[1]
     assert after_2.startswith("- [ ] deeper pipelining (from round-2)\n")
     verify(campaign.optimize_log)
+
+
+# ---- the level follows upstream's rule (issue 48 item 3) -------------------------------
+def _patched(patch: Path, tmp_path: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """(old, new) sources of the files ``patch`` changes, applied to the example."""
+    import shutil
+    import subprocess
+
+    from runner.flow.new_campaign import EXAMPLES_DIR
+
+    tree = tmp_path / patch.stem
+    shutil.copytree(EXAMPLES_DIR / "turbo_kernels", tree / "turbo_kernels")
+    files = [ln[6:] for ln in patch.read_text().splitlines() if ln.startswith("+++ b/")]
+    old = {f: (tree / f).read_text() for f in files}
+    subprocess.run(["git", "apply", str(patch)], cwd=tree, check=True)
+    return old, {f: (tree / f).read_text() for f in files}
+
+
+def test_the_audit_names_a_change_of_control_flow_or_layout(tmp_path: Path) -> None:
+    """Upstream upgrades "high-risk (control flow, data layout, etc.)" changes to full
+    validation: the demo's speed-up adds a conditional expression and a transposed copy;
+    the fp64 slow-down changes a constant only; a comment or a renamed name is no risk."""
+    from runner.flow.new_campaign import EXAMPLES_DIR
+    from runner.judge.confirmation import change_risk
+
+    kernel = "turbo_kernels/pytorch/ops/gemm_fp8.py"
+    old, new = _patched(EXAMPLES_DIR / "demo_patches" / "speedup_reuse_fp8_weight.patch", tmp_path)
+    assert change_risk(old, new) == [
+        f"control flow changes in {kernel} (IfExp)",
+        f"data layout changes in {kernel} (contiguous, t)",
+    ]
+    old, new = _patched(EXAMPLES_DIR / "demo_patches" / "slowdown_fp64_accumulate.patch", tmp_path)
+    assert change_risk(old, new) == []
+    src = "def f(x, y):\n    if x:\n        return y.t()\n    return y\n"
+    renamed = "def f(x, w):  # a comment\n    if x:\n        return w.t()\n    return w\n"
+    assert change_risk({"k.py": src}, {"k.py": renamed}) == []
+    loop = src.replace("    if x:\n", "    for _ in range(2):\n        pass\n    if x:\n")
+    assert change_risk({"k.py": src}, {"k.py": loop}) == ["control flow changes in k.py (For)"]
+    assert change_risk({"k.py": src}, {"k.py": "def f(:"}) == [
+        "k.py does not parse on one side: its control flow is unknown"
+    ]
+    assert change_risk({"k.cu": "a"}, {"k.cu": "b"}) == []  # Python sources only
+
+
+def test_a_quick_acceptance_is_confirmed_when_borderline_or_risky() -> None:
+    from runner.judge.confirmation import BORDERLINE_PCT, confirmation_due
+
+    quick, full = ["a", "b", "probe-r2-1x2x3"], ["a", "b", "c"]
+    due = confirmation_due("quick", 2.0, [], quick, full)
+    assert due.due and due.adds_shapes == ("c",) and "borderline" in due.summary()
+    assert not confirmation_due("quick", BORDERLINE_PCT, [], quick, full).why  # 5% is not
+    risky = confirmation_due("quick", 12.0, ["control flow changes in k.py (If)"], quick, full)
+    assert risky.due and risky.summary() == "high-risk: control flow changes in k.py (If)"
+    # every target measured at the quick level already: its verdict is the full one
+    assert not confirmation_due("quick", 2.0, [], ["a", "b", "c"], full).due
+    assert not confirmation_due("full", 2.0, ["x"], quick, full).why  # never twice

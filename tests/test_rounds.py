@@ -8,6 +8,7 @@ effect far larger than the timing noise of a busy 2-core machine.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from campaign_helpers import run_cli, speedup_patch
+from campaign_helpers import SLOW_KERNEL, run_cli, speedup_patch
 
 from runner.core.csv_io import read_csv
 from runner.core.csv_schema import GEMM_SCHEMA
@@ -26,6 +27,7 @@ from runner.core.outcomes import Status
 from runner.executors.local import LocalExecutor
 from runner.flow.new_campaign import EXAMPLES_DIR
 from runner.flow.rounds import Request, validate_round
+from runner.flow.settings import set_gate_field
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
 from runner.store.lineage import MAX_PATCH_LINE, Lineage, patch_paths
@@ -118,9 +120,23 @@ def test_accept_commits_and_rollback_changes_nothing(campaign: Campaign) -> None
         campaign.snapshot_dir(1) / KERNEL
     ).read_text()
     fast = speedup_patch(campaign.root.parent.parent)
+    # Upstream's VALIDATE step 5 (issue 48 item 3): the speed-up removes a branch (a
+    # high-risk change), so with a representative set smaller than the targets its quick
+    # acceptance is confirmed at the full level, which then decides the round
+    m = campaign.manifest
+    held = heldout_labels(campaign.root, m)
+    targets = [s for s in m.target_shapes if s not in held]
+    why = "three representative shapes: the fourth only at the full level"
+    set_gate_field(campaign, "representative_shapes", json.dumps(targets[:3]), why)
     r3 = validate_round(campaign, LocalExecutor(), Request(3, "quantise the weight once", fast),
                         progress=lambda _m: None)  # fmt: skip
     assert r3.status is Status.ACCEPTED, r3.reasons
+    (upgrade,) = [r for r in r3.reasons if "upgraded to the full level" in r]
+    assert upgrade.endswith(": confirmed") and "high-risk: control flow changes in" in upgrade
+    judged = {s.label for s in r3.gate.shapes} if r3.gate else set()
+    assert set(targets) <= judged  # the full level's verdict: every target shape
+    audit = json.loads((campaign.artifacts_dir(3) / "audit.json").read_text())
+    assert audit["risks"] == [f"control flow changes in {SLOW_KERNEL} (If)"]
     assert (campaign.round_dir(3) / "candidate.patch").read_text() == fast
     head = lin.head()
     assert head == r3.commit and lin.parent(head) == base

@@ -157,6 +157,13 @@ def print_round_json(campaign: Campaign, n: int) -> None:
     help="Declare a targeted-shape round (Rule 3's exception, docs/protocol.md §5.4): the "
     "gate judges these shapes only; the others' regressions are reported (repeatable).",
 )
+@click.option(
+    "--no-confirm",
+    "no_confirm",
+    is_flag=True,
+    help="Do not confirm a borderline (<5%) or high-risk quick acceptance at the full level "
+    "(upstream's VALIDATE rule; the round records that it was skipped).",
+)
 @json_option("the closed round (as `campaign show N --json`; a tournament: a list)")
 @quiet_option
 @click.pass_obj
@@ -176,6 +183,7 @@ def validate_cmd(
     allow_env_mismatch: str | None,
     allow_outside: tuple[str, ...],
     targeted: tuple[str, ...],
+    no_confirm: bool,
     as_json: bool,
     quiet: bool,
     **diagnosis: str,  # --attribution, --root-cause, --lesson
@@ -190,7 +198,8 @@ def validate_cmd(
                      allow_outside=allow_outside,
                      gpus=tuple(parse_gpus(gpus)) if gpus else (),
                      allow_env_mismatch=allow_env_mismatch,
-                     diagnosis=tuple(diagnosis.items()), targeted=targeted)  # fmt: skip
+                     diagnosis=tuple(diagnosis.items()), targeted=targeted,
+                     confirm=not no_confirm)  # fmt: skip
     requests = [
         replace(shared, round=round_n + k, hypothesis=hypothesis, patch=text, bucket=bucket_of[k])
         for k, (hypothesis, text) in enumerate(entries)

@@ -60,6 +60,9 @@ class Request:
     diagnosis: tuple[tuple[str, str], ...] = ()
     # A targeted round (Rule 3's exception, docs/protocol.md §5.4): judged on these shapes.
     targeted: tuple[str, ...] = ()
+    # A quick round's acceptance confirmed at the full level when upstream's rule asks
+    # (runner.judge.confirmation); False: --no-confirm, recorded in the round's reasons.
+    confirm: bool = True
 
     def __post_init__(self) -> None:
         """Refuse a pair count or a hypothesis out of bounds (``runner.core.limits``)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,9 @@ from runner.flow.round_result import (
 )
 from runner.flow.tamper_check import proof
 from runner.flow.upstream_quick import has_upstream_quick, run_quick
+from runner.judge.confirmation import confirmation_due
 from runner.judge.vetoes import audit_candidate
+from runner.render.figures import fmt_gain
 from runner.render.summary import commit_message
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import FingerprintDiff
@@ -146,7 +149,7 @@ def _validate_in(
             write_json_atomic(rnd.tmp / AUDIT, report.to_dict())
             roles = {"incumbent": inc_tree, "candidate": cand_tree}
             gate, inc_score, cand_score, builds = _guarded(
-                rnd, request, roles, touched, shapes, vetoes, facts
+                rnd, request, roles, touched, shapes, vetoes, facts, report.risks
             )
     except (MeasurementFailed, Tampered) as exc:
         why = "\n".join([str(exc), *notes])
@@ -250,6 +253,7 @@ def _guarded(
     shapes: list[Shape],
     vetoes: list[str],
     facts: dict[str, Any],
+    risks: Sequence[str] = (),
 ) -> tuple[GateResult, Score, Score, list[BuiltRole]]:
     """Build both roles, each tree read-only to the other's builds and jobs, then
     measure and judge under the proof that each role ran its own files
@@ -264,7 +268,7 @@ def _guarded(
             if has_upstream_quick(rnd):  # upstream's own check beside the gate's evidence
                 run_quick(rnd, cand_tree, "candidate", VALIDATION_LOG)
             gate, inc_score, cand_score = _measure_and_judge(
-                rnd, request, inc_tree, cand_tree, shapes, vetoes
+                rnd, request, inc_tree, cand_tree, shapes, vetoes, risks
             )
     except (MeasurementFailed, Tampered):  # a FAILED round: not an interrupt, which is quick
         facts.update(facts_job.result())
@@ -280,22 +284,50 @@ def _measure_and_judge(
     cand_tree: Path,
     shapes: list[Shape],
     vetoes: list[str],
+    risks: Sequence[str] = (),
 ) -> tuple[GateResult, Score, Score]:
     m = rnd.manifest
     failed = f"focused test failed on the candidate ({m.test_command}):\n"
+    samples = 2 * (request.pairs or m.pairs)
+    trees = {"incumbent": inc_tree, "candidate": cand_tree}
+    how = Comparison(targeted=request.targeted)
     with FocusedTest(rnd, "candidate", cand_tree) as test:
         if (vetoes or test.done) and not test.wait():  # a vetoed round still records it
             vetoes.append(failed + test.tail)
         if vetoes:
             return veto_only(rnd, vetoes, shapes)
-        samples = 2 * (request.pairs or m.pairs)
-        trees = {"incumbent": inc_tree, "candidate": cand_tree}
         try:
-            how = Comparison(targeted=request.targeted)
             got = measure_and_judge(rnd, trees, shapes, samples, vetoes=vetoes, how=how)
         except FocusedTestFailed as exc:  # it ran beside the workers' start-up
             return veto_only(rnd, [*vetoes, failed + exc.tail], shapes)
-    return got.gate, got.reference, got.candidate
+    if not got.gate.decision.accepted or request.targeted:
+        return got.gate, got.reference, got.candidate
+    full = level_shapes(m, "full")
+    due = confirmation_due(
+        request.level, got.gate.delta_pct, risks, [s.label for s in shapes],
+        [s.label for s in full],
+    )  # fmt: skip
+    if not due.why:
+        return got.gate, got.reference, got.candidate
+    if not due.adds_shapes:
+        why = (f"full-level confirmation not needed ({due.summary()}): the quick level "
+               "measured every target shape")  # fmt: skip
+        return _noted(got.gate, why), got.reference, got.candidate
+    if not request.confirm:
+        why = f"full-level confirmation skipped (--no-confirm) although due: {due.summary()}"
+        return _noted(got.gate, why), got.reference, got.candidate
+    rnd.step("full-level confirmation")
+    quick = (f"quick level {fmt_gain(got.gate.delta_pct, got.gate)} on "
+             f"{len(shapes)} shape(s), ACCEPTED; upgraded to the full level "
+             f"({len(full)} target shapes) for confirmation: {due.summary()}")  # fmt: skip
+    confirmed = measure_and_judge(replace(rnd, level="full"), trees, full, samples, how=how)
+    verdict = "confirmed" if confirmed.gate.decision.accepted else "NOT confirmed"
+    return _noted(confirmed.gate, f"{quick}: {verdict}"), confirmed.reference, confirmed.candidate
+
+
+def _noted(gate: GateResult, reason: str) -> GateResult:
+    """``gate`` with ``reason`` first among its reasons."""
+    return replace(gate, reasons=(reason, *gate.reasons))
 
 
 __all__ = ["Request", "measure_roles", "validate_round"]

@@ -47,10 +47,14 @@ DECLARABLE = ("K1", "K2", "K3", "K4", "W1")
 
 @dataclass
 class AuditReport:
-    """Findings of one patch; ``unaudited``: changed files no rule reads (not .py)."""
+    """Findings of one patch; ``unaudited``: changed files no rule reads (not .py);
+    ``risks``: the high-risk kinds of the change (control flow, data layout:
+    ``runner.judge.confirmation.change_risk``), which ask a quick round's acceptance to
+    be confirmed at the full level."""
 
     findings: list[Finding] = field(default_factory=list)
     unaudited: list[str] = field(default_factory=list)
+    risks: list[str] = field(default_factory=list)
 
     @property
     def buckets(self) -> set[str]:
@@ -77,6 +81,7 @@ class AuditReport:
             "buckets": sorted(self.buckets),
             "rejects": self.rejects,
             "unaudited": list(self.unaudited),
+            "risks": list(self.risks),
         }
 
 

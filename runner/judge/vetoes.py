@@ -15,6 +15,7 @@ from typing import Any
 from runner.core.outcomes import GateResult, TransferCheck
 from runner.core.stats import stdev
 from runner.judge.audit import AuditReport, audit_patch, check_declared_bucket
+from runner.judge.confirmation import change_risk
 from runner.judge.peaks import SpeedOfLightError, check_speed_of_light
 
 
@@ -26,6 +27,7 @@ def audit_candidate(
     new = {p: (cand_tree / p).read_text(encoding="utf-8") for p in py if (cand_tree / p).exists()}
     old = {p: (inc_tree / p).read_text(encoding="utf-8") for p in py if (inc_tree / p).exists()}
     report = audit_patch(patch, new, old)
+    report.risks = change_risk(old, new)
     vetoes = [
         f"over-fitting audit: {f.bucket} {f.path}:{f.line}: {f.message}"
         for f in report.findings
