@@ -1,5 +1,5 @@
 """How long a paired measurement's finish takes on the CPU: from the end of its last
-timed turn to the return of ``runner.flow.paired.measure_paired`` (the workers' fresh
+timed turn to the return of ``runner.measure.paired.measure_paired`` (the workers' fresh
 steps, re-checks and files), for one checkout of this project.
 
 Four process pairs of the example package's blockwise FP8 GEMM (TORCH backend, three
@@ -36,9 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     from runner.core.shapes import Shape
     from runner.core.spec import RoundSpec, TimingSettings
     from runner.executors.local import LocalExecutor
-    from runner.flow.host import PlainHost
     from runner.flow.new_campaign import fresh_example_copy
-    from runner.flow.paired import measure_paired
+    from runner.measure.host import PlainHost
+    from runner.measure.paired import measure_paired
 
     if not runner.cli.__file__.startswith(str(root)):
         raise SystemExit(f"runner imported from {runner.cli.__file__}, not from {root}")

@@ -40,10 +40,10 @@ from runner.core.shapes import DENSE_MODELS, Shape, model_gemm_shapes, tiny_gemm
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.local import LocalExecutor
 from runner.flow.measure import measure_roles
-from runner.flow.passes import pair_samples, read_passes, shape_seconds, write_merged
-from runner.flow.sharding import PlainManifest, PlainRound
 from runner.judge.gate import decide
 from runner.judge.scoring import score
+from runner.measure.passes import pair_samples, read_passes, shape_seconds, write_merged
+from runner.measure.sharding import PlainManifest, PlainRound
 from runner.store.leases import acquire, parse_gpus
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     from runner.bench.serve import Server
     from runner.core.shapes import Shape
     from runner.core.spec import RoundSpec, TimingSettings
-    from runner.flow.paired import block_timing
+    from runner.measure.paired import block_timing
     from runner.ops.base import load_adapter
     from runner.targets.registry import get_target
 

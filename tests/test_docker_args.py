@@ -492,8 +492,8 @@ def test_sharded_jobs_reach_docker_each_with_its_own_device(
     """Through the sharding host (run_job(PlainHost, ..., gpu=N)) and DockerExecutor.run_job:
     the docker create of the job on GPU 0 names renderD128 only, on GPU 1 renderD136."""
     from runner.core.spec import RoundSpec, TimingSettings
-    from runner.flow.host import PlainHost, run_job
-    from runner.flow.sharding import gpu_env
+    from runner.measure.host import PlainHost, run_job
+    from runner.measure.sharding import gpu_env
 
     fake = FakeDocker()
     monkeypatch.setattr(dx.cmd, "run", fake)

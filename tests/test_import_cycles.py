@@ -107,7 +107,7 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 
 # docs/architecture.md §2 rule 5, top to bottom: a package imports only those below it
-LAYERS = ("__main__", "cli", "portable", "flow", "render", "executors", "store", "judge",
+LAYERS = ("__main__", "cli", "portable", "flow", "render", "measure", "executors", "store", "judge",
           "fullbench", "worker", "bench", "cachesim", "analyze", "ops", "targets", "core",
           "runner")  # fmt: skip
 

@@ -422,7 +422,7 @@ def test_a_genuine_gain_carries_over_although_the_real_step_does_more(tmp_path: 
     steps that is only +27% against the idiom's +100%, which the percentage rule vetoed;
     in milliseconds saved it is the idiom's gain.  A cache saves nothing in the real step
     and still reads as no gain."""
-    from runner.flow.passes import fresh_gains, transferred_ratio
+    from runner.measure.passes import fresh_gains, transferred_ratio
 
     inc = [_pass(tmp_path / "i", "s", 1.0, 2.0, 7.5)]
     fast = [_pass(tmp_path / "c", "s", 0.5, 1.0, 6.0)]

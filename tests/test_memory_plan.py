@@ -17,9 +17,9 @@ from runner.cli import main
 from runner.core.shapes import Shape, shape_set
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.core.worker_messages import Ready, parse_reply, reply_line
-from runner.flow.paired import plan_memory
 from runner.judge.memory_fit import shape_report, unfit_shapes, worker_need
 from runner.judge.peaks import device_memory_for
+from runner.measure.waves import plan_memory
 from runner.ops.info import shape_memory, worker_bytes
 from runner.store.manifest import load_manifest
 from runner.store.sealed import heldout_labels

@@ -170,7 +170,7 @@ def test_the_cap_says_what_it_caps(monkeypatch: pytest.MonkeyPatch) -> None:
     stop more pairs being planned, and the pair floors (12, 24 while promising) are
     measured however long they take.  The line says both."""
     from runner.flow.measure import measurement_cap
-    from runner.flow.progress import PairWatch
+    from runner.measure.progress import PairWatch
 
     monkeypatch.delenv(ROUND_CAP_ENV, raising=False)  # the product's cap, not the suite's
     said: list[str] = []
@@ -190,7 +190,7 @@ def test_pairs_of_a_wave_count_the_pairs_of_the_next_waves() -> None:
     the first wave's eight pairs land in one second and each said "about 0 s left".
     Each now counts the four pairs not yet done: their turns at the pace measured and
     a start-up for their wave."""
-    from runner.flow.progress import PairWatch
+    from runner.measure.progress import PairWatch
 
     said: list[str] = []
     clock = _Clock()
@@ -218,7 +218,7 @@ def test_a_step_after_the_measurement_does_not_show_its_figures() -> None:
     from rich.console import Console
 
     from runner.cli.progress_view import ProgressView
-    from runner.flow.progress import PairWatch, StepStarted
+    from runner.measure.progress import PairWatch, StepStarted
 
     clock = _Clock()
     console = Console(file=StringIO(), force_terminal=True, width=200, color_system=None)

@@ -1,4 +1,4 @@
-"""Paired, turn-taking workers (runner.flow.paired, runner.bench.serve) and the one
+"""Paired, turn-taking workers (runner.measure.paired, runner.bench.serve) and the one
 measure path (runner.flow.measure): the schedule, the pair rule the gate exports,
 real serving workers on the CPU taking turns, a failing worker, and sharding over 8
 simulated devices with the split by measured seconds and the merge."""
@@ -26,9 +26,14 @@ from runner.core.outcomes import Decision, Score, ShapeScore
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.local import LocalExecutor
-from runner.flow.host import PlainHost, run_job
 from runner.flow.measure import ROUND_CAP_ENV, measure_roles
-from runner.flow.paired import (
+from runner.flow.round_context import FocusedTest, Round, level_shapes
+from runner.flow.round_result import Request
+from runner.flow.tournament_measure import Entry, EntryTests
+from runner.judge.gate import decide, required_pairs
+from runner.judge.probe import is_probe
+from runner.measure.host import PlainHost, run_job
+from runner.measure.paired import (
     QUICK_TURN,
     READY_TIMEOUT_ENV,
     TURN_TIMEOUT_ENV,
@@ -36,13 +41,9 @@ from runner.flow.paired import (
     _picks,
     block_timing,
     measure_paired,
-    pool_members,
     supports_paired,
-    wave_size,
 )
-from runner.flow.round_context import FocusedTest, Round, level_shapes
-from runner.flow.round_result import Request
-from runner.flow.sharding import (
+from runner.measure.sharding import (
     PlainManifest,
     PlainRound,
     failed_worker,
@@ -50,9 +51,7 @@ from runner.flow.sharding import (
     seconds_cost,
     shard_shapes,
 )
-from runner.flow.tournament_measure import Entry, EntryTests
-from runner.judge.gate import decide, required_pairs
-from runner.judge.probe import is_probe
+from runner.measure.waves import pool_members, wave_size
 from runner.store.campaign import Campaign
 
 TIMING = TimingSettings(warmup_s=0.01, repeats=2, max_repeats=3, budget_s=0.05, batch_s=0.005)
@@ -231,7 +230,7 @@ def test_an_earlier_round_s_reports_on_this_machine_size_the_first_wave() -> Non
     reports let all three start together."""
     import socket
 
-    from runner.flow.paired import prior_wave
+    from runner.measure.waves import prior_wave
 
     gib = 1 << 30
     worker = {"prepare": int(7.2 * gib), "reserved": int(11.1 * gib), "held": int(3.1 * gib),
@@ -254,7 +253,7 @@ def test_a_wave_finishes_side_by_side_only_where_its_memory_allows() -> None:
     workers keeping 13-17 GiB each, no check of the room).  Side by side only when one
     fresh step and every re-check's growth fit in the free memory; the CPU (no
     reports) always."""
-    from runner.flow.paired import finish_side_by_side
+    from runner.measure.waves import finish_side_by_side
 
     gib = 1 << 30
     lean = {"prepare": 6 * gib, "reserved": 9 * gib, "held": 4 * gib, "free": 80 * gib}

@@ -10,9 +10,9 @@ import pytest
 from runner.core.csv_io import read_csv, write_csv
 from runner.core.csv_schema import GEMM_SCHEMA, BenchCSV
 from runner.core.errors import CampaignError
-from runner.flow.passes import light_readings
 from runner.judge.peaks import PEAKS, SpeedOfLightError, check_speed_of_light, peak_for
 from runner.judge.vetoes import speed_of_light_veto
+from runner.measure.passes import light_readings
 
 _FAMILY_PEAKS = {  # an architecture counts at the highest of its family's figures
     "gfx942": (1307.4, 2614.9, 6000.0),  # MI300X, MI325X

@@ -15,7 +15,7 @@ from rich.console import Console
 from runner.cli import main
 from runner.cli.progress_view import ProgressView
 from runner.flow.new_campaign import EXAMPLES_DIR
-from runner.flow.progress import (
+from runner.measure.progress import (
     PAIR_SECONDS_FACTOR,
     START_UP_S,
     PairDone,

@@ -15,8 +15,8 @@ from runner.core.artifact_names import BENCHMARK_CSV, SAMPLES
 from runner.core.samples import CheckRecord, Samples, ShapeSamples, samples_beside
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings, save_spec
-from runner.flow.passes import check_problems, shape_seconds
-from runner.flow.sharding import merge_shard_samples
+from runner.measure.passes import check_problems, shape_seconds
+from runner.measure.sharding import merge_shard_samples
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,8 +17,8 @@ from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings, load_spec
 from runner.executors.base import JobOutcome, WorkerJob
 from runner.executors.local import LocalExecutor
-from runner.flow.host import PlainHost, job_in
-from runner.flow.sharding import (
+from runner.measure.host import PlainHost, job_in
+from runner.measure.sharding import (
     gpu_env,
     measure_sharded,
     merge_shard_csvs,
@@ -140,7 +140,7 @@ def test_merge_restores_the_original_order_bit_for_bit(tmp_path: Path) -> None:
 def test_merge_joins_the_shards_samples(tmp_path: Path) -> None:
     """A sharded pass reads like an unsharded one: its fresh-step times, check problems
     and seconds per shape come from every shard."""
-    from runner.flow.passes import check_problems, fresh_step_ms, shape_seconds
+    from runner.measure.passes import check_problems, fresh_step_ms, shape_seconds
 
     parts = []
     for name, labels in (("s0", ["d", "b"]), ("s1", ["a", "c"])):

@@ -19,7 +19,7 @@ from campaign_helpers import git, run_cli
 
 from runner.cli.validate_cmd import entry_pairs
 from runner.core.errors import ConfigError
-from runner.flow.paired import _order
+from runner.measure.paired import _order
 from runner.store.lineage import patch_subject
 
 KERNEL = "turbo_kernels/pytorch/kernels/quantization.py"

@@ -25,8 +25,8 @@ from runner.cli.mcp_server import TurboTools
 from runner.core.csv_io import check_header, read_csv, write_csv
 from runner.core.csv_schema import GEMM_SCHEMA
 from runner.core.errors import SchemaDriftError
-from runner.flow.passes import read_passes, write_merged
 from runner.judge.json_contract import read_pinned_header, score_csv
+from runner.measure.passes import read_passes, write_merged
 
 # SUMMARY_CSV_HEADER of agent/skills/primus-turbo-develop/optimize-handoff/
 # quick_test_bench.py, checked at Primus-Turbo a6a16cdc.

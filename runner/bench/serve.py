@@ -310,7 +310,7 @@ class ShapePeaks:
 
 
 def device_memory(device: str) -> MemoryReport:
-    """For the host's wave sizing (``runner.flow.paired.wave_size``), on a GPU (``{}``
+    """For the host's wave sizing (``runner.measure.waves.wave_size``), on a GPU (``{}``
     on the CPU): ``reserved``, the most device memory this process reserved since its
     last report (a turn's graphs and work, or its preparation); then the cached blocks
     it no longer uses are handed back to the device, so between its turns a worker

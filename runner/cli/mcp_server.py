@@ -51,7 +51,6 @@ from runner.core.csv_io import read_csv
 from runner.core.errors import CampaignError, ConfigError
 from runner.executors.factory import make_executor
 from runner.flow import baseline, rounds
-from runner.flow.progress import Progress, TurnDone
 from runner.flow.tournament import validate_tournament
 from runner.judge.json_contract import (
     GateJSON,
@@ -62,6 +61,7 @@ from runner.judge.json_contract import (
     score_json,
 )
 from runner.judge.scoring import Metric
+from runner.measure.progress import Progress, TurnDone
 from runner.store.campaign import Campaign
 from runner.store.tips import read_tips, resolve_tips_root
 

@@ -1,7 +1,7 @@
 """The one place the CLI shows a long command's progress (baseline, validate, accept,
 reproduce, demo), on stderr.
 
-It is the ``progress`` callable the flows report to (``runner.flow.progress``):
+It is the ``progress`` callable the flows report to (``runner.measure.progress``):
 
 * on a terminal, a live status line (rich): the step, pairs done out of planned, the
   turn, the time elapsed, the estimate left, the last pair's reading; the steps, the
@@ -28,7 +28,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from runner.flow.progress import (
+from runner.measure.progress import (
     AcceptStep,
     Event,
     PairDone,

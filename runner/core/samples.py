@@ -1,9 +1,9 @@
 """``samples.json``: what a worker recorded per shape besides its CSV row (the raw
 timings, the checks, the fresh step, the state probe, its seconds), written by a pass
 (``runner.bench.worker_pass.run_spec``) or a serving worker (``runner.bench.serve``),
-merged over a sharded pass's shards (``runner.flow.sharding.merge_shard_samples``) and
+merged over a sharded pass's shards (``runner.measure.sharding.merge_shard_samples``) and
 read by the host for the round's reasons, fresh-step times and sharding costs
-(``runner.flow.passes``)."""
+(``runner.measure.passes``)."""
 
 from __future__ import annotations
 

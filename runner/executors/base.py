@@ -150,7 +150,7 @@ class SequenceExecutor(Protocol):
 @runtime_checkable
 class ServingExecutor(Protocol):
     """An executor that can also keep a worker alive for a whole round (paired,
-    turn-taking measurement: ``runner.flow.paired``)."""
+    turn-taking measurement: ``runner.measure.paired``)."""
 
     name: str
 

@@ -60,10 +60,7 @@ from runner.flow.acceptance_checks import (
 )
 from runner.flow.acceptance_record import Acceptance, Check, write_acceptance
 from runner.flow.build import built_roles
-from runner.flow.host import run_job
 from runner.flow.measure import Comparison, measure_and_judge
-from runner.flow.passes import read_passes
-from runner.flow.progress import Event
 from runner.flow.round_context import (
     BesideStartUp,
     Progress,
@@ -74,6 +71,9 @@ from runner.flow.round_context import (
 )
 from runner.flow.tamper_check import proof
 from runner.judge.scoring import score
+from runner.measure.host import run_job
+from runner.measure.passes import read_passes
+from runner.measure.progress import Event
 from runner.render.status import unclosed_rounds
 from runner.store.acceptance import acceptance_dir
 from runner.store.campaign import Campaign
@@ -163,7 +163,7 @@ def _measured_benchmark(rnd: Round, measured: Path, dest: Path) -> dict[str, Any
 
 def _final_role_timing(rnd: Round) -> dict[str, Any]:
     """The timing the final role's workers ran with (one block's share of the pinned
-    timing, a short turn on a GPU target: ``runner.flow.paired.block_timing``), read
+    timing, a short turn on a GPU target: ``runner.measure.paired.block_timing``), read
     from the first such worker's spec; the pinned timing where none is found."""
     for path in sorted((rnd.tmp / "specs").glob("pass-*-final*.json")):
         try:
@@ -420,7 +420,7 @@ def _validate(
 
 def _keep_passes(tmp: Path, art: Path) -> None:
     """Every pass's folder, the paired sessions' memory reports (``memory*.json``: what
-    the workers held against the op's figure, ``runner.flow.paired``) and their turns
+    the workers held against the op's figure, ``runner.measure.paired``) and their turns
     (``turns*.jsonl``: when each worker timed), as a round keeps them."""
     for sub in sorted(tmp.iterdir()):
         if sub.is_dir():

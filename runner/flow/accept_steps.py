@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from runner.flow.progress import AcceptStep, Progress
+from runner.measure.progress import AcceptStep, Progress
 
 ACCEPT_STEPS = ("worktrees and builds", "full validation", "full benchmark", "full test suite")
 INTEGRATION = "integration"

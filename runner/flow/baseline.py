@@ -17,9 +17,7 @@ from runner.core.spec import OUT_ENV
 from runner.core.stats import rel_stdev
 from runner.executors.base import Executor
 from runner.flow.build import built_roles, describe
-from runner.flow.host import run_job
 from runner.flow.kernel_facts import FactsJob
-from runner.flow.passes import per_pass_metric, read_passes, shape_seconds, write_merged
 from runner.flow.quickscript import write_quick_script
 from runner.flow.round_context import (
     FocusedTest,
@@ -37,6 +35,8 @@ from runner.judge.gate_constants import current_digest
 from runner.judge.memory_fit import refuse_unfit
 from runner.judge.representative import choose_heldout, select_representative
 from runner.judge.scoring import score
+from runner.measure.host import run_job
+from runner.measure.passes import per_pass_metric, read_passes, shape_seconds, write_merged
 from runner.store.campaign import Campaign
 from runner.store.gate_ledger import LEDGERED_NOTE
 from runner.store.gate_ledger import record as record_gate_fields

@@ -4,7 +4,7 @@ and reproduction all measure, shard, re-measure and judge through here.
 ``measure_roles`` takes independent samples of one or two roles:
 
 * an executor that keeps workers alive (local): paired, turn-taking workers
-  (``runner.flow.paired``), one process pair per sample;
+  (``runner.measure.paired``), one process pair per sample;
 * otherwise (docker, slurm): one fresh worker per pass in B C C B order, two samples
   per block; on Slurm with several GPUs the shards go as one job array (one task per
   shard running its passes in order, ``SlurmExecutor.submit_sequences``);
@@ -34,14 +34,20 @@ from runner.core.errors import MeasurementFailed
 from runner.core.outcomes import Decision, GateResult, Score
 from runner.core.shapes import Shape
 from runner.executors.base import SequenceExecutor
-from runner.flow.host import run_job
-from runner.flow.paired import (
+from runner.flow.round_context import Round, level_shapes, round_probe
+from runner.judge.gate import promising, required_pairs
+from runner.judge.independent import decide_metrics
+from runner.judge.measuring_caps import CAP_PAIRS, MAX_PAIRS, PROMISING_PAIRS, ROUND_CAP_S
+from runner.judge.probe import GUARD, PROBE_PREFIX, is_probe
+from runner.judge.scoring import component_metrics, score
+from runner.measure.host import run_job
+from runner.measure.paired import (
     measure_paired,
     supports_paired,
     turns_per_worker,
     worker_timeout,
 )
-from runner.flow.passes import (
+from runner.measure.passes import (
     check_problems,
     fresh_gains,
     light_readings,
@@ -50,9 +56,8 @@ from runner.flow.passes import (
     read_passes,
     write_merged,
 )
-from runner.flow.progress import PairWatch, fmt_seconds, pair_seconds
-from runner.flow.round_context import Round, level_shapes, round_probe
-from runner.flow.sharding import (
+from runner.measure.progress import PairWatch, fmt_seconds, pair_seconds
+from runner.measure.sharding import (
     BCCB,
     detect_vendor,
     failed_worker,
@@ -64,11 +69,6 @@ from runner.flow.sharding import (
     seconds_cost,
     shard_shapes,
 )
-from runner.judge.gate import promising, required_pairs
-from runner.judge.independent import decide_metrics
-from runner.judge.measuring_caps import CAP_PAIRS, MAX_PAIRS, PROMISING_PAIRS, ROUND_CAP_S
-from runner.judge.probe import GUARD, PROBE_PREFIX, is_probe
-from runner.judge.scoring import component_metrics, score
 from runner.ops.info import op_info
 from runner.render.figures import fmt_gain
 

@@ -30,11 +30,11 @@ from runner.executors.jit_cache import (
     role_folder,
     seed,
 )
-from runner.flow.host import job_in, read_memory_log, run_job
-from runner.flow.paired import supports_paired
-from runner.flow.progress import Progress, StepStarted
 from runner.judge.peaks import device_memory_for
 from runner.judge.probe import probe_shape
+from runner.measure.host import job_in, read_memory_log, run_job
+from runner.measure.paired import supports_paired
+from runner.measure.progress import Progress, StepStarted
 from runner.store.campaign import Campaign
 from runner.store.leases import acquire
 from runner.store.leftovers import note_step
@@ -70,7 +70,7 @@ class Round:
     # Called before the first timed turn of serving workers: a focused test that runs
     # beside their start-up must have passed first (``FocusedTest``).
     before_turns: Callable[[], None] | None = None
-    # before the first timed turn of a wave, after before_turns (runner.flow.paired._hold)
+    # before the first timed turn of a wave, after before_turns (runner.measure.paired._hold)
     ready_checks: list[Callable[[], None]] = field(default_factory=list)
     # The folders of the round's role trees: a job may not write any but its own.
     role_dirs: tuple[Path, ...] = ()
@@ -104,7 +104,7 @@ class Round:
 
     @property
     def short_turns(self) -> bool:
-        """Short turns for serving workers (``runner.flow.paired.block_timing``): a quick
+        """Short turns for serving workers (``runner.measure.paired.block_timing``): a quick
         round's, and the acceptance's on a GPU target, whose final role's merged samples
         are the full benchmark (its workers together time each callable about as long
         as one worker at the pinned timing)."""

@@ -25,13 +25,13 @@ from runner.core.shapes import Shape
 from runner.core.timestamps import now_minute
 from runner.flow.kernel_facts import save_isa
 from runner.flow.measure import pairing_words
-from runner.flow.passes import fresh_gains, state_report
 from runner.flow.round_context import Round
 from runner.judge.audit import DECLARABLE
 from runner.judge.gate_constants import current_digest
 from runner.judge.inconclusive import advice, inconclusive
 from runner.judge.scoring import component_metrics
 from runner.judge.vetoes import state_transfer
+from runner.measure.passes import fresh_gains, state_report
 from runner.store.campaign import Campaign
 from runner.store.roundfiles import artifact_list, describe_patch, store_artifacts
 

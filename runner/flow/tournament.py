@@ -5,7 +5,7 @@ measurement (docs/protocol.md §1.5).
 entry k is round N+k-1, with its own candidate worktree, audit, focused test, records
 and summary, exactly as a single round.  One measurement serves them all: the
 incumbent's workers and one worker per candidate and pair take turns in the palindrome
-order (A B C C B A; ``runner.flow.paired``), every candidate in its own process and
+order (A B C C B A; ``runner.measure.paired``), every candidate in its own process and
 tree, every tree read-only to every other role.  Each candidate is gated against the
 incumbent as a single round is (``runner.flow.tournament_measure``); of the accepted
 ones the best is confirmed by a fresh paired measurement against the incumbent before

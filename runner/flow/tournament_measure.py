@@ -41,10 +41,10 @@ from runner.flow.measure import (
     measurement_cap,
     next_pairs,
 )
-from runner.flow.paired import supports_paired
 from runner.flow.round_context import BesideStartUp, Round, run_focused_test
 from runner.flow.round_result import Request
 from runner.judge.gate import confirms, outpaced, promising
+from runner.measure.paired import supports_paired
 from runner.render.figures import fmt_gain
 
 ROLE_PREFIX = "candidate-"

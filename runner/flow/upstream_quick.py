@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from runner.core.errors import CampaignError, MeasurementFailed
 from runner.core.files import write_atomic
 from runner.core.spec import OUT_ENV
-from runner.flow.host import run_job
+from runner.measure.host import run_job
 from runner.store.upstream_quick import (
     QUICK_CSV,
     failed_rows,

@@ -28,7 +28,7 @@ def worker_need(op: str, shapes: Sequence[Shape], pool: int) -> int:
     """What one worker measuring ``shapes`` with ``pool`` members is planned at:
     ``WORKER_GROWTH`` times the op's figure (``runner.ops.info.worker_bytes``) plus
     ``WORKER_CONTEXT_BYTES``.  The one rule of init, baseline, the held-out pick and
-    the paired sessions' plan (``runner.flow.paired.plan_memory``)."""
+    the paired sessions' plan (``runner.measure.waves.plan_memory``)."""
     return int(WORKER_GROWTH * worker_bytes(op, shapes, pool)) + WORKER_CONTEXT_BYTES
 
 

@@ -177,7 +177,7 @@ def speed_of_light_veto(readings: Sequence[tuple[str, str, str, float]]) -> str 
     """The veto for a candidate whose measured rate is above what its GPU can do (its
     dense datasheet peak, ``runner.judge.peaks``): such a number is a measuring error or
     a shortcut the timing missed, never a gain.  ``readings``: ``(gpu, label, dtype,
-    value)`` per pass row (``runner.flow.passes.light_readings``); unknown GPUs pass."""
+    value)`` per pass row (``runner.measure.passes.light_readings``); unknown GPUs pass."""
     for gpu, label, dtype, value in readings:
         try:
             check_speed_of_light(value, gpu, dtype, label=label)

@@ -34,10 +34,10 @@ from runner.executors.factory import make_executor
 from runner.flow.build import built_roles
 from runner.flow.measure import measure_and_judge
 from runner.flow.new_campaign import git_toplevel
-from runner.flow.passes import pair_samples, per_pass_metric
 from runner.flow.round_context import Round, all_shapes, gpu_lease, round_probe
 from runner.flow.tamper_check import proof
 from runner.judge.gate import calibrate_sigma
+from runner.measure.passes import pair_samples, per_pass_metric
 from runner.portable.bundle import Bundle, BundleError, host_versions, image_id, open_bundle
 from runner.portable.reproduce_report import (
     Chain,

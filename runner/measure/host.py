@@ -2,8 +2,8 @@
 
 ``runner.flow.round_context.Round`` is the host of every campaign round; ``PlainHost``
 is one without a campaign (benchmarks and tests), every spec a template with the role,
-pass index and shapes filled in.  The paired engine (``runner.flow.paired``) and the
-sharded passes (``runner.flow.sharding``) take a ``Host``; ``job_in`` is how both kinds
+pass index and shapes filled in.  The paired engine (``runner.measure.paired``) and the
+sharded passes (``runner.measure.sharding``) take a ``Host``; ``job_in`` is how both kinds
 of host place a worker's job in the round's scratch folder.
 
 Host-side and worker-safe: no pydantic, no torch.
@@ -40,7 +40,7 @@ class Host(Protocol):
 
     @property
     def short_turns(self) -> bool:
-        """Whether serving workers take short turns (``runner.flow.paired.block_timing``):
+        """Whether serving workers take short turns (``runner.measure.paired.block_timing``):
         a quick round or the acceptance, on a GPU target."""
         ...
 
@@ -120,7 +120,7 @@ class PlainHost:
     template: RoundSpec
     job_env: Callable[[Path], dict[str, str]] = field(default=lambda tree: {})
     before_turns: Callable[[], None] | None = None
-    # before the first timed turn of a wave, after before_turns (runner.flow.paired._hold)
+    # before the first timed turn of a wave, after before_turns (runner.measure.paired._hold)
     ready_checks: list[Callable[[], None]] = field(default_factory=list)
     device_bytes: int | None = None  # the device's memory, when the caller knows it
 

@@ -34,7 +34,7 @@ from runner.core.samples import Samples, samples_beside
 from runner.core.shapes import Shape
 from runner.executors.base import JobOutcome
 from runner.executors.gpus import Vendor, detect_vendor, gpu_env
-from runner.flow.host import Host, PlainHost, run_job
+from runner.measure.host import Host, PlainHost, run_job
 
 T = TypeVar("T")
 BCCB: tuple[str, ...] = ("incumbent", "candidate", "candidate", "incumbent")
