@@ -334,3 +334,33 @@ def test_a_quick_acceptance_is_confirmed_when_borderline_or_risky() -> None:
     # every target measured at the quick level already: its verdict is the full one
     assert not confirmation_due("quick", 2.0, [], ["a", "b", "c"], full).due
     assert not confirmation_due("full", 2.0, ["x"], quick, full).why  # never twice
+
+
+# ---- stagnation beyond rollbacks: parameter jitter ---------------------------------------
+def test_three_rounds_of_parameter_jitter_call_for_a_stagnation_review(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Upstream's "recent rounds only show parameter jitter with no structurally new
+    hypotheses" triggers a stagnation review (not a stop), whatever the rollbacks: three
+    rounds that each change only numeric literals (tile sizes, warps, stages)."""
+    from runner.flow.new_campaign import EXAMPLES_DIR
+    from runner.render.stagnation import parameter_only
+
+    tile = (EXAMPLES_DIR / "gpu_patches" / "small_m_tile.patch").read_text()
+    assert parameter_only(tile)
+    assert not parameter_only((EXAMPLES_DIR / "gpu_patches" / "scalar_scale.patch").read_text())
+    assert not parameter_only(tile.replace('+    "BLOCK_M": 64,', '+    "BLOCK_N": 64,'))
+    assert not parameter_only("--- a/k.py\n+++ b/k.py\n-x = 1  \n+x = 1\n")  # nothing changed
+    campaign = tiny_campaign(tmp_path, "term", baseline=False)
+    statuses = [Status.BASELINE, Status.ACCEPTED, Status.ACCEPTED, Status.ROLLED_BACK]
+    for n, status in enumerate(statuses, start=1):
+        campaign.snapshot_dir(n).mkdir(parents=True)
+        if n >= 2:
+            patch = tile.replace('+    "BLOCK_M": 64,', f'+    "BLOCK_M": {2 ** (4 + n)},')
+            (campaign.round_dir(n) / "candidate.patch").write_text(patch)
+        close_round(campaign, _round(n, status))
+    code, out = run_cli(["--campaigns-root", str(campaign.root.parent), "status"], capsys)
+    assert code == 0, out
+    assert "rollbacks in a row: 1\n" in out or "rollbacks in a row: 1 " in out, out
+    review = "stagnation review due (not a stop): parameter jitter: rounds 2-4 each changed"
+    assert review in out, out

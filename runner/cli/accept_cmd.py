@@ -72,11 +72,10 @@ def accept_cmd(
 def _say_termination(campaign: Campaign, quiet: bool) -> None:
     """Before final acceptance: whether the termination check holds (it runs either
     way; accepting while none holds is the user's call, said aloud)."""
-    from runner.render.status import consecutive_rollbacks
-    from runner.render.termination import termination_check
+    from runner.render.termination import campaign_termination
 
     results = campaign.results()
-    check = termination_check(campaign.manifest, results, consecutive_rollbacks(results))
+    check = campaign_termination(campaign, results)
     if not quiet:
         click.echo(f"termination check: {check.verdict()}")
 

@@ -71,7 +71,7 @@ def _print_analysis(result: RoundResult, campaign: Campaign) -> None:
     """The round's kernel facts, and the ANALYZE commands its rollbacks call for."""
     from runner.render.analysis_status import analysis_lines
     from runner.render.kernel_facts import facts_lines
-    from runner.render.status import consecutive_rollbacks
+    from runner.render.termination import consecutive_rollbacks
 
     for line in facts_lines(result.kernel_facts):
         click.echo(f"  {line}")
@@ -232,13 +232,12 @@ def print_termination(campaign: Campaign, *, quiet: bool = False) -> None:
     nothing with ``quiet`` (--json prints the round alone)."""
     if quiet:
         return
-    from runner.render.status import consecutive_rollbacks
-    from runner.render.termination import termination_check
+    from runner.render.termination import campaign_termination
 
     fresh = Campaign.load(campaign.root)
     results = fresh.results()
     click.echo("termination check:")
-    for line in termination_check(fresh.manifest, results, consecutive_rollbacks(results)).lines():
+    for line in campaign_termination(fresh, results).lines():
         click.echo(f"  {line}")
 
 

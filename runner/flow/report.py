@@ -19,8 +19,7 @@ from runner.core.outcomes import Status
 from runner.core.timestamps import now_minute
 from runner.render.final_report import compared_scores, render_final_report, render_report
 from runner.render.html_report import render_html, report_pictures
-from runner.render.status import consecutive_rollbacks
-from runner.render.termination import TerminationCheck, termination_check
+from runner.render.termination import TerminationCheck, campaign_termination
 from runner.store.acceptance import load_acceptance
 from runner.store.campaign import Campaign
 from runner.store.guard import preflight
@@ -59,8 +58,7 @@ def write_report(
         page = render_html(campaign, results, acceptance, stamp, pictures, user_stop=user_stop)
         write_atomic(out / "index.html", page)
         final = compared_scores(results, acceptance)[1]
-        check = termination_check(campaign.manifest, results, consecutive_rollbacks(results),
-                                  final=final, user_stop=user_stop)  # fmt: skip
+        check = campaign_termination(campaign, results, final=final, user_stop=user_stop)
         appended = bool(check.held) and append_final_report(
             campaign,
             check.upstream_block() + render_final_report(campaign, results, acceptance, stamp),

@@ -32,8 +32,8 @@ from runner.render.markdown import (
     render_termination_check,
     vetoed_unmeasured,
 )
-from runner.render.status import best_round, consecutive_rollbacks, escalation_step
-from runner.render.termination import peak_fraction, peak_info
+from runner.render.status import best_round, escalation_step
+from runner.render.termination import consecutive_rollbacks, peak_fraction, peak_info
 from runner.store.campaign import Campaign
 
 INFLATION_LIMIT_PCT = 1.0

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from runner.core.outcomes import RoundResult
 from runner.render.final_report import brief, inconclusive, ineffective_rows
 from runner.render.markdown import render_current_best, render_directions
-from runner.render.status import best_round, consecutive_rollbacks, escalation_step
+from runner.render.status import best_round, escalation_step
+from runner.render.termination import consecutive_rollbacks
 
 
 def directions_to_try(results: Sequence[RoundResult]) -> list[str]:

@@ -43,7 +43,7 @@ from runner.render.chain import check_chain
 from runner.render.figures import fmt_gain, scale_for, short_text
 from runner.render.headline import Headline, headline_gain
 from runner.render.markdown import INCUMBENT
-from runner.render.termination import termination_check
+from runner.render.termination import campaign_termination, consecutive_rollbacks
 from runner.store.acceptance import load_acceptance
 from runner.store.campaign import Campaign
 from runner.store.gate_ledger import check_gate_fields, describe_constants
@@ -72,19 +72,6 @@ ESCALATION: dict[int, str] = {
 def lease_lines() -> list[tuple[str, str]]:
     """One line per GPU that has a lease file on this host (free or held)."""
     return [("gpu lease", info.describe()) for info in list_leases()]
-
-
-def consecutive_rollbacks(results: Sequence[RoundResult]) -> int:
-    """Rounds ROLLED BACK or FAILED since the last BASELINE/ACCEPTED round; the rounds
-    of a tournament that had a winner are not counted (they were judged beside it, not
-    after it: docs/protocol.md §1.5)."""
-    count = 0
-    for r in sorted(results, key=lambda r: r.round, reverse=True):
-        if r.status in (Status.BASELINE, Status.ACCEPTED):
-            break
-        if r.tournament is None or r.tournament.winner is None:
-            count += 1
-    return count
 
 
 def escalation_step(rollbacks: int) -> tuple[int, str] | None:
@@ -337,7 +324,7 @@ def collect_status(campaign: Campaign) -> CampaignStatus:
     status.running, status.acceptance = facts["running"], facts["acceptance"]
     status.checkout = facts["checkout"]
     if status.baseline_aggregate is not None:
-        check = termination_check(campaign.manifest, results, status.consecutive_rollbacks)
+        check = campaign_termination(campaign, results)
         status.termination, status.may_end = check.lines(), bool(check.held)
     status.extra.extend(BuildCache.for_campaign(campaign.root).status_lines())
     status.extra.append(tips_line(campaign))

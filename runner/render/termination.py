@@ -6,21 +6,25 @@ report appends the block to ``logs/optimize.md`` in upstream's form
 (``### Termination Check``, ✅/❌ per condition, ``-> Satisfied condition(s)``).
 
 T1 the performance target, T2 the share of the hardware peak (where the peak is
-known), T3 ``max_iterations``, T4 the user's stop.  Rollbacks in a row are shown beside
-them: upstream makes them a trigger for a stagnation review, not a reason to stop.
+known), T3 ``max_iterations``, T4 the user's stop.  Rollbacks in a row and the other
+stagnation triggers (``runner.render.stagnation``) are shown beside them: upstream makes
+them a trigger for a stagnation review, not a reason to stop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from runner.core.outcomes import RoundResult, Score
+from runner.core.outcomes import RoundResult, Score, Status
 from runner.core.stats import geomean
 from runner.judge.peaks import peak_for
 from runner.ops.info import op_info
 from runner.render.markdown import termination_checks
+from runner.render.stagnation import jitter_trigger
+from runner.store.campaign import Campaign
 from runner.store.manifest import Manifest
+from runner.store.roundfiles import candidate_patches
 
 PEAK_GOAL = 0.8  # T2: an acceptable share of the hardware peak
 UPSTREAM_NAMES = {
@@ -46,6 +50,7 @@ def peak_fraction(final: Score, peak: float | None) -> float | None:
 class TerminationCheck:
     checks: tuple[tuple[bool, str], ...]  # T1-T4 in order: (met, the line with figures)
     rollbacks: int  # in a row since the last accepted round
+    stagnation: tuple[str, ...] = ()  # other triggers of a stagnation review
 
     @property
     def held(self) -> list[str]:
@@ -60,7 +65,9 @@ class TerminationCheck:
         stagnation = f"rollbacks in a row: {self.rollbacks}" + (
             " (a stagnation review is due, not a stop)" if self.rollbacks >= 2 else ""
         )
-        return [*(text for _, text in self.checks), stagnation, f"verdict: {self.verdict()}"]
+        review = [f"stagnation review due (not a stop): {t}" for t in self.stagnation]
+        verdict = f"verdict: {self.verdict()}"
+        return [*(text for _, text in self.checks), stagnation, *review, verdict]
 
     def upstream_block(self) -> str:
         """The block as upstream's optimize-loop.md writes it into logs/optimize.md."""
@@ -80,8 +87,10 @@ def termination_check(
     *,
     final: Score | None = None,
     user_stop: bool = False,
+    patches: Mapping[int, str] | None = None,
 ) -> TerminationCheck:
-    """T1-T4 for ``results``; T2 from ``final`` (default: the best round's score)."""
+    """T1-T4 for ``results``; T2 from ``final`` (default: the best round's score);
+    ``patches`` (round -> candidate.patch): the parameter-jitter trigger."""
     if final is None:
         kept = [r for r in results if r.status.value in ("BASELINE", "ACCEPTED")]
         final = max(kept, key=lambda r: r.round).score if kept else None
@@ -90,4 +99,34 @@ def termination_check(
     checks = termination_checks(
         manifest, results, peak_fraction=fraction, peak_goal=PEAK_GOAL, user_stop=user_stop
     )
-    return TerminationCheck(tuple(checks), rollbacks)
+    validated = [r.round for r in sorted(results, key=lambda r: r.round) if r.round >= 2]
+    jitter = jitter_trigger(validated, patches or {})
+    return TerminationCheck(tuple(checks), rollbacks, (jitter,) if jitter else ())
+
+
+def campaign_termination(
+    campaign: Campaign,
+    results: Sequence[RoundResult],
+    *,
+    final: Score | None = None,
+    user_stop: bool = False,
+) -> TerminationCheck:
+    """``termination_check`` of ``campaign`` with its rollbacks in a row and its rounds'
+    patches: what ``status``, ``validate``, ``report`` and ``accept`` show."""
+    return termination_check(
+        campaign.manifest, results, consecutive_rollbacks(results), final=final,
+        user_stop=user_stop, patches=candidate_patches(campaign),
+    )  # fmt: skip
+
+
+def consecutive_rollbacks(results: Sequence[RoundResult]) -> int:
+    """Rounds ROLLED BACK or FAILED since the last BASELINE/ACCEPTED round; the rounds
+    of a tournament that had a winner are not counted (they were judged beside it, not
+    after it: docs/protocol.md §1.5)."""
+    count = 0
+    for r in sorted(results, key=lambda r: r.round, reverse=True):
+        if r.status in (Status.BASELINE, Status.ACCEPTED):
+            break
+        if r.tournament is None or r.tournament.winner is None:
+            count += 1
+    return count

@@ -115,3 +115,14 @@ def write_diagnosis(campaign: Campaign, n: int, by: int, fields: dict[str, str])
         f"\n#### round-{n} rollback diagnosis (given with round-{by})\n" + "\n".join(lines) + "\n",
         expected_prefix=optimize_title(campaign.manifest),
     )
+
+
+def candidate_patches(campaign: Campaign) -> dict[int, str]:
+    """Round -> the ``candidate.patch`` it recorded, for every closed VALIDATE round that
+    has one (a tournament's entries too)."""
+    out: dict[int, str] = {}
+    for n in sorted(campaign.closed_rounds()):
+        path = campaign.round_dir(n) / "candidate.patch"
+        if n >= 2 and path.is_file():
+            out[n] = path.read_text(encoding="utf-8", errors="replace")
+    return out
