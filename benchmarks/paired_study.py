@@ -302,7 +302,7 @@ def one_study_round(
                 "delta_pct": round(gate.delta_pct, 3),
                 "pairs": len(got.paths[cand]),
                 "reasons": list(gate.reasons),
-                "evidence": gate.evidence,
+                "evidence": gate.evidence.to_dict() if gate.evidence else None,
                 "seconds": round(time.perf_counter() - t0, 1),
             }
     record["seconds"] = round(time.perf_counter() - t0, 1)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.cli.validate_cmd import print_result
-from runner.core.outcomes import Decision, GateResult
+from runner.core.outcomes import Decision, GateResult, PairedEvidence
 from runner.render.figures import fmt_gain, fmt_metric, fmt_num, scale_for
 from runner.render.summary import render_summary
 from runner.store.campaign import Campaign
@@ -55,7 +55,8 @@ def test_a_gain_carries_its_pairs() -> None:
     one = replace(base, pair_gains_pct=(1.0,))
     assert fmt_gain(2.0, one) == "+2.000%"  # no spread from one pair
     # the gate's own evidence, when recorded, is what is shown
-    judged = replace(gate, evidence={"gain": {"mean_pct": 2.0, "half_width_pct": 0.5, "pairs": 9}})
+    gain = {"mean_pct": 2.0, "half_width_pct": 0.5, "pairs": 9}
+    judged = replace(gate, evidence=PairedEvidence.from_dict({"gain": gain}))
     assert fmt_gain(2.0, judged) == "+2.000% ± 0.50% (9 pairs)"
 
 

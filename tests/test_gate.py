@@ -176,8 +176,8 @@ def test_consistent_pairs_accept() -> None:
     assert result.delta_pct == pytest.approx(1.5, abs=0.01)
     assert result.pairs_used == 3
     assert result.evidence is not None
-    assert result.evidence["gain"]["pairs"] == 3
-    assert result.evidence["gain"]["half_width_pct"] == pytest.approx(0.245, abs=0.01)
+    assert result.evidence.gain.pairs == 3
+    assert result.evidence.gain.half_width_pct == pytest.approx(0.245, abs=0.01)
 
 
 def test_consistent_pairs_with_a_small_regression_is_a_tradeoff() -> None:
@@ -222,7 +222,7 @@ def test_the_noise_rule_judges_remeasurements_not_single_pairs() -> None:
     result = judge(scaled(BEST, all=1.015), pairs=pairs_with_gains(gains))
     assert result.decision is Decision.ACCEPTED, result.reasons
     assert "re-measurement(s) of" in result.reasons[0]
-    assert result.evidence is not None and result.evidence["remeasure_size"] >= 2
+    assert result.evidence is not None and result.evidence.remeasure_size >= 2
 
 
 def test_a_shape_reading_a_5pct_loss_inside_its_noise_is_measured_more() -> None:
@@ -536,19 +536,19 @@ def test_an_early_verdict_records_each_shapes_paired_evidence() -> None:
     result = judge(scaled(BEST, all=1.10), sigma_g=0.02, pairs=pairs)
     assert result.decision is Decision.ACCEPTED and "threshold 6.00%" in result.reasons[0]
     assert result.evidence is not None
-    shapes = result.evidence["shapes"]
+    shapes = result.evidence.shapes
     assert list(shapes) == list(BEST)
-    assert all(e["pairs"] == 3 for e in shapes.values())
-    assert shapes["small"]["mean_pct"] == pytest.approx(100 * (1.02 * 1.10 - 1), abs=0.01)
+    assert all(e.pairs == 3 for e in shapes.values())
+    assert shapes["small"].mean_pct == pytest.approx(100 * (1.02 * 1.10 - 1), abs=0.01)
     # ln(1.09), ln(1.10), ln(1.11): stdev 0.91%, 95% half-width 4.303 * 0.91% / sqrt(3)
-    assert shapes["mid"]["half_width_pct"] == pytest.approx(2.26, abs=0.01)
-    assert result.evidence["gain"]["pairs"] == 3
+    assert shapes["mid"].half_width_pct == pytest.approx(2.26, abs=0.01)
+    assert result.evidence.gain.pairs == 3
     slower = judge(scaled(BEST, all=0.90), sigma_g=0.02, pairs=pairs_with_gains([-0.1] * 2))
     assert slower.decision is Decision.ROLLED_BACK and slower.evidence is not None
-    assert slower.evidence["shapes"]["large"]["pairs"] == 2
+    assert slower.evidence.shapes["large"].pairs == 2
     one = judge(scaled(BEST, all=1.10), pairs=pairs_with_gains([0.10]))
     assert one.decision is Decision.ACCEPTED and one.evidence is not None
-    assert one.evidence["shapes"]["mid"]["half_width_pct"] is None
+    assert one.evidence.shapes["mid"].half_width_pct is None
     assert judge(scaled(BEST, all=1.10)).evidence is None
 
 
@@ -595,8 +595,8 @@ def test_an_interval_wholly_below_a_leader_s_reading_is_outpaced() -> None:
         dict(BEST), sigma_g=0.07, pairs=pairs_with_gains([0.05 * (x - mu) / sd for x in raw])
     )
     assert same.evidence is not None
-    gain = same.evidence["gain"]
-    top = math.expm1(math.log1p(gain["mean_pct"] / 100) + gain["half_width_pct"] / 100) * 100
+    gain = same.evidence.gain
+    top = math.expm1(math.log1p(gain.mean_pct / 100) + (gain.half_width_pct or 0) / 100) * 100
     assert 5.0 < top < 15.0  # 4 pairs at 5% a pair: t(3) * 5% / 2 ~ 8%
     assert outpaced(same, 16.0) and outpaced(same, top + 0.01)
     assert not outpaced(same, top - 0.01) and not outpaced(same, 5.0)

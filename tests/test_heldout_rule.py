@@ -15,7 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.core.outcomes import Decision, GateResult, PairSample, Score, ShapeScore
+from runner.core.outcomes import (
+    Decision,
+    GateResult,
+    PairedEvidence,
+    PairSample,
+    Score,
+    ShapeScore,
+)
 from runner.core.shapes import shape_set
 from runner.core.stats import geomean
 from runner.flow import accept as accept_mod
@@ -32,6 +39,9 @@ WORK = {
     "qkv": 2.01e8,
     "gate_up": 3.61e8,
 }
+
+# the paired gain beside the shapes a held-out check reads (it judges the shapes only)
+GAIN = {"mean_pct": 10.0, "half_width_pct": 0.5, "pairs": 4}
 
 
 def _gains(pct: dict[str, float], half_pct: float | dict[str, float]) -> list[ShapeGain]:
@@ -190,8 +200,8 @@ def _score(values: dict[str, float]) -> Score:
 
 
 def _gate(evidence: dict[str, dict[str, float]]) -> GateResult:
-    return GateResult(Decision.ACCEPTED, "m", 1.0, 1.1, 10.0, (), (), (),
-                      evidence={"shapes": evidence})  # fmt: skip
+    paired = PairedEvidence.from_dict({"gain": GAIN, "shapes": evidence})
+    return GateResult(Decision.ACCEPTED, "m", 1.0, 1.1, 10.0, (), (), (), evidence=paired)
 
 
 def test_heldout_check_judges_only_the_paired_evidence() -> None:
@@ -301,9 +311,9 @@ def test_the_accept_path_refuses_a_tuned_change_on_the_paired_evidence(
         assert gate is not None and gate.decision.accepted and gate.pairs_used == 4
         assert gate.delta_pct >= 100 * accept_threshold(sigma_g), gate.reasons
         assert checks["full validation"].ok, checks
-        shapes = (gate.evidence or {}).get("shapes") or {}
+        shapes = gate.evidence.shapes if gate.evidence else {}
         assert set(shapes) == {CPU[k].label for k in (*targets, "down")}
-        assert all(e["pairs"] == 4 and e["half_width_pct"] < 2.5 for e in shapes.values())
+        assert all(e.pairs == 4 and (e.half_width_pct or 99) < 2.5 for e in shapes.values())
         held = checks["held-out shapes"]
         assert held.ok is ok, held.detail
         assert "no paired interval" not in held.detail
@@ -322,9 +332,9 @@ def test_the_acceptance_page_shows_each_shape_s_paired_evidence(
     result = _accept_path(tmp_path, monkeypatch, DEMO_PCT | {"down": 4.0}, 0.035)
     page = render_acceptance(result)
     assert "Paired change (95%)" in page
-    shapes = (result.gate.evidence or {}).get("shapes") if result.gate else None
+    shapes = result.gate.evidence.shapes if result.gate and result.gate.evidence else None
     assert shapes and set(shapes) == {CPU[k].label for k in (*DEMO_PCT, "down")}
     for label, est in shapes.items():
-        shown = f"{est['mean_pct']:+.2f}% \u00b1 {est['half_width_pct']:.2f}% (4 pairs)"
+        shown = f"{est.mean_pct:+.2f}% \u00b1 {est.half_width_pct:.2f}% (4 pairs)"
         (row,) = [line for line in page.splitlines() if line.startswith(f"| {label} ")]
         assert shown in row

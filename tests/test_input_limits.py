@@ -507,7 +507,7 @@ def test_newcomer_an_inconclusive_round_and_the_next_step_offered(tmp_path: Path
     """An inconclusive round (gate_up +23.8% ± 6.4%, rolled back) was listed among the
     ineffective directions as if shown so, and the first next step offered was
     `campaign accept` when nothing had been accepted (it can only refuse)."""
-    from runner.core.outcomes import Decision, GateResult, Status
+    from runner.core.outcomes import Decision, GateResult, PairedEvidence, Status
     from runner.render.final_report import ineffective_directions, next_steps
 
     c, _ = _campaign(tmp_path)
@@ -516,7 +516,7 @@ def test_newcomer_an_inconclusive_round_and_the_next_step_offered(tmp_path: Path
     evidence = {"gain": gain, "shapes": {"a": gain}, "remeasure_size": 4}
     gate = GateResult(
         Decision.ROLLED_BACK, "Combined Step TFLOPS", 1.0, 1.238, 23.8, (), (), ("noisy",),
-        threshold_pct=28.0, pairs_used=12, evidence=evidence,
+        threshold_pct=28.0, pairs_used=12, evidence=PairedEvidence.from_dict(evidence),
     )  # fmt: skip
     rolled = _closed(c, 2, Status.ROLLED_BACK, "gate_up fusion", gate=gate)
     (line,) = ineffective_directions([base, rolled])

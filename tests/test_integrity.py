@@ -16,12 +16,15 @@ from runner.bench import timing
 from runner.bench.integrity import BindingGuard, HarnessTampered, OutputSampler
 from runner.bench.statecheck import MODES, changed_paths, state_fingerprint, stateful_probe
 from runner.cachesim import CacheProbe, simulate_training_steps
-from runner.core.outcomes import Decision, GateResult, Score, ShapeScore
+from runner.core.outcomes import Decision, GateResult, PairedEvidence, Score, ShapeScore
 from runner.core.shapes import shape_set
 from runner.flow.acceptance_checks import heldout_check
 from runner.judge.audit_source import audit_source
 from runner.judge.representative import HELDOUT_SIZE_FACTOR, reserve_heldout
 from runner.judge.vetoes import inflation_veto
+
+# the paired gain beside the shapes a held-out check reads (it judges the shapes only)
+GAIN = {"mean_pct": 10.0, "half_width_pct": 0.5, "pairs": 4}
 
 # ------------------------------------------------------------------ sampled timed outputs
 
@@ -379,8 +382,8 @@ def _paired(values: dict[str, float], half_pct: float = 0.5) -> GateResult:
     """A full validation's gate with each shape's paired mean (its ratio) and interval."""
     shapes = {lb: {"mean_pct": 100 * (v - 1), "half_width_pct": half_pct, "pairs": 4}
               for lb, v in values.items()}  # fmt: skip
-    return GateResult(Decision.ACCEPTED, "m", 1.0, 1.1, 10.0, (1.0,) * 4, (), (),
-                      evidence={"shapes": shapes})  # fmt: skip
+    paired = PairedEvidence.from_dict({"gain": GAIN, "shapes": shapes})
+    return GateResult(Decision.ACCEPTED, "m", 1.0, 1.1, 10.0, (1.0,) * 4, (), (), evidence=paired)
 
 
 def test_heldout_check_blocks_over_fitting() -> None:

@@ -16,7 +16,15 @@ from typing import Any
 import pytest
 from campaign_helpers import manifest, run_cli
 
-from runner.core.outcomes import Decision, GateResult, RoundResult, Score, ShapeScore, Status
+from runner.core.outcomes import (
+    Decision,
+    GateResult,
+    PairedEvidence,
+    RoundResult,
+    Score,
+    ShapeScore,
+    Status,
+)
 from runner.flow.measure import ROUND_CAP_ENV
 from runner.flow.round_logs import close_round
 from runner.judge.inconclusive import inconclusive
@@ -36,7 +44,7 @@ def _gate(
     evidence = {"gain": gain, "shapes": shapes or {"a": gain}, "remeasure_size": 23}
     return GateResult(decision, METRIC, 0.0075, 0.0075 * (1 + mean / 100), mean, (), (),
                       ("too volatile to tell: ...",), threshold_pct=threshold,
-                      pairs_used=pairs, evidence=evidence,
+                      pairs_used=pairs, evidence=PairedEvidence.from_dict(evidence),
                       pair_gains_pct=each)  # fmt: skip
 
 

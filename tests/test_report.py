@@ -17,6 +17,7 @@ from runner.cli import cli
 from runner.core.outcomes import (
     Decision,
     GateResult,
+    PairedEvidence,
     RollbackAnalysis,
     RoundResult,
     Score,
@@ -146,11 +147,15 @@ def test_shape_trend_chains_paired_changes_with_their_intervals() -> None:
                 "shapes": {"a": {"mean_pct": 10.0, "half_width_pct": 2.0, "pairs": 3}}}  # fmt: skip
     accepted = rnd(2, Status.ACCEPTED, 4.0)
     assert accepted.gate is not None
-    accepted = replace(accepted, gate=replace(accepted.gate, evidence=evidence, threshold_pct=2.0))
+    typed = PairedEvidence.from_dict(evidence)
+    accepted = replace(accepted, gate=replace(accepted.gate, evidence=typed, threshold_pct=2.0))
     gone = rnd(3, Status.ROLLED_BACK, -50.0)
     assert gone.gate is not None
-    gone = replace(gone, gate=replace(gone.gate, evidence={**evidence, "shapes": {
-        "a": {"mean_pct": -50.0, "half_width_pct": 5.0, "pairs": 3}}}))  # fmt: skip
+    fell = {"a": {"mean_pct": -50.0, "half_width_pct": 5.0, "pairs": 3}}
+    gone = replace(
+        gone,
+        gate=replace(gone.gate, evidence=PairedEvidence.from_dict({**evidence, "shapes": fell})),
+    )
     results = [rnd(1, Status.BASELINE), accepted, gone]
     a = shape_trend(results)["a"]
     assert [(x[0], x[3]) for x in a] == [(1, Status.BASELINE), (2, Status.ACCEPTED),

@@ -7,6 +7,7 @@ Every class has ``to_dict``/``from_dict`` so that results travel as JSON.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -105,6 +106,60 @@ class ShapeDelta:
 
 
 @dataclass(frozen=True)
+class Interval:
+    """One estimate of the paired evidence as the gate recorded it: the mean change in
+    percent, its 95% half-width and the spread of one pair (percent; None with one
+    pair), over ``pairs`` pairs (``runner.judge.evidence.Estimate.to_dict``)."""
+
+    mean_pct: float
+    half_width_pct: float | None
+    spread_pct: float | None
+    pairs: int
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        return {
+            "mean_pct": self.mean_pct,
+            "half_width_pct": self.half_width_pct,
+            "spread_pct": self.spread_pct,
+            "pairs": self.pairs,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Interval:
+        def opt(key: str) -> float | None:
+            value = d.get(key)
+            return None if value is None else float(value)
+
+        return cls(float(d["mean_pct"]), opt("half_width_pct"), opt("spread_pct"),
+                   int(d.get("pairs") or 0))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PairedEvidence:
+    """The paired evidence a verdict was judged on: the paired gain, each gating shape's
+    paired mean, and the size of one re-measurement (``runner.judge.evidence``)."""
+
+    gain: Interval
+    shapes: dict[str, Interval]
+    remeasure_size: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gain": self.gain.to_dict(),
+            "shapes": {label: est.to_dict() for label, est in self.shapes.items()},
+            "remeasure_size": self.remeasure_size,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> PairedEvidence | None:
+        """None for a record without evidence (or an empty one)."""
+        if not d or not d.get("gain"):
+            return None
+        shapes = {str(k): Interval.from_dict(v) for k, v in (d.get("shapes") or {}).items()}
+        return cls(Interval.from_dict(d["gain"]), shapes, int(d.get("remeasure_size") or 1))
+
+
+@dataclass(frozen=True)
 class GateResult:
     """The gate's output; ``to_dict`` is the ``campaign gate --json`` contract."""
 
@@ -120,7 +175,7 @@ class GateResult:
     pairs_used: int = 0
     # the paired evidence judged (``runner.judge.evidence``): the paired gain and each
     # gating shape's mean with its interval, the re-measurement size; None without pairs
-    evidence: dict[str, Any] | None = None
+    evidence: PairedEvidence | None = None
     more_pairs: int = 0  # NEEDS_REMEASURE: the fresh pairs the gate asks for next
     # G_i - 1 in percent for every interleaved pair the gate was given (on the shapes
     # the verdict was judged on), whichever rule decided: the spread behind the gain
@@ -138,7 +193,7 @@ class GateResult:
             "reasons": list(self.reasons),
             "threshold_pct": self.threshold_pct,
             "pairs_used": self.pairs_used,
-            "evidence": self.evidence,
+            "evidence": self.evidence.to_dict() if self.evidence else None,
             "more_pairs": self.more_pairs,
             "pair_gains_pct": list(self.pair_gains_pct),
         }
@@ -156,7 +211,7 @@ class GateResult:
             reasons=tuple(d["reasons"]),
             threshold_pct=d.get("threshold_pct"),
             pairs_used=int(d.get("pairs_used", 0)),
-            evidence=d.get("evidence"),
+            evidence=PairedEvidence.from_dict(d.get("evidence")),
             more_pairs=int(d.get("more_pairs", 0)),
             pair_gains_pct=tuple(float(x) for x in d.get("pair_gains_pct", ())),
         )

@@ -79,7 +79,7 @@ def shape_gains(
     gate's ``evidence``: every verdict given two or more pairs records it for every
     shape it judged), and the labels of the shapes measured on both sides without
     one."""
-    evidence = ((gate.evidence or {}).get("shapes") or {}) if gate is not None else {}
+    evidence = gate.evidence.shapes if gate is not None and gate.evidence else {}
     b, f = base.by_label(), final.by_label()
     out: list[ShapeGain] = []
     unpaired: list[str] = []
@@ -87,12 +87,12 @@ def shape_gains(
         bv, fv = b[label].value, f[label].value if label in f else None
         if not (bv and fv) or label not in work:
             continue
-        est = evidence.get(label) or {}
-        if est.get("mean_pct") is None or est.get("half_width_pct") is None:
+        est = evidence.get(label)
+        if est is None or est.half_width_pct is None:
             unpaired.append(label)
             continue
-        gain = math.log1p(est["mean_pct"] / 100.0)
-        out.append(ShapeGain(label, work[label], gain, est["half_width_pct"] / 100.0))
+        gain = math.log1p(est.mean_pct / 100.0)
+        out.append(ShapeGain(label, work[label], gain, est.half_width_pct / 100.0))
     return out, unpaired
 
 

@@ -4,14 +4,13 @@ it is rendered and written; where it lives and how it is read back: ``runner.sto
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from runner.core.errors import Verdict
 from runner.core.files import write_atomic
-from runner.core.outcomes import GateResult, Score
+from runner.core.outcomes import GateResult, Interval, Score
 from runner.render.figures import score_scale
 from runner.store.acceptance import ACCEPTANCE_SCHEMA_VERSION
 
@@ -99,7 +98,7 @@ def shape_rows(result: Acceptance) -> list[list[str]]:
         return []
     final = result.final.by_label()
     scale = score_scale(result.baseline.metric, result.baseline, result.final)
-    evidence = ((result.gate.evidence or {}).get("shapes") or {}) if result.gate else {}
+    evidence = result.gate.evidence.shapes if result.gate and result.gate.evidence else {}
     rows = []
     for s in result.baseline.shapes:
         f = final.get(s.label)
@@ -112,14 +111,14 @@ def shape_rows(result: Acceptance) -> list[list[str]]:
     return rows
 
 
-def paired_change(est: Mapping[str, Any] | None) -> str:
+def paired_change(est: Interval | None) -> str:
     """A shape's paired mean with its 95% half-width and pairs ("+3.52% ± 0.27% (4
     pairs)"), the evidence the held-out rule judges; "—" without it."""
-    if not est or est.get("mean_pct") is None:
+    if est is None:
         return "—"
-    half = est.get("half_width_pct")
+    half = est.half_width_pct
     width = f"{half:.2f}%" if half is not None else "?"
-    return f"{est['mean_pct']:+.2f}% \u00b1 {width} ({est.get('pairs', '?')} pairs)"
+    return f"{est.mean_pct:+.2f}% \u00b1 {width} ({est.pairs} pairs)"
 
 
 def render_acceptance(result: Acceptance) -> str:

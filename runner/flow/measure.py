@@ -371,10 +371,9 @@ def next_pairs(asked: int, have: int, elapsed_s: float, cap: Cap, promising: boo
 
 
 def _evidence_line(gate: GateResult) -> str:
-    gain = (gate.evidence or {}).get("gain") or {}
-    if not gain:
+    if gate.evidence is None:
         return f"{gate.pairs_used} pair(s)"
-    return f"paired gain {fmt_gain(gain['mean_pct'], gate)}"
+    return f"paired gain {fmt_gain(gate.evidence.gain.mean_pct, gate)}"
 
 
 def pairing_words(executor: object) -> str:

@@ -51,10 +51,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from runner.core.errors import ConfigError
-from runner.core.outcomes import Decision, GateResult, PairSample, Score, ShapeDelta
+from runner.core.outcomes import (
+    Decision,
+    GateResult,
+    Interval,
+    PairedEvidence,
+    PairSample,
+    Score,
+    ShapeDelta,
+)
 from runner.core.stats import stdev
 from runner.judge.evidence import FLOOR_GAIN, MAX_REMEASURE_SIZE, Evidence, Z, gather, noise_rule
 from runner.judge.gate_inputs import (
@@ -136,12 +143,12 @@ def decide(
     return _recorded(_judge(facts, ev, final), ev)
 
 
-def _log_interval(est: Mapping[str, Any] | None) -> tuple[float, float] | None:
+def _log_interval(est: Interval | None) -> tuple[float, float] | None:
     """The 95% interval of an evidence estimate (``mean_pct``, ``half_width_pct``) on
     the log scale the gate judges, low and high; None where it has none."""
-    mean, half = (est or {}).get("mean_pct"), (est or {}).get("half_width_pct")
-    if mean is None or half is None or mean <= -100:
+    if est is None or est.half_width_pct is None or est.mean_pct <= -100:
         return None
+    mean, half = est.mean_pct, est.half_width_pct
     centre = math.log1p(mean / 100)
     return centre - half / 100, centre + half / 100
 
@@ -149,7 +156,7 @@ def _log_interval(est: Mapping[str, Any] | None) -> tuple[float, float] | None:
 def promising(gate: GateResult) -> bool:
     """Whether the paired gain's whole 95% interval lies above the near-noise rule's 1%
     (``gate.evidence``; False without pairs or with one)."""
-    interval = _log_interval((gate.evidence or {}).get("gain"))
+    interval = _log_interval(gate.evidence.gain if gate.evidence else None)
     return interval is not None and interval[0] > FLOOR_GAIN
 
 
@@ -164,7 +171,8 @@ def confirms(gate: GateResult) -> bool:
         return True
     if gate.decision is not Decision.NEEDS_REMEASURE or not promising(gate):
         return False
-    shapes = [_log_interval(est) for est in ((gate.evidence or {}).get("shapes") or {}).values()]
+    found = gate.evidence.shapes.values() if gate.evidence else ()
+    shapes = [_log_interval(est) for est in found]
     return bool(shapes) and all(i is not None and i[0] > -SEVERE_LOG for i in shapes)
 
 
@@ -176,7 +184,7 @@ def fell(gate: GateResult) -> bool:
     if not gate.shapes or any(s.check != "PASS" for s in gate.shapes):
         return False
     if gate.pair_gains_pct:
-        interval = _log_interval((gate.evidence or {}).get("gain"))
+        interval = _log_interval(gate.evidence.gain if gate.evidence else None)
         if interval is not None:
             return interval[1] < 0
         return max(gate.pair_gains_pct) < 0  # one pair: its reading is all there is
@@ -189,7 +197,7 @@ def outpaced(gate: GateResult, leader_pct: float) -> bool:
     pairs could not lift this reading above it, so in a tournament, which commits the
     accepted entry with the highest reading, it cannot win (False without pairs or with
     one)."""
-    interval = _log_interval((gate.evidence or {}).get("gain"))
+    interval = _log_interval(gate.evidence.gain if gate.evidence else None)
     if interval is None or leader_pct <= -100:
         return False
     return interval[1] < math.log1p(leader_pct / 100)
@@ -202,7 +210,7 @@ def _recorded(judged: GateResult, ev: Evidence) -> GateResult:
     spread and final acceptance's held-out rule (``runner.judge.heldout``) judges every
     shape on its own interval, an early accept above the threshold included."""
     gains = tuple(100 * math.expm1(g) for g in ev.gains)
-    return replace(judged, pair_gains_pct=gains, evidence=_evidence_dict(ev))
+    return replace(judged, pair_gains_pct=gains, evidence=_evidence_record(ev))
 
 
 def _gain(facts: _Facts) -> float:
@@ -350,12 +358,12 @@ def _pairs_to_resolve(ev: Evidence, labels: Sequence[str]) -> int:
     return min(need, ev.n + MAX_REMEASURE_SIZE)
 
 
-def _evidence_dict(ev: Evidence) -> dict[str, Any]:
-    return {
-        "gain": ev.gain.to_dict(),
-        "shapes": {lb: est.to_dict() for lb, est in ev.shapes.items()},
-        "remeasure_size": ev.remeasure_size(),
-    }
+def _evidence_record(ev: Evidence) -> PairedEvidence:
+    return PairedEvidence(
+        Interval.from_dict(ev.gain.to_dict()),
+        {lb: Interval.from_dict(est.to_dict()) for lb, est in ev.shapes.items()},
+        ev.remeasure_size(),
+    )
 
 
 def _accept(

@@ -93,21 +93,21 @@ def inconclusive(gate: GateResult | None) -> Inconclusive | None:
     threshold = gate.threshold_pct if gate.threshold_pct is not None else 100 * MIN_THRESHOLD
     if gate.pair_gains_pct and max(gate.pair_gains_pct) <= -threshold:
         return None  # every pair a slow-down beyond the threshold: the gate's clear case
-    gain = gate.evidence.get("gain") or {}
-    half = gain.get("half_width_pct")
-    if half is None or not math.isfinite(half) or int(gain.get("pairs") or 0) < 2:
+    gain = gate.evidence.gain
+    half = gain.half_width_pct
+    if half is None or not math.isfinite(half) or gain.pairs < 2:
         return None
-    for shape in (gate.evidence.get("shapes") or {}).values():
-        s_half = shape.get("half_width_pct")
-        if s_half is not None and _log(shape["mean_pct"]) + s_half / 100 <= -SEVERE_LOG:
+    for shape in gate.evidence.shapes.values():
+        s_half = shape.half_width_pct
+        if s_half is not None and _log(shape.mean_pct) + s_half / 100 <= -SEVERE_LOG:
             return None
-    centre = _log(gain["mean_pct"])
+    centre = _log(gain.mean_pct)
     low, high = (100 * math.expm1(centre + k * half / 100) for k in (-1, 1))
     if high < 100 * MIN_THRESHOLD:
         return None
     return Inconclusive(
-        mean_pct=float(gain["mean_pct"]), low_pct=low, high_pct=high, half_width_pct=half,
-        pairs=int(gain["pairs"]), spread_pct=gain.get("spread_pct"),
+        mean_pct=gain.mean_pct, low_pct=low, high_pct=high, half_width_pct=half,
+        pairs=gain.pairs, spread_pct=gain.spread_pct,
         threshold_pct=gate.threshold_pct,
     )  # fmt: skip
 

@@ -120,9 +120,9 @@ def pair_spread(evidence: Evidence) -> tuple[float, int] | None:
     """(the 95% interval's half-width of the paired gain in percent, pairs) when at
     least two interleaved pairs were recorded; None otherwise."""
     if isinstance(evidence, GateResult):
-        gain = (evidence.evidence or {}).get("gain") or {}
-        if gain.get("half_width_pct") is not None:
-            return float(gain["half_width_pct"]), int(gain["pairs"])
+        gain = evidence.evidence.gain if evidence.evidence else None
+        if gain is not None and gain.half_width_pct is not None:
+            return gain.half_width_pct, gain.pairs
         evidence = evidence.pair_gains_pct
     logs = [math.log1p(g / 100) for g in evidence or ()]  # as the gate computes it
     if len(logs) < 2:

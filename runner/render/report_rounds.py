@@ -43,10 +43,10 @@ def round_id(n: int) -> str:
 def paired_change(r: RoundResult, label: str) -> tuple[float | None, float | None, int]:
     """(the paired change of ``label`` in percent, its 95% half-width, pairs): the gate's
     paired mean when it had pairs, else its per-shape change; (None, None, 0) without."""
-    shapes = ((r.gate.evidence or {}).get("shapes") or {}) if r.gate else {}
+    shapes = r.gate.evidence.shapes if r.gate and r.gate.evidence else {}
     if label in shapes:
         e = shapes[label]
-        return e.get("mean_pct"), e.get("half_width_pct"), int(e.get("pairs") or 0)
+        return e.mean_pct, e.half_width_pct, e.pairs
     delta = next((s.delta_pct for s in r.gate.shapes if s.label == label), None) if r.gate else None
     return delta, None, 0
 
@@ -129,8 +129,7 @@ def _evidence(r: RoundResult) -> str:
     g = r.gate
     if g is None:
         return "<p>No gate verdict (the round was not measured to the end).</p>"
-    gain = (g.evidence or {}).get("gain") or {}
-    spread = gain.get("spread_pct")
+    spread = g.evidence.gain.spread_pct if g.evidence else None
     if spread is None and len(g.pair_gains_pct) > 1:  # decided before the paired rules
         spread = stdev(g.pair_gains_pct)
     per_pair = ", ".join(f"{x:+.2f}%" for x in g.pair_gains_pct) or "none recorded"

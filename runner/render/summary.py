@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.core.outcomes import GateResult, RoundResult, Status, TransferCheck
+from runner.core.outcomes import GateResult, Interval, RoundResult, Status, TransferCheck
 from runner.judge.inconclusive import advice, inconclusive
 from runner.render.escape import md_text
 from runner.render.figures import DASH, fmt_gain, fmt_pct, scale_for
@@ -130,20 +130,17 @@ def _evidence(result: RoundResult) -> str | None:
     """The paired evidence the gate judged: per gating shape the paired mean with its
     95% interval and the pairs, and the round's measured noise."""
     ev = result.gate.evidence if result.gate else None
-    if not ev:
+    if ev is None:
         return None
-    gain = ev["gain"]
 
-    def cell(e: dict) -> str:
-        half = e.get("half_width_pct")
+    def cell(e: Interval) -> str:
+        half = e.half_width_pct
         return (
-            f"{e['mean_pct']:+.2f}% \u00b1 {half:.2f}%"
-            if half is not None
-            else (f"{e['mean_pct']:+.2f}%")
+            f"{e.mean_pct:+.2f}% \u00b1 {half:.2f}%" if half is not None else f"{e.mean_pct:+.2f}%"
         )
 
-    rows = [f"| {lb} | {cell(e)} | {e['pairs']} |" for lb, e in ev["shapes"].items()]
-    spread = gain.get("spread_pct")
+    rows = [f"| {lb} | {cell(e)} | {e.pairs} |" for lb, e in ev.shapes.items()]
+    spread = ev.gain.spread_pct
     noise = f"{spread:.2f}% a pair" if spread is not None else "unknown (one pair)"
     return "\n".join([
         "Paired evidence (candidate / incumbent, each pair a fresh process pair; "
@@ -152,10 +149,10 @@ def _evidence(result: RoundResult) -> str | None:
         "| shape | paired change | pairs |",
         "|---|---|---|",
         *rows,
-        f"| **all (geomean)** | {cell(gain)} | {gain['pairs']} |",
+        f"| **all (geomean)** | {cell(ev.gain)} | {ev.gain.pairs} |",
         "",
-        f"Measured noise: stdev {noise}; {gain['pairs']} pair(s) measured; at this noise "
-        f"the near-noise rule wants re-measurements of {ev.get('remeasure_size', 1)} "
+        f"Measured noise: stdev {noise}; {ev.gain.pairs} pair(s) measured; at this noise "
+        f"the near-noise rule wants re-measurements of {ev.remeasure_size} "
         "pair(s) each (docs/measurement.md §4.2).",
     ])  # fmt: skip
 
