@@ -248,6 +248,26 @@ def test_an_earlier_round_s_reports_on_this_machine_size_the_first_wave() -> Non
     assert prior_wave(small, roles=2, pairs=3) is None
 
 
+def test_a_quick_round_s_reports_do_not_size_a_session_of_larger_shapes() -> None:
+    """An earlier session's reports size the next one's first wave only where its
+    workers held as much: a full-level session after quick rounds (every target shape,
+    and the held-out ones at acceptance) is planned from the op's figure instead."""
+    from runner.measure.waves import PRIOR_SLACK, prior_covers
+    from runner.ops.info import shape_memory
+
+    quick = [Shape("q1", 4096, 4096, 4096), Shape("q2", 4096, 12288, 4096)]
+    full = [*quick, Shape("f3", 4096, 22016, 4096), Shape("f4", 16384, 12288, 4096)]
+    probe = [*quick[:1], Shape("probe-r2-4144x12288x4096", 4144, 12288, 4096)]
+    rows = {s.label: {"estimate": shape_memory("gemm_fp8", s).worker(2)} for s in quick}
+    prior = {"host": "h", "workers": {}, "pool": 2, "shapes": rows}
+    assert prior_covers(prior, "gemm_fp8", quick, 2)
+    assert prior_covers(prior, "gemm_fp8", probe, 2)  # a probe's M moved a little: within
+    assert not prior_covers(prior, "gemm_fp8", full, 2)
+    assert not prior_covers(prior, "gemm_fp8", quick, 4)  # more pool members each
+    assert prior_covers({"host": "h", "workers": {}}, "gemm_fp8", full, 2)  # no figures kept
+    assert prior_covers(None, "gemm_fp8", full, 2) and PRIOR_SLACK > 1
+
+
 def test_a_wave_finishes_side_by_side_only_where_its_memory_allows() -> None:
     """The H200 quick rounds whose finishes ran side by side ran out of memory (six
     workers keeping 13-17 GiB each, no check of the room).  Side by side only when one

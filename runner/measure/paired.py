@@ -215,7 +215,8 @@ def measure_paired(
         worker_timeout(TURN_TIMEOUT_ENV, TURN_TIMEOUT_S), executor,
     )  # fmt: skip
     try:
-        _run_waves(session, pairs, first_wave(host, template.wave_pairs, len(roles), pairs, plan))
+        size = first_wave(host, template, shapes, len(roles), pairs, plan)
+        _run_waves(session, pairs, size)
         _keep_memory(session)
     finally:
         for group in session.started:

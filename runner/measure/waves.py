@@ -24,6 +24,7 @@ from runner.judge.memory_fit import (
     worker_need,
 )
 from runner.measure.host import Host
+from runner.ops.info import shape_memory
 
 # Sizing a wave of live workers by device memory (``wave_size``).
 CPU_WAVE_PAIRS = 8  # a CPU target's pairs alive at once (host memory; turns are serial)
@@ -146,15 +147,45 @@ def wave_size(memory: Sequence[Mapping[str, int | None]], roles: int, pairs: int
 
 
 def first_wave(
-    host: Host, fixed: int | None, roles: int, pairs: int, plan: MemoryPlan
+    host: Host,
+    template: RoundSpec,
+    shapes: Sequence[Shape],
+    roles: int,
+    pairs: int,
+    plan: MemoryPlan,
 ) -> int | None:
     """The first wave's pairs: the spec's ``wave_pairs``, a CPU target's, an earlier
-    session's reports on this machine (``prior_wave``), the plan from the op's figure
-    (``plan_memory``), else None (the first pair measures alone and sizes the waves)."""
-    size = fixed or cpu_wave(host, pairs)
-    if size is None:
-        size = prior_wave(host.memory_prior, roles, pairs)
+    session's reports on this machine (``prior_wave``) where its workers held as much
+    as these will (``prior_covers``), the plan from the op's figure (``plan_memory``),
+    else None (the first pair measures alone and sizes the waves)."""
+    size = template.wave_pairs or cpu_wave(host, pairs)
+    prior = host.memory_prior
+    if size is None and prior_covers(prior, template.op, shapes, plan.members):
+        size = prior_wave(prior, roles, pairs)
     return size if size is not None else plan.first_wave(pairs)
+
+
+PRIOR_SLACK = 1.1  # an earlier session's reports size this one's waves up to this growth
+
+
+def prior_covers(
+    prior: Mapping[str, Any] | None, op: str, shapes: Sequence[Shape], members: int
+) -> bool:
+    """Whether an earlier session's reports (``MEMORY_LOG``) can size this session's
+    waves: by the op's per-shape figure, one of this session's workers holds at most
+    ``PRIOR_SLACK`` times what one of that session's held.  A full-level session after
+    quick rounds (every target shape, and the held-out ones at acceptance, against the
+    representative few) is planned from the op's figure instead.  A report without
+    per-shape figures is taken as it is."""
+    rows = (prior or {}).get("shapes")
+    if not isinstance(rows, Mapping) or not rows:
+        return True
+    try:
+        then = sum(int(row["estimate"]) for row in rows.values())
+    except (KeyError, TypeError, ValueError):
+        return True
+    now = sum(shape_memory(op, s).worker(members) for s in shapes)
+    return now <= PRIOR_SLACK * then
 
 
 def prior_wave(prior: Mapping[str, Any] | None, roles: int, pairs: int) -> int | None:
