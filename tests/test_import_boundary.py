@@ -75,7 +75,7 @@ def blocked_run(
 
 WORKER_SIDE = modules("bench", "analyze", "ops", "targets", "core",
                       top=("worker", "fullbench", "cachesim"))  # fmt: skip
-HOST_SIDE = modules("cli", "flow", "judge", "store", "render", "portable", "executors")
+HOST_SIDE = modules("cli", "flow", "measure", "judge", "store", "render", "portable", "executors")
 
 
 def test_every_module_belongs_to_a_side() -> None:

@@ -128,8 +128,8 @@ def test_accept_commits_and_rollback_changes_nothing(campaign: Campaign) -> None
     targets = [s for s in m.target_shapes if s not in held]
     why = "three representative shapes: the fourth only at the full level"
     set_gate_field(campaign, "representative_shapes", json.dumps(targets[:3]), why)
-    r3 = validate_round(campaign, LocalExecutor(), Request(3, "quantise the weight once", fast),
-                        progress=lambda _m: None)  # fmt: skip
+    request = Request(3, "quantise the weight once", fast, pairs=1)  # a robust gain: 1 block
+    r3 = validate_round(campaign, LocalExecutor(), request, progress=lambda _m: None)
     assert r3.status is Status.ACCEPTED, r3.reasons
     (upgrade,) = [r for r in r3.reasons if "upgraded to the full level" in r]
     assert upgrade.endswith(": confirmed") and "high-risk: control flow changes in" in upgrade

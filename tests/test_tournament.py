@@ -143,8 +143,11 @@ def test_a_tournament_judges_its_entries_and_failing_ones_fail_alone(
     assert git(source, "rev-parse", f"{won.commit}^").strip() == head  # one commit on the head
     assert any("a fresh paired measurement against the incumbent read" in r for r in won.reasons)
     assert aa.commit is None and aa.gate is not None and aa.gate.pairs_used >= 2
-    if not any(r.startswith("superseded by round-2") for r in aa.reasons):  # noise accepted it
+    noisy = aa.reasons[0].startswith("shape(s) regressed by 5% or more")
+    if not any(r.startswith("superseded by round-2") for r in aa.reasons) and not noisy:
         # measured no longer once round-2's reading was out of its reach; listed for a retry
+        # (noise may also accept the A/A, then superseded, or, on a loaded machine, read a
+        # tiny shape 5% down before that: CI at edebb31 read -5.96% +- 52.08% on 2 pairs)
         assert aa.reasons[0].startswith("stopped at "), aa.reasons
         assert "round-2 was accepted at" in aa.reasons[0], aa.reasons
         assert aa.tournament is not None and aa.tournament.retry == [3]

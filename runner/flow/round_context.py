@@ -361,8 +361,8 @@ class BesideStartUp:
     two CPU cores shared by it and worker start-up would slow both, and a
     pass-per-worker executor has no start-up to hide it behind.
 
-    ``done``; ``wait()`` raises what ``work`` raised in the thread (at once, it raises
-    from the constructor); ``seconds`` it ran; leave through ``close()`` (or use
+    ``done``; ``wait()`` raises what ``work`` raised (in the thread, or at once);
+    ``seconds`` it ran; leave through ``close()`` (or use
     it as a context manager), which waits for the thread and clears the hook."""
 
     def __init__(self, rnd: Round, name: str, work: Callable[[], None]) -> None:
@@ -376,11 +376,7 @@ class BesideStartUp:
             self._thread.start()
             rnd.before_turns = self.require
         else:
-            t0 = time.monotonic()
-            try:
-                work()
-            finally:
-                self.seconds = round(time.monotonic() - t0, 1)
+            self._run()
 
     @staticmethod
     def possible(rnd: Round) -> bool:

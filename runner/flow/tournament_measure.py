@@ -145,6 +145,8 @@ class EntryTests(BesideStartUp):
         self._vetoes = {e.role: len(e.vetoes) for e in self.entries}
         self._failures = {e.role: e.failure for e in self.entries}
         super().__init__(rnd, "focused-tests", lambda: focused_tests(rnd, self.entries))
+        if not self.beside:
+            self.wait()  # run at once: what it raised is raised here, as it always was
 
     def failed(self) -> list[Entry]:
         """The entries whose focused test failed (a veto added since they started) or
