@@ -215,8 +215,7 @@ def measure_paired(
         worker_timeout(TURN_TIMEOUT_ENV, TURN_TIMEOUT_S), executor,
     )  # fmt: skip
     try:
-        size = first_wave(host, template, shapes, len(roles), pairs, plan)
-        _run_waves(session, pairs, size)
+        _run_waves(session, pairs, first_wave(host, template, shapes, len(roles), pairs, plan))
         _keep_memory(session)
     finally:
         for group in session.started:
