@@ -312,10 +312,10 @@ def _measure_and_judge(
     if not due.adds_shapes:
         why = (f"full-level confirmation not needed ({due.summary()}): the quick level "
                "measured every target shape")  # fmt: skip
-        return _noted(got.gate, why), got.reference, got.candidate
+        return _noted(got.gate, why, last=True), got.reference, got.candidate
     if not request.confirm:
         why = f"full-level confirmation skipped (--no-confirm) although due: {due.summary()}"
-        return _noted(got.gate, why), got.reference, got.candidate
+        return _noted(got.gate, why, last=True), got.reference, got.candidate
     rnd.step("full-level confirmation")
     quick = (f"quick level {fmt_gain(got.gate.delta_pct, got.gate)} on "
              f"{len(shapes)} shape(s), ACCEPTED; upgraded to the full level "
@@ -325,9 +325,11 @@ def _measure_and_judge(
     return _noted(confirmed.gate, f"{quick}: {verdict}"), confirmed.reference, confirmed.candidate
 
 
-def _noted(gate: GateResult, reason: str) -> GateResult:
-    """``gate`` with ``reason`` first among its reasons."""
-    return replace(gate, reasons=(reason, *gate.reasons))
+def _noted(gate: GateResult, reason: str, *, last: bool = False) -> GateResult:
+    """``gate`` with ``reason`` first among its reasons (the verdict's own first where
+    ``last``: a note that changes nothing)."""
+    reasons = (*gate.reasons, reason) if last else (reason, *gate.reasons)
+    return replace(gate, reasons=reasons)
 
 
 __all__ = ["Request", "measure_roles", "validate_round"]
