@@ -143,11 +143,14 @@ def test_a_tournament_judges_its_entries_and_failing_ones_fail_alone(
     assert git(source, "rev-parse", f"{won.commit}^").strip() == head  # one commit on the head
     assert any("a fresh paired measurement against the incumbent read" in r for r in won.reasons)
     assert aa.commit is None and aa.gate is not None and aa.gate.pairs_used >= 2
-    noisy = aa.reasons[0].startswith("shape(s) regressed by 5% or more")
+    # on a loaded machine the A/A may end before round-2's reading is out of its reach:
+    # a tiny shape read 5% down (CI at edebb31: -5.96% +- 52.08% on 2 pairs), or its
+    # share of the cap spent while its interval still held that reading (CI at 9fa2298:
+    # too volatile to tell, +1.24% +- 65.35% on 2 pairs); either way rolled back unmerged
+    noisy = aa.reasons[0].startswith(("shape(s) regressed by 5% or more", "too volatile to tell"))
     if not any(r.startswith("superseded by round-2") for r in aa.reasons) and not noisy:
         # measured no longer once round-2's reading was out of its reach; listed for a retry
-        # (noise may also accept the A/A, then superseded, or, on a loaded machine, read a
-        # tiny shape 5% down before that: CI at edebb31 read -5.96% +- 52.08% on 2 pairs)
+        # (noise may also accept the A/A, then superseded)
         assert aa.reasons[0].startswith("stopped at "), aa.reasons
         assert "round-2 was accepted at" in aa.reasons[0], aa.reasons
         assert aa.tournament is not None and aa.tournament.retry == [3]
