@@ -22,14 +22,13 @@ import yaml
 from campaign_helpers import plant_slow_base, speedup_patch
 
 from runner.cli import main
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, FingerprintMismatch
 from runner.executors.local import LocalExecutor
 from runner.flow.new_campaign import fresh_example_copy
 from runner.flow.rounds import Request, validate_round
 from runner.portable.bundle import BUNDLE_YAML, CHECKSUMS, open_bundle, write_checksums
 from runner.portable.reproduce import find_base
 from runner.store.campaign import Campaign
-from runner.store.fingerprint import FingerprintMismatch
 from runner.store.fingerprint_check import (
     OVERRIDE_NAME,
     check_round_comparable,

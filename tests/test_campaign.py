@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from campaign_helpers import manifest
 
-from runner.core.errors import ConfigError
+from runner.core.errors import CampaignNotFound, ConfigError, RecordDamaged, RoundOutOfOrder
 from runner.core.outcomes import RoundResult, Score, ShapeScore, Status
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
@@ -101,7 +101,7 @@ def test_load_by_name_and_by_path(camp: Campaign, tmp_path: Path) -> None:
 
 
 def test_load_missing_campaign(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="campaign init"):
+    with pytest.raises(CampaignNotFound, match="campaign init"):
         Campaign.load("nope", tmp_path)
 
 
@@ -114,12 +114,12 @@ def test_load_rejects_a_renamed_directory(camp: Campaign, tmp_path: Path) -> Non
 
 def test_find(tmp_path: Path) -> None:
     root = tmp_path / "campaigns"
-    with pytest.raises(ConfigError, match="no campaign under"):
+    with pytest.raises(CampaignNotFound, match="campaign init"):
         Campaign.find(root)
     Campaign.init(root, manifest())
     assert Campaign.find(root).name == NAME
     Campaign.init(root, manifest(campaign_name="other"))
-    with pytest.raises(ConfigError, match=f"2 campaigns under .*: {NAME}, other; name one"):
+    with pytest.raises(CampaignNotFound, match=f"{NAME}, other; name one"):
         Campaign.find(root)
     assert Campaign.find(root, "other").name == "other"
 
@@ -169,9 +169,9 @@ def test_load_result_rejects_other_versions(camp: Campaign) -> None:
     data = json.loads(camp.result_path(1).read_text())
     data["schema_version"] = 2
     camp.result_path(1).write_text(json.dumps(data))
-    with pytest.raises(ConfigError, match="schema_version 2"):
+    with pytest.raises(RecordDamaged, match="schema_version 2"):
         camp.load_result(1)
-    with pytest.raises(ConfigError, match="not closed"):
+    with pytest.raises(RoundOutOfOrder):
         camp.load_result(9)
 
 
@@ -197,5 +197,5 @@ def test_rounds_bookkeeping(camp: Campaign) -> None:
 
 
 def test_round_numbers_start_at_one(camp: Campaign) -> None:
-    with pytest.raises(ConfigError, match="start at 1"):
+    with pytest.raises(RoundOutOfOrder):
         camp.round_dir(0)

@@ -113,8 +113,9 @@ def test_accept_json_prints_the_acceptance_record(
     demo_campaign: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`accept --json`: the acceptance record on stdout; NOT ACCEPTED keeps exit 3."""
+    from runner.core.errors import NotAccepted
     from runner.flow import accept
-    from runner.flow.acceptance_record import Acceptance, Check, NotAccepted
+    from runner.flow.acceptance_record import Acceptance, Check
 
     record = Acceptance("c", "2026-12-01 16:00", "2026-12-01 16:09", head="abc",
                         checks=[Check("branch check", False, "behind")])  # fmt: skip

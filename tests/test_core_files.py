@@ -47,16 +47,16 @@ def test_minute_stamps() -> None:
 
 
 def test_schema_version_check_says_which_way_and_the_fix() -> None:
-    from runner.core.errors import ConfigError
+    from runner.core.errors import ConfigError, RecordDamaged
     from runner.core.versions import require_schema_version
 
     def check(found: object) -> None:
         require_schema_version(found, 2, "x.json", older="OLD-FIX", newer="NEW-FIX")
 
     check(2)
-    with pytest.raises(ConfigError, match=r"x.json: schema_version 1 is older .*OLD-FIX"):
+    with pytest.raises(RecordDamaged, match=r"x.json: schema_version 1 is older .*OLD-FIX"):
         check(1)
-    with pytest.raises(ConfigError, match=r"schema_version 3 is newer .*NEW-FIX"):
+    with pytest.raises(RecordDamaged, match=r"schema_version 3 is newer .*NEW-FIX"):
         check(3)
     for bad in (None, "2", True, 2.0):
         with pytest.raises(ConfigError, match="is not the integer 2"):

@@ -11,11 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, FingerprintMismatch
 from runner.store import fingerprint as fpm
 from runner.store.fingerprint import (
     FingerprintDiff,
-    FingerprintMismatch,
     collect_env,
     collect_fingerprint,
     compare_fingerprints,

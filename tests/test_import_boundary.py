@@ -73,9 +73,10 @@ def blocked_run(
     )  # fmt: skip
 
 
+HOST_PACKAGES = ("cli", "flow", "measure", "judge", "store", "render", "portable", "executors")
 WORKER_SIDE = modules("bench", "analyze", "ops", "targets", "core",
                       top=("worker", "fullbench", "cachesim"))  # fmt: skip
-HOST_SIDE = modules("cli", "flow", "measure", "judge", "store", "render", "portable", "executors")
+HOST_SIDE = modules(*HOST_PACKAGES)
 
 
 def test_every_module_belongs_to_a_side() -> None:
@@ -115,6 +116,49 @@ def test_no_function_is_over_60_lines(tmp_path: Path) -> None:
         f"class C:\n    def ok(self):\n{method}\n\ndef f():\n{body}    return 1\n"
     )
     assert long_functions(tmp_path) == {"runner/m.py::f": 61}
+
+
+BUILTIN_ERRORS = frozenset({"BaseException", "Exception", "RuntimeError", "ValueError",
+                            "OSError", "KeyError", "TypeError", "LookupError"})  # fmt: skip
+
+
+def stray_errors(root: Path, packages: tuple[str, ...]) -> list[str]:
+    """``path::Class`` of every public exception class defined in the host-side
+    ``packages`` under ``root/runner`` outside ``runner/core/errors.py``: a class whose
+    base is a built-in error or a class of that module."""
+    from runner.core import errors
+
+    known = BUILTIN_ERRORS | {
+        name for name, obj in vars(errors).items()
+        if isinstance(obj, type) and issubclass(obj, BaseException)
+    }  # fmt: skip
+    found = []
+    for package in packages:
+        for path in sorted((root / "runner" / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not isinstance(node, ast.ClassDef) or node.name.startswith("_"):
+                    continue
+                bases = {b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "")
+                         for b in node.bases}  # fmt: skip
+                if bases & known:
+                    found.append(f"{path.relative_to(root).as_posix()}::{node.name}")
+    return found
+
+
+def test_every_host_side_error_is_in_the_one_tree(tmp_path: Path) -> None:
+    """pip's model: one module holds the exception tree, so a caller or a test finds
+    every case it can tell apart in one place (a module's private control-flow
+    exception, ``_Name``, stays where it is used)."""
+    assert stray_errors(ROOT, HOST_PACKAGES) == []
+    (tmp_path / "runner" / "flow").mkdir(parents=True)
+    (tmp_path / "runner" / "flow" / "m.py").write_text(
+        "from runner.core import errors\n\nclass _Inner(Exception): ...\n\n"
+        "class Mine(errors.ConfigError): ...\n\nclass Plain(RuntimeError): ...\n"
+    )
+    assert stray_errors(tmp_path, ("flow",)) == [
+        "runner/flow/m.py::Mine",
+        "runner/flow/m.py::Plain",
+    ]
 
 
 def test_the_worker_side_imports_without_pydantic_and_host_libraries() -> None:

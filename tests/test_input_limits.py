@@ -17,7 +17,7 @@ from campaign_helpers import manifest, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.core.errors import CampaignError, ConfigError
+from runner.core.errors import CampaignError, ConfigError, PatchRefused
 from runner.core.limits import MAX_BLOCKS
 from runner.judge.measuring_caps import MAX_PAIRS
 from runner.store.campaign import Campaign
@@ -208,7 +208,7 @@ def test_row10_sizes_are_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[s
     _, root = _campaign(tmp_path)
     big = tmp_path / "big.patch"
     big.write_text("diff --git a/k.py b/k.py\n" + "+x = 1\n" * 900_000)  # about 6 MB
-    with pytest.raises(ConfigError, match="one hypothesis per round"):
+    with pytest.raises(PatchRefused, match="one hypothesis per round"):
         read_patch_file(big)
     code, out = run_cli([*_validate(root)[:-1], "h" * 100_000], capsys)
     assert code == 2 and "the hypothesis has 100,000 characters" in out, out[:500]
@@ -387,7 +387,7 @@ def test_row1_row2_the_scope_check_reads_what_git_applies(tmp_path: Path) -> Non
         (src / "kern" / "k.py").unlink()
         (src / "kern" / "k.py").symlink_to(host)
 
-    with pytest.raises(ConfigError, match=r"makes kern/k\.py a symbolic link"):
+    with pytest.raises(PatchRefused, match=r"kern/k\.py a symbolic link"):
         lineage.check_patch(_staged_patch(src, link))
     tree = tmp_path / "tree"
     (tree / "kern" / "sub").mkdir(parents=True)

@@ -11,10 +11,9 @@ from typing import Any
 
 import pytest
 
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, GpuBusy
 from runner.store.leases import (
     LEASE_DIR_ENV,
-    GpuBusy,
     acquire,
     lease_dir,
     list_leases,

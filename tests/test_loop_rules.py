@@ -16,7 +16,7 @@ import pytest
 from campaign_helpers import run_cli, tiny_campaign
 
 from runner.cli.validate_cmd import print_termination
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, RepeatedHypothesis, RoundOutOfOrder, ValueRefused
 from runner.core.outcomes import (
     Decision,
     GateResult,
@@ -75,7 +75,7 @@ def test_a_round_past_max_iterations_is_refused_until_the_limit_is_raised(
 ) -> None:
     statuses = [Status.BASELINE, Status.ROLLED_BACK, Status.ROLLED_BACK]
     campaign = _campaign(tmp_path, statuses, max_iterations=2)
-    with pytest.raises(ConfigError, match=r"past max_iterations 2.*campaign set max_iterations 3"):
+    with pytest.raises(RoundOutOfOrder, match=r"campaign set max_iterations 3"):
         check_round_number(campaign, 4)
     root = ["--campaigns-root", str(campaign.root.parent)]
     code, out = run_cli([*root, "status"], capsys)
@@ -120,9 +120,9 @@ def test_report_appends_the_termination_check_and_final_report_once_at_the_end(
 def test_a_hypothesis_or_patch_already_judged_is_refused_naming_the_round(tmp_path: Path) -> None:
     campaign = _campaign(tmp_path, [Status.BASELINE, Status.ROLLED_BACK, Status.FAILED])
     (campaign.round_dir(2) / "candidate.patch").write_text("diff --git a/k b/k\n+x\n")
-    with pytest.raises(ConfigError, match=r"round-2 \(ROLLED BACK\) already tested"):
+    with pytest.raises(RepeatedHypothesis, match=r"round-2 \(ROLLED BACK\)"):
         check_new(campaign, "  Idea   2 ", "other")
-    with pytest.raises(ConfigError, match=r"this patch is round-2's \(ROLLED BACK\)"):
+    with pytest.raises(RepeatedHypothesis, match=r"round-2's \(ROLLED BACK\)"):
         check_new(campaign, "a new idea", "diff --git a/k b/k\n+x\n")
     check_new(campaign, "idea 3", "other")  # round-3 FAILED: it may be measured again
 
@@ -174,7 +174,7 @@ def test_a_targeted_round_names_measured_shapes(tmp_path: Path) -> None:
     shapes = level_shapes(campaign.manifest, "full")
     label = shapes[0].label
     check_targeted(Request(2, "h", None, level="full", targeted=(label,)), shapes)
-    with pytest.raises(ConfigError, match=r"--target-shape nope: not a shape of this round's full"):
+    with pytest.raises(ValueRefused, match=r"--target-shape nope"):
         check_targeted(Request(2, "h", None, level="full", targeted=(label, "nope")), shapes)
 
 

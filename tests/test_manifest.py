@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.core.errors import ConfigError
+from runner.core.errors import CampaignNotFound, ConfigError
 from runner.store.manifest import (
     BACKEND_LANG,
     MANIFEST_SCHEMA_VERSION,
@@ -81,7 +81,7 @@ def test_saved_keys_follow_section_2_order(tmp_path: Path) -> None:
 
 
 def test_missing_file_says_to_run_init(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="campaign init"):
+    with pytest.raises(CampaignNotFound, match="campaign init"):
         load_manifest(tmp_path / "nope.yaml")
 
 

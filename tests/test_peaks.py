@@ -9,8 +9,8 @@ import pytest
 
 from runner.core.csv_io import read_csv, write_csv
 from runner.core.csv_schema import GEMM_SCHEMA, BenchCSV
-from runner.core.errors import CampaignError
-from runner.judge.peaks import PEAKS, SpeedOfLightError, check_speed_of_light, peak_for
+from runner.core.errors import CampaignError, SpeedOfLightError
+from runner.judge.peaks import PEAKS, check_speed_of_light, peak_for
 from runner.judge.vetoes import speed_of_light_veto
 from runner.measure.passes import light_readings
 

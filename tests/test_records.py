@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from campaign_helpers import manifest
 
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, RoundOutOfOrder
 from runner.core.outcomes import (
     Decision,
     GateResult,
@@ -351,9 +351,9 @@ def test_close_refuses_closed_out_of_order_and_wrong_status(camp: Campaign) -> N
     with pytest.raises(ConfigError, match="only round-1 is the BASELINE"):
         close_round(camp, rr(1, Status.ACCEPTED, BASE))
     close_round(camp, rr(1, Status.BASELINE, BASE))
-    with pytest.raises(ConfigError, match="already closed"):
+    with pytest.raises(RoundOutOfOrder, match="already closed"):
         close_round(camp, rr(1, Status.BASELINE, BASE))
-    with pytest.raises(ConfigError, match=r"the next round .* is round 2"):
+    with pytest.raises(RoundOutOfOrder, match=r"the next round .* is round 2"):
         close_round(camp, rr(3, Status.ACCEPTED, BASE))
     with pytest.raises(ConfigError, match="kernel_snapshot is missing"):
         close_round(camp, rr(2, Status.ACCEPTED, BASE))
@@ -452,7 +452,7 @@ def test_final_sections_and_trend_correction(camp: Campaign) -> None:
         "Verified Ineffective Directions",
         "Termination Check",
     ]
-    with pytest.raises(ConfigError, match="not closed"):
+    with pytest.raises(RoundOutOfOrder):
         correct_logs(camp, "x", round_n=2, trend=True)
     assert correct_logs(camp, "level was full | not quick", round_n=1, trend=True) == camp.trend_log
     last = camp.trend_log.read_text().splitlines()[-1]

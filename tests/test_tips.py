@@ -12,7 +12,7 @@ from campaign_helpers import manifest
 from click.testing import CliRunner
 
 from runner.cli import cli
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, RoundOutOfOrder
 from runner.core.outcomes import RoundResult, Score, ShapeScore, Status
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
@@ -111,7 +111,7 @@ def test_append_tip_format_and_status(campaign: Campaign, tmp_path: Path) -> Non
 
 def test_tip_refuses_an_unclosed_round(campaign: Campaign, tmp_path: Path) -> None:
     campaign.round_dir(4).mkdir()
-    with pytest.raises(ConfigError, match=r"round 4 .* is not closed"):
+    with pytest.raises(RoundOutOfOrder, match="round 4"):
         append_tip(campaign, tmp_path / "tips", Tip(4, "anything"))
 
 

@@ -15,6 +15,7 @@ from runner.cli.options import (
     json_option,
 )
 from runner.cli.progress_view import ProgressView, quiet_option
+from runner.core.errors import NotAccepted
 from runner.store.campaign import Campaign
 
 
@@ -40,7 +41,6 @@ def accept_cmd(
     3 NOT ACCEPTED, 2 bad input."""
     from runner.executors.factory import make_executor
     from runner.flow.accept import run_acceptance
-    from runner.flow.acceptance_record import NotAccepted
     from runner.store.acceptance import acceptance_dir
     from runner.store.leases import parse_gpus
 

@@ -1,11 +1,30 @@
 """Errors are part of the interface: each subclass carries the process exit code.
 
 They are raised anywhere and caught only in ``runner.cli.main``, which prints the
-message (which must say what to do next) and exits with ``return_code``.
+message (which must say what to do next) and exits with ``return_code``.  Every error
+class of the host side is here, one tree under ``CampaignError``; a case that a caller
+or a test tells apart has its own class, so code and tests match a type, never the
+message text::
+
+    CampaignError (1)
+    +-- ConfigError (2): bad input
+    |   +-- CampaignNotFound, CampaignBusy, RecordDamaged, RoundOutOfOrder
+    |   +-- PatchRefused, RepeatedHypothesis, CheckoutOffLineage, ValueRefused
+    |   +-- SchemaDriftError, CsvValueError, GpuBusy, FingerprintMismatch, BundleError
+    +-- AppendOnlyViolation (5)
+    +-- InfrastructureError (6): CommandFailed, Tampered, SpeedOfLightError,
+    |   MeasurementFailed (DeviceOutOfMemory, FocusedTestFailed)
+    +-- Verdict: RolledBack (3), NeedsRemeasure (4), CorrectnessFailed (3),
+    |   NotAccepted (3), NotReproduced (3)
+    +-- NothingToDo (7)
+
+The worker side (``runner.bench``, ``runner.ops``) raises its own RuntimeErrors inside
+the worker process; the host sees them only as a worker's reply.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from runner.core.import_cause import explain_failure
@@ -21,6 +40,63 @@ class ConfigError(CampaignError):
     """Bad input from the user: a flag, a manifest, a CSV, a patch, a round number."""
 
     return_code = 2
+
+
+class CampaignNotFound(ConfigError):
+    """No campaign where the command looked (a name, a path, a campaigns root), or
+    several where it needs one named."""
+
+
+class CampaignBusy(ConfigError):
+    """Another campaign command holds the campaign's lock: wait for it, then retry."""
+
+
+class RecordDamaged(ConfigError):
+    """A file the campaign wrote is no longer what it wrote: not valid JSON, malformed,
+    not text, or of a ``schema_version`` this release does not read."""
+
+
+class RoundOutOfOrder(ConfigError):
+    """A round number the command cannot take now: not the next round, already closed,
+    not yet closed, or past ``max_iterations``."""
+
+
+class PatchRefused(ConfigError):
+    """A candidate patch refused before anything was measured: it does not apply, is
+    too large or not text, changes a file's kind, or reaches outside the round's scope."""
+
+
+class RepeatedHypothesis(ConfigError):
+    """Rule 7 of upstream's iteration rules: a hypothesis or a patch that an earlier
+    round (or another tournament entry) already judged."""
+
+
+class CheckoutOffLineage(ConfigError):
+    """The user's checkout is not at the lineage head, and its diff against the head
+    would undo accepted rounds: the round's change cannot be read from it."""
+
+
+class ValueRefused(ConfigError):
+    """A flag, setting or text outside what the tool takes: a count out of range, an
+    unknown name (op, bucket, shape, gate field, GPU), a text over its size limit."""
+
+
+class GpuBusy(ConfigError):
+    """A requested GPU is leased by another process."""
+
+
+class FingerprintMismatch(ConfigError):
+    """Two measurements ran on environments that differ in a performance-relevant
+    field; comparing them needs an explicit, recorded reason.  ``diffs`` are the
+    differing fields (``runner.store.fingerprint.FingerprintDiff``)."""
+
+    def __init__(self, message: str, diffs: Sequence[object]) -> None:
+        super().__init__(message)
+        self.diffs = list(diffs)
+
+
+class BundleError(ConfigError):
+    """A bundle that cannot be trusted or read: tampered, incomplete, wrong version."""
 
 
 class SchemaDriftError(ConfigError):
@@ -55,6 +131,10 @@ class CommandFailed(InfrastructureError):
             f"command failed with exit code {returncode}: {' '.join(cmd)}"
             + (f"\n--- output (tail) ---\n{tail}" if tail else "")
         )
+
+
+class SpeedOfLightError(InfrastructureError):
+    """A measured number is above the GPU's peak: the timing or the work count is wrong."""
 
 
 class Verdict(CampaignError):
@@ -134,5 +214,18 @@ class CorrectnessFailed(Verdict):
     """The candidate failed its focused test (Rule 6 of upstream's iteration rules:
     correctness before performance): recorded as a failed attempt of the same round
     number, which stays open; not a round, not a rollback (``runner.flow.attempts``)."""
+
+    return_code = 3
+
+
+class NotAccepted(Verdict):
+    """``campaign accept`` ran and the final best was not accepted."""
+
+    return_code = 3
+
+
+class NotReproduced(Verdict):
+    """``campaign reproduce``: the measured gain is outside the recorded interval and
+    the tolerance."""
 
     return_code = 3

@@ -5,7 +5,7 @@ at most ``excerpt(...)`` of what it was given.  Standard library only (both side
 
 from __future__ import annotations
 
-from runner.core.errors import ConfigError
+from runner.core.errors import ValueRefused
 
 # Paired blocks one comparison may be asked to start with (``validate --pairs``, the
 # manifest's ``pairs``, ``accept --passes``): each block is two incumbent/candidate
@@ -79,7 +79,7 @@ def check_blocks(value: object, what: str) -> int:
     number from 1 to ``MAX_BLOCKS``."""
     problem = blocks_problem(value)
     if problem is not None:
-        raise ConfigError(f"{what} = {excerpt(value)}: {problem}; nothing was measured")
+        raise ValueRefused(f"{what} = {excerpt(value)}: {problem}; nothing was measured")
     assert isinstance(value, int)
     return value
 
@@ -87,7 +87,7 @@ def check_blocks(value: object, what: str) -> int:
 def check_size(text: str, limit: int, what: str, fix: str) -> str:
     """``text`` if it has at most ``limit`` characters, else ConfigError saying what to do."""
     if len(text) > limit:
-        raise ConfigError(
+        raise ValueRefused(
             f"{what} has {len(text):,} characters, over the limit of {limit:,}: {fix}"
         )
     return text

@@ -4,7 +4,7 @@ which way the file is off and what to do."""
 
 from __future__ import annotations
 
-from runner.core.errors import ConfigError
+from runner.core.errors import RecordDamaged
 
 
 def require_schema_version(
@@ -14,7 +14,7 @@ def require_schema_version(
     *,
     older: str,
     newer: str,
-    error: type[Exception] = ConfigError,
+    error: type[Exception] = RecordDamaged,
 ) -> None:
     """Raise ``error`` unless ``found`` is the integer ``supported``.
 

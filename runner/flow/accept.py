@@ -41,7 +41,13 @@ from runner.core.artifact_names import BENCHMARK_CSV
 from runner.core.csv_io import read_csv
 from runner.core.csv_schema import get_schema
 from runner.core.device_memory import oom_error
-from runner.core.errors import CampaignError, ConfigError, DeviceOutOfMemory, MeasurementFailed
+from runner.core.errors import (
+    CampaignError,
+    ConfigError,
+    DeviceOutOfMemory,
+    MeasurementFailed,
+    RoundOutOfOrder,
+)
 from runner.core.files import copy_plain_tree, write_atomic
 from runner.core.limits import check_blocks
 from runner.core.outcomes import GateResult, Score, Status
@@ -306,11 +312,11 @@ def acceptance_round(
 
 def _refuse_unready(campaign: Campaign) -> None:
     if 1 not in campaign.closed_rounds():
-        raise ConfigError(f"campaign {campaign.name} has no baseline: run `campaign baseline`")
+        raise RoundOutOfOrder(f"campaign {campaign.name} has no baseline: run `campaign baseline`")
     open_rounds = unclosed_rounds(campaign)
     if open_rounds:
         n = open_rounds[0]
-        raise ConfigError(
+        raise RoundOutOfOrder(
             f"round-{n} of {campaign.name} is not closed (no result.json): close it with "
             f"`campaign validate --round {n}` before final acceptance"
         )

@@ -8,17 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.core.errors import Verdict
 from runner.core.files import write_atomic
 from runner.core.outcomes import GateResult, Interval, Score
 from runner.render.figures import score_scale
 from runner.store.acceptance import ACCEPTANCE_SCHEMA_VERSION
-
-
-class NotAccepted(Verdict):
-    """Final acceptance ran and the final best was not accepted."""
-
-    return_code = 3
 
 
 @dataclass

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.core.errors import ConfigError
+from runner.core.errors import CheckoutOffLineage, ConfigError
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage, patch_paths
 
@@ -33,7 +33,7 @@ def plan_restore(lineage: Lineage, patch: str, *, from_checkout: bool, restore: 
         return True
     try:
         held = lineage.working_tree_patch()
-    except ConfigError:
+    except CheckoutOffLineage:
         return False  # the checkout is not at the lineage: nothing of the round is in it
     if not held.strip():
         return False
@@ -59,7 +59,7 @@ def restore_checkout(
     )
     try:
         held = lineage.tree_of(lineage.working_tree_patch())
-    except ConfigError:
+    except CheckoutOffLineage:
         held = ""
     if held != lineage.tree_of(patch):
         return (

@@ -42,7 +42,7 @@ import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
 
-from runner.core.errors import ConfigError
+from runner.core.errors import PatchRefused
 from runner.store.manifest import Manifest
 from runner.targets.base import Target
 
@@ -70,7 +70,7 @@ def check_scope(
     if undeclared:
         scope = ", ".join([*m.kernel_source, *target.build_files]) or "(none)"
         flags = " ".join(f"--allow-outside {shlex.quote(p)}" for p in undeclared)
-        raise ConfigError(
+        raise PatchRefused(
             f"the candidate patch touches {len(undeclared)} file(s) outside the kernel "
             f"source and the target's build files: {', '.join(undeclared)}. The round may "
             f"change only {scope}: the focused test, the benchmark and everything the "

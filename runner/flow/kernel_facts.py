@@ -156,7 +156,7 @@ def _compile(campaign: Campaign, tree: Path, rel: str, arch: str, triton: str) -
     except (CommandFailed, InfrastructureError) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         tail = str(exc).strip().splitlines()[-1:] or ["(no output)"]
-        raise FactsUnavailable(f"{rel} did not compile for {arch}: {tail[0]}") from exc
+        raise _FactsUnavailable(f"{rel} did not compile for {arch}: {tail[0]}") from exc
     done = json.loads((tmp / "facts.json").read_text(encoding="utf-8"))
     deps = json.dumps(done.get("deps") or {}, sort_keys=True).encode()
     dest = folder / hashlib.sha256(deps).hexdigest()[:16]  # one compile per set of deps
@@ -180,7 +180,7 @@ def tree_pythonpath(tree: Path) -> str:
     return os.pathsep.join(dict.fromkeys([str(tree), root, *inherited]))
 
 
-class FactsUnavailable(Exception):
+class _FactsUnavailable(Exception):
     """A compile failed or timed out: the round records why instead of facts."""
 
 
@@ -235,7 +235,7 @@ def round_facts(campaign: Campaign, trees: dict[str, Path]) -> dict[str, Any]:
             mine = {rel: folder for (r, rel), folder in compiled.items() if r == role}
             out["roles"][role], said = role_facts(mine)
             notes += [n for n in said if n not in notes]
-    except (FactsUnavailable, OSError, ValueError) as exc:
+    except (_FactsUnavailable, OSError, ValueError) as exc:
         out["note"] = f"no kernel facts: {exc}"
         return out
     if not any(out["roles"].values()):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.core.csv_schema import COMBINED_STEP, FORWARD_GBPS
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, ValueRefused
 from runner.core.processes import run
 from runner.core.shapes import default_shape_set, shape_set, shapes_by_label
 from runner.core.timestamps import now_minute
@@ -53,7 +53,7 @@ def default_metric(op: str) -> str:
     ops); an unknown op fails later, in validate_manifest."""
     try:
         return op_info(op).primary_metric
-    except ConfigError:
+    except ValueRefused:
         return COMBINED_STEP
 
 
@@ -64,7 +64,7 @@ def _default_schema(op: str, metric: str) -> str:
         return "memory"
     try:
         return op_info(op).schema
-    except ConfigError:  # an unknown op fails later, in validate_manifest
+    except ValueRefused:  # an unknown op fails later, in validate_manifest
         return "gemm"
 
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, RepeatedHypothesis, RoundOutOfOrder, ValueRefused
 from runner.core.limits import MAX_HYPOTHESIS_CHARS, check_blocks, check_size, excerpt
 from runner.core.outcomes import (
     Decision,
@@ -70,7 +70,7 @@ class Request:
         if self.pairs is not None:
             check_blocks(self.pairs, "--pairs")
         if self.bucket.strip().upper() not in DECLARABLE:
-            raise ConfigError(
+            raise ValueRefused(
                 f"--bucket {excerpt(self.bucket)} is not a transfer bucket: give one of "
                 f"{', '.join(DECLARABLE)} (docs/protocol.md §8.2); nothing was measured"
             )
@@ -111,16 +111,16 @@ def check_round_number(campaign: Campaign, n: int) -> None:
     """Refuse a VALIDATE round numbered other than the campaign's next."""
     expected = campaign.next_round()
     if expected == 1:
-        raise ConfigError("no baseline yet: run `campaign baseline` first")
+        raise RoundOutOfOrder("no baseline yet: run `campaign baseline` first")
     if n != expected:
-        raise ConfigError(
+        raise RoundOutOfOrder(
             f"round {n} is not the next round: round-{expected - 1} is the last "
             f"closed one, so run `campaign validate --round {expected}` (round numbers "
             "are never reused)"
         )
     limit = campaign.manifest.max_iterations
     if limit is not None and n - 1 > limit:
-        raise ConfigError(
+        raise RoundOutOfOrder(
             f"round {n} would be attempt {n - 1}, past max_iterations {limit}: T3 holds and "
             "the campaign may end (`campaign report`, docs/protocol.md §7.2); to go on, "
             f"raise the limit first with `campaign set max_iterations {n - 1} --reason TEXT` "
@@ -137,13 +137,13 @@ def check_new(campaign: Campaign, hypothesis: str, patch: str) -> None:
         if r.status not in (Status.ACCEPTED, Status.ROLLED_BACK):
             continue
         if " ".join(r.hypothesis.split()).casefold() == words:
-            raise ConfigError(
+            raise RepeatedHypothesis(
                 f"round-{r.round} ({r.status.value}) already tested this hypothesis: state a "
                 "new one, informed by that round's result (Rule 7)"
             )
         earlier = campaign.round_dir(r.round) / "candidate.patch"
         if earlier.is_file() and earlier.read_text("utf-8").strip() == patch.strip():
-            raise ConfigError(
+            raise RepeatedHypothesis(
                 f"this patch is round-{r.round}'s ({r.status.value}), byte for byte: a round "
                 "is judged once; change the candidate (Rule 7)"
             )
@@ -174,7 +174,7 @@ def check_targeted(request: Request, shapes: Sequence[Shape]) -> None:
     labels = [s.label for s in shapes]
     unknown = [t for t in request.targeted if t not in labels]
     if unknown:
-        raise ConfigError(
+        raise ValueRefused(
             f"--target-shape {', '.join(unknown)}: not a shape of this round's "
             f"{request.level} level; pick from {', '.join(labels)} (or --level full)"
         )

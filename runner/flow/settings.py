@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.core.errors import AppendOnlyViolation, ConfigError
+from runner.core.errors import AppendOnlyViolation, ConfigError, ValueRefused
 from runner.core.limits import MAX_NOTE_CHARS, check_size, excerpt
 from runner.judge.gate_constants import current_digest
 from runner.store.appendlog import append_note
@@ -105,7 +105,7 @@ def set_gate_field(campaign: Campaign, field: str, value: str, reason: str) -> s
     verify or another gate field differs from its ledgered value (that one must be
     restored or set on its own first).  Returns the line appended to optimize.md."""
     if field not in SETTABLE:
-        raise ConfigError(f"{field!r} is not a gate field; one of: {', '.join(SETTABLE)}")
+        raise ValueRefused(f"{field!r} is not a gate field; one of: {', '.join(SETTABLE)}")
     if not reason.strip():
         raise ConfigError("say why the field changes: --reason TEXT (it is recorded)")
     check_size(reason, MAX_NOTE_CHARS, "--reason", "say why in a few sentences")

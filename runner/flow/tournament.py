@@ -25,7 +25,14 @@ from functools import partial
 from pathlib import Path
 
 from runner.core.artifact_names import AUDIT
-from runner.core.errors import ConfigError, MeasurementFailed, NothingToDo, Tampered
+from runner.core.errors import (
+    ConfigError,
+    MeasurementFailed,
+    NothingToDo,
+    RepeatedHypothesis,
+    RoundOutOfOrder,
+    Tampered,
+)
 from runner.core.files import write_atomic, write_json_atomic
 from runner.core.limits import MAX_TOURNAMENT_ENTRIES
 from runner.core.outcomes import Decision, GateResult, RoundResult, TournamentNote
@@ -120,7 +127,7 @@ def _check_requests(campaign: Campaign, requests: Sequence[Request]) -> None:
     check_round_number(campaign, requests[0].round)
     for k, request in enumerate(requests):
         if request.round != requests[0].round + k:
-            raise ConfigError("a tournament's entries are consecutive rounds N, N+1, ...")
+            raise RoundOutOfOrder("a tournament's entries are consecutive rounds N, N+1, ...")
         if not request.hypothesis.strip():
             raise ConfigError(
                 f"entry {k + 1} (round {request.round}) states no hypothesis: give every "
@@ -142,7 +149,7 @@ def _check_distinct(requests: Sequence[Request]) -> None:
         if not body.strip():
             continue  # an empty patch is refused as such, later
         if body in first:
-            raise ConfigError(
+            raise RepeatedHypothesis(
                 f"rounds {first[body]} and {request.round} are the same patch: a tournament "
                 "judges different changes; give each --patch once"
             )

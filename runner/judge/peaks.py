@@ -25,14 +25,7 @@ from __future__ import annotations
 
 import re
 
-from runner.core.errors import CampaignError
-
-
-class SpeedOfLightError(CampaignError):
-    """A measured number is above the GPU's peak: the timing or the work count is wrong."""
-
-    return_code = 6
-
+from runner.core.errors import SpeedOfLightError
 
 # gpu -> (dense bf16/fp16 TFLOPS, dense fp8 TFLOPS, HBM GB/s)
 PEAKS: dict[str, tuple[float, float, float]] = {

@@ -12,11 +12,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from runner.core.errors import SpeedOfLightError
 from runner.core.outcomes import GateResult, TransferCheck
 from runner.core.stats import stdev
 from runner.judge.audit import AuditReport, audit_patch, check_declared_bucket
 from runner.judge.confirmation import change_risk
-from runner.judge.peaks import SpeedOfLightError, check_speed_of_light
+from runner.judge.peaks import check_speed_of_light
 
 
 def audit_candidate(

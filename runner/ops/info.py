@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.core.csv_schema import COMBINED_STEP, FORWARD_GBPS
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, ValueRefused
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def op_info(name: str) -> OpInfo:
         return _OPS[name]
     except KeyError:
         valid = ", ".join(sorted(_OPS))
-        raise ConfigError(f"unknown op {name!r}; choose one of: {valid}") from None
+        raise ValueRefused(f"unknown op {name!r}; choose one of: {valid}") from None
 
 
 register_info(OpInfo("gemm", "gemm", True, "bf16", "runner.ops.gemm:GemmOp", COMBINED_STEP))

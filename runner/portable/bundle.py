@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from runner import __version__
-from runner.core.errors import CommandFailed, ConfigError
+from runner.core.errors import BundleError, CommandFailed, ConfigError
 from runner.core.files import write_atomic
 from runner.core.outcomes import RoundResult, Status
 from runner.core.processes import run
@@ -50,10 +50,6 @@ BUNDLE_SCHEMA_VERSION = 1
 CHECKSUMS = "MANIFEST.sha256"
 BUNDLE_YAML = "bundle.yaml"
 SKIP_NAMES = frozenset({".lock", "__pycache__"})
-
-
-class BundleError(ConfigError):
-    """A bundle that cannot be trusted or read: tampered, incomplete, wrong version."""
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from runner.core.csv_schema import BenchCSV
 from runner.core.errors import (
-    CampaignError,
+    BundleError,
     CommandFailed,
     ConfigError,
     InfrastructureError,
@@ -38,7 +38,7 @@ from runner.flow.round_context import Round, all_shapes, gpu_lease, round_probe
 from runner.flow.tamper_check import proof
 from runner.judge.gate import calibrate_sigma
 from runner.measure.passes import pair_samples, per_pass_metric
-from runner.portable.bundle import Bundle, BundleError, host_versions, image_id, open_bundle
+from runner.portable.bundle import Bundle, host_versions, image_id, open_bundle
 from runner.portable.reproduce_report import (
     Chain,
     EnvCheck,
@@ -57,12 +57,6 @@ from runner.store.lineage import Lineage
 from runner.store.manifest import validate_manifest
 
 Progress = Callable[[str], None]
-
-
-class NotReproduced(CampaignError):
-    """The measured gain is outside the recorded interval and the tolerance."""
-
-    return_code = 3
 
 
 @dataclass(frozen=True)

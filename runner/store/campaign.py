@@ -21,7 +21,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.core.errors import ConfigError
+from runner.core.errors import (
+    CampaignBusy,
+    CampaignNotFound,
+    ConfigError,
+    RecordDamaged,
+    RoundOutOfOrder,
+)
 from runner.core.files import write_atomic
 from runner.core.outcomes import RoundResult, Status
 from runner.core.timestamps import now_second
@@ -134,7 +140,7 @@ class Campaign:
 
     def round_dir(self, n: int) -> Path:
         if n < 1:
-            raise ConfigError(f"round numbers start at 1, got {n}")
+            raise RoundOutOfOrder(f"round numbers start at 1, got {n}")
         return self.rounds_dir / f"round-{n}"
 
     def snapshot_dir(self, n: int) -> Path:
@@ -183,7 +189,7 @@ class Campaign:
         try:
             return cls._load(path_or_name, campaigns_root)
         except OSError as exc:  # e.g. a name too long for the filesystem
-            raise ConfigError(
+            raise CampaignNotFound(
                 f"cannot open campaign {str(path_or_name)[:80]!r} ({exc.strerror or exc}); "
                 "check the name or path"
             ) from None
@@ -196,7 +202,7 @@ class Campaign:
             assert campaigns_root is not None
             root = Path(campaigns_root) / given
         if not (root / MANIFEST_NAME).exists():
-            raise ConfigError(
+            raise CampaignNotFound(
                 f"no campaign at {root} (no {MANIFEST_NAME}); create it with `campaign init` "
                 "or check --campaigns-root"
             )
@@ -229,11 +235,11 @@ class Campaign:
         if len(names) == 1:
             return cls.load(names[0], campaigns_root)
         if not names:
-            raise ConfigError(
+            raise CampaignNotFound(
                 f"no campaign under {campaigns_root}; create one with `campaign init` "
                 "or point --campaigns-root at the right directory"
             )
-        raise ConfigError(
+        raise CampaignNotFound(
             f"{len(names)} campaigns under {campaigns_root}: {', '.join(names)}; "
             "name one with --campaign NAME"
         )
@@ -306,7 +312,7 @@ class Campaign:
                 raise
             holder = _parse_holder(os.pread(fd, 4096, 0).decode("utf-8", "replace"))
             pid, what = (holder.pid, f" (`{holder.command}`)") if holder else ("unknown", "")
-            raise ConfigError(
+            raise CampaignBusy(
                 f"campaign {self.name} is busy (pid {pid}): another campaign command{what} "
                 f"holds {self.lock_path}; wait for it to finish, then retry"
             ) from None
@@ -335,11 +341,11 @@ class Campaign:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise ConfigError(
+            raise RoundOutOfOrder(
                 f"round {n} of {self.name} is not closed ({path} is missing)"
             ) from None
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path} is not valid JSON ({exc}); restore it") from None
+            raise RecordDamaged(f"{path} is not valid JSON ({exc}); restore it") from None
         version = data.pop("schema_version", None)
         require_schema_version(
             version,
@@ -351,7 +357,7 @@ class Campaign:
         try:
             return RoundResult.from_dict(data)
         except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"{path} is malformed ({exc!r}); restore it") from None
+            raise RecordDamaged(f"{path} is malformed ({exc!r}); restore it") from None
 
     def closed_rounds(self) -> list[int]:
         if not self.rounds_dir.is_dir():

@@ -43,7 +43,13 @@ from typing import Any
 import yaml
 
 from runner.core import processes
-from runner.core.errors import CampaignError, CommandFailed, ConfigError, InfrastructureError
+from runner.core.errors import (
+    CampaignError,
+    CommandFailed,
+    ConfigError,
+    FingerprintMismatch,
+    InfrastructureError,
+)
 from runner.core.files import write_atomic
 from runner.core.versions import require_schema_version
 from runner.store import fingerprint_parsers as fpp
@@ -98,21 +104,6 @@ OVERRIDE_FLAG = "--allow-env-mismatch"
 _TOOL_TIMEOUT_S = 60.0
 
 
-class FingerprintMismatch(ConfigError):
-    """Two measurements ran on environments that differ in a performance-relevant
-    field; comparing them needs an explicit, recorded reason."""
-
-    def __init__(self, diffs: list[FingerprintDiff]) -> None:
-        self.diffs = diffs
-        lines = "\n".join(f"  {d.key}: {_show(d.a)} vs {_show(d.b)}" for d in diffs)
-        super().__init__(
-            f"the environments differ in {len(diffs)} performance-relevant "
-            f"field(s):\n{lines}\n"
-            "Measure both on the same environment, or pass "
-            f"{OVERRIDE_FLAG} REASON to compare anyway (the reason is recorded)."
-        )
-
-
 @dataclass(frozen=True)
 class FingerprintDiff:
     """One field that differs between fingerprint ``a`` and ``b`` (dotted ``key``;
@@ -125,6 +116,18 @@ class FingerprintDiff:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def mismatch(diffs: list[FingerprintDiff]) -> FingerprintMismatch:
+    """The error for ``diffs``, performance-relevant fields that differ: each with both
+    values, and the way to compare anyway."""
+    lines = "\n".join(f"  {d.key}: {_show(d.a)} vs {_show(d.b)}" for d in diffs)
+    return FingerprintMismatch(
+        f"the environments differ in {len(diffs)} performance-relevant field(s):\n{lines}\n"
+        "Measure both on the same environment, or pass "
+        f"{OVERRIDE_FLAG} REASON to compare anyway (the reason is recorded).",
+        diffs,
+    )
 
 
 # --------------------------------------------------------------------------- collect
@@ -439,7 +442,7 @@ def require_comparable(
     diffs = compare_fingerprints(a, b)
     blocking = [d for d in diffs if d.perf_relevant]
     if blocking and not (override_reason and override_reason.strip()):
-        raise FingerprintMismatch(blocking)
+        raise mismatch(blocking)
     if blocking:
         log.warning(
             "comparing despite %d environment difference(s): %s", len(blocking), override_reason

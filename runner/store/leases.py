@@ -29,7 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, GpuBusy
 
 LEASE_DIR_ENV = "CAMPAIGN_LEASE_DIR"
 DEFAULT_LEASE_DIR = Path("/tmp/turbo-campaign-leases")
@@ -37,10 +37,6 @@ POLL_S = 0.1
 # A `list_leases` probe holds a GPU's lock for microseconds; a plain acquire retries
 # this long before it calls the GPU busy, so `campaign status` never fails a round.
 GRACE_S = 0.3
-
-
-class GpuBusy(ConfigError):
-    """A requested GPU is leased by another process."""
 
 
 @dataclass(frozen=True)

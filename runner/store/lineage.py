@@ -19,7 +19,14 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from runner.core.errors import CommandFailed, ConfigError, InfrastructureError, NothingToDo
+from runner.core.errors import (
+    CheckoutOffLineage,
+    CommandFailed,
+    ConfigError,
+    InfrastructureError,
+    NothingToDo,
+    PatchRefused,
+)
 from runner.core.files import copy_plain_tree, read_bounded
 from runner.core.limits import MAX_PATCH_BYTES, MAX_PATCH_LINE
 from runner.core.pause_points import pause_point
@@ -155,7 +162,7 @@ class Lineage:
         where = f"at {at[:12]}" if at else "without a commit"
         since = f", {ahead} accepted commit(s) behind it" if is_ancestor else ""
         own = "" if is_ancestor or not at else self._own_commits(at, head)
-        raise ConfigError(
+        raise CheckoutOffLineage(
             f"the checkout {self.source} is {where}, not at the lineage head {head[:12]}"
             f"{since}, and its working tree does not hold those rounds' changes: its diff "
             "against the head would undo accepted rounds (a change nobody made). Bring the "
@@ -185,7 +192,7 @@ class Lineage:
                 "--patch FILE"
             )
         if len(patch) > MAX_PATCH_BYTES:
-            raise ConfigError(
+            raise PatchRefused(
                 f"the candidate patch has {len(patch):,} characters, over the "
                 f"{MAX_PATCH_BYTES >> 20} MiB a round's patch may be: one hypothesis per "
                 "round; pass the patch of that one change"
@@ -204,7 +211,7 @@ class Lineage:
             env=_git_env(),
         )
         if proc.returncode != 0:
-            raise ConfigError(
+            raise PatchRefused(
                 f"the candidate patch does not apply to the lineage head: {proc.stdout.strip()}"
                 "\nrebase your change onto the last accepted round (git diff against "
                 f"{self.ref}) and try again"
@@ -313,7 +320,7 @@ def read_patch_file(path: Path) -> str:
     MAX_PATCH_LINE bytes, or not UTF-8 is refused with what to do (never a traceback)."""
     size = path.stat().st_size
     if size > MAX_PATCH_BYTES:
-        raise ConfigError(
+        raise PatchRefused(
             f"{path} is {size} bytes, over the {MAX_PATCH_BYTES >> 20} MiB a round's patch may "
             "be: one hypothesis per round; pass the patch of that one change"
         )
@@ -321,7 +328,7 @@ def read_patch_file(path: Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(
+        raise PatchRefused(
             f"{path} is not UTF-8 text (byte {exc.start}: {data[exc.start : exc.start + 1]!r}): "
             "pass a patch made by `git diff --binary` (binary files are encoded as text "
             "there), with the changed text files in UTF-8"
@@ -379,7 +386,7 @@ def applied_paths(tree: Path) -> list[str]:
         new_mode = meta.split()[1] if meta.startswith(":") else ""
         if new_mode in ("120000", "160000"):
             kind = "a symbolic link" if new_mode == "120000" else "a submodule"
-            raise ConfigError(
+            raise PatchRefused(
                 f"the candidate patch makes {path} {kind}; a round's change is a change of "
                 "file contents: change the file itself (nothing was measured)"
             )

@@ -32,7 +32,7 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from runner.core.errors import ConfigError
+from runner.core.errors import CampaignNotFound, ConfigError, RecordDamaged, ValueRefused
 from runner.core.files import write_atomic
 from runner.core.isa_facts import ARCHS
 from runner.core.limits import MAX_SIGMA_G, blocks_problem, excerpt
@@ -105,7 +105,7 @@ def lang_for_backend(backend: str) -> str:
     try:
         return BACKEND_LANG[backend.upper()]
     except KeyError:
-        raise ConfigError(
+        raise ValueRefused(
             f"unknown backend {backend!r}; use one of {', '.join(sorted(BACKEND_LANG))}"
         ) from None
 
@@ -515,11 +515,11 @@ def load_manifest(path: str | os.PathLike[str]) -> Manifest:
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(
+        raise CampaignNotFound(
             f"no manifest at {p}; create the campaign with `campaign init` first"
         ) from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{p}: not UTF-8 text ({exc}); restore the manifest") from None
+        raise RecordDamaged(f"{p}: not UTF-8 text ({exc}); restore the manifest") from None
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read the manifest ({exc.strerror or exc})") from None
     return validate_manifest(load_yaml(text, str(p)), str(p))

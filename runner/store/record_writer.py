@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, RoundOutOfOrder
 from runner.core.files import write_atomic
 from runner.core.limits import MAX_NOTE_CHARS, check_size
 from runner.core.outcomes import RoundResult, Status
@@ -49,13 +49,13 @@ class RoundTexts:
 def _check_closable(campaign: Campaign, result: RoundResult) -> None:
     n = result.round
     if campaign.result_path(n).exists():
-        raise ConfigError(
+        raise RoundOutOfOrder(
             f"round {n} of {campaign.name} is already closed; its records are append-only: "
             "append a correction to the logs instead of closing it again"
         )
     expected = campaign.next_round()
     if n != expected:
-        raise ConfigError(
+        raise RoundOutOfOrder(
             f"cannot close round {n}: the next round of {campaign.name} is round {expected} "
             "(rounds close in order and numbers are never reused)"
         )
@@ -134,7 +134,7 @@ def append_log_correction(
         raise ConfigError("the correction is empty: say what was wrong with --text TEXT")
     check_size(text, MAX_NOTE_CHARS, "the correction", "say what was wrong in a few sentences")
     if round_n is not None and round_n not in campaign.closed_rounds():
-        raise ConfigError(
+        raise RoundOutOfOrder(
             f"round {round_n} of {campaign.name} is not closed; only a closed round's "
             "entries can be corrected"
         )

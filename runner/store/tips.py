@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, RoundOutOfOrder
 from runner.core.outcomes import RoundResult
 from runner.core.timestamps import now_minute
 from runner.store.appendlog import adopt, append
@@ -176,7 +176,7 @@ def append_tip(campaign: Campaign, root: Path, tip: Tip, *, when: str | None = N
     if not tip.takeaway.strip():
         raise ConfigError("the tip is empty: pass the lesson with --text TEXT")
     if tip.round not in campaign.closed_rounds():
-        raise ConfigError(
+        raise RoundOutOfOrder(
             f"round {tip.round} of {campaign.name} is not closed (no result.json); a tip is "
             "written only after its round is closed: finish the round first, then add the tip"
         )

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, ValueRefused
 
 # The devices a campaign can be measured on: the CPU and the GPU architectures with a
 # peak table (runner.judge.peaks).  ``campaign init`` refuses any other --gpu.
@@ -88,7 +88,7 @@ class Target:
         """Refuse a device the runner cannot measure on, and a backend whose kernels
         cannot run on the CPU (ConfigError naming the valid choices)."""
         if gpu not in KNOWN_GPUS:
-            raise ConfigError(
+            raise ValueRefused(
                 f"--gpu {gpu!r} is not a device turbo-campaign can measure on; choose one "
                 f"of: {', '.join(KNOWN_GPUS)}"
             )
