@@ -72,7 +72,7 @@ from runner.flow.round_context import (
     Progress,
     Round,
     all_shapes,
-    gpu_lease,
+    open_round,
     run_command_in,
 )
 from runner.flow.tamper_check import proof
@@ -83,8 +83,7 @@ from runner.measure.progress import Event
 from runner.render.status import unclosed_rounds
 from runner.store.acceptance import acceptance_dir
 from runner.store.campaign import Campaign
-from runner.store.guard import preflight
-from runner.store.leftovers import job_dir
+from runner.store.guard import locked
 from runner.store.lineage import Lineage
 from runner.store.manifest import Manifest, branch_name
 from runner.store.sealed import heldout_labels
@@ -268,8 +267,7 @@ def run_acceptance(
 ) -> Acceptance:
     """Final acceptance of the lineage head; writes ``acceptance/`` and returns it."""
     check_blocks(passes, "--passes")  # 1 to MAX_BLOCKS paired blocks; 2 is the default
-    with campaign.lock():
-        preflight(campaign, progress)
+    with locked(campaign, progress):
         _refuse_unready(campaign)
         m = campaign.manifest
         lineage = Lineage(Path(m.source), campaign.name, branch_name(m))
@@ -289,25 +287,18 @@ def run_acceptance(
         steps = ACCEPT_STEPS + ((INTEGRATION,) if m.execution_mode == "workspace" else ())
         prior = prior_seconds(out / "acceptance.json")
         clock = StepClock(_prefixed(progress), f"round-{ACCEPT_ROUND}", steps, prior)
-        with gpu_lease(gpus, campaign, ACCEPT_ROUND), job_dir(campaign.root, campaign.name) as tmp:
-            rnd = acceptance_round(campaign, executor, _prefixed(progress), tmp, gpus)
+        with open_round(
+            campaign, executor, _prefixed(progress), ACCEPT_ROUND, "full", gpus, acceptance=True
+        ) as rnd:
             try:
                 _measure(rnd, lineage, result, shapes, out / "artifacts", clock)
             finally:
                 result.step_seconds = dict(clock.seconds)
-            _keep_passes(tmp, out / "artifacts")
+            _keep_passes(rnd.tmp, out / "artifacts")
         result.checks.append(check)
         result.finished = now()
         write_acceptance(out, result)
         return result
-
-
-def acceptance_round(
-    campaign: Campaign, executor: Executor, progress: Progress, tmp: Path, gpus: tuple[int, ...]
-) -> Round:
-    """The acceptance's measurement context: level full, and on a GPU target short turns
-    (``Round.short_turns``), as a quick round takes them."""
-    return Round(campaign, executor, progress, tmp, ACCEPT_ROUND, "full", gpus, acceptance=True)
 
 
 def _refuse_unready(campaign: Campaign) -> None:

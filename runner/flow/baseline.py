@@ -24,7 +24,7 @@ from runner.flow.round_context import (
     Progress,
     Round,
     all_shapes,
-    gpu_lease,
+    open_round,
 )
 from runner.flow.round_logs import close_round
 from runner.flow.round_result import attach_facts
@@ -40,8 +40,7 @@ from runner.measure.passes import per_pass_metric, read_passes, shape_seconds, w
 from runner.store.campaign import Campaign
 from runner.store.gate_ledger import LEDGERED_NOTE
 from runner.store.gate_ledger import record as record_gate_fields
-from runner.store.guard import preflight
-from runner.store.leftovers import job_dir
+from runner.store.guard import locked
 from runner.store.lineage import snapshot
 from runner.store.manifest import Manifest, validate_manifest
 from runner.store.roundfiles import artifact_list, store_artifacts
@@ -61,8 +60,7 @@ def run_baseline(
     noise calibration, representative shapes, the quick script, records."""
     if passes < 2:
         raise ConfigError("the baseline needs at least 2 passes to calibrate noise (use 5)")
-    with campaign.lock():
-        preflight(campaign, progress)
+    with locked(campaign, progress):
         if campaign.closed_rounds():
             raise ConfigError(
                 f"campaign {campaign.name} already has a baseline; the next round is "
@@ -74,13 +72,8 @@ def run_baseline(
         refuse_unfit(m.target_op, all_shapes(m), m.target_gpu, "campaign baseline")
         started = now()
         shutil.rmtree(campaign.round_dir(1), ignore_errors=True)  # an interrupted attempt
-        with (
-            gpu_lease(gpus, campaign, 1),
-            job_dir(campaign.root, campaign.name) as tmp,
-        ):
-            rnd = Round(campaign, executor, progress, tmp, 1, "full", tuple(gpus))
-            result = _baseline_in(rnd, passes, started)
-        return result
+        with open_round(campaign, executor, progress, 1, "full", gpus) as rnd:
+            return _baseline_in(rnd, passes, started)
 
 
 def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:

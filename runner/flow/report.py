@@ -22,7 +22,7 @@ from runner.render.html_report import render_html, report_pictures
 from runner.render.termination import TerminationCheck, campaign_termination
 from runner.store.acceptance import load_acceptance
 from runner.store.campaign import Campaign
-from runner.store.guard import preflight
+from runner.store.guard import locked
 from runner.store.record_writer import append_final_report
 
 REPORT_MD = "final_report.md"
@@ -44,8 +44,7 @@ def write_report(
     order: the page links to what is already there); nothing under ``logs/`` is touched."""
     stamp = when or now_minute()
     out = campaign.root / "report"
-    with campaign.lock():
-        preflight(campaign)
+    with locked(campaign):
         results = campaign.results()
         if not any(r.status is Status.BASELINE for r in results):
             raise ConfigError(f"campaign {campaign.name} has no baseline: run `campaign baseline`")

@@ -7,7 +7,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,7 +37,7 @@ from runner.measure.paired import supports_paired
 from runner.measure.progress import Progress, StepStarted
 from runner.store.campaign import Campaign
 from runner.store.leases import acquire
-from runner.store.leftovers import note_step
+from runner.store.leftovers import job_dir, note_step
 from runner.store.lineage import Lineage
 from runner.store.manifest import Manifest, branch_name
 from runner.store.sealed import SEALED_DIR, sealed_dir
@@ -254,6 +254,28 @@ def gpu_lease(
     if not gpus:
         return contextlib.nullcontext()
     return acquire(list(gpus), campaign.name, round=n)
+
+
+# ---- opening a round -----------------------------------------------------------------
+@contextlib.contextmanager
+def open_round(
+    campaign: Campaign,
+    executor: Executor,
+    progress: Progress,
+    n: int,
+    level: str,
+    gpus: Sequence[int] = (),
+    *,
+    acceptance: bool = False,
+    workdir: Path | None = None,
+) -> Iterator[Round]:
+    """The one way a flow opens round ``n`` that measures (baseline, VALIDATE, a
+    tournament, acceptance, a reproduction), under ``locked``: exclusive leases on its
+    GPUs, then its scratch folder (a job folder removed afterwards, or ``workdir``), then
+    its ``Round``."""
+    with gpu_lease(gpus, campaign, n), contextlib.ExitStack() as stack:
+        tmp = workdir or stack.enter_context(job_dir(campaign.root, campaign.name))
+        yield Round(campaign, executor, progress, tmp, n, level, tuple(gpus), acceptance=acceptance)
 
 
 # ---- shapes --------------------------------------------------------------------------

@@ -42,8 +42,8 @@ from runner.flow.round_context import (
     FocusedTest,
     Progress,
     Round,
-    gpu_lease,
     level_shapes,
+    open_round,
 )
 from runner.flow.round_logs import close_round
 from runner.flow.round_result import (
@@ -69,8 +69,7 @@ from runner.render.summary import commit_message
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import FingerprintDiff
 from runner.store.fingerprint_check import check_round_comparable, record_override
-from runner.store.guard import preflight
-from runner.store.leftovers import job_dir
+from runner.store.guard import locked
 from runner.store.lineage import Lineage, snapshot
 from runner.store.manifest import branch_name
 from runner.store.roundfiles import ATTEMPTS, write_diagnosis
@@ -84,8 +83,7 @@ def validate_round(
     campaign: Campaign, executor: Executor, request: Request, *, progress: Progress = print
 ) -> RoundResult:
     """One VALIDATE round; refuses bad requests before writing anything."""
-    with campaign.lock():
-        preflight(campaign, progress)
+    with locked(campaign, progress):
         check_round_number(campaign, request.round)
         if not request.hypothesis.strip():
             raise ConfigError("state the hypothesis before the change: --hypothesis TEXT")
@@ -107,14 +105,9 @@ def validate_round(
         started = now()
         if diagnosed is not None:
             write_diagnosis(campaign, diagnosed, request.round, dict(request.diagnosis))
-        with (
-            gpu_lease(request.gpus, campaign, request.round),
-            job_dir(campaign.root, campaign.name) as tmp,
-        ):
-            rnd = Round(
-                campaign, executor, progress, tmp, request.round, request.level,
-                tuple(request.gpus),
-            )  # fmt: skip
+        with open_round(
+            campaign, executor, progress, request.round, request.level, request.gpus
+        ) as rnd:
             return _validate_in(rnd, request, patch, touched, started, diffs, declared, restores)
 
 

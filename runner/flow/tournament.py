@@ -41,7 +41,7 @@ from runner.executors.base import BuiltRole, Executor
 from runner.flow.build import built_roles, describe
 from runner.flow.judge_files import check_scope, judge_digests, restore_judge, scope_notes
 from runner.flow.kernel_facts import FactsJob, for_role
-from runner.flow.round_context import Progress, Round, gpu_lease, level_shapes
+from runner.flow.round_context import Progress, Round, level_shapes, open_round
 from runner.flow.round_logs import close_round
 from runner.flow.round_result import (
     Request,
@@ -62,8 +62,7 @@ from runner.render.figures import fmt_gain
 from runner.render.summary import commit_message
 from runner.store.campaign import Campaign
 from runner.store.fingerprint_check import check_round_comparable, record_override
-from runner.store.guard import preflight
-from runner.store.leftovers import job_dir
+from runner.store.guard import locked
 from runner.store.lineage import Lineage, snapshot
 from runner.store.manifest import branch_name
 from runner.targets.registry import manifest_target
@@ -81,8 +80,7 @@ def validate_tournament(
     """Rounds N.. of ``requests`` (one per entry, numbered in order) judged in one
     measurement; returns their results in round order.  Bad requests, and a tournament
     none of whose entries can be measured, are refused before anything is written."""
-    with campaign.lock():
-        preflight(campaign, progress)
+    with locked(campaign, progress):
         _check_requests(campaign, requests)
         m = campaign.manifest
         lineage = Lineage(Path(m.source), campaign.name, branch_name(m))
@@ -102,11 +100,7 @@ def validate_tournament(
         diffs = check_round_comparable(campaign, best.round, first.allow_env_mismatch)
         blocking = [d for d in diffs if d.perf_relevant]
         started = now()
-        with (
-            gpu_lease(first.gpus, campaign, first.round),
-            job_dir(campaign.root, campaign.name) as tmp,
-        ):
-            rnd = Round(campaign, executor, progress, tmp, first.round, first.level, first.gpus)
+        with open_round(campaign, executor, progress, first.round, first.level, first.gpus) as rnd:
             for entry in entries:
                 _open_round(rnd, entry)
                 if first.allow_env_mismatch and blocking:

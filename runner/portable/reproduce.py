@@ -34,7 +34,7 @@ from runner.executors.factory import make_executor
 from runner.flow.build import built_roles
 from runner.flow.measure import measure_and_judge
 from runner.flow.new_campaign import git_toplevel
-from runner.flow.round_context import Round, all_shapes, gpu_lease, round_probe
+from runner.flow.round_context import all_shapes, open_round, round_probe
 from runner.flow.tamper_check import proof
 from runner.judge.gate import calibrate_sigma
 from runner.measure.passes import pair_samples, per_pass_metric
@@ -310,10 +310,13 @@ def measure(
     work.mkdir()
     executor = make_executor(m, executor_kind)
     level = bundle.result(n).level
-    rnd = Round(campaign, executor, progress, work, n, level, gpus)
     role_trees = {"incumbent": trees[0], "candidate": trees[1]}
     try:
-        with gpu_lease(gpus, campaign, n), built_roles(rnd, role_trees), proof(rnd, role_trees):
+        with (
+            open_round(campaign, executor, progress, n, level, gpus, workdir=work) as rnd,
+            built_roles(rnd, role_trees),
+            proof(rnd, role_trees),
+        ):
             got = measure_and_judge(rnd, role_trees, shapes, 2 * m.pairs)
     except MeasurementFailed as exc:
         raise InfrastructureError(f"reproduction measurement failed: {exc}") from None

@@ -10,7 +10,8 @@ before it measures anything.  A broken record or a gate field changed without
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from runner.core.errors import AppendOnlyViolation, CampaignError
@@ -139,3 +140,12 @@ def preflight(campaign: Campaign, progress: Callable[[str], None] | None = None)
             progress(f"cleanup: {line}")
     verify_records(campaign)
     verify_gate_fields(campaign)
+
+
+@contextlib.contextmanager
+def locked(campaign: Campaign, progress: Callable[[str], None] | None = None) -> Iterator[None]:
+    """What every command that writes records does first: the campaign lock, then
+    ``preflight``, before any request is checked."""
+    with campaign.lock():
+        preflight(campaign, progress)
+        yield
