@@ -211,21 +211,26 @@ def _worker_processes(campaign_root: Path, name: str) -> list[tuple[int, str, in
     return found
 
 
-def _containers(name: str) -> list[tuple[str, int]]:
-    if shutil.which("docker") is None:
+def _listing(argv: list[str], timeout: float) -> list[str]:
+    """The output lines of a listing command (``docker ps``, ``squeue``); none where the
+    tool is not installed, fails or does not answer within ``timeout`` seconds."""
+    if shutil.which(argv[0]) is None:
         return []
     try:
-        proc = run(
-            ["docker", "ps", "-a", "--filter", f"label={CAMPAIGN_LABEL}={name}",
-             "--format", f'{{{{.Names}}}} {{{{.Label "{PID_LABEL}"}}}}'],
-            check=False, timeout=20,
-        )  # fmt: skip
+        proc = run(argv, check=False, timeout=timeout)
     except CommandFailed:
         return []
-    if proc.returncode != 0:
-        return []
+    return (proc.stdout or "").splitlines() if proc.returncode == 0 else []
+
+
+def _containers(name: str) -> list[tuple[str, int]]:
+    lines = _listing(
+        ["docker", "ps", "-a", "--filter", f"label={CAMPAIGN_LABEL}={name}",
+         "--format", f'{{{{.Names}}}} {{{{.Label "{PID_LABEL}"}}}}'],
+        timeout=20,
+    )  # fmt: skip
     out = []
-    for line in (proc.stdout or "").splitlines():
+    for line in lines:
         parts = line.split()
         if parts:
             pid = parts[1] if len(parts) > 1 and parts[1].isdigit() else "0"
@@ -236,18 +241,10 @@ def _containers(name: str) -> list[tuple[str, int]]:
 def _slurm_jobs(name: str) -> list[tuple[str, int]]:
     """This campaign's Slurm jobs still queued or running (their ``--comment`` names the
     campaign and the submitting pid, ``job_comment``)."""
-    if shutil.which("squeue") is None:
-        return []
-    try:
-        # every command of a campaign asks: a short limit, as a host with Slurm's
-        # client but no reachable controller would otherwise make each one wait
-        proc = run(["squeue", "-h", "-o", "%i|%k"], check=False, timeout=5)
-    except CommandFailed:
-        return []
-    if proc.returncode != 0:
-        return []
+    # every command of a campaign asks: a short limit, as a host with Slurm's client but
+    # no reachable controller would otherwise make each one wait
     out = []
-    for line in (proc.stdout or "").splitlines():
+    for line in _listing(["squeue", "-h", "-o", "%i|%k"], timeout=5):
         job_id, _, comment = line.partition("|")
         parsed = parse_job_comment(comment)
         if parsed and parsed[0] == name:
