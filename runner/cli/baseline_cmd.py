@@ -15,6 +15,7 @@ from runner.cli.options import (
     gpus_option,
     granularity_option,
     json_option,
+    target_fields,
     target_option,
 )
 from runner.cli.progress_view import ProgressView, quiet_option
@@ -37,18 +38,7 @@ def _new_campaign(app: App, opts: dict[str, Any]) -> Campaign:
             raise ConfigError("--source is required for the primus-turbo target (your checkout)")
         stamp = click.get_current_context().meta.setdefault("stamp", name_stamp())
         source = fresh_example_copy(app.campaigns_root / "sources" / f"example-{stamp}")
-    return create_campaign(
-        app.campaigns_root,
-        target=opts["target"],
-        source=str(source),
-        target_op=opts["op"],
-        granularity=opts["granularity"],
-        target_backend=opts["backend"],
-        target_gpu=opts["gpu"],
-        campaign_name=opts["name"],
-        executor=opts.get("executor"),
-        image=opts.get("image"),
-    )
+    return create_campaign(app.campaigns_root, **target_fields(opts, str(source)))
 
 
 @click.command("baseline")

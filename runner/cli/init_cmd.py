@@ -16,6 +16,7 @@ from runner.cli.options import (
     campaign_option,
     executor_init_option,
     granularity_option,
+    target_fields,
     target_option,
 )
 from runner.core.errors import ConfigError
@@ -178,13 +179,7 @@ def init_cmd(app: App, **opts: Any) -> None:
 def init_fields(opts: dict[str, Any], source: Path) -> dict[str, Any]:
     """create_campaign's fields from init's options."""
     return dict(
-        campaign_name=opts["name"],
-        target=opts["target"],
-        source=str(source),
-        target_op=opts["op"],
-        granularity=opts["granularity"],
-        target_backend=opts["backend"],
-        target_gpu=opts["gpu"],
+        **target_fields(opts, str(source)),
         execution_mode=opts["mode"],
         performance_target=opts["performance_target"],
         primary_metric=opts["primary_metric"],
@@ -199,8 +194,6 @@ def init_fields(opts: dict[str, Any], source: Path) -> dict[str, Any]:
         cache_mode=opts["cache_mode"],
         heldout=opts["heldout"],
         heldout_seed=opts["heldout_seed"],
-        executor=opts["executor"],
-        image=opts["image"],
         project_skill=opts["project_skill"],
         say=click.echo,
     )

@@ -86,3 +86,19 @@ def json_option(what: str) -> Callable[[F], F]:
     return click.option(
         "--json", "as_json", is_flag=True, help=f"Print {what} as one JSON value on stdout."
     )
+
+
+def target_fields(opts: dict[str, Any], source: str) -> dict[str, Any]:
+    """create_campaign's fields from the options `init` and `baseline --op` share (the
+    target, op, granularity, backend, GPU, name, executor and image) and the checkout."""
+    return dict(
+        campaign_name=opts["name"],
+        target=opts["target"],
+        source=source,
+        target_op=opts["op"],
+        granularity=opts["granularity"],
+        target_backend=opts["backend"],
+        target_gpu=opts["gpu"],
+        executor=opts.get("executor"),
+        image=opts.get("image"),
+    )
