@@ -83,7 +83,7 @@ from runner.measure.progress import Event
 from runner.render.status import unclosed_rounds
 from runner.store.acceptance import acceptance_dir
 from runner.store.campaign import Campaign
-from runner.store.guard import locked
+from runner.store.guard import locked, require_baseline
 from runner.store.lineage import Lineage
 from runner.store.manifest import Manifest, branch_name
 from runner.store.sealed import heldout_labels
@@ -302,8 +302,7 @@ def run_acceptance(
 
 
 def _refuse_unready(campaign: Campaign) -> None:
-    if 1 not in campaign.closed_rounds():
-        raise RoundOutOfOrder(f"campaign {campaign.name} has no baseline: run `campaign baseline`")
+    require_baseline(campaign)
     open_rounds = unclosed_rounds(campaign)
     if open_rounds:
         n = open_rounds[0]

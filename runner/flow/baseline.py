@@ -10,7 +10,7 @@ from pathlib import Path
 
 from runner.core.artifact_names import BENCHMARK_CSV
 from runner.core.csv_schema import BenchCSV
-from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed
+from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed, RoundOutOfOrder
 from runner.core.outcomes import RoundResult, Status
 from runner.core.shapes import Shape
 from runner.core.spec import OUT_ENV
@@ -62,7 +62,7 @@ def run_baseline(
         raise ConfigError("the baseline needs at least 2 passes to calibrate noise (use 5)")
     with locked(campaign, progress):
         if campaign.closed_rounds():
-            raise ConfigError(
+            raise RoundOutOfOrder(
                 f"campaign {campaign.name} already has a baseline; the next round is "
                 f"{campaign.next_round()}: campaign validate --round {campaign.next_round()}"
             )

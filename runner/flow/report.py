@@ -13,16 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.core.errors import ConfigError
 from runner.core.files import write_atomic
-from runner.core.outcomes import Status
 from runner.core.timestamps import now_minute
 from runner.render.final_report import compared_scores, render_final_report, render_report
 from runner.render.html_report import render_html, report_pictures
 from runner.render.termination import TerminationCheck, campaign_termination
 from runner.store.acceptance import load_acceptance
 from runner.store.campaign import Campaign
-from runner.store.guard import locked
+from runner.store.guard import locked, require_baseline
 from runner.store.record_writer import append_final_report
 
 REPORT_MD = "final_report.md"
@@ -45,9 +43,8 @@ def write_report(
     stamp = when or now_minute()
     out = campaign.root / "report"
     with locked(campaign):
+        require_baseline(campaign)
         results = campaign.results()
-        if not any(r.status is Status.BASELINE for r in results):
-            raise ConfigError(f"campaign {campaign.name} has no baseline: run `campaign baseline`")
         acceptance = load_acceptance(campaign)
         block = render_report(campaign, results, acceptance, when=stamp, user_stop=user_stop)
         write_atomic(out / REPORT_MD, f"# Report — {campaign.name}\n{block}")

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from runner.core.errors import AppendOnlyViolation, CampaignError
+from runner.core.errors import AppendOnlyViolation, CampaignError, RoundOutOfOrder
 from runner.core.outcomes import Status
 from runner.store.appendlog import LEDGER_SUFFIX, verify
 from runner.store.campaign import Campaign
@@ -149,3 +149,9 @@ def locked(campaign: Campaign, progress: Callable[[str], None] | None = None) ->
     with campaign.lock():
         preflight(campaign, progress)
         yield
+
+
+def require_baseline(campaign: Campaign) -> None:
+    """Refuse a command that needs the BASELINE (round-1) before it is closed."""
+    if 1 not in campaign.closed_rounds():
+        raise RoundOutOfOrder(f"campaign {campaign.name} has no baseline: run `campaign baseline`")
