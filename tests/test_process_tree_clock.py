@@ -28,6 +28,9 @@ from runner.ops.gemm import GemmOp
 
 SHAPE = Shape("tiny-8x8x16", m=8, n=8, k=16)
 TIMING = TimingSettings(warmup_s=0.01, repeats=3, max_repeats=3, batch_s=0.03, budget_s=0.3)
+# The worker shape's batches: about 0.3 s of timed work, so the helper's share is far
+# above the guard's 50 ms floor (with TIMING's 0.09 s it sat on the floor, 0.050 s).
+SHAPE_TIMING = TimingSettings(warmup_s=0.01, repeats=3, max_repeats=3, batch_s=0.1, budget_s=1.0)
 # The helper: reads (m, n, k, a, b) as float32 from stdin, writes a @ b^T back.
 HELPER = """
 import sys
@@ -105,7 +108,7 @@ def test_a_gemm_done_by_a_helper_process_fails_the_shape_named(
 ) -> None:
     adapter = GemmOp(types.SimpleNamespace(ops=types.SimpleNamespace(gemm=forked_gemm)), {})
     spec = RoundSpec("t46", 1, "candidate", 0, "quick", "example", "gemm", {}, (SHAPE,),
-                     TIMING, device="cpu")  # fmt: skip
+                     SHAPE_TIMING, device="cpu")  # fmt: skip
     # forked at its first call, before the first timed batch: seen by its CPU time or
     # by the timing thread waiting for it
     with pytest.raises(ClockBlind, match="process-tree clock guard: "):

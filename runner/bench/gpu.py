@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.bench.clocks import sample_clocks
+from runner.bench.replay_check import check_replay
 from runner.bench.timing_result import Timing
 from runner.core.spec import TimingSettings
 from runner.core.stats import median
@@ -121,6 +122,8 @@ def measure_gpu(fn: Callable[[], object], settings: TimingSettings, device: str)
             unit = _hot_unit(fn, settings, region)
             warm = _warm_up(unit, settings, region, t0)
             timing = _measure_hot(unit, settings, region, warm.per_call_ms)
+            if unit.method == "graph_replay":  # host work frozen into the graph: FAIL
+                check_replay(getattr(fn, "replay_probe", None), unit.run, torch.cuda.synchronize)
         timing.extra.update(
             {
                 "device": props.name,

@@ -61,13 +61,22 @@ class OutputSampler:
         fn: Callable[[], Any],
         keep: int = KEEP,
         finish: Callable[[Any], Any] | None = None,
+        flip: Any = None,
     ) -> None:
         self._fn = fn
         self._finish = finish  # inside the timed call: raises on an unfinished output
+        self._flip = flip  # runner.ops.base.InputFlip of this closure, or None
         self._keep = keep
         self._rng = random.Random(random.SystemRandom().getrandbits(64))
         self.calls = 0
         self.kept: list[tuple[int, Any]] = []
+        self._last: Any = None
+
+    @property
+    def replay_probe(self) -> _Probe | None:
+        """What the GPU engine's replay check negates and reads
+        (``runner.bench.replay_check``); None when the op names no input to negate."""
+        return None if self._flip is None else _Probe(self)
 
     @property
     def capture_key(self) -> Any:
@@ -80,6 +89,7 @@ class OutputSampler:
         if self._finish is not None:
             self._finish(out)
         self.calls += 1
+        self._last = out
         # Algorithm R, decided after the call returned.
         if len(self.kept) < self._keep:
             self.kept.append((self.calls, out))
@@ -107,6 +117,22 @@ class OutputSampler:
                 )
         self.kept.clear()
         return found
+
+
+class _Probe:
+    """An ``OutputSampler``'s flip and the named outputs of its last call (under a graph
+    capture: the tensors every replay writes)."""
+
+    def __init__(self, sampler: OutputSampler) -> None:
+        self._sampler = sampler
+
+    def flip(self) -> None:
+        self._sampler._flip()
+
+    def outputs(self) -> list[Any]:
+        last = self._sampler._last
+        items = last if isinstance(last, (tuple, list)) else (last,)
+        return [items[i] for i in self._sampler._flip.negates]
 
 
 class HarnessTampered(RuntimeError):

@@ -74,18 +74,27 @@ def time_case(case: Any, spec: RoundSpec, device: str) -> tuple[Any, Any, list[s
     """Forward and backward timed through ``OutputSampler``s: every timed call's outputs
     must be plain finished tensors (``finished``: the finished-output guard), and a few
     timed calls, chosen at random after they returned, are judged against the reference
-    (a shortcut taken only while timed FAILs the shape).  Returns (forward, backward or
+    (a shortcut taken only while timed FAILs the shape); on a GPU a graph replay must
+    follow a negated input (``runner.bench.replay_check``).  Returns (forward, backward or
     None, problems)."""
     from runner.ops.base import finished
 
     problems: list[str] = []
-    fwd_calls = OutputSampler(case.forward, finish=lambda out: finished(out, "timed forward"))
+    fwd_calls = OutputSampler(
+        case.forward,
+        finish=lambda out: finished(out, "timed forward"),
+        flip=case.flips.get("forward"),
+    )
     with profiled_region(device):
         fwd = measure(fwd_calls, spec.timing, device)
     problems += fwd_calls.problems(case.verify, "forward")
     bwd = None
     if case.backward:
-        bwd_calls = OutputSampler(case.backward, finish=lambda out: finished(out, "timed backward"))
+        bwd_calls = OutputSampler(
+            case.backward,
+            finish=lambda out: finished(out, "timed backward"),
+            flip=case.flips.get("backward"),
+        )
         with profiled_region(device):
             bwd = measure(bwd_calls, spec.timing, device)
         problems += bwd_calls.problems(case.verify, "backward")

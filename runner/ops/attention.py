@@ -28,6 +28,7 @@ from runner.ops.base import (
     Case,
     CheckResult,
     FreshStep,
+    InputFlip,
     OpAdapter,
     Refs,
     fresh_training_step,
@@ -78,7 +79,9 @@ class AttentionOp(OpAdapter):
             return {"forward": (("out",), ref[:1]), "backward": (("dq", "dk", "dv"), ref[1:])}
 
         verify = snr_verifier(refs, _snr_problems)
-        return Case(forward, backward, flops, ATTENTION_BWD_RATIO * flops, verify=verify)
+        flips = {"forward": InputFlip(v), "backward": InputFlip(g, (0, 1, 2))}
+        bwd_flops = ATTENTION_BWD_RATIO * flops
+        return Case(forward, backward, flops, bwd_flops, verify=verify, flips=flips)
 
     def fresh_step(self, shape: Any, device: str, seed: int) -> FreshStep:
         """A training step: q, k, v and grad_out are activations, new values on new

@@ -41,6 +41,23 @@ class Case:
     # each: the timed outputs sampled by runner.bench.integrity are judged together
     # against the float32 reference of the case's inputs with ``check``'s thresholds.
     verify: Callable[[str, list[Any]], list[list[str]]] | None = None
+    # "forward" / "backward": the input whose negation negates the named outputs of that
+    # closure (the GPU engine's replay check, runner.bench.replay_check)
+    flips: dict[str, InputFlip] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InputFlip:
+    """Negates ``tensor`` in place (a second call restores it exactly), outside autograd's
+    view; the closure's outputs at ``negates`` (indices into what it returns) negate with
+    it."""
+
+    tensor: torch.Tensor
+    negates: tuple[int, ...] = (0,)
+
+    def __call__(self) -> None:
+        with torch.no_grad():
+            self.tensor.data.neg_()
 
 
 @dataclass

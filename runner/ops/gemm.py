@@ -21,6 +21,7 @@ from runner.ops.base import (
     Case,
     CheckResult,
     FreshStep,
+    InputFlip,
     OpAdapter,
     fresh_training_step,
     input_problems,
@@ -68,7 +69,8 @@ class GemmOp(OpAdapter):
             return a0.detach(), b0.detach(), g0
 
         verify = sliced_verifier(pristine, self.sliced)
-        return Case(forward, backward, flops, 2.0 * flops, verify=verify)
+        flips = {"forward": InputFlip(a), "backward": InputFlip(g, (0, 1))}
+        return Case(forward, backward, flops, 2.0 * flops, verify=verify, flips=flips)
 
     def fresh_step(self, shape: Any, device: str, seed: int) -> FreshStep:
         """One training step as training runs it: a new activation and grad_out (new

@@ -25,6 +25,7 @@ from runner.ops.base import (
     Case,
     CheckResult,
     FreshStep,
+    InputFlip,
     Refs,
     fresh_training_step,
     input_problems,
@@ -74,7 +75,9 @@ class GroupedGemmOp(GemmOp):
             ref_out, ref_da, ref_db = grouped_reference(a0.detach(), b0.detach(), lens0, g0)
             return {"forward": (("out",), (ref_out,)), "backward": (("da", "db"), (ref_da, ref_db))}
 
-        return Case(forward, backward, flops, 2.0 * flops, verify=snr_verifier(refs, self.judge))
+        flips = {"forward": InputFlip(a), "backward": InputFlip(g, (0, 1))}
+        verify = snr_verifier(refs, self.judge)
+        return Case(forward, backward, flops, 2.0 * flops, verify=verify, flips=flips)
 
     def fresh_step(self, shape: Any, device: str, seed: int) -> FreshStep:
         """As GemmOp.fresh_step: new token rows and grad_out every step, the same

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from runner.ops.base import Case, CheckResult, OpAdapter, seeded
+from runner.ops.base import Case, CheckResult, InputFlip, OpAdapter, seeded
 
 MANTISSA_BITS = {"e4m3": 3, "e5m2": 2}
 SCALE_RTOL = 2.0**-20
@@ -100,7 +100,9 @@ class QuantizeOp(OpAdapter):
                 return [[] for _ in gots]
             return [compare_quantized(got[0], got[1], ref_codes, ref_scale) for got in gots]
 
-        return Case(forward, None, shape.flops_fwd, 0.0, fwd_bytes=float(moved), verify=verify)
+        flips = {"forward": InputFlip(x)}  # the codes negate, the scales stay
+        return Case(forward, None, shape.flops_fwd, 0.0, fwd_bytes=float(moved), verify=verify,
+                    flips=flips)  # fmt: skip
 
     def check(self, shape: Any, device: str, seed: int) -> CheckResult:
         x = self.inputs(shape, device, seed)
