@@ -8,7 +8,8 @@ requires the named outputs to come back negated (``runner.bench.replay_check``).
 On the CPU: every op's flip really negates the outputs it names (the example package's
 kernels, FP8 quantisation included), and the check itself on real tensors.  On a GPU
 (skipped without one): a GEMM that returns at capture a copy of a result it kept FAILs
-its shape, named; the honest torch GEMM and the example's blockwise FP8 GEMM pass."""
+its shape, named, and so does one timed with plain launches that returns a result kept by
+its input's address; the honest torch GEMM and the example's blockwise FP8 GEMM pass."""
 
 from __future__ import annotations
 
@@ -108,6 +109,23 @@ def test_a_frozen_replay_fails_named_and_the_input_is_restored() -> None:
     assert torch.equal(a, pristine)
 
 
+def test_the_checks_call_on_a_negated_input_is_never_judged() -> None:
+    """Timed with plain launches the check calls the sampler itself; that call's output
+    (on the negated input) must not enter the sample judged against the reference."""
+    a, b = torch.randn(16, 32), torch.randn(24, 32)
+    reference = a @ b.t()
+    sampler = OutputSampler(lambda: a @ b.t(), keep=64, flip=InputFlip(a))
+    for _ in range(5):
+        sampler()
+    check_replay(sampler.replay_probe, sampler, lambda: None)
+    assert sampler.calls == 6  # five timed calls and the check's call on the restored input
+
+    def verify(kind: str, gots: list[Any]) -> list[list[str]]:
+        return [[] if torch.equal(got, reference) else ["differs"] for got in gots]
+
+    assert sampler.problems(verify, "forward") == []
+
+
 def test_an_op_that_names_no_flip_is_not_checked() -> None:
     sampler = OutputSampler(lambda: torch.ones(3))
     sampler()
@@ -149,14 +167,38 @@ def test_on_a_gpu_a_result_kept_at_capture_fails_the_shape_named() -> None:
         measure_shape(adapter, SHAPE, spec("gemm", {}), "cuda")
 
 
+def kept_by_address() -> Callable[..., torch.Tensor]:
+    """The planted cheat for plain launches: a host sync keeps the call out of a graph,
+    and a result is kept by the input's address and returned again while it holds."""
+    kept: dict[int, torch.Tensor] = {}
+
+    def gemm(a: torch.Tensor, b: torch.Tensor, trans_b: bool = True) -> torch.Tensor:
+        torch.cuda.synchronize()  # not capturable: timed with plain launches
+        if a.data_ptr() not in kept:
+            kept[a.data_ptr()] = (a @ b.t()).detach()
+        return kept[a.data_ptr()].clone()
+
+    return gemm
+
+
+@needs_gpu
+@pytest.mark.filterwarnings(CUBLAS_CONTEXT)
+def test_on_a_gpu_a_result_kept_by_address_fails_under_plain_launches() -> None:
+    adapter = GemmOp(SimpleNamespace(ops=SimpleNamespace(gemm=kept_by_address())), {})
+    case = adapter.case(SHAPE, "cuda", 0)
+    with pytest.raises(FrozenReplay, match="did not follow its negated input"):
+        time_case(case, spec("gemm", {}), "cuda")
+
+
 @needs_gpu
 @pytest.mark.filterwarnings(CUBLAS_CONTEXT)
 def test_on_a_gpu_an_honest_gemm_is_replayed_and_passes() -> None:
     honest = SimpleNamespace(gemm=lambda a, b, trans_b=True: a @ b.t())
     adapter = GemmOp(SimpleNamespace(ops=honest), {})
     case = adapter.case(SHAPE, "cuda", 0)
-    fwd, _bwd, problems = time_case(case, spec("gemm", {}), "cuda")
+    fwd, bwd, problems = time_case(case, spec("gemm", {}), "cuda")
     assert fwd.method == "graph_replay" and problems == []  # the check ran, and passed
+    assert bwd is not None  # the backward too, replayed or with plain launches
 
 
 @needs_gpu

@@ -71,6 +71,7 @@ class OutputSampler:
         self.calls = 0
         self.kept: list[tuple[int, Any]] = []
         self._last: Any = None
+        self._flipped = False
 
     @property
     def replay_probe(self) -> _Probe | None:
@@ -88,8 +89,10 @@ class OutputSampler:
         out = self._fn()
         if self._finish is not None:
             self._finish(out)
-        self.calls += 1
         self._last = out
+        if self._flipped:  # the replay check's call on a negated input: never judged
+            return out
+        self.calls += 1
         # Algorithm R, decided after the call returned.
         if len(self.kept) < self._keep:
             self.kept.append((self.calls, out))
@@ -128,6 +131,7 @@ class _Probe:
 
     def flip(self) -> None:
         self._sampler._flip()
+        self._sampler._flipped = not self._sampler._flipped
 
     def outputs(self) -> list[Any]:
         last = self._sampler._last

@@ -8,10 +8,14 @@ product is replayed as a copy, and the replays look almost free.
 So after the timed batches the engine negates, in place, one input of the callable
 whose negation negates its named outputs (the op says which: ``runner.ops.base.
 InputFlip``), replays the graph once and requires each named output to come back
-negated; then negates the input back and replays again, so the outputs hold what they
-held.  A graph that computes from its inputs passes whatever the work is (negation is
-exact in floating point and symmetric in FP8 quantisation); a frozen result comes back
-unchanged and the shape FAILs (``FrozenReplay``, named).  Worker-side.
+negated as soon as the worker's device work has ended; then negates the input back and
+replays again, so the outputs hold what they held.  Timed with plain launches, the
+"replay" is one more call: the stream's events already count what the call waited for,
+and the check adds that its outputs are complete when its device work ends (not filled
+in later by another process's device work).  A call that computes from its inputs
+passes whatever the work is (negation is exact in floating point and symmetric in FP8
+quantisation); a frozen result comes back unchanged and the shape FAILs
+(``FrozenReplay``, named).  Worker-side.
 """
 
 from __future__ import annotations
