@@ -109,6 +109,34 @@ def test_a_frozen_replay_fails_named_and_the_input_is_restored() -> None:
     assert torch.equal(a, pristine)
 
 
+def test_a_large_output_half_frozen_is_seen_through_its_drawn_elements(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An output larger than the sample is compared at positions drawn after the timed
+    calls: half its rows kept from an earlier call fail it, the honest one passes."""
+    import runner.bench.replay_check as replay_check
+
+    monkeypatch.setattr(replay_check, "SAMPLES", 1000)
+    a, b = torch.randn(100, 64), torch.randn(100, 64)
+    kept = a @ b.t()
+    for half_frozen in (False, True):
+        out = kept.clone()
+
+        def call(frozen: bool = half_frozen, out: torch.Tensor = out) -> torch.Tensor:
+            out.copy_(a @ b.t())
+            if frozen:
+                out[50:] = kept[50:]
+            return out
+
+        sampler = OutputSampler(call, flip=InputFlip(a))
+        sampler()
+        if half_frozen:
+            with pytest.raises(FrozenReplay):
+                check_replay(sampler.replay_probe, sampler, lambda: None)
+        else:
+            check_replay(sampler.replay_probe, sampler, lambda: None)
+
+
 def test_the_checks_call_on_a_negated_input_is_never_judged() -> None:
     """Timed with plain launches the check calls the sampler itself; that call's output
     (on the negated input) must not enter the sample judged against the reference."""
