@@ -176,7 +176,7 @@ def test_a_python_only_change_reuses_the_native_build_and_is_what_runs(
     assert (roles["incumbent"]["build"], roles["candidate"]["build"]) == ("hit", "reuse")
     assert "reused the incumbent's native build" in roles["candidate"]["reason"]
     # The candidate's own Python file was imported over the reused native library:
-    # dropping the forward's second native call is a measured speed-up.
+    # dropping the forward's three checking native calls is a measured speed-up.
     assert out.status == "ACCEPTED", out.reasons
     assert out.delta_pct > 5.0
     summary = pipeline.campaign.summary_path(out.round).read_text(encoding="utf-8")
