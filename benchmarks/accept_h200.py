@@ -142,7 +142,10 @@ def report(campaign: Campaign, got: Any, record: dict[str, Any]) -> None:
         "heldout": doc["heldout_shapes"], "paired": evidence,
         "final": {s["label"]: s.get("value") for s in final_shapes},
         "step_seconds": doc.get("step_seconds"), "suite": (doc.get("full_suite") or {}).get("ran"),
+        "suite_yield": {k: (doc.get("full_suite") or {}).get(k)
+                        for k in ("yielded", "tests_logged", "during_timed_work")},
     }  # fmt: skip
+    say(f"accept suite: {record['accept']['suite']}; {record['accept']['suite_yield']}")
     say(f"accept steps: {doc.get('step_seconds')}")
     say(f"accept: {doc['outcome']}")
     for check in doc["checks"]:

@@ -31,6 +31,9 @@ renderers, the campaign folder): ``MANIFEST`` with ``over`` on top.
 
 ``remove_cache_volumes(campaign)``: remove the docker cache volumes of ``campaign``
 (each role's, and the role-less ones of jobs made without a role).
+
+``slow_suite(folder, n, seconds)``: a pytest file of ``n`` tests sleeping ``seconds``
+each, for a full test suite that is still running while workers time their turns.
 """
 
 from __future__ import annotations
@@ -185,3 +188,20 @@ def remove_cache_volumes(campaign: str) -> None:
         if volume.startswith(prefix):
             subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True,
                            check=False)  # fmt: skip
+
+
+SLOW_SUITE = """
+import time
+import pytest
+
+@pytest.mark.parametrize("i", range({n}))
+def test_step(i):
+    time.sleep({s})
+"""
+
+
+def slow_suite(folder: Path, n: int, seconds: float) -> Path:
+    """``folder/test_slow.py``: ``n`` tests of ``seconds`` each (``SLOW_SUITE``)."""
+    path = folder / "test_slow.py"
+    path.write_text(SLOW_SUITE.format(n=n, s=seconds))
+    return path

@@ -23,10 +23,11 @@ Four checks, each recorded, none skipped:
 
 Nothing else uses the device while full validation times: on a GPU target with serving
 workers its turns are short turns (``Round.short_turns``) and the full test suite runs
-beside the first wave's start-up, the first timed turn waiting for it; elsewhere the
-steps run one after another.  The steps are announced with the time left and recorded in seconds
-(``runner.flow.accept_steps``).  The outcome goes to ``acceptance/acceptance.md`` and
-``acceptance/acceptance.json``;
+beside full validation, giving the device up at a test boundary whenever work is timed
+(``runner.flow.suite_beside``; a suite that is not one pytest run holds the first
+timed turn until it ends); elsewhere the steps run one after another.  The steps are
+announced with the time left and recorded in seconds (``runner.flow.accept_steps``).
+The outcome goes to ``acceptance/acceptance.md`` and ``acceptance/acceptance.json``;
 the command exits 0 when ACCEPTED, 3 when NOT ACCEPTED, 2 on bad input.
 """
 
@@ -68,16 +69,17 @@ from runner.flow.acceptance_record import Acceptance, Check, write_acceptance
 from runner.flow.build import built_roles
 from runner.flow.measure import Comparison, measure_and_judge
 from runner.flow.round_context import (
-    BesideStartUp,
     Progress,
     Round,
     all_shapes,
     open_round,
     run_command_in,
 )
+from runner.flow.suite_beside import SuiteBeside
 from runner.flow.tamper_check import proof
 from runner.judge.scoring import score
 from runner.measure.host import run_job
+from runner.measure.paired import quiet
 from runner.measure.passes import read_passes
 from runner.measure.progress import Event
 from runner.render.status import unclosed_rounds
@@ -243,15 +245,11 @@ def _command_full_benchmark(rnd: Round, tree: Path, command: str, dest: Path) ->
 
 
 # ---- 3. the full test suite ------------------------------------------------------------
-def run_command(rnd: Round, name: str, tree: Path, command: str) -> tuple[int, str]:
-    """``command`` in ``tree`` through the worker's test mode: (exit code, log)."""
-    code, text, _ = run_command_in(rnd, name, tree, command)
-    return code, text
-
-
-def full_suite(rnd: Round, tree: Path, dest: Path) -> dict[str, Any]:
+def full_suite(
+    rnd: Round, tree: Path, dest: Path, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     command = rnd.target.full_suite_command()
-    code, log = run_command(rnd, "full-suite", tree, command)
+    code, log, _ = run_command_in(rnd, "full-suite", tree, command, env=env)
     write_atomic(dest, log)
     return {"command": command, "returncode": code, "log": dest.name, "tail": log[-1500:]}
 
@@ -337,9 +335,10 @@ def _measure(
 ) -> None:  # fmt: skip
     """Checks 1-3 in fresh worktrees of the base commit and the head.  Nothing else
     uses the device while full validation times: on a GPU target with serving workers
-    the full test suite runs beside the first wave's start-up (``BesideStartUp``: no
-    turn starts before it is done), elsewhere after full validation; the full benchmark
-    comes after full validation."""
+    the full test suite runs beside it (``SuiteBeside``: a pytest suite gives the device
+    up whenever work is timed, another suite holds the first turn until it is done),
+    elsewhere after full validation; the full benchmark comes after full validation,
+    the suite paused while it times."""
     with ExitStack() as stack:
         with clock.step("worktrees and builds"):
             base = stack.enter_context(lineage.worktree(result.base_commit))
@@ -347,18 +346,21 @@ def _measure(
             trees = {"baseline": base, "final": head}
             stack.enter_context(built_roles(rnd, trees))
 
-        def suite() -> None:
-            result.full_suite = full_suite(rnd, head, art / "full_suite.log")
+        def suite(env: dict[str, str] | None = None) -> None:
+            result.full_suite = full_suite(rnd, head, art / "full_suite.log", env)
 
-        beside: BesideStartUp | None = None
+        beside: SuiteBeside | None = None
         with clock.step("full validation"):
-            if BesideStartUp.possible(rnd):
-                beside = stack.enter_context(BesideStartUp(rnd, "full-suite", suite))
+            if SuiteBeside.possible(rnd):
+                command = rnd.target.full_suite_command()
+                folder = rnd.tmp / "full-suite" / "yield"
+                beside = stack.enter_context(SuiteBeside(rnd, command, folder, suite))
             result.checks.append(_validate(rnd, trees, shapes, result, art))
         measured = art / "final.csv" if result.final is not None else None
         with clock.step("full benchmark"):
             dest = art / "full_benchmark.csv"
-            result.full_benchmark = full_benchmark(rnd, head, shapes, dest, measured)
+            with quiet(rnd):  # a command's benchmark times: the suite gives the device up
+                result.full_benchmark = full_benchmark(rnd, head, shapes, dest, measured)
             result.checks.append(benchmark_check(result.full_benchmark))
         with clock.step("full test suite"):
             if beside is None:
@@ -366,10 +368,7 @@ def _measure(
             else:  # what is left of it after full validation
                 beside.close()
                 beside.wait()
-                result.full_suite["ran"] = (
-                    f"beside full validation's worker start-up ({beside.seconds} s; the "
-                    "first timed turn waited for it)"
-                )
+                result.full_suite.update(beside.record())
             result.checks.append(suite_check(result.full_suite))
         if rnd.manifest.execution_mode == "workspace":
             with clock.step(INTEGRATION):

@@ -137,6 +137,15 @@ def benchmark_check(info: dict[str, Any]) -> Check:
 
 
 def suite_check(info: dict[str, Any]) -> Check:
+    hits = info.get("during_timed_work") or []
+    if hits:  # the pause failed: full validation's timing shared the device
+        return Check(
+            "full test suite",
+            False,
+            f"{len(hits)} of {info.get('tests_logged')} test(s) ran while work was timed "
+            f"(first: {hits[0]}): the suite shared the device with full validation's "
+            "turns, so their timing is not clean; run `campaign accept` again",
+        )
     ok = info["returncode"] == 0
     tail = info["tail"].strip().splitlines()[-1:] or [""]
     state = "passed" if ok else f"FAILED (exit {info['returncode']})"

@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -72,6 +73,9 @@ class Round:
     before_turns: Callable[[], None] | None = None
     # before the first timed turn of a wave, after before_turns (runner.measure.paired._hold)
     ready_checks: list[Callable[[], None]] = field(default_factory=list)
+    # Held around every timed stretch of serving workers: work beside them that can
+    # give the device up does so inside (runner.flow.suite_beside: acceptance's suite).
+    quiet: Callable[[], AbstractContextManager[None]] | None = None
     # The folders of the round's role trees: a job may not write any but its own.
     role_dirs: tuple[Path, ...] = ()
     jit_folders: dict[tuple[str, Path], Path] = field(default_factory=dict)  # (role, tree)
@@ -322,14 +326,15 @@ def run_command_in(
     role: str = "final",
     expect: dict[str, str] | None = None,
     threads: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[int, str, Path]:
     """``command`` in ``tree`` through the worker's test mode (job ``name``): its exit
     code, its log and the job's output folder ($TURBO_CAMPAIGN_OUT there).  ``threads``:
     the CPU threads its math libraries may use (``OMP_NUM_THREADS``), for commands run
-    side by side."""
+    side by side; ``env``: more of the job's environment."""
     spec = rnd.spec(role, 0, [], mode="test", command=command, expect=expect)
-    env = {"OMP_NUM_THREADS": str(threads)} if threads else None
-    outcome = run_job(rnd, name, spec, tree, env)
+    job_env = dict(env or {}) | ({"OMP_NUM_THREADS": str(threads)} if threads else {})
+    outcome = run_job(rnd, name, spec, tree, job_env or None)
     log = outcome.out_dir / "test.log"
     text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
     if not text and outcome.log_path.exists():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,6 +32,8 @@ class Host(Protocol):
     tmp: Path
     before_turns: Callable[[], None] | None  # e.g. a focused test that must pass first
     ready_checks: list[Callable[[], None]]  # run then too, e.g. the tamper check
+    # held around every timed stretch: work beside the workers gives the device up
+    quiet: Callable[[], AbstractContextManager[None]] | None
 
     @property
     def executor(self) -> Executor: ...
@@ -122,6 +125,7 @@ class PlainHost:
     before_turns: Callable[[], None] | None = None
     # before the first timed turn of a wave, after before_turns (runner.measure.paired._hold)
     ready_checks: list[Callable[[], None]] = field(default_factory=list)
+    quiet: Callable[[], AbstractContextManager[None]] | None = None  # around timed stretches
     device_bytes: int | None = None  # the device's memory, when the caller knows it
 
     @property

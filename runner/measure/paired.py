@@ -300,8 +300,9 @@ class _Session:
 
     def take_turns(self, wave: list[list[_Worker]], first: int) -> None:
         """The wave's turns (``_take_turns``); each worker's last report into ``memory``."""
-        turned = _take_turns(self.host, wave, first, self.groups, self.picks, self.suffix,
-                             self.turn_s, self.watch)  # fmt: skip
+        with quiet(self.host):
+            turned = _take_turns(self.host, wave, first, self.groups, self.picks, self.suffix,
+                                 self.turn_s, self.watch)  # fmt: skip
         for name, report in turned.items():
             self.memory[name] = {**self.memory.get(name, {}), **report}
             self.note(name, report)
@@ -316,23 +317,27 @@ class _Session:
         workers = [w for group in wave for w in group]
         together = finish_side_by_side([self.memory.get(w.live.name, {}) for w in workers])
         if together:
-            for w in workers:
-                reply = _talk(w, Fresh(), self.turn_s, FreshDone)
-                if reply.memory:  # what it keeps now, its pool handed back
-                    self.note(w.live.name, reply.memory)
-                    self.memory[w.live.name] = {
-                        **self.memory.get(w.live.name, {}),
-                        **reply.memory,
-                    }
+            with quiet(self.host):  # the fresh steps are timed
+                for w in workers:
+                    reply = _talk(w, Fresh(), self.turn_s, FreshDone)
+                    if reply.memory:  # what it keeps now, its pool handed back
+                        self.note(w.live.name, reply.memory)
+                        self.memory[w.live.name] = {
+                            **self.memory.get(w.live.name, {}),
+                            **reply.memory,
+                        }
             # the re-checks side by side only if they still fit; else one at a time
             together = finish_side_by_side([self.memory.get(w.live.name, {}) for w in workers])
             for w in workers if together else []:
                 _send(w, Finish())
         for group in wave:
             for w in group:
-                if not together:
-                    _send(w, Finish())
-                _expect(w, self.turn_s, Finished)
+                if together:
+                    _expect(w, self.turn_s, Finished)
+                else:  # its fresh step (timed) and its re-checks, alone
+                    with quiet(self.host):
+                        _send(w, Finish())
+                        _expect(w, self.turn_s, Finished)
                 _reap(w)
             if self.watch is not None:
                 self.watch.pair_done([w.csv for w in group])
@@ -366,6 +371,12 @@ def _hold(host: Host) -> None:
         host.before_turns()
     for check in host.ready_checks:
         check()
+
+
+def quiet(host: Host) -> contextlib.AbstractContextManager[None]:
+    """``host.quiet`` (work beside the workers gives the device up inside), else
+    nothing: held around every timed stretch, a wave's turns and its fresh steps."""
+    return host.quiet() if host.quiet is not None else contextlib.nullcontext()
 
 
 def _keep_memory(session: _Session) -> None:
