@@ -29,7 +29,7 @@ from runner.flow import accept as accept_mod
 from runner.flow.acceptance_checks import heldout_check
 from runner.flow.acceptance_record import Acceptance
 from runner.judge.gate import accept_threshold, decide, required_pairs
-from runner.judge.heldout import ShapeGain, judge_heldout, neighbours
+from runner.judge.heldout import ShapeGain, Shortfall, judge_heldout, neighbours, shortfall
 
 # The demo's CPU shapes (runner.core.shapes.cpu_gemm_shapes), forward FLOPs.
 WORK = {
@@ -184,6 +184,74 @@ def test_a_held_out_shape_keeping_most_of_the_gain_passes_however_precise() -> N
     pct = {"small": 30.0, "attn_out": 30.0, "down": 25.0, "qkv": 30.0, "gate_up": 30.0}
     assert _judge(pct, "down", 0.5)
     assert not _judge(pct | {"down": 12.0}, "down", 0.5)
+
+
+# One H200 at f2bde68 (2026-12-04), the example's honest scalar_scale.patch at acceptance
+# (4 pairs; docs/benchmarks.md "Final acceptance on one H200"): forward FLOPs, gain %,
+# 95% half-width %.  The held-out down mb4 has 2.0x the work of the largest target.
+H200 = {
+    "qkv-mb1": (2 * 4096 * 12288 * 4096, 3.97, 0.45),
+    "attn_out-mb1": (2 * 4096 * 4096 * 4096, 4.35, 0.49),
+    "gate_up-mb1": (2 * 4096 * 22016 * 4096, 4.27, 0.56),
+    "down-mb1": (2 * 4096 * 4096 * 11008, 2.57, 0.95),
+    "down-mb4": (2 * 16384 * 4096 * 11008, 2.09, 0.25),
+}
+
+
+def _h200(
+    held_pct: float | None = None, target_pct: float | None = None
+) -> tuple[list[ShapeGain], list[ShapeGain]]:
+    """([the held-out down mb4], the four targets), the gains ``H200``'s unless given."""
+    gains = {
+        lb: ShapeGain(lb, w, math.log1p((p if target_pct is None else target_pct) / 100), h / 100)
+        for lb, (w, p, h) in H200.items()
+    }
+    w, p, h = H200["down-mb4"]
+    held = ShapeGain(
+        "down-mb4", w, math.log1p((p if held_pct is None else held_pct) / 100), h / 100
+    )
+    return [held], [g for lb, g in gains.items() if lb != "down-mb4"]
+
+
+def test_a_fixed_saving_beyond_the_largest_target_keeps_its_scaled_share() -> None:
+    """The honest scalar_scale.patch on one H200 (f2bde68): the held-out shape beyond
+    the largest target, at 2.0x its work, kept +2.09% beside its +4.27%: a fixed saving
+    per call, about half the gain at twice the work.  The unscaled floor refused it."""
+    held, targets = _h200()
+    found = shortfall(held[0], targets)
+    assert found is not None and found.floor.label == "gate_up-mb1"
+    assert found.scale == pytest.approx(0.5, abs=0.01)
+    assert judge_heldout(held, targets) == (True, [])
+    unscaled = Shortfall(found.held, found.floor, found.floor.gain - found.held.gain,
+                         found.tolerance)  # fmt: skip
+    assert unscaled.short  # what refused it
+    assert "scaled to +2.1" in found.describe()
+
+
+def test_a_change_tuned_to_the_targets_is_refused_beyond_them_too() -> None:
+    """The same shapes, every target +10% and the held-out one flat, or at +1%."""
+    for flat in (0.0, 1.0):
+        held, targets = _h200(held_pct=flat, target_pct=10.0)
+        ok, reasons = judge_heldout(held, targets)
+        assert not ok and "scaled to" in reasons[0]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.floats(0.5, 20.0), st.floats(1.05, 4.0), st.floats(0.05, 1.0))
+def test_any_fixed_saving_per_call_passes_beyond_the_targets(
+    saving_pct_of_largest: float, times_the_work: float, half: float
+) -> None:
+    """A saving of the same time on every call (time proportional to work): the gain
+    falls as 1/work; a held-out shape up to 4x beyond the largest target passes."""
+    largest = max(WORK.values())
+
+    def gain(work: float) -> float:
+        return math.log1p(saving_pct_of_largest / 100 * largest / work)
+
+    targets = [ShapeGain(lb, w, gain(w), half / 100) for lb, w in WORK.items()]
+    work = largest * times_the_work
+    held = ShapeGain("beyond", work, gain(work), half / 100)
+    assert judge_heldout([held], targets)[0]
 
 
 def test_an_a_a_within_its_noise_passes() -> None:
