@@ -310,3 +310,33 @@ def test_the_least_recently_used_entries_are_evicted_past_the_limit(tmp_path: Pa
     assert sorted(e.key[0] for e in cache.entries()) == ["c", "d"]
     head, *lines = cache.status_lines()
     assert "2 entries, 2.0 MiB of 2.5 MiB" in head[1] and len(lines) == 2
+
+
+def test_two_campaigns_roots_on_one_daemon_never_evict_each_others_images(
+    tmp_path: Path, cpu_image: str
+) -> None:
+    """Two campaigns roots built the same key on one Docker daemon: each cache's image
+    is its own (``cache_tag`` names the cache folder), so one root removing its entry
+    (an eviction, a damaged build) leaves the other's image in place.  Before, both were
+    ``turbo-campaign-cache:<key>`` and the first removal deleted the other's."""
+    from runner.executors.docker_args import cache_tag
+
+    key = "e" * 64
+    caches = [BuildCache(tmp_path / name / ".build-cache") for name in ("a", "b")]
+    tags = [cache_tag(key, cache.root) for cache in caches]
+    assert tags[0] != tags[1] and tags[0] == cache_tag(key, tmp_path / "a" / ".build-cache")
+
+    def exists(tag: str) -> bool:
+        inspect = ["docker", "image", "inspect", tag]
+        return subprocess.run(inspect, capture_output=True, check=False).returncode == 0
+
+    try:
+        for cache, tag in zip(caches, tags, strict=True):
+            subprocess.run(["docker", "tag", cpu_image, tag], check=True)
+            cache.store(key, {"executor": "docker", "image": tag})
+        caches[0].remove(key)
+        assert not exists(tags[0])
+        assert exists(tags[1]) and caches[1].lookup(key)[0] is not None
+    finally:
+        for tag in tags:
+            subprocess.run(["docker", "image", "rm", "--force", tag], capture_output=True)

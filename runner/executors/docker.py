@@ -28,13 +28,13 @@ image gets a writable copy of the role's tree, which replaces ``/workspace/targe
 (the image's own built tree is removed first, so nothing stale survives), runs the
 build (``pip install --no-build-isolation -e .``, GPU_ARCHS, ccache on the campaign's
 named volume), lists the files it added with their checksums, and is committed as
-the cache's image of that key (``turbo-campaign-cache:<key>``, kept across rounds and
-campaigns).  A role whose key is cached gets a container of that image that checks
-the checksums (a mismatch: the entry is removed and the role compiled) and replaces
-the tree with the role's own, the build products copied in; it is committed as a
-per-round image, which ``release_role`` removes at the end of the round.  Every job
-of the role then runs in a fresh container of its image: nothing is mounted or copied
-over the built tree.
+the cache's image of that key (``turbo-campaign-cache:<cache folder id>-<key>``, kept
+across rounds and the campaigns of one campaigns root).  A role whose key is cached
+gets a container of that image that checks the checksums (a mismatch: the entry is
+removed and the role compiled) and replaces the tree with the role's own, the build
+products copied in; it is committed as a per-round image, which ``release_role``
+removes at the end of the round.  Every job of the role then runs in a fresh container
+of its image: nothing is mounted or copied over the built tree.
 
 GPUs: each job names the host GPUs leased to it (``WorkerJob.gpus``); the container
 gets only those (``GpuRequest.for_job``) and sees them numbered from 0, so the
@@ -310,7 +310,7 @@ class DockerExecutor:
                                  round(time.perf_counter() - t0, 3), tag, build.key)  # fmt: skip
             build.cache.remove(build.key)
             why = f"the cached build was corrupted (its checksums differ: {log_path.name})"
-        tag = cache_tag(build.key)
+        tag = cache_tag(build.key, build.cache.root)
         self._build_container(build, log_path, tag)
         size = int(docker(["image", "inspect", "--format", "{{.Size}}", tag]).strip() or 0)
         base = int(docker(["image", "inspect", "--format", "{{.Size}}", self.image]).strip() or 0)

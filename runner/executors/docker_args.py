@@ -4,10 +4,12 @@ role build's container and its script, the per-round image tag, and the one-comm
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 
 from runner.core.spec import SOURCE_ENV
 from runner.executors.base import BuildJob, WorkerJob
@@ -192,9 +194,12 @@ def build_tag(campaign: str, round_n: int, role: str) -> str:
     return f"{repo}:r{round_n}-{safe_name(role).lower()}-{uuid.uuid4().hex[:8]}"
 
 
-def cache_tag(key: str) -> str:
-    """The image of a cached build: named by its build key, shared by campaigns."""
-    return f"{CACHE_REPO}:{key}"
+def cache_tag(key: str, cache_root: Path) -> str:
+    """The image of a cached build: named by its build cache's folder and its build key,
+    so the campaigns of one campaigns root share it and two roots on one Docker daemon
+    never name (nor evict: ``BuildCache._remove``) each other's image."""
+    root = hashlib.sha256(str(Path(cache_root).resolve()).encode()).hexdigest()[:12]
+    return f"{CACHE_REPO}:{root}-{key}"
 
 
 def docker_run_line(job: WorkerJob, create_args: Sequence[str], image: str) -> str:
