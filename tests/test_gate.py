@@ -242,6 +242,13 @@ def test_a_shape_reading_a_5pct_loss_inside_its_noise_is_measured_more() -> None
     capped = judge(scaled(BEST, all=1.095, small=0.923), sigma_g=0.048, pairs=lossy, final=True)
     assert capped.decision is Decision.ROLLED_BACK
     assert "regressed by 5% or more: small" in capped.reasons[0], capped.reasons
+    assert "by its mean at the measurement cap, 5 pair(s)" in capped.reasons[0]
+    assert "too wide to tell" in capped.reasons[0]
+    # a regression its whole interval establishes is named without that
+    steady = [pairs_with_gains([0.095], per_shape={"small": 0.85})[0] for _ in range(5)]
+    clear = judge(scaled(BEST, all=1.095, small=0.93), sigma_g=0.048, pairs=steady, final=True)
+    assert "regressed by 5% or more: small" in clear.reasons[0], clear.reasons
+    assert "measurement cap" not in clear.reasons[0]
 
 
 def test_paired_shape_regression_rolls_back() -> None:

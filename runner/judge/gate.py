@@ -290,11 +290,19 @@ def _paired(facts: _Facts, ev: Evidence, gain: float, final: bool) -> GateResult
         why = f"not improved by more than 1%: {ev.summary()}"
         return _rolled_back(facts, ev, why)
     clear, unclear = _paired_severe(ev)
+    capped: list[str] = []
     if final:  # at the cap an unclear shape is judged by its paired mean alone
-        clear += [lb for lb in unclear if ev.shapes[lb].mean <= -SEVERE_LOG]
+        capped = [lb for lb in unclear if ev.shapes[lb].mean <= -SEVERE_LOG]
         unclear = []
-    if clear:
-        why = "shape(s) regressed by 5% or more: " + _named(ev, clear)
+    if clear or capped:
+        named = [_named(ev, clear)] if clear else []
+        if capped:  # say so: its interval may reach far above -5% (a noisy machine)
+            named.append(
+                f"{_named(ev, capped)} (by its mean at the measurement cap, {ev.n} pair(s): "
+                "its 95% interval is still too wide to tell whether it regressed; on a "
+                "quieter machine fewer pairs would settle it)"
+            )
+        why = "shape(s) regressed by 5% or more: " + "; ".join(named)
         return _rolled_back(facts, ev, why)
     if unclear:
         more = min(_pairs_to_resolve(ev, unclear) - ev.n, ev.n)
