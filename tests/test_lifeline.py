@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from runner.core.pause_points import PAUSE_ENV, PAUSE_FILE_ENV, PAUSE_SECONDS_ENV, pause_point
+from runner.core.processes import pid_alive
 from runner.store.leftovers import (
     JOB_PREFIX,
     OWNER,
     clean_leftovers,
     describe_leftovers,
     partial_files,
-    pid_alive,
 )
 
 ROOT = Path(__file__).resolve().parent.parent

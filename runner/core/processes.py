@@ -147,3 +147,24 @@ def start(
             )
     except FileNotFoundError as exc:
         raise _not_found(args[0], cwd) from exc
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (another user's counts; a zombie does not)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return _state(pid) != "Z"
+
+
+def _state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return ""
+    return stat.rpartition(")")[2].split()[0] if ")" in stat else ""

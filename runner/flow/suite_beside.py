@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.bench.suite_yield import PAUSE, PAUSED, PLUGIN, POLL_S, RUNNING, SPANS, YIELD_ENV
+from runner.core.processes import pid_alive
 from runner.flow.round_context import BesideStartUp, Round
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -85,16 +86,6 @@ def during_timed_work(suite_folder: Path, tmp: Path) -> tuple[int, list[str]]:
     return len(tests), hits
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class SuiteYield:
     """The host's side of ``runner.bench.suite_yield``: ``quiet()`` asks the suite's
     pytest processes to give the device up and returns once each has (or has ended, or
@@ -136,7 +127,7 @@ class SuiteYield:
             waiting = [
                 pid
                 for pid in self._running()
-                if not (self.folder / f"{PAUSED}{pid}").exists() and _alive(pid)
+                if not (self.folder / f"{PAUSED}{pid}").exists() and pid_alive(pid)
             ]
             if not waiting:
                 break

@@ -30,6 +30,7 @@ from runner.core.errors import (
 )
 from runner.core.files import write_atomic
 from runner.core.outcomes import RoundResult, Status
+from runner.core.processes import pid_alive
 from runner.core.timestamps import now_second
 from runner.core.versions import require_schema_version
 from runner.store.appendlog import append
@@ -81,16 +82,6 @@ def _parse_holder(text: str) -> LockHolder | None:
     about = about if isinstance(about, dict) else {}
     command = str(about.get("command") or "a campaign command")
     return LockHolder(int(first), command, str(about.get("started") or ""))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
 
 
 @dataclass
@@ -327,7 +318,7 @@ class Campaign:
             holder = _parse_holder(self.lock_path.read_text(encoding="utf-8", errors="replace"))
         except OSError:
             return None
-        return holder if holder is not None and _alive(holder.pid) else None
+        return holder if holder is not None and pid_alive(holder.pid) else None
 
     # -- rounds -------------------------------------------------------------------
     def save_result(self, result: RoundResult) -> None:

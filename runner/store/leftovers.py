@@ -33,7 +33,7 @@ from typing import Any
 
 from runner.core.errors import CommandFailed
 from runner.core.files import write_atomic
-from runner.core.processes import run
+from runner.core.processes import pid_alive, run
 from runner.core.timestamps import now_second
 
 JOB_PREFIX = "turbo-campaign-job-"
@@ -72,26 +72,6 @@ def temp_root() -> Path:
 
 def _ours(name: str, prefix: str) -> bool:
     return name.startswith(prefix) and bool(_RANDOM.fullmatch(name[len(prefix) :]))
-
-
-def pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return _state(pid) != "Z"
-
-
-def _state(pid: int) -> str:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return ""
-    return stat.rpartition(")")[2].split()[0] if ")" in stat else ""
 
 
 def _read_owner(folder: Path) -> dict[str, Any]:
