@@ -107,6 +107,10 @@ def test_a_frozen_replay_fails_named_and_the_input_is_restored() -> None:
     with pytest.raises(FrozenReplay, match=r"replay check: output\(s\) \[0\] of the captured"):
         check_replay(sampler.replay_probe, replay, lambda: None)
     assert torch.equal(a, pristine)
+    # timed by plain launches there is no graph: the message names the call and how
+    with pytest.raises(FrozenReplay, match=r"of the timed call .*\(timed by cuda_events\)"):
+        check_replay(sampler.replay_probe, replay, lambda: None, "cuda_events")
+    assert torch.equal(a, pristine)
 
 
 def test_a_large_output_half_frozen_is_seen_through_its_drawn_elements(

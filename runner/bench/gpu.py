@@ -116,6 +116,7 @@ def measure_gpu(fn: Callable[[], object], settings: TimingSettings, device: str)
         fn()  # JIT compilation, autotuning, library handles
         torch.cuda.synchronize()
         again: Callable[[], object] = fn
+        method = "cuda_events"  # how the timed calls ran: plain launches, or a graph
         if settings.cache_mode == "cold":
             warm = _warm_up(_Unit(fn, 1, "cuda_events"), settings, region, t0)
             timing = _measure_cold(fn, settings, region, props)
@@ -124,9 +125,11 @@ def measure_gpu(fn: Callable[[], object], settings: TimingSettings, device: str)
             warm = _warm_up(unit, settings, region, t0)
             timing = _measure_hot(unit, settings, region, warm.per_call_ms)
             again = unit.run if unit.method == "graph_replay" else fn
+            method = unit.method
         # A result made once at capture, or one another process finishes after the call's
         # device work ended, does not follow a negated input: FrozenReplay.
-        check_replay(getattr(fn, "replay_probe", None), again, torch.cuda.synchronize)
+        check_replay(getattr(fn, "replay_probe", None), again, torch.cuda.synchronize,
+                     method)  # fmt: skip
         timing.extra.update(
             {
                 "device": props.name,

@@ -74,9 +74,13 @@ def negated(before: Any, after: Any) -> bool:
 
 
 def check_replay(
-    probe: ReplayProbe | None, replay: Callable[[], object], synchronize: Callable[[], object]
+    probe: ReplayProbe | None,
+    replay: Callable[[], object],
+    synchronize: Callable[[], object],
+    method: str = "graph_replay",
 ) -> None:
-    """Raise ``FrozenReplay`` when ``replay`` does not follow a negated input."""
+    """Raise ``FrozenReplay`` when ``replay`` (timed by ``method``: a captured graph's
+    replay, or plain launches of the call) does not follow a negated input."""
     if probe is None:
         return
     where = [positions(t) for t in probe.outputs()]
@@ -91,10 +95,18 @@ def check_replay(
         probe.flip()
         replay()
         synchronize()
-    if stale:
+    if stale and method == "graph_replay":
         raise FrozenReplay(
             f"replay check: output(s) {stale} of the captured graph did not follow its "
             "negated input: the timed replays repeated a result made while the graph was "
             "captured (host work, another process's device work, a kept result) instead "
             "of computing it; do the op's work as device work launched by the call"
+        )
+    if stale:
+        raise FrozenReplay(
+            f"replay check: output(s) {stale} of the timed call did not follow its negated "
+            f"input (timed by {method}): the call returned a result it had kept or that "
+            "other work made (host work, another process's device work, one kept by its "
+            "input's address) instead of computing it; do the op's work as device work "
+            "launched by the call"
         )
