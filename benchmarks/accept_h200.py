@@ -49,7 +49,12 @@ from runner.core.shapes import shape_set  # noqa: E402
 from runner.executors.local import LocalExecutor  # noqa: E402
 from runner.flow.accept import run_acceptance  # noqa: E402
 from runner.flow.baseline import run_baseline  # noqa: E402
-from runner.flow.new_campaign import EXAMPLES_DIR, create_campaign, fresh_example_copy  # noqa: E402
+from runner.flow.new_campaign import (  # noqa: E402
+    EXAMPLES_DIR,
+    CampaignFields,
+    create_campaign,
+    fresh_example_copy,
+)
 from runner.flow.rounds import Request, validate_round  # noqa: E402
 from runner.ops.info import worker_bytes  # noqa: E402
 from runner.store.campaign import Campaign  # noqa: E402
@@ -96,7 +101,7 @@ def new_campaign(root: Path, device: str, seed: int, budget_s: float | None) -> 
     }  # fmt: skip
     if budget_s is not None:
         fields["timing"] = {"budget_s": budget_s}
-    return create_campaign(root / "campaigns", **fields)
+    return create_campaign(root / "campaigns", CampaignFields(**fields))
 
 
 def timed(what: str, record: dict[str, Any], call: Any) -> Any:

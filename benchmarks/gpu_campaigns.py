@@ -35,7 +35,12 @@ from runner.core.outcomes import RoundResult  # noqa: E402
 from runner.core.shapes import shape_set  # noqa: E402
 from runner.executors.local import LocalExecutor  # noqa: E402
 from runner.flow.baseline import run_baseline  # noqa: E402
-from runner.flow.new_campaign import EXAMPLES_DIR, create_campaign, fresh_example_copy  # noqa: E402
+from runner.flow.new_campaign import (  # noqa: E402
+    EXAMPLES_DIR,
+    CampaignFields,
+    create_campaign,
+    fresh_example_copy,
+)
 from runner.flow.rounds import Request, validate_round  # noqa: E402
 from runner.store.campaign import Campaign  # noqa: E402
 
@@ -157,7 +162,7 @@ def run_op(
         set_name = default_shape_set(run.op, gpu)
         fields["shape_set"] = set_name
         fields["target_shapes"] = pick_shapes(run.op, set_name, run.gpu_shapes)
-    campaign = create_campaign(root, **fields)
+    campaign = create_campaign(root, CampaignFields(**fields))
     executor = LocalExecutor()
     t0 = time.perf_counter()
     rounds = [run_baseline(campaign, executor, passes=passes, progress=stamped)]

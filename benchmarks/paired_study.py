@@ -63,7 +63,7 @@ from runner.flow.measure import (  # noqa: E402
     measure_and_judge,
     measure_roles,
 )
-from runner.flow.new_campaign import create_campaign, fresh_example_copy  # noqa: E402
+from runner.flow.new_campaign import CampaignFields, create_campaign, fresh_example_copy  # noqa: E402
 from runner.flow.round_context import Round, level_shapes  # noqa: E402
 from runner.flow.rounds import Request, validate_round  # noqa: E402
 from runner.flow.tournament import validate_tournament  # noqa: E402
@@ -169,7 +169,7 @@ def setup(args: argparse.Namespace, state: dict[str, Any]) -> Campaign:
         labels = [s.label for s in shape_set(set_name)]
         fields["shape_set"] = set_name
         fields["target_shapes"] = [lb for lb in labels if lb.startswith(LLAMA_MB1)]
-    campaign = create_campaign(args.root / "campaigns", **fields)
+    campaign = create_campaign(args.root / "campaigns", CampaignFields(**fields))
     t0 = time.perf_counter()
     result = run_baseline(campaign, LocalExecutor(), passes=args.passes, progress=stamped)
     campaign = Campaign.load(campaign.root)

@@ -59,7 +59,7 @@ def main() -> int:
         cache = ns.cache or root / "cache"
         os.environ["TURBO_CAMPAIGN_FACTS_CACHE"] = str(cache)
         from runner.flow.kernel_facts import round_facts
-        from runner.flow.new_campaign import create_campaign
+        from runner.flow.new_campaign import CampaignFields, create_campaign
         from runner.render.kernel_facts import facts_markdown
 
         inc, cand = root / "incumbent", root / "candidate"
@@ -74,11 +74,19 @@ def main() -> int:
         print(f"candidate: {text.count(old)} x {old!r} -> {new!r} in {KERNELS[0]}")
         for arch in ns.arch or ["gfx942", "gfx950"]:
             campaign = create_campaign(
-                root / "campaigns" / arch, target="primus-turbo", executor="local",
-                source=str(inc), target_op="gemm_fp8", granularity="blockwise",
-                target_backend="TRITON", target_gpu=arch, campaign_name=f"facts-{arch}",
-                kernel_source=list(KERNELS),
-            )  # fmt: skip
+                root / "campaigns" / arch,
+                CampaignFields(
+                    target="primus-turbo",
+                    executor="local",
+                    source=str(inc),
+                    target_op="gemm_fp8",
+                    granularity="blockwise",
+                    target_backend="TRITON",
+                    target_gpu=arch,
+                    campaign_name=f"facts-{arch}",
+                    kernel_source=list(KERNELS),
+                ),
+            )
             started, cpu = time.monotonic(), _cpu_s()
             facts = round_facts(campaign, {"incumbent": inc, "candidate": cand})
             took, cpu = time.monotonic() - started, _cpu_s() - cpu

@@ -51,7 +51,7 @@ sys.path[:0] = [str(ROOT)]
 from runner.core.artifact_names import BUILDS  # noqa: E402
 from runner.executors.factory import make_executor  # noqa: E402
 from runner.flow.baseline import run_baseline  # noqa: E402
-from runner.flow.new_campaign import create_campaign  # noqa: E402
+from runner.flow.new_campaign import CampaignFields, create_campaign  # noqa: E402
 from runner.flow.rounds import Request, validate_round  # noqa: E402
 from runner.store.campaign import Campaign  # noqa: E402
 
@@ -164,19 +164,21 @@ def new_campaign(root: Path, executor: str, image: str | None, gpu: str) -> Camp
     source = fixture_repo(root / "fake-primus-turbo")
     return create_campaign(
         root / "campaigns",
-        target="primus-turbo",
-        source=str(source),
-        target_op="gemm_fp8",
-        granularity="blockwise",
-        target_backend="TRITON",
-        target_gpu=gpu,
-        shape_set="tiny",
-        target_shapes=SHAPES,
-        kernel_source=[CONFIG_H, "csrc/kernels/gemm/gemm.c", OPS_PY],
-        timing=QUICK_TIMING,
-        executor=executor,
-        image=image,
-        campaign_name=f"rebuild-{executor}-{int(time.time())}",
+        CampaignFields(
+            target="primus-turbo",
+            source=str(source),
+            target_op="gemm_fp8",
+            granularity="blockwise",
+            target_backend="TRITON",
+            target_gpu=gpu,
+            shape_set="tiny",
+            target_shapes=SHAPES,
+            kernel_source=[CONFIG_H, "csrc/kernels/gemm/gemm.c", OPS_PY],
+            timing=QUICK_TIMING,
+            executor=executor,
+            image=image,
+            campaign_name=f"rebuild-{executor}-{int(time.time())}",
+        ),
     )
 
 

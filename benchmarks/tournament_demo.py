@@ -54,7 +54,7 @@ def baseline(root: Path) -> Path:
         "from runner.flow.new_campaign import create_campaign, fresh_example_copy\n"
         "root = Path(sys.argv[1]); stamp = name_stamp().replace('-', '_')\n"
         "src = fresh_example_copy(root / 'sources' / 'demo')\n"
-        "c = create_campaign(root / 'campaigns', **demo_manifest_fields(src, stamp, 'cpu'))\n"
+        "c = create_campaign(root / 'campaigns', demo_manifest_fields(src, stamp, 'cpu'))\n"
         "run_baseline(c, LocalExecutor(), passes=3, progress=lambda m: None)\n"
         "print(c.root)\n"
     )

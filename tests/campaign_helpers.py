@@ -50,7 +50,7 @@ from filelock import FileLock
 
 from runner.executors.factory import make_executor
 from runner.flow.baseline import run_baseline
-from runner.flow.new_campaign import create_campaign, fresh_example_copy
+from runner.flow.new_campaign import CampaignFields, create_campaign, fresh_example_copy
 from runner.store.campaign import Campaign
 from runner.store.manifest import Manifest, validate_manifest
 
@@ -129,7 +129,7 @@ def tiny_campaign(
         "campaign_name": name,
         "timing": QUIET,
     }
-    campaign = create_campaign(root / "campaigns", **(base | fields))
+    campaign = create_campaign(root / "campaigns", CampaignFields(**(base | fields)))
     if baseline:
         executor = make_executor(campaign.manifest)
         run_baseline(campaign, executor, passes=2, progress=lambda _m: None)

@@ -325,3 +325,23 @@ def test_a_failed_baseline_leaves_nothing_in_the_source(
     err = capsys.readouterr().err
     assert info.value.code == 2 and "focused test fails on the base commit" in err, err
     assert _branches(repo) == []
+
+
+def test_campaign_fields_refuse_a_name_that_is_not_one(tmp_path: Path) -> None:
+    """Campaign creation takes one ``CampaignFields``: a misspelt field from a command
+    or an upstream manifest is refused where it is built, naming it, never carried on."""
+    from runner.core.errors import ConfigError
+    from runner.flow.new_campaign import CampaignFields
+
+    given = {"source": str(tmp_path), "target_op": "gemm", "target_shape": ["a"]}
+    with pytest.raises(
+        ConfigError, match=r"campaign init: unknown campaign field\(s\) target_shape"
+    ):
+        CampaignFields.from_mapping(given, "campaign init")
+    with pytest.raises(ConfigError, match="no target_op"):
+        CampaignFields.from_mapping({"source": str(tmp_path)}, "campaign init")
+    fields = CampaignFields.from_mapping(
+        {"source": "s", "target_op": "gemm", "heldout": False}, "x"
+    )
+    assert fields.as_dict() == {"source": "s", "target_op": "gemm", "heldout": False}
+    assert fields.replace(target_gpu="sm90").as_dict()["target_gpu"] == "sm90"

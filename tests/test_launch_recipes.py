@@ -24,7 +24,7 @@ import pytest
 import test_primus_turbo_facts as ptf
 
 from runner.flow.kernel_facts import round_facts, triton_version
-from runner.flow.new_campaign import create_campaign
+from runner.flow.new_campaign import CampaignFields, create_campaign
 from runner.store.campaign import Campaign
 
 pytestmark = [
@@ -166,10 +166,19 @@ def _commit(path: Path, message: str) -> None:
 
 def _campaign(root: Path, source: Path, arch: str) -> Campaign:
     return create_campaign(
-        root, target="primus-turbo", executor="local", source=str(source),
-        target_op="gemm_fp8", granularity="blockwise", target_backend="TRITON",
-        target_gpu=arch, campaign_name=f"facts-{arch}", kernel_source=[GEMM, QUANT],
-    )  # fmt: skip
+        root,
+        CampaignFields(
+            target="primus-turbo",
+            executor="local",
+            source=str(source),
+            target_op="gemm_fp8",
+            granularity="blockwise",
+            target_backend="TRITON",
+            target_gpu=arch,
+            campaign_name=f"facts-{arch}",
+            kernel_source=[GEMM, QUANT],
+        ),
+    )
 
 
 def _changed(source: Path, dest: Path, rel: str, old: str, new: str) -> Path:
@@ -238,10 +247,18 @@ def test_a_launch_site_outside_the_kernel_folder_is_a_dependency(
 
 def test_an_op_without_a_recipe_is_named(fake: Path, tmp_path: Path) -> None:
     campaign = create_campaign(
-        tmp_path, target="primus-turbo", executor="local", source=str(fake),
-        target_op="gemm_fp8", granularity="rowwise", target_backend="TRITON",
-        target_gpu="gfx942", kernel_source=[GEMM],
-    )  # fmt: skip
+        tmp_path,
+        CampaignFields(
+            target="primus-turbo",
+            executor="local",
+            source=str(fake),
+            target_op="gemm_fp8",
+            granularity="rowwise",
+            target_backend="TRITON",
+            target_gpu="gfx942",
+            kernel_source=[GEMM],
+        ),
+    )
     facts = round_facts(campaign, {"incumbent": fake})
     assert facts["note"].startswith("no kernel facts: no launch recipe for gemm_fp8 rowwise")
     assert "gemm_fp8 blockwise" in facts["note"]

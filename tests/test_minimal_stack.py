@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from runner.core.errors import ConfigError
-from runner.flow.new_campaign import create_campaign
+from runner.flow.new_campaign import CampaignFields, create_campaign
 from runner.store.minimal_stack import STAND_IN_MARK
 from runner.targets.registry import manifest_target
 
@@ -54,7 +54,9 @@ def run_in(ws: Path, code: str) -> subprocess.CompletedProcess[str]:
 
 def test_triton_workspace_carries_the_kernel_and_stands_in(tmp_path: Path) -> None:
     repo = checkout(tmp_path)
-    campaign = create_campaign(tmp_path / "c", source=str(repo), target_backend="TRITON", **FIELDS)
+    campaign = create_campaign(
+        tmp_path / "c", CampaignFields(source=str(repo), target_backend="TRITON", **FIELDS)
+    )
     m = campaign.manifest
     ws = Path(m.source)
     assert (ws / "src" / KERNEL).read_bytes() == (repo / KERNEL).read_bytes()
@@ -121,7 +123,9 @@ def test_hip_ck_workspace_is_refused_with_the_way(tmp_path: Path, backend: str) 
         check=True,
     )
     with pytest.raises(ConfigError) as err:
-        create_campaign(tmp_path / "c", source=str(repo), target_backend=backend, **FIELDS)
+        create_campaign(
+            tmp_path / "c", CampaignFields(source=str(repo), target_backend=backend, **FIELDS)
+        )
     text = str(err.value)
     assert "primus_turbo.pytorch._C" in text and "csrc/kernels/gemm/ck_gemm.cu" in text
     assert "--mode repo" in text and "--backend TRITON" in text

@@ -18,7 +18,7 @@ from runner.cli import main
 from runner.core.csv_io import read_csv
 from runner.core.csv_schema import GEMM_SCHEMA
 from runner.core.errors import ConfigError
-from runner.flow.new_campaign import create_campaign
+from runner.flow.new_campaign import CampaignFields, create_campaign
 from runner.store.manifest import load_manifest
 from runner.targets.primus_turbo import (
     ATTN_ENV,
@@ -70,10 +70,17 @@ def test_init_names_only_upstream_files_and_variables(
     tmp_path: Path, checkout: Path, op: str, gran: str | None, backend: str
 ) -> None:
     campaign = create_campaign(
-        tmp_path, target="primus-turbo", executor="local", source=str(checkout),
-        target_op=op,
-        granularity=gran, target_backend=backend, target_gpu="gfx942",
-    )  # fmt: skip
+        tmp_path,
+        CampaignFields(
+            target="primus-turbo",
+            executor="local",
+            source=str(checkout),
+            target_op=op,
+            granularity=gran,
+            target_backend=backend,
+            target_gpu="gfx942",
+        ),
+    )
     m = campaign.manifest
     for command in (m.test_command, m.benchmark_command):
         for name in files_named(command):
@@ -94,10 +101,16 @@ def test_init_names_only_upstream_files_and_variables(
 
 def test_attention_uses_the_variable_upstream_reads(tmp_path: Path, checkout: Path) -> None:
     m = create_campaign(
-        tmp_path, target="primus-turbo", executor="local", source=str(checkout),
-        target_op="attention",
-        target_backend="AITER", target_gpu="gfx942",
-    ).manifest  # fmt: skip
+        tmp_path,
+        CampaignFields(
+            target="primus-turbo",
+            executor="local",
+            source=str(checkout),
+            target_op="attention",
+            target_backend="AITER",
+            target_gpu="gfx942",
+        ),
+    ).manifest
     assert "PRIMUS_TURBO_ATTN_BACKEND=AITER" in m.benchmark_command
     assert "PRIMUS_TURBO_ATTENTION_BACKEND" not in m.benchmark_command + m.test_command
     assert "--backend aiter" in m.benchmark_command
@@ -106,10 +119,17 @@ def test_attention_uses_the_variable_upstream_reads(tmp_path: Path, checkout: Pa
 
 def test_gemm_fp8_blockwise_commands(tmp_path: Path, checkout: Path) -> None:
     m = create_campaign(
-        tmp_path, target="primus-turbo", executor="local", source=str(checkout),
-        target_op="gemm_fp8",
-        granularity="blockwise", target_backend="CK", target_gpu="gfx942",
-    ).manifest  # fmt: skip
+        tmp_path,
+        CampaignFields(
+            target="primus-turbo",
+            executor="local",
+            source=str(checkout),
+            target_op="gemm_fp8",
+            granularity="blockwise",
+            target_backend="CK",
+            target_gpu="gfx942",
+        ),
+    ).manifest
     assert m.test_command.startswith(
         "PRIMUS_TURBO_GEMM_BACKEND=CK python -m pytest tests/pytorch/ops/test_gemm_fp8.py -q "
         '-k "blockwise and not mx_blockwise and not BackendType.HIPBLASLT'
@@ -124,10 +144,17 @@ def test_gemm_fp8_blockwise_commands(tmp_path: Path, checkout: Path) -> None:
 
 def test_mx_blockwise_uses_the_benchmarks_mxfp8_choice(tmp_path: Path, checkout: Path) -> None:
     m = create_campaign(
-        tmp_path, target="primus-turbo", executor="local", source=str(checkout),
-        target_op="gemm_fp8",
-        granularity="mx_blockwise", target_backend="TURBO", target_gpu="gfx950",
-    ).manifest  # fmt: skip
+        tmp_path,
+        CampaignFields(
+            target="primus-turbo",
+            executor="local",
+            source=str(checkout),
+            target_op="gemm_fp8",
+            granularity="mx_blockwise",
+            target_backend="TURBO",
+            target_gpu="gfx950",
+        ),
+    ).manifest
     assert "--granularity mxfp8" in m.benchmark_command
     assert m.kernel_source[0] == "csrc/kernels/gemm/turbo_gemm.cu"
 
@@ -205,9 +232,16 @@ def test_a_missing_benchmark_script_is_an_error_naming_where_it_looked(
     assert f"not found\n  {old.resolve() / script}" in err
     # a benchmark command the user gives is theirs: not checked against the layout
     m = create_campaign(
-        tmp_path / "d", target="primus-turbo", executor="local", source=str(old), target_op="gemm",
-        target_backend="TRITON", benchmark_command="python my_bench.py",
-    ).manifest  # fmt: skip
+        tmp_path / "d",
+        CampaignFields(
+            target="primus-turbo",
+            executor="local",
+            source=str(old),
+            target_op="gemm",
+            target_backend="TRITON",
+            benchmark_command="python my_bench.py",
+        ),
+    ).manifest
     assert m.benchmark_command == "python my_bench.py"
 
 
@@ -315,9 +349,11 @@ def test_accept_reads_the_csv_the_benchmark_writes(tmp_path: Path) -> None:
     script.write_text(BENCH_SCRIPT, encoding="utf-8")
     command = f"python {script} {sample}"
     campaign = create_campaign(
-        tmp_path / "campaigns", source=str(source), target_op="gemm", target_gpu="cpu",
-        benchmark_command=command,
-    )  # fmt: skip
+        tmp_path / "campaigns",
+        CampaignFields(
+            source=str(source), target_op="gemm", target_gpu="cpu", benchmark_command=command
+        ),
+    )
     art = tmp_path / "art"
     art.mkdir()
     rnd = Round(campaign, LocalExecutor(), print, tmp_path / "tmp", 0, "full")

@@ -48,14 +48,23 @@ def checkout_with_template(tmp_path: Path) -> Path:
 
 
 def test_init_copies_upstream_template_with_the_backend(tmp_path: Path) -> None:
-    from runner.flow.new_campaign import create_campaign
+    from runner.flow.new_campaign import CampaignFields, create_campaign
 
     repo = checkout_with_template(tmp_path)
     campaign = create_campaign(
-        tmp_path / "c", source=str(repo), target="primus-turbo", target_op="gemm_fp8",
-        granularity="blockwise", target_backend="TRITON", target_gpu="sm90",
-        executor="local", target_shapes=["Llama-2-7B-qkv-mb1-4096x12288x4096"], heldout=False,
-    )  # fmt: skip
+        tmp_path / "c",
+        CampaignFields(
+            source=str(repo),
+            target="primus-turbo",
+            target_op="gemm_fp8",
+            granularity="blockwise",
+            target_backend="TRITON",
+            target_gpu="sm90",
+            executor="local",
+            target_shapes=["Llama-2-7B-qkv-mb1-4096x12288x4096"],
+            heldout=False,
+        ),
+    )
     text = campaign.quick_script.read_text()
     assert 'setdefault("PRIMUS_TURBO_GEMM_BACKEND", "TRITON")' in text
     assert "# Fill from representative_shapes" in text  # SHAPES still empty

@@ -16,7 +16,7 @@ from runner.executors.local import LocalExecutor
 from runner.flow.accept import run_acceptance
 from runner.flow.baseline import run_baseline
 from runner.flow.demo import demo_manifest_fields
-from runner.flow.new_campaign import create_campaign, fresh_example_copy
+from runner.flow.new_campaign import CampaignFields, create_campaign, fresh_example_copy
 from runner.flow.rounds import Request, validate_round
 from runner.store.campaign import Campaign
 
@@ -52,11 +52,13 @@ def test_workspace_mode_end_to_end(tmp_path: Path) -> None:
     speedup = plant_slow_base(upstream)
     upstream_head = git(upstream, "rev-parse", "HEAD")
     root = tmp_path / "campaigns"
-    fields = demo_manifest_fields(upstream, "ws", "cpu") | {"timing": QUIET, "shape_set": "tiny"}
+    fields = demo_manifest_fields(upstream, "ws", "cpu").replace(timing=QUIET, shape_set="tiny")
     campaign = create_campaign(
-        root, **fields, execution_mode="workspace", kernel_source=list(KERNELS),
-        target_shapes=SHAPES,
-    )  # fmt: skip
+        root,
+        fields.replace(
+            execution_mode="workspace", kernel_source=list(KERNELS), target_shapes=SHAPES
+        ),
+    )
     m = campaign.manifest
     ws = root.resolve() / "workspaces" / m.campaign_name
     assert Path(m.source) == ws and m.base_commit == git(ws, "rev-parse", "HEAD")
@@ -106,7 +108,7 @@ def test_integration_gate_fails_on_the_upstream_focused_test(tmp_path: Path) -> 
 
     upstream = fresh_example_copy(tmp_path / "upstream")
     fields = demo_manifest_fields(upstream, "bad", "cpu")
-    campaign = create_campaign(tmp_path / "c", **fields, execution_mode="workspace")
+    campaign = create_campaign(tmp_path / "c", fields.replace(execution_mode="workspace"))
     ws = Path(campaign.manifest.source)
     kernel = ws / campaign.manifest.kernel_source[0]
     kernel.write_text(kernel.read_text() + "\nraise ImportError('broken kernel')\n")
@@ -124,9 +126,16 @@ def test_workspace_mode_is_refused_for_a_kernel_built_from_the_full_tree(
     upstream = fresh_example_copy(tmp_path / "upstream")
     with pytest.raises(ConfigError, match="--mode repo"):
         create_campaign(
-            tmp_path / "c", target="primus-turbo", executor="local", source=str(upstream),
-            target_op="gemm",
-            target_backend="HIPBLASLT", execution_mode="workspace",
-            test_command="pytest t.py", benchmark_command="python b.py",
-            kernel_source=["turbo_kernels/triton/gemm_kernel.py"],
-        )  # fmt: skip
+            tmp_path / "c",
+            CampaignFields(
+                target="primus-turbo",
+                executor="local",
+                source=str(upstream),
+                target_op="gemm",
+                target_backend="HIPBLASLT",
+                execution_mode="workspace",
+                test_command="pytest t.py",
+                benchmark_command="python b.py",
+                kernel_source=["turbo_kernels/triton/gemm_kernel.py"],
+            ),
+        )

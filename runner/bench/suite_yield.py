@@ -69,7 +69,7 @@ def yield_point(folder: Path) -> float:
     t0 = time.monotonic()
     quiesce()
     mark = folder / f"{PAUSED}{os.getpid()}"
-    mark.write_text(f"{time.time():.3f}\n", encoding="utf-8")
+    mark.touch()
     try:
         while (folder / PAUSE).exists():
             time.sleep(POLL_S)
@@ -85,7 +85,7 @@ def pytest_runtest_protocol(item: Any, nextitem: Any) -> None:
         return
     running = folder / f"{RUNNING}{os.getpid()}"
     if not running.exists():
-        running.write_text(f"{time.time():.3f}\n", encoding="utf-8")
+        running.touch()
     yield_point(folder)
     _started[item.nodeid] = time.time()
 

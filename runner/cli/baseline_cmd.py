@@ -30,7 +30,7 @@ from runner.store.tips import read_tips, resolve_tips_root
 
 
 def _new_campaign(app: App, opts: dict[str, Any]) -> Campaign:
-    from runner.flow.new_campaign import create_campaign, fresh_example_copy
+    from runner.flow.new_campaign import CampaignFields, create_campaign, fresh_example_copy
 
     source = opts["source"]
     if source is None:
@@ -38,7 +38,8 @@ def _new_campaign(app: App, opts: dict[str, Any]) -> Campaign:
             raise ConfigError("--source is required for the primus-turbo target (your checkout)")
         stamp = click.get_current_context().meta.setdefault("stamp", name_stamp())
         source = fresh_example_copy(app.campaigns_root / "sources" / f"example-{stamp}")
-    return create_campaign(app.campaigns_root, **target_fields(opts, str(source)))
+    fields = CampaignFields.from_mapping(target_fields(opts, str(source)), "campaign baseline")
+    return create_campaign(app.campaigns_root, fields)
 
 
 @click.command("baseline")

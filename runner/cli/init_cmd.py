@@ -160,7 +160,7 @@ def init_cmd(app: App, **opts: Any) -> None:
     """Create a campaign directory with a validated manifest.yaml.  The kernel source,
     focused test and benchmark commands default to the target adapter's; the base
     commit is the source tree's HEAD."""
-    from runner.flow.new_campaign import create_campaign
+    from runner.flow.new_campaign import CampaignFields, create_campaign
 
     source = git_toplevel(opts["source"].resolve())
     fields = init_fields(opts, source)
@@ -168,7 +168,9 @@ def init_cmd(app: App, **opts: Any) -> None:
         fields = merge_upstream_manifest(fields, opts["from_manifest"])
     if not fields.get("target_op"):
         raise ConfigError("give --op (e.g. gemm_fp8), or --from-manifest FILE with target_op")
-    campaign = create_campaign(app.campaigns_root, **fields)
+    campaign = create_campaign(
+        app.campaigns_root, CampaignFields.from_mapping(fields, "campaign init")
+    )
     click.echo(f"campaign: {campaign.root}")
     tips = read_tips(campaign.manifest, resolve_tips_root(app.campaigns_root, None))
     if tips:  # READ_HISTORICAL_TIPS: read before the first round

@@ -18,7 +18,12 @@ from runner.core.processes import run
 from runner.core.timestamps import name_stamp
 from runner.executors.local import LocalExecutor
 from runner.flow.baseline import run_baseline
-from runner.flow.new_campaign import EXAMPLES_DIR, create_campaign, fresh_example_copy
+from runner.flow.new_campaign import (
+    EXAMPLES_DIR,
+    CampaignFields,
+    create_campaign,
+    fresh_example_copy,
+)
 from runner.flow.rounds import Request, validate_round
 from runner.store.campaign import Campaign
 
@@ -39,17 +44,17 @@ SPEEDUP = (
 )
 
 
-def demo_manifest_fields(source: Path, stamp: str, device: str) -> dict[str, object]:
+def demo_manifest_fields(source: Path, stamp: str, device: str) -> CampaignFields:
     gpu = "cpu" if device == "cpu" else "sm90"
-    return {
-        "target": "example",
-        "source": str(source),
-        "target_op": "gemm_fp8",
-        "granularity": "blockwise",
-        "target_backend": "TORCH" if device == "cpu" else "TRITON",
-        "target_gpu": gpu,
-        "campaign_name": f"gemm_fp8_blockwise_demo_{gpu}_{stamp}",
-        "timing": {
+    return CampaignFields(
+        target="example",
+        source=str(source),
+        target_op="gemm_fp8",
+        granularity="blockwise",
+        target_backend="TORCH" if device == "cpu" else "TRITON",
+        target_gpu=gpu,
+        campaign_name=f"gemm_fp8_blockwise_demo_{gpu}_{stamp}",
+        timing={
             "repeats": 3,
             "warmup_s": 0.1,
             "batch_s": 0.03,
@@ -57,8 +62,8 @@ def demo_manifest_fields(source: Path, stamp: str, device: str) -> dict[str, obj
             "budget_s": 0.4,
             "target_rsd": 0.01,
         },
-        "max_iterations": 10,
-    }
+        max_iterations=10,
+    )
 
 
 def run_demo(
@@ -67,7 +72,7 @@ def run_demo(
     stamp = name_stamp().replace("-", "_")
     source = fresh_example_copy(root / "sources" / f"demo-{stamp}")
     say(f"demo: fresh git copy of the example package at {source}")
-    campaign = create_campaign(root, **demo_manifest_fields(source, stamp, device))
+    campaign = create_campaign(root, demo_manifest_fields(source, stamp, device))
     executor = LocalExecutor()
     results = [run_baseline(campaign, executor, passes=passes, progress=say)]
     campaign = Campaign.load(campaign.root)

@@ -4,10 +4,12 @@ commit.  ``campaign init`` and ``campaign baseline --op ...`` both come here."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import secrets
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,81 @@ def _default_schema(op: str, metric: str) -> str:
         return "gemm"
 
 
+@dataclass(frozen=True)
+class CampaignFields:
+    """What creating a campaign takes (``create_campaign``): the checkout and the op, the
+    manifest fields a caller sets (None: the target adapter's fact or the derived
+    default, ``build_manifest``), the held-out pick's options and where to say what was
+    left out.  Every command, the demo and the benchmarks build one; an unknown name is
+    refused where it is built (``from_mapping``), never carried into the manifest."""
+
+    source: str
+    target_op: str
+    target: str | None = None
+    granularity: str | None = None
+    target_backend: str | None = None
+    target_lang: str | None = None  # upstream's manifest may name it; else the backend's
+    target_gpu: str | None = None
+    execution_mode: str | None = None
+    campaign_name: str | None = None
+    project_skill: str | None = None
+    performance_target: str | None = None
+    primary_metric: str | None = None
+    target_shapes: str | list[str] | None = None  # "all" or labels
+    representative_shapes: list[str] | None = None
+    kernel_source: str | list[str] | None = None
+    test_command: str | None = None
+    benchmark_command: str | None = None
+    quick_command: str | None = None
+    git_commit: bool | None = None
+    git_branch: str | None = None
+    max_iterations: int | None = None
+    created: str | None = None
+    base_commit: str | None = None
+    shape_set: str | None = None
+    csv_schema: str | None = None
+    pinned_header: str | None = None
+    cache_mode: str | None = None
+    timing: Mapping[str, float] | None = None
+    sigma_g: float | None = None
+    shape_seconds: Mapping[str, float] | None = None
+    pairs: int | None = None
+    executor: str | None = None
+    image: str | None = None
+    image_id: str | None = None
+    facts_gpu: str | None = None
+    # the held-out pick (``reserve_heldout_shapes``): off, its seed, or the shapes given
+    heldout: bool = True
+    heldout_seed: int | None = None
+    heldout_shapes: list[str] | None = None
+    say: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], origin: str) -> CampaignFields:
+        """The fields of ``data`` (a command's options, an upstream manifest merged in);
+        ConfigError naming ``origin`` and any name that is not a field."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(data) - set(names))
+        if unknown:
+            raise ConfigError(
+                f"{origin}: unknown campaign field(s) {', '.join(unknown)}; a campaign is "
+                f"created from {', '.join(names)}"
+            )
+        missing = [k for k in ("source", "target_op") if not data.get(k)]
+        if missing:
+            raise ConfigError(f"{origin}: no {' and no '.join(missing)} for the campaign")
+        return cls(**data)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields set (None left out), ``heldout`` always: what the steps of
+        ``create_campaign`` fill in and pass on to ``build_manifest``."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {k: v for k, v in out.items() if v is not None or k == "heldout"}
+
+    def replace(self, **changes: Any) -> CampaignFields:
+        return dataclasses.replace(self, **changes)
+
+
 def build_manifest(**fields: Any) -> Manifest:
     """A validated manifest from manifest fields; derives what follows from others:
     target_lang (backend), primary_metric (op), csv_schema (metric), shape_set (gpu),
@@ -100,8 +177,9 @@ def git_toplevel(source: Path) -> Path:
     return Path(proc.stdout.strip()).resolve()
 
 
-def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
-    """Fill target facts into ``fields`` (anything given wins), validate, create."""
+def create_campaign(campaigns_root: Path, given: CampaignFields) -> Campaign:
+    """Fill target facts into ``given`` (anything given wins), validate, create."""
+    fields = given.as_dict()
     target = get_target(fields.get("target") or "example")
     try:  # upstream's spelling: gemm_fp8_blockwise is gemm_fp8 at blockwise
         op, gran = split_target_op(fields["target_op"], fields.get("granularity"))
@@ -123,18 +201,7 @@ def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
     check_clean(source)
     upstream = source
     fields.update(source=str(source), target=target.name, target_backend=backend)
-    named = target.upstream_files(op, gran, backend)
-    defaulted = [k for k in ("test_command", "benchmark_command", "kernel_source")
-                 if not fields.get(k)]  # fmt: skip
-    check_upstream_files(source, [f for k in defaulted for f in named.get(k, [])], target.name)
-    if not fields.get("kernel_source"):
-        fields["kernel_source"] = target.kernel_source(op, backend, gran)
-    fields.setdefault("test_command", None)
-    fields["test_command"] = fields["test_command"] or target.test_command(op, gran, backend)
-    fields.setdefault("benchmark_command", None)
-    fields["benchmark_command"] = fields["benchmark_command"] or target.benchmark_command(
-        op, gran, backend
-    )
+    _default_commands(target, source, fields, (op, gran, backend))
     choose_executor(target, fields)
     fields["base_commit"] = fields.get("base_commit") or head_commit(source)
     wanted = fields.get("target_shapes")
@@ -160,6 +227,24 @@ def create_campaign(campaigns_root: Path, **fields: Any) -> Campaign:
     copy_template(upstream, campaign.root, backend)  # upstream's quick script, if any
     Lineage(source, manifest.campaign_name, None).resolve(manifest.base_commit or "HEAD")
     return campaign
+
+
+def _default_commands(
+    target: Target, source: Path, fields: dict[str, Any], request: tuple[str, str | None, str]
+) -> None:
+    """The kernel source, focused test and benchmark commands the caller left out: the
+    target adapter's, once every file they name is found in ``source``."""
+    op, gran, backend = request
+    named = target.upstream_files(op, gran, backend)
+    defaulted = [k for k in ("test_command", "benchmark_command", "kernel_source")
+                 if not fields.get(k)]  # fmt: skip
+    check_upstream_files(source, [f for k in defaulted for f in named.get(k, [])], target.name)
+    if not fields.get("kernel_source"):
+        fields["kernel_source"] = target.kernel_source(op, backend, gran)
+    fields["test_command"] = fields.get("test_command") or target.test_command(op, gran, backend)
+    fields["benchmark_command"] = fields.get("benchmark_command") or target.benchmark_command(
+        op, gran, backend
+    )
 
 
 MAX_LISTED = 10  # changed files a refusal names before "and N more"
