@@ -125,3 +125,50 @@ def test_a_test_that_overlaps_a_turn_is_named(tmp_path: Path) -> None:
     )
     (tmp_path / "turns.jsonl").write_text('{"worker": "w", "start": 2.5, "end": 5.5}\n')
     assert during_timed_work(folder, tmp_path) == (2, ["t::b"])
+
+
+BACKGROUND = """
+import threading
+import time
+
+def _tick(path):
+    while True:
+        with open(path, "a") as out:
+            out.write(f"{{time.time()}}\\n")
+        time.sleep(0.01)
+
+threading.Thread(target=_tick, args=({ticks!r},), daemon=True).start()
+
+def test_step():
+    for _ in range(40):
+        time.sleep(0.05)
+
+def test_after():
+    time.sleep(0.5)
+"""
+
+
+def test_a_thread_a_test_left_running_runs_nothing_while_the_device_is_asked_for(
+    tmp_path: Path,
+) -> None:
+    """A candidate's test is the candidate's code: a thread it starts goes on between
+    tests.  Paused, the whole pytest process is stopped, so the thread's ticks stop for
+    the window and go on after it."""
+    ticks = tmp_path / "ticks"
+    tests = tmp_path / "test_background.py"
+    tests.write_text(BACKGROUND.format(ticks=str(ticks)))
+    proc: subprocess.Popen[str] | None = None
+    yielder = SuiteYield(tmp_path / "yield", lambda: proc is not None and proc.poll() is not None)
+    proc = start_suite(tests, yielder.env())
+    while not ticks.exists():
+        assert proc.poll() is None, proc.communicate()[0]
+        time.sleep(0.02)
+    with yielder.quiet():  # waits for test_step (2 s) to end, then stops the process
+        inside = time.time()
+        time.sleep(0.6)
+        leaving = time.time()
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    stamps = [float(line) for line in ticks.read_text().split()]
+    assert not [t for t in stamps if inside < t < leaving]
+    assert any(t < inside for t in stamps) and any(t > leaving for t in stamps)

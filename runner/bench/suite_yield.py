@@ -15,7 +15,7 @@ their shapes: nothing timed) it may.  The suite's pytest loads this module as a 
 * when pytest ends it does the same synchronisation and removes ``running-<pid>``;
 * each test's span (wall clock, from the end of its wait to the end of its teardown)
   goes to ``tests-<pid>.jsonl``, which the host compares with the timed turns'
-  (``runner.flow.suite_beside.overlaps``).
+  (``runner.flow.suite_beside.during_timed_work``).
 
 The host (``runner.flow.suite_beside.SuiteYield``) creates ``pause``, then waits until
 every running process has said ``paused-<pid>`` (or ended).  Marking before checking on
@@ -62,11 +62,10 @@ def quiesce() -> None:
         pass
 
 
-def yield_point(folder: Path) -> float:
-    """Wait here while the host asks for the device; seconds waited."""
+def yield_point(folder: Path) -> None:
+    """Wait here while the host asks for the device."""
     if not (folder / PAUSE).exists():
-        return 0.0
-    t0 = time.monotonic()
+        return
     quiesce()
     mark = folder / f"{PAUSED}{os.getpid()}"
     mark.touch()
@@ -75,7 +74,6 @@ def yield_point(folder: Path) -> float:
             time.sleep(POLL_S)
     finally:
         mark.unlink(missing_ok=True)
-    return time.monotonic() - t0
 
 
 def pytest_runtest_protocol(item: Any, nextitem: Any) -> None:

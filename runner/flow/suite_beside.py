@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -86,10 +87,20 @@ def during_timed_work(suite_folder: Path, tmp: Path) -> tuple[int, list[str]]:
     return len(tests), hits
 
 
+def _signal(pid: int, sig: signal.Signals) -> bool:
+    """``sig`` sent to ``pid``; False when it has ended."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 class SuiteYield:
     """The host's side of ``runner.bench.suite_yield``: ``quiet()`` asks the suite's
     pytest processes to give the device up and returns once each has (or has ended, or
-    ``ended()`` says the suite is over); leaving it lets them go on.  Nested and
+    ``ended()`` says the suite is over), each then stopped whole (SIGSTOP: no thread of
+    it runs, not only its tests); leaving it continues them and lets them go on.  Nested and
     concurrent ``quiet()`` (several GPUs' sessions) pause once.  Counts what it did."""
 
     def __init__(self, folder: Path, ended: Callable[[], bool]) -> None:
@@ -103,6 +114,7 @@ class SuiteYield:
         self.pauses = 0
         self.paused_s = 0.0
         self.longest_wait_s = 0.0  # for a running test to end
+        self._stopped: list[int] = []  # the pytest processes stopped (SIGSTOP) now
 
     def env(self) -> dict[str, str]:
         """The suite job's environment: the plugin loaded, the folder named."""
@@ -135,8 +147,14 @@ class SuiteYield:
         self.pauses += 1  # the suite was running when asked
         self.longest_wait_s = max(self.longest_wait_s, time.monotonic() - t0)
         self._since = time.monotonic()
+        # at its boundary, then stopped whole: a thread a test left running (a
+        # candidate's test is the candidate's code) runs nothing while work is timed
+        self._stopped = [pid for pid in self._running() if _signal(pid, signal.SIGSTOP)]
 
     def _resume(self) -> None:
+        for pid in self._stopped:
+            _signal(pid, signal.SIGCONT)
+        self._stopped = []
         (self.folder / PAUSE).unlink(missing_ok=True)
         if self._since:
             self.paused_s += time.monotonic() - self._since

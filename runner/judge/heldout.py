@@ -103,7 +103,7 @@ class Shortfall:
         scaled = (
             f", scaled to {100 * math.expm1(self.expected):+.2f}% for its "
             f"{1 / self.scale:.2f}x the work (a fixed saving per call)"
-            if self.scale < 1 and self.floor.gain > 0
+            if self.scale < 1  # only where the neighbour gained
             else ""
         )
         return (
