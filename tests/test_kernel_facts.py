@@ -23,7 +23,7 @@ from campaign_helpers import MANIFEST, manifest, run_cli
 
 from runner.core.errors import ConfigError
 from runner.core.files import write_json_atomic
-from runner.core.isa_facts import parse_amdgcn, parse_ptx, warnings
+from runner.core.isa_facts import KernelEntry, KernelFacts, parse_amdgcn, parse_ptx, warnings
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.factory import make_executor
 from runner.flow.kernel_facts import facts_arch, triton_version
@@ -72,15 +72,16 @@ def test_a_planted_lds_overflow_is_flagged_in_the_round_summary(
 ) -> None:
     campaign, result = planted
     facts = result.kernel_facts
-    assert facts is not None and facts["arch"] == "gfx942" and facts["triton"]
-    inc, cand = (facts["roles"][role][NAME] for role in ("incumbent", "candidate"))
-    assert inc["config"]["BLOCK_M"] == 128 and cand["config"]["BLOCK_M"] == 256
-    assert inc["facts"]["shared_bytes"] <= 65536 < cand["facts"]["shared_bytes"]
+    assert facts is not None and facts.arch == "gfx942" and facts.triton
+    inc, cand = (facts.roles[role][NAME] for role in ("incumbent", "candidate"))
+    assert inc.config["BLOCK_M"] == 128 and cand.config["BLOCK_M"] == 256
+    old, new = inc.facts["shared_bytes"], cand.facts["shared_bytes"]
+    assert old is not None and new is not None and old <= 65536 < new
     summary = campaign.summary_path(2).read_text(encoding="utf-8")
     assert "## Kernel facts" in summary and "gfx942" in summary
     assert f"WARNING {NAME}: over the LDS limit" in summary
     assert f"WARNING {NAME}: new spills: vgpr_spill 0 -> " in summary
-    row = f"| LDS / shared bytes | {inc['facts']['shared_bytes']} | {cand['facts']['shared_bytes']}"
+    row = f"| LDS / shared bytes | {old} | {new}"
     assert row in summary
     # the record of the (rolled-back or accepted) round carries them
     assert campaign.load_result(2).kernel_facts == facts
@@ -216,15 +217,17 @@ def test_ptx_facts_take_ptxas_registers_and_spills() -> None:
     assert facts["spill_bytes"] == 16 and facts["scratch_bytes"] == 8
 
 
-def _rolled(n: int, facts: dict[str, Any] | None, base: RoundResult) -> RoundResult:
+def _rolled(n: int, facts: KernelFacts | None, base: RoundResult) -> RoundResult:
     return dataclasses.replace(base, round=n, status=Status.ROLLED_BACK, kernel_facts=facts)
 
 
 def test_status_names_profile_after_two_rollbacks_and_isa_after_three(slow_tiny: Path) -> None:
     base = Campaign.load(slow_tiny / "campaigns" / "t").load_result(1)
-    facts = {"arch": "gfx942", "triton": "3.6.0", "warnings": ["k: new spills: vgpr_spill 0 -> 21"],
-             "roles": {"incumbent": {"k": {"facts": {"vgpr": 128, "occupancy": 2}}},
-                       "candidate": {"k": {"facts": {"vgpr": 256, "occupancy": 1}}}}}  # fmt: skip
+    facts = KernelFacts.from_dict(
+        {"arch": "gfx942", "triton": "3.6.0", "warnings": ["k: new spills: vgpr_spill 0 -> 21"],
+         "roles": {"incumbent": {"k": {"facts": {"vgpr": 128, "occupancy": 2}}},
+                   "candidate": {"k": {"facts": {"vgpr": 256, "occupancy": 1}}}}}
+    )  # fmt: skip
     one = [base, _rolled(2, facts, base)]
     assert analysis_lines(one, 1, "c") == []
     two = dict(analysis_lines([*one, _rolled(3, facts, base)], 2, "c"))
@@ -246,15 +249,44 @@ def test_the_facts_arch_defaults_to_gfx942_and_an_old_manifest_loads() -> None:
         manifest(facts_gpu="gfx90a")
 
 
-def test_a_tournament_entry_gets_its_own_pair_of_roles_and_warnings() -> None:
-    from runner.flow.kernel_facts import for_role
+def _entry(isa: str, **facts: int) -> KernelEntry:
+    return KernelEntry(file="k.py", case="c", config={}, facts=dict(facts), isa=isa)
 
-    k = {"facts": {"shared_bytes": 32768, "vgpr_spill": 0}}
-    big = {"facts": {"shared_bytes": 98304, "vgpr_spill": 0}}
+
+def test_a_tournament_entry_gets_its_own_pair_of_roles_and_warnings() -> None:
+    k = _entry("/nowhere/k.amdgcn", shared_bytes=32768, vgpr_spill=0)
+    big = _entry("/nowhere/k.amdgcn", shared_bytes=98304, vgpr_spill=0)
     roles = {"incumbent": {"k": k}, "candidate-1": {"k": k}, "candidate-2": {"k": big}}
-    facts = {"arch": "gfx942", "triton": "3.6.0", "warnings": ["all roles"], "roles": roles}
-    one, two = for_role(facts, "candidate-1"), for_role(facts, "candidate-2")
-    assert one["roles"] == {"incumbent": {"k": k}, "candidate": {"k": k}} and one["warnings"] == []
-    assert two["warnings"] == ["k: over the LDS limit: 98304 B of 65536 B on gfx942 "
-                               "(it fails to launch there: OutOfResources)"]  # fmt: skip
-    assert for_role(facts, "candidate-3")["roles"] == {}
+    facts = KernelFacts("gfx942", "3.6.0", roles, warnings=("all roles",))
+    one, two = facts.for_role("candidate-1"), facts.for_role("candidate-2")
+    assert one.roles == {"incumbent": {"k": k}, "candidate": {"k": k}} and one.warnings == ()
+    assert two.warnings == ("k: over the LDS limit: 98304 B of 65536 B on gfx942 "
+                            "(it fails to launch there: OutOfResources)",)  # fmt: skip
+    assert facts.for_role("candidate-3").roles == {}
+    assert KernelFacts.from_dict(facts.to_dict()) == facts  # what result.json keeps
+
+
+def test_each_tournament_entry_keeps_the_incumbent_s_assembly(
+    slow_tiny: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
+) -> None:
+    """The entries of a tournament share the incumbent's kernels: saving one entry's
+    assembly into its round leaves the next entry's incumbent where the compile put it,
+    so every entry's ``profiles/round-N/incumbent/`` gets it."""
+    from runner.flow.kernel_facts import save_isa
+
+    campaign = Campaign.load(copy_campaign(slow_tiny, tmp_path / "c", "t"))
+    compiled = tmp_path / "cache"
+    compiled.mkdir()
+    for name in ("inc.amdgcn", "one.amdgcn", "two.amdgcn"):
+        (compiled / name).write_text(f"; {name}\n", encoding="utf-8")
+    roles = {"incumbent": {"k": _entry(str(compiled / "inc.amdgcn"))},
+             "candidate-1": {"k": _entry(str(compiled / "one.amdgcn"))},
+             "candidate-2": {"k": _entry(str(compiled / "two.amdgcn"))}}  # fmt: skip
+    facts = KernelFacts("gfx942", "3.6.0", roles)
+    for n, role in ((2, "candidate-1"), (3, "candidate-2")):
+        saved = save_isa(campaign, n, facts.for_role(role))
+        for side in ("incumbent", "candidate"):
+            kept = campaign.root / saved.roles[side]["k"].isa
+            assert kept == campaign.profiles_dir / f"round-{n}" / side / kept.name
+            assert kept.is_file(), kept
+    assert facts.roles["incumbent"]["k"].isa == str(compiled / "inc.amdgcn")  # unchanged

@@ -18,11 +18,11 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 import test_primus_turbo_facts as ptf
 
+from runner.core.isa_facts import KernelEntry, KernelFacts
 from runner.flow.kernel_facts import round_facts, triton_version
 from runner.flow.new_campaign import CampaignFields, create_campaign
 from runner.store.campaign import Campaign
@@ -199,9 +199,8 @@ def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TURBO_CAMPAIGN_FACTS_CACHE", str(tmp_path / "facts-cache"))
 
 
-def _unified(facts: dict[str, Any], role: str, step: str) -> dict[str, Any]:
-    entry: dict[str, Any] = facts["roles"][role][f"{UNIFIED} [{step}]"]
-    return entry
+def _unified(facts: KernelFacts, role: str, step: str) -> KernelEntry:
+    return facts.roles[role][f"{UNIFIED} [{step}]"]
 
 
 def test_a_num_stages_change_in_the_autotune_list_moves_both_archs_facts(
@@ -212,25 +211,26 @@ def test_a_num_stages_change_in_the_autotune_list_moves_both_archs_facts(
     for arch in ("gfx942", "gfx950"):
         campaign = _campaign(tmp_path / arch, fake, arch)
         facts = round_facts(campaign, {"incumbent": fake, "candidate": cand})
-        assert facts["arch"] == arch and "no kernel facts" not in facts.get("note", ""), facts
+        assert facts.arch == arch and "no kernel facts" not in (facts.note or ""), facts
         inc, new = (_unified(facts, role, "forward: NT") for role in ("incumbent", "candidate"))
         # the first config of the list is_gfx950() built at import, keyword constexprs kept
-        assert (inc["config"]["num_stages"], new["config"]["num_stages"]) == (1, 2)
-        assert inc["config"]["K_CONTIGUOUS"] is True and inc["config"]["num_warps"] == 4
+        assert (inc.config["num_stages"], new.config["num_stages"]) == (1, 2)
+        assert inc.config["K_CONTIGUOUS"] is True and inc.config["num_warps"] == 4
         assert (
-            inc["autotune"]
-            == f"config 1 of the {2 if arch == 'gfx942' else 6} of its autotune list"
+            inc.autotune == f"config 1 of the {2 if arch == 'gfx942' else 6} of its autotune list"
         )
-        assert inc["knobs"]["use_async_copy"] is True  # set by the wrapper for its launch only
-        assert inc["file"] == GEMM and inc["facts"]["vgpr"] > 0
+        assert (
+            inc.knobs is not None and inc.knobs["use_async_copy"] is True
+        )  # set by the wrapper for its launch only
+        assert inc.file == GEMM and (inc.facts["vgpr"] or 0) > 0
         # the NN launch is the NT one (same specialisation and knobs): compiled once
         tn = _unified(facts, "candidate", "backward: grad_b TN")
-        assert len([k for k in facts["roles"]["candidate"] if k.startswith(UNIFIED)]) == 2
-        assert tn["config"]["K_CONTIGUOUS"] is False and tn["knobs"]["use_async_copy"] is False
-        quant = facts["roles"]["candidate"]["quant_kernel"]
-        assert quant["file"] == QUANT and quant["config"]["BLOCK"] == 128
-        assert "stood in for flydsl" in facts["note"] and "_C" not in facts["note"]
-        seen[arch] = inc["config"]["BLOCK_N"]
+        assert len([k for k in facts.roles["candidate"] if k.startswith(UNIFIED)]) == 2
+        assert tn.config["K_CONTIGUOUS"] is False and (tn.knobs or {})["use_async_copy"] is False
+        quant = facts.roles["candidate"]["quant_kernel"]
+        assert quant.file == QUANT and quant.config["BLOCK"] == 128
+        assert facts.note and "stood in for flydsl" in facts.note and "_C" not in facts.note
+        seen[arch] = inc.config["BLOCK_N"]
     assert seen == {"gfx942": 128, "gfx950": 64}  # each arch's own branch of the list
 
 
@@ -241,7 +241,7 @@ def test_a_launch_site_outside_the_kernel_folder_is_a_dependency(
     before = round_facts(campaign, {"incumbent": fake})
     site = _changed(fake, tmp_path / "site", SITE, "BLOCK=block_size", "BLOCK=block_size // 2")
     after = round_facts(campaign, {"incumbent": site})
-    old, new = (f["roles"]["incumbent"]["quant_kernel"]["config"] for f in (before, after))
+    old, new = (f.roles["incumbent"]["quant_kernel"].config for f in (before, after))
     assert (old["BLOCK"], new["BLOCK"]) == (128, 64)  # not the cached compile of the old site
 
 
@@ -260,8 +260,9 @@ def test_an_op_without_a_recipe_is_named(fake: Path, tmp_path: Path) -> None:
         ),
     )
     facts = round_facts(campaign, {"incumbent": fake})
-    assert facts["note"].startswith("no kernel facts: no launch recipe for gemm_fp8 rowwise")
-    assert "gemm_fp8 blockwise" in facts["note"]
+    note = facts.note or ""
+    assert note.startswith("no kernel facts: no launch recipe for gemm_fp8 rowwise")
+    assert "gemm_fp8 blockwise" in note
 
 
 UPSTREAM = os.environ.get("TURBO_CAMPAIGN_PRIMUS_TURBO_SRC")
@@ -279,12 +280,12 @@ def test_upstream_blockwise_gemm_facts_for_both_archs(tmp_path: Path) -> None:
         facts = round_facts(
             _campaign(tmp_path / arch, inc, arch), {"incumbent": inc, "candidate": cand}
         )
-        gemms = [k for k in facts["roles"]["candidate"] if k.startswith("_blockwise_fp8_unified")]
+        gemms = [k for k in facts.roles["candidate"] if k.startswith("_blockwise_fp8_unified")]
         assert len(gemms) == 3, facts  # forward NT, backward NN and TN
         for name in gemms:
-            old, new = (facts["roles"][r][name]["config"] for r in ("incumbent", "candidate"))
+            old, new = (facts.roles[r][name].config for r in ("incumbent", "candidate"))
             assert (old["num_stages"], new["num_stages"]) == (1, 2)
-        quants = {k.split(" ")[0] for k in facts["roles"]["candidate"] if k.startswith("quant_")}
+        quants = {k.split(" ")[0] for k in facts.roles["candidate"] if k.startswith("quant_")}
         assert quants == {
             "quant_fp8_blockwise_dual_kernel",
             "quant_fp8_blockwise_for_weight_kernel",

@@ -80,9 +80,9 @@ def test_baseline_writes_every_record(campaign: Campaign) -> None:
     assert lineage(campaign).head() == m.base_commit
     # the base's kernel facts: the incumbent side of round 2 (docs/analysis.md §1)
     facts = campaign.load_result(1).kernel_facts
-    assert facts is not None and list(facts["roles"]) == ["incumbent"], facts
-    base = facts["roles"]["incumbent"][FACTS_KERNEL]
-    assert base["facts"]["vgpr"] > 0 and (campaign.root / base["isa"]).is_file()
+    assert facts is not None and list(facts.roles) == ["incumbent"], facts
+    base = facts.roles["incumbent"][FACTS_KERNEL]
+    assert (base.facts["vgpr"] or 0) > 0 and (campaign.root / base.isa).is_file()
     assert "## Kernel facts" in summary and f"`{FACTS_KERNEL}`" in summary
 
 
@@ -278,7 +278,7 @@ def test_a_crashing_worker_records_a_failed_round_and_nothing_else(
     assert campaign.next_round() == 3
     # the failed round still records both roles' kernel facts, shown by summary and show
     facts = campaign.load_result(2).kernel_facts
-    assert facts is not None and set(facts["roles"]) == {"incumbent", "candidate"}, facts
+    assert facts is not None and set(facts.roles) == {"incumbent", "candidate"}, facts
     assert "## Kernel facts" in campaign.summary_path(2).read_text()
     code, out = run_cli(["--campaigns-root", str(campaign.root.parent), "show", "2"], capsys)
     assert code == 0 and "## Kernel facts" in out and f"`{FACTS_KERNEL}`" in out, out

@@ -21,16 +21,16 @@ def _isa_files(campaign: Campaign, n: int) -> dict[str, dict[str, Path]]:
     """``{kernel: {role: path}}`` of the assembly round N kept."""
     result = campaign.load_result(n)
     facts = result.kernel_facts
-    if not facts or not facts.get("roles"):
-        why = (facts or {}).get("note") or "a round closed before kernel facts were recorded"
+    if facts is None or not facts.roles:
+        why = (facts.note if facts else None) or "a round closed before kernel facts were recorded"
         raise ConfigError(
             f"round {n} recorded no kernel facts ({why}); install the dev extra's triton "
             "(pip install -e '.[dev]') and validate the next round, or pick a later round"
         )
     out: dict[str, dict[str, Path]] = {}
-    for role, kernels in facts["roles"].items():
+    for role, kernels in facts.roles.items():
         for name, entry in kernels.items():
-            path = campaign.root / str(entry.get("isa", ""))
+            path = campaign.root / entry.isa
             if path.is_file():
                 out.setdefault(name, {})[role] = path
     if not out:

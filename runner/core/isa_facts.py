@@ -1,8 +1,9 @@
 """Facts about one compiled kernel, read from the text the compiler wrote (docs/analysis.md).
 
 Both sides use this module: the worker-side compile (``runner.analyze``) parses the
-AMDGCN or PTX it got into a flat ``dict`` of numbers, and the host compares the
-incumbent's with the candidate's (``warnings``).  Standard library only.
+AMDGCN or PTX it got into a flat ``dict`` of numbers (``Facts``), and the host compares
+the incumbent's with the candidate's (``warnings``) and records a round's kernels in a
+``KernelFacts`` (each role's ``KernelEntry`` per kernel).  Standard library only.
 
 AMDGCN: the numbers of the ``.amdgpu_metadata`` block (``.vgpr_count``, ``.agpr_count``,
 ``.sgpr_count``, the spill counts, ``.group_segment_fixed_size`` for LDS and
@@ -15,10 +16,24 @@ counted too (docs/analysis.md §2).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
-__all__ = ["ARCHS", "FACT_LABELS", "Arch", "parse_amdgcn", "parse_ptx", "warnings"]
+__all__ = [
+    "ARCHS",
+    "FACT_LABELS",
+    "Arch",
+    "Facts",
+    "KernelEntry",
+    "KernelFacts",
+    "parse_amdgcn",
+    "parse_ptx",
+    "warnings",
+]
+
+# One kernel's facts: ``FACT_LABELS``' keys (and a few more) -> a count, or None where
+# the compiler's text did not say.
+Facts = dict[str, int | None]
 
 
 @dataclass(frozen=True)
@@ -112,10 +127,10 @@ def _counted(lines: list[str], counts: dict[str, re.Pattern[str]]) -> dict[str, 
     return {key: sum(1 for ln in lines if rx.search(ln)) for key, rx in counts.items()}
 
 
-def parse_amdgcn(text: str, arch: str, num_warps: int, shared_bytes: int = 0) -> dict[str, Any]:
+def parse_amdgcn(text: str, arch: str, num_warps: int, shared_bytes: int = 0) -> Facts:
     """The facts of one kernel's AMDGCN text (``compiled.asm["amdgcn"]``); ``shared_bytes``
     is the LDS the launch allocates (``compiled.metadata.shared``)."""
-    facts: dict[str, Any] = {}
+    facts: Facts = {}
     for key, name in _META.items():
         facts[key] = _first_int(rf"^\s*-?\s*{name}:\s+(\d+)", text)
     # Triton's LDS is dynamic: the metadata's segment size reads 0, the launch's is known
@@ -135,7 +150,7 @@ def parse_amdgcn(text: str, arch: str, num_warps: int, shared_bytes: int = 0) ->
     return facts
 
 
-def occupancy(facts: dict[str, Any], arch: str, num_warps: int) -> int | None:
+def occupancy(facts: Facts, arch: str, num_warps: int) -> int | None:
     """Waves per SIMD that VGPRs (+AGPRs) and LDS allow one kernel on ``arch`` (AMD)."""
     spec = ARCHS.get(arch)
     if spec is None or spec.backend != "hip" or facts.get("vgpr") is None:
@@ -153,10 +168,10 @@ def occupancy(facts: dict[str, Any], arch: str, num_warps: int) -> int | None:
     return min(by_regs, by_lds)
 
 
-def parse_ptx(text: str, shared_bytes: int, ptxas: str = "") -> dict[str, Any]:
+def parse_ptx(text: str, shared_bytes: int, ptxas: str = "") -> Facts:
     """The facts of one kernel's PTX, with ``ptxas -v``'s lines when it ran."""
     lines = _instructions(text)
-    facts: dict[str, Any] = _counted(lines, _PTX_COUNTS)
+    facts: Facts = {**_counted(lines, _PTX_COUNTS)}
     facts["instructions"] = len(lines)
     facts["shared_bytes"] = shared_bytes
     facts["regs"] = _first_int(r"Used (\d+) registers", ptxas)
@@ -167,12 +182,12 @@ def parse_ptx(text: str, shared_bytes: int, ptxas: str = "") -> dict[str, Any]:
     return facts
 
 
-def _grew(key: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
+def _grew(key: str, old: Facts, new: Facts) -> bool:
     a, b = old.get(key), new.get(key)
     return isinstance(b, int) and b > (a if isinstance(a, int) else 0)
 
 
-def warnings(arch: str, old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
+def warnings(arch: str, old: Facts | None, new: Facts) -> list[str]:
     """What matters in the candidate's facts of one kernel against the incumbent's:
     LDS over the target's limit, new spills or scratch, occupancy down."""
     out: list[str] = []
@@ -196,3 +211,119 @@ def warnings(arch: str, old: dict[str, Any] | None, new: dict[str, Any]) -> list
     if isinstance(before, int) and isinstance(after, int) and after < before:
         out.append(f"occupancy down: {before} -> {after} waves per SIMD")
     return out
+
+
+def _facts_of(doc: object) -> Facts:
+    """A recorded kernel's facts, only the counts (a record is read as it was written)."""
+    if not isinstance(doc, Mapping):
+        return {}
+    return {str(k): v if isinstance(v, int) else None for k, v in doc.items()}
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    """One kernel of one role: the kernel file it is in, the launch case and config
+    that compiled it, its facts, and its assembly (in the compile cache until the round
+    closes, then ``profiles/round-N/<role>/``, relative to the campaign)."""
+
+    file: str
+    case: str
+    config: dict[str, object]
+    facts: Facts
+    isa: str
+    autotune: str | None = None  # the autotuned function whose first config it is
+    knobs: dict[str, object] | None = None  # the AMD compiler knobs the launch set
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"case": self.case, "config": dict(self.config)}
+        out.update(facts=dict(self.facts), isa=self.isa, file=self.file)
+        if self.autotune:
+            out["autotune"] = self.autotune
+        if self.knobs:
+            out["knobs"] = dict(self.knobs)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object], file: str | None = None) -> KernelEntry:
+        """An entry as a compile's ``facts.json`` or a round's record holds it
+        (``file``: the kernel file, where the compile's record does not name it)."""
+        config, knobs, autotune = d.get("config"), d.get("knobs"), d.get("autotune")
+        return cls(
+            file=str(d.get("file") or file or "?"),
+            case=str(d.get("case") or "?"),
+            config=dict(config) if isinstance(config, Mapping) else {},
+            facts=_facts_of(d.get("facts")),
+            isa=str(d.get("isa") or ""),
+            autotune=str(autotune) if autotune else None,
+            knobs=dict(knobs) if isinstance(knobs, Mapping) else None,
+        )
+
+
+Kernels = dict[str, KernelEntry]  # kernel name -> its entry, of one role
+
+
+@dataclass(frozen=True)
+class KernelFacts:
+    """A round's kernel facts (docs/analysis.md): the arch and Triton they were compiled
+    for, each role's kernels (``incumbent``, ``candidate``; a tournament's measurement
+    ``candidate-K``), the candidate's warnings against the incumbent, and ``note``: why
+    there are none, or what stood in for a module."""
+
+    arch: str
+    triton: str | None
+    roles: dict[str, Kernels] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    note: str | None = None
+
+    @classmethod
+    def none(cls, arch: str, triton: str | None, why: str) -> KernelFacts:
+        """No facts, and why (``note`` starts "no kernel facts: ")."""
+        return cls(arch, triton, note=f"no kernel facts: {why}")
+
+    def judged(self) -> KernelFacts:
+        """These facts with their warnings: each candidate role's kernels against the
+        incumbent's (one role: its own)."""
+        inc = self.roles.get("incumbent", {})
+        said: list[str] = []
+        for role in [r for r in self.roles if r != "incumbent"] or ["incumbent"]:
+            for name, entry in self.roles.get(role, {}).items():
+                old = inc[name].facts if role != "incumbent" and name in inc else None
+                said += [f"{name}: {w}" for w in warnings(self.arch, old, entry.facts)]
+        return replace(self, warnings=tuple(said))
+
+    def for_role(self, role: str) -> KernelFacts:
+        """The record of one candidate ``role`` of a measurement of several (a
+        tournament's entry): the incumbent and that role as "candidate", judged."""
+        if role not in self.roles:
+            return replace(self, roles={}, warnings=())
+        pair = {"incumbent": self.roles.get("incumbent", {}), "candidate": self.roles[role]}
+        return replace(self, roles=pair).judged()
+
+    def to_dict(self) -> dict[str, object]:
+        roles = {r: {k: e.to_dict() for k, e in ks.items()} for r, ks in self.roles.items()}
+        out: dict[str, object] = {"arch": self.arch, "triton": self.triton, "roles": roles,
+                                  "warnings": list(self.warnings)}  # fmt: skip
+        if self.note is not None:
+            out["note"] = self.note
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object]) -> KernelFacts:
+        """The record as ``to_dict`` wrote it (a ``result.json``'s ``kernel_facts``)."""
+        roles = d.get("roles")
+        said = d.get("warnings")
+        return cls(
+            arch=str(d.get("arch") or "?"),
+            triton=str(d["triton"]) if d.get("triton") else None,
+            roles={
+                str(role): {
+                    str(k): KernelEntry.from_dict(e)
+                    for k, e in kernels.items()
+                    if isinstance(e, Mapping)
+                }
+                for role, kernels in (roles.items() if isinstance(roles, Mapping) else ())
+                if isinstance(kernels, Mapping)
+            },
+            warnings=tuple(str(w) for w in said) if isinstance(said, list) else (),
+            note=str(d["note"]) if d.get("note") else None,
+        )

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from runner.core.isa_facts import KernelFacts
+
 
 class Decision(str, Enum):
     """The gate's verdict on a candidate."""
@@ -319,9 +321,9 @@ class RoundResult:
     # sha256 of the gate constants that judged it (runner.judge.gate_constants: the
     # digest docs/gate-constants.jsonl names); None in a result written before
     gate_constants: str | None = None
-    # The ISA facts of both roles (runner.flow.kernel_facts.round_facts: arch, triton,
-    # roles, warnings, note); None in a result written before docs/analysis.md
-    kernel_facts: dict[str, Any] | None = None
+    # The ISA facts of both roles (runner.flow.kernel_facts.round_facts); None in a
+    # result written before docs/analysis.md
+    kernel_facts: KernelFacts | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -353,7 +355,7 @@ class RoundResult:
         if self.gate_constants is not None:
             out["gate_constants"] = self.gate_constants
         if self.kernel_facts is not None:
-            out["kernel_facts"] = self.kernel_facts
+            out["kernel_facts"] = self.kernel_facts.to_dict()
         return out
 
     @classmethod
@@ -383,5 +385,10 @@ class RoundResult:
             commit=d.get("commit"),
             tournament=TournamentNote.from_dict(d["tournament"]) if d.get("tournament") else None,
             gate_constants=d.get("gate_constants"),
-            kernel_facts=d.get("kernel_facts"),
+            kernel_facts=_facts(d.get("kernel_facts")),
         )
+
+
+def _facts(doc: object) -> KernelFacts | None:
+    """A result's kernel facts, None where it recorded none."""
+    return KernelFacts.from_dict(doc) if isinstance(doc, Mapping) and doc else None

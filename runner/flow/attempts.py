@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
-from typing import Any
 
 from runner.core.errors import CorrectnessFailed
 from runner.core.files import write_atomic, write_json_atomic
+from runner.core.isa_facts import KernelFacts
 from runner.core.timestamps import now_minute
 from runner.render.kernel_facts import facts_lines
 from runner.store.appendlog import append
@@ -44,7 +44,7 @@ def record_attempt(
     hypothesis: str,
     patch: str,
     reasons: Sequence[str],
-    facts: dict[str, Any] | None = None,
+    facts: KernelFacts | None = None,
 ) -> CorrectnessFailed:
     """Record the failed attempt of open round ``n`` and return the error to raise; the
     round folder keeps only its attempts (the snapshot moves into the attempt; no
@@ -57,7 +57,7 @@ def record_attempt(
     write_atomic(dest / "candidate.patch", patch)
     record = {"round": n, "attempt": k, "when": now_minute(), "hypothesis": hypothesis, "why": why}
     if facts is not None:
-        record["kernel_facts"] = facts
+        record["kernel_facts"] = facts.to_dict()
     write_json_atomic(dest / "attempt.json", record)
     for path in round_dir.iterdir():
         if path.name == "kernel_snapshot":  # Rule 5: kept for the post-mortem

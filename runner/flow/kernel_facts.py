@@ -28,12 +28,12 @@ import os
 import shutil
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from runner.core.errors import CommandFailed, InfrastructureError
 from runner.core.files import write_atomic
-from runner.core.isa_facts import ARCHS, warnings
+from runner.core.isa_facts import ARCHS, KernelEntry, KernelFacts, Kernels
 from runner.core.processes import run
 from runner.store.campaign import Campaign
 from runner.store.manifest import Manifest
@@ -202,77 +202,54 @@ def _compiled_all(
         return {job: future.result() for job, future in futures.items()}
 
 
-def role_facts(folders: dict[str, Path]) -> tuple[dict[str, Any], list[str]]:
-    """``{kernel: {case, config, facts, isa (path), file}}`` of one role's tree from its
-    compiles (``folders``: kernel file -> cache folder), and the notes they wrote (no
-    recipe for the op, modules stood in for)."""
-    kernels: dict[str, Any] = {}
+def role_facts(folders: dict[str, Path]) -> tuple[Kernels, list[str]]:
+    """``{kernel: entry}`` of one role's tree from its compiles (``folders``: kernel file
+    -> cache folder; each entry's ``isa`` the path of its assembly there), and the notes
+    they wrote (no recipe for the op, modules stood in for)."""
+    kernels: Kernels = {}
     notes: list[str] = []
     for rel, folder in folders.items():
         doc = json.loads((folder / "facts.json").read_text(encoding="utf-8"))
         if doc.get("note"):
             notes.append(doc["note"])
         for name, entry in doc["kernels"].items():
-            kernels[name] = {**entry, "file": rel, "isa": str(folder / entry["isa"])}
+            isa = str(folder / entry["isa"])
+            kernels[name] = KernelEntry.from_dict({**entry, "isa": isa}, file=rel)
         if doc.get("stood_in"):
             notes.append(f"{rel}: stood in for {', '.join(doc['stood_in'])}")
     return kernels, notes
 
 
-def round_facts(campaign: Campaign, trees: dict[str, Path]) -> dict[str, Any]:
+def round_facts(campaign: Campaign, trees: dict[str, Path]) -> KernelFacts:
     """The record of a round's facts: arch, Triton version, each role's kernels and the
     warnings of the candidate against the incumbent; ``note`` says why there are none."""
     arch = facts_arch(campaign.manifest)
     triton = triton_version()
-    out: dict[str, Any] = {"arch": arch, "triton": triton, "roles": {}, "warnings": []}
     if triton is None:
-        out["note"] = "no kernel facts: torch and triton are not installed beside the runner"
-        return out
+        return KernelFacts.none(arch, None, "torch and triton are not installed beside the runner")
     notes: list[str] = []
+    roles: dict[str, Kernels] = {}
     try:
         compiled = _compiled_all(campaign, trees, arch, triton)
         for role in trees:
             mine = {rel: folder for (r, rel), folder in compiled.items() if r == role}
-            out["roles"][role], said = role_facts(mine)
+            roles[role], said = role_facts(mine)
             notes += [n for n in said if n not in notes]
     except (_FactsUnavailable, OSError, ValueError) as exc:
-        out["note"] = f"no kernel facts: {exc}"
-        return out
-    if not any(out["roles"].values()):
+        return KernelFacts.none(arch, triton, str(exc))
+    if not any(roles.values()):
         why = notes[0] if notes else "the campaign's files hold no Triton kernel"
-        out["note"] = f"no kernel facts: {why}"
-    elif notes:
-        out["note"] = "; ".join(notes)
-    out["warnings"] = _warnings(arch, out["roles"])
-    return out
-
-
-def _warnings(arch: str, roles: dict[str, Any]) -> list[str]:
-    """Each candidate role's kernels against the incumbent's (one role: its own)."""
-    inc = roles.get("incumbent", {})
-    said = []
-    for role in [r for r in roles if r != "incumbent"] or ["incumbent"]:
-        for name, entry in roles.get(role, {}).items():
-            old = inc.get(name, {}).get("facts") if role != "incumbent" else None
-            said += [f"{name}: {w}" for w in warnings(arch, old, entry["facts"])]
-    return said
-
-
-def for_role(facts: dict[str, Any], role: str) -> dict[str, Any]:
-    """The record of one candidate ``role`` of a measurement of several (a tournament's
-    entry): the incumbent and that role as "candidate", with their warnings."""
-    roles = facts.get("roles") or {}
-    if role not in roles:
-        return {**facts, "roles": {}, "warnings": []}
-    pair = {"incumbent": roles.get("incumbent", {}), "candidate": roles[role]}
-    return {**facts, "roles": pair, "warnings": _warnings(str(facts.get("arch")), pair)}
+        return KernelFacts(arch, triton, roles, note=f"no kernel facts: {why}")
+    return KernelFacts(arch, triton, roles, note="; ".join(notes) or None).judged()
 
 
 class FactsJob:
     """``round_facts`` in a thread beside the measurement; ``result`` waits for it."""
 
     def __init__(self, campaign: Campaign, trees: dict[str, Path]) -> None:
-        self._out: dict[str, Any] = {}
+        self._arch = facts_arch(campaign.manifest)
+        self._out = KernelFacts.none(self._arch, None, "the compile did not finish")
+        self._result: KernelFacts | None = None
         self._thread = threading.Thread(
             target=self._work, args=(campaign, dict(trees)), name="kernel-facts", daemon=True
         )
@@ -282,25 +259,30 @@ class FactsJob:
         try:
             self._out = round_facts(campaign, trees)
         except Exception as exc:  # never fail a round for its facts
-            self._out = {"arch": facts_arch(campaign.manifest), "roles": {}, "warnings": [],
-                         "note": f"no kernel facts: {type(exc).__name__}: {exc}"}  # fmt: skip
+            self._out = KernelFacts.none(self._arch, None, f"{type(exc).__name__}: {exc}")
 
-    def result(self, timeout: float = COMPILE_TIMEOUT_S * 2) -> dict[str, Any]:
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            return {"roles": {}, "warnings": [], "note": "no kernel facts: the compile timed out"}
-        return self._out
+    def result(self, timeout: float = COMPILE_TIMEOUT_S * 2) -> KernelFacts:
+        """The facts, waited for up to ``timeout`` the first time; the same answer on
+        every later call (a round waits while its trees exist, then records it)."""
+        if self._result is None:
+            self._thread.join(timeout)
+            late = KernelFacts.none(self._arch, None, "the compile timed out")
+            self._result = late if self._thread.is_alive() else self._out
+        return self._result
 
 
-def save_isa(campaign: Campaign, n: int, facts: dict[str, Any]) -> list[Path]:
-    """Each role's assembly into ``profiles/round-N/<role>/`` (``campaign isa`` diffs it)."""
-    written = []
-    for role, kernels in facts.get("roles", {}).items():
-        for entry in kernels.values():
-            src = Path(entry.get("isa", ""))
-            if src.is_file():
+def save_isa(campaign: Campaign, n: int, facts: KernelFacts) -> KernelFacts:
+    """Each role's assembly into ``profiles/round-N/<role>/`` (``campaign isa`` diffs
+    it); returns ``facts`` with each saved entry's ``isa`` relative to the campaign (a
+    tournament's entries share the incumbent's entries: none is changed in place)."""
+    roles: dict[str, Kernels] = {}
+    for role, kernels in facts.roles.items():
+        roles[role] = {}
+        for name, entry in kernels.items():
+            src = Path(entry.isa)
+            if entry.isa and src.is_absolute() and src.is_file():
                 dest = campaign.profiles_dir / f"round-{n}" / role / src.name
                 write_atomic(dest, src.read_text(encoding="utf-8"))
-                entry["isa"] = str(dest.relative_to(campaign.root))
-                written.append(dest)
-    return written
+                entry = replace(entry, isa=str(dest.relative_to(campaign.root)))
+            roles[role][name] = entry
+    return replace(facts, roles=roles)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.core.errors import ConfigError, RepeatedHypothesis, RoundOutOfOrder, ValueRefused
+from runner.core.isa_facts import KernelFacts
 from runner.core.limits import MAX_HYPOTHESIS_CHARS, check_blocks, check_size, excerpt
 from runner.core.outcomes import (
     Decision,
@@ -260,13 +261,12 @@ def round_result(
     )
 
 
-def attach_facts(rnd: Round, result: RoundResult, facts: dict[str, Any] | None) -> None:
+def attach_facts(rnd: Round, result: RoundResult, facts: KernelFacts | None) -> None:
     """The round's kernel facts into its record, each role's ISA under profiles/round-N/
     (``runner.flow.kernel_facts``, docs/analysis.md)."""
     if facts is None:
         return
-    save_isa(rnd.campaign, rnd.round, facts)
-    result.kernel_facts = facts
+    result.kernel_facts = save_isa(rnd.campaign, rnd.round, facts)
 
 
 def failed_result(

@@ -19,11 +19,11 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from runner.core.artifact_names import AUDIT
 from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed, Tampered
 from runner.core.files import write_atomic, write_json_atomic
+from runner.core.isa_facts import KernelFacts
 from runner.core.outcomes import (
     GateResult,
     RoundResult,
@@ -127,7 +127,7 @@ def _validate_in(
     head = lineage.head()
     shapes = level_shapes(m, request.level, rnd.round)
     notes: list[str] = []
-    facts: dict[str, Any] = {}  # a failed round records them too (docs/analysis.md)
+    facts: FactsJob | None = None  # a failed round records them too (docs/analysis.md)
     try:
         with lineage.worktree(head) as inc_tree, lineage.worktree(head, patch) as cand_tree:
             pause_point("candidate-tree")
@@ -141,13 +141,15 @@ def _validate_in(
             rnd.judge_expect[cand_tree] = judge_digests(m, inc_tree, touched)
             write_json_atomic(rnd.tmp / AUDIT, report.to_dict())
             roles = {"incumbent": inc_tree, "candidate": cand_tree}
+            facts = FactsJob(campaign, roles)
             gate, inc_score, cand_score, builds = _guarded(
                 rnd, request, roles, touched, shapes, vetoes, facts, report.risks
             )
     except (MeasurementFailed, Tampered) as exc:
         why = "\n".join([str(exc), *notes])
-        return _closed_failure(rnd, request, patch, touched, started, best, why, facts, restores)
-    _refuse_incorrect(rnd, request, patch, gate, notes, facts or None)
+        recorded = facts.result() if facts is not None else None
+        return _closed_failure(rnd, request, patch, touched, started, best, why, recorded, restores)
+    _refuse_incorrect(rnd, request, patch, gate, notes, facts.result())
     commit = None
     if gate.decision.accepted:
         rnd.step("lineage commit")
@@ -159,7 +161,7 @@ def _validate_in(
     if builds:
         result.reasons.append(describe(builds))
     result.reasons.extend(notes)
-    attach_facts(rnd, result, facts or None)
+    attach_facts(rnd, result, facts.result())
     transfer.benchmark_gain_pct = round(gate.delta_pct, 3)
     transfer.estimated_real_gain_pct = 0.0 if report.rejects else round(gate.delta_pct, 3)
     result.transfer = behaviour_transfer(rnd, transfer, gate)
@@ -179,13 +181,13 @@ def _closed_failure(
     started: str,
     best: RoundResult,
     why: str,
-    facts: dict[str, Any],
+    facts: KernelFacts | None,
     restores: bool,
 ) -> RoundResult:
     """A round that failed to measure, closed FAILED with both roles' kernel facts (what
     the candidate compiled to: a reader sees why without re-running it)."""
     failed = failed_result(rnd, request, patch, touched, started, best, why)
-    attach_facts(rnd, failed, facts or None)
+    attach_facts(rnd, failed, facts)
     failed.reasons.extend(_checkout_after(rnd, request, patch, touched, restores))
     close_round(rnd.campaign, failed, progress=rnd.step)
     return failed
@@ -197,7 +199,7 @@ def _refuse_incorrect(
     patch: str,
     gate: GateResult,
     notes: Sequence[str],
-    facts: dict[str, Any] | None = None,
+    facts: KernelFacts | None = None,
 ) -> None:
     """Rule 6: a candidate vetoed only by its failed focused test is a failed attempt of
     this round, not a round (``runner.flow.attempts``); ``notes``: the scope notes;
@@ -245,17 +247,16 @@ def _guarded(
     touched: list[str],
     shapes: list[Shape],
     vetoes: list[str],
-    facts: dict[str, Any],
+    facts: FactsJob,
     risks: Sequence[str] = (),
 ) -> tuple[GateResult, Score, Score, list[BuiltRole]]:
     """Build both roles, each tree read-only to the other's builds and jobs, then
     measure and judge under the proof that each role ran its own files
     (``runner.flow.build``, ``runner.flow.tamper_check.proof``); the roles' kernel
-    facts compile beside it into ``facts`` (``runner.flow.kernel_facts``,
+    facts compile beside it (``facts``, ``runner.flow.kernel_facts``,
     docs/analysis.md), waited for while the trees exist, also when the measurement
     failed: a FAILED round records them too."""
     inc_tree, cand_tree = roles["incumbent"], roles["candidate"]
-    facts_job = FactsJob(rnd.campaign, roles)
     try:
         with built_roles(rnd, roles, touched) as builds, proof(rnd, roles):
             if has_upstream_quick(rnd):  # upstream's own check beside the gate's evidence
@@ -264,9 +265,9 @@ def _guarded(
                 rnd, request, inc_tree, cand_tree, shapes, vetoes, risks
             )
     except (MeasurementFailed, Tampered):  # a FAILED round: not an interrupt, which is quick
-        facts.update(facts_job.result())
+        facts.result()
         raise
-    facts.update(facts_job.result())
+    facts.result()
     return gate, inc_score, cand_score, builds
 
 

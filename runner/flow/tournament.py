@@ -40,7 +40,7 @@ from runner.core.pause_points import pause_point
 from runner.executors.base import BuiltRole, Executor
 from runner.flow.build import built_roles, describe
 from runner.flow.judge_files import check_scope, judge_digests, restore_judge, scope_notes
-from runner.flow.kernel_facts import FactsJob, for_role
+from runner.flow.kernel_facts import FactsJob
 from runner.flow.round_context import Progress, Round, level_shapes, open_round
 from runner.flow.round_logs import close_round
 from runner.flow.round_result import (
@@ -201,7 +201,7 @@ def _run(rnd: Round, entries: list[Entry], started: str) -> list[RoundResult]:
             failed_all = str(exc)
         facts = facts_job.result()
         for entry in live:
-            entry.facts = for_role(facts, entry.role)
+            entry.facts = facts.for_role(entry.role)
     if builds:
         for entry in live:
             entry.notes.append(describe(builds))

@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from runner.core.artifact_names import BUILDS
 from runner.core.errors import FocusedTestFailed, MeasurementFailed, Tampered
 from runner.core.files import copy_plain_tree
+from runner.core.isa_facts import KernelFacts
 from runner.core.outcomes import Decision, GateResult, TransferCheck
 from runner.core.shapes import Shape
 from runner.flow.measure import (
@@ -72,7 +72,7 @@ class Entry:
     confirmed: Judged | None = None
     won: bool = False
     outpaced_by: int | None = None  # measured no longer: this round's reading was higher
-    facts: dict[str, Any] | None = None  # its kernel facts against the incumbent's
+    facts: KernelFacts | None = None  # its kernel facts against the incumbent's
 
     @property
     def n(self) -> int:

@@ -42,13 +42,13 @@ def analysis_lines(
         )
     for r in last:
         facts = r.kernel_facts
-        if not facts:
+        if facts is None:
             out.append((f"facts round-{r.round}", "none recorded (a round before kernel facts)"))
             continue
-        if facts.get("note"):
-            out.append((f"facts round-{r.round}", facts["note"]))
+        if facts.note:
+            out.append((f"facts round-{r.round}", facts.note))
         for i, line in enumerate(facts_compact(facts)):
             out.append((f"facts round-{r.round} #{i + 1}", line))
-        for i, warning in enumerate(facts.get("warnings") or []):
+        for i, warning in enumerate(facts.warnings):
             out.append((f"facts round-{r.round} warning #{i + 1}", warning))
     return out
