@@ -14,6 +14,7 @@ from campaign_helpers import committed_repo
 
 from runner.bench.serve import Server, device_memory
 from runner.cli import main
+from runner.core.device_memory import ShapeMemory
 from runner.core.shapes import Shape, shape_set
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.core.worker_messages import Ready, parse_reply, reply_line
@@ -180,11 +181,14 @@ def test_the_shape_report_puts_the_measured_peak_beside_the_figure() -> None:
     it, its peak; a shape nobody measured has no ``measured`` field."""
     shapes = [s for s in shape_set("models") if s.label in TARGETS[:2]]
     report = shape_report("gemm_fp8", shapes, 2, {TARGETS[0]: 123})
-    assert report[TARGETS[0]] == {
+    assert report[TARGETS[0]].to_dict() == {
         "estimate": shape_memory("gemm_fp8", shapes[0]).worker(2),
         "measured": 123,
     }
-    assert report[TARGETS[1]] == {"estimate": shape_memory("gemm_fp8", shapes[1]).worker(2)}
+    assert report[TARGETS[1]].to_dict() == {
+        "estimate": shape_memory("gemm_fp8", shapes[1]).worker(2)
+    }
+    assert report[TARGETS[1]] == ShapeMemory(shape_memory("gemm_fp8", shapes[1]).worker(2))
 
 
 def _server(device: str) -> Server:

@@ -17,6 +17,7 @@ import pytest
 from campaign_helpers import slow_suite
 
 from runner.core.csv_io import read_csv
+from runner.core.device_memory import MemoryLog, ShapeMemory, WorkerMemory
 from runner.core.errors import (
     ConfigError,
     DeviceOutOfMemory,
@@ -230,22 +231,24 @@ def test_an_earlier_round_s_reports_on_this_machine_size_the_first_wave() -> Non
     the first pair, the other two pairs started only after its turns; the baseline's
     reports let all three start together."""
     import socket
+    from dataclasses import replace
 
     from runner.measure.waves import prior_wave
 
     gib = 1 << 30
-    worker = {"prepare": int(7.2 * gib), "reserved": int(11.1 * gib), "held": int(3.1 * gib),
-              "free": 125 * gib, "total": 140 * gib}  # fmt: skip
-    here = {"host": socket.gethostname(), "roles": 1, "workers": {"pass-01-incumbent": worker}}
+    worker = WorkerMemory(prepare=int(7.2 * gib), reserved=int(11.1 * gib),
+                          held=int(3.1 * gib), free=125 * gib, total=140 * gib)  # fmt: skip
+    here = MemoryLog(socket.gethostname(), roles=1, workers={"pass-01-incumbent": worker})
     # empty device 125 + 4.1 = 129.1; room 0.9 * 129.1 - 1.25 * 11.1 = 102.3 GiB;
     # a pair of two roles 2 * (7.2 + 1) = 16.4 GiB: six pairs would fit, three asked for
     assert prior_wave(here, roles=2, pairs=3) == 3
     assert prior_wave(here, roles=5, pairs=3) == 2  # a tournament pair: 41 GiB
     assert prior_wave(here, roles=12, pairs=3) is None  # room for one: it measures alone
-    assert prior_wave({**here, "host": "another-machine"}, 2, 3) is None
+    assert prior_wave(replace(here, host="another-machine"), 2, 3) is None
     assert prior_wave(None, 2, 3) is None
-    assert prior_wave({**here, "workers": {"w": {"reserved": 1}}}, 2, 3) is None  # unusable
-    small = {**here, "workers": {"w": {**worker, "total": 40 * gib}}}  # never above the total
+    unusable = replace(here, workers={"w": WorkerMemory(reserved=1)})
+    assert prior_wave(unusable, 2, 3) is None
+    small = replace(here, workers={"w": replace(worker, total=40 * gib)})  # never above the total
     assert prior_wave(small, roles=2, pairs=3) is None
 
 
@@ -259,14 +262,75 @@ def test_a_quick_round_s_reports_do_not_size_a_session_of_larger_shapes() -> Non
     quick = [Shape("q1", 4096, 4096, 4096), Shape("q2", 4096, 12288, 4096)]
     full = [*quick, Shape("f3", 4096, 22016, 4096), Shape("f4", 16384, 12288, 4096)]
     probe = [*quick[:1], Shape("probe-r2-4144x12288x4096", 4144, 12288, 4096)]
-    rows = {s.label: {"estimate": shape_memory("gemm_fp8", s).worker(2)} for s in quick}
-    prior = {"host": "h", "workers": {}, "pool": 2, "shapes": rows}
+    rows = {s.label: ShapeMemory(shape_memory("gemm_fp8", s).worker(2)) for s in quick}
+    prior = MemoryLog("h", roles=2, pool=2, shapes=rows)
     assert prior_covers(prior, "gemm_fp8", quick, 2)
     assert prior_covers(prior, "gemm_fp8", probe, 2)  # a probe's M moved a little: within
     assert not prior_covers(prior, "gemm_fp8", full, 2)
     assert not prior_covers(prior, "gemm_fp8", quick, 4)  # more pool members each
-    assert prior_covers({"host": "h", "workers": {}}, "gemm_fp8", full, 2)  # no figures kept
+    assert prior_covers(MemoryLog("h", roles=2), "gemm_fp8", full, 2)  # no figures kept
     assert prior_covers(None, "gemm_fp8", full, 2) and PRIOR_SLACK > 1
+
+
+def test_the_memory_log_reads_back_as_written_and_a_malformed_one_assumes_nothing(
+    tmp_path: Path,
+) -> None:
+    """``_keep_memory`` writes the log's keys as they always were, so a log of any
+    version reads back to the same document.  A file that is missing, not JSON or not
+    an object reads as None; a worker row of strings sizes no wave, and a shapes table
+    without estimates keeps no per-shape figures (the log is taken as it is)."""
+    import socket
+    from types import SimpleNamespace
+
+    from runner.measure.host import read_memory_log
+    from runner.measure.paired import _keep_memory
+    from runner.measure.waves import prior_covers, prior_wave
+
+    gib = 1 << 30
+    shapes = [Shape("q1", 4096, 4096, 4096), Shape("q2", 4096, 12288, 4096)]
+    host = SimpleNamespace(tmp=tmp_path, spec=lambda *_: SimpleNamespace(op="gemm_fp8"))
+    first = {"held": 7 * gib, "free": 106 * gib, "total": 139 * gib, "prepare": 9 * gib}
+    most = {
+        "pass-01-baseline": {**first, "reserved": 25 * gib},
+        "pass-02-final": {"held": 7 * gib, "free": 105 * gib, "reserved": 25 * gib},
+    }
+    session = SimpleNamespace(host=host, roles=["baseline", "final"], most=most, shapes=shapes,
+                              members=2, shape_peaks={"q1": 9 * gib}, suffix="-r1")  # fmt: skip
+    _keep_memory(session)  # type: ignore[arg-type]
+    path = tmp_path / "memory-r1.json"
+    written = json.loads(path.read_text(encoding="utf-8"))
+    assert set(written) == {"host", "roles", "workers", "pool", "shapes"}
+    assert (written["host"], written["roles"], written["pool"]) == (socket.gethostname(), 2, 2)
+    assert written["workers"] == most
+    assert written["shapes"]["q1"]["measured"] == 9 * gib and set(written["shapes"]["q2"]) == {
+        "estimate"
+    }
+    log = read_memory_log(path)
+    assert log is not None and log.to_dict() == written
+    assert MemoryLog.from_dict(log.to_dict()) == log
+    assert log.workers["pass-02-final"] == WorkerMemory(reserved=25 * gib, held=7 * gib,
+                                                        free=105 * gib)  # fmt: skip
+    assert log.shapes["q2"].measured is None
+    assert not prior_covers(log, "gemm_fp8", shapes, 4)
+    row = {"held": 1, "free": 2, "total": 3, "reserved": 5}
+    older = {"host": "h200-a", "roles": 2, "pool": 2, "shapes": {"q1": {"estimate": 6}},
+             "workers": {"pass-01-baseline": row}}  # fmt: skip
+    back = MemoryLog.from_dict(json.loads(json.dumps(older)))
+    assert back is not None and back.to_dict() == older
+
+    for text in ("not json", "[1, 2]", '"host"'):
+        path.write_text(text, encoding="utf-8")
+        assert read_memory_log(path) is None
+    assert read_memory_log(tmp_path / "missing.json") is None
+    strings = {"free": "1", "reserved": "1", "held": "1"}
+    odd = {**written, "roles": "two", "workers": {"w": strings, "x": [1]},
+           "shapes": {"q1": {"measured": 1}, "q2": {"estimate": 5}}}  # fmt: skip
+    path.write_text(json.dumps(odd), encoding="utf-8")
+    log = read_memory_log(path)
+    assert log is not None and log.workers == {"w": WorkerMemory(), "x": WorkerMemory()}
+    assert log.roles == 0 and log.shapes == {}
+    assert prior_wave(log, 2, 3) is None  # no usable worker row
+    assert prior_covers(log, "gemm_fp8", shapes, 4)  # no per-shape figures kept
 
 
 def test_a_wave_finishes_side_by_side_only_where_its_memory_allows() -> None:
@@ -698,11 +762,11 @@ def test_a_round_s_memory_prior_is_the_latest_earlier_round_s_reports(
                     (120, '{"host": "later"}')):  # fmt: skip
         campaign.artifacts_dir(n).mkdir(parents=True, exist_ok=True)
         (campaign.artifacts_dir(n) / "memory.json").write_text(text)
-    assert rnd.memory_prior == {"host": "b"}
+    assert rnd.memory_prior == MemoryLog("b", roles=0)
     (campaign.artifacts_dir(3) / "memory.json").unlink()
-    assert rnd.memory_prior == {"host": "a"}
+    assert rnd.memory_prior == MemoryLog("a", roles=0)
     (rnd.tmp / "memory.json").write_text('{"host": "this round"}')  # a re-measurement's
-    assert rnd.memory_prior == {"host": "this round"}
+    assert rnd.memory_prior == MemoryLog("this round", roles=0)
 
 
 @pytest.mark.integration

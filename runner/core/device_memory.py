@@ -1,7 +1,8 @@
 """Device memory both sides speak of: the record a worker leaves when its device ran
 out of memory (``OUT_OF_MEMORY`` in its artifacts folder), the host's reading of it into
 ``DeviceOutOfMemory`` (exit 6: infrastructure, never a wrong result of the code under
-test), and figures in GiB.
+test), a paired session's memory log (``MEMORY_LOG``, typed as ``MemoryLog``), and
+figures in GiB.
 
 Standard library only (worker-side safe)."""
 
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +78,112 @@ def oom_error(out_dir: Path, worker: str, log_path: Path | None = None) -> Devic
     if not isinstance(record, dict):
         record = {}
     return DeviceOutOfMemory(oom_message(worker, record), log_path, record=record)
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+@dataclass(frozen=True)
+class WorkerMemory:
+    """One worker's figures over a paired session (bytes; None where the log has no
+    integer): the most it reserved preparing (``prepare``) and in a turn
+    (``reserved``), the most it held between turns (``held``), the least free device
+    memory it saw (``free``) and the device's ``total``."""
+
+    prepare: int | None = None
+    reserved: int | None = None
+    held: int | None = None
+    free: int | None = None
+    total: int | None = None
+
+    def to_dict(self) -> dict[str, int]:
+        """The log's row: the figures known, None left out."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, doc: object) -> WorkerMemory:
+        """A row as the log gives it; a figure that is not an integer (or a row that is
+        not an object) reads as None."""
+        row = doc if isinstance(doc, Mapping) else {}
+        return cls(**{f.name: _int_or_none(row.get(f.name)) for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class ShapeMemory:
+    """One shape's row of the log: the op's figure for one worker with the session's
+    pool (``estimate``, bytes) and, where a GPU worker measured it, the most it
+    allocated preparing that shape (``measured``; None on the CPU)."""
+
+    estimate: int
+    measured: int | None = None
+
+    def to_dict(self) -> dict[str, int]:
+        """The log's row: ``measured`` only where measured."""
+        row = {"estimate": self.estimate}
+        if self.measured is not None:
+            row["measured"] = self.measured
+        return row
+
+
+@dataclass(frozen=True)
+class MemoryLog:
+    """A paired session's memory log (``MEMORY_LOG``, none on the CPU): the machine it
+    ran on (``host``), its roles, each worker's buffer-pool members (``pool``), per
+    worker its figures and per shape the op's figure beside the measured peak.  The
+    next session on the same machine sizes its first wave from it
+    (``runner.measure.waves.prior_wave``)."""
+
+    host: str
+    roles: int  # 0 where the log does not say
+    pool: int | None = None
+    workers: dict[str, WorkerMemory] = field(default_factory=dict)
+    shapes: dict[str, ShapeMemory] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document of the log."""
+        return {
+            "host": self.host,
+            "roles": self.roles,
+            "workers": {name: w.to_dict() for name, w in self.workers.items()},
+            "pool": self.pool,
+            "shapes": {label: s.to_dict() for label, s in self.shapes.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, doc: object) -> MemoryLog | None:
+        """The log in ``doc`` (a parsed ``MEMORY_LOG``), or None when it is not an object.
+        Read leniently, so that a partial or malformed log assumes nothing: a host
+        that is not a string reads as "" (no machine's), roles that are not an integer
+        as 0, a worker row without integer ``free``, ``reserved`` and ``held`` stays
+        (with None there, so it sizes no wave), and a shapes table with any row
+        lacking a numeric ``estimate`` reads as empty (no per-shape figures kept)."""
+        if not isinstance(doc, Mapping):
+            return None
+        host = doc.get("host")
+        roles = doc.get("roles")
+        workers = doc.get("workers")
+        rows = workers if isinstance(workers, Mapping) else {}
+        return cls(
+            host=host if isinstance(host, str) else "",
+            roles=roles if isinstance(roles, int) else 0,
+            pool=_int_or_none(doc.get("pool")),
+            workers={str(name): WorkerMemory.from_dict(row) for name, row in rows.items()},
+            shapes=_shapes(doc.get("shapes")),
+        )
+
+
+def _shapes(doc: object) -> dict[str, ShapeMemory]:
+    """The log's shapes table, or empty when any row lacks a numeric ``estimate``."""
+    if not isinstance(doc, Mapping):
+        return {}
+    out: dict[str, ShapeMemory] = {}
+    for label, row in doc.items():
+        if not isinstance(row, Mapping):
+            return {}
+        try:
+            estimate = int(row["estimate"])
+        except (KeyError, TypeError, ValueError, OverflowError):
+            return {}
+        out[str(label)] = ShapeMemory(estimate, _int_or_none(row.get("measured")))
+    return out

@@ -11,11 +11,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import runner
 from runner.core import interrupts
 from runner.core.artifact_names import FOCUSED_TEST, MEMORY
+from runner.core.device_memory import MemoryLog
 from runner.core.errors import ConfigError, FocusedTestFailed, Tampered
 from runner.core.import_cause import explain_failure
 from runner.core.shapes import Shape, shape_set, shapes_by_label
@@ -115,7 +116,7 @@ class Round:
         return self.gpu_target and (self.level == "quick" or self.acceptance)
 
     @property
-    def memory_prior(self) -> Mapping[str, Any] | None:
+    def memory_prior(self) -> MemoryLog | None:
         """The device-memory reports of this round's own last paired session (a
         re-measurement's prior is the same candidate's first measurement), else of
         this campaign's latest earlier round that measured with serving workers (its

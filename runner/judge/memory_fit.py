@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from runner.core.device_memory import gib
+from runner.core.device_memory import ShapeMemory, gib
 from runner.core.errors import ConfigError
 from runner.core.shapes import Shape
 from runner.judge.peaks import device_memory_for
@@ -34,18 +34,18 @@ def worker_need(op: str, shapes: Sequence[Shape], pool: int) -> int:
 
 def shape_report(
     op: str, shapes: Sequence[Shape], pool: int, measured: Mapping[str, int]
-) -> dict[str, dict[str, int]]:
+) -> dict[str, ShapeMemory]:
     """Per shape the op's figure for one worker measuring it alone with ``pool``
     members (``estimate``, bytes) and, where a GPU worker measured it, the most it
     allocated preparing that shape (``measured``): one GPU run calibrates the figure.
-    On the CPU nothing is measured and ``measured`` is absent, never filled in."""
-    out: dict[str, dict[str, int]] = {}
-    for s in shapes:
-        row = {"estimate": shape_memory(op, s).worker(pool)}
-        if s.label in measured:
-            row["measured"] = int(measured[s.label])
-        out[s.label] = row
-    return out
+    On the CPU nothing is measured and ``measured`` is None, never filled in."""
+    return {
+        s.label: ShapeMemory(
+            shape_memory(op, s).worker(pool),
+            int(measured[s.label]) if s.label in measured else None,
+        )
+        for s in shapes
+    }
 
 
 def usable(total: int) -> float:

@@ -16,9 +16,10 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from runner.core.artifact_names import MEMORY
+from runner.core.device_memory import MemoryLog
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, save_spec
 from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
@@ -48,7 +49,7 @@ class Host(Protocol):
         ...
 
     @property
-    def memory_prior(self) -> Mapping[str, Any] | None:
+    def memory_prior(self) -> MemoryLog | None:
         """An earlier paired session's device-memory reports on this machine
         (``runner.core.artifact_names.MEMORY_LOG``), or None."""
         ...
@@ -71,14 +72,15 @@ class Host(Protocol):
     ) -> WorkerJob: ...
 
 
-def read_memory_log(path: Path) -> dict[str, Any] | None:
+def read_memory_log(path: Path) -> MemoryLog | None:
     """A paired session's memory reports (``runner.core.artifact_names.MEMORY_LOG``), or None
-    when the file is missing or unreadable (then nothing is assumed)."""
+    when the file is missing or unreadable or not a JSON object (then nothing is assumed);
+    read leniently (``MemoryLog.from_dict``)."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return doc if isinstance(doc, dict) else None
+    return MemoryLog.from_dict(doc)
 
 
 def run_job(
@@ -138,7 +140,7 @@ class PlainHost:
         return self.template.level == "quick" and self.gpu_target
 
     @property
-    def memory_prior(self) -> Mapping[str, Any] | None:
+    def memory_prior(self) -> MemoryLog | None:
         """What an earlier measurement in the same scratch folder left (``memory.json``)."""
         return read_memory_log(self.tmp / MEMORY)
 

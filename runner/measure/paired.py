@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from runner.core import interrupts
 from runner.core.artifact_names import BENCHMARK_CSV, MEMORY_LOG
-from runner.core.device_memory import oom_error
+from runner.core.device_memory import MemoryLog, WorkerMemory, oom_error
 from runner.core.errors import ConfigError, MeasurementFailed
 from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
@@ -386,10 +386,15 @@ def _keep_memory(session: _Session) -> None:
     only where measured)."""
     if session.most:
         op = session.host.spec(session.roles[0], 0, []).op
-        shapes = shape_report(op, session.shapes, session.members, session.shape_peaks)
-        doc = {"host": socket.gethostname(), "roles": len(session.roles),
-               "workers": session.most, "pool": session.members, "shapes": shapes}  # fmt: skip
-        write_json_atomic(session.host.tmp / MEMORY_LOG.format(suffix=session.suffix), doc)
+        log = MemoryLog(
+            host=socket.gethostname(),
+            roles=len(session.roles),
+            pool=session.members,
+            workers={name: WorkerMemory(**most) for name, most in session.most.items()},
+            shapes=shape_report(op, session.shapes, session.members, session.shape_peaks),
+        )
+        path = session.host.tmp / MEMORY_LOG.format(suffix=session.suffix)
+        write_json_atomic(path, log.to_dict())
 
 
 def _take_turns(

@@ -12,8 +12,8 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from runner.core.device_memory import MemoryLog
 from runner.core.shapes import Shape
 from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec
 from runner.judge.memory_fit import (
@@ -168,27 +168,21 @@ def first_wave(
 PRIOR_SLACK = 1.1  # an earlier session's reports size this one's waves up to this growth
 
 
-def prior_covers(
-    prior: Mapping[str, Any] | None, op: str, shapes: Sequence[Shape], members: int
-) -> bool:
+def prior_covers(prior: MemoryLog | None, op: str, shapes: Sequence[Shape], members: int) -> bool:
     """Whether an earlier session's reports (``MEMORY_LOG``) can size this session's
     waves: by the op's per-shape figure, one of this session's workers holds at most
     ``PRIOR_SLACK`` times what one of that session's held.  A full-level session after
     quick rounds (every target shape, and the held-out ones at acceptance, against the
     representative few) is planned from the op's figure instead.  A report without
     per-shape figures is taken as it is."""
-    rows = (prior or {}).get("shapes")
-    if not isinstance(rows, Mapping) or not rows:
+    if prior is None or not prior.shapes:
         return True
-    try:
-        then = sum(int(row["estimate"]) for row in rows.values())
-    except (KeyError, TypeError, ValueError):
-        return True
+    then = sum(row.estimate for row in prior.shapes.values())
     now = sum(shape_memory(op, s).worker(members) for s in shapes)
     return now <= PRIOR_SLACK * then
 
 
-def prior_wave(prior: Mapping[str, Any] | None, roles: int, pairs: int) -> int | None:
+def prior_wave(prior: MemoryLog | None, roles: int, pairs: int) -> int | None:
     """The first wave's pairs from an earlier session's reports on this machine
     (``MEMORY_LOG``: per worker the most it reserved preparing and at a turn, the most
     it held between turns, the least free memory it saw), or None (the first pair
@@ -201,23 +195,27 @@ def prior_wave(prior: Mapping[str, Any] | None, roles: int, pairs: int) -> int |
     wave's workers prepare side by side, each counted at ``max(prepare, held)`` plus
     ``WORKER_CONTEXT_BYTES``; the largest turn peak, times ``WORKER_GROWTH``, is set
     aside once; ``FREE_MARGIN`` of the free memory is left alone."""
-    if not prior or prior.get("host") != socket.gethostname():
+    if prior is None or prior.host != socket.gethostname():
         return None
-    workers = prior.get("workers")
-    keys = ("free", "reserved", "held")
-    listed = workers.values() if isinstance(workers, Mapping) else []
-    reports = [
-        m for m in listed if isinstance(m, Mapping) and all(isinstance(m.get(k), int) for k in keys)
-    ]
-    if not reports:
+    frees: list[int] = []
+    peaks: list[int] = []
+    helds: list[int] = []
+    prepares: list[int] = []
+    totals: list[int] = []
+    for m in prior.workers.values():
+        if m.free is None or m.reserved is None or m.held is None:
+            continue  # a row that cannot size a wave
+        frees.append(m.free)
+        peaks.append(m.reserved)
+        helds.append(m.held)
+        prepares.append(m.prepare or m.reserved)
+        if m.total is not None:
+            totals.append(m.total)
+    if not frees:
         return None
-    held = max(int(m["held"]) for m in reports)
-    peak = max(int(m["reserved"]) for m in reports)
-    prepare = max(int(m.get("prepare") or m["reserved"]) for m in reports)
-    earlier = prior.get("roles")
-    earlier_roles = earlier if isinstance(earlier, int) and earlier > 0 else 1
-    free = min(int(m["free"]) for m in reports) + earlier_roles * (held + WORKER_CONTEXT_BYTES)
-    totals = [int(m["total"]) for m in reports if isinstance(m.get("total"), int)]
+    held, peak, prepare = max(helds), max(peaks), max(prepares)
+    earlier_roles = prior.roles if prior.roles > 0 else 1
+    free = min(frees) + earlier_roles * (held + WORKER_CONTEXT_BYTES)
     free = min([free, *totals])
     room = (1.0 - FREE_MARGIN) * free - WORKER_GROWTH * peak
     per_pair = (max(prepare, held) + WORKER_CONTEXT_BYTES) * max(1, roles)
