@@ -123,6 +123,12 @@ def test_a_tournament_judges_its_entries_and_failing_ones_fail_alone(
         "does not apply": "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-nothing\n+x\n",
         "crashes its serving worker": _patch(source, _crash_at_serve),
     }
+    # round 2 is open with a failed attempt (Rule 6): the tournament keeps it
+    from runner.flow.attempts import record_attempt
+
+    record_attempt(campaign, 2, "an earlier try", entries["a comment only (A/A)"], ["planted"])
+    attempt = campaign.round_dir(2) / "attempts" / "attempt-1" / "attempt.json"
+    assert attempt.is_file()
     cli = ["--campaigns-root", str(root.parent)]
     argv = [*cli, "validate", "--campaign", "t", "--round", "2", "-q"]
     for k, (hypothesis, text) in enumerate(entries.items()):
@@ -163,6 +169,7 @@ def test_a_tournament_judges_its_entries_and_failing_ones_fail_alone(
         assert r.tournament.winner == 2
         assert "## Tournament" in campaign.summary_path(r.round).read_text(encoding="utf-8")
     assert check_records(campaign) == []
+    assert attempt.is_file()  # the round's failed attempt, recorded before, is still there
     # each measured round holds its own view of the one measurement, as a single round's
     passes = sorted(p.name for p in (campaign.artifacts_dir(3) / "passes").iterdir())
     assert passes and all(p.endswith(("-incumbent", "-candidate")) for p in passes)

@@ -12,6 +12,7 @@ from runner.core.errors import ValueRefused
 # pairs, so 48 blocks are ``runner.judge.measuring_caps.MAX_PAIRS`` (96), the most one
 # comparison measures; the gate asks for more near its threshold by itself.
 MAX_BLOCKS = 48
+PAIRS_PER_BLOCK = 2  # incumbent/candidate pairs of one paired block (B C C B, A B B A)
 # Hypotheses of one tournament (``validate`` with several --patch), at most.
 MAX_TOURNAMENT_ENTRIES = 8
 # A candidate patch (``--patch`` or the source tree's diff), and one line of it: one
@@ -68,10 +69,18 @@ def blocks_problem(value: object) -> str | None:
         return None
     return (
         f"give a whole number of paired blocks from 1 to {MAX_BLOCKS} (each block is two "
-        f"incumbent/candidate pairs; {MAX_BLOCKS} are the {2 * MAX_BLOCKS} pairs one "
+        f"incumbent/candidate pairs; {MAX_BLOCKS} are the {block_pairs(MAX_BLOCKS)} pairs one "
         "comparison measures at most); the gate asks for more near its threshold by "
         "itself, so the manifest's pairs are usually right"
     )
+
+
+def block_pairs(blocks: int) -> int:
+    """The incumbent/candidate pairs that ``blocks`` paired blocks measure: the one
+    conversion from what a user asks for (``--pairs``, the manifest's ``pairs``,
+    ``accept --passes``) to what the measuring engine counts (``samples`` of each role
+    in ``runner.flow.measure``)."""
+    return PAIRS_PER_BLOCK * blocks
 
 
 def check_blocks(value: object, what: str) -> int:
@@ -109,6 +118,7 @@ __all__ = [
     "MAX_TOURNAMENT_ENTRIES",
     "MAX_YAML_NODES",
     "MIN_TIME_MS",
+    "block_pairs",
     "blocks_problem",
     "check_blocks",
     "check_size",

@@ -50,7 +50,7 @@ from runner.core.errors import (
     RoundOutOfOrder,
 )
 from runner.core.files import copy_plain_tree, write_atomic
-from runner.core.limits import check_blocks
+from runner.core.limits import block_pairs, check_blocks
 from runner.core.outcomes import GateResult, Score, Status
 from runner.core.shapes import Shape, shapes_by_label
 from runner.core.spec import load_spec
@@ -126,10 +126,10 @@ def full_validation(
     rnd: Round, trees: dict[str, Path], shapes: list[Shape], blocks: int
 ) -> tuple[GateResult, Score, Score]:
     """Base ("baseline") against head ("final") through the rounds' measure-and-judge
-    path: ``2 * blocks`` paired samples, more when the gate asks for them; under the
+    path: ``block_pairs(blocks)`` paired samples, more when the gate asks for them; under the
     rounds' proof that each role ran its own files (``Tampered``: exit 6)."""
     with proof(rnd, trees):
-        got = measure_and_judge(rnd, trees, shapes, 2 * blocks, how=ACCEPT_COMPARISON)
+        got = measure_and_judge(rnd, trees, shapes, block_pairs(blocks), how=ACCEPT_COMPARISON)
     return got.gate, got.reference, got.candidate
 
 

@@ -299,8 +299,9 @@ def measure_and_judge(
     measured: Mapping[str, list[Path]] | None = None,
     settled: Callable[[GateResult], bool] | None = None,
 ) -> Judged:
-    """Measure ``samples`` pairs, judge, and while the gate asks for more paired
-    samples, measure the fresh pairs it asks for and judge again: sequential
+    """Measure ``samples`` incumbent/candidate pairs (``core.limits.block_pairs`` of the
+    blocks a user asks for), judge, and while the gate asks for more paired samples,
+    measure the fresh pairs it asks for and judge again: sequential
     measurement that stops as soon as the verdict is clear, either way.  The round's
     measurement cap (``measurement_cap``: seconds by level, and MAX_PAIRS) ends it; the
     last judgement is then final (what is still unclear rolls back as too volatile to

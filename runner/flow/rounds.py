@@ -15,15 +15,13 @@ FAILED the user's checkout back to the lineage head, the edit kept
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from runner.core.artifact_names import AUDIT
 from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed, Tampered
-from runner.core.files import write_atomic, write_json_atomic
 from runner.core.isa_facts import KernelFacts
+from runner.core.limits import block_pairs
 from runner.core.outcomes import (
     GateResult,
     RoundResult,
@@ -34,8 +32,9 @@ from runner.core.shapes import Shape
 from runner.executors.base import BuiltRole, Executor
 from runner.flow.attempts import correctness_only, record_attempt
 from runner.flow.build import built_roles, describe
+from runner.flow.candidate import advance, audit, closed_transfer, lineage_commit, open_round_dir
 from runner.flow.checkout import kept_note, plan_restore, restore_checkout
-from runner.flow.judge_files import check_scope, judge_digests, restore_judge, scope_notes
+from runner.flow.judge_files import check_scope
 from runner.flow.kernel_facts import FactsJob
 from runner.flow.measure import Comparison, measure_and_judge, measure_roles
 from runner.flow.round_context import (
@@ -49,7 +48,6 @@ from runner.flow.round_logs import close_round
 from runner.flow.round_result import (
     Request,
     attach_facts,
-    behaviour_transfer,
     check_diagnosis,
     check_new,
     check_round_number,
@@ -63,16 +61,14 @@ from runner.flow.round_result import (
 from runner.flow.tamper_check import proof
 from runner.flow.upstream_quick import has_upstream_quick, run_quick
 from runner.judge.confirmation import confirmation_due
-from runner.judge.vetoes import audit_candidate
 from runner.render.figures import fmt_gain
-from runner.render.summary import commit_message
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import FingerprintDiff
 from runner.store.fingerprint_check import check_round_comparable, record_override
 from runner.store.guard import locked
-from runner.store.lineage import Lineage, snapshot
+from runner.store.lineage import Lineage
 from runner.store.manifest import branch_name
-from runner.store.roundfiles import ATTEMPTS, write_diagnosis
+from runner.store.roundfiles import write_diagnosis
 from runner.store.upstream_quick import VALIDATION_LOG
 from runner.targets.registry import manifest_target
 
@@ -131,19 +127,13 @@ def _validate_in(
     try:
         with lineage.worktree(head) as inc_tree, lineage.worktree(head, patch) as cand_tree:
             pause_point("candidate-tree")
-            # every file the change touched, kernel_source or declared outside it
-            kept = [*m.kernel_source, *(p for p in touched if p not in m.kernel_source)]
-            snapshot(cand_tree, kept, campaign.snapshot_dir(rnd.round))
-            vetoes, transfer, report = audit_candidate(
-                patch, touched, inc_tree, cand_tree, request.bucket
-            )
-            notes = scope_notes(declared, restore_judge(m, inc_tree, cand_tree, touched))
-            rnd.judge_expect[cand_tree] = judge_digests(m, inc_tree, touched)
-            write_json_atomic(rnd.tmp / AUDIT, report.to_dict())
+            audited = audit(rnd, rnd.round, rnd.tmp, (inc_tree, cand_tree), patch, touched,
+                            declared, request.bucket)  # fmt: skip
+            notes = audited.notes
             roles = {"incumbent": inc_tree, "candidate": cand_tree}
             facts = FactsJob(campaign, roles)
             gate, inc_score, cand_score, builds = _guarded(
-                rnd, request, roles, touched, shapes, vetoes, facts, report.risks
+                rnd, request, roles, touched, shapes, audited.vetoes, facts, audited.risks
             )
     except (MeasurementFailed, Tampered) as exc:
         why = "\n".join([str(exc), *notes])
@@ -152,9 +142,7 @@ def _validate_in(
     _refuse_incorrect(rnd, request, patch, gate, notes, facts.result())
     commit = None
     if gate.decision.accepted:
-        rnd.step("lineage commit")
-        message = commit_message(m, rnd.round, request.hypothesis, gate)
-        commit = lineage.make_commit(head, patch, message)
+        commit = lineage_commit(rnd, rnd.round, request.hypothesis, gate, head, patch)
     result = round_result(
         rnd, request, patch, touched, started, gate, cand_score, inc_score, best, commit
     )
@@ -162,14 +150,11 @@ def _validate_in(
         result.reasons.append(describe(builds))
     result.reasons.extend(notes)
     attach_facts(rnd, result, facts.result())
-    transfer.benchmark_gain_pct = round(gate.delta_pct, 3)
-    transfer.estimated_real_gain_pct = 0.0 if report.rejects else round(gate.delta_pct, 3)
-    result.transfer = behaviour_transfer(rnd, transfer, gate)
+    result.transfer = closed_transfer(rnd, audited.transfer, audited.rejects, gate)
     result.reasons.extend([] if commit else _checkout_after(rnd, request, patch, touched, restores))
     close_round(campaign, result, progress=rnd.step)
     if commit:
-        pause_point("advance")
-        lineage.advance(commit, head, move_branch=m.git_commit)
+        advance(rnd, commit, head)
     return result
 
 
@@ -222,17 +207,11 @@ def _checkout_after(
 def _open_round(
     rnd: Round, request: Request, patch: str, diffs: Sequence[FingerprintDiff]
 ) -> RoundResult:
-    """The round's folder (an interrupted, unclosed attempt removed) with its patch, and
-    a recorded override of a blocking environment difference; returns the current best."""
+    """The round's folder with its patch (``candidate.open_round_dir``), and a recorded
+    override of a blocking environment difference; returns the current best."""
     campaign = rnd.campaign
-    round_dir = campaign.round_dir(rnd.round)
-    if round_dir.is_dir():  # its failed attempts (Rule 6) stay
-        for path in round_dir.iterdir():
-            if path.name != ATTEMPTS:
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
-    round_dir.mkdir(parents=True, exist_ok=True)
-    rnd.step("candidate tree")
-    write_atomic(round_dir / "candidate.patch", patch)
+    open_round_dir(campaign, rnd.round, patch)
+    rnd.step("candidate tree")  # recorded in the round's folder, once it is clean
     best = current_best(campaign)
     blocking = [d for d in diffs if d.perf_relevant]
     if request.allow_env_mismatch and blocking:
@@ -282,7 +261,7 @@ def _measure_and_judge(
 ) -> tuple[GateResult, Score, Score]:
     m = rnd.manifest
     failed = f"focused test failed on the candidate ({m.test_command}):\n"
-    samples = 2 * (request.pairs or m.pairs)
+    samples = block_pairs(request.pairs or m.pairs)
     trees = {"incumbent": inc_tree, "candidate": cand_tree}
     how = Comparison(targeted=request.targeted)
     with FocusedTest(rnd, "candidate", cand_tree) as test:

@@ -18,13 +18,11 @@ crashes its workers fails alone; the others go on.
 from __future__ import annotations
 
 import contextlib
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from runner.core.artifact_names import AUDIT
 from runner.core.errors import (
     ConfigError,
     MeasurementFailed,
@@ -33,20 +31,19 @@ from runner.core.errors import (
     RoundOutOfOrder,
     Tampered,
 )
-from runner.core.files import write_atomic, write_json_atomic
 from runner.core.limits import MAX_TOURNAMENT_ENTRIES
 from runner.core.outcomes import Decision, GateResult, RoundResult, TournamentNote
 from runner.core.pause_points import pause_point
 from runner.executors.base import BuiltRole, Executor
 from runner.flow.build import built_roles, describe
-from runner.flow.judge_files import check_scope, judge_digests, restore_judge, scope_notes
+from runner.flow.candidate import advance, audit, closed_transfer, lineage_commit, open_round_dir
+from runner.flow.judge_files import check_scope
 from runner.flow.kernel_facts import FactsJob
 from runner.flow.round_context import Progress, Round, level_shapes, open_round
 from runner.flow.round_logs import close_round
 from runner.flow.round_result import (
     Request,
     attach_facts,
-    behaviour_transfer,
     check_round_number,
     current_best,
     failed_result,
@@ -57,9 +54,7 @@ from runner.flow.round_result import (
 from runner.flow.tamper_check import TreeState, prove_ready, tampered
 from runner.flow.tamper_check import snapshot as snapshot_trees
 from runner.flow.tournament_measure import Entry, EntryTests, confirm, measure_entries
-from runner.judge.vetoes import audit_candidate
 from runner.render.figures import fmt_gain
-from runner.render.summary import commit_message
 from runner.store.campaign import Campaign
 from runner.store.fingerprint_check import check_round_comparable, record_override
 from runner.store.guard import locked
@@ -151,10 +146,7 @@ def _check_distinct(requests: Sequence[Request]) -> None:
 
 
 def _open_round(rnd: Round, entry: Entry) -> None:
-    round_dir = rnd.campaign.round_dir(entry.n)
-    shutil.rmtree(round_dir, ignore_errors=True)  # an interrupted, unclosed attempt
-    round_dir.mkdir(parents=True)
-    write_atomic(round_dir / "candidate.patch", entry.patch)
+    open_round_dir(rnd.campaign, entry.n, entry.patch)
     entry.dir = rnd.tmp / f"round-{entry.n}"
     entry.dir.mkdir()
     entry.view = Round(
@@ -233,21 +225,13 @@ def _audit(rnd: Round, entry: Entry, inc_tree: Path) -> None:
     """Snapshot the entry's kernel, audit its change (vetoes), restore the head's
     focused test files in its tree; an entry refused before measuring snapshots the
     head's kernel (every round is snapshotted, measured or not)."""
-    m = rnd.manifest
-    dest = rnd.campaign.snapshot_dir(entry.n)
     if entry.tree is None:
-        snapshot(inc_tree, list(m.kernel_source), dest)
+        snapshot(inc_tree, list(rnd.manifest.kernel_source), rnd.campaign.snapshot_dir(entry.n))
         return
-    kept = [*m.kernel_source, *(p for p in entry.touched if p not in m.kernel_source)]
-    snapshot(entry.tree, kept, dest)
-    entry.vetoes, entry.transfer, report = audit_candidate(
-        entry.patch, entry.touched, inc_tree, entry.tree, entry.request.bucket
-    )
-    entry.rejects = bool(report.rejects)
-    restored = restore_judge(m, inc_tree, entry.tree, entry.touched)
-    rnd.judge_expect[entry.tree] = judge_digests(m, inc_tree, entry.touched)
-    entry.notes = scope_notes(entry.declared, restored)
-    write_json_atomic(entry.dir / AUDIT, report.to_dict())
+    audited = audit(rnd, entry.n, entry.dir, (inc_tree, entry.tree), entry.patch, entry.touched,
+                    entry.declared, entry.request.bucket)  # fmt: skip
+    entry.vetoes, entry.transfer, entry.rejects = audited.vetoes, audited.transfer, audited.rejects
+    entry.notes = audited.notes
 
 
 def _tampered(
@@ -271,15 +255,14 @@ def _close(
 ) -> list[RoundResult]:
     """Every entry's records in round order, then, for the winner, the lineage commit
     (made before the records, the ref moved after them, as a single round does)."""
-    campaign, m = rnd.campaign, rnd.manifest
+    campaign = rnd.campaign
     winner = None if failed_all else next((e for e in entries if e.won), None)
     note = _note(entries, winner, failed_all)
     commit = None
     if winner is not None:
         assert winner.gate is not None
-        rnd.step("lineage commit")
-        message = commit_message(m, winner.n, winner.request.hypothesis, winner.gate)
-        commit = lineage_commit = rnd.lineage.make_commit(head, winner.patch, message)
+        hypothesis = winner.request.hypothesis
+        commit = lineage_commit(rnd, winner.n, hypothesis, winner.gate, head, winner.patch)
     best = current_best(campaign)
     results = []
     for entry in entries:
@@ -296,8 +279,7 @@ def _close(
         close_round(campaign, result, progress=view.step)
         results.append(result)
     if commit is not None:
-        pause_point("advance")
-        rnd.lineage.advance(lineage_commit, head, move_branch=m.git_commit)
+        advance(rnd, commit, head)
     return results
 
 
@@ -328,10 +310,7 @@ def _judged_result(
         f"{span}, each candidate in its own workers and tree"
     )
     if entry.transfer is not None:
-        entry.transfer.benchmark_gain_pct = round(gate.delta_pct, 3)
-        real = 0.0 if entry.rejects else round(gate.delta_pct, 3)
-        entry.transfer.estimated_real_gain_pct = real
-        result.transfer = behaviour_transfer(view, entry.transfer, gate)
+        result.transfer = closed_transfer(view, entry.transfer, entry.rejects, gate)
     return result
 
 

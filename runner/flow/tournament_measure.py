@@ -28,6 +28,7 @@ from runner.core.artifact_names import BUILDS
 from runner.core.errors import FocusedTestFailed, MeasurementFailed, Tampered
 from runner.core.files import copy_plain_tree
 from runner.core.isa_facts import KernelFacts
+from runner.core.limits import block_pairs
 from runner.core.outcomes import Decision, GateResult, TransferCheck
 from runner.core.shapes import Shape
 from runner.flow.measure import (
@@ -187,7 +188,7 @@ def measure_entries(
     if not todo:
         return
     request = todo[0].request
-    samples = 2 * (request.pairs or rnd.manifest.pairs)
+    samples = block_pairs(request.pairs or rnd.manifest.pairs)
     asked = first_samples(rnd, samples)
     paths: dict[str, dict[str, list[Path]]] = {e.role: {"incumbent": [], e.role: []} for e in todo}
     cap = measurement_cap(rnd.level)
@@ -338,7 +339,7 @@ def confirm(rnd: Round, inc_tree: Path, entries: Sequence[Entry], shapes: list[S
             rnd.campaign, rnd.executor, rnd.progress, e.dir, e.n, rnd.level, rnd.gpus,
             builds=rnd.builds, ready_checks=rnd.ready_checks, role_dirs=rnd.role_dirs,
         )  # fmt: skip
-        samples = 2 * (e.request.pairs or rnd.manifest.pairs)
+        samples = block_pairs(e.request.pairs or rnd.manifest.pairs)
         trees = {"incumbent": inc_tree, "candidate": e.tree}
         got = measure_and_judge(conf, trees, shapes, samples, vetoes=e.vetoes, settled=confirms)
         e.confirmed = got

@@ -27,6 +27,7 @@ from runner.core.errors import (
     InfrastructureError,
     MeasurementFailed,
 )
+from runner.core.limits import block_pairs
 from runner.core.outcomes import Status
 from runner.core.processes import run
 from runner.core.shapes import Shape
@@ -317,7 +318,7 @@ def measure(
             built_roles(rnd, role_trees),
             proof(rnd, role_trees),
         ):
-            got = measure_and_judge(rnd, role_trees, shapes, 2 * m.pairs)
+            got = measure_and_judge(rnd, role_trees, shapes, block_pairs(m.pairs))
     except MeasurementFailed as exc:
         raise InfrastructureError(f"reproduction measurement failed: {exc}") from None
     inc, cand = got.csvs["incumbent"], got.csvs["candidate"]
