@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -344,4 +345,4 @@ def test_campaign_fields_refuse_a_name_that_is_not_one(tmp_path: Path) -> None:
         {"source": "s", "target_op": "gemm", "heldout": False}, "x"
     )
     assert fields.as_dict() == {"source": "s", "target_op": "gemm", "heldout": False}
-    assert fields.replace(target_gpu="sm90").as_dict()["target_gpu"] == "sm90"
+    assert dataclasses.replace(fields, target_gpu="sm90").as_dict()["target_gpu"] == "sm90"

@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from runner.core.pause_points import PAUSE_ENV, PAUSE_FILE_ENV
+from runner.core.processes import pid_alive
 from runner.flow.measure import ROUND_CAP_ENV
 from runner.flow.settings import set_gate_field
 from runner.judge.measuring_caps import ROUND_CAP_S
@@ -118,14 +119,6 @@ def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=WAIT_S)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
 def _workers(campaign: Campaign) -> list[int]:
     """Worker processes of this campaign (their spec lies in its job folder)."""
     jobs = f"{_temp_root(campaign)}/{JOB_PREFIX}{campaign.name}-"
@@ -139,7 +132,7 @@ def _workers(campaign: Campaign) -> list[int]:
             continue
         text = [a.decode(errors="replace") for a in args]
         ours = "runner.worker" in text and any(a.startswith(jobs) for a in text)
-        if ours and _alive(int(entry.name)):
+        if ours and pid_alive(int(entry.name)):
             found.append(int(entry.name))
     return found
 
@@ -213,11 +206,11 @@ def _sigkill(proc: subprocess.Popen[str]) -> None:
 def _wait_gone(pids: list[int], seconds: float = 10.0) -> list[int]:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        alive = [p for p in pids if _alive(p)]
+        alive = [p for p in pids if pid_alive(p)]
         if not alive:
             return []
         time.sleep(0.1)
-    return [p for p in pids if _alive(p)]
+    return [p for p in pids if pid_alive(p)]
 
 
 def _status(campaign: Campaign, marker: Path) -> subprocess.CompletedProcess[str]:

@@ -4,6 +4,7 @@ workspace, accept syncs back into the full repository and runs its focused test.
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -52,11 +53,11 @@ def test_workspace_mode_end_to_end(tmp_path: Path) -> None:
     speedup = plant_slow_base(upstream)
     upstream_head = git(upstream, "rev-parse", "HEAD")
     root = tmp_path / "campaigns"
-    fields = demo_manifest_fields(upstream, "ws", "cpu").replace(timing=QUIET, shape_set="tiny")
+    fields = replace(demo_manifest_fields(upstream, "ws", "cpu"), timing=QUIET, shape_set="tiny")
     campaign = create_campaign(
         root,
-        fields.replace(
-            execution_mode="workspace", kernel_source=list(KERNELS), target_shapes=SHAPES
+        replace(
+            fields, execution_mode="workspace", kernel_source=list(KERNELS), target_shapes=SHAPES
         ),
     )
     m = campaign.manifest
@@ -108,7 +109,7 @@ def test_integration_gate_fails_on_the_upstream_focused_test(tmp_path: Path) -> 
 
     upstream = fresh_example_copy(tmp_path / "upstream")
     fields = demo_manifest_fields(upstream, "bad", "cpu")
-    campaign = create_campaign(tmp_path / "c", fields.replace(execution_mode="workspace"))
+    campaign = create_campaign(tmp_path / "c", replace(fields, execution_mode="workspace"))
     ws = Path(campaign.manifest.source)
     kernel = ws / campaign.manifest.kernel_source[0]
     kernel.write_text(kernel.read_text() + "\nraise ImportError('broken kernel')\n")

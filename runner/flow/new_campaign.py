@@ -141,9 +141,6 @@ class CampaignFields:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         return {k: v for k, v in out.items() if v is not None or k == "heldout"}
 
-    def replace(self, **changes: Any) -> CampaignFields:
-        return dataclasses.replace(self, **changes)
-
 
 def build_manifest(**fields: Any) -> Manifest:
     """A validated manifest from manifest fields; derives what follows from others:
