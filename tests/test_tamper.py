@@ -180,6 +180,34 @@ def test_a_changed_loaded_file_and_a_new_file_are_named(tmp_path: Path) -> None:
     )
 
 
+def test_the_worker_s_record_of_what_it_loaded_reads_back_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``record_loaded`` (the worker's, run here for both phases) writes one flat JSON
+    object; the host reads it as a ``LoadedRecord`` with the same files, and what it
+    writes back is the same object."""
+    import json
+
+    import runner
+    from runner.bench.provenance import record_loaded
+    from runner.core.loaded_record import LoadedRecord, read_loaded
+    from runner.core.spec import SOURCE_ENV
+
+    tree = Path(runner.__file__).resolve().parent.parent  # this process loaded from it
+    monkeypatch.setenv(SOURCE_ENV, str(tree))
+    record_loaded(tmp_path, "candidate", "load")
+    record_loaded(tmp_path, "incumbent", "end")  # the first phase's role stays
+    doc = json.loads((tmp_path / "loaded.json").read_text(encoding="utf-8"))
+    assert set(doc) == {"role", "harness_root", "load", "end", "harness_load", "harness_end"}
+    got = read_loaded(tmp_path)
+    assert got is not None and got.role == "candidate" and got.to_dict() == doc
+    assert "runner/core/loaded_record.py" in got.loaded("end")
+    assert "core/loaded_record.py" in got.loaded("end", harness=True)
+    assert LoadedRecord.from_dict({"load": {}}) is None  # no role: not a record
+    (tmp_path / "loaded.json").write_text("[1, 2]", encoding="utf-8")
+    assert read_loaded(tmp_path) is None
+
+
 def test_a_build_may_add_products_but_not_rewrite_another_roles_files(tmp_path: Path) -> None:
     """Between the points a ``BuildWatch`` looks (before any build, before and after
     each role's own build) only other roles' builds run: a role's own products pass, a

@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runner.core.artifact_names import LOADED, PROVENANCE
+from runner.core.artifact_names import PROVENANCE
 from runner.core.files import blob_hash, write_json_atomic
+from runner.core.loaded_record import LoadedRecord, read_loaded, write_loaded
 from runner.core.spec import SOURCE_ENV
 
 log = logging.getLogger("runner.worker")
@@ -98,18 +99,13 @@ def record_loaded(out_dir: Path, role: str, phase: str) -> None:
     ("load": right after the target's import, "end": when the pass is done).  The host
     compares them with the role's own files and its own harness
     (``runner.flow.tamper_check``): a file another role changed fails the round."""
-    import json
-
     import runner
 
     expected = os.environ.get(SOURCE_ENV)
     if not expected:
         return
     harness = Path(runner.__file__).resolve().parent
-    path = out_dir / LOADED
-    record: dict[str, Any] = {"role": role, "harness_root": str(harness)}
-    if path.is_file():
-        record = json.loads(path.read_text(encoding="utf-8"))
-    record[phase] = loaded_files(Path(expected).resolve())
-    record[f"harness_{phase}"] = loaded_files(harness)
-    write_json_atomic(path, record)
+    record = read_loaded(out_dir) or LoadedRecord(role, str(harness))
+    record.tree[phase] = loaded_files(Path(expected).resolve())
+    record.harness[phase] = loaded_files(harness)
+    write_loaded(out_dir, record)

@@ -17,7 +17,6 @@ Host-side; runs git through ``runner.core.processes.run``.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -27,6 +26,7 @@ from typing import Protocol
 from runner.core.artifact_names import BENCHMARK_CSV, LOADED
 from runner.core.errors import MeasurementFailed, Tampered
 from runner.core.files import blob_hash
+from runner.core.loaded_record import LoadedRecord, read_loaded
 from runner.core.processes import run
 from runner.core.startup import interpreter_dirs, startup_files
 
@@ -184,28 +184,23 @@ def created_files(before: Mapping[str, TreeState], guarded: Iterable[str]) -> li
     return problems
 
 
-def _worker_records(tmp: Path) -> Iterable[tuple[Path, dict[str, object] | None]]:
+def _worker_records(tmp: Path) -> Iterable[tuple[Path, LoadedRecord | None]]:
     """Each worker folder of the round (it has a ``worker.log``) that left a
     ``benchmark.csv``, with its ``loaded.json`` (None when missing or unreadable)."""
     for log in sorted(tmp.glob("*/worker.log")):
         folder = log.parent
-        if not (folder / BENCHMARK_CSV).is_file():
-            continue
-        try:
-            yield folder, json.loads((folder / LOADED).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            yield folder, None
+        if (folder / BENCHMARK_CSV).is_file():
+            yield folder, read_loaded(folder)
 
 
 def _mismatches(
-    name: str, role: str, state: TreeState, record: Mapping[str, object], prefix: str
+    name: str, role: str, state: TreeState, record: LoadedRecord, harness: bool
 ) -> list[str]:
-    """The files of ``state`` that a worker's ``record`` (its phases under ``prefix``)
-    loaded with other bytes."""
+    """The files of ``state`` that a worker's ``record`` (of the harness where
+    ``harness``, else of the tree under test) loaded with other bytes."""
     wrong: dict[str, list[str]] = {}
     for phase, when in (("load", "at import"), ("end", "at the end of its pass")):
-        loaded = record.get(prefix + phase) or {}
-        for rel, got in sorted(loaded.items() if isinstance(loaded, dict) else ()):
+        for rel, got in sorted(record.loaded(phase, harness=harness).items()):
             want = state.files.get(rel)
             if want is None and rel.endswith((".so", ".pyd")):
                 continue  # a native build's module, made after the snapshot by design
@@ -230,16 +225,15 @@ def tampering(
     a guarded role's tree that is not as it was.  Empty: nothing."""
     problems: list[str] = []
     for folder, record in _worker_records(tmp):
-        role = str((record or {}).get("role", ""))
-        state = before.get(role)
-        if record is None or state is None or "end" not in record:
+        state = before.get(record.role) if record is not None else None
+        if record is None or state is None or "end" not in record.tree:
             problems.append(f"{folder.name} left numbers without a record of the files it "
                             f"loaded ({LOADED})")  # fmt: skip
             continue
-        problems += _mismatches(folder.name, role, state, record, "")
+        problems += _mismatches(folder.name, record.role, state, record, harness=False)
         harness = before.get(HARNESS)
-        if harness is not None and record.get("harness_root") == str(harness.tree):
-            problems += _mismatches(folder.name, role, harness, record, "harness_")
+        if harness is not None and record.harness_root == str(harness.tree):
+            problems += _mismatches(folder.name, record.role, harness, record, harness=True)
     guarded = tuple(guarded)
     return (problems + guarded_changes(before, guarded) + startup_changes(before)
             + created_files(before, guarded))  # fmt: skip
