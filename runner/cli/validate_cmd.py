@@ -6,7 +6,6 @@ import json
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -282,7 +281,7 @@ def _buckets(buckets: Sequence[str], n: int) -> list[str]:
     return list(buckets)
 
 
-def _round_json(campaign: Campaign, n: int) -> Any:
+def _round_json(campaign: Campaign, n: int) -> dict[str, object]:
     from runner.cli.mcp_models import round_report
 
     return round_report(campaign, n).model_dump(mode="json")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from runner.core.errors import ConfigError, RepeatedHypothesis, RoundOutOfOrder, ValueRefused
 from runner.core.isa_facts import KernelFacts
@@ -192,7 +192,25 @@ def baseline_score(campaign: Campaign) -> Score:
     return campaign.load_result(1).score
 
 
-def _shared_fields(rnd: Round, request: Request, change: str, started: str) -> dict[str, Any]:
+class _Shared(TypedDict):
+    """The fields of ``RoundResult`` that ``_shared_fields`` fills (checked against its
+    signature where a result is made)."""
+
+    round: int
+    level: str
+    hypothesis: str
+    change: str
+    description: str
+    started: str
+    finished: str
+    test_command: str
+    benchmark_command: str
+    baseline: Score
+    artifacts: list[str]
+    gate_constants: str | None
+
+
+def _shared_fields(rnd: Round, request: Request, change: str, started: str) -> _Shared:
     """What every round's result holds whatever its verdict: the round, its request,
     the change, its times, the commands, the baseline and the artifacts (stored
     first)."""
