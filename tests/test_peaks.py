@@ -127,3 +127,21 @@ def test_the_cpu_and_unknown_gpus_have_no_speed_of_light(tmp_path: Path) -> None
     unknown = a_pass(tmp_path / "pass-03-incumbent", 1e6, "Some Future GPU")
     assert light_readings([cpu], "fp8", [cpu]) == []
     assert speed_of_light_veto(light_readings([cpu], "fp8", [unknown])) is None
+
+
+def test_a_pass_s_meta_reads_back_as_its_worker_wrote_it(tmp_path: Path) -> None:
+    """``meta.json`` as a worker on the CPU writes it (``environment_meta``, the real one,
+    torch imported) reads back field for field; a GPU's name is kept only where there is
+    one, and a file that is not an object is no record."""
+    pytest.importorskip("torch")
+    from runner.bench.environment import environment_meta
+    from runner.core.pass_meta import PassMeta, read_meta
+
+    written = environment_meta("cpu")
+    (tmp_path / "meta.json").write_text(json.dumps(written.to_dict()), encoding="utf-8")
+    assert "gpu_name" not in written.to_dict() and read_meta(tmp_path) == written
+    assert written.torch and written.python and written.device == "cpu"
+    gpu = PassMeta(device="cuda", gpu_name="NVIDIA H200")
+    assert PassMeta.from_dict(gpu.to_dict()) == gpu
+    (tmp_path / "meta.json").write_text("[]", encoding="utf-8")
+    assert read_meta(tmp_path) is None and read_meta(tmp_path / "nowhere") is None

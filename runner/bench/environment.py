@@ -8,23 +8,21 @@ from __future__ import annotations
 
 import os
 import platform
-from typing import Any
 
+from runner.core.pass_meta import PassMeta
 from runner.core.spec import VISIBILITY
 
 
-def environment_meta(device: str) -> dict[str, Any]:
+def environment_meta(device: str) -> PassMeta:
     import torch
 
-    meta: dict[str, Any] = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_hip": getattr(torch.version, "hip", None),
-        "torch_cuda": torch.version.cuda,
-        "device": device,
-        "host": platform.node(),
-        "visible_devices": {k: os.environ[k] for k in VISIBILITY if k in os.environ},
-    }
-    if device != "cpu":
-        meta["gpu_name"] = torch.cuda.get_device_name(0)
-    return meta
+    return PassMeta(
+        python=platform.python_version(),
+        torch=torch.__version__,
+        torch_hip=getattr(torch.version, "hip", None),
+        torch_cuda=torch.version.cuda,
+        device=device,
+        host=platform.node(),
+        visible_devices={k: os.environ[k] for k in VISIBILITY if k in os.environ},
+        gpu_name=torch.cuda.get_device_name(0) if device != "cpu" else None,
+    )

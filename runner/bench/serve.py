@@ -233,7 +233,7 @@ class Server:
             raw[st.shape.label] = record
         samples: Samples = {"spec": self.spec.to_dict(), "shapes": raw, "pool": self.pool}
         write_json_atomic(self.out_dir / SAMPLES, samples)
-        write_json_atomic(self.out_dir / META, environment_meta(self.device))
+        write_json_atomic(self.out_dir / META, environment_meta(self.device).to_dict())
         record_loaded(self.out_dir, self.spec.role, "end")
         write_csv(self.out_dir / BENCHMARK_CSV, schema, rows)
 

@@ -239,7 +239,7 @@ def run_spec(spec: RoundSpec, out_dir: Path) -> int:
         )
     samples: Samples = {"spec": spec.to_dict(), "shapes": raw}
     write_json_atomic(out_dir / SAMPLES, samples)
-    write_json_atomic(out_dir / META, environment_meta(device))
+    write_json_atomic(out_dir / META, environment_meta(device).to_dict())
     record_loaded(out_dir, spec.role, "end")
     write_csv(out_dir / BENCHMARK_CSV, schema, rows)
     return 0

@@ -7,17 +7,16 @@ SNR, and FAIL when any pass FAILed.  The raw per-pass CSVs stay in ``artifacts/`
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.core.artifact_names import META
 from runner.core.csv_io import read_csv, write_csv
 from runner.core.csv_schema import SHAPE_COLUMNS, BenchCSV, Row, Schema
 from runner.core.errors import ConfigError
 from runner.core.outcomes import PairSample
+from runner.core.pass_meta import read_meta
 from runner.core.samples import samples_beside
 from runner.core.stats import geomean, median, stdev
 from runner.judge.scoring import score
@@ -248,11 +247,5 @@ def light_readings(
 
 def _gpu_name(csv: BenchCSV) -> str | None:
     """The GPU a pass ran on, from the ``meta.json`` beside its CSV (None on the CPU)."""
-    if csv.path is None:
-        return None
-    try:
-        meta = json.loads((csv.path.parent / META).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    name = meta.get("gpu_name") if isinstance(meta, dict) else None
-    return str(name) if name else None
+    meta = read_meta(csv.path.parent) if csv.path is not None else None
+    return meta.gpu_name if meta is not None else None
