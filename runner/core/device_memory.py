@@ -8,7 +8,6 @@ Standard library only (worker-side safe)."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -17,7 +16,7 @@ from typing import Any
 
 from runner.core.artifact_names import OUT_OF_MEMORY
 from runner.core.errors import DeviceOutOfMemory
-from runner.core.files import write_json_atomic
+from runner.core.files import read_json, write_json_atomic
 
 GIB = float(1 << 30)
 _UNITS = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -71,10 +70,7 @@ def oom_error(out_dir: Path, worker: str, log_path: Path | None = None) -> Devic
     path = out_dir / OUT_OF_MEMORY
     if not path.is_file():
         return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        record = {}
+    record = read_json(path)
     if not isinstance(record, dict):
         record = {}
     return DeviceOutOfMemory(oom_message(worker, record), log_path, record=record)

@@ -53,6 +53,15 @@ def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
+def read_json(path: Path) -> object | None:
+    """The JSON value in ``path``; None when the file is missing, unreadable or not JSON
+    (a record a process may not have left, read by whoever checks it)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def copy_plain_tree(src: Path, dest: Path) -> None:
     """Copy the regular files and folders under ``src`` into ``dest`` (merged into what
     is there), skipping symbolic links, FIFOs, sockets and devices.  The pass folders

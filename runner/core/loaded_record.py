@@ -11,13 +11,12 @@ under test) and ``harness_<phase>``: ``{relative path: blob id, or null: gone}``
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.core.artifact_names import LOADED
-from runner.core.files import write_json_atomic
+from runner.core.files import read_json, write_json_atomic
 
 Blobs = dict[str, str | None]  # a file, relative to its root -> its blob id (None: gone)
 PHASES = ("load", "end")
@@ -70,11 +69,7 @@ class LoadedRecord:
 
 def read_loaded(folder: Path) -> LoadedRecord | None:
     """The record a worker left in ``folder`` (None: missing, unreadable, not one)."""
-    try:
-        doc = json.loads((folder / LOADED).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return LoadedRecord.from_dict(doc)
+    return LoadedRecord.from_dict(read_json(folder / LOADED))
 
 
 def write_loaded(folder: Path, record: LoadedRecord) -> None:

@@ -8,12 +8,12 @@ Standard library only (worker-side safe).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from runner.core.artifact_names import META
+from runner.core.files import read_json
 
 
 def _text(value: object) -> str | None:
@@ -62,11 +62,7 @@ class PassMeta:
 
 def read_meta(folder: Path) -> PassMeta | None:
     """The ``meta.json`` a pass left in ``folder`` (None: missing or unreadable)."""
-    try:
-        doc = json.loads((folder / META).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return PassMeta.from_dict(doc)
+    return PassMeta.from_dict(read_json(folder / META))
 
 
 __all__ = ["PassMeta", "read_meta"]

@@ -4,7 +4,6 @@ folder, its GPUs and builds; the worker jobs and focused tests it starts."""
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -18,6 +17,7 @@ from runner.core import interrupts
 from runner.core.artifact_names import FOCUSED_TEST, MEMORY
 from runner.core.device_memory import MemoryLog
 from runner.core.errors import ConfigError, FocusedTestFailed, Tampered
+from runner.core.files import read_json
 from runner.core.import_cause import explain_failure
 from runner.core.shapes import Shape, shape_set, shapes_by_label
 from runner.core.spec import VISIBILITY, RoundSpec, TimingSettings
@@ -367,10 +367,7 @@ def run_focused_test(
 
 def _tampered_files(out: Path) -> list[str]:
     """The judge files the test job said were changed (test.json's ``tampered``)."""
-    try:
-        data = json.loads((out / FOCUSED_TEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
+    data = read_json(out / FOCUSED_TEST)
     found = data.get("tampered") if isinstance(data, dict) else None
     return [str(p) for p in found] if isinstance(found, list) else []
 

@@ -11,7 +11,6 @@ Host-side and worker-safe: no pydantic, no torch.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
@@ -20,6 +19,7 @@ from typing import Protocol
 
 from runner.core.artifact_names import MEMORY
 from runner.core.device_memory import MemoryLog
+from runner.core.files import read_json
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, save_spec
 from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
@@ -76,11 +76,7 @@ def read_memory_log(path: Path) -> MemoryLog | None:
     """A paired session's memory reports (``runner.core.artifact_names.MEMORY_LOG``), or None
     when the file is missing or unreadable or not a JSON object (then nothing is assumed);
     read leniently (``MemoryLog.from_dict``)."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return MemoryLog.from_dict(doc)
+    return MemoryLog.from_dict(read_json(path))
 
 
 def run_job(
