@@ -24,3 +24,6 @@ MEMORY = MEMORY_LOG.format(suffix="")
 INCUMBENT_CSV = "incumbent.csv"
 AUDIT = "audit.json"  # the static audit of the round's change
 BUILDS = "builds.json"  # the native builds of the round's roles
+
+# a round's folder (``rounds/round-N/``, and each failed attempt's): the change as judged
+CANDIDATE_PATCH = "candidate.patch"

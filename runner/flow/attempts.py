@@ -19,6 +19,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 
+from runner.core.artifact_names import CANDIDATE_PATCH
 from runner.core.errors import CorrectnessFailed
 from runner.core.files import write_atomic, write_json_atomic
 from runner.core.isa_facts import KernelFacts
@@ -54,7 +55,7 @@ def record_attempt(
     k = len(list_attempts(round_dir)) + 1
     dest = round_dir / ATTEMPTS / f"attempt-{k}"
     why = "\n".join(reasons)
-    write_atomic(dest / "candidate.patch", patch)
+    write_atomic(dest / CANDIDATE_PATCH, patch)
     record = {"round": n, "attempt": k, "when": now_minute(), "hypothesis": hypothesis, "why": why}
     if facts is not None:
         record["kernel_facts"] = facts.to_dict()

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.core.artifact_names import AUDIT
+from runner.core.artifact_names import AUDIT, CANDIDATE_PATCH
 from runner.core.files import write_atomic, write_json_atomic
 from runner.core.outcomes import GateResult, TransferCheck
 from runner.core.pause_points import pause_point
@@ -26,8 +26,6 @@ from runner.store.campaign import Campaign
 from runner.store.lineage import snapshot
 from runner.store.roundfiles import ATTEMPTS
 
-PATCH_FILE = "candidate.patch"  # the change as judged, in rounds/round-N/
-
 
 def open_round_dir(campaign: Campaign, n: int, patch: str) -> None:
     """Round ``n``'s folder with the change in it; what an interrupted, unclosed
@@ -38,7 +36,7 @@ def open_round_dir(campaign: Campaign, n: int, patch: str) -> None:
             if path.name != ATTEMPTS:
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
     round_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(round_dir / PATCH_FILE, patch)
+    write_atomic(round_dir / CANDIDATE_PATCH, patch)
 
 
 @dataclass

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from runner.core.artifact_names import CANDIDATE_PATCH
 from runner.core.errors import CheckoutOffLineage, ConfigError
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage, patch_paths
@@ -53,7 +54,7 @@ def restore_checkout(
 ) -> str:
     """Keep the round's change under a ref, put the touched files of the checkout back
     to the head; returns the line for the round's reasons."""
-    kept = campaign.round_dir(round_n) / "candidate.patch"
+    kept = campaign.round_dir(round_n) / CANDIDATE_PATCH
     ref = lineage.keep_change(
         f"rolled-back/round-{round_n}", patch, f"[rolled back] round-{round_n} of {campaign.name}"
     )

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.core.artifact_names import CANDIDATE_PATCH
 from runner.core.errors import CommandFailed, ConfigError
 from runner.core.files import write_atomic
 from runner.core.outcomes import Status
@@ -145,7 +146,7 @@ def role_trees(campaign: Campaign, n: int) -> Iterator[dict[str, Path]]:
             cand = stack.enter_context(lineage.worktree(result.commit))
         else:
             inc = lineage.head()
-            patch = campaign.round_dir(n) / "candidate.patch"
+            patch = campaign.round_dir(n) / CANDIDATE_PATCH
             text = patch.read_text(encoding="utf-8")
             cand = stack.enter_context(lineage.worktree(inc, text))
         yield {"incumbent": stack.enter_context(lineage.worktree(inc)), "candidate": cand}

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
+from runner.core.artifact_names import CANDIDATE_PATCH
 from runner.core.errors import ConfigError, RepeatedHypothesis, RoundOutOfOrder, ValueRefused
 from runner.core.isa_facts import KernelFacts
 from runner.core.limits import MAX_HYPOTHESIS_CHARS, check_blocks, check_size, excerpt
@@ -142,7 +143,7 @@ def check_new(campaign: Campaign, hypothesis: str, patch: str) -> None:
                 f"round-{r.round} ({r.status.value}) already tested this hypothesis: state a "
                 "new one, informed by that round's result (Rule 7)"
             )
-        earlier = campaign.round_dir(r.round) / "candidate.patch"
+        earlier = campaign.round_dir(r.round) / CANDIDATE_PATCH
         if earlier.is_file() and earlier.read_text("utf-8").strip() == patch.strip():
             raise RepeatedHypothesis(
                 f"this patch is round-{r.round}'s ({r.status.value}), byte for byte: a round "

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.core.artifact_names import CANDIDATE_PATCH
 from runner.core.csv_schema import BenchCSV
 from runner.core.errors import (
     BundleError,
@@ -264,7 +265,7 @@ def _apply_series(lineage: Lineage, bundle: Bundle, n: int, tree: Path) -> list[
         notes.append(f"round-{info.round}: applied {patch.name} ({same})")
     own = [r for r in bundle.rounds() if r.round == n and r.status != Status.ACCEPTED.value]
     if own and n != 1:
-        patch_path = bundle.campaign.round_dir(n) / "candidate.patch"
+        patch_path = bundle.campaign.round_dir(n) / CANDIDATE_PATCH
         lineage.git("apply", "--index", "--whitespace=nowarn", str(patch_path), cwd=tree)
         notes.append(f"round-{n} ({own[0].status}): applied its candidate.patch")
     return notes

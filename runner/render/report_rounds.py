@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from runner.core.artifact_names import CANDIDATE_PATCH
 from runner.core.outcomes import RoundResult, Score, Status
 from runner.core.stats import stdev
 from runner.render.figures import DASH, Scale, fmt_gain, fmt_pct, score_scale
@@ -147,7 +148,7 @@ def _evidence(r: RoundResult) -> str:
 def _diff(r: RoundResult, round_dir: Path) -> str:
     if r.status is Status.BASELINE:
         return "<p>Diff: none (the base commit).</p>"
-    patch = round_dir / "candidate.patch"
+    patch = round_dir / CANDIDATE_PATCH
     if not patch.is_file():
         return "<p>Diff: no candidate.patch recorded.</p>"
     text = patch.read_text(encoding="utf-8", errors="replace")

@@ -7,7 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-from runner.core.artifact_names import AUDIT, BENCHMARK_CSV, BUILDS, INCUMBENT_CSV
+from runner.core.artifact_names import AUDIT, BENCHMARK_CSV, BUILDS, CANDIDATE_PATCH, INCUMBENT_CSV
 from runner.core.files import copy_plain_tree, write_atomic, write_json_atomic
 from runner.core.outcomes import GateResult
 from runner.core.pause_points import pause_point
@@ -122,7 +122,7 @@ def candidate_patches(campaign: Campaign) -> dict[int, str]:
     has one (a tournament's entries too)."""
     out: dict[int, str] = {}
     for n in sorted(campaign.closed_rounds()):
-        path = campaign.round_dir(n) / "candidate.patch"
+        path = campaign.round_dir(n) / CANDIDATE_PATCH
         if n >= 2 and path.is_file():
             out[n] = path.read_text(encoding="utf-8", errors="replace")
     return out
