@@ -11,6 +11,7 @@ import re
 import shlex
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from runner.core.csv_io import read_csv
 from runner.core.csv_schema import GEMM_SCHEMA
 from runner.core.errors import ConfigError
 from runner.flow.new_campaign import CampaignFields, create_campaign
+from runner.store.campaign import Campaign
 from runner.store.manifest import load_manifest
 from runner.targets.primus_turbo import (
     ATTN_ENV,
@@ -60,6 +62,13 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
 CASES = [(op, gran, b) for (op, gran), backends in BACKENDS.items() for b in backends]
 
 
+def primus_campaign(root: Path, source: Path, target_op: str, **fields: Any) -> Campaign:
+    """A Primus-Turbo campaign on ``source`` created under ``root`` (local executor)."""
+    given = CampaignFields(target="primus-turbo", executor="local", source=str(source),
+                           target_op=target_op, **fields)  # fmt: skip
+    return create_campaign(root, given)
+
+
 def files_named(command: str) -> list[str]:
     """Paths a command names: ``.py`` arguments and pytest's file argument."""
     return [w for w in shlex.split(command) if w.endswith(".py") and not w.startswith("-")]
@@ -69,17 +78,8 @@ def files_named(command: str) -> list[str]:
 def test_init_names_only_upstream_files_and_variables(
     tmp_path: Path, checkout: Path, op: str, gran: str | None, backend: str
 ) -> None:
-    campaign = create_campaign(
-        tmp_path,
-        CampaignFields(
-            target="primus-turbo",
-            executor="local",
-            source=str(checkout),
-            target_op=op,
-            granularity=gran,
-            target_backend=backend,
-            target_gpu="gfx942",
-        ),
+    campaign = primus_campaign(
+        tmp_path, checkout, op, granularity=gran, target_backend=backend, target_gpu="gfx942"
     )
     m = campaign.manifest
     for command in (m.test_command, m.benchmark_command):
@@ -100,16 +100,8 @@ def test_init_names_only_upstream_files_and_variables(
 
 
 def test_attention_uses_the_variable_upstream_reads(tmp_path: Path, checkout: Path) -> None:
-    m = create_campaign(
-        tmp_path,
-        CampaignFields(
-            target="primus-turbo",
-            executor="local",
-            source=str(checkout),
-            target_op="attention",
-            target_backend="AITER",
-            target_gpu="gfx942",
-        ),
+    m = primus_campaign(
+        tmp_path, checkout, "attention", target_backend="AITER", target_gpu="gfx942"
     ).manifest
     assert "PRIMUS_TURBO_ATTN_BACKEND=AITER" in m.benchmark_command
     assert "PRIMUS_TURBO_ATTENTION_BACKEND" not in m.benchmark_command + m.test_command
@@ -118,17 +110,13 @@ def test_attention_uses_the_variable_upstream_reads(tmp_path: Path, checkout: Pa
 
 
 def test_gemm_fp8_blockwise_commands(tmp_path: Path, checkout: Path) -> None:
-    m = create_campaign(
+    m = primus_campaign(
         tmp_path,
-        CampaignFields(
-            target="primus-turbo",
-            executor="local",
-            source=str(checkout),
-            target_op="gemm_fp8",
-            granularity="blockwise",
-            target_backend="CK",
-            target_gpu="gfx942",
-        ),
+        checkout,
+        "gemm_fp8",
+        granularity="blockwise",
+        target_backend="CK",
+        target_gpu="gfx942",
     ).manifest
     assert m.test_command.startswith(
         "PRIMUS_TURBO_GEMM_BACKEND=CK python -m pytest tests/pytorch/ops/test_gemm_fp8.py -q "
@@ -143,17 +131,13 @@ def test_gemm_fp8_blockwise_commands(tmp_path: Path, checkout: Path) -> None:
 
 
 def test_mx_blockwise_uses_the_benchmarks_mxfp8_choice(tmp_path: Path, checkout: Path) -> None:
-    m = create_campaign(
+    m = primus_campaign(
         tmp_path,
-        CampaignFields(
-            target="primus-turbo",
-            executor="local",
-            source=str(checkout),
-            target_op="gemm_fp8",
-            granularity="mx_blockwise",
-            target_backend="TURBO",
-            target_gpu="gfx950",
-        ),
+        checkout,
+        "gemm_fp8",
+        granularity="mx_blockwise",
+        target_backend="TURBO",
+        target_gpu="gfx950",
     ).manifest
     assert "--granularity mxfp8" in m.benchmark_command
     assert m.kernel_source[0] == "csrc/kernels/gemm/turbo_gemm.cu"
@@ -231,16 +215,8 @@ def test_a_missing_benchmark_script_is_an_error_naming_where_it_looked(
     assert rc == 2
     assert f"not found\n  {old.resolve() / script}" in err
     # a benchmark command the user gives is theirs: not checked against the layout
-    m = create_campaign(
-        tmp_path / "d",
-        CampaignFields(
-            target="primus-turbo",
-            executor="local",
-            source=str(old),
-            target_op="gemm",
-            target_backend="TRITON",
-            benchmark_command="python my_bench.py",
-        ),
+    m = primus_campaign(
+        tmp_path / "d", old, "gemm", target_backend="TRITON", benchmark_command="python my_bench.py"
     ).manifest
     assert m.benchmark_command == "python my_bench.py"
 

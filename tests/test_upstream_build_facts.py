@@ -16,7 +16,6 @@ import test_primus_turbo_facts as ptf
 
 from runner.core.errors import ConfigError
 from runner.executors.build_cache import build_key
-from runner.flow.new_campaign import CampaignFields, create_campaign
 from runner.targets.build_facts import (
     BUILD_CK_ENV,
     FRAMEWORK_ENV,
@@ -91,19 +90,10 @@ def test_init_refuses_a_ck_campaign_whose_build_has_ck_off(
     checkout = ptf.make_checkout(tmp_path / "Primus-Turbo")
 
     def init(backend: str, name: str) -> object:
-        return create_campaign(
-            tmp_path / "campaigns",
-            CampaignFields(
-                target="primus-turbo",
-                executor="local",
-                source=str(checkout),
-                target_op="gemm_fp8",
-                granularity="blockwise",
-                target_backend=backend,
-                target_gpu="gfx942",
-                campaign_name=name,
-            ),
-        )
+        return ptf.primus_campaign(
+            tmp_path / "campaigns", checkout, "gemm_fp8", granularity="blockwise",
+            target_backend=backend, target_gpu="gfx942", campaign_name=name,
+        )  # fmt: skip
 
     monkeypatch.setenv(BUILD_CK_ENV, "0")
     with pytest.raises(ConfigError, match="PRIMUS_TURBO_BUILD_CK is off, so the CK bindings"):
