@@ -26,6 +26,7 @@ from runner.core.files import write_json_atomic
 from runner.core.isa_facts import KernelEntry, KernelFacts, parse_amdgcn, parse_ptx, warnings
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.factory import make_executor
+from runner.executors.isolation import isolation_works
 from runner.flow.kernel_facts import facts_arch, triton_version
 from runner.flow.rounds import Request, validate_round
 from runner.render.analysis_status import analysis_lines
@@ -290,3 +291,49 @@ def test_each_tournament_entry_keeps_the_incumbent_s_assembly(
             assert kept == campaign.profiles_dir / f"round-{n}" / side / kept.name
             assert kept.is_file(), kept
     assert facts.roles["incumbent"]["k"].isa == str(compiled / "inc.amdgcn")  # unchanged
+
+
+@needs_triton
+@pytest.mark.skipif(not isolation_works(), reason="needs a mount namespace")
+def test_a_round_s_compile_runs_isolated_as_its_jobs_do(
+    slow_tiny: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
+) -> None:
+    """The facts' compile imports the measured tree's code on the host: in a round it
+    runs as the round's jobs do (``Round.isolate``), so a kernel module that writes into
+    the campaign folder at import cannot, and its compile fails, named in the note."""
+    import shutil
+
+    from runner.executors.local import LocalExecutor
+    from runner.flow.kernel_facts import round_facts
+    from runner.flow.round_context import Round
+
+    campaign = Campaign.load(copy_campaign(slow_tiny, tmp_path / "c", "t"))
+    hostile = tmp_path / "tree"
+    shutil.copytree(campaign.manifest.source, hostile, ignore=shutil.ignore_patterns(".git"))
+    planted = campaign.root / "planted-by-the-compile"
+    with (hostile / KERNEL).open("a", encoding="utf-8") as fh:
+        fh.write(f"\nopen({str(planted)!r}, 'w').write('x')\n")
+    rnd = Round(campaign, LocalExecutor(), lambda _m: None, tmp_path / "r", 2, "quick")
+    facts = round_facts(campaign, {"candidate": hostile}, rnd.isolate)
+    assert not planted.exists()
+    assert facts.note is not None and "did not compile" in facts.note, facts
+
+
+def test_a_compile_s_record_names_only_assembly_in_its_own_folder(tmp_path: Path) -> None:
+    """A compile's ``facts.json`` (written by a process that imported the measured tree)
+    may name an assembly file only inside its folder: a path out of it is dropped, so
+    the round never copies another file of the host into its records."""
+    from runner.flow.kernel_facts import role_facts
+
+    folder = tmp_path / "compile"
+    folder.mkdir()
+    (folder / "k.amdgcn").write_text("; k\n", encoding="utf-8")
+    (tmp_path / "secret.txt").write_text("not the round's\n", encoding="utf-8")
+    secret = str(tmp_path / "secret.txt")
+    kernels = {"k": {"case": "c", "config": {}, "facts": {"vgpr": 1}, "isa": "k.amdgcn"},
+               "away": {"case": "c", "config": {}, "facts": {}, "isa": "../secret.txt"},
+               "abs": {"case": "c", "config": {}, "facts": {}, "isa": secret}}  # fmt: skip
+    (folder / "facts.json").write_text(json.dumps({"kernels": kernels}), encoding="utf-8")
+    got, _notes = role_facts({"k.py": folder})
+    assert got["k"].isa == str((folder / "k.amdgcn").resolve()) and got["k"].file == "k.py"
+    assert got["away"].isa == "" and got["abs"].isa == ""

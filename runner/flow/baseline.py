@@ -95,7 +95,7 @@ def _heldout(m: Manifest, shapes: list[Shape]) -> list[str]:
 def _measure_baseline(rnd: Round, passes: int, started: str) -> RoundResult:
     m, campaign = rnd.manifest, rnd.campaign
     with rnd.lineage.worktree(m.base_commit or "") as tree:
-        facts_job = FactsJob(campaign, {"incumbent": tree})  # the base: round 2's incumbent
+        facts_job = FactsJob(rnd, {"incumbent": tree})  # the base: round 2's incumbent
         result = _measured_base(rnd, tree, passes, started)  # a failure: not waited for
         facts = facts_job.result()  # while the tree exists
     attach_facts(rnd, result, facts)

@@ -28,6 +28,7 @@ import os
 import shutil
 import sys
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from runner.core.errors import CommandFailed, InfrastructureError
 from runner.core.files import write_atomic
 from runner.core.isa_facts import ARCHS, KernelEntry, KernelFacts, Kernels
 from runner.core.processes import run
+from runner.flow.round_context import Round
 from runner.store.campaign import Campaign
 from runner.store.manifest import Manifest
 from runner.targets.registry import get_target
@@ -133,8 +135,17 @@ def cache_dir() -> Path:
     return Path(base) / "turbo-campaign" / "kernel-facts"
 
 
-def _compile(campaign: Campaign, tree: Path, rel: str, arch: str, triton: str) -> Path:
-    """The cache folder of one kernel file's compile, compiled now where it is missing."""
+# What runs a compile process (it imports the measured tree's code): a round's
+# ``Round.isolate``, which protects everything but the compile's output; None: as it is.
+Guard = Callable[[Sequence[str], Path, Sequence[Path]], list[str]]
+
+
+def _compile(
+    campaign: Campaign, tree: Path, rel: str, target: tuple[str, str], guard: Guard | None
+) -> Path:
+    """The cache folder of one kernel file's compile (``target``: the arch and the
+    Triton version), compiled now where it is missing."""
+    arch, triton = target
     m = campaign.manifest
     folder = cache_dir() / cache_key(tree, rel, m, arch, triton)
     hit = _cached(folder, tree)
@@ -151,8 +162,9 @@ def _compile(campaign: Campaign, tree: Path, rel: str, arch: str, triton: str) -
     # nothing written into the role's tree (the round proves each tree unchanged)
     env = {**os.environ, "PYTHONPATH": tree_pythonpath(tree), "PYTHONDONTWRITEBYTECODE": "1"}
     tmp.parent.mkdir(parents=True, exist_ok=True)
+    argv = guard(cmd, tree, [cache_dir()]) if guard is not None else cmd
     try:
-        run(cmd, env=env, cwd=tree, timeout=COMPILE_TIMEOUT_S, die_with_parent=True)
+        run(argv, env=env, cwd=tree, timeout=COMPILE_TIMEOUT_S, die_with_parent=True)
     except (CommandFailed, InfrastructureError) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         tail = str(exc).strip().splitlines()[-1:] or ["(no output)"]
@@ -185,7 +197,7 @@ class _FactsUnavailable(Exception):
 
 
 def _compiled_all(
-    campaign: Campaign, trees: dict[str, Path], arch: str, triton: str
+    campaign: Campaign, trees: dict[str, Path], target: tuple[str, str], guard: Guard | None
 ) -> dict[tuple[str, str], Path]:
     """Every role's kernel files compiled (or found in the cache), ``FACTS_WORKERS`` at a
     time in the order of the roles (the incumbent first: a later role's unchanged
@@ -196,7 +208,7 @@ def _compiled_all(
             for rel in kernel_files(campaign.manifest, tree)]  # fmt: skip
     with ThreadPoolExecutor(max_workers=FACTS_WORKERS) as pool:
         futures = {
-            job: pool.submit(_compile, campaign, trees[job[0]], job[1], arch, triton)
+            job: pool.submit(_compile, campaign, trees[job[0]], job[1], target, guard)
             for job in jobs
         }
         return {job: future.result() for job, future in futures.items()}
@@ -213,16 +225,22 @@ def role_facts(folders: dict[str, Path]) -> tuple[Kernels, list[str]]:
         if doc.get("note"):
             notes.append(doc["note"])
         for name, entry in doc["kernels"].items():
-            isa = str(folder / entry["isa"])
-            kernels[name] = KernelEntry.from_dict({**entry, "isa": isa}, file=rel)
+            isa = (folder / str(entry.get("isa") or "")).resolve()
+            # the compile imported the tree's code: only a file of its own folder is kept
+            inside = isa.is_file() and isa.is_relative_to(folder.resolve())
+            kernels[name] = KernelEntry.from_dict({**entry, "isa": str(isa) if inside else ""},
+                                                  file=rel)  # fmt: skip
         if doc.get("stood_in"):
             notes.append(f"{rel}: stood in for {', '.join(doc['stood_in'])}")
     return kernels, notes
 
 
-def round_facts(campaign: Campaign, trees: dict[str, Path]) -> KernelFacts:
+def round_facts(
+    campaign: Campaign, trees: dict[str, Path], guard: Guard | None = None
+) -> KernelFacts:
     """The record of a round's facts: arch, Triton version, each role's kernels and the
-    warnings of the candidate against the incumbent; ``note`` says why there are none."""
+    warnings of the candidate against the incumbent; ``note`` says why there are none.
+    ``guard``: how each compile process is run (a round's: isolated, ``Round.isolate``)."""
     arch = facts_arch(campaign.manifest)
     triton = triton_version()
     if triton is None:
@@ -230,7 +248,7 @@ def round_facts(campaign: Campaign, trees: dict[str, Path]) -> KernelFacts:
     notes: list[str] = []
     roles: dict[str, Kernels] = {}
     try:
-        compiled = _compiled_all(campaign, trees, arch, triton)
+        compiled = _compiled_all(campaign, trees, (arch, triton), guard)
         for role in trees:
             mine = {rel: folder for (r, rel), folder in compiled.items() if r == role}
             roles[role], said = role_facts(mine)
@@ -244,20 +262,25 @@ def round_facts(campaign: Campaign, trees: dict[str, Path]) -> KernelFacts:
 
 
 class FactsJob:
-    """``round_facts`` in a thread beside the measurement; ``result`` waits for it."""
+    """``round_facts`` of a round's trees in a thread beside its measurement, each
+    compile isolated as the round's jobs are (``Round.isolate``); ``result`` waits."""
 
-    def __init__(self, campaign: Campaign, trees: dict[str, Path]) -> None:
+    def __init__(self, rnd: Round, trees: dict[str, Path]) -> None:
+        campaign = rnd.campaign
         self._arch = facts_arch(campaign.manifest)
         self._out = KernelFacts.none(self._arch, None, "the compile did not finish")
         self._result: KernelFacts | None = None
         self._thread = threading.Thread(
-            target=self._work, args=(campaign, dict(trees)), name="kernel-facts", daemon=True
+            target=self._work,
+            args=(campaign, dict(trees), rnd.isolate),
+            name="kernel-facts",
+            daemon=True,
         )
         self._thread.start()
 
-    def _work(self, campaign: Campaign, trees: dict[str, Path]) -> None:
+    def _work(self, campaign: Campaign, trees: dict[str, Path], guard: Guard) -> None:
         try:
-            self._out = round_facts(campaign, trees)
+            self._out = round_facts(campaign, trees, guard)
         except Exception as exc:  # never fail a round for its facts
             self._out = KernelFacts.none(self._arch, None, f"{type(exc).__name__}: {exc}")
 

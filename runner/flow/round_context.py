@@ -24,6 +24,7 @@ from runner.core.spec import VISIBILITY, RoundSpec, TimingSettings
 from runner.executors.base import BuiltRole, Executor, WorkerJob
 from runner.executors.build_cache import BuildCache
 from runner.executors.gpus import allocator_env, detect_vendor, gpu_env
+from runner.executors.isolation import protect
 from runner.executors.jit_cache import (
     claim,
     content_key,
@@ -236,6 +237,14 @@ class Round:
                  harness, jit, builds]  # fmt: skip
         # never the job's own tree (or a folder holding it: workspace mode's checkout)
         return tuple(p for p in paths if p.resolve() != mine and p.resolve() not in mine.parents)
+
+    def isolate(self, argv: Sequence[str], tree: Path, writable: Sequence[Path] = ()) -> list[str]:
+        """``argv``, a host-side process that imports ``tree``'s code (the kernel facts'
+        compile), protected as a job on ``tree`` is and its tree read-only too: the other
+        roles, the round, the campaign, the harness and the caches read-only, the sealed
+        held-out pick unseen (``runner.executors.isolation.protect``); ``writable``: its
+        own output."""
+        return protect(argv, [*self.readonly(tree), tree], writable, self.hidden())
 
     def hidden(self) -> tuple[Path, ...]:
         """What no job of any role may read: the sealed folder (the held-out pick,

@@ -131,7 +131,7 @@ def _validate_in(
                             declared, request.bucket)  # fmt: skip
             notes = audited.notes
             roles = {"incumbent": inc_tree, "candidate": cand_tree}
-            facts = FactsJob(campaign, roles)
+            facts = FactsJob(rnd, roles)
             gate, inc_score, cand_score, builds = _guarded(
                 rnd, request, roles, touched, shapes, audited.vetoes, facts, audited.risks
             )

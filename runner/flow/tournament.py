@@ -172,7 +172,7 @@ def _run(rnd: Round, entries: list[Entry], started: str) -> list[RoundResult]:
         roles = {"incumbent": inc_tree, **{e.role: e.tree for e in live if e.tree}}
         guarded = tuple(roles)  # no role may write any other's tree
         builds: list[BuiltRole] = []
-        facts_job = FactsJob(rnd.campaign, roles)  # beside the measurement (docs/analysis.md)
+        facts_job = FactsJob(rnd, roles)  # beside the measurement (docs/analysis.md)
         try:
             builds = _build(rnd, stack, roles, live)
             before = snapshot_trees(roles)
