@@ -123,11 +123,20 @@ def merge_upstream_manifest(fields: dict[str, Any], path: Path) -> dict[str, Any
 @click.option("--max-iterations", type=int, default=None, help="At most 119.")
 @click.option("--git-branch", default="auto", show_default=True, help="auto, none or a name.")
 @click.option("--no-git-commit", is_flag=True, help="Do not commit accepted rounds.")
-@click.option("--shapes", default="all", show_default=True, help="'all' or a comma list.")
+@click.option(
+    "--shapes",
+    default="all",
+    show_default=True,
+    help="'all' or a comma list of labels, plain MxNxK shapes, or (with an upstream "
+    "shape set) MODEL:GEMM:MBS selectors of Primus-Turbo's benchmark rows, globs "
+    "allowed, e.g. 'Llama-2-7B:*:1'.",
+)
 @click.option(
     "--shape-set",
     default=None,
-    help="Shape set (default: the op's own, e.g. moe-cpu on cpu, moe on a GPU).",
+    help="Shape set (default: the op's own, e.g. moe-cpu on cpu, moe on a GPU); "
+    "'upstream' is Primus-Turbo bench_gemm_turbo.py's own rows on a GPU outside its "
+    "batch-size table (H100, H200), upstream-mi300-fp8 etc. on MI300/MI355.",
 )
 @click.option(
     "--heldout/--no-heldout",

@@ -8,11 +8,19 @@ KV heads, head dim, sequence length) are the public model configurations.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from runner.core.errors import ConfigError
+from runner.core.upstream_shapes import (
+    UPSTREAM_SETS,
+    UpstreamRow,
+    is_selector,
+    parse_dims,
+    select_rows,
+    upstream_rows,
+)
 
 ATTENTION_BWD_RATIO = 2.5  # backward FLOPs / forward FLOPs (the flash-attention convention)
 
@@ -315,6 +323,30 @@ def tiny_attention_shapes() -> list[Shape]:
     ]  # fmt: skip
 
 
+# ---------------------------------------------------------------- upstream's own rows
+
+
+def upstream_shape(row: UpstreamRow) -> Shape:
+    """One of Primus-Turbo's benchmark rows as a target shape; its params name the
+    ``case`` (upstream's Case column: the model), ``gemm`` and ``mbs``."""
+    params = {"case": row.case, "gemm": row.gemm, "mbs": row.mbs}
+    return Shape(row.label, row.m, row.n, row.k, params=params)
+
+
+def _upstream_factory(name: str) -> Callable[[], list[Shape]]:
+    def factory() -> list[Shape]:
+        return [upstream_shape(r) for r in upstream_rows(*UPSTREAM_SETS[name])]
+
+    factory.__doc__ = f"Primus-Turbo bench_gemm_turbo.py's rows: {name}."
+    return factory
+
+
+def plain_shape(label: str) -> Shape | None:
+    """A plain ``MxNxK`` target, in no set: matched by its dimensions alone."""
+    dims = parse_dims(label)
+    return Shape(label, *dims) if dims else None
+
+
 SHAPE_SETS = {
     "models": model_gemm_shapes,
     "cpu": cpu_gemm_shapes,
@@ -328,6 +360,7 @@ SHAPE_SETS = {
     "attn": attention_shapes,
     "attn-cpu": cpu_attention_shapes,
     "attn-tiny": tiny_attention_shapes,
+    **{name: _upstream_factory(name) for name in UPSTREAM_SETS},
 }
 
 # op family -> (GPU shape set, CPU shape set)
@@ -363,8 +396,32 @@ def shapes_by_label(
     lacks is a ConfigError naming ``what``, the missing labels, then ``hint``, and with
     ``known`` the set's labels."""
     by_label = {s.label: s for s in shape_set(name)}
+    for label in labels:
+        plain = None if label in by_label else plain_shape(label)
+        if plain is not None:
+            by_label[label] = plain
     missing = [label for label in labels if label not in by_label]
     if missing:
         listed = f"; known: {list(by_label)}" if known else ""
         raise ConfigError(f"{what} not in shape set {name}: {missing}{hint}{listed}")
     return [by_label[label] for label in labels]
+
+
+def expand_selectors(name: str, wanted: Sequence[str]) -> list[str]:
+    """Target labels from ``--shapes`` entries: a label or ``MxNxK`` as given, an
+    upstream ``MODEL:GEMM:MBS`` selector (globs allowed) as the labels of the rows of
+    set ``name`` it picks, each label once, in the order given."""
+    labels: list[str] = []
+    for entry in wanted:
+        if not is_selector(entry):
+            labels.append(entry)
+            continue
+        if name not in UPSTREAM_SETS:
+            sets = ", ".join(UPSTREAM_SETS)
+            raise ConfigError(
+                f"--shapes {entry!r} selects upstream rows (MODEL:GEMM:MBS); it needs "
+                f"--shape-set one of {sets}, not {name}"
+            )
+        rows = upstream_rows(*UPSTREAM_SETS[name])
+        labels += [r.label for r in select_rows(rows, entry)]
+    return list(dict.fromkeys(labels))

@@ -16,7 +16,7 @@ from typing import Any
 from runner.core.csv_schema import COMBINED_STEP, FORWARD_GBPS
 from runner.core.errors import ConfigError, ValueRefused
 from runner.core.processes import run
-from runner.core.shapes import default_shape_set, shape_set, shapes_by_label
+from runner.core.shapes import default_shape_set, expand_selectors, shape_set, shapes_by_label
 from runner.core.timestamps import now_minute
 from runner.judge.memory_fit import refuse_unfit, unfit_shapes
 from runner.judge.representative import reserve_heldout
@@ -394,7 +394,8 @@ def pin_shapes(wanted: Any, fields: dict[str, Any]) -> list[str]:
     fields["shape_set"] = name
     if wanted in (None, "all"):
         return [s.label for s in shape_set(name)]
-    return [s.label for s in shapes_by_label(name, list(wanted), known=True)]
+    labels = expand_selectors(name, list(wanted))
+    return [s.label for s in shapes_by_label(name, labels, known=True)]
 
 
 def head_commit(source: Path) -> str:
