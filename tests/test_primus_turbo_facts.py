@@ -241,7 +241,7 @@ def test_upstream_csv_maps_onto_the_pinned_schema(tmp_path: Path) -> None:
     csv = read_csv(path, GEMM_SCHEMA)
     assert [r.values["Check"] for r in csv.rows] == ["PASS", "FAIL", "ERROR"]
     first = csv.rows[0]
-    assert first.label == "1-Llama-2-7B-B1-4096x4096x4096"
+    assert first.label == "1-Llama-2-7B-MBS1-4096x4096x4096"
     assert first.number("Forward TFLOPS") == 443.35
     assert first.number("Backward Time (ms)") == 0.65
     assert csv.rows[2].values["Forward Time (ms)"] == "nan"

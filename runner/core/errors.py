@@ -10,7 +10,8 @@ message text::
     +-- ConfigError (2): bad input
     |   +-- CampaignNotFound, CampaignBusy, RecordDamaged, RoundOutOfOrder
     |   +-- PatchRefused, RepeatedHypothesis, CheckoutOffLineage, ValueRefused
-    |   +-- SchemaDriftError, CsvValueError, GpuBusy, FingerprintMismatch, BundleError
+    |   +-- SchemaDriftError, CsvValueError (TargetsMissing), GpuBusy
+    |   +-- FingerprintMismatch, BundleError
     +-- AppendOnlyViolation (5)
     +-- InfrastructureError (6): CommandFailed, Tampered, SpeedOfLightError,
     |   MeasurementFailed (DeviceOutOfMemory, FocusedTestFailed)
@@ -105,6 +106,15 @@ class SchemaDriftError(ConfigError):
 
 class CsvValueError(ConfigError):
     """A CSV row holds a value the schema forbids (NaN/negative/non-numeric in PASS)."""
+
+
+class TargetsMissing(CsvValueError):
+    """A benchmark's CSV has no row for some of the campaign's target shapes (matched by
+    case and M, N, K); ``missing`` lists their labels, and the message names each."""
+
+    def __init__(self, message: str, missing: list[str]):
+        super().__init__(message)
+        self.missing = list(missing)
 
 
 class AppendOnlyViolation(CampaignError):

@@ -89,7 +89,7 @@ from runner.store.guard import locked, require_baseline
 from runner.store.lineage import Lineage
 from runner.store.manifest import Manifest, branch_name
 from runner.store.sealed import heldout_labels
-from runner.targets.upstream_csv import BENCH_CSV_NAME, to_pinned
+from runner.targets.upstream_csv import BENCH_CSV_NAME, to_pinned, upstream_targets
 
 ACCEPT_ROUND = 0  # the spec's round number: acceptance is not a round
 
@@ -149,7 +149,7 @@ def full_benchmark(
         if measured is not None and measured.is_file():
             return _measured_benchmark(rnd, measured, dest)
         return _example_full_benchmark(rnd, tree, shapes, dest)
-    return _command_full_benchmark(rnd, tree, m.benchmark_command, dest)
+    return _command_full_benchmark(rnd, tree, m.benchmark_command, dest, upstream_targets(shapes))
 
 
 def _measured_benchmark(rnd: Round, measured: Path, dest: Path) -> dict[str, Any]:
@@ -205,11 +205,14 @@ def _example_full_benchmark(
     return info
 
 
-def _command_full_benchmark(rnd: Round, tree: Path, command: str, dest: Path) -> dict[str, Any]:
+def _command_full_benchmark(
+    rnd: Round, tree: Path, command: str, dest: Path, targets: list[Shape] | None = None
+) -> dict[str, Any]:
     """``command`` in the head's worktree.  A Primus-Turbo training benchmark writes its
     CSV to ``$TURBO_CAMPAIGN_OUT/upstream_benchmark.csv`` (its ``--output``): that file
-    is kept as written and mapped onto the pinned schema; a command that writes no such
-    file is read for the CSV lines it prints instead."""
+    is kept as written and mapped onto the pinned schema (with ``targets``: their rows
+    under their labels, a target without a row named in ``csv_error``); a command that
+    writes no such file is read for the CSV lines it prints instead."""
     code, log, out_dir = run_command_in(rnd, "full-benchmark", tree, command)
     write_atomic(dest.parent / "full_benchmark.log", log)
     info: dict[str, Any] = {
@@ -227,7 +230,7 @@ def _command_full_benchmark(rnd: Round, tree: Path, command: str, dest: Path) ->
         info["upstream_csv"] = raw.name
         try:
             pinned, skipped = to_pinned(
-                written.read_text(encoding="utf-8"), rnd.manifest.csv_schema
+                written.read_text(encoding="utf-8"), rnd.manifest.csv_schema, targets
             )
             write_atomic(dest, pinned)
             rows = read_csv(dest, get_schema(rnd.manifest.csv_schema)).rows
