@@ -24,6 +24,7 @@ from runner.core.import_cause import explain_failure
 from runner.core.processes import run
 from runner.store.lineage import Lineage
 from runner.store.minimal_stack import Stack, plan_stack, write_stack
+from runner.store.stack_platform import apply_layer
 from runner.store.workspace import extract_workspace, load_record, sync_back, workspace_command
 from runner.targets.base import Target
 from runner.targets.registry import get_target
@@ -68,9 +69,13 @@ def create_workspace(
             *(k[:-3].replace("/", ".") for k in kernels if k.endswith(".py")),
         ]
         stack = plan_stack(upstream, seeds, roots, optional=scaffolding["optional"])
+        extra["stand_ins"] = sorted(stack.written)
+        # on a CUDA-declared campaign: the stack's platform layer (never the kernels)
+        layer = apply_layer(stack, upstream, str(fields.get("target_gpu") or ""))
+        if layer is not None:
+            extra["platform"] = layer
         tests = [f for f in stack.carried if f.startswith("tests/")]
         support = [f for f in stack.carried if f not in kernels and f not in tests]
-        extra["stand_ins"] = sorted(stack.written)
     else:
         listed = run(["git", "-C", str(upstream), "ls-files", "--", target.package])
         support = [f for f in listed.stdout.splitlines() if f and f not in kernels]
