@@ -34,6 +34,11 @@ def test_layer_is_in_the_stack_on_cuda_only_and_the_kernel_is_upstreams(
     ws = Path(campaign.manifest.source)
     assert (ws / "src" / KERNEL).read_bytes() == (repo / KERNEL).read_bytes()
     record = yaml.safe_load((ws / "src" / "UPSTREAM.yaml").read_text())
+    # upstream's training benchmark runs in the workspace, with what it reads beside it
+    bench = "benchmark/ops/training"
+    for name in ("bench_gemm_turbo.py", "config.py", "batch_size_config.json"):
+        assert (ws / "bench" / bench / name).read_bytes() == (repo / bench / name).read_bytes()
+    assert f"python bench/{bench}/bench_gemm_turbo.py" in campaign.manifest.benchmark_command
     init = (ws / "src" / INIT).read_text()
     if gpu.startswith("gfx"):
         assert "platform" not in record and not (ws / "src" / SHIM).exists()

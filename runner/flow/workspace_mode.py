@@ -58,6 +58,8 @@ def create_workspace(
     op, gran, backend = fields["target_op"], fields.get("granularity"), fields["target_backend"]
     scaffolding = target.workspace_scaffolding(op, gran, backend)
     tests, bench = scaffolding.get("tests", []), scaffolding.get("bench", [])
+    beside = scaffolding.get("bench_optional", [])
+    bench = [*bench, *(f for f in beside if (upstream / f).is_file())]
     kernels = list(fields["kernel_source"])
     commands = {k: fields[k] for k in ("test_command", "benchmark_command")}
     extra: dict[str, Any] = {"commands": commands, "target": target.name}
