@@ -88,31 +88,34 @@ campaign() { "$PY" -m runner "$@"; }
 name() { ls "$CAMPAIGN_ROOT" | grep -v '^workspaces$' | head -1; }
 
 # upstream's rows in shard SHARD_ID of SHARDS, as bench_gemm_turbo.py enumerates them
-# (config.py's models, its 5 GEMMs, get_batch_sizes for this GPU): TestID Case MBS M N K
+# (config.py's models, its 5 GEMMs in gen_gemm_test_cases' order, get_batch_sizes for
+# this GPU): TestID Case GEMM MBS M N K
 shard_rows() {
   (cd "$W/Primus-Turbo/benchmark/ops/training" && "$PY" - "$SHARDS" "$SHARD_ID" <<'EOF'
 import sys
 from config import DenseModelConfigs, gen_gemm_test_cases, get_batch_sizes, get_platform_info
 shards, shard = int(sys.argv[1]), int(sys.argv[2])
 _, gpu = get_platform_info()
+gemms = ("qkv", "attn_out", "gate_up", "down", "lm_head")  # upstream's order (a6a16cdc)
 test_id = 0
 for model, cfg in DenseModelConfigs.items():
     for mbs in get_batch_sizes(model, "fp8", gpu):
-        for m, n, k in gen_gemm_test_cases(cfg):
+        for gemm, (m, n, k) in zip(gemms, gen_gemm_test_cases(cfg), strict=True):
             test_id += 1
             if (test_id - 1) % shards == shard:
-                print(test_id, model, mbs, m * mbs, n, k)
+                print(test_id, model, gemm, mbs, m * mbs, n, k)
 EOF
   )
 }
 
-# EDIT HERE when init's shape options change: the campaign's targets, from the shard's
-# rows whose model matches MODEL_RE (see docs/primus-turbo.md for init's upstream shapes).
+# EDIT HERE when init's shape options change: the campaign's targets, upstream's shape
+# set's MODEL:GEMM:MBS selectors of the shard's rows whose model matches MODEL_RE.
 init_shape_args() {
-  local dims
-  dims=$(awk -v re="$MODEL_RE" '$2 ~ re {printf "%s%sx%sx%s", sep, $4, $5, $6; sep=","}' \
+  local picked
+  picked=$(awk -v re="$MODEL_RE" '$2 ~ re {printf "%s%s:%s:%s", sep, $2, $3, $4; sep=","}' \
     "$W/shard_rows.txt")
-  echo "--shapes $dims --no-heldout"
+  [ -n "$picked" ] || { log "no row of shard $SHARD_ID of $SHARDS matches $MODEL_RE"; exit 6; }
+  echo "--shape-set upstream --shapes $picked --no-heldout"
 }
 
 phase_setup() {
@@ -122,7 +125,7 @@ phase_setup() {
   git -C "$W/Primus-Turbo" -c user.name=lead -c user.email=lead@localhost \
     commit -qm "Primus-Turbo a6a16cdc (the files of $P.files)"
   shard_rows > "$W/shard_rows.txt"
-  log "shard $SHARD_ID of $SHARDS (TestID Case MBS M N K):"; cat "$W/shard_rows.txt"
+  log "shard $SHARD_ID of $SHARDS (TestID Case GEMM MBS M N K):"; cat "$W/shard_rows.txt"
   local bench
   bench=$("$PY" -c "from runner.targets.primus_turbo import PRIMUS_TURBO as t; print(t.benchmark_command('gemm_fp8', 'blockwise', 'TRITON'))")
   bench="$bench --num-shards $SHARDS --shard-id $SHARD_ID"

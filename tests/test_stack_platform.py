@@ -8,6 +8,7 @@ imports, checked at a6a16cdc); the shim's halves run here on the CPU."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +18,10 @@ import pytest
 import yaml
 
 from runner.flow.new_campaign import CampaignFields, create_campaign
+from runner.flow.workspace_mode import platform_stack
 from runner.store import cuda_platform_shim as shim
 from runner.store.stack_platform import INIT, PLATFORM_MARK, SHIM, platform_line
+from runner.targets.registry import get_target
 from tests.test_minimal_stack import FIELDS, KERNEL, checkout, run_in
 
 
@@ -55,6 +58,17 @@ def test_layer_is_in_the_stack_on_cuda_only_and_the_kernel_is_upstreams(
     # the stack still imports (a CPU torch: the layer installs nothing here)
     ok = run_in(ws, "import primus_turbo.pytorch.ops as o; print(o.gemm_fp8([[1]], [[2]]))")
     assert ok.returncode == 0, ok.stderr
+    # accept's integration gate on this host: the synced tree's own stack, with the layer
+    stack = platform_stack(get_target("primus-turbo"), campaign.manifest, repo, record)
+    assert (stack / KERNEL).read_bytes() == (repo / KERNEL).read_bytes()
+    assert (stack / SHIM).is_file() and PLATFORM_MARK in (stack / INIT).read_text()
+    focused = "['-q', '-p', 'no:cacheprovider', 'tests/pytorch/ops/test_gemm_fp8.py']"
+    env = {**os.environ, "PYTHONPATH": str(stack), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    code = f"import pytest; raise SystemExit(pytest.main({focused}))"
+    test = subprocess.run(
+        [sys.executable, "-c", code], cwd=stack, env=env, capture_output=True, text=True
+    )
+    assert test.returncode == 0, test.stdout + test.stderr
 
 
 def test_ocp_finder_gives_low_precision_gfx950s_formats(tmp_path: Path) -> None:
