@@ -50,21 +50,22 @@ W=/tmp/ptu                        # every recorded path lies under it, call afte
 export CAMPAIGN_ROOT=$W/campaigns
 export TRITON_CACHE_DIR=/tmp/ptu_triton
 t0=$SECONDS
-mkdir -p "$REPO/$STATE"
-log() { echo "[$(date -u +%H:%M:%S) +$((SECONDS - t0)) s] $*" | tee -a "$REPO/$STATE/timings.log"; }
+case $STATE in /*) ;; *) STATE=$REPO/$STATE ;; esac
+mkdir -p "$STATE"
+log() { echo "[$(date -u +%H:%M:%S) +$((SECONDS - t0)) s] $*" | tee -a "$STATE/timings.log"; }
 done_() { touch "$W/done.$1"; }
 is_done() { [ -e "$W/done.$1" ]; }
 
 save_state() {  # the state into the checkout (kept while the machine is warm) and $OUT
-  tar -czf "$REPO/$STATE/state.tgz" -C "$W" .
+  tar -czf "$STATE/state.tgz" -C "$W" .
   if [ -n "${OUT:-}" ]; then
-    cp "$REPO/$STATE/state.tgz" "$REPO/$STATE/timings.log" "$OUT/"
+    cp "$STATE/state.tgz" "$STATE/timings.log" "$OUT/"
   fi
 }
 
 restore_state() {
-  if [ ! -d "$W" ] && [ -f "$REPO/$STATE/state.tgz" ]; then
-    mkdir -p "$W" && tar -xzf "$REPO/$STATE/state.tgz" -C "$W"
+  if [ ! -d "$W" ] && [ -f "$STATE/state.tgz" ]; then
+    mkdir -p "$W" && tar -xzf "$STATE/state.tgz" -C "$W"
     log "state restored from $STATE/state.tgz"
   fi
   mkdir -p "$W"
