@@ -15,9 +15,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from campaign_helpers import speedup_patch
 
 from runner.core.csv_schema import GEMM_SCHEMA
+from runner.core.errors import ConfigError
 from runner.core.outcomes import Status
 from runner.executors.local import LocalExecutor
 from runner.flow.rounds import Request, validate_round
@@ -115,3 +117,41 @@ def test_validate_runs_the_quick_script_and_a_fail_row_stops_the_round(
     log = (artifacts / "quick_validation.log").read_text()
     assert "edited since its last run" in log
     assert b"\r\n" in (artifacts / QUICK_CSV).read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("op", "granularity", "ran"),
+    [
+        ("gemm_fp8", "blockwise", "gemm_fp8 BLOCKWISE"),
+        ("gemm_fp8", "tensorwise", "gemm_fp8 TENSORWISE"),
+        ("gemm_fp8", "rowwise", "gemm_fp8 ROWWISE"),
+        ("gemm", None, "gemm bf16"),
+        ("grouped_gemm_fp8", "blockwise", None),
+        ("gemm_fp8", "mx_blockwise", None),
+    ],
+)
+def test_template_is_adapted_to_the_campaigns_op(
+    tmp_path: Path, op: str, granularity: str | None, ran: str | None
+) -> None:
+    """The template is the blockwise FP8 GEMM's: init sets CONFIG (or the BF16 op) for
+    the campaign; an op it cannot be adapted to keeps the tool's own quick script."""
+    repo = checkout_with_template(tmp_path)
+    root = tmp_path / "camp"
+    root.mkdir()
+    script = copy_template(repo, root, "triton", op, granularity)
+    if ran is None:
+        assert script is None and load_record(root) is None
+        return
+    assert script is not None
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert proc.returncode == 0 and f"op: {ran}" in proc.stdout, proc.stderr
+    record = load_record(root)
+    assert record is not None and (record["op"], record["granularity"]) == (op, granularity)
+
+
+def test_a_template_without_the_config_block_is_refused(tmp_path: Path) -> None:
+    repo = checkout_with_template(tmp_path)
+    template = repo / TEMPLATE
+    template.write_text(template.read_text().replace("CONFIG = Float8QuantConfig(", "C = ("))
+    with pytest.raises(ConfigError, match="no `CONFIG = Float8QuantConfig"):
+        copy_template(repo, tmp_path, "triton", "gemm_fp8", "rowwise")

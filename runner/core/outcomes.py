@@ -324,6 +324,9 @@ class RoundResult:
     # The ISA facts of both roles (runner.flow.kernel_facts.round_facts); None in a
     # result written before docs/analysis.md
     kernel_facts: KernelFacts | None = None
+    # the stack's platform layer the round ran under (a non-AMD run of an AMD target:
+    # runner.store.stack_platform); None: the target's own platform
+    platform: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -356,6 +359,8 @@ class RoundResult:
             out["gate_constants"] = self.gate_constants
         if self.kernel_facts is not None:
             out["kernel_facts"] = self.kernel_facts.to_dict()
+        if self.platform is not None:
+            out["platform"] = self.platform
         return out
 
     @classmethod
@@ -386,6 +391,7 @@ class RoundResult:
             tournament=TournamentNote.from_dict(d["tournament"]) if d.get("tournament") else None,
             gate_constants=d.get("gate_constants"),
             kernel_facts=_facts(d.get("kernel_facts")),
+            platform=d.get("platform"),
         )
 
 

@@ -45,6 +45,7 @@ from runner.store.lineage import snapshot
 from runner.store.manifest import Manifest, validate_manifest
 from runner.store.roundfiles import artifact_list, store_artifacts
 from runner.store.sealed import is_sealed
+from runner.store.stack_platform import platform_line
 from runner.store.upstream_quick import BASELINE_LOG, fill_shapes
 
 
@@ -156,6 +157,7 @@ def _measured_base(rnd: Round, tree: Path, passes: int, started: str) -> RoundRe
         key_finding=f"sigma_G {100 * sigma_g:.3f}%; representative: {', '.join(rep)}",
         commit=m.base_commit,
         gate_constants=current_digest(),
+        platform=platform_line(Path(m.source)),
     )
     return result
 

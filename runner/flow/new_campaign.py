@@ -221,7 +221,8 @@ def create_campaign(campaigns_root: Path, given: CampaignFields) -> Campaign:
     campaign = Campaign.init(campaigns_root, manifest)
     if sealed is not None:
         write_sealed(campaign.root, sealed)
-    copy_template(upstream, campaign.root, backend)  # upstream's quick script, if any
+    # upstream's quick script, if any, adapted to the campaign's op and granularity
+    copy_template(upstream, campaign.root, backend, manifest.target_op, manifest.granularity)
     Lineage(source, manifest.campaign_name, None).resolve(manifest.base_commit or "HEAD")
     return campaign
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypedDict
 
 from runner.core.artifact_names import CANDIDATE_PATCH
@@ -36,6 +37,7 @@ from runner.judge.vetoes import state_transfer
 from runner.measure.passes import fresh_gains, state_report
 from runner.store.campaign import Campaign
 from runner.store.roundfiles import artifact_list, describe_patch, store_artifacts
+from runner.store.stack_platform import platform_line
 
 
 def now() -> str:
@@ -209,6 +211,7 @@ class _Shared(TypedDict):
     baseline: Score
     artifacts: list[str]
     gate_constants: str | None
+    platform: str | None
 
 
 def _shared_fields(rnd: Round, request: Request, change: str, started: str) -> _Shared:
@@ -229,6 +232,7 @@ def _shared_fields(rnd: Round, request: Request, change: str, started: str) -> _
         "baseline": baseline_score(rnd.campaign),
         "artifacts": artifact_list(rnd.campaign, rnd.round),
         "gate_constants": current_digest(),
+        "platform": platform_line(Path(m.source)),
     }
 
 

@@ -24,6 +24,7 @@ from runner.core.import_cause import explain_failure
 from runner.core.processes import run
 from runner.store.lineage import Lineage
 from runner.store.minimal_stack import Stack, plan_stack, write_stack
+from runner.store.stack_platform import apply_layer
 from runner.store.workspace import extract_workspace, load_record, sync_back, workspace_command
 from runner.targets.base import Target
 from runner.targets.registry import get_target
@@ -57,6 +58,8 @@ def create_workspace(
     op, gran, backend = fields["target_op"], fields.get("granularity"), fields["target_backend"]
     scaffolding = target.workspace_scaffolding(op, gran, backend)
     tests, bench = scaffolding.get("tests", []), scaffolding.get("bench", [])
+    beside = scaffolding.get("bench_optional", [])
+    bench = [*bench, *(f for f in beside if (upstream / f).is_file())]
     kernels = list(fields["kernel_source"])
     commands = {k: fields[k] for k in ("test_command", "benchmark_command")}
     extra: dict[str, Any] = {"commands": commands, "target": target.name}
@@ -68,9 +71,13 @@ def create_workspace(
             *(k[:-3].replace("/", ".") for k in kernels if k.endswith(".py")),
         ]
         stack = plan_stack(upstream, seeds, roots, optional=scaffolding["optional"])
+        extra["stand_ins"] = sorted(stack.written)
+        # on a CUDA-declared campaign: the stack's platform layer (never the kernels)
+        layer = apply_layer(stack, upstream, str(fields.get("target_gpu") or ""))
+        if layer is not None:
+            extra["platform"] = layer
         tests = [f for f in stack.carried if f.startswith("tests/")]
         support = [f for f in stack.carried if f not in kernels and f not in tests]
-        extra["stand_ins"] = sorted(stack.written)
     else:
         listed = run(["git", "-C", str(upstream), "ls-files", "--", target.package])
         support = [f for f in listed.stdout.splitlines() if f and f not in kernels]
@@ -113,7 +120,14 @@ def integration_gate(rnd: Round, head_tree: Path, log_path: Path) -> tuple[bool,
         # the full repository's own target: Primus-Turbo's focused test imports the
         # compiled extension, built there from the synced tree (not the stack's stand-in)
         target = get_target(str(record.get("target") or rnd.target.name))
-        if target.editable_install or target.needs_rebuild(written):
+        run_in = tree
+        if record.get("platform"):
+            # a non-AMD host cannot build upstream's HIP extension: the focused test
+            # runs from the synced tree's own minimal stack, with the platform layer
+            run_in = platform_stack(target, rnd.manifest, tree, record)
+            built = f"no build (non-AMD host: {record['platform'].get('note', '')})"
+            lines.append(f"stack of the synced tree with the platform layer: {run_in}")
+        elif target.editable_install or target.needs_rebuild(written):
             build = " && ".join(shlex.join(c) for c in target.install_commands(None))
             code, text, _ = run_command_in(rnd, "integration-build", tree, build)
             lines.append(f"$ {build}\n{text}")
@@ -123,7 +137,7 @@ def integration_gate(rnd: Round, head_tree: Path, log_path: Path) -> tuple[bool,
             built = "built"
         else:
             built = "no build (no native or build file changed)"
-        code, text, _ = run_command_in(rnd, "integration-test", tree, test_command)
+        code, text, _ = run_command_in(rnd, "integration-test", run_in, test_command)
         lines.append(text)
         write_atomic(log_path, "\n".join(lines))
         if code != 0:
@@ -148,3 +162,23 @@ def _brancher(upstream: Path, branch: str, sha: str) -> Any:
         return f"commit {sha[:12]} on branch {branch} of {upstream}"
 
     return make_branch
+
+
+STACK_DIR = ".turbo-campaign-stack"
+
+
+def platform_stack(target: Target, manifest: Any, tree: Path, record: dict[str, Any]) -> Path:
+    """The minimal stack of the synced ``tree`` (upstream's layout: package and tests
+    at the top), with the platform layer the workspace recorded, in a folder of the
+    tree that goes with it; returns that folder."""
+    op, gran = manifest.target_op, manifest.granularity
+    scaffolding = target.for_workspace(op, gran, manifest.target_backend).workspace_scaffolding(
+        op, gran, manifest.target_backend
+    )
+    kernels = [str(e["path"]) for e in record["files"]]
+    seeds = [*scaffolding["stack"], *(k[:-3].replace("/", ".") for k in kernels)]
+    stack = plan_stack(tree, seeds, (target.package, "tests"), optional=scaffolding["optional"])
+    apply_layer(stack, tree, str(record["platform"].get("gpu", manifest.target_gpu)))
+    dest = tree / STACK_DIR
+    write_stack(stack, tree, dest, {})
+    return dest

@@ -377,7 +377,18 @@ def render_report(
         user_stop=user_stop,
     )
     final_report = render_final_report(campaign, results, acceptance, when)
-    return f"\n---\n\n## Report of {when}\n{head}{final_report}"
+    return f"\n---\n\n## Report of {when}\n{platform_note(results)}{head}{final_report}"
+
+
+def platform_note(results: Sequence[RoundResult]) -> str:
+    """Where the rounds ran under the stack's platform layer (an AMD target measured
+    on another vendor's GPU): said first, with the rounds it covers."""
+    lines = sorted({r.platform for r in results if r.platform})
+    if not lines:
+        return ""
+    rounds = ", ".join(str(r.round) for r in results if r.platform)
+    said = "\n".join(f"> {line}" for line in lines)
+    return f"\n**Platform: non-AMD run** (rounds {rounds}).\n{said}\n"
 
 
 def termination_text(

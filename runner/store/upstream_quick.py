@@ -39,6 +39,13 @@ VALIDATION_LOG = "quick_validation.log"
 QUICK_CSV = "quick_benchmark.csv"  # artifacts/benchmark.csv is the paired measurement
 _BACKEND_LINE = re.compile(r"""(setdefault\(\s*["'][A-Z_]+["']\s*,\s*)["']<target_backend>["']""")
 _SHAPES = re.compile(r"^SHAPES\b[^=\n]*=\s*\[.*?^\]", re.DOTALL | re.MULTILINE)
+# The template is written for the blockwise FP8 GEMM (a6a16cdc): its CONFIG block and
+# the op call in run_one.  Adapted per campaign: the FP8 GEMM's other granularities
+# change CONFIG; the BF16 GEMM calls turbo.ops.gemm without a config.
+_CONFIG = re.compile(r"^CONFIG = Float8QuantConfig\(.*?^\)", re.DOTALL | re.MULTILINE)
+_FP8_CALL = "turbo.ops.gemm_fp8(a, b, trans_b=True, config=CONFIG)"
+_FP8_GRANULARITY = {"tensorwise": "TENSORWISE", "rowwise": "ROWWISE", "blockwise": "BLOCKWISE"}
+ADAPTED_OPS = ("gemm", "gemm_fp8")
 
 
 def _sha(text: str) -> str:
@@ -59,13 +66,54 @@ def _save(campaign_root: Path, record: dict[str, Any], text: str) -> None:
     write_atomic(record_path(campaign_root), json.dumps(record, indent=1) + "\n")
 
 
-def copy_template(source: Path, campaign_root: Path, backend: str) -> Path | None:
+def adapts(op: str, granularity: str | None) -> bool:
+    """Whether upstream's template can be adapted to the campaign's op and granularity
+    (the GEMMs it is written for); otherwise the tool's own quick script is used."""
+    return op == "gemm" or (op == "gemm_fp8" and granularity in _FP8_GRANULARITY)
+
+
+def adapt(text: str, op: str, granularity: str | None, where: Path) -> str:
+    """The template's op and config set for the campaign: ``CONFIG`` with the FP8
+    granularity (block_size 128 for blockwise, none otherwise), or the BF16 GEMM."""
+    if op == "gemm_fp8" and granularity == "blockwise":
+        return text  # the template's own op
+    if op == "gemm":
+        config, call = (
+            "CONFIG = None  # the BF16 GEMM takes no quantisation config",
+            ("turbo.ops.gemm(a, b, trans_b=True)"),
+        )
+    else:
+        gran = _FP8_GRANULARITY[str(granularity)]
+        config = (
+            "CONFIG = Float8QuantConfig(\n    format=Format.E4M3,\n"
+            f"    granularity=ScalingGranularity.{gran},\n)"
+        )
+        call = _FP8_CALL
+    new, count = _CONFIG.subn(lambda _: config, text)
+    if count != 1 or _FP8_CALL not in new:
+        raise ConfigError(
+            f"{where}: no `CONFIG = Float8QuantConfig(...)` block or `{_FP8_CALL}` call to "
+            f"adapt to {op} ({granularity}); it is not the template this tool knows "
+            "(checked at a6a16cdc): check out a matching revision, or remove it"
+        )
+    return new.replace(_FP8_CALL, call)
+
+
+def copy_template(
+    source: Path,
+    campaign_root: Path,
+    backend: str,
+    op: str = "gemm_fp8",
+    granularity: str | None = "blockwise",
+) -> Path | None:
     """Copy upstream's template from the checkout ``source`` into the campaign with the
-    backend set; None when the checkout has no template (another target)."""
+    backend set and the op adapted; None when the checkout has no template (another
+    target) or the campaign's op is not one it can be adapted to (``adapts``)."""
     template = Path(source) / TEMPLATE
-    if not template.is_file():
+    if not template.is_file() or not adapts(op, granularity):
         return None
-    text, count = _BACKEND_LINE.subn(rf'\g<1>"{backend.upper()}"', template.read_text("utf-8"))
+    text = adapt(template.read_text("utf-8"), op, granularity, template)
+    text, count = _BACKEND_LINE.subn(rf'\g<1>"{backend.upper()}"', text)
     if count != 1:
         raise ConfigError(
             f'{template} has no `setdefault(..., "{BACKEND_MARK}")` line to set the backend '
@@ -75,7 +123,8 @@ def copy_template(source: Path, campaign_root: Path, backend: str) -> Path | Non
     commit = cmd.run(["git", "-C", str(source), "rev-parse", "HEAD"]).stdout.strip()
     script = Path(campaign_root) / "quick_test_bench.py"
     write_atomic(script, text)
-    _save(campaign_root, {"template": TEMPLATE, "commit": commit, "backend": backend}, text)
+    record = {"template": TEMPLATE, "commit": commit, "backend": backend}
+    _save(campaign_root, {**record, "op": op, "granularity": granularity}, text)
     return script
 
 

@@ -169,6 +169,10 @@ BENCH_GRANULARITY = {
     "mx_blockwise": "mxfp8",  # bench_gemm_turbo.py only; the grouped one has no MX
 }
 BENCH_OUTPUT = f'"${{TURBO_CAMPAIGN_OUT:-.}}/{BENCH_CSV_NAME}"'
+# The files of benchmark/ops/training/ every bench_*_turbo.py reads (a6a16cdc): its
+# `from config import ...` (models, shapes, references) and the batch sizes config.py
+# loads; a workspace copies them beside the script.
+BENCH_SUPPORT = ("__init__.py", "config.py", "batch_size_config.json")
 
 
 def valid_backends(op: str, granularity: str | None) -> tuple[str, ...]:
@@ -268,7 +272,16 @@ class PrimusTurboTarget(Target):
         seeds = [k[: -len(".py")].replace("/", ".") for k in (*kernels, test)]
         seeds += [f"{self.package}.pytorch.ops.{op}", self.api_modules[1], *self.native_modules]
         conftests = ["tests.conftest", "tests.pytorch.conftest", "tests.pytorch.ops.conftest"]
-        return {"tests": [], "bench": [], "stack": seeds, "optional": conftests}
+        bench = [f"{BENCH_DIR}/{BENCH_SCRIPTS[op]}"] if op in BENCH_SCRIPTS else []
+        return {
+            "tests": [],
+            "bench": bench,
+            # what upstream's training benchmark reads beside it (`from config import`,
+            # its batch sizes), copied where the checkout has them
+            "bench_optional": [f"{BENCH_DIR}/{f}" for f in BENCH_SUPPORT] if bench else [],
+            "stack": seeds,
+            "optional": conftests,
+        }
 
     def install_commands(self, gpu_archs: str | None = None) -> list[list[str]]:
         archs = gpu_archs or "native"

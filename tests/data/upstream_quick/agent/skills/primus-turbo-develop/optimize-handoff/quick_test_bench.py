@@ -2,8 +2,10 @@
 """Fixture: stands for upstream's optimize-handoff/quick_test_bench.py (checked at
 a6a16cdc): the same markers (the backend's setdefault line, an empty ``SHAPES`` list),
 the same 15 columns written by ``csv.DictWriter`` (CRLF line endings), exit 1 when a
-row is not PASS.  Not upstream code: no torch; a shape whose label is in FAIL_LABELS
-fails its check."""
+row is not PASS, the blockwise ``CONFIG`` block and the ``turbo.ops.gemm_fp8`` call
+that init adapts to the campaign's op.  Not upstream code: no torch (its stand-in op
+prints which op and granularity ran); a shape whose label is in FAIL_LABELS fails
+its check."""
 
 from __future__ import annotations
 
@@ -17,10 +19,39 @@ os.environ.setdefault("PRIMUS_TURBO_GEMM_BACKEND", "<target_backend>")
 if os.environ["PRIMUS_TURBO_GEMM_BACKEND"].startswith("<"):
     raise SystemExit("Replace <target_backend> in quick_test_bench.py")
 
+
+class Format:  # fixture: upstream imports these three from low_precision
+    E4M3 = "E4M3"
+
+
+class ScalingGranularity:
+    TENSORWISE, ROWWISE, BLOCKWISE = "TENSORWISE", "ROWWISE", "BLOCKWISE"
+
+
+Float8QuantConfig = dict
+
+
+class turbo:  # (fixture: upstream's `import primus_turbo.pytorch as turbo`)
+    class ops:
+        @staticmethod
+        def gemm_fp8(a: Any, b: Any, trans_b: bool, config: Any) -> str:
+            return f"gemm_fp8 {config['granularity']}"
+
+        @staticmethod
+        def gemm(a: Any, b: Any, trans_b: bool) -> str:
+            return "gemm bf16"
+
+
 SHAPES: List[Dict[str, Any]] = [
     # Fill from representative_shapes in manifest after BASELINE
 ]
 FAIL_LABELS: List[str] = []
+
+CONFIG = Float8QuantConfig(
+    format=Format.E4M3,
+    granularity=ScalingGranularity.BLOCKWISE,
+    block_size=128,
+)
 SUMMARY_CSV_HEADER: List[str] = [
     "label", "B", "M", "N", "K", "Check",
     "Forward TFLOPS", "Forward TFLOPS_stddev", "Backward TFLOPS", "Backward TFLOPS_stddev",
@@ -51,6 +82,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--summary-csv", type=str, default=None)
     args = ap.parse_args()
+    a = b = None
+    print("op:", turbo.ops.gemm_fp8(a, b, trans_b=True, config=CONFIG))
     rows = [row(s) for s in SHAPES]
     for r in rows:
         print(f"{r['label']:<22} {r['Check']:<5} backend {os.environ['PRIMUS_TURBO_GEMM_BACKEND']}")
