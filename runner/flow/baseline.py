@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runner.core.artifact_names import BENCHMARK_CSV
-from runner.core.csv_schema import BenchCSV
+from runner.core.csv_schema import BenchCSV, Row
 from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed, RoundOutOfOrder
 from runner.core.outcomes import RoundResult, Status
 from runner.core.shapes import Shape
@@ -43,7 +43,7 @@ from runner.store.gate_ledger import record as record_gate_fields
 from runner.store.guard import locked
 from runner.store.lineage import snapshot
 from runner.store.manifest import Manifest, validate_manifest
-from runner.store.roundfiles import artifact_list, store_artifacts
+from runner.store.roundfiles import ATTEMPTS, artifact_list, list_attempts, store_artifacts
 from runner.store.sealed import is_sealed
 from runner.store.stack_platform import platform_line
 from runner.store.upstream_quick import BASELINE_LOG, fill_shapes
@@ -72,7 +72,7 @@ def run_baseline(
             raise ConfigError("manifest has no base_commit; re-create the campaign")
         refuse_unfit(m.target_op, all_shapes(m), m.target_gpu, "campaign baseline")
         started = now()
-        shutil.rmtree(campaign.round_dir(1), ignore_errors=True)  # an interrupted attempt
+        _clear_interrupted(campaign.round_dir(1))
         with open_round(campaign, executor, progress, 1, "full", gpus) as rnd:
             return _baseline_in(rnd, passes, started)
 
@@ -113,6 +113,7 @@ def _measured_base(rnd: Round, tree: Path, passes: int, started: str) -> RoundRe
         merged = write_merged(rnd.tmp / BENCHMARK_CSV, csvs)
         base_score = score(merged, m.primary_metric)
         per_pass = per_pass_metric(csvs, base_score.metric)
+        _refuse_unmeasured(rnd, shapes, paths, csvs, per_pass)
         sigma_g, _ = calibrate_sigma(per_pass)
         heldout = _heldout(m, shapes)
         rep = _representative(m, merged, per_pass, exclude=set(heldout))
@@ -160,6 +161,64 @@ def _measured_base(rnd: Round, tree: Path, passes: int, started: str) -> RoundRe
         platform=platform_line(Path(m.source)),
     )
     return result
+
+
+def _clear_interrupted(round_dir: Path) -> None:
+    """Remove what an interrupted baseline attempt left in ``round_dir``, but keep the
+    evidence of earlier failed attempts (``attempts/``): a retry never erases it."""
+    if not round_dir.is_dir():
+        return
+    for entry in round_dir.iterdir():
+        if entry.name == ATTEMPTS:
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def _refuse_unmeasured(
+    rnd: Round,
+    shapes: Sequence[Shape],
+    paths: Sequence[Path],
+    csvs: Sequence[BenchCSV],
+    per_pass: Sequence[dict[str, float]],
+) -> None:
+    """Every target needs a usable (PASS) figure in every pass, else noise cannot be
+    calibrated: the passes' CSVs and logs are kept under ``rounds/round-1/attempts/``
+    and the error names each target with what the passes recorded for it."""
+    missing = [s.label for s in shapes if not all(s.label in p for p in per_pass)]
+    if not missing:
+        return
+    dest = _keep_passes(rnd.campaign.round_dir(1), paths)
+    seen = {row.label: row for csv in csvs for row in csv.rows}
+    lines = [f"  {label}: {_what_was_recorded(seen.get(label))}" for label in missing]
+    raise MeasurementFailed(
+        f"the baseline measured {len(shapes) - len(missing)} of {len(shapes)} target shapes "
+        f"in every pass; these have no usable figure:\n" + "\n".join(lines) + "\n"
+        f"the passes' CSVs and logs are kept in {dest}: read them, fix the cause "
+        "(a failing check is the kernel's or the stack's), then run `campaign baseline` again"
+    )
+
+
+def _what_was_recorded(row: Row | None) -> str:
+    if row is None:
+        return "no row in the pass's CSV"
+    cells = ", ".join(f"{k}={v}" for k, v in row.values.items() if k != "label")
+    return f"check {row.check} ({cells})"
+
+
+def _keep_passes(round_dir: Path, paths: Sequence[Path]) -> Path:
+    """Copy each pass's folder (its CSV and samples) and the round's logs into a new
+    ``attempts/attempt-K``; returns that folder."""
+    k = len(list_attempts(round_dir)) + 1
+    dest = round_dir / ATTEMPTS / f"attempt-{k}"
+    for path in paths:
+        shutil.copytree(path.parent, dest / path.parent.name, dirs_exist_ok=True)
+    tmp = paths[0].parent.parent if paths else None
+    for log in sorted(tmp.glob("*.log")) if tmp is not None else []:
+        shutil.copy2(log, dest / log.name)
+    return dest
 
 
 def _measured(rnd: Round, tree: Path, shapes: list[Shape], passes: int) -> list[Path]:
