@@ -23,6 +23,7 @@ from runner.store.gate_ledger import (
     constant_problems,
     field_problems,
     gate_values,
+    identity_problems,
     last_entry,
     ledgered_constants,
     record,
@@ -56,6 +57,8 @@ def _check_others(campaign: Campaign, field: str, entry: dict[str, Any] | None) 
     others = [k for k in GATE_FIELDS if k != field and entry["fields"].get(k) != now.get(k)]
     if field != CONSTANTS_FIELD and constant_problems(entry):
         others.append(f"{CONSTANTS_FIELD} (the running code's differ)")
+    if identity_problems(campaign, entry):
+        others.append("the campaign's identity (base_commit, source or lineage)")
     if others:
         raise AppendOnlyViolation(
             f"gate field(s) {', '.join(others)} of {campaign.manifest_path} differ "

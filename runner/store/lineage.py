@@ -30,7 +30,7 @@ from runner.core.errors import (
 from runner.core.files import copy_plain_tree, read_bounded
 from runner.core.limits import MAX_PATCH_BYTES, MAX_PATCH_LINE
 from runner.core.pause_points import pause_point
-from runner.core.processes import run
+from runner.core.processes import GIT_NO_SIGN, run
 from runner.store.leftovers import WORKTREE_PREFIX, make_owned_dir
 
 # Primus-Turbo keeps its historical tips in its own tree (upstream's kernel-optimize skill page,
@@ -56,7 +56,8 @@ class Lineage:
         self.ref = f"refs/campaigns/{campaign}/head"
 
     def git(self, *args: str, cwd: Path | None = None, check: bool = True) -> str:
-        proc = run(["git", *args], cwd=cwd or self.source, check=check, env=_git_env())
+        argv = ["git", *GIT_NO_SIGN, *args]
+        proc = run(argv, cwd=cwd or self.source, check=check, env=_git_env())
         return proc.stdout.strip()
 
     # ---- the chain head ---------------------------------------------------------
@@ -295,7 +296,21 @@ class Lineage:
         return ref
 
     def linear_history(self, base: str) -> list[str]:
-        """Commits from base (exclusive) to head; raises if the chain is not linear."""
+        """Commits from base (exclusive) to head; raises if the chain is not linear or
+        base is not an ancestor of the head (a rev range would list commits anyway)."""
+        head = self.head()
+        if (
+            run(
+                ["git", "merge-base", "--is-ancestor", base, head],
+                cwd=self.source,
+                check=False,
+                env=_git_env(),
+            ).returncode
+            != 0
+        ):
+            raise InfrastructureError(
+                f"base commit {base[:12]} is not an ancestor of the lineage head {head[:12]}"
+            )
         merges = self.git("rev-list", "--merges", f"{base}..{self.head()}")
         if merges:
             raise InfrastructureError(f"lineage has merge commits: {merges.split()}")
