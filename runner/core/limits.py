@@ -93,6 +93,28 @@ def check_blocks(value: object, what: str) -> int:
     return value
 
 
+def undecodable(text: str) -> bool:
+    """True when ``text`` holds bytes that were not UTF-8 (Python keeps them as lone
+    surrogates, ``surrogateescape``): no record, log or terminal can take it as is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def check_utf8(text: str, what: str) -> str:
+    """``text`` if it is valid UTF-8 text, else ValueRefused (exit 2) saying what to do."""
+    if undecodable(text):
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        raise ValueRefused(
+            f"{what} {excerpt(shown)} holds bytes that are not UTF-8 (a terminal or file in "
+            "another encoding, such as latin-1): give it as UTF-8 (set a UTF-8 locale, e.g. "
+            "LANG=C.UTF-8, or convert it with iconv -f latin1 -t utf-8); nothing was done"
+        )
+    return text
+
+
 def check_size(text: str, limit: int, what: str, fix: str) -> str:
     """``text`` if it has at most ``limit`` characters, else ConfigError saying what to do."""
     if len(text) > limit:
@@ -122,6 +144,8 @@ __all__ = [
     "blocks_problem",
     "check_blocks",
     "check_size",
+    "check_utf8",
     "clip",
     "excerpt",
+    "undecodable",
 ]
