@@ -201,7 +201,9 @@ class Lineage:
         with self.worktree(self.head()) as tree:
             self._apply(tree, patch)
             applied = applied_paths(tree)
-        return [*patch_paths(patch), *(p for p in applied if p not in patch_paths(patch))]
+            touched = [*patch_paths(patch), *(p for p in applied if p not in patch_paths(patch))]
+            _refuse_undecodable_sources(tree, touched)
+        return touched
 
     def _apply(self, tree: Path, patch: str) -> None:
         proc = run(
@@ -315,6 +317,25 @@ class Lineage:
         if merges:
             raise InfrastructureError(f"lineage has merge commits: {merges.split()}")
         return self.git("rev-list", "--reverse", f"{base}..{self.head()}").split()
+
+
+def _refuse_undecodable_sources(tree: Path, touched: list[str]) -> None:
+    """A patch that leaves a Python source not UTF-8 (``git diff --binary`` of a latin-1
+    edit) is refused before the round opens: Python cannot import it, and the audit
+    reads it as text."""
+    for path in touched:
+        file = tree / path
+        if not path.endswith(".py") or not file.is_file():
+            continue
+        try:
+            file.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PatchRefused(
+                f"the patch leaves {path} not UTF-8 (byte {exc.start}: "
+                f"{file.read_bytes()[exc.start : exc.start + 1]!r}); Python sources are "
+                "UTF-8: save the file as UTF-8 (iconv -f latin1 -t utf-8) and make the "
+                "patch again; nothing was measured"
+            ) from None
 
 
 def _exists(lineage: Lineage, commit: str, path: str) -> bool:
