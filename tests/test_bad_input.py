@@ -4,15 +4,23 @@ written: arguments that are not UTF-8, names too long for the filesystem, bounds
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import io
+import os
 import subprocess
+import tarfile
+import time
 from pathlib import Path
 
 import pytest
-from campaign_helpers import committed_repo, run_cli
+from campaign_helpers import committed_repo, run_cli, tiny_campaign
 
-from runner.core.errors import MeasurementFailed, PatchRefused
+from runner.core.errors import BundleError, MeasurementFailed, PatchRefused
 from runner.flow.new_campaign import fresh_example_copy
 from runner.judge.vetoes import audit_candidate
+from runner.portable.bundle import CHECKSUMS, extract
+from runner.store.gate_ledger import record
 from runner.store.lineage import Lineage
 
 # "naïve" typed in a latin-1 terminal: Python keeps the byte 0xEF as a lone surrogate
@@ -77,3 +85,110 @@ def test_a_patch_that_leaves_a_source_not_utf8_is_refused_before_the_round(
     (cand / "k.py").write_bytes("x = 'na\u00efve'\n".encode("latin-1"))
     with pytest.raises(MeasurementFailed, match="not UTF-8"):
         audit_candidate("", ["k.py"], tmp_path / "inc", cand, "general")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("timing", "{warmup_s: 1e12}", "less than or equal to 60"),
+        ("timing", "{warmup_s: .inf}", "finite"),
+        ("timing", "{repeats: 1000000000000}", "10000"),
+        ("shape_set", "nope", "unknown shape set"),
+        ("pinned_header", "label,x", "lacks the columns"),
+        ("kernel_source", "[.]", "whole source tree"),
+        ("test_command", "python -m pytest -q tests #note", "shell comment"),
+        ("test_command", "python -m pytest 'tests", "close its quotes"),
+    ],
+)
+def test_campaign_set_refuses_what_no_round_can_use(
+    field: str, value: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    camp = tiny_campaign(tmp_path, "s", baseline=False)
+    record(camp, "baseline", "fixed at the baseline")
+    before = {p: p.read_bytes() for p in [camp.manifest_path, *camp.logs_dir.iterdir()]}
+    argv = ["--campaigns-root", str(camp.root.parent), "set", field, value, "--reason", "r"]
+    code, out = run_cli(argv, capsys)
+    assert code == 2 and says in out and "Traceback" not in out, out
+    assert {p: p.read_bytes() for p in before} == before
+
+
+# ---- a bundle is checked member by member before anything is written ---------------------
+def _bomb(path: Path, size: int) -> Path:
+    """A tar.gz whose one member inflates to ``size`` zero bytes: gzip members of 1 MiB of
+    zeros, concatenated (a gzip stream may hold many), so it is built in milliseconds."""
+    info = tarfile.TarInfo("b/big")
+    info.size = size
+    mib = gzip.compress(bytes(1 << 20), compresslevel=9)
+    with path.open("wb") as out:
+        out.write(gzip.compress(_dir("b").tobuf() + info.tobuf()))
+        for _ in range(size >> 20):
+            out.write(mib)
+        out.write(gzip.compress(bytes(1024)))  # the end-of-archive blocks
+    return path
+
+
+def _bundle(path: Path, files: dict[str, bytes]) -> Path:
+    """A tar.gz with one top folder ``b`` holding ``files`` and their checksum listing."""
+    listing = "".join(f"{hashlib.sha256(v).hexdigest()}  {k}\n" for k, v in files.items())
+    with tarfile.open(path, "w:gz") as tar:
+        tar.addfile(_dir("b"))
+        for name, value in {**files, CHECKSUMS: listing.encode()}.items():
+            info = tarfile.TarInfo(f"b/{name}")
+            info.size = len(value)
+            tar.addfile(info, io.BytesIO(value))
+    return path
+
+
+def _dir(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE
+    return info
+
+
+def test_a_gzip_bomb_is_refused_from_its_header_and_leaves_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bomb = _bomb(tmp_path / "bomb.tar.gz", 1 << 30)
+    assert bomb.stat().st_size < 2 << 20
+    with gzip.open(bomb) as stream:  # it inflates to zeros after its headers
+        assert stream.read(3 << 20)[1024:] == bytes((3 << 20) - 1024)
+    out = tmp_path / "out"
+    started = time.monotonic()
+    code, text = run_cli(
+        ["reproduce", str(bomb), "--source", str(tmp_path), "--out", str(out)], capsys
+    )
+    assert code == 2 and "declares 1,073,741,824 bytes" in text, text
+    assert time.monotonic() - started < 10
+    assert not any(p.is_file() for p in out.rglob("*"))
+
+
+def test_a_member_that_differs_from_its_checksum_is_refused_before_writing(
+    tmp_path: Path,
+) -> None:
+    path = _bundle(tmp_path / "b.tar.gz", {"bundle.yaml": b"x: 1\n"})
+    with tarfile.open(path, "w:gz") as tar:  # the same listing, another file body
+        tar.addfile(_dir("b"))
+        for name, body in {"bundle.yaml": b"x: 2\n", CHECKSUMS: _listing(b"x: 1\n")}.items():
+            info = tarfile.TarInfo(f"b/{name}")
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    dest = tmp_path / "dest"
+    with pytest.raises(BundleError, match=r"checksum mismatch for bundle\.yaml"):
+        extract(path, dest)
+    assert not dest.exists()
+
+
+def _listing(body: bytes) -> bytes:
+    return f"{hashlib.sha256(body).hexdigest()}  bundle.yaml\n".encode()
+
+
+def test_a_truncated_bundle_is_bad_input_not_an_interrupt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _bundle(tmp_path / "b.tar.gz", {"bundle.yaml": os.urandom(200_000)})
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    code, text = run_cli(
+        ["reproduce", str(path), "--source", str(tmp_path), "--out", str(tmp_path / "out")], capsys
+    )
+    assert code == 2 and "truncated or damaged" in text, text
+    assert not any(p.is_file() for p in (tmp_path / "out").rglob("*"))

@@ -41,6 +41,7 @@ from runner.core.processes import run
 from runner.core.timestamps import now_minute
 from runner.core.versions import require_schema_version
 from runner.executors.images import DOCKERFILE, REPO_ROOT
+from runner.portable.unpack import unpack
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import dist_version
 from runner.store.lineage import Lineage
@@ -286,32 +287,9 @@ def _write_tar(stage: Path, target: Path) -> None:
 
 
 def extract(bundle: Path, dest: Path) -> Path:
-    """Extract ``bundle`` into ``dest`` safely; return the campaign folder."""
-    if not bundle.is_file():
-        raise BundleError(f"no bundle at {bundle}; pass the .tar.gz that `campaign export` wrote")
-    try:
-        with tarfile.open(bundle, "r:gz") as tar:
-            members = tar.getmembers()
-            tops = _check_members(bundle, members)
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(dest, filter="data")
-            else:  # Python < 3.10.12: the members were checked above
-                tar.extractall(dest)
-    except (tarfile.TarError, OSError) as exc:
-        raise BundleError(f"cannot read {bundle}: {exc}; is it a bundle from export?") from None
-    return dest / tops.pop()
-
-
-def _check_members(bundle: Path, members: list[tarfile.TarInfo]) -> set[str]:
-    """One top folder, plain files and folders only, no absolute or '..' paths."""
-    for m in members:
-        parts = Path(m.name).parts
-        if m.name.startswith("/") or ".." in parts or not (m.isfile() or m.isdir()):
-            raise BundleError(f"{bundle} holds an unsafe entry {m.name!r}; refusing to extract")
-    tops = {m.name.split("/", 1)[0] for m in members}
-    if len(tops) != 1:
-        raise BundleError(f"{bundle} is not a campaign bundle (top entries {sorted(tops)})")
-    return tops
+    """Check ``bundle`` member by member against its checksums and the size limits, then
+    extract it into ``dest`` (``runner.portable.unpack``); return the campaign folder."""
+    return unpack(bundle, dest, CHECKSUMS)
 
 
 # ---------------------------------------------------------------- reading
