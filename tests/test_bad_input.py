@@ -14,15 +14,16 @@ import time
 from pathlib import Path
 
 import pytest
-from campaign_helpers import committed_repo, run_cli, tiny_campaign
+from campaign_helpers import committed_repo, git, run_cli, tiny_campaign
 
 from runner.core.errors import BundleError, MeasurementFailed, PatchRefused
 from runner.flow.new_campaign import fresh_example_copy
 from runner.judge.vetoes import audit_candidate
 from runner.portable.bundle import CHECKSUMS, extract
 from runner.store.gate_ledger import record
-from runner.store.lineage import Lineage
+from runner.store.lineage import Lineage, patch_subject
 
+ROOT = Path(__file__).resolve().parent.parent
 # "naïve" typed in a latin-1 terminal: Python keeps the byte 0xEF as a lone surrogate
 NAIVE = b"na\xefve".decode("utf-8", "surrogateescape")
 
@@ -192,3 +193,29 @@ def test_a_truncated_bundle_is_bad_input_not_an_interrupt(
     )
     assert code == 2 and "truncated or damaged" in text, text
     assert not any(p.is_file() for p in (tmp_path / "out").rglob("*"))
+
+
+# ---- a recorded hypothesis is the text given --------------------------------------------
+def test_a_format_patch_subject_with_non_ascii_is_decoded(tmp_path: Path) -> None:
+    source = committed_repo(tmp_path / "src")
+    (source / "README").write_text("changed\n", encoding="utf-8")
+    subject = "raise num_stages for the na\u00efve kernel \u2014 fewer stalls"
+    git(source, "commit", "-qam", subject)
+    patch = git(source, "format-patch", "-1", "--stdout")
+    assert "=?UTF-8?q?" in patch  # git MIME-encodes it
+    assert patch_subject(patch) == subject
+
+
+def test_make_validate_passes_the_hypothesis_as_text(tmp_path: Path) -> None:
+    fake = tmp_path / "campaign"
+    fake.write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" > {tmp_path}/args\n', encoding="utf-8")
+    fake.chmod(0o755)
+    hypothesis = f"raise `touch {tmp_path}/a` $(touch {tmp_path}/b) 'q' \"d\" $$HOME"
+    subprocess.run(
+        ["make", "-s", "-o", "install", "validate", "ROUND=2", f"HYPOTHESIS={hypothesis}",
+         f"CAMPAIGN_CMD={fake}"],
+        cwd=ROOT, check=True, capture_output=True,
+    )  # fmt: skip
+    args = (tmp_path / "args").read_text(encoding="utf-8").splitlines()
+    assert args[args.index("--hypothesis") + 1] == hypothesis
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -12,6 +12,8 @@ kept under ``refs/campaigns/<campaign>/rolled-back/round-N``).
 from __future__ import annotations
 
 import contextlib
+import email.errors
+import email.header
 import os
 import re
 import shutil
@@ -387,9 +389,21 @@ def patch_subject(patch: str) -> str | None:
                 if not more.startswith((" ", "\t")):
                     break
                 text += " " + more.strip()
-            text = re.sub(r"^\s*\[[^\]]*\]\s*", "", text).strip()
+            text = re.sub(r"^\s*\[[^\]]*\]\s*", "", _mime_decoded(text)).strip()
             return text or None
     return None
+
+
+def _mime_decoded(text: str) -> str:
+    """A mail header's RFC 2047 encoded words (``=?UTF-8?q?na=C3=AFve?=``, how
+    ``git format-patch`` writes a non-ASCII subject) as the text they encode; text that
+    does not decode stays as it is."""
+    if "=?" not in text:
+        return text
+    try:
+        return str(email.header.make_header(email.header.decode_header(text)))
+    except (email.errors.HeaderParseError, LookupError, UnicodeDecodeError, ValueError):
+        return text
 
 
 def patch_paths(patch: str) -> list[str]:
