@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-from campaign_helpers import committed_repo, git, run_cli, tiny_campaign
+from campaign_helpers import committed_repo, git, manifest, run_cli, tiny_campaign
 
-from runner.core.errors import BundleError, MeasurementFailed, PatchRefused
+from runner.core.errors import BundleError, ConfigError, MeasurementFailed, PatchRefused
 from runner.flow.new_campaign import fresh_example_copy
+from runner.flow.round_context import level_shapes
 from runner.judge.vetoes import audit_candidate
 from runner.portable.bundle import CHECKSUMS, extract
 from runner.store.gate_ledger import record
@@ -219,3 +220,10 @@ def test_make_validate_passes_the_hypothesis_as_text(tmp_path: Path) -> None:
     args = (tmp_path / "args").read_text(encoding="utf-8").splitlines()
     assert args[args.index("--hypothesis") + 1] == hypothesis
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_no_representative_shapes_points_at_a_step_that_is_not_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        level_shapes(manifest(representative_shapes=[]), "quick")
+    said = str(info.value)
+    assert "campaign set representative_shapes" in said and "--level full" in said
