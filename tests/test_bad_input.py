@@ -227,3 +227,20 @@ def test_no_representative_shapes_points_at_a_step_that_is_not_refused() -> None
         level_shapes(manifest(representative_shapes=[]), "quick")
     said = str(info.value)
     assert "campaign set representative_shapes" in said and "--level full" in said
+
+
+@pytest.mark.parametrize("timeout", ["nan", "-1", "0", "inf", "1e9"])
+def test_profile_timeout_is_bounded(
+    timeout: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--campaigns-root", str(tmp_path), "profile", "--round", "1", "--timeout", timeout]
+    code, out = run_cli(argv, capsys)
+    assert code == 2 and "is not a time a profiled run can take" in out, out
+
+
+def test_baseline_passes_are_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    camp = tiny_campaign(tmp_path, "p", baseline=False)
+    argv = ["--campaigns-root", str(camp.root.parent), "baseline", "--passes", "100000"]
+    code, out = run_cli(argv, capsys)
+    assert code == 2 and "at most 20" in out, out
+    assert not camp.closed_rounds()

@@ -57,6 +57,11 @@ MAX_TARGET_RSD = 1.0
 MAX_BUNDLE_MEMBER_BYTES = 256 << 20
 MAX_BUNDLE_TOTAL_BYTES = 1 << 30
 MAX_BUNDLE_MEMBERS = 200_000
+# Calibration passes of a baseline (``campaign baseline --passes``): each is a full run
+# of every shape in a fresh process; 5 is the default, 20 already an hour on a CPU.
+MAX_BASELINE_PASSES = 20
+# Seconds one role's profiled run may take (``campaign profile --timeout``).
+MAX_PROFILE_TIMEOUT_S = 4 * 3600.0
 # What an error message quotes of a value it refuses.
 EXCERPT_CHARS = 200
 
@@ -141,6 +146,7 @@ def check_size(text: str, limit: int, what: str, fix: str) -> str:
 
 __all__ = [
     "EXCERPT_CHARS",
+    "MAX_BASELINE_PASSES",
     "MAX_BATCH_S",
     "MAX_BLOCKS",
     "MAX_BUDGET_S",
@@ -157,6 +163,7 @@ __all__ = [
     "MAX_NOTE_CHARS",
     "MAX_PATCH_BYTES",
     "MAX_PATCH_LINE",
+    "MAX_PROFILE_TIMEOUT_S",
     "MAX_SIGMA_G",
     "MAX_TARGET_RSD",
     "MAX_TIMED_REPEATS",
