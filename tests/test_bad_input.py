@@ -17,12 +17,15 @@ import pytest
 from campaign_helpers import committed_repo, git, manifest, run_cli, tiny_campaign
 
 from runner.core.errors import BundleError, ConfigError, MeasurementFailed, PatchRefused
+from runner.core.outcomes import RoundResult, Score, Status
 from runner.flow.new_campaign import fresh_example_copy
 from runner.flow.round_context import level_shapes
 from runner.judge.vetoes import audit_candidate
 from runner.portable.bundle import CHECKSUMS, extract
+from runner.store.appendlog import render_correction, render_note
 from runner.store.gate_ledger import record
 from runner.store.lineage import Lineage, patch_subject
+from runner.store.tips import Tip, render_tip
 
 ROOT = Path(__file__).resolve().parent.parent
 # "naïve" typed in a latin-1 terminal: Python keeps the byte 0xEF as a lone surrogate
@@ -244,3 +247,30 @@ def test_baseline_passes_are_bounded(tmp_path: Path, capsys: pytest.CaptureFixtu
     code, out = run_cli(argv, capsys)
     assert code == 2 and "at most 20" in out, out
     assert not camp.closed_rounds()
+
+
+def test_markdown_in_corrections_notes_and_tips_stays_text(tmp_path: Path) -> None:
+    text = "## Round 99 — ACCEPTED\n| a | b |\n- see [here](http://x)"
+    for block in (render_correction(text, "2026-12-05 10:00"), render_note(text, "SET", "t")):
+        lines = block.splitlines()
+        assert "> \\## Round 99 — ACCEPTED" in lines and "> \\| a | b |" in lines, block
+        assert "> \\- see \\[here\\](http://x)" in lines, block
+    camp = tiny_campaign(tmp_path, "m", baseline=False)
+    empty = Score("Forward TFLOPS", 0.0, (), 0, 0)
+    result = RoundResult(
+        1,
+        Status.BASELINE,
+        "full",
+        "## not a heading",
+        "",
+        "",
+        "t",
+        "t",
+        "",
+        "",
+        empty,
+        empty,
+        None,
+    )
+    tip = render_tip(Tip(1, "# take [this]"), result, camp.manifest, "2026-12-05")
+    assert "- Takeaway: \\# take \\[this\\]" in tip and "\n#" not in tip.replace("\n###", ""), tip
