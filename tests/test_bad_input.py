@@ -274,3 +274,15 @@ def test_markdown_in_corrections_notes_and_tips_stays_text(tmp_path: Path) -> No
     )
     tip = render_tip(Tip(1, "# take [this]"), result, camp.manifest, "2026-12-05")
     assert "- Takeaway: \\# take \\[this\\]" in tip and "\n#" not in tip.replace("\n###", ""), tip
+
+
+def test_export_while_a_command_holds_the_campaign_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    camp = tiny_campaign(tmp_path, "x", baseline=False)
+    out = tmp_path / "x.tar.gz"
+    with camp.lock():  # what a running validate holds
+        argv = ["--campaigns-root", str(camp.root.parent), "export", "--out", str(out)]
+        code, said = run_cli(argv, capsys)
+    assert code == 2 and "busy" in said, said
+    assert not out.exists()

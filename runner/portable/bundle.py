@@ -77,10 +77,14 @@ class RoundInfo:
 def export_bundle(campaign: Campaign, out: Path | None = None) -> Path:
     """Write the bundle of ``campaign`` to ``out`` (default
     ``<campaign>.bundle.tar.gz`` in the current directory) and return its path."""
-    if not campaign.closed_rounds():
-        raise ConfigError(f"campaign {campaign.name} has no closed round: run the baseline first")
     target = Path(out or f"{campaign.name}.bundle.tar.gz").resolve()
-    with tempfile.TemporaryDirectory(prefix="turbo-campaign-export-") as tmp:
+    # under the campaign's lock: a round that is running (it holds the lock) is never
+    # bundled half-written; the command is refused as busy and says to wait
+    with campaign.lock(), tempfile.TemporaryDirectory(prefix="turbo-campaign-export-") as tmp:
+        if not campaign.closed_rounds():
+            raise ConfigError(
+                f"campaign {campaign.name} has no closed round: run the baseline first"
+            )
         stage = Path(tmp) / campaign.name
         _stage(campaign, stage)
         write_checksums(stage)
@@ -95,9 +99,11 @@ def _stage(campaign: Campaign, stage: Path) -> None:
     for name in ("manifest.yaml", "quick_test_bench.py"):
         if (campaign.root / name).is_file():
             shutil.copy2(campaign.root / name, stage / name)
-    for sub in ("logs", "rounds"):
-        if (campaign.root / sub).is_dir():
-            shutil.copytree(campaign.root / sub, stage / sub, ignore=ignore)
+    if campaign.logs_dir.is_dir():
+        shutil.copytree(campaign.logs_dir, stage / "logs", ignore=ignore)
+    for n in campaign.closed_rounds():  # an unclosed round (killed) records nothing
+        rel = campaign.round_dir(n).relative_to(campaign.root)
+        shutil.copytree(campaign.round_dir(n), stage / rel, ignore=ignore)
     (stage / "schema").mkdir()
     write_atomic(stage / "schema" / "header.csv", (m.pinned_header or "") + "\n")
     lineage = _lineage(m)
