@@ -81,10 +81,13 @@ baseline: install
 	  --backend $(BACKEND) --target $(TARGET) --gpu $(GPU) $(if $(SOURCE),--source $(SOURCE),) \
 	  $(if $(EXECUTOR),--executor $(EXECUTOR),) $(if $(IMAGE),--image $(IMAGE),)
 
+# HYPOTHESIS reaches the command through the environment, never pasted into the shell
+# line: its backticks, $(...) and quotes stay text.
+validate: override export HYPOTHESIS := $(value HYPOTHESIS)
 validate: install
 	@test -n "$(ROUND)" || { echo "make validate needs ROUND=N HYPOTHESIS='...'"; exit 2; }
-	@test -n "$(HYPOTHESIS)" || { echo "make validate needs HYPOTHESIS='the one hypothesis round $(ROUND) tests'"; exit 2; }
-	$(CAMPAIGN_CMD) validate $(CAMPAIGN_ARG) --round $(ROUND) --hypothesis "$(HYPOTHESIS)" \
+	@test -n "$$HYPOTHESIS" || { echo "make validate needs HYPOTHESIS='the one hypothesis round $(ROUND) tests'"; exit 2; }
+	$(CAMPAIGN_CMD) validate $(CAMPAIGN_ARG) --round $(ROUND) --hypothesis "$$HYPOTHESIS" \
 	  --level $(LEVEL) $(if $(PATCH),--patch $(PATCH),)
 
 status: install

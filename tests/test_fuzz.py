@@ -368,3 +368,62 @@ def test_mcp_tool_arguments_fuzz(
             assert isinstance(cause, CampaignError), repr(cause)
             _project_error(cause)
     assert _files(base) == before
+
+
+# ---------------------------------------------------------------- the command line
+# Every command but those that run for minutes whatever their arguments (demo, mcp,
+# image); baseline only where there is no campaign to measure.
+CLI_COMMANDS = [
+    "accept", "correct", "export", "gate", "init", "isa", "profile", "relocate", "report",
+    "reproduce", "rounds", "score", "set", "show", "status", "tip", "validate",
+]  # fmt: skip
+CLI_FLAGS = [
+    "--round", "--hypothesis", "--patch", "--text", "--reason", "--pairs", "--passes",
+    "--timeout", "--level", "--bucket", "--out", "--source", "--op", "--name", "--json",
+    "--campaign", "sigma_g", "timing", "pairs", "shape_set", "test_command", "2", "-1",
+    "nan", "1e400", "{warmup_s: .inf}", "[]", "full", "quick", "K1", ".", "/", "~",
+]  # fmt: skip
+# what a POSIX argv can hold: any text but NUL, and bytes that are not UTF-8 (kept by
+# Python as lone surrogates, as a latin-1 terminal gives them)
+CLI_ARG = st.one_of(
+    st.sampled_from(CLI_FLAGS),
+    st.text(st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]), max_size=40),
+    st.binary(max_size=12)
+    .filter(lambda b: b"\x00" not in b)
+    .map(lambda b: b.decode("utf-8", "surrogateescape")),
+    st.sampled_from(["x" * 300, "9" * 30]),
+)
+
+
+@pytest.fixture(scope="module")
+def cli_roots(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(an empty campaigns root, a root holding one campaign with no round yet)"""
+    from campaign_helpers import tiny_campaign
+
+    empty = tmp_path_factory.mktemp("cli-empty") / "campaigns"
+    camp = tiny_campaign(tmp_path_factory.mktemp("cli-one"), "f", baseline=False)
+    return empty, camp.root.parent
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=_QUIET)
+@given(
+    command=st.one_of(st.sampled_from(CLI_COMMANDS), st.just("baseline")),
+    args=st.lists(CLI_ARG, max_size=6),
+    with_campaign=st.booleans(),
+)
+def test_cli_arguments_fuzz(
+    cli_roots: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    args: list[str],
+    with_campaign: bool,
+) -> None:
+    """Any arguments give an exit status and a message, never a traceback."""
+    from runner.cli import main
+
+    root = cli_roots[1] if with_campaign and command != "baseline" else cli_roots[0]
+    with pytest.raises(SystemExit) as info:
+        main(["--campaigns-root", str(root), command, *args])
+    out = capsys.readouterr()
+    assert info.value.code in (None, 0, 1, 2, 3, 5), (info.value.code, out)
+    assert "Traceback" not in out.out + out.err

@@ -9,11 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
-from campaign_helpers import run_cli, tiny_campaign
+from campaign_helpers import committed_repo, git, run_cli, tiny_campaign
 
+from runner.core.errors import InfrastructureError
 from runner.flow.new_campaign import EXAMPLES_DIR
 from runner.flow.settings import parse_value
 from runner.judge import gate
@@ -28,6 +30,7 @@ from runner.store.gate_ledger import (
     record,
     values_sha,
 )
+from runner.store.lineage import Lineage
 
 PATCH = EXAMPLES_DIR / "demo_patches" / "slowdown_fp64_accumulate.patch"
 
@@ -228,3 +231,46 @@ def test_a_campaign_ledgered_before_the_constants_is_not_ledgered_until_set(
     assert code == 0 and "not ledgered -> " in out, out
     code, out = run_cli([*root, "status"], capsys)
     assert code == 0 and "gate constants: ledgered, the running code's" in out, out
+
+
+# ---- the campaign's identity is ledgered with the gate fields ----------------------------
+def test_a_hand_edited_base_commit_is_broken_and_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    camp, root = _ledgered(tmp_path)
+    entry = json.loads(ledger_file(camp).read_text("utf-8").splitlines()[-1])
+    assert entry["identity"]["base_commit"] == camp.manifest.base_commit
+    assert entry["identity"]["lineage_ref"] == f"refs/campaigns/{camp.name}/head"
+    source = Path(camp.manifest.source)
+    (source / "NOTE").write_text("a later commit\n", encoding="utf-8")
+    subprocess.run(["git", "add", "NOTE"], cwd=source, check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "later"],
+        cwd=source,
+        check=True,
+    )
+    later = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=source, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    _edit(camp.root, "base_commit", later)
+    logs = {p: p.read_bytes() for p in camp.logs_dir.iterdir()}
+    code, out = run_cli([*root, "status"], capsys)
+    assert code == 5 and "chain integrity: BROKEN" in out and "base_commit" in out, out
+    argv = [*root, "validate", "--round", "2", "--hypothesis", "h", "--patch", str(PATCH)]
+    code, out = run_cli(argv, capsys)
+    assert code == 5 and "identity" in out, out
+    assert not camp.round_dir(2).exists()
+    code, out = run_cli([*root, "set", "pairs", "4", "--reason", "r"], capsys)
+    assert code == 5 and "identity" in out, out
+    assert {p: p.read_bytes() for p in camp.logs_dir.iterdir()} == logs
+
+
+def test_a_base_that_is_no_ancestor_of_the_head_is_not_linear(tmp_path: Path) -> None:
+    source = committed_repo(tmp_path / "src")
+    first = git(source, "rev-parse", "HEAD").strip()
+    git(source, "checkout", "-q", "--orphan", "other")
+    git(source, "commit", "-qm", "unrelated")
+    lineage = Lineage(source, "c", None)
+    lineage.start(git(source, "rev-parse", "HEAD").strip())
+    with pytest.raises(InfrastructureError, match="not an ancestor"):
+        lineage.linear_history(first)

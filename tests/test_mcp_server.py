@@ -206,6 +206,25 @@ def test_offline_tools_share_the_cli_contract_and_errors_keep_the_server_up(
     run_with_server(tmp_path, tmp_path / "campaigns", body)
 
 
+def test_a_refused_round_request_says_why(tmp_path: Path) -> None:
+    """Pairs, bucket and hypothesis are refused with the reason, not a bare "Error
+    executing tool" (the request is built inside the tool's error handling)."""
+
+    async def body(session: ClientSession) -> None:
+        for tool, extra in (
+            ("validate_round", {"hypothesis": "h"}),
+            ("validate_tournament", {"entries": [{"hypothesis": "h", "patch": ""}] * 2}),
+        ):
+            said = await error(session, tool, n=2, pairs=-5, **extra)
+            assert "whole number of paired blocks" in said, said
+        said = await error(session, "validate_round", n=2, hypothesis="h", bucket="Z9")
+        assert "is not a transfer bucket" in said, said
+        said = await error(session, "validate_round", n=2, hypothesis="x" * 5000)
+        assert "over the limit" in said, said
+
+    run_with_server(tmp_path, tmp_path / "campaigns", body)
+
+
 def test_without_the_sdk_the_command_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

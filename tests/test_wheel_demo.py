@@ -77,6 +77,12 @@ def test_installed_wheel_runs_the_demo_from_an_empty_folder(
     assert restored and ref in restored[0], slowdown["reasons"]
     kept = run(["git", "show", f"{ref}:turbo_kernels/cpu/gemm_fp8.py"], sources[0])
     assert "ACCUM_DTYPE = torch.float64" in kept
+    # the demo leaves its checkout at the lineage head: the next edit starts from the
+    # accepted kernel, and a round of it does not undo the accepted round
+    head = run(["git", "rev-parse", f"refs/campaigns/{campaign.name}/head"], sources[0])
+    assert run(["git", "rev-parse", "HEAD"], sources[0]) == head
+    if speedup["status"] == "ACCEPTED":  # which rule accepted it, and what the ± is
+        assert any(ln.startswith("  accepted by the gate: ") for ln in lines), out
 
 
 def test_a_missing_example_package_is_a_clear_error(

@@ -34,6 +34,7 @@ from runner.cli import (
 from runner.cli.app import CAMPAIGNS_ROOT_ENV, App
 from runner.core import interrupts
 from runner.core.errors import CampaignError, ConfigError, InfrastructureError, Verdict
+from runner.core.limits import check_utf8, excerpt
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -82,8 +83,16 @@ def main(argv: list[str] | None = None) -> None:
         _main(argv)
 
 
+def _check_arguments(argv: list[str]) -> None:
+    """Refuse an argument that is not UTF-8 before any command starts (a latin-1
+    terminal's bytes would reach a record only after the round was measured)."""
+    for i, arg in enumerate(argv):
+        check_utf8(arg, f"argument {i + 1}")
+
+
 def _main(argv: list[str] | None) -> None:
     try:
+        _check_arguments(sys.argv[1:] if argv is None else argv)
         rc = cli.main(args=argv, prog_name="campaign", standalone_mode=False)
     except click.ClickException as exc:
         exc.show()
@@ -114,7 +123,15 @@ def _main(argv: list[str] | None) -> None:
 # A folder the user pointed us at cannot be written (read-only, not theirs, a file where
 # a folder belongs): bad input with a way out (exit 2), never a traceback.
 PATH_ERRNOS = frozenset(
-    (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.EEXIST)
+    (
+        errno.EROFS,
+        errno.EACCES,
+        errno.EPERM,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.EEXIST,
+        errno.ENAMETOOLONG,
+    )
 )
 
 
@@ -138,6 +155,12 @@ def disk_full(exc: OSError) -> str:
 def path_error(exc: OSError) -> str:
     """What went wrong with which path, and what to do about it."""
     where = f"{exc.filename}" if exc.filename is not None else "a file"
+    if exc.errno == errno.ENAMETOOLONG:
+        return (
+            f"a name is too long for the filesystem ({len(str(where))} characters in "
+            f"{excerpt(where)}): give a shorter name (a campaign name, a tip's op or "
+            "backend, a folder); nothing was written"
+        )
     return (
         f"cannot write {where} ({exc.strerror or exc}): the campaign folder, the campaigns "
         "root and the tips root must be folders you can write. Remount read-write or fix "

@@ -14,6 +14,7 @@ from runner.cli.app import App
 from runner.cli.options import campaign_option
 from runner.core.errors import ConfigError
 from runner.core.files import write_atomic
+from runner.core.limits import MAX_PROFILE_TIMEOUT_S
 from runner.store.campaign import Campaign
 
 
@@ -88,6 +89,7 @@ def isa_cmd(app: App, n: int, name: str | None, show: bool) -> None:
 @click.option("--launch-count", "launches", type=int, default=200, show_default=True,
               help="ncu: profile at most this many kernel launches.")  # fmt: skip
 @click.option("--timeout", type=float, default=1800, show_default=True,
+              callback=lambda _c, _p, v: check_timeout(v),
               help="Seconds each role's profiled run may take.")  # fmt: skip
 @click.pass_obj
 def profile_cmd(
@@ -107,6 +109,17 @@ def profile_cmd(
     for role, rows in got.tables.items():
         click.echo(f"\n{role}:\n{table_markdown(rows, limit=10)}")
     click.echo(f"\ntables: {got.folder / 'profile.md'}")
+
+
+def check_timeout(value: float) -> float:
+    """A profiled run's seconds: finite, above zero, at most ``MAX_PROFILE_TIMEOUT_S``."""
+    if not 0 < value <= MAX_PROFILE_TIMEOUT_S:  # nan fails too
+        raise click.BadParameter(
+            f"{value!r} is not a time a profiled run can take: give seconds above 0 and at "
+            f"most {MAX_PROFILE_TIMEOUT_S:.0f} (default 1800)",
+            param_hint="'--timeout'",
+        )
+    return value
 
 
 COMMANDS = [isa_cmd, profile_cmd]

@@ -311,13 +311,13 @@ class TurboTools:
         baseline, n not the next round, an empty hypothesis, an empty or
         non-applying patch, a change outside kernel_source not in allow_outside, the
         campaign busy."""
-        request = rounds.Request(
-            n, hypothesis, patch, level, restore, bucket, pairs,
-            allow_outside=tuple(allow_outside or ()),
-            diagnosis=(("attribution", attribution), ("root_cause", root_cause),
-                       ("lesson", lesson)),
-        )  # fmt: skip
-        with tool_errors():
+        with tool_errors():  # a refused request (pairs, bucket, sizes) says why
+            request = rounds.Request(
+                n, hypothesis, patch, level, restore, bucket, pairs,
+                allow_outside=tuple(allow_outside or ()),
+                diagnosis=(("attribution", attribution), ("root_cause", root_cause),
+                           ("lesson", lesson)),
+            )  # fmt: skip
             found = self._campaign(campaign)
             executor = make_executor(found.manifest)
             result = await run_in_worker(
@@ -355,12 +355,12 @@ class TurboTools:
         the closed rounds (each report's tournament line says which won and why).
         Errors (nothing written): no baseline, n not the next round, an empty
         hypothesis, no entry that can be measured, the campaign busy."""
-        requests = [
-            rounds.Request(n + k, e.hypothesis, e.patch, level, False, e.bucket, pairs,
-                           allow_outside=tuple(allow_outside or ()))
-            for k, e in enumerate(entries)
-        ]  # fmt: skip
-        with tool_errors():
+        with tool_errors():  # a refused request (pairs, bucket, sizes) says why
+            requests = [
+                rounds.Request(n + k, e.hypothesis, e.patch, level, False, e.bucket, pairs,
+                               allow_outside=tuple(allow_outside or ()))
+                for k, e in enumerate(entries)
+            ]  # fmt: skip
             found = self._campaign(campaign)
             executor = make_executor(found.manifest)
             results = await run_in_worker(

@@ -42,6 +42,26 @@ MAX_SIGMA_G = 1.0
 # The shortest time a benchmark CSV may give a kernel call: below a nanosecond is no
 # measurement (a candidate row of 1e-300 ms was ACCEPTED at +14%).
 MIN_TIME_MS = 1e-6
+# A campaign's timing (manifest ``timing``, ``campaign set timing``): the warm-up runs
+# before any time cap applies (a warm-up of 1e12 s held four workers at 100% CPU), so
+# each figure has a bound a round can finish within, and none may be inf or nan.
+MAX_WARMUP_S = 60.0
+MAX_BATCH_S = 120.0
+MAX_BUDGET_S = 3600.0
+MAX_TIMED_REPEATS = 10_000  # repeats and max_repeats
+MAX_ITERS_PER_REPEAT = 1_000_000_000
+MAX_TARGET_RSD = 1.0
+# A bundle (``campaign reproduce``/``import``): one file of it, all of them unpacked, and
+# its entries.  A campaign's records, patches and logs are megabytes; a bundle over these
+# is refused from its tar headers, before anything is written.
+MAX_BUNDLE_MEMBER_BYTES = 256 << 20
+MAX_BUNDLE_TOTAL_BYTES = 1 << 30
+MAX_BUNDLE_MEMBERS = 200_000
+# Calibration passes of a baseline (``campaign baseline --passes``): each is a full run
+# of every shape in a fresh process; 5 is the default, 20 already an hour on a CPU.
+MAX_BASELINE_PASSES = 20
+# Seconds one role's profiled run may take (``campaign profile --timeout``).
+MAX_PROFILE_TIMEOUT_S = 4 * 3600.0
 # What an error message quotes of a value it refuses.
 EXCERPT_CHARS = 200
 
@@ -93,6 +113,28 @@ def check_blocks(value: object, what: str) -> int:
     return value
 
 
+def undecodable(text: str) -> bool:
+    """True when ``text`` holds bytes that were not UTF-8 (Python keeps them as lone
+    surrogates, ``surrogateescape``): no record, log or terminal can take it as is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def check_utf8(text: str, what: str) -> str:
+    """``text`` if it is valid UTF-8 text, else ValueRefused (exit 2) saying what to do."""
+    if undecodable(text):
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        raise ValueRefused(
+            f"{what} {excerpt(shown)} holds bytes that are not UTF-8 (a terminal or file in "
+            "another encoding, such as latin-1): give it as UTF-8 (set a UTF-8 locale, e.g. "
+            "LANG=C.UTF-8, or convert it with iconv -f latin1 -t utf-8); nothing was done"
+        )
+    return text
+
+
 def check_size(text: str, limit: int, what: str, fix: str) -> str:
     """``text`` if it has at most ``limit`` characters, else ConfigError saying what to do."""
     if len(text) > limit:
@@ -104,24 +146,37 @@ def check_size(text: str, limit: int, what: str, fix: str) -> str:
 
 __all__ = [
     "EXCERPT_CHARS",
+    "MAX_BASELINE_PASSES",
+    "MAX_BATCH_S",
     "MAX_BLOCKS",
+    "MAX_BUDGET_S",
+    "MAX_BUNDLE_MEMBERS",
+    "MAX_BUNDLE_MEMBER_BYTES",
+    "MAX_BUNDLE_TOTAL_BYTES",
     "MAX_CSV_BYTES",
     "MAX_CSV_LINE",
     "MAX_CSV_ROWS",
     "MAX_HYPOTHESIS_CHARS",
+    "MAX_ITERS_PER_REPEAT",
     "MAX_MANIFEST_BYTES",
     "MAX_MCP_MESSAGE_BYTES",
     "MAX_NOTE_CHARS",
     "MAX_PATCH_BYTES",
     "MAX_PATCH_LINE",
+    "MAX_PROFILE_TIMEOUT_S",
     "MAX_SIGMA_G",
+    "MAX_TARGET_RSD",
+    "MAX_TIMED_REPEATS",
     "MAX_TOURNAMENT_ENTRIES",
+    "MAX_WARMUP_S",
     "MAX_YAML_NODES",
     "MIN_TIME_MS",
     "block_pairs",
     "blocks_problem",
     "check_blocks",
     "check_size",
+    "check_utf8",
     "clip",
     "excerpt",
+    "undecodable",
 ]

@@ -21,6 +21,20 @@ from runner.core.lifeline import child_preexec, kill_group
 
 log = logging.getLogger("runner.core.processes")
 
+# The tool's own git commits and tags are never signed: a user's ``commit.gpgsign`` or
+# ``tag.gpgsign`` (with no key or agent at hand) would stop the lineage's commit, the
+# demo's first commit or a workspace's, after the round was measured.
+GIT_NO_SIGN = ("-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false")
+# The identity of a commit the tool makes in a repository of its own (an example copy,
+# a workspace), where the user's identity may be unset; unsigned as above.
+GIT_TOOL_COMMIT = (
+    "-c",
+    "user.name=turbo-campaign",
+    "-c",
+    "user.email=turbo-campaign@localhost",
+    *GIT_NO_SIGN,
+)
+
 
 def _not_found(program: str, cwd: str | os.PathLike[str] | None) -> Exception:
     """What a FileNotFoundError from starting ``program`` means: the folder it was to

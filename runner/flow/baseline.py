@@ -10,7 +10,14 @@ from pathlib import Path
 
 from runner.core.artifact_names import BENCHMARK_CSV
 from runner.core.csv_schema import BenchCSV, Row
-from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed, RoundOutOfOrder
+from runner.core.errors import (
+    ConfigError,
+    FocusedTestFailed,
+    MeasurementFailed,
+    RoundOutOfOrder,
+    ValueRefused,
+)
+from runner.core.limits import MAX_BASELINE_PASSES
 from runner.core.outcomes import RoundResult, Status
 from runner.core.shapes import Shape
 from runner.core.spec import OUT_ENV
@@ -59,8 +66,11 @@ def run_baseline(
 ) -> RoundResult:
     """Round-1: full validation over every target shape in ``passes`` fresh processes,
     noise calibration, representative shapes, the quick script, records."""
-    if passes < 2:
-        raise ConfigError("the baseline needs at least 2 passes to calibrate noise (use 5)")
+    if not 2 <= passes <= MAX_BASELINE_PASSES:
+        raise ValueRefused(
+            f"--passes {passes}: the baseline needs at least 2 passes to calibrate noise "
+            f"and at most {MAX_BASELINE_PASSES} (use 5); nothing was measured"
+        )
     with locked(campaign, progress):
         if campaign.closed_rounds():
             raise RoundOutOfOrder(

@@ -26,6 +26,8 @@ from runner.flow.new_campaign import (
 )
 from runner.flow.rounds import Request, validate_round
 from runner.store.campaign import Campaign
+from runner.store.lineage import Lineage
+from runner.store.manifest import branch_name
 
 PATCHES = EXAMPLES_DIR / "demo_patches"
 SLOWDOWN = (
@@ -87,4 +89,17 @@ def run_demo(
             )
         )
         campaign = Campaign.load(campaign.root)
+    _checkout_at_head(campaign, source, say)
     return campaign, results
+
+
+def _checkout_at_head(campaign: Campaign, source: Path, say: Callable[[str], None]) -> None:
+    """The demo's checkout moved to the lineage head (the optimisation branch, which
+    holds the accepted round), so the next edit starts from the accepted kernel and a
+    round from it does not undo the accepted one."""
+    m = campaign.manifest
+    branch = branch_name(m) if m.git_commit else None
+    lineage = Lineage(source, campaign.name, branch)
+    head = lineage.head()
+    lineage.git("checkout", "-q", *([branch] if branch else ["--detach", head]))
+    say(f"demo: checkout {source} is at the lineage head {head[:12]} ({branch or 'detached'})")

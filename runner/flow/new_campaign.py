@@ -15,7 +15,7 @@ from typing import Any
 
 from runner.core.csv_schema import COMBINED_STEP, FORWARD_GBPS
 from runner.core.errors import ConfigError, ValueRefused
-from runner.core.processes import run
+from runner.core.processes import GIT_TOOL_COMMIT, run
 from runner.core.shapes import default_shape_set, expand_selectors, shape_set, shapes_by_label
 from runner.core.timestamps import now_minute
 from runner.judge.memory_fit import refuse_unfit, unfit_shapes
@@ -418,8 +418,7 @@ def fresh_example_copy(dest: Path) -> Path:
         )
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache", "build")
     shutil.copytree(EXAMPLES_DIR, dest, ignore=ignore)
-    env_args = ["-c", "user.name=turbo-campaign", "-c", "user.email=turbo-campaign@localhost"]
     run(["git", "init", "-q", "-b", "main"], cwd=dest)
     run(["git", "add", "-A"], cwd=dest)
-    run(["git", *env_args, "commit", "-q", "-m", "example kernels: base"], cwd=dest)
+    run(["git", *GIT_TOOL_COMMIT, "commit", "-q", "-m", "example kernels: base"], cwd=dest)
     return dest

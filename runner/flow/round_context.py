@@ -310,7 +310,12 @@ def level_shapes(m: Manifest, level: str, round_n: int | None = None) -> list[Sh
     if level != "quick":
         raise ConfigError(f"--level must be quick or full, not {level!r}")
     if not m.representative_shapes:
-        raise ConfigError("no representative shapes yet: run `campaign baseline` first")
+        raise ConfigError(
+            "the manifest names no representative shapes for a quick round: before the "
+            "baseline, run `campaign baseline` (it picks them); after it, name 3-5 labels "
+            "of its PASS rows with `campaign set representative_shapes [A, B, C] --reason "
+            "TEXT`, or measure every shape with --level full"
+        )
     chosen = set(m.representative_shapes)
     probe = round_probe(m, level, round_n) if round_n is not None else None
     return [s for s in shapes if s.label in chosen] + ([probe] if probe else [])

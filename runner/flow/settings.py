@@ -7,10 +7,12 @@ itself and its checks are ``runner.store.gate_ledger``.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from runner.core.errors import AppendOnlyViolation, ConfigError, ValueRefused
 from runner.core.limits import MAX_NOTE_CHARS, check_size, excerpt
+from runner.core.shapes import SHAPE_SETS
 from runner.judge.gate_constants import current_digest
 from runner.store.appendlog import append_note
 from runner.store.campaign import Campaign
@@ -23,13 +25,14 @@ from runner.store.gate_ledger import (
     constant_problems,
     field_problems,
     gate_values,
+    identity_problems,
     last_entry,
     ledgered_constants,
     record,
     short_value,
 )
 from runner.store.guard import verify_records
-from runner.store.manifest import validate_manifest
+from runner.store.manifest import Manifest, validate_manifest
 from runner.store.yaml_input import load_yaml
 
 SETTING_CHANGED = "SETTING CHANGED"  # the heading of a `campaign set` entry in optimize.md
@@ -47,6 +50,56 @@ def parse_value(text: str) -> Any:
     return load_yaml(stripped, f"VALUE {excerpt(text)}")
 
 
+# Fields whose VALUE is taken as typed: a YAML read would drop what follows " #".
+VERBATIM_FIELDS = ("test_command",)
+
+
+def check_setting(campaign: Campaign, field: str, new: Manifest) -> None:
+    """What a valid manifest may hold but no round of this campaign can use: an unknown
+    shape set, a pinned header without the schema's columns, representative shapes
+    emptied after the baseline, a test command cut by a shell comment.  ValueRefused
+    (exit 2) saying what to give; nothing is changed."""
+    problem = _setting_problem(campaign, field, new)
+    if problem:
+        raise ValueRefused(f"campaign set {field}: {problem}; nothing was changed")
+
+
+def _setting_problem(campaign: Campaign, field: str, new: Manifest) -> str | None:
+    if field == "shape_set":
+        if new.shape_set not in SHAPE_SETS:
+            known = ", ".join(sorted(SHAPE_SETS))
+            return f"unknown shape set {excerpt(new.shape_set)}; give one of {known}"
+    elif field == "pinned_header" and new.pinned_header is not None:
+        columns = new.pinned_header.split(",")
+        if not {"label", "Check"} <= set(columns) or new.primary_metric not in columns:
+            return (
+                f"the header {excerpt(new.pinned_header)} lacks the columns 'label', 'Check' "
+                f"or {new.primary_metric!r}; give the benchmark CSV's first line as it is"
+            )
+    elif field == "representative_shapes" and 1 in campaign.closed_rounds():
+        if not new.representative_shapes:
+            return "after the baseline the representative shapes are 3-5 labels of its PASS rows"
+    elif field == "test_command":
+        return _command_problem(new.test_command)
+    return None
+
+
+def _command_problem(command: str) -> str | None:
+    """A shell command whose words a ``#`` comment cuts, or that does not split."""
+    try:
+        whole, cut = shlex.split(command), shlex.split(command, comments=True)
+    except ValueError as exc:
+        return f"{excerpt(command)} does not split into words ({exc}): close its quotes"
+    if not cut:
+        return "give the focused test's command (it is empty)"
+    if whole != cut:
+        return (
+            f"{excerpt(command)} holds a shell comment (' #'): the shell runs only "
+            f"{excerpt(' '.join(cut))}; drop the comment or quote the '#'"
+        )
+    return None
+
+
 def _check_others(campaign: Campaign, field: str, entry: dict[str, Any] | None) -> None:
     """Refuse while another gate field, or the gate's constants, differ from the
     ledger: each is restored or set on its own, never ledgered on the side."""
@@ -56,6 +109,8 @@ def _check_others(campaign: Campaign, field: str, entry: dict[str, Any] | None) 
     others = [k for k in GATE_FIELDS if k != field and entry["fields"].get(k) != now.get(k)]
     if field != CONSTANTS_FIELD and constant_problems(entry):
         others.append(f"{CONSTANTS_FIELD} (the running code's differ)")
+    if identity_problems(campaign, entry):
+        others.append("the campaign's identity (base_commit, source or lineage)")
     if others:
         raise AppendOnlyViolation(
             f"gate field(s) {', '.join(others)} of {campaign.manifest_path} differ "
@@ -123,8 +178,9 @@ def set_gate_field(campaign: Campaign, field: str, value: str, reason: str) -> s
         m = campaign.manifest
         old = gate_values(m)[field] if entry is None else entry["fields"][field]
         data = m.model_dump()
-        data[field] = parse_value(value)
+        data[field] = value.strip() if field in VERBATIM_FIELDS else parse_value(value)
         new = validate_manifest(data, f"campaign set {field}")
+        check_setting(campaign, field, new)
         line = (
             f"gate field {field}: {short_value(old)} "
             f"-> {short_value(gate_values(new)[field])} (`campaign set`); reason: {reason.strip()}"

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from runner.core.errors import ConfigError
 from runner.core.files import write_atomic
 from runner.core.import_cause import explain_failure
-from runner.core.processes import run
+from runner.core.processes import GIT_TOOL_COMMIT, run
 from runner.store.lineage import Lineage
 from runner.store.minimal_stack import Stack, plan_stack, write_stack
 from runner.store.stack_platform import apply_layer
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from runner.flow.round_context import Round
 
 WORKSPACES = "workspaces"
-IDENT = ["-c", "user.name=turbo-campaign", "-c", "user.email=turbo-campaign@localhost"]
+IDENT = list(GIT_TOOL_COMMIT)
 
 
 def workspace_dir(campaigns_root: Path, name: str) -> Path:

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from runner.core.errors import SpeedOfLightError
+from runner.core.errors import MeasurementFailed, SpeedOfLightError
 from runner.core.outcomes import GateResult, TransferCheck
 from runner.core.stats import stdev
 from runner.judge.audit import AuditReport, audit_patch, check_declared_bucket
@@ -20,13 +20,25 @@ from runner.judge.confirmation import change_risk
 from runner.judge.peaks import check_speed_of_light
 
 
+def _source(path: Path) -> str:
+    """A Python source to audit; one that is not UTF-8 (the patch check refuses such a
+    change first) fails the round, closed FAILED with why, never a traceback."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise MeasurementFailed(
+            f"{path.name} is not UTF-8 (byte {exc.start}): Python sources are UTF-8; save "
+            "it as UTF-8 and make the patch again"
+        ) from None
+
+
 def audit_candidate(
     patch: str, touched: list[str], inc_tree: Path, cand_tree: Path, bucket: str
 ) -> tuple[list[str], TransferCheck, AuditReport]:
     """The static audit (docs/protocol.md §8.2-8.3): vetoes and the transfer-check record."""
     py = [p for p in touched if p.endswith(".py")]
-    new = {p: (cand_tree / p).read_text(encoding="utf-8") for p in py if (cand_tree / p).exists()}
-    old = {p: (inc_tree / p).read_text(encoding="utf-8") for p in py if (inc_tree / p).exists()}
+    new = {p: _source(cand_tree / p) for p in py if (cand_tree / p).exists()}
+    old = {p: _source(inc_tree / p) for p in py if (inc_tree / p).exists()}
     report = audit_patch(patch, new, old)
     report.risks = change_risk(old, new)
     vetoes = [

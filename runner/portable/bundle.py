@@ -41,6 +41,7 @@ from runner.core.processes import run
 from runner.core.timestamps import now_minute
 from runner.core.versions import require_schema_version
 from runner.executors.images import DOCKERFILE, REPO_ROOT
+from runner.portable.unpack import unpack
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import dist_version
 from runner.store.lineage import Lineage
@@ -76,10 +77,14 @@ class RoundInfo:
 def export_bundle(campaign: Campaign, out: Path | None = None) -> Path:
     """Write the bundle of ``campaign`` to ``out`` (default
     ``<campaign>.bundle.tar.gz`` in the current directory) and return its path."""
-    if not campaign.closed_rounds():
-        raise ConfigError(f"campaign {campaign.name} has no closed round: run the baseline first")
     target = Path(out or f"{campaign.name}.bundle.tar.gz").resolve()
-    with tempfile.TemporaryDirectory(prefix="turbo-campaign-export-") as tmp:
+    # under the campaign's lock: a round that is running (it holds the lock) is never
+    # bundled half-written; the command is refused as busy and says to wait
+    with campaign.lock(), tempfile.TemporaryDirectory(prefix="turbo-campaign-export-") as tmp:
+        if not campaign.closed_rounds():
+            raise ConfigError(
+                f"campaign {campaign.name} has no closed round: run the baseline first"
+            )
         stage = Path(tmp) / campaign.name
         _stage(campaign, stage)
         write_checksums(stage)
@@ -94,9 +99,11 @@ def _stage(campaign: Campaign, stage: Path) -> None:
     for name in ("manifest.yaml", "quick_test_bench.py"):
         if (campaign.root / name).is_file():
             shutil.copy2(campaign.root / name, stage / name)
-    for sub in ("logs", "rounds"):
-        if (campaign.root / sub).is_dir():
-            shutil.copytree(campaign.root / sub, stage / sub, ignore=ignore)
+    if campaign.logs_dir.is_dir():
+        shutil.copytree(campaign.logs_dir, stage / "logs", ignore=ignore)
+    for n in campaign.closed_rounds():  # an unclosed round (killed) records nothing
+        rel = campaign.round_dir(n).relative_to(campaign.root)
+        shutil.copytree(campaign.round_dir(n), stage / rel, ignore=ignore)
     (stage / "schema").mkdir()
     write_atomic(stage / "schema" / "header.csv", (m.pinned_header or "") + "\n")
     lineage = _lineage(m)
@@ -286,32 +293,9 @@ def _write_tar(stage: Path, target: Path) -> None:
 
 
 def extract(bundle: Path, dest: Path) -> Path:
-    """Extract ``bundle`` into ``dest`` safely; return the campaign folder."""
-    if not bundle.is_file():
-        raise BundleError(f"no bundle at {bundle}; pass the .tar.gz that `campaign export` wrote")
-    try:
-        with tarfile.open(bundle, "r:gz") as tar:
-            members = tar.getmembers()
-            tops = _check_members(bundle, members)
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(dest, filter="data")
-            else:  # Python < 3.10.12: the members were checked above
-                tar.extractall(dest)
-    except (tarfile.TarError, OSError) as exc:
-        raise BundleError(f"cannot read {bundle}: {exc}; is it a bundle from export?") from None
-    return dest / tops.pop()
-
-
-def _check_members(bundle: Path, members: list[tarfile.TarInfo]) -> set[str]:
-    """One top folder, plain files and folders only, no absolute or '..' paths."""
-    for m in members:
-        parts = Path(m.name).parts
-        if m.name.startswith("/") or ".." in parts or not (m.isfile() or m.isdir()):
-            raise BundleError(f"{bundle} holds an unsafe entry {m.name!r}; refusing to extract")
-    tops = {m.name.split("/", 1)[0] for m in members}
-    if len(tops) != 1:
-        raise BundleError(f"{bundle} is not a campaign bundle (top entries {sorted(tops)})")
-    return tops
+    """Check ``bundle`` member by member against its checksums and the size limits, then
+    extract it into ``dest`` (``runner.portable.unpack``); return the campaign folder."""
+    return unpack(bundle, dest, CHECKSUMS)
 
 
 # ---------------------------------------------------------------- reading

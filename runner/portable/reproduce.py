@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -86,7 +87,11 @@ def reproduce(req: ReproduceRequest, *, progress: Progress = print) -> Outcome:
     if req.tolerance_pct < 0:
         raise ConfigError("--tolerance must be a non-negative percentage, e.g. 3")
     out = _out_dir(req)
-    bundle = open_bundle(req.bundle, out / "bundle")
+    try:
+        bundle = open_bundle(req.bundle, out / "bundle")
+    except BundleError:  # refused: nothing of it stays on disk
+        shutil.rmtree(out if req.out is None else out / "bundle", ignore_errors=True)
+        raise
     progress(f"bundle verified: {bundle.root.name}, sha256 {bundle.sha256[:16]}")
     n = _pick_round(bundle, req.round)
     source = git_toplevel(req.source.resolve())

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.core.errors import AppendOnlyViolation
+from runner.core.escape import md_text
 from runner.core.files import write_atomic
 from runner.core.timestamps import now_minute
 
@@ -149,10 +150,18 @@ def adopt(path: str | os.PathLike[str]) -> None:
     write_atomic(ledger_path(p), f"{len(data)} {_sha(data)}\n")
 
 
+def quoted(text: str) -> str:
+    """``text`` as the lines of a markdown quote, each line data (``md_text``): a
+    user's heading, list, table or link stays text inside the quote."""
+    return "\n".join(
+        f"> {md_text(line)}" if line.strip() else ">" for line in text.strip().splitlines()
+    )
+
+
 def render_correction(text: str, when: str | None = None) -> str:
     """A clearly marked correction block (markdown blockquote)."""
     stamp = when or now_minute()
-    body = "\n".join(f"> {line}" if line else ">" for line in text.strip().splitlines())
+    body = quoted(text)
     return (
         f"\n> **CORRECTION ({stamp})** — this corrects an entry above; the entry stays.\n{body}\n"
     )
@@ -162,7 +171,7 @@ def render_note(text: str, heading: str, when: str | None = None) -> str:
     """A marked block for a deliberate change that corrects nothing above it (``campaign
     set``: SETTING CHANGED, ``campaign relocate``: CAMPAIGN RELOCATED)."""
     stamp = when or now_minute()
-    body = "\n".join(f"> {line}" if line else ">" for line in text.strip().splitlines())
+    body = quoted(text)
     return f"\n> **{heading} ({stamp})** — a deliberate change, recorded.\n{body}\n"
 
 

@@ -30,6 +30,13 @@ status BROKEN, exit 5 before measuring, naming each constant and
 ``campaign set gate_constants current --reason TEXT``, which records the running
 code's constants as the campaign's.  An entry without them (a campaign made before) says
 "not ledgered" for the constants; the next ``campaign set`` ledgers them.
+
+The campaign's identity (``identity``: the base commit every round is judged against,
+the source checkout, the lineage ref and the optimisation branch) is ledgered in every
+entry too: a hand edit of ``base_commit`` (or of what names the lineage) in
+manifest.yaml is BROKEN like a changed gate field (exit 5 before measuring).  It is
+never ``campaign set``; ``campaign relocate`` records a moved source as a new entry.
+An entry written before has no identity and is not checked for it.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ from runner.core.timestamps import now_minute
 from runner.judge.gate_constants import changed_names, digest, gate_constants
 from runner.store.appendlog import append
 from runner.store.campaign import Campaign
-from runner.store.manifest import Manifest
+from runner.store.manifest import Manifest, branch_name
 
 LEDGER_NAME = "gate_fields.jsonl"
 GATE_FIELDS = (
@@ -98,6 +105,40 @@ def gate_values(m: Manifest) -> dict[str, Any]:
     return {k: data[k] for k in GATE_FIELDS if k not in skip}
 
 
+def identity_values(m: Manifest) -> dict[str, Any]:
+    """What names the campaign's history: the base commit, the source checkout, the
+    lineage ref and the optimisation branch."""
+    return {
+        "base_commit": m.base_commit,
+        "source": m.source,
+        "lineage_ref": f"refs/campaigns/{m.campaign_name}/head",
+        "branch": branch_name(m) if m.git_commit else None,
+    }
+
+
+CHECKED_IDENTITY = ("base_commit", "lineage_ref", "branch")
+
+
+def identity_problems(campaign: Campaign, entry: dict[str, Any]) -> list[str]:
+    """One line naming every identity value that differs from the entry's (empty: the
+    same, or an entry written before the identity was ledgered)."""
+    recorded = entry.get("identity")
+    if not isinstance(recorded, dict):
+        return []
+    now = identity_values(campaign.manifest)
+    changed = [k for k in CHECKED_IDENTITY if recorded.get(k) != now[k]]
+    if not changed:
+        return []
+    listed = "; ".join(
+        f"{k} {short_value(recorded.get(k))} -> {short_value(now[k])}" for k in changed
+    )
+    return [
+        f"{campaign.manifest_path}: the campaign's identity ({', '.join(changed)}) changed "
+        f"since it was ledgered ({listed}); restore the ledgered value(s) in manifest.yaml "
+        "(the base commit and the lineage are fixed for the campaign's life)"
+    ]
+
+
 def values_sha(values: dict[str, Any]) -> str:
     text = json.dumps(values, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -114,6 +155,7 @@ def record(campaign: Campaign, by: str, reason: str) -> str:
         "reason": reason,
         "sha256": sha,
         "fields": values,
+        "identity": identity_values(campaign.manifest),
         "constants": {"sha256": digest(constants), "values": constants},
     }
     append(ledger_file(campaign), json.dumps(entry, sort_keys=True, ensure_ascii=True) + "\n")
@@ -194,16 +236,18 @@ def field_problems(campaign: Campaign) -> list[str]:
         return []
     recorded, now = entry["fields"], gate_values(campaign.manifest)
     changed = [k for k in GATE_FIELDS if recorded.get(k) != now.get(k)]
+    identity = identity_problems(campaign, entry)
     if not changed and values_sha(now) == entry.get("sha256"):
-        return []
+        return identity
     listed = "; ".join(
         f"{k} {short_value(recorded.get(k))} -> {short_value(now.get(k))}" for k in changed
     )
     return [
+        *identity,
         f"{campaign.manifest_path}: gate field(s) {', '.join(changed) or '(hash)'} changed "
         f"since they were ledgered ({listed}); restore the ledgered value(s) in "
         "manifest.yaml, or record a deliberate change with "
-        "`campaign set FIELD VALUE --reason TEXT`"
+        "`campaign set FIELD VALUE --reason TEXT`",
     ]
 
 

@@ -12,6 +12,8 @@ kept under ``refs/campaigns/<campaign>/rolled-back/round-N``).
 from __future__ import annotations
 
 import contextlib
+import email.errors
+import email.header
 import os
 import re
 import shutil
@@ -30,7 +32,7 @@ from runner.core.errors import (
 from runner.core.files import copy_plain_tree, read_bounded
 from runner.core.limits import MAX_PATCH_BYTES, MAX_PATCH_LINE
 from runner.core.pause_points import pause_point
-from runner.core.processes import run
+from runner.core.processes import GIT_NO_SIGN, run
 from runner.store.leftovers import WORKTREE_PREFIX, make_owned_dir
 
 # Primus-Turbo keeps its historical tips in its own tree (upstream's kernel-optimize skill page,
@@ -56,7 +58,8 @@ class Lineage:
         self.ref = f"refs/campaigns/{campaign}/head"
 
     def git(self, *args: str, cwd: Path | None = None, check: bool = True) -> str:
-        proc = run(["git", *args], cwd=cwd or self.source, check=check, env=_git_env())
+        argv = ["git", *GIT_NO_SIGN, *args]
+        proc = run(argv, cwd=cwd or self.source, check=check, env=_git_env())
         return proc.stdout.strip()
 
     # ---- the chain head ---------------------------------------------------------
@@ -200,7 +203,9 @@ class Lineage:
         with self.worktree(self.head()) as tree:
             self._apply(tree, patch)
             applied = applied_paths(tree)
-        return [*patch_paths(patch), *(p for p in applied if p not in patch_paths(patch))]
+            touched = [*patch_paths(patch), *(p for p in applied if p not in patch_paths(patch))]
+            _refuse_undecodable_sources(tree, touched)
+        return touched
 
     def _apply(self, tree: Path, patch: str) -> None:
         proc = run(
@@ -295,11 +300,44 @@ class Lineage:
         return ref
 
     def linear_history(self, base: str) -> list[str]:
-        """Commits from base (exclusive) to head; raises if the chain is not linear."""
+        """Commits from base (exclusive) to head; raises if the chain is not linear or
+        base is not an ancestor of the head (a rev range would list commits anyway)."""
+        head = self.head()
+        if (
+            run(
+                ["git", "merge-base", "--is-ancestor", base, head],
+                cwd=self.source,
+                check=False,
+                env=_git_env(),
+            ).returncode
+            != 0
+        ):
+            raise InfrastructureError(
+                f"base commit {base[:12]} is not an ancestor of the lineage head {head[:12]}"
+            )
         merges = self.git("rev-list", "--merges", f"{base}..{self.head()}")
         if merges:
             raise InfrastructureError(f"lineage has merge commits: {merges.split()}")
         return self.git("rev-list", "--reverse", f"{base}..{self.head()}").split()
+
+
+def _refuse_undecodable_sources(tree: Path, touched: list[str]) -> None:
+    """A patch that leaves a Python source not UTF-8 (``git diff --binary`` of a latin-1
+    edit) is refused before the round opens: Python cannot import it, and the audit
+    reads it as text."""
+    for path in touched:
+        file = tree / path
+        if not path.endswith(".py") or not file.is_file():
+            continue
+        try:
+            file.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PatchRefused(
+                f"the patch leaves {path} not UTF-8 (byte {exc.start}: "
+                f"{file.read_bytes()[exc.start : exc.start + 1]!r}); Python sources are "
+                "UTF-8: save the file as UTF-8 (iconv -f latin1 -t utf-8) and make the "
+                "patch again; nothing was measured"
+            ) from None
 
 
 def _exists(lineage: Lineage, commit: str, path: str) -> bool:
@@ -351,9 +389,21 @@ def patch_subject(patch: str) -> str | None:
                 if not more.startswith((" ", "\t")):
                     break
                 text += " " + more.strip()
-            text = re.sub(r"^\s*\[[^\]]*\]\s*", "", text).strip()
+            text = re.sub(r"^\s*\[[^\]]*\]\s*", "", _mime_decoded(text)).strip()
             return text or None
     return None
+
+
+def _mime_decoded(text: str) -> str:
+    """A mail header's RFC 2047 encoded words (``=?UTF-8?q?na=C3=AFve?=``, how
+    ``git format-patch`` writes a non-ASCII subject) as the text they encode; text that
+    does not decode stays as it is."""
+    if "=?" not in text:
+        return text
+    try:
+        return str(email.header.make_header(email.header.decode_header(text)))
+    except (email.errors.HeaderParseError, LookupError, UnicodeDecodeError, ValueError):
+        return text
 
 
 def patch_paths(patch: str) -> list[str]:

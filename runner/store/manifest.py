@@ -35,7 +35,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from runner.core.errors import CampaignNotFound, ConfigError, RecordDamaged, ValueRefused
 from runner.core.files import write_atomic
 from runner.core.isa_facts import ARCHS
-from runner.core.limits import MAX_SIGMA_G, blocks_problem, excerpt
+from runner.core.limits import (
+    MAX_BATCH_S,
+    MAX_BUDGET_S,
+    MAX_ITERS_PER_REPEAT,
+    MAX_SIGMA_G,
+    MAX_TARGET_RSD,
+    MAX_TIMED_REPEATS,
+    MAX_WARMUP_S,
+    blocks_problem,
+    excerpt,
+)
 from runner.core.timestamps import is_minute_stamp
 from runner.core.versions import require_schema_version
 from runner.store.yaml_input import load_yaml
@@ -178,15 +188,21 @@ def campaign_name(
 class Timing(BaseModel):
     """Timing settings pinned for the campaign (the bench engine reads them)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # every figure is bounded (runner.core.limits) and finite: no round waits forever
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    repeats: int = Field(default=5, ge=1)  # minimum timed batches per callable
-    iters_per_repeat: int = Field(default=0, ge=0)  # 0: size each batch to batch_s
-    warmup_s: float = Field(default=0.3, ge=0)  # real work before timing starts
-    batch_s: float = Field(default=0.05, gt=0)
-    target_rsd: float = Field(default=0.005, gt=0)  # stop-on-noise target (median's rsd)
-    max_repeats: int = Field(default=30, ge=1)
-    budget_s: float = Field(default=5.0, gt=0)  # timed seconds per callable at most
+    # minimum timed batches per callable
+    repeats: int = Field(default=5, ge=1, le=MAX_TIMED_REPEATS)
+    # 0: size each batch to batch_s
+    iters_per_repeat: int = Field(default=0, ge=0, le=MAX_ITERS_PER_REPEAT)
+    # real work before timing starts
+    warmup_s: float = Field(default=0.3, ge=0, le=MAX_WARMUP_S)
+    batch_s: float = Field(default=0.05, gt=0, le=MAX_BATCH_S)
+    # stop-on-noise target (median's rsd)
+    target_rsd: float = Field(default=0.005, gt=0, le=MAX_TARGET_RSD)
+    max_repeats: int = Field(default=30, ge=1, le=MAX_TIMED_REPEATS)
+    # timed seconds per callable at most
+    budget_s: float = Field(default=5.0, gt=0, le=MAX_BUDGET_S)
 
 
 class Manifest(BaseModel):
@@ -372,6 +388,11 @@ class Manifest(BaseModel):
         for p in v:
             if os.path.isabs(p) or ".." in Path(p).parts:
                 raise ValueError(f"{p!r}: kernel_source paths are relative to source, without ..")
+            if not Path(p).parts:
+                raise ValueError(
+                    f"{p!r} names the whole source tree: list the kernel's own files or "
+                    "folders (relative to source), e.g. turbo_kernels/cpu/gemm_fp8.py"
+                )
         return v
 
     @field_validator("git_branch")

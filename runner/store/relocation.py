@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.core.errors import ConfigError
+from runner.core.errors import AppendOnlyViolation, ConfigError
 from runner.core.processes import run
 from runner.store.appendlog import append_note
 from runner.store.campaign import Campaign
+from runner.store.gate_ledger import field_problems, last_entry, record
 from runner.store.guard import verify_records
 from runner.store.lineage import Lineage
 from runner.store.manifest import validate_manifest
@@ -46,6 +47,9 @@ def relocate(campaign: Campaign, source: Path) -> str:
     new_source = _toplevel(Path(source).resolve())
     with campaign.lock():
         verify_records(campaign)
+        problems = field_problems(campaign)
+        if problems:
+            raise AppendOnlyViolation("\n".join(problems) + "\nNothing was relocated.")
         try:
             _check_lineage(campaign, new_source)
         except ConfigError as exc:
@@ -67,4 +71,6 @@ def relocate(campaign: Campaign, source: Path) -> str:
         append_note(campaign.optimize_log, entry, "CAMPAIGN RELOCATED")
         campaign.manifest = validate_manifest(data, "campaign relocate")
         campaign.save_manifest()
+        if last_entry(campaign) is not None:
+            record(campaign, "campaign relocate", entry)  # the new source is its identity
     return entry

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.core.errors import ConfigError, RoundOutOfOrder
+from runner.core.escape import md_text
 from runner.core.outcomes import RoundResult
 from runner.core.timestamps import now_minute
 from runner.store.appendlog import adopt, append
@@ -145,7 +146,8 @@ class Tip:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    """One line of markdown data (``md_text``): a tip's text starts no block, no link."""
+    return md_text(text)
 
 
 def _defaults(tip: Tip, result: RoundResult, manifest: Manifest) -> tuple[str, str, str]:
