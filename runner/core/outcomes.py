@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Any
 
 from runner.core.isa_facts import KernelFacts
+from runner.core.step_times import StepTimes, read_step_times
 
 
 class Decision(str, Enum):
@@ -324,6 +325,9 @@ class RoundResult:
     # The ISA facts of both roles (runner.flow.kernel_facts.round_facts); None in a
     # result written before docs/analysis.md
     kernel_facts: KernelFacts | None = None
+    # The wall time of each of the round's steps (runner.core.step_times); None in a
+    # result written before
+    step_times: StepTimes | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -356,6 +360,8 @@ class RoundResult:
             out["gate_constants"] = self.gate_constants
         if self.kernel_facts is not None:
             out["kernel_facts"] = self.kernel_facts.to_dict()
+        if self.step_times is not None:
+            out["step_times"] = self.step_times.to_dict()
         return out
 
     @classmethod
@@ -386,6 +392,7 @@ class RoundResult:
             tournament=TournamentNote.from_dict(d["tournament"]) if d.get("tournament") else None,
             gate_constants=d.get("gate_constants"),
             kernel_facts=_facts(d.get("kernel_facts")),
+            step_times=read_step_times(d.get("step_times")),
         )
 
 
