@@ -210,6 +210,9 @@ def test_status_command_on_demo(demo_campaign: Path) -> None:
     assert data["next_round"] == 4 and data["unclosed_rounds"] == []
     assert data["best_round"] == expected.best_round
     assert data["consecutive_rollbacks"] == consecutive_rollbacks(results)
+    steps = {k: {s["name"] for s in v["steps"]} for k, v in data["step_times"].items()}
+    assert {"worker start-up", "fresh steps", "records"} <= steps["baseline"], steps
+    assert {"turns", "tamper check: trees before"} <= steps["last_round"], steps
 
 
 @pytest.mark.integration

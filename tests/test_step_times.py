@@ -147,3 +147,44 @@ def test_the_step_table_puts_every_rounds_steps_in_one_row_per_step(tmp_path: Pa
     text = table.markdown(rows, 2, [10.0, 20.0], "rounds", [4.0, 8.0])
     assert "| turns | 6.0 | 4.0 | 8.0 | 40% |" in text
     assert "median 2.50x" in text
+
+
+# ---- the real paths: the session's demo campaign ---------------------------------------
+ROUND_STEPS = {
+    "checks before the round",
+    "lease and scratch folder",
+    "worktrees",
+    "audit",
+    "focused-test-candidate",
+    "tamper check: trees before",
+    "worker launch",
+    "worker start-up",
+    "ready checks",
+    "turns",
+    "fresh steps",
+    "re-checks and finish",
+    "judge",
+    "tamper check: trees and loaded files after",
+    "kernel facts compile",
+    "wait for the kernel facts",
+    "records",
+}
+
+
+@pytest.mark.integration
+def test_the_demos_rounds_record_every_step_on_their_real_paths(demo_campaign: Path) -> None:
+    """Each demo round's result.json names its steps, in one clock: the kernel facts'
+    compile overlaps the round (it runs beside it), the rest follow one another, and the
+    summary names the largest."""
+    for n in (2, 3):
+        doc = json.loads((demo_campaign / "rounds" / f"round-{n}" / "result.json").read_text())
+        times = StepTimes.from_dict(doc["step_times"])
+        names = {s.name for s in times.steps}
+        assert names >= ROUND_STEPS, names
+        facts = next(s for s in times.steps if s.name == "kernel facts compile")
+        first_turn = min(s.start_s for s in times.steps if s.name == "turns")
+        assert facts.beside == "the round" and facts.start_s < first_turn
+        assert all(0 <= s.start_s <= s.end_s <= times.wall_s for s in times.steps)
+        summary = (demo_campaign / "rounds" / f"round-{n}" / "summary.md").read_text()
+        name, _ = times.largest(1)[0]
+        assert f"* {name}: " in summary.split("## Where the time went")[1]

@@ -30,6 +30,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from runner.core.artifact_names import BUILDS
 from runner.core.files import write_atomic
@@ -146,6 +147,20 @@ def built_roles(
         rnd.role_dirs = given_dirs
 
 
+def _key(
+    rnd: Round,
+    tree: Path,
+    archs: str | None,
+    commands: tuple[tuple[str, ...], ...],
+    facts: dict[str, Any] | None,
+    identity: str,
+) -> str:
+    """The build cache key of ``tree``'s native inputs (``identity``: the executor's)."""
+    target = rnd.target
+    inputs = native_inputs(tree, lambda p: target.needs_rebuild([p]))
+    return build_key(inputs, gpu_archs=archs, commands=commands, identity=identity, facts=facts)
+
+
 @contextlib.contextmanager
 def _builds(
     rnd: Round, roles: Mapping[str, Path], changed: Sequence[str] | None
@@ -158,14 +173,9 @@ def _builds(
     env = target.build_env(archs)
     facts = target.build_facts(env)
     cache = BuildCache.for_campaign(rnd.campaign.root)
-    identity = rnd.executor.build_identity()
-    keys = {}
     with rnd.times.step("build keys"):
-        for role, tree in roles.items():
-            inputs = native_inputs(tree, lambda p: target.needs_rebuild([p]))
-            keys[role] = build_key(
-                inputs, gpu_archs=archs, commands=commands, identity=identity, facts=facts
-            )
+        identity = rnd.executor.build_identity()
+        keys = {r: _key(rnd, t, archs, commands, facts, identity) for r, t in roles.items()}
     done: dict[str, BuiltRole] = {}
     first: dict[str, str] = {}  # key -> the first role of this round built on it
     with rnd.times.step("build guard"):
