@@ -153,15 +153,19 @@ def _validate_in(
     if gate.decision.accepted:
         with rnd.times.step("lineage commit"):
             commit = lineage_commit(rnd, rnd.round, request.hypothesis, gate, head, patch)
-    result = round_result(
-        rnd, request, patch, touched, started, gate, cand_score, inc_score, best, commit
-    )
+    with rnd.times.step("round result"):
+        result = round_result(
+            rnd, request, patch, touched, started, gate, cand_score, inc_score, best, commit
+        )
     if builds:
         result.reasons.append(describe(builds))
     result.reasons.extend(notes)
     attach_facts(rnd, result, facts.result())
-    result.transfer = closed_transfer(rnd, audited.transfer, audited.rejects, gate)
-    result.reasons.extend([] if commit else _checkout_after(rnd, request, patch, touched, restores))
+    with rnd.times.step("transfer check"):
+        result.transfer = closed_transfer(rnd, audited.transfer, audited.rejects, gate)
+    with rnd.times.step("checkout"):
+        after = [] if commit else _checkout_after(rnd, request, patch, touched, restores)
+    result.reasons.extend(after)
     close_round(campaign, result, progress=rnd.step, times=rnd.times)
     if commit:
         advance(rnd, commit, head)
