@@ -389,3 +389,21 @@ def test_perf_keys_exclude_target_commit_and_gpu_count() -> None:
     assert not fpm.is_perf_relevant("gpu.count")
     assert not fpm.is_perf_relevant("env.TRITON_CACHE_DIR")
     assert fpm.is_perf_relevant("env.HSA_NO_SCRATCH_RECLAIM")
+
+
+def test_torchs_fields_are_read_from_its_version_file_without_importing_it() -> None:
+    """Importing torch on the host cost seconds of every round's start (its checks
+    fingerprint the machine before anything runs); the fields are the values an
+    imported torch reports, read from the file it reads them from."""
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys; from runner.store import fingerprint as f; got = f._torch(); "
+        "print(json.dumps([got, 'torch' in sys.modules]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    got, imported = yaml.safe_load(out.stdout)
+    assert imported is False
+    assert got == fpm._torch_imported()  # what an imported torch reports
+    assert got["torch_version"] is not None

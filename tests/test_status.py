@@ -24,6 +24,7 @@ from runner.core.outcomes import (
     Status,
 )
 from runner.core.stats import geomean
+from runner.core.step_times import StepTime, StepTimes
 from runner.flow.acceptance_record import Acceptance, Check, write_acceptance
 from runner.render.figures import fmt_gain, fmt_pct
 from runner.render.final_report import render_final_report, render_transfer, transfer_split
@@ -210,6 +211,9 @@ def test_status_command_on_demo(demo_campaign: Path) -> None:
     assert data["next_round"] == 4 and data["unclosed_rounds"] == []
     assert data["best_round"] == expected.best_round
     assert data["consecutive_rollbacks"] == consecutive_rollbacks(results)
+    steps = {k: {s["name"] for s in v["steps"]} for k, v in data["step_times"].items()}
+    assert {"worker start-up", "fresh steps", "records"} <= steps["baseline"], steps
+    assert {"turns", "tamper check: trees before"} <= steps["last_round"], steps
 
 
 @pytest.mark.integration
@@ -315,6 +319,7 @@ def test_status_at_a_glance_running_acceptance_checkout(demo_copy: Path) -> None
     checks = [Check("full test suite", False, "2 failed")]
     record = Acceptance(campaign.name, "2026-12-01 16:00", "2026-12-01 16:09", head=head,
                         checks=checks)  # fmt: skip
+    record.step_times = StepTimes([StepTime("full-suite", 1.0, 9.0, "worker start-up")], 12.0)
     write_acceptance(acceptance_dir(campaign), record)
     ident = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*ident, "commit", "-q", "--allow-empty", "-m", "on"], cwd=source, check=True)
@@ -326,6 +331,8 @@ def test_status_at_a_glance_running_acceptance_checkout(demo_copy: Path) -> None
     assert data["running"]["pid"] == os.getpid()
     assert f"(pid {os.getpid()}, since " in text and "next: wait: `" in text
     assert data["acceptance"]["outcome"] == "NOT ACCEPTED"
+    accepted = data["step_times"]["acceptance"]
+    assert accepted["wall_s"] == 12.0 and accepted["steps"][0]["beside"] == "worker start-up"
     assert "last acceptance: NOT ACCEPTED (2026-12-01 16:09): full test suite: 2 failed" in text
     assert data["checkout"]["at_head"] is False and data["checkout"]["head"] == head
     # the commit sits on main: behind the head when the demo's round 3 was ACCEPTED, on

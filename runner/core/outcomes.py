@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Any
 
 from runner.core.isa_facts import KernelFacts
+from runner.core.step_times import StepTimes, read_step_times
 
 
 class Decision(str, Enum):
@@ -327,6 +328,9 @@ class RoundResult:
     # the stack's platform layer the round ran under (a non-AMD run of an AMD target:
     # runner.store.stack_platform); None: the target's own platform
     platform: str | None = None
+    # The wall time of each of the round's steps (runner.core.step_times); None in a
+    # result written before
+    step_times: StepTimes | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -361,6 +365,8 @@ class RoundResult:
             out["kernel_facts"] = self.kernel_facts.to_dict()
         if self.platform is not None:
             out["platform"] = self.platform
+        if self.step_times is not None:
+            out["step_times"] = self.step_times.to_dict()
         return out
 
     @classmethod
@@ -392,6 +398,7 @@ class RoundResult:
             gate_constants=d.get("gate_constants"),
             kernel_facts=_facts(d.get("kernel_facts")),
             platform=d.get("platform"),
+            step_times=read_step_times(d.get("step_times")),
         )
 
 

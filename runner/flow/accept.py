@@ -54,6 +54,7 @@ from runner.core.limits import block_pairs, check_blocks
 from runner.core.outcomes import GateResult, Score, Status
 from runner.core.shapes import Shape, shapes_by_label
 from runner.core.spec import load_spec
+from runner.core.step_times import StepTime, StepTimes
 from runner.core.timestamps import now_minute
 from runner.executors.base import Executor
 from runner.flow.accept_steps import ACCEPT_STEPS, INTEGRATION, StepClock, prior_seconds
@@ -268,6 +269,7 @@ def run_acceptance(
 ) -> Acceptance:
     """Final acceptance of the lineage head; writes ``acceptance/`` and returns it."""
     check_blocks(passes, "--passes")  # 1 to MAX_BLOCKS paired blocks; 2 is the default
+    times = StepTimes()  # from the start: the checks below are its time too
     with locked(campaign, progress):
         _refuse_unready(campaign)
         m = campaign.manifest
@@ -288,13 +290,16 @@ def run_acceptance(
         steps = ACCEPT_STEPS + ((INTEGRATION,) if m.execution_mode == "workspace" else ())
         prior = prior_seconds(out / "acceptance.json")
         clock = StepClock(_prefixed(progress), f"round-{ACCEPT_ROUND}", steps, prior)
+        times.add(StepTime("checks before the round", 0.0, times.now()))
         with open_round(
-            campaign, executor, _prefixed(progress), ACCEPT_ROUND, "full", gpus, acceptance=True
-        ) as rnd:
+            campaign, executor, _prefixed(progress), ACCEPT_ROUND, "full", gpus,
+            acceptance=True, times=times,
+        ) as rnd:  # fmt: skip
             try:
                 _measure(rnd, lineage, result, shapes, out / "artifacts", clock)
             finally:
                 result.step_seconds = dict(clock.seconds)
+                result.step_times = times.finish()
             _keep_passes(rnd.tmp, out / "artifacts")
         result.checks.append(check)
         result.finished = now()
@@ -344,8 +349,9 @@ def _measure(
     the suite paused while it times."""
     with ExitStack() as stack:
         with clock.step("worktrees and builds"):
-            base = stack.enter_context(lineage.worktree(result.base_commit))
-            head = stack.enter_context(lineage.worktree(result.head))
+            with rnd.times.step("worktrees"):
+                base = stack.enter_context(lineage.worktree(result.base_commit))
+                head = stack.enter_context(lineage.worktree(result.head))
             trees = {"baseline": base, "final": head}
             stack.enter_context(built_roles(rnd, trees))
 
@@ -362,15 +368,18 @@ def _measure(
         measured = art / "final.csv" if result.final is not None else None
         with clock.step("full benchmark"):
             dest = art / "full_benchmark.csv"
-            with quiet(rnd):  # a command's benchmark times: the suite gives the device up
+            # a command's benchmark times: the suite gives the device up
+            with quiet(rnd), rnd.times.step("full benchmark"):
                 result.full_benchmark = full_benchmark(rnd, head, shapes, dest, measured)
             result.checks.append(benchmark_check(result.full_benchmark))
         with clock.step("full test suite"):
             if beside is None:
-                suite()
+                with rnd.times.step("full-suite"):
+                    suite()
             else:  # what is left of it after full validation
-                beside.close()
-                beside.wait()
+                with rnd.times.step("wait for the full suite"):
+                    beside.close()
+                    beside.wait()
                 result.full_suite.update(beside.record())
             result.checks.append(suite_check(result.full_suite))
         if rnd.manifest.execution_mode == "workspace":

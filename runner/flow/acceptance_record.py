@@ -10,6 +10,7 @@ from typing import Any
 
 from runner.core.files import write_atomic
 from runner.core.outcomes import GateResult, Interval, Score
+from runner.core.step_times import StepTimes
 from runner.render.figures import score_scale
 from runner.store.acceptance import ACCEPTANCE_SCHEMA_VERSION
 
@@ -44,6 +45,8 @@ class Acceptance:
     full_suite: dict[str, Any] = field(default_factory=dict)
     commits: list[str] = field(default_factory=list)
     step_seconds: dict[str, float] = field(default_factory=dict)  # wall time per step
+    # each finer step's span (runner.core.step_times): what ran beside what
+    step_times: StepTimes | None = None
 
     @property
     def accepted(self) -> bool:
@@ -74,6 +77,7 @@ class Acceptance:
             "full_suite": dict(self.full_suite),
             "commits": list(self.commits),
             "step_seconds": dict(self.step_seconds),
+            **({"step_times": self.step_times.to_dict()} if self.step_times else {}),
         }
 
 

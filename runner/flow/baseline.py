@@ -108,9 +108,10 @@ def _measure_baseline(rnd: Round, passes: int, started: str) -> RoundResult:
     with rnd.lineage.worktree(m.base_commit or "") as tree:
         facts_job = FactsJob(rnd, {"incumbent": tree})  # the base: round 2's incumbent
         result = _measured_base(rnd, tree, passes, started)  # a failure: not waited for
-        facts = facts_job.result()  # while the tree exists
+        with rnd.times.step("wait for the kernel facts"):
+            facts = facts_job.result()  # while the tree exists
     attach_facts(rnd, result, facts)
-    close_round(campaign, result, progress=rnd.step)
+    close_round(campaign, result, progress=rnd.step, times=rnd.times)
     return result
 
 
@@ -119,14 +120,15 @@ def _measured_base(rnd: Round, tree: Path, passes: int, started: str) -> RoundRe
     m, campaign, shapes = rnd.manifest, rnd.campaign, all_shapes(rnd.manifest)
     with built_roles(rnd, {"baseline": tree}) as builds:
         paths = _measured(rnd, tree, shapes, passes)
-        csvs = read_passes(paths, None)
-        merged = write_merged(rnd.tmp / BENCHMARK_CSV, csvs)
-        base_score = score(merged, m.primary_metric)
-        per_pass = per_pass_metric(csvs, base_score.metric)
-        _refuse_unmeasured(rnd, shapes, paths, csvs, per_pass)
-        sigma_g, _ = calibrate_sigma(per_pass)
-        heldout = _heldout(m, shapes)
-        rep = _representative(m, merged, per_pass, exclude=set(heldout))
+        with rnd.times.step("calibration"):
+            csvs = read_passes(paths, None)
+            merged = write_merged(rnd.tmp / BENCHMARK_CSV, csvs)
+            base_score = score(merged, m.primary_metric)
+            per_pass = per_pass_metric(csvs, base_score.metric)
+            _refuse_unmeasured(rnd, shapes, paths, csvs, per_pass)
+            sigma_g, _ = calibrate_sigma(per_pass)
+            heldout = _heldout(m, shapes)
+            rep = _representative(m, merged, per_pass, exclude=set(heldout))
         campaign.manifest = validate_manifest(
             {
                 **m.model_dump(),
@@ -138,9 +140,11 @@ def _measured_base(rnd: Round, tree: Path, passes: int, started: str) -> RoundRe
             },
             "baseline",
         )
-        extra = _quick_run(rnd, tree, shapes)
+        with rnd.times.step("quick script"):
+            extra = _quick_run(rnd, tree, shapes)
         snapshot(tree, m.kernel_source, campaign.snapshot_dir(1))
-    store_artifacts(campaign, 1, rnd.tmp, extra=extra)
+    with rnd.times.step("store artifacts"):
+        store_artifacts(campaign, 1, rnd.tmp, extra=extra)
     campaign.save_manifest()
     ledgered = record_gate_fields(campaign, "baseline", "fixed at the baseline")
     result = RoundResult(

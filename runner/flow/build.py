@@ -30,6 +30,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from runner.core.artifact_names import BUILDS
 from runner.core.files import write_atomic
@@ -146,6 +147,20 @@ def built_roles(
         rnd.role_dirs = given_dirs
 
 
+def _key(
+    rnd: Round,
+    tree: Path,
+    archs: str | None,
+    commands: tuple[tuple[str, ...], ...],
+    facts: dict[str, Any] | None,
+    identity: str,
+) -> str:
+    """The build cache key of ``tree``'s native inputs (``identity``: the executor's)."""
+    target = rnd.target
+    inputs = native_inputs(tree, lambda p: target.needs_rebuild([p]))
+    return build_key(inputs, gpu_archs=archs, commands=commands, identity=identity, facts=facts)
+
+
 @contextlib.contextmanager
 def _builds(
     rnd: Round, roles: Mapping[str, Path], changed: Sequence[str] | None
@@ -158,16 +173,13 @@ def _builds(
     env = target.build_env(archs)
     facts = target.build_facts(env)
     cache = BuildCache.for_campaign(rnd.campaign.root)
-    identity = rnd.executor.build_identity()
-    keys = {}
-    for role, tree in roles.items():
-        inputs = native_inputs(tree, lambda p: target.needs_rebuild([p]))
-        keys[role] = build_key(
-            inputs, gpu_archs=archs, commands=commands, identity=identity, facts=facts
-        )
+    with rnd.times.step("build keys"):
+        identity = rnd.executor.build_identity()
+        keys = {r: _key(rnd, t, archs, commands, facts, identity) for r, t in roles.items()}
     done: dict[str, BuiltRole] = {}
     first: dict[str, str] = {}  # key -> the first role of this round built on it
-    watch = BuildWatch(roles)
+    with rnd.times.step("build guard"):
+        watch = BuildWatch(roles)
     try:
         for role in ordered(roles):
             tree, key = roles[role], keys[role]
@@ -186,16 +198,20 @@ def _builds(
                 hidden=rnd.hidden(),
             )
             rnd.progress(f"round-{rnd.round}: build-{role} (key {key[:12]})")
-            watch.before(role)
-            built = rnd.executor.prepare_role(job)
-            watch.after(role)
+            with rnd.times.step("build guard"):
+                watch.before(role)
+            with rnd.times.step("build"):
+                built = rnd.executor.prepare_role(job)
+            with rnd.times.step("build guard"):
+                watch.after(role)
             if built.outcome == "hit" and key in first:
                 built = replace(built, outcome="reuse")
             built = replace(built, reason=reason_for(built, changed, first.get(key)))
             first.setdefault(key, role)
             done[role] = built
             rnd.builds[tree] = built
-        watch.finish()
+        with rnd.times.step("build guard"):
+            watch.finish()
         _write_record(rnd.tmp / BUILDS, list(done.values()), rnd.executor.name, commands)
         yield list(done.values())
     finally:

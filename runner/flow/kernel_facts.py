@@ -36,6 +36,7 @@ from runner.core.errors import CommandFailed, InfrastructureError
 from runner.core.files import write_atomic
 from runner.core.isa_facts import ARCHS, KernelEntry, KernelFacts, Kernels
 from runner.core.processes import run
+from runner.core.step_times import StepTimes
 from runner.flow.round_context import Round
 from runner.store.campaign import Campaign
 from runner.store.manifest import Manifest
@@ -272,15 +273,18 @@ class FactsJob:
         self._result: KernelFacts | None = None
         self._thread = threading.Thread(
             target=self._work,
-            args=(campaign, dict(trees), rnd.isolate),
+            args=(campaign, dict(trees), rnd.isolate, rnd.times),
             name="kernel-facts",
             daemon=True,
         )
         self._thread.start()
 
-    def _work(self, campaign: Campaign, trees: dict[str, Path], guard: Guard) -> None:
+    def _work(
+        self, campaign: Campaign, trees: dict[str, Path], guard: Guard, times: StepTimes
+    ) -> None:
         try:
-            self._out = round_facts(campaign, trees, guard)
+            with times.step("kernel facts compile", beside="the round"):
+                self._out = round_facts(campaign, trees, guard)
         except Exception as exc:  # never fail a round for its facts
             self._out = KernelFacts.none(self._arch, None, f"{type(exc).__name__}: {exc}")
 

@@ -226,7 +226,8 @@ def _slurm_array(
 
 def _run_pass(rnd: Round, role: str, index: int, tree: Path, shapes: list[Shape]) -> Path:
     name = pass_name(index, role)
-    outcome = run_job(rnd, name, rnd.spec(role, index, shapes), tree)
+    with rnd.times.step("passes"):
+        outcome = run_job(rnd, name, rnd.spec(role, index, shapes), tree)
     if not outcome.ok:
         raise failed_worker(name, outcome)
     return Path(outcome.out_dir) / BENCHMARK_CSV
@@ -414,6 +415,17 @@ def judge(
 ) -> Judged:
     """Merge, score, pair and gate the passes measured so far (``final``: no more
     pairs will come)."""
+    with rnd.times.step("judge"):
+        return _judge(rnd, paths, how, vetoes, final)
+
+
+def _judge(
+    rnd: Round,
+    paths: Mapping[str, list[Path]],
+    how: Comparison,
+    vetoes: Sequence[str],
+    final: bool,
+) -> Judged:
     from runner.judge.vetoes import heldout_flag, inflation_veto, speed_of_light_veto
 
     m = rnd.manifest

@@ -21,6 +21,7 @@ from runner.core.files import read_json
 from runner.core.import_cause import explain_failure
 from runner.core.shapes import Shape, shape_set, shapes_by_label
 from runner.core.spec import VISIBILITY, RoundSpec, TimingSettings
+from runner.core.step_times import StepTimes
 from runner.executors.base import BuiltRole, Executor, WorkerJob
 from runner.executors.build_cache import BuildCache
 from runner.executors.gpus import allocator_env, detect_vendor, gpu_env
@@ -86,6 +87,8 @@ class Round:
     judge_expect: dict[Path, dict[str, str]] = field(default_factory=dict)
     # ``campaign accept``'s full validation (runner.flow.accept), not a round
     acceptance: bool = False
+    # the wall time of each of its steps (runner.core.step_times), into its record
+    times: StepTimes = field(default_factory=StepTimes)
 
     @property
     def manifest(self) -> Manifest:
@@ -282,14 +285,20 @@ def open_round(
     *,
     acceptance: bool = False,
     workdir: Path | None = None,
+    times: StepTimes | None = None,
 ) -> Iterator[Round]:
     """The one way a flow opens round ``n`` that measures (baseline, VALIDATE, a
     tournament, acceptance, a reproduction), under ``locked``: exclusive leases on its
     GPUs, then its scratch folder (a job folder removed afterwards, or ``workdir``), then
-    its ``Round``."""
-    with gpu_lease(gpus, campaign, n), contextlib.ExitStack() as stack:
-        tmp = workdir or stack.enter_context(job_dir(campaign.root, campaign.name))
-        yield Round(campaign, executor, progress, tmp, n, level, tuple(gpus), acceptance=acceptance)
+    its ``Round``; ``times``: the flow's step recorder when it started before (a new one
+    otherwise)."""
+    times = times if times is not None else StepTimes()
+    with contextlib.ExitStack() as stack:
+        with times.step("lease and scratch folder"):
+            stack.enter_context(gpu_lease(gpus, campaign, n))
+            tmp = workdir or stack.enter_context(job_dir(campaign.root, campaign.name))
+        yield Round(campaign, executor, progress, tmp, n, level, tuple(gpus),
+                    acceptance=acceptance, times=times)  # fmt: skip
 
 
 # ---- shapes --------------------------------------------------------------------------
@@ -408,6 +417,7 @@ class BesideStartUp:
         self.rnd = rnd
         self.seconds = 0.0  # how long ``work`` ran
         self._work = work
+        self._name = name
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         if self.possible(rnd):
@@ -430,8 +440,10 @@ class BesideStartUp:
 
     def _run(self) -> None:
         t0 = time.monotonic()
+        beside = "worker start-up" if self._thread is not None else ""
         try:
-            self._work()
+            with self.rnd.times.step(self._name, beside):
+                self._work()
         except BaseException as exc:  # raised again by wait(), in the round's thread
             self._error = exc
         finally:

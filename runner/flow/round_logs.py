@@ -10,6 +10,7 @@ from pathlib import Path
 
 from runner.core.errors import ConfigError
 from runner.core.outcomes import RoundResult
+from runner.core.step_times import StepTimes
 from runner.core.timestamps import now_minute
 from runner.render.markdown import (
     render_history_entry,
@@ -24,20 +25,34 @@ from runner.store.record_writer import RoundTexts, append_log_correction, write_
 
 
 def close_round(
-    campaign: Campaign, result: RoundResult, progress: Callable[[str], None] | None = None
+    campaign: Campaign,
+    result: RoundResult,
+    progress: Callable[[str], None] | None = None,
+    times: StepTimes | None = None,
 ) -> None:
     """Render the round's records and write them: summary.md, both log entries (the
     history entry followed by the Current Best and Directions after this round) and,
-    last, result.json (``runner.store.record_writer.write_round_records``)."""
+    last, result.json (``runner.store.record_writer.write_round_records``).  ``times``:
+    the round's steps, recorded in the result (its records' rendering the last)."""
+    if times is not None:
+        with times.step("records"):
+            result.step_times = times.finish()  # the summary shows the largest
+            texts = _texts(campaign, result)
+        result.step_times = times.finish()
+    else:
+        texts = _texts(campaign, result)
+    write_round_records(campaign, result, texts, progress)
+
+
+def _texts(campaign: Campaign, result: RoundResult) -> RoundTexts:
     m = campaign.manifest
     so_far = [*(r for r in campaign.results() if r.round != result.round), result]
-    texts = RoundTexts(
+    return RoundTexts(
         summary=render_summary(result, m),
         history_entry=render_history_entry(result) + render_round_state(so_far),
         trend_row=render_trend_row(result),
         optimize_header=render_optimize_header(m, result) if result.round == 1 else None,
     )
-    write_round_records(campaign, result, texts, progress)
 
 
 def correct_logs(

@@ -15,6 +15,7 @@ FAILED the user's checkout back to the lineage head, the edit kept
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +30,7 @@ from runner.core.outcomes import (
 )
 from runner.core.pause_points import pause_point
 from runner.core.shapes import Shape
+from runner.core.step_times import StepTime, StepTimes
 from runner.executors.base import BuiltRole, Executor
 from runner.flow.attempts import correctness_only, record_attempt
 from runner.flow.build import built_roles, describe
@@ -79,6 +81,7 @@ def validate_round(
     campaign: Campaign, executor: Executor, request: Request, *, progress: Progress = print
 ) -> RoundResult:
     """One VALIDATE round; refuses bad requests before writing anything."""
+    times = StepTimes()  # from the start: the checks below are the round's time too
     with locked(campaign, progress):
         check_round_number(campaign, request.round)
         if not request.hypothesis.strip():
@@ -101,9 +104,11 @@ def validate_round(
         started = now()
         if diagnosed is not None:
             write_diagnosis(campaign, diagnosed, request.round, dict(request.diagnosis))
+        times.add(StepTime("checks before the round", 0.0, times.now()))
         with open_round(
-            campaign, executor, progress, request.round, request.level, request.gpus
-        ) as rnd:
+            campaign, executor, progress, request.round, request.level, request.gpus,
+            times=times,
+        ) as rnd:  # fmt: skip
             return _validate_in(rnd, request, patch, touched, started, diffs, declared, restores)
 
 
@@ -125,10 +130,14 @@ def _validate_in(
     notes: list[str] = []
     facts: FactsJob | None = None  # a failed round records them too (docs/analysis.md)
     try:
-        with lineage.worktree(head) as inc_tree, lineage.worktree(head, patch) as cand_tree:
+        with contextlib.ExitStack() as trees:
+            with rnd.times.step("worktrees"):
+                inc_tree = trees.enter_context(lineage.worktree(head))
+                cand_tree = trees.enter_context(lineage.worktree(head, patch))
             pause_point("candidate-tree")
-            audited = audit(rnd, rnd.round, rnd.tmp, (inc_tree, cand_tree), patch, touched,
-                            declared, request.bucket)  # fmt: skip
+            with rnd.times.step("audit"):
+                audited = audit(rnd, rnd.round, rnd.tmp, (inc_tree, cand_tree), patch,
+                                touched, declared, request.bucket)  # fmt: skip
             notes = audited.notes
             roles = {"incumbent": inc_tree, "candidate": cand_tree}
             facts = FactsJob(rnd, roles)
@@ -142,17 +151,22 @@ def _validate_in(
     _refuse_incorrect(rnd, request, patch, gate, notes, facts.result())
     commit = None
     if gate.decision.accepted:
-        commit = lineage_commit(rnd, rnd.round, request.hypothesis, gate, head, patch)
-    result = round_result(
-        rnd, request, patch, touched, started, gate, cand_score, inc_score, best, commit
-    )
+        with rnd.times.step("lineage commit"):
+            commit = lineage_commit(rnd, rnd.round, request.hypothesis, gate, head, patch)
+    with rnd.times.step("round result"):
+        result = round_result(
+            rnd, request, patch, touched, started, gate, cand_score, inc_score, best, commit
+        )
     if builds:
         result.reasons.append(describe(builds))
     result.reasons.extend(notes)
     attach_facts(rnd, result, facts.result())
-    result.transfer = closed_transfer(rnd, audited.transfer, audited.rejects, gate)
-    result.reasons.extend([] if commit else _checkout_after(rnd, request, patch, touched, restores))
-    close_round(campaign, result, progress=rnd.step)
+    with rnd.times.step("transfer check"):
+        result.transfer = closed_transfer(rnd, audited.transfer, audited.rejects, gate)
+    with rnd.times.step("checkout"):
+        after = [] if commit else _checkout_after(rnd, request, patch, touched, restores)
+    result.reasons.extend(after)
+    close_round(campaign, result, progress=rnd.step, times=rnd.times)
     if commit:
         advance(rnd, commit, head)
     return result
@@ -174,7 +188,7 @@ def _closed_failure(
     failed = failed_result(rnd, request, patch, touched, started, best, why)
     attach_facts(rnd, failed, facts)
     failed.reasons.extend(_checkout_after(rnd, request, patch, touched, restores))
-    close_round(rnd.campaign, failed, progress=rnd.step)
+    close_round(rnd.campaign, failed, progress=rnd.step, times=rnd.times)
     return failed
 
 
@@ -239,14 +253,16 @@ def _guarded(
     try:
         with built_roles(rnd, roles, touched) as builds, proof(rnd, roles):
             if has_upstream_quick(rnd):  # upstream's own check beside the gate's evidence
-                run_quick(rnd, cand_tree, "candidate", VALIDATION_LOG)
+                with rnd.times.step("upstream quick check"):
+                    run_quick(rnd, cand_tree, "candidate", VALIDATION_LOG)
             gate, inc_score, cand_score = _measure_and_judge(
                 rnd, request, inc_tree, cand_tree, shapes, vetoes, risks
             )
     except (MeasurementFailed, Tampered):  # a FAILED round: not an interrupt, which is quick
         facts.result()
         raise
-    facts.result()
+    with rnd.times.step("wait for the kernel facts"):
+        facts.result()
     return gate, inc_score, cand_score, builds
 
 
@@ -293,7 +309,8 @@ def _measure_and_judge(
     quick = (f"quick level {fmt_gain(got.gate.delta_pct, got.gate)} on "
              f"{len(shapes)} shape(s), ACCEPTED; upgraded to the full level "
              f"({len(full)} target shapes) for confirmation: {due.summary()}")  # fmt: skip
-    confirmed = measure_and_judge(replace(rnd, level="full"), trees, full, samples, how=how)
+    with rnd.times.step("full-level confirmation"):
+        confirmed = measure_and_judge(replace(rnd, level="full"), trees, full, samples, how=how)
     verdict = "confirmed" if confirmed.gate.decision.accepted else "NOT confirmed"
     return _noted(confirmed.gate, f"{quick}: {verdict}"), confirmed.reference, confirmed.candidate
 

@@ -29,6 +29,7 @@ from runner.core.files import blob_hash
 from runner.core.loaded_record import LoadedRecord, read_loaded
 from runner.core.processes import run
 from runner.core.startup import interpreter_dirs, startup_files
+from runner.core.step_times import StepTimes
 
 SKIPPED_PARTS = frozenset({"__pycache__", ".pytest_cache", ".git"})
 GONE = "(deleted)"
@@ -359,6 +360,7 @@ class Guarded(Protocol):
 
     tmp: Path
     ready_checks: list[Callable[[], None]]
+    times: StepTimes
 
 
 @contextlib.contextmanager
@@ -369,7 +371,8 @@ def proof(host: Guarded, trees: Mapping[str, Path]) -> Iterator[None]:
     explained as tampering when it was, and every worker's loaded files and the
     guarded trees proven at the end (``prove_untouched``)."""
     guarded = reference_roles(trees)
-    before = snapshot(trees)
+    with host.times.step("tamper check: trees before"):
+        before = snapshot(trees)
     check = partial(prove_ready, before, guarded)
     host.ready_checks.append(check)
     try:
@@ -382,4 +385,5 @@ def proof(host: Guarded, trees: Mapping[str, Path]) -> Iterator[None]:
     finally:
         with contextlib.suppress(ValueError):
             host.ready_checks.remove(check)
-    prove_untouched(before, host.tmp, guarded)
+    with host.times.step("tamper check: trees and loaded files after"):
+        prove_untouched(before, host.tmp, guarded)

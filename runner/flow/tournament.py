@@ -34,6 +34,7 @@ from runner.core.errors import (
 from runner.core.limits import MAX_TOURNAMENT_ENTRIES
 from runner.core.outcomes import Decision, GateResult, RoundResult, TournamentNote
 from runner.core.pause_points import pause_point
+from runner.core.step_times import StepTime, StepTimes
 from runner.executors.base import BuiltRole, Executor
 from runner.flow.build import built_roles, describe
 from runner.flow.candidate import advance, audit, closed_transfer, lineage_commit, open_round_dir
@@ -75,6 +76,7 @@ def validate_tournament(
     """Rounds N.. of ``requests`` (one per entry, numbered in order) judged in one
     measurement; returns their results in round order.  Bad requests, and a tournament
     none of whose entries can be measured, are refused before anything is written."""
+    times = StepTimes()  # from the start: the checks below are the round's time too
     with locked(campaign, progress):
         _check_requests(campaign, requests)
         m = campaign.manifest
@@ -95,7 +97,10 @@ def validate_tournament(
         diffs = check_round_comparable(campaign, best.round, first.allow_env_mismatch)
         blocking = [d for d in diffs if d.perf_relevant]
         started = now()
-        with open_round(campaign, executor, progress, first.round, first.level, first.gpus) as rnd:
+        times.add(StepTime("checks before the round", 0.0, times.now()))
+        with open_round(
+            campaign, executor, progress, first.round, first.level, first.gpus, times=times
+        ) as rnd:
             for entry in entries:
                 _open_round(rnd, entry)
                 if first.allow_env_mismatch and blocking:
@@ -151,7 +156,7 @@ def _open_round(rnd: Round, entry: Entry) -> None:
     entry.dir.mkdir()
     entry.view = Round(
         rnd.campaign, rnd.executor, rnd.progress, entry.dir, entry.n, rnd.level, rnd.gpus,
-        builds=rnd.builds,
+        builds=rnd.builds, times=rnd.times,
     )  # fmt: skip
 
 
@@ -167,31 +172,36 @@ def _run(rnd: Round, entries: list[Entry], started: str) -> list[RoundResult]:
         for entry in live:
             entry.tree = stack.enter_context(lineage.worktree(head, entry.patch))
         pause_point("candidate-tree")
-        for entry in entries:
-            _audit(rnd, entry, inc_tree)
+        with rnd.times.step("audit"):
+            for entry in entries:
+                _audit(rnd, entry, inc_tree)
         roles = {"incumbent": inc_tree, **{e.role: e.tree for e in live if e.tree}}
         guarded = tuple(roles)  # no role may write any other's tree
         builds: list[BuiltRole] = []
         facts_job = FactsJob(rnd, roles)  # beside the measurement (docs/analysis.md)
         try:
             builds = _build(rnd, stack, roles, live)
-            before = snapshot_trees(roles)
+            with rnd.times.step("tamper check: trees before"):
+                before = snapshot_trees(roles)
             rnd.ready_checks.append(partial(prove_ready, before, guarded))
             try:
                 with contextlib.closing(EntryTests(rnd, live)):
                     measure_entries(rnd, inc_tree, live, shapes)
-                confirm(rnd, inc_tree, live, shapes)
+                with rnd.times.step("confirmation"):
+                    confirm(rnd, inc_tree, live, shapes)
             except MeasurementFailed as exc:
                 cause = _tampered(rnd, entries, before, guarded)
                 raise (cause or exc) from exc
             finally:
                 rnd.ready_checks.clear()
-            cause = _tampered(rnd, entries, before, guarded)
+            with rnd.times.step("tamper check: trees and loaded files after"):
+                cause = _tampered(rnd, entries, before, guarded)
             if cause is not None:
                 raise cause
         except (MeasurementFailed, Tampered) as exc:
             failed_all = str(exc)
-        facts = facts_job.result()
+        with rnd.times.step("wait for the kernel facts"):
+            facts = facts_job.result()
         for entry in live:
             entry.facts = facts.for_role(entry.role)
     if builds:
@@ -262,7 +272,8 @@ def _close(
     if winner is not None:
         assert winner.gate is not None
         hypothesis = winner.request.hypothesis
-        commit = lineage_commit(rnd, winner.n, hypothesis, winner.gate, head, winner.patch)
+        with rnd.times.step("lineage commit"):
+            commit = lineage_commit(rnd, winner.n, hypothesis, winner.gate, head, winner.patch)
     best = current_best(campaign)
     results = []
     for entry in entries:
@@ -276,7 +287,7 @@ def _close(
             span = f"{entries[0].n}-{entries[-1].n}"
             result = _judged_result(view, entry, started, best, winner, commit, span)
         result.tournament = note
-        close_round(campaign, result, progress=view.step)
+        close_round(campaign, result, progress=view.step, times=rnd.times)
         results.append(result)
     if commit is not None:
         advance(rnd, commit, head)

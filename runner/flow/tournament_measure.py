@@ -338,6 +338,7 @@ def confirm(rnd: Round, inc_tree: Path, entries: Sequence[Entry], shapes: list[S
         conf = Round(
             rnd.campaign, rnd.executor, rnd.progress, e.dir, e.n, rnd.level, rnd.gpus,
             builds=rnd.builds, ready_checks=rnd.ready_checks, role_dirs=rnd.role_dirs,
+            times=rnd.times,
         )  # fmt: skip
         samples = block_pairs(e.request.pairs or rnd.manifest.pairs)
         trees = {"incumbent": inc_tree, "candidate": e.tree}

@@ -22,6 +22,7 @@ from runner.core.device_memory import MemoryLog
 from runner.core.files import read_json
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, save_spec
+from runner.core.step_times import StepTimes
 from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
 
 
@@ -35,6 +36,7 @@ class Host(Protocol):
     ready_checks: list[Callable[[], None]]  # run then too, e.g. the tamper check
     # held around every timed stretch: work beside the workers gives the device up
     quiet: Callable[[], AbstractContextManager[None]] | None
+    times: StepTimes  # the wall time of each step (worker start-up, turns, ...)
 
     @property
     def executor(self) -> Executor: ...
@@ -125,6 +127,7 @@ class PlainHost:
     ready_checks: list[Callable[[], None]] = field(default_factory=list)
     quiet: Callable[[], AbstractContextManager[None]] | None = None  # around timed stretches
     device_bytes: int | None = None  # the device's memory, when the caller knows it
+    times: StepTimes = field(default_factory=StepTimes)  # each step's wall time
 
     @property
     def gpu_target(self) -> bool:

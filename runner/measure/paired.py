@@ -277,7 +277,8 @@ class _Session:
             timing = block_timing(spec.timing, self.turns, short=self.host.short_turns)
             spec = replace(spec, timing=timing, pool=self.members)
             job = self.host.worker_job(name, spec, self.trees[role], self.env)
-            live = self.serving.start_worker(job)
+            with self.host.times.step("worker launch"):
+                live = self.serving.start_worker(job)
             group.append(_Worker(live, role, self.next_index))
             interrupts.check()  # one that came during the fork was dropped there
         return group
@@ -286,6 +287,11 @@ class _Session:
         """Every worker of ``wave`` ready, then the round's holds (``_hold``).  Each
         worker's memory report at ready (none on the CPU) goes into ``memory``, its
         ``reserved`` as ``prepare``."""
+        with self.host.times.step("worker start-up"):
+            self._all_ready(wave)
+        _hold(self.host)
+
+    def _all_ready(self, wave: Sequence[list[_Worker]]) -> None:
         for group in wave:
             for w in group:
                 ready = _expect(w, self.ready_s, Ready)
@@ -296,11 +302,10 @@ class _Session:
                     self.memory[w.live.name] = {**report, "prepare": report["reserved"]}
                     kept = {k: v for k, v in report.items() if k != "reserved"}
                     self.note(w.live.name, {**kept, "prepare": report["reserved"]})
-        _hold(self.host)
 
     def take_turns(self, wave: list[list[_Worker]], first: int) -> None:
         """The wave's turns (``_take_turns``); each worker's last report into ``memory``."""
-        with quiet(self.host):
+        with quiet(self.host), self.host.times.step("turns"):
             turned = _take_turns(self.host, wave, first, self.groups, self.picks, self.suffix,
                                  self.turn_s, self.watch)  # fmt: skip
         for name, report in turned.items():
@@ -317,7 +322,8 @@ class _Session:
         workers = [w for group in wave for w in group]
         together = finish_side_by_side([self.memory.get(w.live.name, {}) for w in workers])
         if together:
-            with quiet(self.host):  # the fresh steps are timed
+            # the fresh steps are timed
+            with quiet(self.host), self.host.times.step("fresh steps"):
                 for w in workers:
                     reply = _talk(w, Fresh(), self.turn_s, FreshDone)
                     if reply.memory:  # what it keeps now, its pool handed back
@@ -330,6 +336,12 @@ class _Session:
             together = finish_side_by_side([self.memory.get(w.live.name, {}) for w in workers])
             for w in workers if together else []:
                 _send(w, Finish())
+        with self.host.times.step("re-checks and finish" if together else "fresh steps and finish"):
+            self._finished(wave, together)
+
+    def _finished(self, wave: Sequence[list[_Worker]], together: bool) -> None:
+        """Each worker of ``wave`` finished (its re-checks sent already where
+        ``together``, else its fresh step and re-checks now, alone) and reaped."""
         for group in wave:
             for w in group:
                 if together:
@@ -368,9 +380,11 @@ def _hold(host: Host) -> None:
     (``host.before_turns``) must be done and have passed, and every ready check
     (``host.ready_checks``: the workers have imported their code now) must pass."""
     if host.before_turns is not None:
-        host.before_turns()
-    for check in host.ready_checks:
-        check()
+        with host.times.step("wait for work beside start-up"):
+            host.before_turns()
+    with host.times.step("ready checks"):
+        for check in host.ready_checks:
+            check()
 
 
 def quiet(host: Host) -> contextlib.AbstractContextManager[None]:

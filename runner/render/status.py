@@ -35,6 +35,7 @@ from tabulate import tabulate
 
 from runner.core.errors import CampaignError
 from runner.core.outcomes import GateResult, RoundResult, Status
+from runner.core.step_times import StepTimes, read_step_times
 from runner.executors.build_cache import BuildCache
 from runner.judge.gate import accept_threshold
 from runner.judge.inconclusive import advice, inconclusive
@@ -122,6 +123,9 @@ class CampaignStatus:
     termination: list[str] = field(default_factory=list)
     may_end: bool = False  # some of T1-T4 holds
     undiagnosed: list[int] = field(default_factory=list)  # rollbacks in a row, no diagnosis
+    # the wall time of each step (runner.core.step_times) of the BASELINE, of the last
+    # round and of the last acceptance, where they recorded it
+    step_times: dict[str, StepTimes] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         step = self.escalation
@@ -158,6 +162,7 @@ class CampaignStatus:
             "checkout": dict(self.checkout),
             "termination": {"lines": list(self.termination), "may_end": self.may_end},
             "undiagnosed": list(self.undiagnosed),
+            "step_times": {k: v.to_dict() for k, v in self.step_times.items()},
             "extra": {k: v for k, v in self.extra},
         }
 
@@ -190,7 +195,14 @@ def summarise(
         unclosed=sorted(unclosed),
         chain_problems=check_chain(results),
         round_table=round_rows(results),
+        step_times=_step_times(base, max(results, key=lambda r: r.round, default=None)),
     )
+
+
+def _step_times(base: RoundResult | None, last: RoundResult | None) -> dict[str, StepTimes]:
+    """The BASELINE's and the last round's step times, where recorded."""
+    found = {"baseline": base, "last_round": last}
+    return {k: r.step_times for k, r in found.items() if r is not None and r.step_times}
 
 
 def round_rows(results: Sequence[RoundResult]) -> list[dict[str, Any]]:
@@ -271,6 +283,16 @@ def unclosed_rounds(campaign: Campaign) -> list[int]:
     return sorted(found)
 
 
+def _acceptance_times(campaign: Campaign) -> StepTimes | None:
+    """The last acceptance's step times; None without them (or an unreadable record,
+    which ``glance`` reports)."""
+    try:
+        record = load_acceptance(campaign)
+    except CampaignError:
+        return None
+    return read_step_times(record.get("step_times")) if record else None
+
+
 def glance(campaign: Campaign) -> dict[str, Any]:
     """The at-a-glance facts `campaign status` and the MCP ``campaign_status`` tool
     share: sigma_G and the acceptance threshold in force, the command holding the
@@ -322,6 +344,9 @@ def collect_status(campaign: Campaign) -> CampaignStatus:
     facts = glance(campaign)
     status.sigma_g, status.threshold_pct = facts["sigma_g"], facts["threshold_pct"]
     status.running, status.acceptance = facts["running"], facts["acceptance"]
+    accepted = _acceptance_times(campaign)
+    if accepted is not None:
+        status.step_times["acceptance"] = accepted
     status.checkout = facts["checkout"]
     if status.baseline_aggregate is not None:
         check = campaign_termination(campaign, results)

@@ -263,6 +263,7 @@ def render_summary(result: RoundResult, manifest: Manifest) -> str:
         "Decision": _decision(result),
         "Tournament": _tournament(result),
         "Kernel facts": facts_markdown(result.kernel_facts),
+        "Where the time went": _time_went(result),
         "Attribution": "n/a (baseline)" if _is_baseline(result) else result.attribution,
         "Next direction": result.next_direction,
         "Rollback Analysis": _rollback(result),
@@ -271,6 +272,25 @@ def render_summary(result: RoundResult, manifest: Manifest) -> str:
     title = f"# Round {result.round} — {result.status.value}\n"
     sections = [_section(k, v) for k, v in bodies.items() if v is not None]
     return "\n".join([title, *sections])
+
+
+def _time_went(result: RoundResult) -> str | None:
+    """The three steps that took the most wall time (``result.step_times``; a step's
+    repeats together, and a step beside another counted in full: they overlap), as of
+    the records' start; None for a result without them."""
+    times = result.step_times
+    if times is None or not times.steps:
+        return None
+    wall = times.wall_s
+    lines = [f"{wall:.1f} s from the round's start to its records; the largest steps:", ""]
+    for name, seconds in times.largest(3):
+        share = f" ({100 * seconds / wall:.0f}%)" if wall > 0 else ""
+        beside = {s.beside for s in times.steps if s.name == name} - {""}
+        where = f", beside {', '.join(sorted(beside))}" if beside else ""
+        lines.append(f"* {name}: {seconds:.1f} s{share}{where}")
+    lines.append("")
+    lines.append("Every step with its start and end: `step_times` in result.json.")
+    return "\n".join(lines)
 
 
 def commit_message(m: Manifest, n: int, hypothesis: str, gate: GateResult) -> str:

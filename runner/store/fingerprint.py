@@ -26,9 +26,11 @@ Layout (every leaf may be ``None``)::
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import datetime as dt
 import importlib.metadata
+import importlib.util
 import logging
 import os
 import platform
@@ -329,11 +331,54 @@ def dist_version(*names: str) -> str | None:
     return None
 
 
+_TORCH_FIELDS = {
+    "torch_version": "__version__",
+    "torch_git_version": "git_version",
+    "torch_hip": "hip",
+    "torch_cuda": "cuda",
+}
+
+
 def _torch() -> dict[str, Any]:
+    """torch's version and build: read from the ``torch/version.py`` it would import
+    (``_torch_version_file``: no import, which takes seconds of a round's start), else
+    imported in-process; all ``None`` without torch."""
+    return _torch_version_file() or _torch_imported()
+
+
+def _torch_version_file() -> dict[str, Any] | None:
+    """The fields of ``_TORCH_FIELDS`` as ``torch/version.py`` assigns them (the values
+    ``torch.__version__`` and ``torch.version`` hold once imported), without importing
+    torch; None when the file is not there or assigns one of them otherwise than as a
+    constant."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    text = _read(Path(folders[0]) / "version.py") if folders else None
+    if text is None:
+        return None
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    values: dict[str, object] = {}
+    for node in tree.body:
+        target: ast.expr | None = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
+            values[target.id] = value.value
+    if not all(name in values for name in _TORCH_FIELDS.values()):
+        return None
+    return {key: str(v) if (v := values[name]) else None for key, name in _TORCH_FIELDS.items()}
+
+
+def _torch_imported() -> dict[str, Any]:
     """torch's version and build, imported in-process; all ``None`` without torch."""
-    found: dict[str, Any] = dict.fromkeys(
-        ("torch_version", "torch_git_version", "torch_hip", "torch_cuda")
-    )
+    found: dict[str, Any] = dict.fromkeys(_TORCH_FIELDS)
     try:
         import torch  # optional and slow to import: only when collecting
     except Exception as exc:  # an unimportable torch is "unknown", never a crash
