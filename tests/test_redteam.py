@@ -177,3 +177,40 @@ def test_a_legitimate_fp8_weight_cache_passes_the_simulation(campaign: Campaign)
     trace = result.transfer.hit_rate_trace
     assert "_W_FP8" in trace and "8-step simulation FAIL" not in trace, trace
     assert "fresh activations, weight held still" in trace and "hit rate 7/8" in trace, trace
+
+
+# ------------------------------------------- where training runs the op: recipe and state
+
+
+def test_a_backward_that_drops_the_blockwise_recipe_is_caught_by_the_recipe_guard(
+    campaign: Campaign,
+) -> None:
+    # one scale for grad_out, dgrad and wgrad as bf16 GEMMs, the forward untouched: the
+    # gradients' SNR against float32 on Gaussian inputs passed; once ACCEPTED at +95%
+    result, summary = run_round(campaign, "backward_recipe_downgrade", "cheaper gradients")
+    assert not any(r.startswith("over-fitting audit") for r in result.reasons), result.reasons
+    caught(result, summary, "recipe guard: dgrad is ")
+    assert any("FP8 backward emulation on outlier gradients" in r for r in result.reasons)
+    assert any("recipe guard: wgrad is " in r for r in result.reasons), result.reasons
+
+
+def test_a_recipe_switched_on_autograd_mode_is_caught_by_the_recipe_guard(
+    campaign: Campaign,
+) -> None:
+    # one scale per tensor whenever autograd records: a guard calling the op under
+    # no_grad saw the blockwise recipe; once ACCEPTED at +37%
+    result, summary = run_round(campaign, "recipe_switched_on_autograd", "training recipe")
+    assert not any(r.startswith("over-fitting audit") for r in result.reasons), result.reasons
+    caught(result, summary, "recipe guard: out is ")
+    assert any("(grad enabled, inputs x1)" in r for r in result.reasons), result.reasons
+
+
+def test_a_dgrad_memo_kept_past_a_weight_step_is_caught_by_the_checked_training_step(
+    campaign: Campaign,
+) -> None:
+    # dgrad kept with the node for the benchmark's repeated backward; once the weight was
+    # stepped in place the kept buffer is returned unfilled: once ACCEPTED at +44%
+    result, summary = run_round(campaign, "autograd_node_memo", "keep dgrad with its node")
+    assert not any(r.startswith("over-fitting audit") for r in result.reasons), result.reasons
+    caught(result, summary, "real-training step, checked after its timing")
+    assert any("da_snr" in r or "da not" in r for r in result.reasons), result.reasons
