@@ -22,20 +22,29 @@ key = " ".join(args)
 if key not in samples:
     sys.stderr.write("amd-smi: unexpected arguments " + key + "\\n")
     sys.exit(2)
-sys.stdout.write(open(samples[key]).read())
+import os
+count = os.path.join(os.path.dirname(os.path.abspath(__file__)), key.replace(" ", "_") + ".n")
+n = int(open(count).read()) if os.path.exists(count) else 0
+open(count, "w").write(str(n + 1))
+files = samples[key]
+sys.stdout.write(open(files[min(n, len(files) - 1)]).read())
 """
 
 
 def install(
-    bin_dir: Path, monkeypatch: pytest.MonkeyPatch, metric: str = "amd_smi_metric_mi300x.json"
+    bin_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    metrics: tuple[str, ...] = ("amd_smi_metric_mi300x.json",),
 ) -> Path:
     """An ``amd-smi`` answering ``list``, ``metric`` and ``static --limit`` from the
-    recorded samples, first on PATH; the KFD topology sample as the host's."""
+    recorded samples, first on PATH; the KFD topology sample as the host's.  Its n-th
+    ``metric`` call prints ``metrics[n]`` (the last one from then on): a card that
+    cools."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     samples = {
-        "list": str(BUS_DATA / "amd_smi_list_mi300x.json"),
-        "metric": str(BUS_DATA / metric),
-        "static --limit": str(BUS_DATA / "amd_smi_static_limit_mi300x.json"),
+        "list": [str(BUS_DATA / "amd_smi_list_mi300x.json")],
+        "metric": [str(BUS_DATA / m) for m in metrics],
+        "static --limit": [str(BUS_DATA / "amd_smi_static_limit_mi300x.json")],
     }
     exe = bin_dir / "amd-smi"
     exe.write_text(SCRIPT.format(python=sys.executable, samples=samples))
