@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.core.empirical_peak import EmpiricalPeak
+from runner.core.files import write_json_atomic
 
 REPEATS = 20
 BATCHES = 5
@@ -69,7 +70,7 @@ def measure(n: int = 8192) -> EmpiricalPeak:
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
     peak = measure(int(argv[1]) if len(argv) > 1 else 8192)
-    out.write_text(json.dumps(peak.to_dict(), indent=2) + "\n", encoding="utf-8")
+    write_json_atomic(out, peak.to_dict())
     print(json.dumps(peak.to_dict()))
     return 0
 
