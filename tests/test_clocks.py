@@ -82,13 +82,13 @@ def test_sample_clocks_uses_first_source(monkeypatch: pytest.MonkeyPatch) -> Non
     assert out["source"] == "nvidia-smi" and out["sm_mhz"] == 1980.0
 
 
-def test_physical_index_follows_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cuda_index_follows_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
-    assert clocks._physical_index(1) == 5
+    assert clocks._cuda_index(1) == 5
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-uuid")
     monkeypatch.delenv("HIP_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv("ROCR_VISIBLE_DEVICES", raising=False)
-    assert clocks._physical_index(0) == 0
+    assert clocks._cuda_index(0) == 0
 
 
 def test_never_sets_clocks() -> None:

@@ -145,3 +145,26 @@ def test_a_pass_s_meta_reads_back_as_its_worker_wrote_it(tmp_path: Path) -> None
     assert PassMeta.from_dict(gpu.to_dict()) == gpu
     (tmp_path / "meta.json").write_text("[]", encoding="utf-8")
     assert read_meta(tmp_path) is None and read_meta(tmp_path / "nowhere") is None
+
+
+EMPIRICAL = Path(__file__).parent / "data" / "empirical_peak" / "mi355x.json"
+
+
+def test_the_veto_uses_the_recorded_empirical_peak(tmp_path: Path) -> None:
+    """FP8 on gfx950 measured about half its datasheet peak: a candidate reading 3000
+    TFLOPS passes the datasheet (5000) but not the campaign's measured 2240.7 (+25%)."""
+    from runner.core.artifact_names import EMPIRICAL_PEAK
+    from runner.flow.measure import empirical_peak
+
+    (tmp_path / EMPIRICAL_PEAK).write_text(EMPIRICAL.read_text())
+    peak = empirical_peak(tmp_path)
+    assert peak is not None and peak.tflops["fp8"] == 2240.7
+    reading = [("AMD Instinct MI355X", "M8192_N8192_K8192", "fp8", 3000.0)]
+    assert speed_of_light_veto(reading) is None  # the datasheet alone lets it pass
+    said = speed_of_light_veto(reading, peak)
+    assert said is not None and "2240.7 TFLOPS, plus 25%" in said and "BASELINE" in said
+    honest = [("AMD Instinct MI355X", "M8192_N8192_K8192", "e4m3", 2500.0)]
+    assert speed_of_light_veto(honest, peak) is None  # within the margin over the library
+    other_card = [("AMD Instinct MI300X", "M8192_N8192_K8192", "fp8", 2600.0)]
+    assert speed_of_light_veto(other_card, peak) is None  # another card's peak is not used
+    assert empirical_peak(tmp_path / "absent") is None

@@ -2,9 +2,11 @@
 shape (docs/measurement.md §2.5: clocks are read, never set).
 
 Sources, first that answers: NVML through ``pynvml`` (nvidia-ml-py); ``nvidia-smi``'s CSV
-query; ``amd-smi metric --json`` on ROCm.  The parsers are pure functions over text so
-that they are tested on recorded outputs.  Read-only: nothing here sets a clock, a power
-cap or a mode.  ``sample_clocks`` never raises; a failure is a reading with ``error``.
+query; ``amd-smi metric --json`` on ROCm, whose entry is found by PCI bus id
+(``runner.core.pci_bus``: amd-smi's index may not be HIP's).  The parsers are pure
+functions over text so that they are tested on recorded outputs.  Read-only: nothing
+here sets a clock, a power cap or a mode.  ``sample_clocks`` never raises; a failure is a
+reading with ``error``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from runner.core.spec import VISIBILITY
+from runner.core import pci_bus
 
 NVIDIA_SMI_FIELDS = "clocks.sm,clocks.mem,clocks_throttle_reasons.active,temperature.gpu,power.draw"
 NVIDIA_SMI_CMD = (
@@ -167,21 +169,27 @@ def sample_clocks(index: int = 0) -> dict[str, Any]:
     errors = []
     for reader in (_read_nvml, _read_nvidia_smi, _read_amd_smi):
         try:
-            reading = reader(_physical_index(index))
+            reading = reader(index)
         except Exception as exc:
             errors.append(f"{reader.__name__}: {type(exc).__name__}: {str(exc)[:200]}")
             continue
         if reading is not None:
             return reading.to_dict()
+    if not errors:
+        errors.append(NO_SOURCE)
     return ClockReading(source="none", error="; ".join(errors)).to_dict()
 
 
-def _physical_index(index: int) -> int:
-    """The driver's index of torch's device ``index`` under CUDA/HIP_VISIBLE_DEVICES."""
-    for var in VISIBILITY:
-        visible = [v.strip() for v in os.environ.get(var, "").split(",") if v.strip()]
-        if visible and index < len(visible) and visible[index].isdigit():
-            return int(visible[index])
+NO_SOURCE = "no pynvml, nvidia-smi or amd-smi here: the card's clocks could not be checked"
+
+
+def _cuda_index(index: int) -> int:
+    """nvidia-smi's/NVML's index of torch's CUDA device ``index`` under
+    ``CUDA_VISIBLE_DEVICES`` (as the host sets it, ``runner.executors.gpus.gpu_env``)."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    visible = [v for v in visible if v]
+    if visible and index < len(visible) and visible[index].isdigit():
+        return int(visible[index])
     return index
 
 
@@ -193,6 +201,7 @@ def _read_nvml(index: int) -> ClockReading | None:
         import pynvml
     except ImportError:
         return None
+    index = _cuda_index(index)
     if "mod" not in _NVML:
         pynvml.nvmlInit()
         _NVML["mod"] = pynvml
@@ -226,12 +235,45 @@ def _read_nvidia_smi(index: int) -> ClockReading | None:
     if text is None:
         return None
     readings = parse_nvidia_smi(text)
+    index = _cuda_index(index)
     return readings[index] if index < len(readings) else None
 
 
 def _read_amd_smi(index: int) -> ClockReading | None:
-    text = _run(AMD_SMI_CMD)
-    if text is None:
+    """HIP device ``index``'s entry of ``amd-smi metric --json``, matched by PCI bus id;
+    raises (recorded as the reading's error) when the card cannot be told."""
+    record = amd_smi_metric_record(index)
+    return None if record is None else _amd_reading(record)
+
+
+def amd_smi_metric_record(index: int) -> dict[str, Any] | None:
+    """The ``amd-smi metric --json`` record of HIP device ``index``: ROCr's physical
+    index (``ROCR_VISIBLE_DEVICES``) -> the KFD node's bus id -> amd-smi's index for that
+    bus id (``amd-smi list --json``).  None without amd-smi; raises when it is there but
+    the card cannot be matched (never a guess by position)."""
+    if shutil.which(AMD_SMI_CMD[0]) is None:
         return None
-    readings = parse_amd_smi_metric(text)
-    return readings[index] if index < len(readings) else None
+    bus = hip_bus_id(index)
+    by_bus = pci_bus.parse_amd_smi_list(_run(pci_bus.AMD_SMI_LIST_CMD) or "[]")
+    if bus not in by_bus:
+        raise RuntimeError(f"amd-smi list names no GPU at bus id {bus} ({sorted(by_bus)})")
+    records = pci_bus.amd_smi_records_by_index(_run(AMD_SMI_CMD) or "[]")
+    if by_bus[bus] not in records:
+        raise RuntimeError(f"amd-smi metric has no entry for GPU {by_bus[bus]} (bus {bus})")
+    return records[by_bus[bus]]
+
+
+def hip_bus_id(index: int) -> str:
+    """The PCI bus id of HIP device ``index`` of this process, from the KFD topology
+    (``TURBO_CAMPAIGN_KFD_TOPOLOGY`` overrides its root)."""
+    physical = pci_bus.rocr_physical_index(index)
+    if physical is None:
+        raise RuntimeError(f"HIP device {index}: the visible-devices lists name it by UUID")
+    root = os.environ.get(KFD_TOPOLOGY_ENV, pci_bus.KFD_TOPOLOGY)
+    gpus = pci_bus.kfd_gpus(root)
+    if physical >= len(gpus):
+        raise RuntimeError(f"ROCr GPU {physical}: the KFD topology at {root} lists {len(gpus)}")
+    return gpus[physical].bus_id
+
+
+KFD_TOPOLOGY_ENV = "TURBO_CAMPAIGN_KFD_TOPOLOGY"

@@ -30,6 +30,7 @@ from typing import Any
 
 from runner.bench.clocks import sample_clocks
 from runner.bench.replay_check import check_replay
+from runner.bench.thermal import wait_for_headroom
 from runner.bench.timing_result import Timing
 from runner.core.spec import TimingSettings
 from runner.core.stats import median
@@ -110,6 +111,7 @@ def measure_gpu(fn: Callable[[], object], settings: TimingSettings, device: str)
     with torch.cuda.device(dev):
         index = torch.cuda.current_device()
         props = torch.cuda.get_device_properties(index)
+        thermal = wait_for_headroom(index)  # a hot card would slow this role only
         before = sample_clocks(index)
         region = _Region(torch)
         t0 = time.perf_counter()
@@ -137,6 +139,7 @@ def measure_gpu(fn: Callable[[], object], settings: TimingSettings, device: str)
                 "warmup": warm.to_dict(),
                 "sync_overhead_ms": region.overhead_ms,
                 "side_stream_regions": region.hidden,
+                "thermal": thermal.to_dict(),
                 "clocks_before": before,
                 "clocks_after": sample_clocks(index),
             }

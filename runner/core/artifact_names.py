@@ -27,3 +27,7 @@ BUILDS = "builds.json"  # the native builds of the round's roles
 
 # a round's folder (``rounds/round-N/``, and each failed attempt's): the change as judged
 CANDIDATE_PATCH = "candidate.patch"
+
+# a campaign's root: the reference GEMM's rate measured on the campaign's card
+# (runner.core.empirical_peak), which tightens the speed-of-light veto
+EMPIRICAL_PEAK = "empirical_peak.json"

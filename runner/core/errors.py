@@ -14,7 +14,7 @@ message text::
     |   +-- FingerprintMismatch, BundleError
     +-- AppendOnlyViolation (5)
     +-- InfrastructureError (6): CommandFailed, Tampered, SpeedOfLightError,
-    |   MeasurementFailed (DeviceOutOfMemory, FocusedTestFailed)
+    |   MeasurementFailed (DeviceOutOfMemory, FocusedTestFailed, LdsOverLimit)
     +-- Verdict: RolledBack (3), NeedsRemeasure (4), CorrectnessFailed (3),
     |   NotAccepted (3), NotReproduced (3)
     +-- NothingToDo (7)
@@ -190,6 +190,12 @@ class MeasurementFailed(InfrastructureError):
         self.message = message
         self.log_path = log_path
         self.tail = tail
+
+
+class LdsOverLimit(MeasurementFailed):
+    """A candidate's kernel asks for more LDS than the target arch has (its kernel facts,
+    ``runner.core.isa_facts``): refused before it is measured, the kernel and its bytes
+    named; on AMD such a launch may run and read garbage instead of failing."""
 
 
 class DeviceOutOfMemory(MeasurementFailed):

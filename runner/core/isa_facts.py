@@ -49,6 +49,9 @@ class Arch:
     simds_per_cu: int = 4
 
 
+# LDS per CU as AMD's GPU specifications table gives it (ROCm 7.13.0-preview,
+# rocm.docs.amd.com/en/7.13.0-preview/reference/gpu-specs.html: MI300X/MI325X gfx942
+# 64 KiB, MI350X/MI355X gfx950 160 KiB).
 ARCHS = {
     "gfx942": Arch("gfx942", "hip", 64, 64 * 1024),  # MI300X / MI325X: 64 KiB of LDS per CU
     "gfx950": Arch("gfx950", "hip", 64, 160 * 1024),  # MI350X / MI355X: 160 KiB
@@ -290,6 +293,23 @@ class KernelFacts:
                 old = inc[name].facts if role != "incumbent" and name in inc else None
                 said += [f"{name}: {w}" for w in warnings(self.arch, old, entry.facts)]
         return replace(self, warnings=tuple(said))
+
+    def over_lds(self, role: str = "candidate") -> list[str]:
+        """Each kernel of ``role`` whose LDS is over the arch's limit, named with its
+        file and bytes.  On AMD such a kernel may launch and read garbage (a kernel
+        256 B over MI300X's 64 KiB did), so a round refuses it before measuring."""
+        spec = ARCHS.get(self.arch)
+        if spec is None:
+            return []
+        out = []
+        for name, entry in sorted(self.roles.get(role, {}).items()):
+            shared = entry.facts.get("shared_bytes")
+            if isinstance(shared, int) and shared > spec.shared_bytes:
+                out.append(
+                    f"{name} ({entry.file}): {shared} B of LDS, over {self.arch}'s "
+                    f"{spec.shared_bytes} B by {shared - spec.shared_bytes} B"
+                )
+        return out
 
     def for_role(self, role: str) -> KernelFacts:
         """The record of one candidate ``role`` of a measurement of several (a

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from runner.core.errors import ConfigError, InfrastructureError
+from runner.core.pci_bus import KFD_TOPOLOGY, kfd_gpus
 from runner.core.spec import VISIBILITY
 from runner.executors.base import WorkerJob
 
@@ -33,9 +34,6 @@ SourceMode = Literal["auto", "mount", "copy"]
 
 
 _UNSAFE_NAME = re.compile(r"[^a-zA-Z0-9_.-]+")
-
-
-KFD_TOPOLOGY = "/sys/devices/virtual/kfd/kfd/topology/nodes"
 
 
 GPU_GROUPS = ("video", "render")
@@ -157,38 +155,24 @@ def render_nodes_for(
     ``properties`` (``key value`` lines, among them ``drm_render_minor``; a ``gpu_id``
     line there is read when the file is missing).  GPU index i is the i-th node (in
     node-number order) with a non-zero ``gpu_id``, the order ROCm enumerates them.
+    The same node gives the card's PCI bus id (``runner.core.pci_bus``), by which the
+    worker finds its amd-smi entry: one card from lease to ``--device`` to amd-smi.
     """
     root = Path(topology_root)
     if not root.is_dir():
         raise InfrastructureError(
             f"no KFD topology at {root}: is the amdgpu driver loaded (ls /dev/kfd)?"
         )
-    minors = []
-    nodes = sorted((p for p in root.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-    for node in nodes:
-        props = _properties(node / "properties")
-        if (node / "gpu_id").is_file():
-            props["gpu_id"] = int((node / "gpu_id").read_text(encoding="utf-8").strip() or 0)
-        if props.get("gpu_id", 0) != 0:
-            minors.append(props.get("drm_render_minor"))
+    gpus = kfd_gpus(root)
     wanted = []
     for i in gpu_indices:
-        if not 0 <= i < len(minors):
-            raise ConfigError(f"GPU {i}: the KFD topology at {root} lists {len(minors)} GPUs")
-        minor = minors[i]
+        if not 0 <= i < len(gpus):
+            raise ConfigError(f"GPU {i}: the KFD topology at {root} lists {len(gpus)} GPUs")
+        minor = gpus[i].render_minor
         if minor is None:
             raise InfrastructureError(f"GPU {i} has no drm_render_minor in {root}")
         wanted.append(f"/dev/dri/renderD{minor}")
     return wanted
-
-
-def _properties(path: Path) -> dict[str, int]:
-    props: dict[str, int] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        key, _, value = line.strip().partition(" ")
-        if value.strip().lstrip("-").isdigit():
-            props[key] = int(value)
-    return props
 
 
 def host_group_ids(names: Sequence[str], group_file: str | Path = "/etc/group") -> list[int]:

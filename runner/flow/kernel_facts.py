@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from runner.core.errors import CommandFailed, InfrastructureError
+from runner.core.errors import CommandFailed, InfrastructureError, LdsOverLimit
 from runner.core.files import write_atomic
 from runner.core.isa_facts import ARCHS, KernelEntry, KernelFacts, Kernels
 from runner.core.processes import run
@@ -288,6 +288,15 @@ class FactsJob:
         except Exception as exc:  # never fail a round for its facts
             self._out = KernelFacts.none(self._arch, None, f"{type(exc).__name__}: {exc}")
 
+    def refuse_over_lds(self) -> None:
+        """On an AMD target, wait for the facts and refuse the round before anything is
+        timed when a candidate kernel is over the arch's LDS limit (``LdsOverLimit``,
+        naming the kernel and its bytes): there such a launch may run and read garbage.
+        A NVIDIA target fails that launch itself (OutOfResources), so nothing waits."""
+        arch = ARCHS.get(self._arch)
+        if arch is not None and arch.backend == "hip":
+            refuse_over_lds(self.result())
+
     def result(self, timeout: float = COMPILE_TIMEOUT_S * 2) -> KernelFacts:
         """The facts, waited for up to ``timeout`` the first time; the same answer on
         every later call (a round waits while its trees exist, then records it)."""
@@ -296,6 +305,18 @@ class FactsJob:
             late = KernelFacts.none(self._arch, None, "the compile timed out")
             self._result = late if self._thread.is_alive() else self._out
         return self._result
+
+
+def refuse_over_lds(facts: KernelFacts) -> None:
+    """``LdsOverLimit`` naming each candidate kernel over its arch's LDS limit, with its
+    bytes; nothing when all fit (or the facts could not be made: their note says so)."""
+    over = facts.over_lds("candidate")
+    if over:
+        raise LdsOverLimit(
+            "refused before it was measured: the candidate's kernels need more LDS "
+            f"than {facts.arch} has: " + "; ".join(over) + ". Shrink the tile or the "
+            "stages (BLOCK_*, num_stages) so each kernel fits, then validate again."
+        )
 
 
 def save_isa(campaign: Campaign, n: int, facts: KernelFacts) -> KernelFacts:

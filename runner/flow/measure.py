@@ -28,9 +28,11 @@ from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
-from runner.core.artifact_names import BENCHMARK_CSV, INCUMBENT_CSV
+from runner.core.artifact_names import BENCHMARK_CSV, EMPIRICAL_PEAK, INCUMBENT_CSV
 from runner.core.csv_schema import BenchCSV
+from runner.core.empirical_peak import EmpiricalPeak
 from runner.core.errors import MeasurementFailed
+from runner.core.files import read_json
 from runner.core.outcomes import Decision, GateResult, Score
 from runner.core.shapes import Shape
 from runner.executors.base import SequenceExecutor
@@ -405,6 +407,12 @@ def last_index(tmp: Path) -> int:
     return max(numbers, default=0)
 
 
+def empirical_peak(root: Path) -> EmpiricalPeak | None:
+    """The campaign's empirical peak (``EMPIRICAL_PEAK`` in its root), if measured."""
+    doc = read_json(root / EMPIRICAL_PEAK)
+    return EmpiricalPeak.from_dict(doc) if isinstance(doc, dict) else None
+
+
 def judge(
     rnd: Round,
     paths: Mapping[str, list[Path]],
@@ -442,7 +450,8 @@ def _judge(
         raise MeasurementFailed(how.broken)
     pairs = {k: pair_samples(ref, cand, refs[k].metric) for k in metrics}
     if how.audits:  # a candidate's rate above its GPU's peak: a measuring error, vetoed
-        light = speed_of_light_veto(light_readings(cand, op_info(m.target_op).precision, ref))
+        readings = light_readings(cand, op_info(m.target_op).precision, ref)
+        light = speed_of_light_veto(readings, empirical_peak(rnd.campaign.root))
         vetoes = [*vetoes, light] if light else vetoes
     gate = decide_metrics(
         refs, cands, sigma_g=m.sigma_g, pairs=pairs, vetoes=list(vetoes), final=final,

@@ -43,6 +43,7 @@ from runner.core.files import write_atomic
 from runner.core.outcomes import Status
 from runner.core.processes import run
 from runner.core.profile_range import RANGE_ENV, RANGE_NAME
+from runner.flow import rocprof_compute
 from runner.flow.kernel_facts import tree_pythonpath
 from runner.render.profile_table import parse_ncu_raw, parse_rocprof, parse_torch, table_markdown
 from runner.store.campaign import Campaign
@@ -162,6 +163,8 @@ def profile_round(
     folder = campaign.profiles_dir / f"round-{n}"
     target = get_target(m.target)
     got = ProfileRun(tool, shlex.join(argv), folder)
+    note = rocprof_compute.hbm_note(m.target_gpu, rocprof_compute.version_text())
+    got.notes += [note] if note else []
     with role_trees(campaign, n) as trees:
         for role, tree in trees.items():
             out = folder / role

@@ -251,6 +251,7 @@ def _guarded(
     failed: a FAILED round records them too."""
     inc_tree, cand_tree = roles["incumbent"], roles["candidate"]
     try:
+        facts.refuse_over_lds()  # AMD: a kernel over the LDS limit may read garbage
         with built_roles(rnd, roles, touched) as builds, proof(rnd, roles):
             if has_upstream_quick(rnd):  # upstream's own check beside the gate's evidence
                 with rnd.times.step("upstream quick check"):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 
+from runner.core.empirical_peak import MARGIN, EmpiricalPeak
 from runner.core.errors import SpeedOfLightError
 
 # gpu -> (dense bf16/fp16 TFLOPS, dense fp8 TFLOPS, HBM GB/s)
@@ -128,18 +129,39 @@ def device_memory_for(gpu_name_or_arch: str) -> int | None:
 
 
 def check_speed_of_light(
-    value: float, gpu: str, dtype: str, *, label: str = "", tolerance: float = 0.0
+    value: float,
+    gpu: str,
+    dtype: str,
+    *,
+    label: str = "",
+    tolerance: float = 0.0,
+    empirical: EmpiricalPeak | None = None,
 ) -> None:
     """Raise SpeedOfLightError when ``value`` (TFLOPS, or GB/s for "hbm") exceeds the
-    peak of ``gpu`` for ``dtype`` by more than ``tolerance``; unknown GPUs pass."""
-    peak = peak_for(gpu, dtype)
-    if peak is None or value <= peak * (1.0 + tolerance):
+    peak of ``gpu`` for ``dtype`` by more than ``tolerance``; unknown GPUs pass.  An
+    ``empirical`` peak measured on this card (``runner.core.empirical_peak``, with its
+    margin) tightens the datasheet's where it is lower."""
+    datasheet = peak_for(gpu, dtype)
+    column = DTYPES.get(dtype.lower().removeprefix("torch."))
+    kind = ("bf16", "fp8", "hbm")[column] if column is not None else dtype
+    measured = empirical.limit(gpu, kind) if empirical is not None else None
+    limits = [x for x in (datasheet, measured) if x is not None]
+    if not limits:
         return
-    unit = "GB/s" if DTYPES.get(dtype.lower().removeprefix("torch.")) == 2 else "TFLOPS"
+    peak = min(limits)
+    if value <= peak * (1.0 + tolerance):
+        return
+    unit = "GB/s" if column == 2 else "TFLOPS"
     where = f" for {label}" if label else ""
+    source = (
+        f"the reference GEMM measured on this card at BASELINE, {empirical.tflops.get(kind)} "
+        f"TFLOPS, plus {MARGIN:.0%}"
+        if empirical is not None and peak == measured
+        else "vendor datasheet, dense"
+    )
     raise SpeedOfLightError(
         f"measured {value:.1f} {unit}{where} exceeds the {dtype} peak of {gpu} "
-        f"({peak:.1f} {unit}, vendor datasheet, dense). The number is not a record: the "
+        f"({peak:.1f} {unit}, {source}). The number is not a record: the "
         "timing missed work (skipped or cached outputs, work outside the timed region) or "
         "the FLOP/byte count is wrong. Check the op's correctness on fresh inputs and its "
         "work formula, then measure again."

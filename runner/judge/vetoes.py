@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from runner.core.empirical_peak import EmpiricalPeak
 from runner.core.errors import MeasurementFailed, SpeedOfLightError
 from runner.core.outcomes import GateResult, TransferCheck
 from runner.core.stats import stdev
@@ -186,14 +187,17 @@ def state_transfer(
     )
 
 
-def speed_of_light_veto(readings: Sequence[tuple[str, str, str, float]]) -> str | None:
+def speed_of_light_veto(
+    readings: Sequence[tuple[str, str, str, float]], empirical: EmpiricalPeak | None = None
+) -> str | None:
     """The veto for a candidate whose measured rate is above what its GPU can do (its
-    dense datasheet peak, ``runner.judge.peaks``): such a number is a measuring error or
-    a shortcut the timing missed, never a gain.  ``readings``: ``(gpu, label, dtype,
-    value)`` per pass row (``runner.measure.passes.light_readings``); unknown GPUs pass."""
+    dense datasheet peak, ``runner.judge.peaks``, or the campaign's ``empirical`` peak
+    where that is lower): such a number is a measuring error or a shortcut the timing
+    missed, never a gain.  ``readings``: ``(gpu, label, dtype, value)`` per pass row
+    (``runner.measure.passes.light_readings``); unknown GPUs pass."""
     for gpu, label, dtype, value in readings:
         try:
-            check_speed_of_light(value, gpu, dtype, label=label)
+            check_speed_of_light(value, gpu, dtype, label=label, empirical=empirical)
         except SpeedOfLightError as exc:
             return f"faster than the hardware: {exc}"
     return None
