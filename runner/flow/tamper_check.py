@@ -29,6 +29,7 @@ from runner.core.files import blob_hash
 from runner.core.loaded_record import LoadedRecord, read_loaded
 from runner.core.processes import run
 from runner.core.startup import interpreter_dirs, startup_files
+from runner.measure.host_records import rewritten
 
 SKIPPED_PARTS = frozenset({"__pycache__", ".pytest_cache", ".git"})
 GONE = "(deleted)"
@@ -222,7 +223,8 @@ def tampering(
 ) -> list[str]:
     """What changed under a role while the round ran: a file a worker loaded whose
     blob is not its role's, a worker that left numbers but no record of what it loaded,
-    a guarded role's tree that is not as it was.  Empty: nothing."""
+    a guarded role's tree that is not as it was, a record the host wrote that changed
+    since (``runner.measure.host_records.rewritten``).  Empty: nothing."""
     problems: list[str] = []
     for folder, record in _worker_records(tmp):
         state = before.get(record.role) if record is not None else None
@@ -236,7 +238,7 @@ def tampering(
             problems += _mismatches(folder.name, record.role, harness, record, harness=True)
     guarded = tuple(guarded)
     return (problems + guarded_changes(before, guarded) + startup_changes(before)
-            + created_files(before, guarded))  # fmt: skip
+            + created_files(before, guarded) + rewritten(tmp))  # fmt: skip
 
 
 def guarded_changes(
