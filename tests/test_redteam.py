@@ -165,6 +165,22 @@ def test_closure_held_activation_memo_is_caught_by_the_8_step_simulation(
     assert result.transfer is not None and "<closure" in result.transfer.hit_rate_trace
 
 
+def test_records_rescaled_at_the_hand_over_or_at_exit_are_refused_by_the_host(
+    campaign: Campaign,
+) -> None:
+    # an atexit hook rewrites the worker's benchmark.csv / samples.json after every
+    # guard ran, and over_blocks, rebound through built strings, hands over each
+    # shape's time a quarter lower: the worker leaves with os._exit (the hook never
+    # runs) and the host, which writes the records, checks them against the turns
+    result, summary = run_round(campaign, "records_rewritten_at_exit", "trim the records")
+    assert result.status is Status.FAILED, result.reasons
+    caught(result, summary, "host-owned records")
+    assert any("is not the median" in r and "turns it reported" in r for r in result.reasons)
+    passes = campaign.artifacts_dir(result.round) / "passes"
+    assert sorted(passes.glob("pass-*-candidate")), "no candidate worker folder kept"
+    assert not list(passes.glob("*/rescaled-at-exit")), "an exit hook of a worker ran"
+
+
 # ------------------------------------------------------------------------- honest patches
 
 
