@@ -35,6 +35,7 @@ from runner.flow.tournament_measure import Entry, EntryTests
 from runner.judge.gate import decide, required_pairs
 from runner.judge.probe import is_probe
 from runner.measure.host import PlainHost, run_job
+from runner.measure.host_records import RECORDS_DIR, rewritten
 from runner.measure.paired import (
     QUICK_TURN,
     READY_TIMEOUT_ENV,
@@ -170,6 +171,10 @@ def test_serving_workers_take_turns_abba(tmp_path: Path) -> None:
             blocks = samples["shapes"]["s1"]["forward"]["extra"]["blocks"]
             assert len(blocks) == 4  # 2 groups x A B B A: two turns per group
             assert samples["shapes"]["s1"]["seconds"] > 0
+            # written by the host from the turns it was told of, never by the worker
+            kept = json.loads((host.tmp / RECORDS_DIR / f"{path.parent.name}.json").read_text())
+            assert kept["folder"] == str(path.parent)
+    assert rewritten(host.tmp) == []
     turns = [json.loads(line) for line in (host.tmp / "turns.jsonl").read_text().splitlines()]
     assert len(turns) == 2 * 2 * 4
     first = [t["worker"].split("-")[-1] for t in turns[:4]]

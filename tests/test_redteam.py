@@ -24,7 +24,9 @@ from pathlib import Path
 import pytest
 from campaign_helpers import tiny_campaign
 
+import runner
 from runner.core.outcomes import RoundResult, Status
+from runner.executors.isolation import isolation_works
 from runner.executors.local import LocalExecutor
 from runner.flow.rounds import Request, validate_round
 from runner.store.campaign import Campaign
@@ -163,6 +165,46 @@ def test_closure_held_activation_memo_is_caught_by_the_8_step_simulation(
     assert not any(r.startswith("over-fitting audit") for r in result.reasons), result.reasons
     caught(result, summary, "8-step simulation: kept state written at step(s)")
     assert result.transfer is not None and "<closure" in result.transfer.hit_rate_trace
+
+
+def test_records_rescaled_at_the_hand_over_or_at_exit_are_refused_by_the_host(
+    campaign: Campaign,
+) -> None:
+    # an atexit hook rewrites the worker's benchmark.csv / samples.json after every
+    # guard ran, and over_blocks, rebound through built strings, hands over each
+    # shape's time a quarter lower: the worker leaves with os._exit (the hook never
+    # runs) and the host, which writes the records, checks them against the turns
+    result, summary = run_round(campaign, "records_rewritten_at_exit", "trim the records")
+    assert result.status is Status.FAILED, result.reasons
+    caught(result, summary, "host-owned records")
+    assert any("is not the median" in r and "turns it reported" in r for r in result.reasons)
+    passes = campaign.artifacts_dir(result.round) / "passes"
+    assert sorted(passes.glob("pass-*-candidate")), "no candidate worker folder kept"
+    assert not list(passes.glob("*/rescaled-at-exit")), "an exit hook of a worker ran"
+
+
+@pytest.mark.skipif(not isolation_works(), reason="no mount namespaces on this host")
+def test_a_module_shadow_in_the_harness_root_cannot_be_planted(campaign: Campaign) -> None:
+    # every process of the candidate (its focused test, its workers) tries to write a
+    # torch.py into the folder first on its path, the harness root, and goes on quietly
+    # when it cannot: the harness root and the interpreter's prefix are read-only in
+    # every job (Round.readonly), so nothing is planted and the refusal is in its logs.
+    # Where a host cannot isolate, the round's proof names the file (harness proof:
+    # module shadow; tests/test_tamper.py)
+    harness_root = Path(runner.__file__).resolve().parent.parent
+    shadow = harness_root / "torch.py"
+    assert not shadow.exists()
+    try:
+        result, _ = run_round(campaign, "harness_root_module_shadow", "prefer the local torch")
+    finally:
+        planted = shadow.exists()
+        shadow.unlink(missing_ok=True)
+    assert not planted, "a job wrote into the harness root"
+    assert result.status is not Status.ACCEPTED, result.reasons
+    files = [p for p in campaign.root.rglob("*") if p.is_file() and p.suffix in (".log", ".md")]
+    logs = [p.read_text(encoding="utf-8", errors="replace") for p in files]
+    refused = f"no shadow planted: [Errno 30] Read-only file system: '{shadow}'"
+    assert any(refused in log for log in logs), (result.status, result.reasons)
 
 
 # ------------------------------------------------------------------------- honest patches

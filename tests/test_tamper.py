@@ -325,3 +325,61 @@ def test_each_role_has_its_own_jit_cache_that_no_other_role_can_write(
     assert "Read-only file system" in outcome.log_path.read_text()
     assert (cand / "env.txt").read_text().split() == [str(mine / "triton"), str(mine / "inductor")]
     assert (mine / "triton" / "mine").is_file() and not (theirs / "triton" / "k").exists()
+
+
+def test_a_module_planted_ahead_of_site_packages_is_named_by_the_proof(tmp_path: Path) -> None:
+    """Where a host cannot isolate, a ``torch.py`` (or a changed module, or a new
+    package) in a folder every worker imports from before its own paths and
+    site-packages (the harness root, the standard library) fails the round's proof."""
+    from dataclasses import replace
+
+    from runner.core.startup import importable_files
+    from runner.flow.tamper_check import shadow_changes, startup_state
+
+    root = tmp_path / "harness-root"
+    (root / "runner").mkdir(parents=True)
+    (root / "runner" / "__init__.py").write_text("")
+    (root / "notes.txt").write_text("not importable\n")
+    state = startup_state([], dirs=[])
+    assert Path(__import__("runner").__file__).resolve().parent.parent in state.shadowing
+    state = replace(state, shadowing=(root,), importable=importable_files([root]))
+    assert shadow_changes(state) == []
+    (root / "notes.txt").write_text("still not importable\n")
+    assert shadow_changes(state) == []
+    (root / "torch.py").write_text("slow = True\n")
+    (root / "runner" / "__init__.py").write_text("x = 1\n")
+    found = shadow_changes(state)
+    assert [f.split(" was ")[0] for f in found] == [
+        f"importable file {root / 'runner' / '__init__.py'}",
+        f"importable file {root / 'torch.py'}",
+    ]
+    assert all(f.endswith("(harness proof: module shadow)") for f in found)
+
+
+@pytest.mark.skipif(not isolation_works(), reason="no mount namespaces on this host")
+def test_a_job_cannot_write_the_harness_root_or_the_prefix(tmp_path: Path) -> None:
+    """The harness root (first on every worker's ``sys.path``) and the interpreter's
+    prefix are read-only to a local job that carries them (``Round.readonly`` with
+    ``interpreter``, every worker job's; the red-team round shows the wiring)."""
+    import sys
+
+    from runner.executors.base import WorkerJob
+    from runner.executors.isolation import interpreter_roots
+
+    roots = interpreter_roots()
+    assert Path(sys.prefix).resolve() in roots
+    shadow = roots[0] / "torch.py"
+    assert roots[0] / "runner" == Path(__import__("runner").__file__).resolve().parent
+    assert not shadow.exists()
+    own = tmp_path / "src"
+    own.mkdir()
+    plant = ("sh", "-c", f"echo 'slow = True' > {shadow} || echo refused > seen.txt")
+    job = WorkerJob("pass-02-candidate", tmp_path / "spec.json", own, tmp_path / "out",
+                    prepare=(plant,), readonly=roots)  # fmt: skip
+    try:
+        outcome = LocalExecutor().run_job(job)
+    finally:
+        planted = shadow.exists()
+        shadow.unlink(missing_ok=True)
+    assert not planted and (own / "seen.txt").read_text() == "refused\n"
+    assert "Read-only file system" in outcome.log_path.read_text()

@@ -41,9 +41,11 @@ def test_every_request_survives_its_line(request_: Request) -> None:
         Ready(("a", "b"), MEMORY),
         Ready(("a",)),
         BlockDone(2, 0.25, 1000.0, 1000.5, MEMORY),
+        BlockDone(1, 0.2, 1.0, 1.2, {}, {"s1": (0.5, 1.25), "s2": (0.75, None)}),
         FreshDone(MEMORY),
         FreshDone(),
         Finished(),
+        Finished("gemm", ({"label": "s1", "Forward Time (ms)": 0.5},), {"shapes": {}}),
         Failed("RuntimeError: boom"),
     ],
 )
@@ -55,7 +57,8 @@ def test_the_wire_spells_the_messages_as_before() -> None:
     assert json.loads(request_line(Block(4, 2))) == {"op": "block", "index": 4, "pick": 2}
     assert json.loads(request_line(Finish())) == {"op": "finish"}
     done = json.loads(reply_line(BlockDone(4, 0.5, 1.0, 2.0, {})))
-    assert done == {"ok": True, "block": 4, "seconds": 0.5, "start": 1.0, "end": 2.0, "memory": {}}
+    assert done == {"ok": True, "block": 4, "seconds": 0.5, "start": 1.0, "end": 2.0, "memory": {},
+                    "timings": {}}  # fmt: skip
     assert json.loads(reply_line(Failed("x"))) == {"ok": False, "error": "x"}
     assert parse_reply('{"ok": false}') == Failed("{'ok': False}")  # no error named
 

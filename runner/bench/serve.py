@@ -13,10 +13,13 @@ and, on a GPU, the memory report by which the host sizes its waves of live worke
 ``Fresh`` (the fresh-step timing, a timed turn of its own, the pool freed first) and
 ``Finish`` (the re-check after timing, untimed: the host sends it to every worker of a
 wave at once, after every fresh step is timed; the fresh step is timed here when
-``Fresh`` was not sent), after which the worker writes its artifacts as a per-pass
-worker writes them (per shape the median over its blocks), answers ``Finished`` and
-exits 0.  On any error it answers ``Failed`` and exits 1.  On a GPU ``Ready`` carries
-each shape's preparation peak (``ShapePeaks``).
+``Fresh`` was not sent), after which the worker answers ``Finished`` with its CSV rows
+and samples as a per-pass worker would write them (per shape the median over its
+blocks) and exits 0 (``os._exit``: no exit hook of the measured code runs).  Each
+``BlockDone`` carries the turn's per-shape medians, so the host writes the pass's
+``benchmark.csv`` and ``samples.json`` itself, from numbers it checked against the
+turns (``runner.measure.host_records``).  On any error it answers ``Failed`` and
+exits 1.  On a GPU ``Ready`` carries each shape's preparation peak (``ShapePeaks``).
 
 The buffer pool: per shape ``pool`` input sets (seeds ``seed + 101*k``, the same in every
 process, so both roles of a block see the same data), each allocated after a spacer of
@@ -42,7 +45,7 @@ from typing import IO, Any
 
 from runner.bench.oom import out_of_memory, release_cached
 from runner.bench.timing import Timing
-from runner.core.artifact_names import BENCHMARK_CSV, META, SAMPLES
+from runner.core.artifact_names import META
 from runner.core.files import write_json_atomic
 from runner.core.samples import Samples, ShapeSamples
 from runner.core.shapes import Shape
@@ -162,11 +165,14 @@ class Server:
             st.seconds += time.perf_counter() - t0
             log.info("shape %s prepared in %.1f s", st.shape.label, st.seconds)
 
-    def block(self, pick: int) -> float:
-        """One turn: every shape forward and backward on pool member ``pick``."""
+    def block(self, pick: int) -> tuple[float, dict[str, tuple[float | None, float | None]]]:
+        """One turn: every shape forward and backward on pool member ``pick``.  Returns
+        its seconds and, per shape measured, the turn's forward and backward medians
+        (what the host is told as the turn ends: ``BlockDone.timings``)."""
         from runner.bench.worker_pass import time_case
 
         t0 = time.perf_counter()
+        told: dict[str, tuple[float | None, float | None]] = {}
         for st in self.states:
             if st.error:
                 continue
@@ -181,13 +187,14 @@ class Server:
                 st.fwd.append(fwd)
                 if bwd is not None:
                     st.bwd.append(bwd)
+                told[st.shape.label] = (fwd.median_ms, bwd.median_ms if bwd else None)
                 st.timed_problems += [p for p in problems if p not in st.timed_problems]
             except Exception as exc:
                 out_of_memory(exc, st.shape.label, self.out_dir)
                 log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
                 st.error = f"{type(exc).__name__}: {exc}"
             st.seconds += time.perf_counter() - t1
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, told
 
     def fresh(self) -> None:
         """The finish's timed part, in the worker's exclusive turn: per shape the pool
@@ -205,13 +212,14 @@ class Server:
                 log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
                 st.error = f"{type(exc).__name__}: {exc}"
 
-    def finish(self) -> None:
+    def finish(self) -> Finished:
         """The re-check (with the fresh step's timing first, as a per-pass worker does
-        it, when ``fresh`` has not timed it), then the pass's files."""
+        it, when ``fresh`` has not timed it), then the pass's proof files (``meta.json``,
+        ``loaded.json``); its CSV rows and samples go to the host in the reply, which
+        writes them (the worker writes no number the gate reads)."""
         from runner.bench.environment import environment_meta
         from runner.bench.provenance import record_loaded
         from runner.bench.rows import ROW_BUILDERS, failed_row
-        from runner.core.csv_io import write_csv
         from runner.core.csv_schema import get_schema
 
         schema = get_schema(self.adapter.info.schema)
@@ -232,10 +240,9 @@ class Server:
             rows.append(row)
             raw[st.shape.label] = record
         samples: Samples = {"spec": self.spec.to_dict(), "shapes": raw, "pool": self.pool}
-        write_json_atomic(self.out_dir / SAMPLES, samples)
         write_json_atomic(self.out_dir / META, environment_meta(self.device).to_dict())
         record_loaded(self.out_dir, self.spec.role, "end")
-        write_csv(self.out_dir / BENCHMARK_CSV, schema, rows)
+        return Finished(schema.name, tuple(rows), dict(samples))
 
     def _finish_shape(self, st: _ShapeState, build: Any) -> tuple[Any, ShapeSamples]:
         from runner.bench.worker_pass import after_timing
@@ -362,9 +369,10 @@ def serve(spec: RoundSpec, out_dir: Path, load: Callable[[RoundSpec, Path], Any]
                 return 1
             if isinstance(message, Block):
                 start = time.time()
-                seconds = server.block(message.pick)
+                seconds, told = server.block(message.pick)
                 memory = device_memory(server.device)
-                channel.send(BlockDone(message.index, seconds, start, time.time(), memory))
+                end = time.time()
+                channel.send(BlockDone(message.index, seconds, start, end, memory, told))
             elif isinstance(message, Fresh):
                 log.info("fresh step: timing")
                 server.fresh()
@@ -373,8 +381,7 @@ def serve(spec: RoundSpec, out_dir: Path, load: Callable[[RoundSpec, Path], Any]
                 channel.send(FreshDone(memory))
             else:
                 log.info("finishing: the re-checks and files")
-                server.finish()
-                channel.send(Finished())
+                channel.send(server.finish())
                 return 0
     except Exception as exc:
         log.error("serve failed: %s\n%s", exc, traceback.format_exc())

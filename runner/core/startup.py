@@ -164,3 +164,47 @@ def startup_files(dirs: Iterable[Path]) -> dict[str, str]:
             except OSError:
                 files[str(entry)] = "(unreadable)"
     return files
+
+
+# what ``import NAME`` finds directly in a folder: a module, an extension, a package
+MODULE_SUFFIXES = (".py", ".pyc", ".so", ".pyd")
+NAMESPACE = "(folder)"  # a folder without ``__init__.py``: an implicit namespace package
+
+
+def shadowing_dirs(harness_root: Path) -> list[Path]:
+    """The folders a worker's ``sys.path`` holds before the job's own paths and
+    site-packages (``BOOT``): the harness root and the standard library's."""
+    import sysconfig
+
+    stdlib = [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")]
+    dynload = [p for p in sys.path if p.endswith("lib-dynload")]
+    found = [harness_root, *(Path(p) for p in [*stdlib, *dynload])]
+    return [p for p in dict.fromkeys(found) if p.is_dir()]
+
+
+def importable_files(dirs: Iterable[Path]) -> dict[str, str]:
+    """Absolute path -> blob id of everything ``import`` could find directly in each of
+    ``dirs`` (a package by its ``__init__.py``, a namespace folder as ``NAMESPACE``):
+    a file that appears or changes there shadows a module of every later worker."""
+    files: dict[str, str] = {}
+    for folder in dict.fromkeys(Path(d) for d in dirs):
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith(".") or entry.name == "__pycache__":
+                continue
+            if entry.is_dir():
+                init = entry / "__init__.py"
+                if not init.is_file():
+                    files[str(entry)] = NAMESPACE
+                    continue
+                entry = init
+            elif not entry.name.endswith(MODULE_SUFFIXES):
+                continue
+            try:
+                files[str(entry)] = blob_hash(entry.read_bytes())
+            except OSError:
+                files[str(entry)] = "(unreadable)"
+    return files

@@ -11,8 +11,15 @@ worker -> host (``Reply``): ``Ready`` after set-up, ``BlockDone``, ``FreshDone``
 ``Finished``, or ``Failed`` on any error.  On the wire a reply is named by its key:
 ``{"ok": true, "ready": [labels], "memory": {...}}`` (on a GPU with ``"shape_peaks":
 {label: bytes}``), ``{"ok": true, "block": i,
-"seconds": s, "start": t0, "end": t1, "memory": {...}}``, ``{"ok": true, "fresh": true,
-"memory": {...}}``, ``{"ok": true, "finished": true}``, ``{"ok": false, "error": "..."}``.
+"seconds": s, "start": t0, "end": t1, "memory": {...}, "timings": {label: [fwd_ms,
+bwd_ms]}}``, ``{"ok": true, "fresh": true, "memory": {...}}``, ``{"ok": true,
+"finished": true, "schema": name, "rows": [...], "samples": {...}}``,
+``{"ok": false, "error": "..."}``.
+
+The numbers the gate reads travel here, not through the worker's files: each block's
+reply carries, per shape, the median of its forward and backward batches (``timings``),
+and ``Finished`` the pass's CSV rows and ``samples.json``, which the host checks
+against the turns it was told of and writes itself (``runner.measure.host_records``).
 
 A memory report (``MemoryReport``) is empty on the CPU; on a GPU it holds ``reserved``
 (the most device memory the process held since its last report), ``held`` (what it
@@ -94,13 +101,16 @@ class Ready:
 
 @dataclass(frozen=True)
 class BlockDone:
-    """One block measured: its wall-clock seconds and span, the memory since the last."""
+    """One block measured: its wall-clock seconds and span, the memory since the last,
+    and per shape label the block's forward and backward median (ms; None: no backward
+    or the shape failed)."""
 
     block: int
     seconds: float
     start: float
     end: float
     memory: MemoryReport = field(default_factory=dict)
+    timings: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -112,7 +122,12 @@ class FreshDone:
 
 @dataclass(frozen=True)
 class Finished:
-    """The re-checks done and the artifacts written; the process exits 0."""
+    """The re-checks done: the pass's CSV rows (pinned schema ``schema``) and its
+    ``samples.json``, for the host to check and write; the process then exits 0."""
+
+    schema: str = ""
+    rows: tuple[dict[str, Any], ...] = ()
+    samples: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -136,11 +151,13 @@ def reply_line(reply: Reply) -> str:
             data["shape_peaks"] = reply.shape_peaks
     elif isinstance(reply, BlockDone):
         data = {"block": reply.block, "seconds": reply.seconds, "start": reply.start,
-                "end": reply.end, "memory": reply.memory}  # fmt: skip
+                "end": reply.end, "memory": reply.memory,
+                "timings": {k: list(v) for k, v in reply.timings.items()}}  # fmt: skip
     elif isinstance(reply, FreshDone):
         data = {"fresh": True, "memory": reply.memory}
     else:
-        data = {"finished": True}
+        data = {"finished": True, "schema": reply.schema, "rows": list(reply.rows),
+                "samples": reply.samples}  # fmt: skip
     return json.dumps({"ok": True, **data})
 
 
@@ -156,14 +173,25 @@ def parse_reply(line: str) -> Reply:
             return Ready(tuple(str(s) for s in data["ready"]), memory, peaks)
         if "block" in data:
             return BlockDone(int(data["block"]), float(data["seconds"]), float(data["start"]),
-                             float(data["end"]), memory)  # fmt: skip
+                             float(data["end"]), memory,
+                             _timings(data.get("timings") or {}))  # fmt: skip
         if data.get("fresh") is True:
             return FreshDone(memory)
         if data.get("finished") is True:
-            return Finished()
+            rows = tuple(dict(r) for r in data.get("rows") or ())
+            return Finished(str(data.get("schema", "")), rows, dict(data.get("samples") or {}))
     except (KeyError, TypeError, ValueError):
         pass
     raise ProtocolError(f"not a reply of the serving worker: {line.strip()[:200]!r}")
+
+
+def _ms(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _timings(data: dict[str, Any]) -> dict[str, tuple[float | None, float | None]]:
+    """A block's per-shape (forward, backward) medians as the wire holds them."""
+    return {str(label): (_ms(pair[0]), _ms(pair[1])) for label, pair in data.items()}
 
 
 def _object(line: str) -> dict[str, Any]:

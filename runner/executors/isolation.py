@@ -3,7 +3,8 @@
 Each local job runs in a private mount namespace (``unshare --mount``; as a user that
 is not root, inside a user namespace that maps it to root) in which the paths the job
 must not write (the other roles' worktrees, the round's scratch folder, the campaign
-folder, the source repository, the harness) are bind-mounted read-only over
+folder, the source repository, the harness and its root, the interpreter's prefix:
+``interpreter_roots``) are bind-mounted read-only over
 themselves and the job's own artifacts folder writable again; the campaign's sealed
 folder (the held-out pick, ``runner.store.sealed``) is covered by an empty read-only
 file system, so no job of any role reads it.  Nothing outside the
@@ -19,6 +20,7 @@ import functools
 import os
 import shlex
 import shutil
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -84,6 +86,19 @@ def isolated_argv(
     them) writable and each folder of ``hidden`` empty."""
     script = mount_script(readonly, writable, hidden)
     return [*_unshare(), "sh", "-c", script, "isolated", *argv]
+
+
+def interpreter_roots() -> tuple[Path, ...]:
+    """What every job's interpreter imports from before the job's own paths, read-only
+    to a job (a build's commands aside: an install writes into the prefix): the harness
+    root (the folder holding the ``runner`` package, first on every worker's
+    ``sys.path``: a ``torch.py`` written there would shadow the real one in every later
+    worker) and the interpreter's prefixes (its standard library and site-packages)."""
+    import runner
+
+    harness_root = Path(runner.__file__).resolve().parent.parent
+    roots = (harness_root, Path(sys.prefix), Path(sys.base_prefix))
+    return tuple(dict.fromkeys(p.resolve() for p in roots))
 
 
 def _off() -> bool:

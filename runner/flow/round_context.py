@@ -25,7 +25,7 @@ from runner.core.step_times import StepTimes
 from runner.executors.base import BuiltRole, Executor, WorkerJob
 from runner.executors.build_cache import BuildCache
 from runner.executors.gpus import allocator_env, detect_vendor, gpu_env
-from runner.executors.isolation import protect
+from runner.executors.isolation import interpreter_roots, protect
 from runner.executors.jit_cache import (
     claim,
     content_key,
@@ -208,7 +208,8 @@ class Round:
         self.step(name)
         job = job_in(self.tmp, name, spec, tree, job_env, gpu, self.builds.get(tree))
         jit = self.jit_folder(spec.role, tree)
-        return replace(job, readonly=self.readonly(tree), hidden=self.hidden(), jit_cache=jit)
+        readonly = self.readonly(tree, interpreter=True)
+        return replace(job, readonly=readonly, hidden=self.hidden(), jit_cache=jit)
 
     def jit_folder(self, role: str, tree: Path) -> Path:
         """The role's own JIT cache folder for ``tree``'s content (as the round's first
@@ -225,12 +226,14 @@ class Round:
             self.jit_folders[(role, tree)] = folder
         return self.jit_folders[(role, tree)]
 
-    def readonly(self, tree: Path) -> tuple[Path, ...]:
+    def readonly(self, tree: Path, *, interpreter: bool = False) -> tuple[Path, ...]:
         """What a job on ``tree`` may not write: the other roles' tree folders, the
         round's scratch folder, the campaign folder, the source repository, the
         harness (the ``runner`` package) and the roles' JIT caches (the job's own
         made writable again by the executor) and the build cache (written by the host
-        alone) (docs/reliability.md §7)."""
+        alone) (docs/reliability.md §7); with ``interpreter`` (every worker job and the
+        facts' compile, never a build, whose install writes the prefix) also the
+        harness root and the interpreter's prefixes (``interpreter_roots``)."""
         mine = tree.resolve()
         harness = Path(runner.__file__).resolve().parent
         jit = jit_root(self.campaign.root.parent)
@@ -238,6 +241,7 @@ class Round:
         builds = BuildCache.for_campaign(self.campaign.root).root
         paths = [*self.role_dirs, self.tmp, self.campaign.root, Path(self.manifest.source),
                  harness, jit, builds]  # fmt: skip
+        paths += interpreter_roots() if interpreter else ()
         # never the job's own tree (or a folder holding it: workspace mode's checkout)
         return tuple(p for p in paths if p.resolve() != mine and p.resolve() not in mine.parents)
 
@@ -247,7 +251,8 @@ class Round:
         roles, the round, the campaign, the harness and the caches read-only, the sealed
         held-out pick unseen (``runner.executors.isolation.protect``); ``writable``: its
         own output."""
-        return protect(argv, [*self.readonly(tree), tree], writable, self.hidden())
+        return protect(argv, [*self.readonly(tree, interpreter=True), tree], writable,
+                       self.hidden())  # fmt: skip
 
     def hidden(self) -> tuple[Path, ...]:
         """What no job of any role may read: the sealed folder (the held-out pick,

@@ -28,7 +28,13 @@ from runner.core.errors import MeasurementFailed, Tampered
 from runner.core.files import blob_hash
 from runner.core.loaded_record import LoadedRecord, read_loaded
 from runner.core.processes import run
-from runner.core.startup import interpreter_dirs, startup_files
+from runner.core.startup import (
+    importable_files,
+    interpreter_dirs,
+    shadowing_dirs,
+    startup_files,
+)
+from runner.measure.host_records import rewritten
 from runner.core.step_times import StepTimes
 
 SKIPPED_PARTS = frozenset({"__pycache__", ".pytest_cache", ".git"})
@@ -129,9 +135,14 @@ SOURCES = (".py", ".pth", ".so", ".pyd")
 
 @dataclass(frozen=True)
 class StartupState(TreeState):
-    """The start-up files (absolute path -> blob id) of the folders ``dirs``."""
+    """The start-up files (absolute path -> blob id) of the folders ``dirs``, and
+    everything importable (``importable``) directly in the folders a worker's path
+    holds before its own and site-packages (``shadowing``: the harness root, the
+    standard library)."""
 
     dirs: tuple[Path, ...] = ()
+    shadowing: tuple[Path, ...] = ()
+    importable: dict[str, str] = field(default_factory=dict)
 
 
 def startup_state(trees: Iterable[Path], dirs: Iterable[Path] | None = None) -> StartupState:
@@ -143,7 +154,9 @@ def startup_state(trees: Iterable[Path], dirs: Iterable[Path] | None = None) -> 
     harness_root = Path(runner.__file__).resolve().parent.parent
     folders = tuple(dict.fromkeys([*(interpreter_dirs() if dirs is None else dirs),
                                    harness_root, *trees]))  # fmt: skip
-    return StartupState(STARTUP, Path("/"), "", startup_files(folders), folders)
+    shadowing = tuple(shadowing_dirs(harness_root))
+    return StartupState(STARTUP, Path("/"), "", startup_files(folders), folders, shadowing,
+                        importable_files(shadowing))  # fmt: skip
 
 
 def snapshot(trees: Mapping[str, Path], dirs: Iterable[Path] | None = None) -> dict[str, TreeState]:
@@ -160,10 +173,22 @@ def startup_changes(before: Mapping[str, TreeState]) -> list[str]:
     if not isinstance(state, StartupState):
         return []
     later = startup_files(state.dirs)
-    return [f"interpreter start-up file {p} was created or changed while the round ran "
-            "(harness proof: start-up files)"
-            for p in sorted(state.files.keys() | later.keys())
-            if state.files.get(p) != later.get(p)]  # fmt: skip
+    found = [f"interpreter start-up file {p} was created or changed while the round ran "
+             "(harness proof: start-up files)"
+             for p in sorted(state.files.keys() | later.keys())
+             if state.files.get(p) != later.get(p)]  # fmt: skip
+    return found + shadow_changes(state)
+
+
+def shadow_changes(state: StartupState) -> list[str]:
+    """Each module or package that appeared, changed or went directly in a folder a
+    worker imports from before its own paths (the harness root, the standard library),
+    in words: a ``torch.py`` there shadows the real one in every later worker."""
+    later = importable_files(state.shadowing)
+    return [f"importable file {p} was created or changed while the round ran, ahead of "
+            "site-packages on every worker's path (harness proof: module shadow)"
+            for p in sorted(state.importable.keys() | later.keys())
+            if state.importable.get(p) != later.get(p)]  # fmt: skip
 
 
 def created_files(before: Mapping[str, TreeState], guarded: Iterable[str]) -> list[str]:
@@ -223,7 +248,8 @@ def tampering(
 ) -> list[str]:
     """What changed under a role while the round ran: a file a worker loaded whose
     blob is not its role's, a worker that left numbers but no record of what it loaded,
-    a guarded role's tree that is not as it was.  Empty: nothing."""
+    a guarded role's tree that is not as it was, a record the host wrote that changed
+    since (``runner.measure.host_records.rewritten``).  Empty: nothing."""
     problems: list[str] = []
     for folder, record in _worker_records(tmp):
         state = before.get(record.role) if record is not None else None
@@ -237,7 +263,7 @@ def tampering(
             problems += _mismatches(folder.name, record.role, harness, record, harness=True)
     guarded = tuple(guarded)
     return (problems + guarded_changes(before, guarded) + startup_changes(before)
-            + created_files(before, guarded))  # fmt: skip
+            + created_files(before, guarded) + rewritten(tmp))  # fmt: skip
 
 
 def guarded_changes(

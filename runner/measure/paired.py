@@ -57,6 +57,7 @@ from runner.core.worker_messages import (
 from runner.executors.base import LiveWorker, ServingExecutor
 from runner.judge.memory_fit import shape_report
 from runner.measure.host import Host
+from runner.measure.host_records import TurnTimes, check_finished, refused, write_records
 from runner.measure.progress import PairWatch
 from runner.measure.sharding import pass_name
 from runner.measure.waves import (
@@ -255,6 +256,8 @@ class _Session:
     most: dict[str, dict[str, int]] = field(default_factory=dict)
     # per shape the most a worker measured preparing it (GPU only, ``ShapePeaks``)
     shape_peaks: dict[str, int] = field(default_factory=dict)
+    # per worker the turn medians it reported (``runner.measure.host_records``)
+    told: dict[str, TurnTimes] = field(default_factory=dict)
 
     def note(self, name: str, report: Mapping[str, int]) -> None:
         """``report`` into ``most`` for worker ``name``."""
@@ -307,7 +310,7 @@ class _Session:
         """The wave's turns (``_take_turns``); each worker's last report into ``memory``."""
         with quiet(self.host), self.host.times.step("turns"):
             turned = _take_turns(self.host, wave, first, self.groups, self.picks, self.suffix,
-                                 self.turn_s, self.watch)  # fmt: skip
+                                 self.turn_s, self.told, self.watch)  # fmt: skip
         for name, report in turned.items():
             self.memory[name] = {**self.memory.get(name, {}), **report}
             self.note(name, report)
@@ -345,14 +348,23 @@ class _Session:
         for group in wave:
             for w in group:
                 if together:
-                    _expect(w, self.turn_s, Finished)
+                    done = _expect(w, self.turn_s, Finished)
                 else:  # its fresh step (timed) and its re-checks, alone
                     with quiet(self.host):
                         _send(w, Finish())
-                        _expect(w, self.turn_s, Finished)
+                        done = _expect(w, self.turn_s, Finished)
                 _reap(w)
+                self.keep(w, done)
             if self.watch is not None:
                 self.watch.pair_done([w.csv for w in group])
+
+    def keep(self, w: _Worker, done: Finished) -> None:
+        """The exited worker's rows and samples, checked against the turns it reported,
+        written by the host (``runner.measure.host_records``)."""
+        problems = check_finished(w.live.name, done, self.told.get(w.live.name, TurnTimes()))
+        if problems:
+            raise refused(problems)
+        write_records(self.host.tmp, w.live.name, w.live.out_dir, done)
 
 
 def _run_waves(session: _Session, pairs: int, size: int | None) -> None:
@@ -419,11 +431,13 @@ def _take_turns(
     picks: list[list[int]],
     suffix: str,
     turn_s: float,
+    told: dict[str, TurnTimes],
     watch: PairWatch | None = None,
 ) -> dict[str, dict[str, int]]:
     """The blocks of the pairs in ``wave`` (pair numbers from ``first``): per group,
     per pair, the roles in palindrome order.  Returns per worker its memory report after
-    its last block, with ``reserved`` the most over its blocks (none on the CPU)."""
+    its last block, with ``reserved`` the most over its blocks (none on the CPU); each
+    block's per-shape medians into ``told``."""
     if not wave:
         return {}
     roles = [w.role for w in wave[0]]
@@ -439,6 +453,7 @@ def _take_turns(
                     interrupts.check()
                     reply = _talk(group[slot], Block(g, pick), turn_s, BlockDone)
                     name = group[slot].live.name
+                    told.setdefault(name, TurnTimes()).add(reply)
                     report = reply.memory
                     held: dict[str, int] = {
                         k: report[k] for k in ("reserved", "held") if k in report
@@ -538,8 +553,8 @@ def _reap(w: _Worker) -> None:
         code = proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         raise _fail(w, "did not exit after finishing") from None
-    if code != 0 or not w.csv.is_file():
-        raise _fail(w, "finished without its benchmark.csv")
+    if code != 0:
+        raise _fail(w, "did not exit cleanly after finishing")
 
 
 def _stop(w: _Worker) -> None:
