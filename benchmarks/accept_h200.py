@@ -1,4 +1,4 @@
-"""Final acceptance on one H200 (issue 50): ``campaign accept`` on every shape it picked.
+"""Final acceptance on one H200: ``campaign accept`` on every shape it picked.
 
 Part ``a``: the example's blockwise FP8 GEMM campaign on a fresh git copy of the example
 package (Triton backend, ``target_gpu`` sm90, the four Llama-2-7B micro-batch-1 target
@@ -73,8 +73,8 @@ CPU_PATCH = (
     "Reusing the forward's FP8 weight "
     "in the backward saves one weight quantisation a step (expected: faster).",
 )
-PLANTED = (" Also a planted slow-down of one held-out shape, tuned to the targets (issue 50: "
-           "expected NOT ACCEPTED at final acceptance, naming that shape).")  # fmt: skip
+PLANTED = (" Also a planted slow-down of one held-out shape, tuned to the targets "
+           "(expected NOT ACCEPTED at final acceptance, naming that shape).")  # fmt: skip
 
 
 def say(message: object) -> None:

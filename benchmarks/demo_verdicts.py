@@ -1,5 +1,5 @@
-"""Does ``make demo`` keep its verdicts on a loaded 2-core machine?  (issue 26, the CPU
-target.)
+"""Does ``make demo`` keep its verdicts on a loaded 2-core machine?  (The CPU target of
+docs/benchmarks.md, "`make demo` and `campaign accept` on the CPU under load".)
 
 Each run, in order and in a fresh campaigns root:
 

@@ -215,7 +215,7 @@ def quick_rounds(args: argparse.Namespace, campaign: Campaign, state: dict[str, 
 
 def tournaments(args: argparse.Namespace, campaign: Campaign, state: dict[str, Any]) -> None:
     """Real tournaments of ``--entries`` A/A entries (comments that differ), timed end
-    to end: none may be ACCEPTED (issue 31: 10 tournaments of 4 A/A entries)."""
+    to end: none may be ACCEPTED (the target: 10 tournaments of 4 A/A entries)."""
     executor = LocalExecutor()
     done = state.setdefault("tournament", [])
     while len(done) < args.rounds:

@@ -1,5 +1,5 @@
-"""What moves a blockwise-FP8 training step between processes (docs/benchmarks.md, issue 26
-item 3): buffer placement inside a process, or the process itself?
+"""What moves a blockwise-FP8 training step between processes (the probe at a17cd5e,
+docs/data/history_paired_study_h200.md): buffer placement inside a process, or the process itself?
 
 Each of ``--procs`` fresh processes imports the example package (Triton backend), builds
 the ``gemm_fp8`` blockwise op through the product's adapter (``runner.ops.gemm``) and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 45, item 4 on one NVIDIA H200: a workspace-mode campaign on Primus-Turbo's
+# On one NVIDIA H200 (docs/benchmarks.md "Primus-Turbo in workspace mode on one H200"): a workspace-mode campaign on Primus-Turbo's
 # blockwise FP8 Triton GEMM (primus_turbo/triton/gemm/gemm_fp8_kernel.py at a6a16cdc,
 # kernel code unchanged): init, BASELINE, one round (a num_stages change by patch).
 # No docker, no network, no HIP build: the workspace's minimal stack carries the

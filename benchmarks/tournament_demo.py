@@ -1,4 +1,5 @@
-"""A tournament against single rounds on the demo campaign (issue 31, the CPU target).
+"""A tournament against single rounds on the demo campaign (the CPU target of
+docs/benchmarks.md, "Tournaments against single rounds on the CPU demo").
 
 Each run, in a fresh campaigns root:
 

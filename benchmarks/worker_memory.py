@@ -1,7 +1,7 @@
 """What one serving worker of a paired round keeps in device memory, stage by stage.
 
-On one H200 (19e70b9, 2026-12-02, docs/benchmarks.md) the example's blockwise-FP8
-workers on the four Llama-2-7B mb1 shapes kept 11-15 GiB each between their turns,
+On one H200 (19e70b9, 2026-12-02, docs/data/history_paired_study_h200.md) the example's
+blockwise-FP8 workers on the four Llama-2-7B mb1 shapes kept 11-15 GiB each between their turns,
 with PyTorch's expandable segments and the cache emptied after every turn, while the
 tensors Python can see (measured on the CPU) are the buffer pool, about 2.5 GiB, and
 one case's float32 references.  So a tournament's wave holds one pair of five

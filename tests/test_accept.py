@@ -235,7 +235,7 @@ def test_accept_end_to_end_then_report(
     assert data["full_benchmark"]["from_full_validation"] is True
     assert bench.read_bytes() == (folder / "artifacts" / "final.csv").read_bytes()
     assert not (folder / "artifacts" / "passes" / "full-benchmark").exists()
-    # each step timed, announced, recorded (issue 50 item 5)
+    # each step timed, announced, recorded (docs/protocol.md §1.4)
     assert list(data["step_seconds"]) == list(ACCEPT_STEPS), data["step_seconds"]
     for i, step in enumerate(ACCEPT_STEPS, 1):
         assert f"accept: step {i}/{len(ACCEPT_STEPS)}: {step} (" in err, err  # progress

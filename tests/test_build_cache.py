@@ -1,4 +1,4 @@
-"""The native build cache (issue 28) through the local executor: real git trees of the
+"""The native build cache (docs/primus-turbo.md §6), local executor: real git trees of the
 Primus-Turbo-shaped fixture, its real C extension compiled with the host's compiler
 (a second or two each), a real campaign folder (no baseline: ``built_roles`` is driven
 directly, as a round drives it).
@@ -238,7 +238,7 @@ for _test in pathlib.Path("tests").rglob("test_*.py"):
 def test_a_candidates_build_that_rewrites_its_restored_focused_test_fails_as_tampered(
     made: tuple[Campaign, Path],
 ) -> None:
-    """Issue 27 row 2's build half: the lineage head's focused test files are restored
+    """docs/reliability.md §7 row 2's build half: the lineage head's focused test files are restored
     in the candidate's tree, then the candidate's own build runs there (its setup.py:
     arbitrary code) and hollows them.  The worker checks the files against the head's
     right before the test command: the round fails as TAMPERED naming the file, and the
@@ -270,7 +270,7 @@ def test_a_candidates_build_that_rewrites_its_restored_focused_test_fails_as_tam
 
 
 def test_a_changed_requirements_file_is_another_build(tmp_path: Path) -> None:
-    """Issue 28: the install reads requirements.txt (``pip install -r``), so two trees
+    """The build key: the install reads requirements.txt (``pip install -r``), so two trees
     that differ only there never share a build; a Python-only difference still does."""
     from runner.executors.build_cache import build_key, native_inputs
     from runner.targets.primus_turbo import PRIMUS_TURBO

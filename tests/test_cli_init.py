@@ -253,7 +253,7 @@ def test_init_refuses_a_device_that_cannot_run(
     tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...],
     named: str,
 ) -> None:  # fmt: skip
-    """Issue 27 row 10: refused at init (exit 2, the valid choices named); no campaign
+    """docs/reliability.md §7 row 10: refused at init (exit 2, the valid choices named); no campaign
     folder and nothing in the source repository."""
     root = tmp_path / "c"
     rc, _, err = invoke(capsys, root, "--op", "gemm_fp8", "--granularity", "blockwise",
@@ -274,7 +274,7 @@ def test_init_on_cpu_defaults_to_a_backend_that_runs(
 def test_init_refuses_a_source_with_uncommitted_edits(
     tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 27 row 9: an uncommitted edit of a tracked file would silently become part
+    """docs/reliability.md §7 row 9: an uncommitted edit of a tracked file would become part
     of the first round's candidate: refused (exit 2) naming the file and the way out;
     an untracked file is not an edit of the base commit."""
     (repo / "README").write_text("edited\n")
@@ -293,7 +293,7 @@ def test_init_refuses_a_campaigns_root_that_is_a_file(
     tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    """Issue 27 row 6: CAMPAIGN_ROOT pointing at a file is exit 2 with what to do (it
+    """docs/reliability.md §7 row 6: CAMPAIGN_ROOT pointing at a file is exit 2 with what to do (it
     was a FileExistsError traceback), and nothing is left in the source."""
     afile = tmp_path / "afile"
     afile.write_text("x")
@@ -313,7 +313,7 @@ def test_init_refuses_a_campaigns_root_that_is_a_file(
 def test_a_failed_baseline_leaves_nothing_in_the_source(
     tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 27 row 10: a baseline that fails (here: its focused test, before anything
+    """docs/reliability.md §7 row 10: a baseline that fails (here: its focused test, before anything
     is measured) removes the chain head and the optimize/<name> branch it created."""
     root = tmp_path / "c"
     failing = ("--test-command", "python -c 'raise SystemExit(1)'",

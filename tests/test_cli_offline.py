@@ -215,8 +215,8 @@ def exit_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 def test_gate_reads_crlf_and_refuses_a_lone_cr(
     tmp_path: Path, crlf_best: bool, crlf_cand: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """docs/protocol.md §4.4: CRLF line endings read like LF in either CSV (issue 45
-    item 1: csv.DictWriter writes CRLF); a carriage return that ends no line stops the
+    """docs/protocol.md §4.4: CRLF line endings read like LF in either CSV (upstream's
+    csv.DictWriter writes CRLF); a carriage return that ends no line stops the
     round (exit 2)."""
     best, cand = Path(best_csv(tmp_path)), Path(cand_csv(tmp_path, 1.05))
     for path, crlf in ((best, crlf_best), (cand, crlf_cand)):
@@ -241,7 +241,7 @@ def _sparse(path: Path, size: int) -> Path:
 def test_score_huge_nul_file_is_refused_at_once(
     tmp_path: Path, size: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 27 row 4: a 1 GB or 50 MB file of NUL bytes is refused by its size, before
+    """docs/reliability.md §7 row 4: a 1 GB or 50 MB file of NUL bytes is refused by size, before
     it is read (no memory spent), with a short message (no echo of the content)."""
     import resource
 

@@ -169,7 +169,7 @@ def test_names_are_unique_and_docker_safe() -> None:
 
 
 def test_a_role_mounts_only_its_own_tree_and_its_own_caches(tmp_path: Path) -> None:
-    """Issue 27 deliverable 1 (docs/reliability.md §7): the other role's tree, the
+    """docs/reliability.md §7 row 14: the other role's tree, the
     campaign folder and the scratch folder (the paths a local job gets read-only) are
     not in the container at all; the spec is read-only, the out folder the only
     writable host path; the compiler caches are the role's own volumes."""

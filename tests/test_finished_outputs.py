@@ -1,4 +1,4 @@
-"""Issue 46 item 1, the finished-output guard: a forward output and an activation
+"""docs/reliability.md §8, the finished-output guard: a forward output and an activation
 gradient that are ``__torch_dispatch__`` subclasses computing the GEMM when first read
 were timed as nearly free (the sampler read them after the clock stopped) and the
 real-training step never read ``out`` or ``dgrad``.  Every timed call's outputs must now

@@ -1,4 +1,4 @@
-"""Issue 27 row 3: what steers the gate is ledgered.  The fields the verdict depends on
+"""docs/reliability.md §7 row 3: what steers the gate is ledgered.  The fields the verdict needs
 are fixed at the baseline (``logs/gate_fields.jsonl``); a hand edit of manifest.yaml
 breaks the chain (status BROKEN naming the field, validate exit 5 before measuring),
 ``campaign set`` records a deliberate change, and a campaign made before keeps working

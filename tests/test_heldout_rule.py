@@ -274,7 +274,7 @@ def _gate(evidence: dict[str, dict[str, float]]) -> GateResult:
 
 def test_heldout_check_judges_only_the_paired_evidence() -> None:
     """The check reads each shape's paired mean and half-width from the full
-    validation's gate; a shape without them fails the check (issue 50: the sigma_G-wide
+    validation's gate; a shape without them fails the check (docs/protocol.md §5.7: the sigma_G-wide
     fallback, 1.96 * sqrt(2) * sigma_G, let a change tuned to the targets through)."""
     base = _score(dict.fromkeys(WORK, 1.0))
     ratios = {"small": 1.1, "attn_out": 1.1, "down": 1.0, "qkv": 1.1, "gate_up": 1.1}
@@ -394,7 +394,7 @@ def test_the_acceptance_page_shows_each_shape_s_paired_evidence(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """acceptance.md shows, per target and held-out shape, the paired mean with its 95%
-    interval and pairs that the held-out rule judged (issue 50)."""
+    interval and pairs that the held-out rule judged (docs/protocol.md §5.7)."""
     from runner.flow.acceptance_record import render_acceptance
 
     result = _accept_path(tmp_path, monkeypatch, DEMO_PCT | {"down": 4.0}, 0.035)

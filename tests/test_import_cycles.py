@@ -1,4 +1,4 @@
-"""No import cycle between the modules of ``runner/``, nor between its packages (issue 30).
+"""No import cycle between ``runner/``'s modules, nor its packages (docs/architecture.md §2).
 
 Every ``import`` and ``from ... import`` of a runner module counts, those inside
 functions too (a function-local import is how a cycle hides: it works until the

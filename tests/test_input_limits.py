@@ -1,4 +1,4 @@
-"""Issue 47: bad input, second pass.  Each row's input is refused up front (exit 2, saying
+"""docs/reliability.md §9, bad input, second pass: each row's input is refused (exit 2, saying
 what to do, quoting at most a bounded excerpt) or gives the right result, on a campaign
 that never measures (``Campaign.init`` of ``manifest()``): nothing here runs a round.
 The bounds themselves are ``runner.core.limits``."""

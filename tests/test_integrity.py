@@ -147,7 +147,7 @@ def test_own_modules_and_plain_code_are_not_flagged() -> None:
 
 
 class _Memo:
-    """A content-keyed output memo behind lookup/remember (the shortcut of issue 19)."""
+    """A content-keyed output memo behind lookup/remember (a shortcut the gate must refuse)."""
 
     def __init__(self) -> None:
         self.store: OrderedDict[Any, torch.Tensor] = OrderedDict()
@@ -332,7 +332,7 @@ def test_fresh_veto_is_statistical() -> None:
 
 
 def test_one_high_idiom_reading_does_not_halve_an_honest_real_step_gain() -> None:
-    """The demo's speed-up on a loaded 2-core host (docs/benchmarks.md, the demo runs at
+    """The demo's speed-up on a loaded 2-core host (docs/data/history_demo_cpu.md, the demo runs at
     06eccf7, run 3): the idiom read +26.7% (about +15% in the other runs), the real step
     +12.7% +-0.28 over two pairs, sigma_G 3.1%.  The real step holds less than half of
     the reading but more than half of what the reading holds beyond its noise: no veto.

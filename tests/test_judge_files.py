@@ -1,4 +1,4 @@
-"""Issue 27 row 2: the judge belongs to the incumbent.  A change outside kernel_source and
+"""docs/reliability.md §7 row 2: the judge is the incumbent's.  A change outside kernel_source and
 the target's build files is refused before measuring unless declared
 (``--allow-outside``), the focused test is the lineage head's, and the kernel snapshot
 holds every file an accepted change touched."""

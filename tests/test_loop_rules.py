@@ -1,4 +1,4 @@
-"""Upstream's loop rules, mechanised (issue 48; Primus-Turbo's iteration_rules.mdc and
+"""Upstream's loop rules, mechanised (docs/upstream-loop.md; Primus-Turbo's iteration_rules.mdc and
 optimize-loop.md, checked at a6a16cdc).  The termination check as a step of the loop
 (docs/protocol.md §7.2): `status` shows it, a round past max_iterations is refused until
 `campaign set` raises the limit (recorded), and `campaign report` appends the
@@ -280,7 +280,7 @@ def test_every_round_appends_current_best_and_directions_as_upstream_writes_them
     verify(campaign.optimize_log)
 
 
-# ---- the level follows upstream's rule (issue 48 item 3) -------------------------------
+# ---- the level follows upstream's rule (docs/upstream-loop.md §2) ------------------------
 def _patched(patch: Path, tmp_path: Path) -> tuple[dict[str, str], dict[str, str]]:
     """(old, new) sources of the files ``patch`` changes, applied to the example."""
     import shutil

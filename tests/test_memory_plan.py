@@ -1,4 +1,4 @@
-"""A worker's device memory known before it runs (issue 50): each op's per-shape figure
+"""A worker's device memory known before it runs (docs/protocol.md §5.8): each op's per-shape figure
 (``runner.ops.info.shape_memory``), the paired session's plan from it (pool members,
 first wave), the device's memory from the manifest's GPU (``runner.judge.peaks``), and
 ``campaign init`` / the held-out pick leaving out or refusing what cannot run."""
@@ -26,7 +26,7 @@ from runner.store.manifest import load_manifest
 from runner.store.sealed import heldout_labels
 
 GIB = 1 << 30
-BIG = "Llama-3.1-70B-gate_up-mb4-32768x57344x8192"  # ran out of memory on an H200 (issue 50)
+BIG = "Llama-3.1-70B-gate_up-mb4-32768x57344x8192"  # ran out of memory on an H200
 TARGETS = [s.label for s in shape_set("models")
            if s.label.startswith("Llama-2-7B") and "-mb1-" in s.label]  # fmt: skip
 BASIC = ("--test-command", "pytest tests -q", "--benchmark-command", "python bench.py")
@@ -66,7 +66,7 @@ def _spec(pool: int | None = None) -> RoundSpec:
 
 
 def test_paired_sessions_plan_pool_and_waves_from_the_figure() -> None:
-    """An accept session like issue 50's (four Llama-2-7B mb1 targets and a 32768-row
+    """An accept session like the H200 runs' (four Llama-2-7B mb1 targets and a 32768-row
     held-out shape) on an H200: one pair at a time with two members (the checks in
     slices, ``runner.ops.sliced_check``); measured by three roles, as a tournament
     would, its pool shrinks to one member; on an MI355X it keeps two; a round of the
@@ -176,8 +176,8 @@ def test_baseline_refuses_a_target_shape_the_device_cannot_hold(
 
 
 def test_the_shape_report_puts_the_measured_peak_beside_the_figure() -> None:
-    """Issue 50, calibration: a paired session's memory report gives per shape the op's
-    figure for one worker with the session's pool and, only where a GPU worker measured
+    """Calibration (docs/protocol.md §5.8): a paired session's memory report gives per shape the
+    op's figure for one worker with the session's pool and, only where a GPU worker measured
     it, its peak; a shape nobody measured has no ``measured`` field."""
     shapes = [s for s in shape_set("models") if s.label in TARGETS[:2]]
     report = shape_report("gemm_fp8", shapes, 2, {TARGETS[0]: 123})

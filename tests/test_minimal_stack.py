@@ -1,4 +1,4 @@
-"""Workspace mode on Primus-Turbo (issue 45, item 4): a Triton kernel's minimal stack
+"""Workspace mode on Primus-Turbo (docs/primus-turbo.md): a Triton kernel's minimal stack
 carries the kernel and its import path unchanged and stands in (visibly) only where
 that path reaches the compiled extension or a package the stack does not carry; rounds
 build nothing; HIP/CK kernels are refused with the way to run them.

@@ -1,4 +1,4 @@
-"""Issue 47, the newcomer's path of ``make demo`` on a busy 2-core machine: a verdict too
+"""docs/reliability.md §9, the newcomer's ``make demo`` on a busy 2-core machine: a verdict too
 noisy to tell says so (``runner.judge.inconclusive``), progress agrees with what
 happens, one unit per metric, one "current best".
 

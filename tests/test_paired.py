@@ -778,7 +778,7 @@ def test_a_round_s_memory_prior_is_the_latest_earlier_round_s_reports(
 def test_on_a_gpu_target_accept_takes_short_turns_with_its_suite_yielding_beside_them(
     tiny_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 50 item 5: on a GPU target ``campaign accept``'s full validation takes a
+    """docs/protocol.md §1.4: on a GPU target ``campaign accept``'s full validation takes a
     quick round's short turns (its final role's merged samples are the full benchmark,
     recorded with that timing), and the full test suite (one pytest run) runs beside
     full validation, giving the device up whenever work is timed: it started before the

@@ -1,4 +1,4 @@
-"""Issue 46 item 2, the process-tree clock guard: the CPU engine times the worker's own
+"""docs/reliability.md §8, the process-tree clock guard: the CPU engine times the worker's own
 CPU time, which does not count other processes, so an op that forks a helper to do the
 GEMM and blocks on a pipe looked nearly free.  Every timed batch is now read against
 the process tree: children alive or busy, other threads busy, or the timing thread

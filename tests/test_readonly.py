@@ -1,4 +1,4 @@
-"""Issue 27 row 6: a campaign folder that cannot be written (a read-only mount, another
+"""docs/reliability.md §7 row 6: a campaign folder that cannot be written (read-only mount, another
 user's folder) or a tips root that is a file: exit 2 with what to do, no traceback, and
 nothing written.  Tests run as root in CI, where chmod does not stop writes: the lock
 path made a directory gives the same OSError a read-only mount does, as root too."""

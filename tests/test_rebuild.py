@@ -1,5 +1,5 @@
 """Native targets are built in the image once per build key, and that build is what
-the gate sees (issue 15, item 6; issue 28: the lineage head is never compiled twice).
+the gate sees (docs/primus-turbo.md §6: the lineage head is never compiled twice).
 
 The Primus-Turbo-shaped fixture (``tests/data/fake_primus_turbo``: package
 ``primus_turbo`` with a compiled ``primus_turbo.pytorch._C``) runs as a real

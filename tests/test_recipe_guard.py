@@ -1,4 +1,4 @@
-"""Issue 46 item 5, the recipe guard: BLOCKWISE silently computed with one scale per
+"""docs/reliability.md §8, the recipe guard: BLOCKWISE silently computed with one scale per
 tensor (one GEMM) was ACCEPTED: correctness was an SNR against float32 on Gaussian
 inputs (28.6 dB against the honest 28.7), and the focused test's ``-k blockwise``
 deselected the one contract test.  Now the worker's check compares with the requested

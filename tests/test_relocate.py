@@ -1,4 +1,4 @@
-"""Issue 27 row 11: a campaign folder copied with ``cp -r`` keeps the original's
+"""docs/reliability.md §7 row 11: a campaign folder copied with ``cp -r`` keeps the original's
 absolute ``source:``; it is refused (exit 2, naming ``campaign relocate``) before it
 runs git anywhere, and ``campaign relocate --source PATH`` points it at its own
 checkout as a recorded change."""

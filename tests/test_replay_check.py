@@ -1,4 +1,4 @@
-"""Issue 46 item 2 on a GPU, the replay check: a timed callable captured into a CUDA
+"""docs/reliability.md §8 on a GPU, the replay check: a timed callable captured into a CUDA
 graph is timed by replaying the graph, which repeats only the device work recorded at
 capture.  Host work done then (a result kept from an earlier call, a CPU computation, a
 helper process's device work the call waited for) is replayed as a copy and looks free.

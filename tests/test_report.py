@@ -223,7 +223,7 @@ def _record_bytes(campaign: Path) -> dict[str, bytes]:
 
 @pytest.mark.integration
 def test_report_twice_leaves_every_record_byte_identical(demo_copy: Path) -> None:
-    """Issue 27 row 12: reading is not writing.  `campaign report` (and `status`) run
+    """docs/reliability.md §7 row 12: reading is not writing.  `campaign report` (and `status`) run
     any number of times leave optimize.md and every other record byte-identical; the
     report is regenerated in report/."""
     campaign = Campaign.load(demo_copy)

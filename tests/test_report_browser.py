@@ -1,5 +1,5 @@
 """The HTML report in a real headless chromium: it renders, the pictures show, and the
-DOM chromium built holds what a kernel engineer diagnoses from (issue 29 item 4): the
+DOM chromium built holds what a kernel engineer diagnoses from (docs/protocol.md §7.3): the
 final report as HTML (no raw markdown, links that resolve), the shapes x rounds table,
 every round (rolled back too) with its per-shape data, paired evidence, diff and
 duration, the environment, the per-shape trend and noise plots.

@@ -120,7 +120,7 @@ def test_accept_commits_and_rollback_changes_nothing(campaign: Campaign) -> None
         campaign.snapshot_dir(1) / KERNEL
     ).read_text()
     fast = speedup_patch(campaign.root.parent.parent)
-    # Upstream's VALIDATE step 5 (issue 48 item 3): the speed-up removes a branch (a
+    # Upstream's VALIDATE step 5 (docs/upstream-loop.md §2): the speed-up removes a branch (a
     # high-risk change), so with a representative set smaller than the targets its quick
     # acceptance is confirmed at the full level, which then decides the round
     m = campaign.manifest

@@ -223,7 +223,7 @@ def test_line_endings_lf_reads(tmp_path: Path) -> None:
     ],
 )
 def test_crlf_reads_like_lf_in_a_csv_and_a_pinned_header(tmp_path: Path, text: str) -> None:
-    """Issue 45 item 1: the line ending is not part of a column (upstream's quick script
+    """docs/protocol.md §4.4: the line ending is not part of a column (upstream's quick script
     writes CRLF through csv.DictWriter, checked at Primus-Turbo a6a16cdc)."""
     from runner.judge.json_contract import read_pinned_header
 

@@ -224,7 +224,7 @@ def test_shape_value_of_failed_row_is_none(tmp_path: Path) -> None:
 
 
 def test_each_shape_keeps_its_worst_snr(tmp_path: Path) -> None:
-    """Rule 4's per-shape SNR: the smallest of the row's *_snr columns (issue 48)."""
+    """Rule 4's per-shape SNR: the least of the row's *_snr columns (docs/upstream-loop.md §1)."""
     row = gemm("a", 400, 200) | {"da_snr": 31.5}
     sc = score(make_csv(tmp_path, [row, gemm("b", 300, None)]))
     assert [s.snr for s in sc.shapes] == [31.5, 40.0]

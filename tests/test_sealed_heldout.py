@@ -1,4 +1,4 @@
-"""Issue 46 item 4: the candidate cannot read the held-out shapes before ``accept``.
+"""docs/reliability.md §7 row 22: the candidate cannot read the held-out shapes before ``accept``.
 
 ``manifest.yaml`` listed the held-out pick, so a change tuned to the targets and to the
 held-out shapes (read from the manifest) was ACCEPTED by ``campaign accept``.  Now the

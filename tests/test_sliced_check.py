@@ -1,4 +1,4 @@
-"""Issue 50 item 1, checks in slices: a GEMM's correctness check holds its float32
+"""docs/protocol.md §5.8, checks in slices: a GEMM's correctness check holds its float32
 reference one tile at a time (``runner.ops.sliced_check``), so its peak memory stays
 within the shape's figure (``runner.ops.info``, which counts a tile, not the whole
 reference), and a wrong value in any tile still fails the check.  Real checks of a

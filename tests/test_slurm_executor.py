@@ -507,7 +507,7 @@ def test_real_image_task_runs_in_the_docker_executors_container(
 def test_a_native_tree_is_built_in_the_image_by_a_slurm_job_and_cached(
     cluster: None, cpu_image: str, tmp_path: Path
 ) -> None:
-    """Slurm with an image builds a native target (issue 28): a Slurm job compiles the
+    """Slurm with an image builds a native target (docs/primus-turbo.md §6): a job compiles the
     Primus-Turbo-shaped fixture's C extension inside the CPU image into the tree; the
     products go into the build cache; another tree of the same key is a hit (nothing
     compiled) and its ``_C`` imports in the image from the read-only mount the jobs

@@ -1,4 +1,4 @@
-"""Issue 46 item 3: nothing a candidate runs can outlive its process or reach another.
+"""docs/reliability.md §7 row 20: nothing a candidate runs can outlive its process or reach another.
 
 Two planted cheats, each a file a candidate's process writes so that a *later*
 process runs it at interpreter start-up, before the harness's first line:
@@ -99,7 +99,7 @@ def test_a_sitecustomize_a_candidate_wrote_never_runs_in_its_later_workers(
     assert "the candidate's own processes wrote sitecustomize.py into its tree" in problems
 
 
-# The focused test's own interpreter (issue 46 item 3, its last gap): the command's
+# The focused test's own interpreter (docs/reliability.md §7 row 20, its last gap): the command's
 # ``python`` and ``pytest`` start isolated too (``runner.bench.focused_test.write_shims``).
 FOCUSED = "python -c 'import k' && python -m pytest --version && pytest --version"
 

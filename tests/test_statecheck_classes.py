@@ -1,4 +1,4 @@
-"""Issue 46 item 6: the state fingerprint took any module global with ``data_ptr`` and
+"""docs/reliability.md §8: the state fingerprint took any module global with ``data_ptr`` and
 ``_version`` for a tensor and called ``data_ptr()``.  A tensor-subclass *class* held as a
 module global (as FP8 libraries define their scaled-tensor types) has both as class
 attributes, the unbound call raised, and the worker FAILed the shape of honest code.

@@ -252,7 +252,7 @@ def test_status_reports_an_unclosed_round(demo_copy: Path) -> None:
 def test_campaign_correct_appends_and_the_chain_holds(
     demo_copy: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 27 row 13: `campaign correct` is the recovery path the exit-5 text names; a
+    """docs/reliability.md §7 row 13: `campaign correct` is the recovery the exit-5 text names; a
     correction appends (the earlier bytes stay), the ledger verifies, status stays OK."""
     from runner.store.appendlog import verify
 
@@ -286,7 +286,7 @@ def test_campaign_correct_appends_and_the_chain_holds(
 
 @pytest.mark.integration
 def test_status_at_a_glance_running_acceptance_checkout(demo_copy: Path) -> None:
-    """Issue 29 item 5 on a copy of the demo: sigma_G and the threshold in force, the
+    """`campaign status` on a copy of the demo: sigma_G and the threshold in force, the
     command holding the campaign lock (and the next step waits for it), the last final
     acceptance from its record, the source checkout against the lineage head."""
     campaign = Campaign.load(demo_copy)

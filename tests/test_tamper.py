@@ -1,4 +1,4 @@
-"""Issue 27 row 14 and deliverable 1: no role can change what another role runs.
+"""docs/reliability.md §7 row 14: no role can change what another role runs.
 
 A candidate whose kernel module, when imported, finds the incumbent's worktree on the
 local disk and makes its kernel do four times the work was ACCEPTED (+39%).  Now every

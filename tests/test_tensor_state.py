@@ -1,4 +1,4 @@
-"""Issue 27 row 15: a candidate that keeps activations' FP8 codes on the tensor objects
+"""docs/reliability.md §7 row 15: a candidate keeping activations' FP8 codes on the tensor objects
 between calls (``a._fp8_cache``) was rejected only because its gain was noisy; the
 state check read the package's globals, not the tensors, so nothing named it.  Now the
 fingerprint includes every attribute held on a live tensor

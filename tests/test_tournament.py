@@ -200,8 +200,8 @@ def test_a_candidate_whose_native_build_fails_fails_alone(tmp_path: Path) -> Non
     is dropped with its build log's message, the other ones and the incumbent are built.
     Then the focused tests: the candidate whose own build (its setup.py) hollowed the
     lineage head's restored test files fails alone as TAMPERED, its test not run, and the
-    honest candidate's test passes (issue 27 row 19 in a tournament, issue 31's "a
-    failing entry fails alone")."""
+    honest candidate's test passes (docs/reliability.md §7 row 19 in a tournament;
+    docs/protocol.md §1.5: "a failing entry fails alone")."""
     from test_build_cache import FASTER, HOLLOW, pipeline, tree
 
     from runner.executors.local import LocalExecutor

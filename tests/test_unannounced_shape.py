@@ -1,4 +1,4 @@
-"""Issue 46 item 4: a change tuned to the shapes the campaign lists shows its loss in
+"""docs/reliability.md §7 row 21: a change tuned to the shapes the campaign lists shows its loss in
 ``validate``, not only at ``accept``.
 
 The planted cheat: a real fast path (the slow base's waste removed) and, for every GEMM

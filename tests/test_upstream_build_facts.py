@@ -1,4 +1,4 @@
-"""Issue 45 item 6: the build facts of Primus-Turbo's setup.py (checked at a6a16cdc).
+"""docs/primus-turbo.md §8: the build facts of Primus-Turbo's setup.py (checked at a6a16cdc).
 
 ``PRIMUS_TURBO_BUILD_CK`` (default on; off turns the CK bindings into stubs),
 ``PRIMUS_TURBO_FRAMEWORK`` and ``GPU_ARCHS`` (``;``-separated or ``native``; gfx1250 in

@@ -1,4 +1,4 @@
-"""Issue 45 item 1: the quick script's CSV read as upstream writes it.
+"""docs/protocol.md §4.4: the quick script's CSV read as upstream writes it.
 
 Upstream's ``optimize-handoff/quick_test_bench.py`` (Primus-Turbo a6a16cdc) writes its
 summary with ``csv.DictWriter`` on a file opened with ``newline=""``, so every line ends

@@ -1,4 +1,4 @@
-"""Issue 45 item 5: the manifest speaks upstream's names.
+"""docs/protocol.md §2.1: the manifest speaks upstream's names.
 
 The skill page of Primus-Turbo's ``agent/skills/kernel-optimize/`` (checked at a6a16cdc) writes a
 ``manifest.yaml`` whose ``target_op`` is op + granularity (``gemm_fp8_blockwise``), with

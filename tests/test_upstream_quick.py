@@ -1,4 +1,4 @@
-"""Upstream's quick script is the campaign's quick script (issue 45, item 2): init
+"""Upstream's quick script is the campaign's quick script (docs/protocol.md §3.1): init
 copies the template from the checkout with the backend set and the commit recorded;
 BASELINE fills SHAPES; a VALIDATE round runs it through the tool (its CRLF CSV read by
 the pinned reader, its log kept as quick_validation.log); an engineer's edit takes

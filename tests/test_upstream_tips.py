@@ -1,4 +1,4 @@
-"""Tips at upstream's path (issue 45, item 3): in a checkout with upstream's ``agent/``
+"""Tips at upstream's path (docs/protocol.md §6.8): in a checkout with upstream's ``agent/``
 folder the tips file is ``agent/historical_experience/<gpu>/<op>_<granularity>/
 <backend>/tips.md`` (upstream's kernel-optimize skill page, checked at a6a16cdc); ``init``
 and ``status`` show what is there, ``campaign tip`` appends there (creating the folders,

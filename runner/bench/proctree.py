@@ -1,4 +1,4 @@
-"""The process-tree clock guard (issue 46 item 2): the CPU engine's clock is the worker's
+"""The process-tree clock guard (docs/reliability.md §8): the CPU engine's clock is the worker's
 own CPU time (``time.process_time``), which does not count other processes.  An op that
 hands its work to a helper process (forked, or a daemon reparented elsewhere) and waits
 for it on a pipe looks nearly free to that clock.  Around every timed batch the guard

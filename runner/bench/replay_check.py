@@ -1,4 +1,4 @@
-"""The replay check (issue 46 item 2, on a GPU): a timed callable captured into a CUDA
+"""The replay check (docs/reliability.md §8, on a GPU): a timed callable captured into a CUDA
 graph is timed by replaying the graph, which runs only the device work recorded while
 it was captured.  Anything the callable did on the host then (computing on the CPU,
 waiting on a helper process that did the device work in its own context, looking up a

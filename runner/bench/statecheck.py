@@ -88,7 +88,7 @@ def _own(obj: Any, package: str) -> bool:
 def _is_tensor(value: Any) -> bool:
     """An instance of ``torch.Tensor`` (a subclass's instance too), never a class: an FP8
     library's tensor-subclass *class* has ``data_ptr`` and ``_version`` as attributes, and
-    calling its unbound ``data_ptr()`` raises (issue 46 item 6: a false FAIL)."""
+    calling its unbound ``data_ptr()`` raises (docs/reliability.md §8: a false FAIL)."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.Tensor)
 

@@ -46,7 +46,7 @@ class ClockTampered(RuntimeError):
 def not_builtin(clocks: dict[str, object]) -> list[str]:
     """The names in ``clocks`` whose function is not the ``time`` module's own C
     builtin of that name (a Python wrapper, another clock under its name): the clock
-    guard's check that what it holds is real before it trusts it (issue 46 item 3: a
+    guard's check that what it holds is real before it trusts it (docs/reliability.md §7 row 20: a
     start-up hook that ran before the harness could have replaced them first)."""
     return [
         name for name, fn in clocks.items()

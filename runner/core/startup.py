@@ -1,5 +1,5 @@
 """How a worker's interpreter starts, and the files that could run code before it does
-(docs/reliability.md §7, issue 46 item 3).
+(docs/reliability.md §7 row 20).
 
 A worker starts isolated: ``python -I -S -B -c BOOT runner.worker ARGS``, and so does
 the ``python`` (and ``pytest``) of its focused test's command

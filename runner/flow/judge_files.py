@@ -1,4 +1,4 @@
-"""The judge belongs to the incumbent (issue 27 row 2).
+"""The judge belongs to the incumbent (docs/reliability.md §7 row 2).
 
 What a verdict is computed with must not come from the candidate:
 

@@ -1,5 +1,5 @@
-"""The end-of-round proof that every role ran its own files (docs/reliability.md §7,
-issue 27 row 14).
+"""The end-of-round proof that every role ran its own files (docs/reliability.md §7
+row 14).
 
 Before the first process of a round's measurement starts (after the builds), the host
 takes each role's tree state (``tree_state``): HEAD, the index and the blob id of every

@@ -1,4 +1,4 @@
-"""When a quick round's acceptance must be confirmed at the full level (issue 48 item 3).
+"""When a quick round's acceptance must be confirmed at the full level (docs/upstream-loop.md §2).
 
 Upstream's loop (Primus-Turbo ``agent/skills/kernel-optimize/workflow/optimize-loop.md``,
 "Validation Levels" and VALIDATE step 5, checked at a6a16cdc): quick validation is for

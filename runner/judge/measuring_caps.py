@@ -12,7 +12,7 @@ MAX_PAIRS = 96  # fresh process pairs of one comparison, at most
 # test suite set the seconds): 3 re-measurements of 4 pairs, what the near-noise rule
 # needs for a gain 1.5 times the per-pair spread.  On a loaded 2-core CPU a pair takes
 # about 25 s, so 150 s held 6 and rolled back a clear +10.9% gain as too volatile
-# (docs/benchmarks.md, the demo's run 2 at d6c008f, 2026-12-02); on the H200 150 s holds
+# (docs/data/history_demo_cpu.md, the demo's run 2 at d6c008f, 2026-12-02); on the H200 150 s holds
 # about 14 pairs, so the seconds bind there first.  A noisy machine makes a round
 # longer, not wrong.
 CAP_PAIRS = 12

@@ -1,4 +1,4 @@
-"""The unannounced shape of a quick round (docs/protocol.md §5.7, issue 46 item 4).
+"""The unannounced shape of a quick round (docs/protocol.md §5.7, docs/reliability.md §7 row 21).
 
 A quick round measures the representative shapes, which ``manifest.yaml`` lists (and
 so do the targets): a change tuned to the listed shapes (a fast path for exactly their

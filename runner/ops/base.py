@@ -89,7 +89,7 @@ def output_tensors(values: Any) -> list[Any]:
 
 
 def finished(values: Any, where: str) -> Any:
-    """The finished-output guard (issue 46 item 1): every output of a timed call or of
+    """The finished-output guard (docs/reliability.md §8): every output of a timed call or of
     the real-training step is exactly ``torch.Tensor`` with storage (not a subclass,
     which can defer its work to the first read, after the clock stopped, and not a
     meta tensor, which has no values).  A plain tensor holds its values when the call

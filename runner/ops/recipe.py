@@ -1,4 +1,4 @@
-"""The recipe guard (issue 46 item 5): an FP8 GEMM computes the scaling recipe it was
+"""The recipe guard (docs/reliability.md §8): an FP8 GEMM computes the scaling recipe it was
 asked for, not a coarser one that happens to reach the SNR floor.
 
 An SNR against the float32 product on Gaussian inputs does not tell the recipes apart:

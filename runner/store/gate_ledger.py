@@ -1,4 +1,4 @@
-"""What steers the gate is ledgered (issue 27 row 3).
+"""What steers the gate is ledgered (docs/reliability.md §7 row 3).
 
 The manifest fields the verdict depends on (``GATE_FIELDS``: sigma_G, the primary
 metric, the shape set and every list of shapes, the pairs, the timing, the cache mode,

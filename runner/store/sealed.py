@@ -1,4 +1,4 @@
-"""The sealed held-out pick (issue 46 item 4, docs/reliability.md §7 row 21).
+"""The sealed held-out pick (docs/reliability.md §7 row 22).
 
 The shapes final acceptance judges over-fitting on (docs/protocol.md §5.7) must stay
 unknown to the code they judge until ``campaign accept``.  ``campaign init`` draws them

@@ -23,7 +23,7 @@ _CPU_GROUPED = ("turbo_kernels/cpu/grouped_gemm.py",)
 class ExampleTarget(Target):
     def test_command(self, op: str, granularity: str | None, backend: str) -> str:
         # the op's contract tests (FP8 really used, the granularity really applied)
-        # run whatever granularity selects the rest (issue 46 item 5)
+        # run whatever granularity selects the rest (docs/reliability.md §8, the recipe guard)
         select = f' -k "{granularity} or contract"' if granularity else ""
         return f"python -m pytest tests/test_example_{op}.py -q -p no:cacheprovider{select}"
 
