@@ -34,8 +34,8 @@ from runner.core.startup import (
     shadowing_dirs,
     startup_files,
 )
-from runner.measure.host_records import rewritten
 from runner.core.step_times import StepTimes
+from runner.measure.host_records import rewritten
 
 SKIPPED_PARTS = frozenset({"__pycache__", ".pytest_cache", ".git"})
 GONE = "(deleted)"
