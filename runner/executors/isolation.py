@@ -65,10 +65,13 @@ def mount_script(
             q = shlex.quote(str(path))
             why = shlex.quote(f"isolation: could not mount {path} {mode} in the job's mount "
                               f"namespace; set {ISOLATION_ENV}=off to run without it")  # fmt: skip
+            # --rbind: a plain bind of a prefix such as /usr hides the mounts below it
+            # (a GPU host's driver libraries are bind-mounted there: CUDA then finds no
+            # driver); only the top mount is made read-only
             mount = (
                 f"mount -t tmpfs -o ro,size=4k,mode=0500 turbo-campaign-hidden {q}"
                 if mode == "hidden"
-                else f"mount --bind {q} {q} && mount -o remount,bind,{mode} {q} {q}"
+                else f"mount --rbind {q} {q} && mount -o remount,bind,{mode} {q} {q}"
             )
             lines.append(f"{{ {mount}; }} || {{ echo {why} >&2; exit 97; }}")
     lines.append('exec "$@"')
