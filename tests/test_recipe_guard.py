@@ -9,11 +9,8 @@ planted as the target's ``gemm_fp8``."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import re
 import shlex
-import shutil
-import subprocess
 import types
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,7 @@ import pytest
 import torch
 
 from runner.core.shapes import Shape
-from runner.ops.base import CHECKED_STEP, snr_db
+from runner.ops.base import snr_db
 from runner.ops.gemm import Fp8GemmOp
 from runner.ops.grouped_gemm import Fp8GroupedGemmOp
 from runner.ops.quantize import fp8_dtype
@@ -35,7 +32,6 @@ from runner.ops.recipe import (
     outlier_operands,
     recipe_snr,
 )
-from runner.ops.recipe_backward import MAGNITUDES
 from runner.targets.example import EXAMPLE
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -191,100 +187,3 @@ def test_the_contract_test_fails_the_planted_cheat(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(contract, "gemm_fp8", _coarse_gemm_fp8)
     with pytest.raises(AssertionError):
         contract.test_contract_granularity_is_applied(granularity)
-
-
-# ------------------------------------------------ where training runs the op (the backward)
-
-REDTEAM = Path(__file__).parent / "data" / "redteam"
-
-
-def _planted_gemm_fp8(name: str, tmp_path: Path) -> Any:
-    """``gemm_fp8`` of the example's op module with ``tests/data/redteam/<name>.patch``
-    applied (by ``git apply``, to a copy): the same shortcut the red-team round plants."""
-    shutil.copytree(EXAMPLES / "turbo_kernels", tmp_path / "turbo_kernels")
-    patch = REDTEAM / f"{name}.patch"
-    subprocess.run(["git", "apply", str(patch)], cwd=tmp_path, check=True, capture_output=True)
-    path = tmp_path / "turbo_kernels" / "pytorch" / "ops" / "gemm_fp8.py"
-    spec = importlib.util.spec_from_file_location(f"planted_{name}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.gemm_fp8
-
-
-def test_a_backward_without_the_blockwise_recipe_fails_the_recipe_guard(tmp_path: Path) -> None:
-    """One scale for grad_out and unquantised gradient GEMMs, the forward honest: the
-    gradients' SNR against float32 passes, the backward emulation does not."""
-    op = Fp8GemmOp(
-        _api(_planted_gemm_fp8("backward_recipe_downgrade", tmp_path)), {"granularity": "blockwise"}
-    )
-    result = op.check(SHAPE, "cpu", 11)
-    assert result.figures["da_snr"] >= 25.0 and result.figures["db_snr"] >= 25.0
-    assert result.figures["recipe_snr"] > RECIPE_SNR + 10  # the forward is honest
-    assert not result.ok
-    for name in ("dgrad", "wgrad"):
-        assert result.figures[f"recipe_{name}_snr"] < RECIPE_SNR - 5
-        assert any(
-            p.startswith(f"recipe guard: {name} is ") and "backward emulation" in p
-            for p in result.problems
-        )
-
-
-def test_a_recipe_switched_on_autograd_mode_fails_the_recipe_guard(tmp_path: Path) -> None:
-    """One scale per tensor whenever autograd records: the guard calls the op as
-    training does, so it sees the coarser recipe."""
-    planted = _planted_gemm_fp8("recipe_switched_on_autograd", tmp_path)
-    op = Fp8GemmOp(_api(planted), {"granularity": "blockwise"})
-    a, b = outlier_operands(64, 256, 384, "cpu", 3)
-    with torch.no_grad():  # what the guard used to see: the blockwise recipe
-        quiet = recipe_snr(planted(a, b, trans_b=True, config=op.config), a, b, *op.recipe)
-    assert quiet is not None and quiet > RECIPE_SNR + 10
-    result = op.check(SHAPE, "cpu", 11)
-    assert not result.ok and result.figures["recipe_snr"] < RECIPE_SNR - 5
-    assert any(
-        p.startswith("recipe guard: out is ") and "(grad enabled, inputs x1)" in p
-        for p in result.problems
-    )
-
-
-def test_the_honest_backward_matches_its_emulation_at_every_magnitude() -> None:
-    op = Fp8GemmOp(EXAMPLE.load_api(), {"granularity": "blockwise"})
-    for magnitude in MAGNITUDES:
-        figures, problems = op.recipe_check(SHAPE, "cpu", 12, magnitude)
-        assert not problems, problems
-        assert min(figures.values()) > RECIPE_SNR + 10, (magnitude, figures)
-
-
-def test_the_magnitude_sweep_sees_a_recipe_that_holds_only_at_unit_scale() -> None:
-    """A kernel honest on the guard's usual inputs and coarse on large ones: only the
-    x64 inputs of the sweep show it."""
-    honest = EXAMPLE.load_api().ops.gemm_fp8
-
-    def ranged(
-        a: torch.Tensor, b: torch.Tensor, trans_b: bool = True, config: Any = None
-    ) -> torch.Tensor:
-        if float(a.detach().abs().max()) > 1e5:  # outside the range it was tried on
-            config = dataclasses.replace(
-                config, granularity=config.granularity.TENSORWISE, block_size=None
-            )
-        out: torch.Tensor = honest(a, b, trans_b=trans_b, config=config)
-        return out
-
-    result = Fp8GemmOp(_api(ranged), {"granularity": "blockwise"}).check(SHAPE, "cpu", 11)
-    assert not result.ok
-    assert any("inputs x64" in p for p in result.problems), result.problems
-    assert not any("inputs x1)" in p or "inputs x1 " in p for p in result.problems)
-
-
-def test_a_dgrad_memo_past_a_weight_step_fails_the_checked_training_step(tmp_path: Path) -> None:
-    """dgrad kept with its node returns an unfilled buffer once the weight moved: the
-    op's check (new tensors each call) passes, the checked training step does not."""
-    op = Fp8GemmOp(
-        _api(_planted_gemm_fp8("autograd_node_memo", tmp_path)), {"granularity": "blockwise"}
-    )
-    assert op.check(SHAPE, "cpu", 11).ok
-    problems = op.fresh_step(SHAPE, "cpu", 11).checked()
-    assert problems and all(p.startswith(CHECKED_STEP + ": ") for p in problems)
-    assert any(p.startswith(f"{CHECKED_STEP}: da_snr") for p in problems), problems
-    honest = Fp8GemmOp(EXAMPLE.load_api(), {"granularity": "blockwise"})
-    assert honest.fresh_step(SHAPE, "cpu", 11).checked() == []

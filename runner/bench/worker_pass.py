@@ -136,18 +136,17 @@ def after_timing(
     Returns (problems, worst figures, raw record fields)."""
     fresh = draw = None
     state: dict[str, Any] | None = None
-    integrity = list(timed_problems)
     if hasattr(adapter, "fresh_step"):
         step = adapter.fresh_step(shape, device, spec.seed)
         state = stateful_probe(adapter, shape, device, spec, step.step)
         if timed is None:
             fresh = measure(step.step, spec.timing, device)
             draw = measure(step.draw, spec.timing, device)
-        integrity += step.checked()  # after the steps above moved the weight in place
         del step
     if timed is not None:
         fresh, draw = timed
     checks = [*checks, adapter.check(shape, device, spec.seed + 7919)]
+    integrity = list(timed_problems)
     if state and state.get("simulation") and state["simulation"].get("problems"):
         integrity += [f"8-step simulation: {p}" for p in state["simulation"]["problems"]]
     problems = [p for c in checks for p in c.problems] + integrity

@@ -63,13 +63,10 @@ class InputFlip:
 @dataclass
 class FreshStep:
     """A real training step (``step``) and the part of it that only draws its fresh
-    inputs (``draw``), timed apart so that its cost can be taken out of the step's;
-    ``checked`` runs one step more after a step that updated the weight in place and
-    returns the problems of its outputs (``fresh_training_step``)."""
+    inputs (``draw``), timed apart so that its cost can be taken out of the step's."""
 
     step: Callable[[], Any]
     draw: Callable[[], Any]
-    checked: Callable[[], list[str]] = lambda: []
 
 
 Tensors = tuple[torch.Tensor, ...]
@@ -129,18 +126,12 @@ def seeded(device: str, seed: int) -> torch.Generator:
     return torch.Generator(device=torch.device(device)).manual_seed(seed)
 
 
-# judge(fresh inputs, weights as the call saw them, outputs) -> problems
-StepJudge = Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor], Tensors], list[str]]
-CHECKED_STEP = "real-training step, checked after its timing with the weight stepped in place"
-
-
 def fresh_training_step(
     device: str,
     seed: int,
     fresh: Sequence[tuple[tuple[int, ...], bool]],
     weights: Sequence[torch.Tensor],
     run: Callable[..., Sequence[torch.Tensor]],
-    judge: StepJudge | None = None,
 ) -> FreshStep:
     """Training as training runs it: every step draws NEW values for each tensor of
     ``fresh`` ((shape, requires_grad), bf16, on new buffers), calls ``run(*tensors)``
@@ -149,10 +140,7 @@ def fresh_training_step(
     the output and the activation gradient too) and then takes a small SGD step on each
     weight (``w.add_``, as ``torch.optim`` does: the values and ``w._version`` change).
     Nothing is reused from one step to the next, so a cache keyed on the identity or on
-    the content of an activation misses.  ``judge`` judges one step's outputs
-    (``FreshStep.checked``): state kept from an earlier step (on a tensor, an autograd
-    node or a module) that is stale once the weight moved shows there, where the
-    benchmark's repeated calls on one input set never see it."""
+    the content of an activation misses."""
     # A seed the measured code cannot know: the values never repeat between two runs of
     # the step in one process (a memo filled by the first would hit in the second).
     secret = random.SystemRandom().getrandbits(62)
@@ -171,7 +159,8 @@ def fresh_training_step(
             del keep[: len(made)]
         return made
 
-    def update(outs: Tensors) -> Tensors:
+    def step() -> Any:
+        outs = tuple(run(*draw()))
         read_all(outs, "real-training step")
         grads = outs[len(outs) - len(weights) :]
         with torch.no_grad():
@@ -180,21 +169,7 @@ def fresh_training_step(
                 w.add_((gw / rms).to(w.dtype), alpha=-FRESH_LR)
         return grads
 
-    def step() -> Any:
-        return update(tuple(run(*draw())))
-
-    def checked() -> list[str]:
-        if judge is None:
-            return []
-        step()  # the weight stepped in place (its values and version) before the call
-        made = draw()
-        before = [w.detach().clone() for w in weights]
-        outs = tuple(run(*made))
-        problems = judge(made, before, outs)
-        update(outs)
-        return [f"{CHECKED_STEP}: {p}" for p in problems]
-
-    return FreshStep(step, draw, checked)
+    return FreshStep(step, draw)
 
 
 Refs = dict[str, tuple[tuple[str, ...], tuple[torch.Tensor, ...]]]
