@@ -1,5 +1,6 @@
 """PLATFORM LAYER of turbo-campaign's workspace minimal stack, for NVIDIA development
-hosts (docs/primus-turbo.md, "NVIDIA development hosts"): not upstream's file, never
+hosts (docs/primus-turbo.md, "NVIDIA development hosts: the platform layer"): not
+upstream's file, never
 synced back, never written into a stack declared for ROCm, and a no-op on a ROCm
 torch even if it is there.
 

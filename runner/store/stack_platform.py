@@ -1,4 +1,5 @@
-"""The minimal stack's platform layer (docs/primus-turbo.md, "NVIDIA development hosts").
+"""The minimal stack's platform layer (docs/primus-turbo.md, "NVIDIA development hosts:
+the platform layer").
 
 Upstream Primus-Turbo targets AMD GPUs; on a campaign declared for an NVIDIA GPU
 (``--gpu sm90``) workspace mode adds to the stack, never to the kernel files:
