@@ -50,11 +50,13 @@ BASE_TENSOR_CACHE = """        gran, bs = config.granularity, config.block_size
 """
 
 
-def _probe_op(op: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """``stateful_probe`` over an adapter whose package holds no state in its modules:
-    a training step (fresh activations, the same weight) detects what the op keeps,
-    the 8-step simulation judges it."""
-    package = types.ModuleType("rt_tensor_pkg")
+def _probe_op(
+    op: Any, monkeypatch: pytest.MonkeyPatch, package: types.ModuleType | None = None
+) -> dict[str, Any]:
+    """``stateful_probe`` over an adapter whose package (default: one holding no state
+    in its modules): a training step (fresh activations, the same weight) detects what
+    the op keeps, the 8-step simulation judges it."""
+    package = package or types.ModuleType("rt_tensor_pkg")
     monkeypatch.setitem(sys.modules, "rt_tensor_pkg", package)
     w = torch.randn(4, 8)
 
@@ -112,6 +114,44 @@ def test_codes_kept_on_the_weight_until_it_changes_pass(monkeypatch: pytest.Monk
     sim = state["simulation"]
     assert (sim["activations"]["state_written_steps"], sim["activations"]["served_steps"]) == (1, 7)
     assert sim["problems"] == []
+
+
+def test_a_cached_helper_hit_at_every_call_is_served_not_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Upstream's op reads the device's compute capability through an ``lru_cache`` at
+    every call (a hit each time: a6a16cdc, ``_get_device_compute_capability``); on an
+    H100 every shape FAILED the simulation as "kept state written at step(s) [1..7]".
+    A hit writes nothing; a memo of the activations (a miss every step) still FAILs."""
+    import functools
+
+    @functools.lru_cache(maxsize=None)
+    def capability() -> tuple[int, int]:
+        return (9, 0)
+
+    @functools.lru_cache(maxsize=8)
+    def memo(key: bytes, w: torch.Tensor) -> torch.Tensor:
+        a = torch.frombuffer(bytearray(key), dtype=torch.float32).reshape(4, 8)
+        return a.to(w.dtype) @ w.detach().t()
+
+    def honest(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        capability()
+        return a @ w.t()
+
+    def memoised(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        held = memo(a.detach().float().numpy().tobytes(), w)
+        return held + (a @ w.t() - (a @ w.t()).detach())
+
+    package = types.ModuleType("rt_tensor_pkg")
+    package.capability = capability  # type: ignore[attr-defined]
+    package.memo = memo  # type: ignore[attr-defined]
+    state = _probe_op(honest, monkeypatch, package)
+    assert state["written"] == ["rt_tensor_pkg.capability"]  # the probe counts the hit
+    sim = state["simulation"]
+    assert sim["activations"]["state_written_steps"] == 0 and sim["problems"] == []
+    state = _probe_op(memoised, monkeypatch, package)
+    assert any("kept state written at step(s) [1, 2, 3, 4, 5, 6, 7]" in p
+               for p in state["simulation"]["problems"])  # fmt: skip
 
 
 PROBE = """

@@ -6,7 +6,8 @@ calls: module globals, class attributes, instances held by them, closure cells a
 objects themselves (codes cached on the activation).  Containers are read by identity,
 length and the identities of their newest items (an LRU at its cap still changes),
 tensors by identity, version and address, ``functools`` caches by their hit/miss/size
-counters (a read counts), plain values by value.
+counters (a read counts: the probe; the simulation's steps leave hits out,
+``without_reads``), plain values by value.
 
 ``stateful_probe`` runs one real-training step between two fingerprints: when the
 step changed the package's kept state, the op keeps state on its hot path, whatever
@@ -217,9 +218,20 @@ def _watching(
 
     def state() -> dict[str, Token]:
         live = [t for t in (r() for r in seen) if t is not None]
-        return {**state_fingerprint(package), **tensor_attributes(live)}
+        return without_reads({**state_fingerprint(package), **tensor_attributes(live)})
 
     return watched, state
+
+
+def without_reads(tokens: Mapping[str, Token]) -> dict[str, Token]:
+    """``tokens`` with each ``functools`` cache's hit counter left out: a step that only
+    reads a cache (a hit) wrote nothing.  The simulation asks which steps wrote kept
+    state; a cached helper hit at every call (upstream's device-capability query,
+    ``primus_turbo.pytorch.core.utils._get_device_compute_capability`` at a6a16cdc) is
+    served, not written.  A memo of activations still misses, so still writes, every
+    step.  The probe before the simulation keeps the hits: a weight cache that hits on
+    a training step's in-place update is what makes the simulation run."""
+    return {k: (v[0], *v[2:]) if v and v[0] == "lru" else v for k, v in tokens.items()}
 
 
 def simulation_problems(runs: Mapping[str, SimResult]) -> list[str]:
