@@ -319,9 +319,10 @@ def measure_and_judge(
     if measured is not None:
         paths = {role: list(measured[role]) for role in how.roles}
     else:
-        paths = measure_roles(
-            rnd, ordered, shapes, first_samples(rnd, samples, remeasure), watch=watch
-        )
+        # after the passes of an earlier measurement in this round (a quick acceptance
+        # confirmed at the full level): their folders and records stay as the host wrote them
+        first = first_samples(rnd, samples, remeasure)
+        paths = measure_roles(rnd, ordered, shapes, first, last_index(rnd.tmp), watch)
     judged = judge(rnd, paths, how, vetoes, final=not remeasure)
     cap = measurement_cap(getattr(rnd, "level", "full"))
     while judged.gate.decision is Decision.NEEDS_REMEASURE:
