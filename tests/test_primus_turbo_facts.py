@@ -338,6 +338,6 @@ def test_accept_reads_the_csv_the_benchmark_writes(tmp_path: Path) -> None:
     assert (art / "upstream_benchmark.csv").read_text() == UPSTREAM_GEMM_FP8
     assert info["fail"] == 2  # the FAIL and the ERROR row
     rows = read_csv(art / "full_benchmark.csv", GEMM_SCHEMA).rows
-    assert rows[0].label == "1-Llama-2-7B-B1-4096x4096x4096"
+    assert rows[0].label == "1-Llama-2-7B-MBS1-4096x4096x4096"
     check = accept.benchmark_check(info)
     assert not check.ok and "2 row(s) FAIL or ERROR" in check.detail
