@@ -19,6 +19,8 @@
 #   accept    campaign accept (the integration gate in upstream's tree: the kernel synced
 #             back, upstream's focused test)
 #   finish    report (its "Platform: non-AMD run" note shown), export
+#   statecheck (on demand only) what a training step of upstream's op writes into the
+#             state its package keeps: the 8-step simulation's evidence, path by path
 #   reproduce the bundle replayed and re-measured on a second, fresh campaigns root
 #
 # Run from the turbo-campaign checkout, once per device call, until it prints
@@ -165,6 +167,39 @@ print("forward and backward ok", tuple(out.shape))
 EOF
   )
   log "smoke passed"
+}
+
+phase_statecheck() {  # what one training step of upstream's op writes into the state its
+  # package keeps between calls (runner.bench.statecheck's fingerprint, as the worker takes
+  # it): three steps with fresh activations and the weight held still, three with it stepped
+  local ws="$CAMPAIGN_ROOT/workspaces/$(name)"
+  (cd "$ws" && PYTHONPATH="$ws/src" PRIMUS_TURBO_GEMM_BACKEND=TRITON "$PY" - <<'EOF'
+import torch
+import primus_turbo.pytorch as turbo
+from primus_turbo.pytorch.core import low_precision as lp
+from runner.bench.statecheck import changed_paths, state_fingerprint, tensor_attributes
+cfg = lp.Float8QuantConfig(format=lp.Format.E4M3, granularity=lp.ScalingGranularity.BLOCKWISE, block_size=128)
+m, n, k = 4096, 12288, 4096
+w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+def state():
+    return {**state_fingerprint("primus_turbo"), **tensor_attributes()}
+for step in range(6):
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    before = state()
+    out = turbo.ops.gemm_fp8(a, w, trans_b=True, config=cfg)
+    torch.autograd.grad(out, (a, w), torch.randn_like(out))
+    torch.cuda.synchronize()
+    after = state()
+    if step >= 3:
+        with torch.no_grad():
+            w.add_(torch.randn_like(w), alpha=1e-2)
+    changed = changed_paths(before, after)
+    print(f"step {step} ({'weight stepped after' if step >= 3 else 'weight still'}): "
+          f"{len(changed)} of {len(after)} kept paths written")
+    for path in changed[:12]:
+        print("   ", path, str(before.get(path))[:90], "->", str(after.get(path))[:90])
+EOF
+  )
 }
 
 phase_baseline() {
