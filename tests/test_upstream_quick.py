@@ -98,6 +98,32 @@ def test_filled_template_runs_and_its_csv_is_read(tmp_path: Path) -> None:
     assert proc.returncode == 1 and failed_rows(read_quick_csv(out, None)) == ["s1"]
 
 
+def test_shapes_filled_twice_keep_the_rest_of_the_script(tmp_path: Path) -> None:
+    """BASELINE fills SHAPES with every target, then narrows it to the representative
+    shapes.  The second fill took everything up to the next line starting with ``]``
+    (the end of SUMMARY_CSV_HEADER), so on an H100 upstream's round-2 quick run read
+    "name 'CONFIG' is not defined"; now only the SHAPES assignment is replaced."""
+    repo = checkout_with_template(tmp_path)
+    root = tmp_path / "camp"
+    root.mkdir()
+    script = copy_template(repo, root, "triton")
+    assert script is not None
+    shapes = [{"label": f"s{i}", "M": 256 * i, "N": 512, "K": 1024} for i in (1, 2, 3)]
+    fill_shapes(root, script, shapes)
+    once = script.read_text()
+    fill_shapes(root, script, shapes[1:])
+    twice = script.read_text()
+    for name in ("CONFIG = Float8QuantConfig(", "SUMMARY_CSV_HEADER", "FAIL_LABELS"):
+        assert once.count(name) == twice.count(name) >= 1, name
+    assert "'s1'" in once and "'s1'" not in twice and "'s3'" in twice
+    out = tmp_path / "q.csv"
+    subprocess.run([sys.executable, str(script), "--summary-csv", str(out)], check=True)
+    assert read_quick_csv(out, GEMM_SCHEMA.header).labels() == ["s2", "s3"]
+    script.write_text(twice.replace("SHAPES: List", "SHAPES_OLD: List"))
+    with pytest.raises(ConfigError, match="no single `SHAPES"):
+        fill_shapes(root, script, shapes)
+
+
 def test_validate_runs_the_quick_script_and_a_fail_row_stops_the_round(
     slow_tiny: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
 ) -> None:

@@ -15,6 +15,7 @@ in its log), ``read_quick_csv`` (the pinned reader; the template writes with
 
 from __future__ import annotations
 
+import ast
 import difflib
 import hashlib
 import json
@@ -38,7 +39,6 @@ BASELINE_LOG = "quick_baseline.log"
 VALIDATION_LOG = "quick_validation.log"
 QUICK_CSV = "quick_benchmark.csv"  # artifacts/benchmark.csv is the paired measurement
 _BACKEND_LINE = re.compile(r"""(setdefault\(\s*["'][A-Z_]+["']\s*,\s*)["']<target_backend>["']""")
-_SHAPES = re.compile(r"^SHAPES\b[^=\n]*=\s*\[.*?^\]", re.DOTALL | re.MULTILINE)
 # The template is written for the blockwise FP8 GEMM (a6a16cdc): its CONFIG block and
 # the op call in run_one.  Adapted per campaign: the FP8 GEMM's other granularities
 # change CONFIG; the BF16 GEMM calls turbo.ops.gemm without a config.
@@ -128,15 +128,45 @@ def copy_template(
     return script
 
 
-def fill_shapes(campaign_root: Path, script: Path, shapes: Sequence[dict[str, Any]]) -> None:
-    """Set the script's ``SHAPES`` list (upstream's keys: label, M, N, K)."""
-    text = script.read_text(encoding="utf-8")
-    listed = pprint.pformat([dict(s) for s in shapes], sort_dicts=False, width=88)
-    new, count = _SHAPES.subn(lambda _: f"SHAPES: List[Dict[str, Any]] = {listed}", text)
-    if count != 1:
+def _shapes_lines(text: str, script: Path) -> tuple[int, int]:
+    """The first and last line (0-based, inclusive) of the script's one top-level
+    ``SHAPES = [...]`` assignment, found by parsing: its list may hold a line that starts
+    with ``]`` nowhere but at its own end, and the template's next list
+    (``SUMMARY_CSV_HEADER``) must never be taken for its end."""
+    try:
+        tree = ast.parse(text, filename=str(script))
+    except SyntaxError as e:
+        raise ConfigError(f"{script}: not valid Python ({e.msg}, line {e.lineno}); "
+                          "restore it from the template") from e  # fmt: skip
+    spans = [
+        (node.lineno - 1, (node.end_lineno or node.lineno) - 1)
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        and any(isinstance(t, ast.Name) and t.id == "SHAPES"
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))
+        and isinstance(node.value, ast.List)
+    ]  # fmt: skip
+    if len(spans) != 1:
         raise ConfigError(
-            f"{script}: no `SHAPES = [...]` list to fill; restore it from the template"
+            f"{script}: no single `SHAPES = [...]` list to fill; restore it from the template"
         )
+    return spans[0]
+
+
+def shapes_block(shapes: Sequence[dict[str, Any]]) -> str:
+    """``SHAPES`` as the template writes its list: one shape a line, the closing bracket
+    on a line of its own."""
+    rows = [f"    {pprint.pformat(dict(s), sort_dicts=False, width=10_000)},\n" for s in shapes]
+    return "SHAPES: List[Dict[str, Any]] = [\n" + "".join(rows) + "]\n"
+
+
+def fill_shapes(campaign_root: Path, script: Path, shapes: Sequence[dict[str, Any]]) -> None:
+    """Set the script's ``SHAPES`` list (upstream's keys: label, M, N, K); the rest of
+    the script is kept byte for byte, however often it is filled."""
+    text = script.read_text(encoding="utf-8")
+    first, last = _shapes_lines(text, script)
+    lines = text.splitlines(keepends=True)
+    new = "".join([*lines[:first], shapes_block(shapes), *lines[last + 1 :]])
     write_atomic(script, new)
     record = load_record(campaign_root) or {}
     _save(campaign_root, record, new)
