@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -337,3 +338,28 @@ def test_a_compile_s_record_names_only_assembly_in_its_own_folder(tmp_path: Path
     got, _notes = role_facts({"k.py": folder})
     assert got["k"].isa == str((folder / "k.amdgcn").resolve()) and got["k"].file == "k.py"
     assert got["away"].isa == "" and got["abs"].isa == ""
+
+
+def test_a_workspace_tree_s_compile_imports_its_package_from_src(tmp_path: Path) -> None:
+    """In workspace mode a role's tree holds the package under ``src/`` (its
+    ``src/UPSTREAM.yaml`` says so) and the kernel file is ``src/<package>/...``: the
+    compile (and the profiler) run with ``src/`` first on the path.  With the tree alone
+    there, upstream's kernel file on an H100 read "No module named 'primus_turbo'"."""
+    import sys
+
+    from runner.flow.kernel_facts import tree_pythonpath
+    from runner.store.workspace import RECORD
+
+    tree = tmp_path / "ws"
+    package = tree / "src" / "rt_ws_pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("WHERE = 'src'\n", encoding="utf-8")
+    (tree / "src" / RECORD).write_text("upstream: {}\n", encoding="utf-8")
+    path = tree_pythonpath(tree).split(os.pathsep)
+    assert path[:2] == [str(tree / "src"), str(tree)]
+    probe = [sys.executable, "-c", "import rt_ws_pkg; print(rt_ws_pkg.WHERE)"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    done = subprocess.run(probe, cwd=tree, env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "src"
+    (tree / "src" / RECORD).unlink()  # a plain checkout: the tree itself first
+    assert tree_pythonpath(tree).split(os.pathsep)[0] == str(tree)

@@ -125,7 +125,7 @@ def test_a_cached_helper_hit_at_every_call_is_served_not_written(
     A hit writes nothing; a memo of the activations (a miss every step) still FAILs."""
     import functools
 
-    @functools.lru_cache(maxsize=None)
+    @functools.lru_cache(maxsize=128)  # as upstream declares it
     def capability() -> tuple[int, int]:
         return (9, 0)
 

@@ -40,6 +40,7 @@ from runner.core.step_times import StepTimes
 from runner.flow.round_context import Round
 from runner.store.campaign import Campaign
 from runner.store.manifest import Manifest
+from runner.store.workspace import code_root
 from runner.targets.registry import get_target
 
 ANALYZER_VERSION = "2"  # raise when the facts a compile records change
@@ -182,15 +183,16 @@ def _compile(
 
 
 def tree_pythonpath(tree: Path) -> str:
-    """``tree`` first, then this runner's root and the caller's own entries (absolute:
-    the subprocess runs in ``tree``)."""
+    """Where ``tree``'s package lives first (``code_root``: ``src/`` of a workspace, whose
+    kernel files import ``primus_turbo`` from there), the tree itself, then this runner's
+    root and the caller's own entries (absolute: the subprocess runs in ``tree``)."""
     import runner
 
     root = str(Path(runner.__file__).resolve().parent.parent)
     inherited = [
         str(Path(p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
     ]
-    return os.pathsep.join(dict.fromkeys([str(tree), root, *inherited]))
+    return os.pathsep.join(dict.fromkeys([str(code_root(tree)), str(tree), root, *inherited]))
 
 
 class _FactsUnavailable(Exception):

@@ -49,6 +49,7 @@ from runner.render.profile_table import parse_ncu_raw, parse_rocprof, parse_torc
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 from runner.store.manifest import Manifest, branch_name
+from runner.store.workspace import code_root
 from runner.targets.registry import get_target
 
 TOOLS = ("auto", "ncu", "rocprofv3", "torch")
@@ -170,7 +171,8 @@ def profile_round(
             out = folder / role
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir(parents=True)
-            env = {**os.environ, **target.job_env(tree, m.target_op, m.target_backend), **env_words}
+            own = target.job_env(code_root(tree), m.target_op, m.target_backend)
+            env = {**os.environ, **own, **env_words}
             env["PYTHONPATH"] = tree_pythonpath(tree)
             env[RANGE_ENV] = RANGE_NAME  # the profilers keep what the gate times
             cmd = wrapped(tool, argv, out, launches)
