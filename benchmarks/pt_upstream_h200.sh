@@ -210,6 +210,8 @@ phase_baseline() {
 validate() {  # round, hypothesis, patch file(s): the first that applies to the head
   local n=$1 hyp=$2 ws patch=""; shift 2
   ws="$CAMPAIGN_ROOT/workspaces/$(name)"
+  # a phase run again after its round closed (a FAILED round) validates the next number
+  while [ -e "$CAMPAIGN_ROOT/$(name)/rounds/round-$n/result.json" ]; do n=$((n + 1)); done
   for f in "$@"; do
     if git -C "$ws" apply --check "$REPO/$P/$f" 2>/dev/null; then patch="$REPO/$P/$f"; break; fi
   done
