@@ -150,8 +150,8 @@ def test_a_cached_helper_hit_at_every_call_is_served_not_written(
     sim = state["simulation"]
     assert sim["activations"]["state_written_steps"] == 0 and sim["problems"] == []
     state = _probe_op(memoised, monkeypatch, package)
-    assert any("kept state written at step(s) [1, 2, 3, 4, 5, 6, 7]" in p
-               for p in state["simulation"]["problems"])  # fmt: skip
+    every_step = "kept state written at step(s) [1, 2, 3, 4, 5, 6, 7]"
+    assert any(every_step in p for p in state["simulation"]["problems"])
 
 
 PROBE = """

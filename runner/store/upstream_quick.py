@@ -128,6 +128,18 @@ def copy_template(
     return script
 
 
+def _assigns_shapes_list(node: ast.stmt) -> bool:
+    """``node`` is ``SHAPES = [...]`` (annotated or not)."""
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, ast.AnnAssign):
+        targets = [node.target]
+    else:
+        return False
+    named = any(isinstance(t, ast.Name) and t.id == "SHAPES" for t in targets)
+    return named and isinstance(node.value, ast.List)
+
+
 def _shapes_lines(text: str, script: Path) -> tuple[int, int]:
     """The first and last line (0-based, inclusive) of the script's one top-level
     ``SHAPES = [...]`` assignment, found by parsing: its list may hold a line that starts
@@ -136,16 +148,13 @@ def _shapes_lines(text: str, script: Path) -> tuple[int, int]:
     try:
         tree = ast.parse(text, filename=str(script))
     except SyntaxError as e:
-        raise ConfigError(f"{script}: not valid Python ({e.msg}, line {e.lineno}); "
-                          "restore it from the template") from e  # fmt: skip
+        why = f"not valid Python ({e.msg}, line {e.lineno}); restore it from the template"
+        raise ConfigError(f"{script}: {why}") from e
     spans = [
         (node.lineno - 1, (node.end_lineno or node.lineno) - 1)
         for node in tree.body
-        if isinstance(node, (ast.Assign, ast.AnnAssign))
-        and any(isinstance(t, ast.Name) and t.id == "SHAPES"
-                for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))
-        and isinstance(node.value, ast.List)
-    ]  # fmt: skip
+        if _assigns_shapes_list(node)
+    ]
     if len(spans) != 1:
         raise ConfigError(
             f"{script}: no single `SHAPES = [...]` list to fill; restore it from the template"
