@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 from campaign_helpers import run_cli
 
+from runner.core.errors import ProfileFailed
 from runner.core.profile_range import RANGE_ENV, RANGE_NAME
 from runner.flow.profile import wrapped
 from runner.render.profile_table import parse_ncu_raw, parse_rocprof
@@ -163,3 +164,22 @@ def test_profile_on_the_cpu_runs_the_torch_profiler(
         csv.DictReader(io.StringIO((folder / "incumbent" / "torch_profile.csv").read_text()))
     )
     assert any(r["name"].startswith("aten::") and int(r["calls"]) > 0 for r in rows)
+
+
+def test_a_profile_whose_role_times_out_fails_and_says_so(
+    slow_tiny: Path,
+    tmp_path: Path,
+    copy_campaign: Callable[[Path, Path, str], Path],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The BASELINE's one role profiled past ``--timeout``: exit 6 (an infrastructure
+    error) that names the role and its timeout, and profile.md written with the note."""
+    campaign = copy_campaign(slow_tiny, tmp_path / "c", "t")
+    root = str(campaign.parent)
+    argv = ["--campaigns-root", root, "profile", "--round", "1", "--campaign", "t"]
+    code, out = run_cli([*argv, "--timeout", "0.2"], capsys)
+    assert code == ProfileFailed.return_code == 6, out
+    assert "incumbent: timed out after 0.2 s" in out
+    assert "round 1's profile failed for incumbent" in out and "larger --timeout" in out
+    table = (campaign / "profiles" / "round-1" / "profile.md").read_text(encoding="utf-8")
+    assert "incumbent: timed out after 0.2 s" in table and "## incumbent" not in table

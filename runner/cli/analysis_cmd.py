@@ -12,7 +12,7 @@ import click
 
 from runner.cli.app import App
 from runner.cli.options import campaign_option
-from runner.core.errors import ConfigError
+from runner.core.errors import ConfigError, ProfileFailed
 from runner.core.files import write_atomic
 from runner.core.limits import MAX_PROFILE_TIMEOUT_S
 from runner.store.campaign import Campaign
@@ -109,6 +109,12 @@ def profile_cmd(
     for role, rows in got.tables.items():
         click.echo(f"\n{role}:\n{table_markdown(rows, limit=10)}")
     click.echo(f"\ntables: {got.folder / 'profile.md'}")
+    if got.failed:
+        raise ProfileFailed(
+            f"round {n}'s profile failed for {' and '.join(got.failed)} (the notes above "
+            "say why; a table is only of a role that ran): fix what its output shows, or "
+            "give a larger --timeout when it timed out, and run `campaign profile` again"
+        )
 
 
 def check_timeout(value: float) -> float:

@@ -14,7 +14,8 @@ message text::
     |   +-- FingerprintMismatch, BundleError
     +-- AppendOnlyViolation (5)
     +-- InfrastructureError (6): CommandFailed, Tampered, SpeedOfLightError,
-    |   MeasurementFailed (DeviceOutOfMemory, FocusedTestFailed, LdsOverLimit)
+    |   ProfileFailed, MeasurementFailed (DeviceOutOfMemory, FocusedTestFailed,
+    |   LdsOverLimit)
     +-- Verdict: RolledBack (3), NeedsRemeasure (4), CorrectnessFailed (3),
     |   NotAccepted (3), NotReproduced (3)
     +-- NothingToDo (7)
@@ -145,6 +146,11 @@ class CommandFailed(InfrastructureError):
 
 class SpeedOfLightError(InfrastructureError):
     """A measured number is above the GPU's peak: the timing or the work count is wrong."""
+
+
+class ProfileFailed(InfrastructureError):
+    """A role's profiled run (``campaign profile``) timed out or exited non-zero: the
+    tables of the roles that ran are written all the same, and the command fails."""
 
 
 class Verdict(CampaignError):

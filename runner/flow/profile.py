@@ -69,6 +69,7 @@ class ProfileRun:
     folder: Path
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # roles whose profiled run failed
 
 
 def pick_tool(m: Manifest, tool: str) -> str:
@@ -176,13 +177,21 @@ def profile_round(
             env["PYTHONPATH"] = tree_pythonpath(tree)
             env[RANGE_ENV] = RANGE_NAME  # the profilers keep what the gate times
             cmd = wrapped(tool, argv, out, launches)
-            try:
-                done = run(cmd, cwd=tree, env=env, timeout=timeout, check=False)
+            try:  # the profiler's own children (ncu's application) go with it
+                done = run(
+                    cmd, cwd=tree, env=env, timeout=timeout, check=False, die_with_parent=True
+                )
             except CommandFailed as exc:  # timed out
-                got.notes.append(f"{role}: {str(exc).splitlines()[0]}")
+                write_atomic(out / "stdout.txt", exc.output)
+                got.failed.append(role)
+                got.notes.append(
+                    f"{role}: timed out after {timeout:g} s (see {out / 'stdout.txt'}; "
+                    "give a larger --timeout)"
+                )
                 continue
             write_atomic(out / "stdout.txt", done.stdout or "")
             if done.returncode != 0:
+                got.failed.append(role)
                 got.notes.append(f"{role}: exit {done.returncode} (see {out / 'stdout.txt'})")
             got.tables[role] = parse_folder(tool, out, done.stdout or "")
     write_atomic(folder / "profile.md", profile_markdown(n, got))
