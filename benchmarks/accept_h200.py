@@ -63,18 +63,24 @@ from runner.store.sealed import heldout_labels  # noqa: E402
 GIB = float(1 << 30)
 KERNEL = "turbo_kernels/pytorch/ops/gemm_fp8.py"
 ANCHOR = "    return gemm_fp8_impl(a_fp8, a_scale_inv, b_fp8, b_scale_inv, gran, out_dtype, bs)\n"
-GPU_PATCH = ("scalar_scale.patch", "K1", "With 128x128 weight blocks and a 128-wide N tile, "
-             "all columns of a tile share one weight scale per K block: loading it as a "
-             "scalar drops a gather and an outer product per K step (expected: a few "
-             "percent faster).")  # fmt: skip
+GPU_PATCH = (
+    "scalar_scale.patch",
+    "K1",
+    "With 128x128 weight blocks and a 128-wide N tile, "
+    "all columns of a tile share one weight scale per K block: loading it as a "
+    "scalar drops a gather and an outer product per K step (expected: a few "
+    "percent faster).",
+)
 CPU_PATCH = (
     "speedup_reuse_fp8_weight.patch",
     "K4",
     "Reusing the forward's FP8 weight "
     "in the backward saves one weight quantisation a step (expected: faster).",
 )
-PLANTED = (" Also a planted slow-down of one held-out shape, tuned to the targets "
-           "(expected NOT ACCEPTED at final acceptance, naming that shape).")  # fmt: skip
+PLANTED = (
+    " Also a planted slow-down of one held-out shape, tuned to the targets "
+    "(expected NOT ACCEPTED at final acceptance, naming that shape)."
+)
 
 
 def say(message: object) -> None:
@@ -94,11 +100,18 @@ def new_campaign(root: Path, device: str, seed: int, budget_s: float | None) -> 
     prefix = "cpu-llama2-7b-" if device == "cpu" else "Llama-2-7B-"
     targets = [lb for lb in names if lb.startswith(prefix) and (device == "cpu" or "-mb1-" in lb)]
     fields: dict[str, Any] = {
-        "target": "example", "source": str(source), "target_op": "gemm_fp8",
-        "granularity": "blockwise", "target_backend": "TORCH" if device == "cpu" else "TRITON",
-        "target_gpu": gpu, "campaign_name": f"accept_{gpu}", "max_iterations": 10,
-        "target_shapes": targets, "heldout_seed": seed, "say": say,
-    }  # fmt: skip
+        "target": "example",
+        "source": str(source),
+        "target_op": "gemm_fp8",
+        "granularity": "blockwise",
+        "target_backend": "TORCH" if device == "cpu" else "TRITON",
+        "target_gpu": gpu,
+        "campaign_name": f"accept_{gpu}",
+        "max_iterations": 10,
+        "target_shapes": targets,
+        "heldout_seed": seed,
+        "say": say,
+    }
     if budget_s is not None:
         fields["timing"] = {"budget_s": budget_s}
     return create_campaign(root / "campaigns", CampaignFields(**fields))
@@ -117,15 +130,25 @@ def timed(what: str, record: dict[str, Any], call: Any) -> Any:
         say(f"{what}: {record[f'{what}_s']} s")
 
 
-def round_two(campaign: Campaign, device: str, patch: str, hypothesis: str, bucket: str,
-              record: dict[str, Any]) -> None:  # fmt: skip
+def round_two(
+    campaign: Campaign,
+    device: str,
+    patch: str,
+    hypothesis: str,
+    bucket: str,
+    record: dict[str, Any],
+) -> None:
     request = Request(2, hypothesis, patch, bucket=bucket)
-    got = timed("round_2", record, lambda: validate_round(campaign, LocalExecutor(), request,
-                                                          progress=say))  # fmt: skip
+    got = timed(
+        "round_2", record, lambda: validate_round(campaign, LocalExecutor(), request, progress=say)
+    )
     if got is not None:
         gate = got.gate.to_dict() if got.gate else {}
-        record["round_2"] = {"status": got.status.value, "delta_pct": gate.get("delta_pct"),
-                             "reasons": list(got.reasons)[:3]}  # fmt: skip
+        record["round_2"] = {
+            "status": got.status.value,
+            "delta_pct": gate.get("delta_pct"),
+            "reasons": list(got.reasons)[:3],
+        }
         say(f"round 2: {got.status.value} {gate.get('delta_pct')}")
 
 
@@ -143,21 +166,29 @@ def report(campaign: Campaign, got: Any, record: dict[str, Any]) -> None:
     evidence = ((doc.get("gate") or {}).get("evidence") or {}).get("shapes") or {}
     final_shapes = (doc.get("final_score") or {}).get("shapes", [])
     record["accept"] = {
-        "outcome": doc["outcome"], "reasons": doc["reasons"], "checks": doc["checks"],
-        "heldout": doc["heldout_shapes"], "paired": evidence,
+        "outcome": doc["outcome"],
+        "reasons": doc["reasons"],
+        "checks": doc["checks"],
+        "heldout": doc["heldout_shapes"],
+        "paired": evidence,
         "final": {s["label"]: s.get("value") for s in final_shapes},
-        "step_seconds": doc.get("step_seconds"), "suite": (doc.get("full_suite") or {}).get("ran"),
-        "suite_yield": {k: (doc.get("full_suite") or {}).get(k)
-                        for k in ("yielded", "tests_logged", "during_timed_work")},
-    }  # fmt: skip
+        "step_seconds": doc.get("step_seconds"),
+        "suite": (doc.get("full_suite") or {}).get("ran"),
+        "suite_yield": {
+            k: (doc.get("full_suite") or {}).get(k)
+            for k in ("yielded", "tests_logged", "during_timed_work")
+        },
+    }
     say(f"accept suite: {record['accept']['suite']}; {record['accept']['suite_yield']}")
     say(f"accept steps: {doc.get('step_seconds')}")
     say(f"accept: {doc['outcome']}")
     for check in doc["checks"]:
         say(f"  {'PASS' if check['ok'] else 'FAIL'} {check['name']}: {check['detail'][:400]}")
     for label, est in evidence.items():
-        say(f"  {label}: {est.get('mean_pct'):+.2f}% +- {est.get('half_width_pct')} "
-            f"({est.get('pairs')} pairs)")  # fmt: skip
+        say(
+            f"  {label}: {est.get('mean_pct'):+.2f}% +- {est.get('half_width_pct')} "
+            f"({est.get('pairs')} pairs)"
+        )
     record["memory"] = memory_reports(campaign, got.shapes)
 
 
@@ -172,34 +203,51 @@ def memory_reports(campaign: Campaign, labels: list[str]) -> list[dict[str, Any]
     out = []
     for path in sorted((campaign.root / "acceptance" / "artifacts").rglob("memory*.json")):
         doc = json.loads(path.read_text(encoding="utf-8"))
-        workers = {name: {k: round(v / GIB, 2) for k, v in m.items()}
-                   for name, m in (doc.get("workers") or {}).items()}  # fmt: skip
-        per_shape = {label: {k: round(v / GIB, 3) for k, v in row.items()}
-                     for label, row in (doc.get("shapes") or {}).items()}  # fmt: skip
-        out.append({"file": str(path.name), "workers": workers, "figure_gib": figure,
-                    "pool": doc.get("pool"), "shapes_gib": per_shape})  # fmt: skip
+        workers = {
+            name: {k: round(v / GIB, 2) for k, v in m.items()}
+            for name, m in (doc.get("workers") or {}).items()
+        }
+        per_shape = {
+            label: {k: round(v / GIB, 3) for k, v in row.items()}
+            for label, row in (doc.get("shapes") or {}).items()
+        }
+        out.append(
+            {
+                "file": str(path.name),
+                "workers": workers,
+                "figure_gib": figure,
+                "pool": doc.get("pool"),
+                "shapes_gib": per_shape,
+            }
+        )
         say(f"  memory {path.name}: figure {figure} GiB; reported {workers}")
         for label, row in per_shape.items():
             measured = row.get("measured")
             ratio = f" ({measured / row['estimate']:.2f} of it)" if measured else ""
-            say(f"    {label}: estimate {row['estimate']} GiB (pool {doc.get('pool')}), "
-                f"measured {measured if measured is not None else '-'} GiB{ratio}")  # fmt: skip
+            say(
+                f"    {label}: estimate {row['estimate']} GiB (pool {doc.get('pool')}), "
+                f"measured {measured if measured is not None else '-'} GiB{ratio}"
+            )
     return out
 
 
 def part_a(args: argparse.Namespace, record: dict[str, Any]) -> None:
     root = args.root / "a"
     shutil.rmtree(args.root, ignore_errors=True)
-    campaign = timed("init", record, lambda: new_campaign(root, args.device, args.seed,
-                                                          args.budget_s))  # fmt: skip
+    campaign = timed(
+        "init", record, lambda: new_campaign(root, args.device, args.seed, args.budget_s)
+    )
     if campaign is None:
         return
     m = campaign.manifest
     held = heldout_labels(campaign.root, m)  # sealed: not in manifest.yaml
     record.update(targets=list(m.target_shapes), heldout=held)
     say(f"targets {m.target_shapes}; held-out {held}")
-    timed("baseline", record, lambda: run_baseline(campaign, LocalExecutor(), passes=args.passes,
-                                                   progress=say))  # fmt: skip
+    timed(
+        "baseline",
+        record,
+        lambda: run_baseline(campaign, LocalExecutor(), passes=args.passes, progress=say),
+    )
     copy_root(root, args.root / "after-baseline")
     path, bucket, hypothesis = patch_file(args.device)
     round_two(campaign, args.device, path.read_text(encoding="utf-8"), hypothesis, bucket, record)
@@ -237,8 +285,11 @@ def part_b(args: argparse.Namespace, record: dict[str, Any]) -> None:
     patch = planted_patch(Path(campaign.manifest.source), path, shape, step_ms, args)
     round_two(campaign, args.device, patch, hypothesis + PLANTED, bucket, record)
     accept(campaign, record)
-    detail = " ".join(c["detail"] for c in record.get("accept", {}).get("checks", [])
-                      if c["name"] == "held-out shapes")  # fmt: skip
+    detail = " ".join(
+        c["detail"]
+        for c in record.get("accept", {}).get("checks", [])
+        if c["name"] == "held-out shapes"
+    )
     record["named"] = label in detail
     say(f"held-out check names {label}: {record['named']} (expected True, NOT ACCEPTED)")
 
@@ -253,8 +304,9 @@ def _final_tflops(previous: Path, label: str) -> float:
         return 100.0
 
 
-def planted_patch(source: Path, base_patch: Path, shape: Any, step_ms: float,
-                  args: argparse.Namespace) -> str:  # fmt: skip
+def planted_patch(
+    source: Path, base_patch: Path, shape: Any, step_ms: float, args: argparse.Namespace
+) -> str:
     """``base_patch`` plus the slow-down of ``shape``'s three GEMM calls, as one diff."""
     git = ["git", "-C", str(source)]
     subprocess.run([*git, "apply", str(base_patch)], check=True)
@@ -282,9 +334,11 @@ def planted_patch(source: Path, base_patch: Path, shape: Any, step_ms: float,
 def spin_cycles_per_ms() -> float:
     """GPU cycles of ``torch.cuda._sleep`` per millisecond, measured in a child process
     (this one keeps no CUDA context on the device the workers share)."""
-    code = ("import torch; torch.cuda._sleep(1000); s=torch.cuda.Event(enable_timing=True);"
-            "e=torch.cuda.Event(enable_timing=True); s.record(); torch.cuda._sleep(20000000);"
-            "e.record(); e.synchronize(); print(20000000 / s.elapsed_time(e))")  # fmt: skip
+    code = (
+        "import torch; torch.cuda._sleep(1000); s=torch.cuda.Event(enable_timing=True);"
+        "e=torch.cuda.Event(enable_timing=True); s.record(); torch.cuda._sleep(20000000);"
+        "e.record(); e.synchronize(); print(20000000 / s.elapsed_time(e))"
+    )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     return float(out.stdout.strip().splitlines()[-1])
 
@@ -297,8 +351,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--passes", type=int, default=5, help="BASELINE passes (CLI default)")
     parser.add_argument("--budget-s", type=float, help="timing budget per callable (pinned: 5)")
-    parser.add_argument("--seed", type=int, default=17, help="held-out seed (17 picked the 70B "
-                        "mb4 shape before the pick knew the device's memory)")  # fmt: skip
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=17,
+        help="held-out seed (17 picked the 70B mb4 shape before the pick knew the device's memory)",
+    )
     parser.add_argument("--slower", type=float, default=0.12, help="planted slow-down (b)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)

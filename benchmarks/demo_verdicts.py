@@ -50,17 +50,26 @@ def verdict(campaign: Path, round_dir: str) -> dict[str, Any]:
         return {"status": "MISSING", "delta_pct": None}
     data = json.loads(path.read_text(encoding="utf-8"))
     gate = data.get("gate") or {}
-    return {"status": data.get("status"), "delta_pct": gate.get("delta_pct"),
-            "pairs": gate.get("pairs_used"), "reasons": gate.get("reasons")}  # fmt: skip
+    return {
+        "status": data.get("status"),
+        "delta_pct": gate.get("delta_pct"),
+        "pairs": gate.get("pairs_used"),
+        "reasons": gate.get("reasons"),
+    }
 
 
 def commit() -> str:
     """The checkout's commit (``+dirty`` with uncommitted changes): the code a run ran."""
     git = ["git", "-C", str(ROOT)]
-    head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                          text=True, check=False).stdout.strip()  # fmt: skip
-    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
+    head = subprocess.run(
+        [*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     return head + ("+dirty" if dirty else "")
 
 
@@ -93,8 +102,14 @@ def one_run(busy: int, accept: bool, keep: Path | None) -> dict[str, Any]:
     }
     try:
         t0 = time.monotonic()
-        demo = subprocess.run([sys.executable, "-m", "runner", "demo", "-q"], cwd=root,
-                              env=env, capture_output=True, text=True, check=False)  # fmt: skip
+        demo = subprocess.run(
+            [sys.executable, "-m", "runner", "demo", "-q"],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         run["demo_seconds"] = round(time.monotonic() - t0, 1)
         run["demo_exit"] = demo.returncode
         found = sorted((root / "campaigns").glob("gemm_fp8_blockwise_demo_*"))
@@ -107,9 +122,14 @@ def one_run(busy: int, accept: bool, keep: Path | None) -> dict[str, Any]:
         if accept:
             at = commit()  # the code campaign accept imports as it starts
             t1 = time.monotonic()
-            acc = subprocess.run([sys.executable, "-m", "runner", "accept", "-q", "--json"],
-                                 cwd=root, env=env, capture_output=True, text=True,
-                                 check=False)  # fmt: skip
+            acc = subprocess.run(
+                [sys.executable, "-m", "runner", "accept", "-q", "--json"],
+                cwd=root,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             run["accept_seconds"] = round(time.monotonic() - t1, 1)
             run["accept_exit"] = acc.returncode
             try:

@@ -25,8 +25,12 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent,
-                        help="the checkout whose runner to time (default: this one)")  # fmt: skip
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=Path(__file__).resolve().parent.parent,
+        help="the checkout whose runner to time (default: this one)",
+    )
     parser.add_argument("--tmp", type=Path, required=True, help="scratch folder (emptied)")
     parser.add_argument("--pairs", type=int, default=4)
     args = parser.parse_args(argv)
@@ -43,24 +47,43 @@ def main(argv: list[str] | None = None) -> int:
     if not runner.cli.__file__.startswith(str(root)):
         raise SystemExit(f"runner imported from {runner.cli.__file__}, not from {root}")
     shutil.rmtree(args.tmp, ignore_errors=True)
-    timing = TimingSettings(repeats=3, warmup_s=0.05, batch_s=0.02, max_repeats=6,
-                            budget_s=0.3, target_rsd=0.05)  # fmt: skip
+    timing = TimingSettings(
+        repeats=3, warmup_s=0.05, batch_s=0.02, max_repeats=6, budget_s=0.3, target_rsd=0.05
+    )
     tree = fresh_example_copy(args.tmp / "tree")
     options = {"backend": "TORCH", "granularity": "blockwise"}
-    template = RoundSpec("finish-phase", 2, "incumbent", 0, "full", "example", "gemm_fp8",
-                         options, (), timing, device="cpu")  # fmt: skip
-    host = PlainHost(args.tmp / "round", LocalExecutor(), template,
-                     lambda t: {"PYTHONPATH": str(t)})  # fmt: skip
-    shapes = [Shape("s1", 64, 1024, 1024), Shape("s2", 64, 2752, 1024),
-              Shape("s3", 128, 1024, 2048)]  # fmt: skip
+    template = RoundSpec(
+        "finish-phase",
+        2,
+        "incumbent",
+        0,
+        "full",
+        "example",
+        "gemm_fp8",
+        options,
+        (),
+        timing,
+        device="cpu",
+    )
+    host = PlainHost(
+        args.tmp / "round", LocalExecutor(), template, lambda t: {"PYTHONPATH": str(t)}
+    )
+    shapes = [
+        Shape("s1", 64, 1024, 1024),
+        Shape("s2", 64, 2752, 1024),
+        Shape("s3", 128, 1024, 2048),
+    ]
     trees = {"incumbent": tree, "candidate": tree}
     t0 = time.time()
     measure_paired(host, trees, shapes, ["incumbent", "candidate"], pairs=args.pairs)
     end = time.time()
     lines = (host.tmp / "turns.jsonl").read_text(encoding="utf-8").splitlines()
     last = max(json.loads(line)["end"] for line in lines)
-    print(json.dumps({"root": str(root), "total_s": round(end - t0, 2),
-                      "finish_s": round(end - last, 2)}))  # fmt: skip
+    print(
+        json.dumps(
+            {"root": str(root), "total_s": round(end - t0, 2), "finish_s": round(end - last, 2)}
+        )
+    )
     return 0
 
 

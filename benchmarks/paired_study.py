@@ -160,8 +160,15 @@ def setup(args: argparse.Namespace, state: dict[str, Any]) -> Campaign:
     }
     timing = {k: v for k, v in (("budget_s", args.budget_s), ("batch_s", args.batch_s)) if v}
     if cpu:  # the demo's short timing: a check of the script
-        timing = {"repeats": 3, "warmup_s": 0.1, "batch_s": 0.03, "max_repeats": 8,
-                  "budget_s": 0.4, "target_rsd": 0.01, **timing}  # fmt: skip
+        timing = {
+            "repeats": 3,
+            "warmup_s": 0.1,
+            "batch_s": 0.03,
+            "max_repeats": 8,
+            "budget_s": 0.4,
+            "target_rsd": 0.01,
+            **timing,
+        }
     if timing:
         fields["timing"] = timing
     if not cpu:
@@ -228,14 +235,16 @@ def tournaments(args: argparse.Namespace, campaign: Campaign, state: dict[str, A
         ]
         t0 = time.perf_counter()
         results = validate_tournament(campaign, executor, requests, progress=stamped)
-        done.append({
-            "rounds": [n, n + args.entries - 1],
-            "seconds": round(time.perf_counter() - t0, 1),
-            "statuses": [r.status.value for r in results],
-            "delta_pct": [r.gate.delta_pct if r.gate else None for r in results],
-            "pairs": [r.gate.pairs_used if r.gate else None for r in results],
-            "reasons": [list(r.reasons) for r in results],
-        })  # fmt: skip
+        done.append(
+            {
+                "rounds": [n, n + args.entries - 1],
+                "seconds": round(time.perf_counter() - t0, 1),
+                "statuses": [r.status.value for r in results],
+                "delta_pct": [r.gate.delta_pct if r.gate else None for r in results],
+                "pairs": [r.gate.pairs_used if r.gate else None for r in results],
+                "reasons": [list(r.reasons) for r in results],
+            }
+        )
         save_state(args.out, state)
         stamped(f"tournament {len(done)} ({done[-1]['seconds']} s): {done[-1]['statuses']}")
 
@@ -270,8 +279,10 @@ def study_rounds(args: argparse.Namespace, campaign: Campaign, state: dict[str, 
         record = one_study_round(campaign, executor, patches, k)
         state["study"].append(record)
         save_state(args.out, state)
-        verdicts = ", ".join(f"{c}: {record[c]['status']} {record[c]['delta_pct']:+.2f}%"
-                             for c, _, _ in comparisons(record))  # fmt: skip
+        verdicts = ", ".join(
+            f"{c}: {record[c]['status']} {record[c]['delta_pct']:+.2f}%"
+            for c, _, _ in comparisons(record)
+        )
         stamped(f"study round {k} ({record['seconds']} s): {verdicts}")
 
 
@@ -332,8 +343,10 @@ def summary(state: dict[str, Any]) -> str:
         n = len(study)
         aa_acc = sum(r["aa"]["status"].startswith("ACCEPTED") for r in study)
         aa_reg = sum(r["aa"]["delta_pct"] <= -1.0 for r in study)
-        slow = sum(not r["slow"]["status"].startswith("ACCEPTED") and r["slow"]["delta_pct"] < 0
-                   for r in study)  # fmt: skip
+        slow = sum(
+            not r["slow"]["status"].startswith("ACCEPTED") and r["slow"]["delta_pct"] < 0
+            for r in study
+        )
         fast = sum(r["fast"]["status"].startswith("ACCEPTED") for r in study)
         lines += [
             f"| A/A rounds: ACCEPTED | {aa_acc}/{n} | <= 1/20 |",
@@ -377,9 +390,12 @@ def summary(state: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("phases", nargs="*", default=["setup", "quick", "study"],
-                        help="setup, quick, study, tournament, summary (default: setup, "
-                        "quick, study)")  # fmt: skip
+    parser.add_argument(
+        "phases",
+        nargs="*",
+        default=["setup", "quick", "study"],
+        help="setup, quick, study, tournament, summary (default: setup, quick, study)",
+    )
     parser.add_argument("--rounds", type=int, default=20, help="total rounds wanted per phase")
     parser.add_argument("--root", type=Path, default=Path("/tmp/paired-study"))
     parser.add_argument("--out", type=Path, required=True, help="folder for paired_study.json")
@@ -391,8 +407,12 @@ def main(argv: list[str] | None = None) -> int:
     # H200 (the blockwise FP8 backward dominates the step): 3 copies ~1%, 5 ~2%.
     parser.add_argument("--slow-copies", type=int, default=3, help="planted slowdown")
     parser.add_argument("--fast-copies", type=int, default=5, help="planted speed-up")
-    parser.add_argument("--fast15-copies", type=int, default=0,
-                        help="a smaller planted speed-up (4: about 1.4%%; 0: none)")  # fmt: skip
+    parser.add_argument(
+        "--fast15-copies",
+        type=int,
+        default=0,
+        help="a smaller planted speed-up (4: about 1.4%%; 0: none)",
+    )
     parser.add_argument("--entries", type=int, default=4, help="A/A entries per tournament")
     args = parser.parse_args(argv)
     unknown = set(args.phases) - {"setup", "quick", "study", "tournament", "summary"}

@@ -92,8 +92,13 @@ def child(args: argparse.Namespace) -> None:
             end.record()
             end.synchronize()
             reps.append(start.elapsed_time(end) / 10)
-        out.append({"placement": placement, "ms": statistics.median(reps),
-                    "a_ptr": a.data_ptr() % (1 << 40)})  # fmt: skip
+        out.append(
+            {
+                "placement": placement,
+                "ms": statistics.median(reps),
+                "a_ptr": a.data_ptr() % (1 << 40),
+            }
+        )
     print("RESULT " + json.dumps(out), flush=True)
 
 
@@ -127,8 +132,11 @@ def trace(args: argparse.Namespace) -> None:
             ten()
         run = graph.replay
     query = "--query-gpu=clocks.sm,power.draw,temperature.gpu"
-    smi = subprocess.Popen(["nvidia-smi", query, "--format=csv,noheader,nounits", "-lms", "100"],
-                           stdout=subprocess.PIPE, text=True)  # fmt: skip
+    smi = subprocess.Popen(
+        ["nvidia-smi", query, "--format=csv,noheader,nounits", "-lms", "100"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     t0 = time.monotonic()
     samples: list[tuple[float, float, float, float]] = []
 
@@ -163,11 +171,13 @@ def trace(args: argparse.Namespace) -> None:
     at_hi = statistics.fmean(t for t, c in zip(times, clocks, strict=True) if c == hi)
     spread = 100 * statistics.stdev(times) / statistics.fmean(times)
     how = " (graph replay)" if args.graph else ""
-    print(f"{args.shape} trace{how}: {len(windows)} windows of 10 steps over {args.trace} s, "
-          f"{len(paired)} matched to a clock sample; window stdev {spread:.2f}%; SM clock "
-          f"{lo:.0f}-{hi:.0f} MHz, power {min(p[2] for p in paired):.0f}-"
-          f"{max(p[2] for p in paired):.0f} W; corr(time, clock) {corr:+.2f}; "
-          f"{at_lo:.3f} ms at {lo:.0f} MHz, {at_hi:.3f} ms at {hi:.0f} MHz")  # fmt: skip
+    print(
+        f"{args.shape} trace{how}: {len(windows)} windows of 10 steps over {args.trace} s, "
+        f"{len(paired)} matched to a clock sample; window stdev {spread:.2f}%; SM clock "
+        f"{lo:.0f}-{hi:.0f} MHz, power {min(p[2] for p in paired):.0f}-"
+        f"{max(p[2] for p in paired):.0f} W; corr(time, clock) {corr:+.2f}; "
+        f"{at_lo:.3f} ms at {lo:.0f} MHz, {at_hi:.3f} ms at {hi:.0f} MHz"
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     data = {"windows": windows, "smi": samples, "paired": paired}
     (args.out / "clock_trace.json").write_text(json.dumps(data))
@@ -195,8 +205,10 @@ def parent(args: argparse.Namespace) -> None:
 
 def describe(shape: str, condition: str, procs: list[list[dict[str, Any]]]) -> str:
     means = [statistics.fmean(x["ms"] for x in proc) for proc in procs]
-    inside = [100 * statistics.stdev([x["ms"] for x in proc]) / statistics.fmean(
-        [x["ms"] for x in proc]) for proc in procs]  # fmt: skip
+    inside = [
+        100 * statistics.stdev([x["ms"] for x in proc]) / statistics.fmean([x["ms"] for x in proc])
+        for proc in procs
+    ]
     between = 100 * statistics.stdev(means) / statistics.fmean(means)
     return (
         f"{shape} {condition}: {len(procs)} processes x {len(procs[0])} placements; "

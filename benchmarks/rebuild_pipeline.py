@@ -326,9 +326,14 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
 
     campaign, outcomes = run_pipeline(
-        args.root, executor=args.executor, image=args.image, gpu=args.gpu, passes=args.passes,
-        say=lambda m: print(m, flush=True), record=record,
-    )  # fmt: skip
+        args.root,
+        executor=args.executor,
+        image=args.image,
+        gpu=args.gpu,
+        passes=args.passes,
+        say=lambda m: print(m, flush=True),
+        record=record,
+    )
     print(f"total {time.perf_counter() - t0:.1f} s; campaign {campaign.root}")
     record(campaign, outcomes)
     return 0 if all(o.ok for o in outcomes) else 1

@@ -100,8 +100,14 @@ def measure(
 ) -> dict[str, list[Path]]:
     """The product's measure path (``runner.flow.measure.measure_roles``): paired,
     turn-taking workers per GPU, shards balanced by ``seconds`` when given."""
-    rnd = PlainRound(tmp, LocalExecutor(), template, job_env, gpus=tuple(gpus),
-                     manifest=PlainManifest(shape_seconds=seconds))  # fmt: skip
+    rnd = PlainRound(
+        tmp,
+        LocalExecutor(),
+        template,
+        job_env,
+        gpus=tuple(gpus),
+        manifest=PlainManifest(shape_seconds=seconds),
+    )
     paths = measure_roles(rnd, trees, chosen, samples)
     for line in rnd.said:
         print(line)
@@ -173,15 +179,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         trees = {"incumbent": tree, "candidate": tree}
         samples = 2 * args.blocks
         single = timed_round(
-            "unsharded", work,
+            "unsharded",
+            work,
             lambda t: measure(t, spec, job_env, trees, chosen, gpus[:1], samples, {}),
-        )  # fmt: skip
+        )
         seconds = shape_seconds(single.pop("paths")["incumbent"])
         print("measured seconds per shape:", seconds)
         sharded = timed_round(
-            "sharded", work,
+            "sharded",
+            work,
             lambda t: measure(t, spec, job_env, trees, chosen, gpus, samples, seconds),
-        )  # fmt: skip
+        )
         sharded.pop("paths")
     result = summary(gpus, chosen, single, sharded)
     if args.out:

@@ -59,8 +59,13 @@ def baseline(root: Path) -> Path:
         "run_baseline(c, LocalExecutor(), passes=3, progress=lambda m: None)\n"
         "print(c.root)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(root)], cwd=ROOT, check=True,
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(root)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return Path(out.stdout.strip().splitlines()[-1])
 
 
@@ -78,8 +83,9 @@ def aa_patch(source: Path) -> str:
     text = path.read_text(encoding="utf-8")
     path.write_text(text + "\n# a comment only\n", encoding="utf-8")
     try:
-        return subprocess.run(["git", "-C", str(source), "diff"], check=True,
-                              capture_output=True, text=True).stdout  # fmt: skip
+        return subprocess.run(
+            ["git", "-C", str(source), "diff"], check=True, capture_output=True, text=True
+        ).stdout
     finally:
         path.write_text(text, encoding="utf-8")
 
@@ -87,8 +93,19 @@ def aa_patch(source: Path) -> str:
 def validate(root: Path, name: str, n: int, entries: list[tuple[str, Path, str]]) -> float:
     """``campaign validate`` of ``entries`` (hypothesis, patch, bucket) from round n;
     returns its wall seconds."""
-    argv = [sys.executable, "-m", "runner", "--campaigns-root", str(root / "campaigns"),
-            "validate", "--campaign", name, "--round", str(n), "-q"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "runner",
+        "--campaigns-root",
+        str(root / "campaigns"),
+        "validate",
+        "--campaign",
+        name,
+        "--round",
+        str(n),
+        "-q",
+    ]
     for hypothesis, patch, bucket in entries:
         argv += ["--hypothesis", hypothesis, "--patch", str(patch), "--bucket", bucket]
     start = time.monotonic()
@@ -103,14 +120,20 @@ def status_of(campaign: Path, n: int) -> dict[str, Any]:
     data = json.loads((campaign / "rounds" / f"round-{n}" / "result.json").read_text("utf-8"))
     gate = data.get("gate") or {}
     reasons = data.get("reasons") or [""]
-    return {"status": data["status"], "delta_pct": gate.get("delta_pct"),
-            "pairs": gate.get("pairs_used"), "reason": reasons[0][:300]}  # fmt: skip
+    return {
+        "status": data["status"],
+        "delta_pct": gate.get("delta_pct"),
+        "pairs": gate.get("pairs_used"),
+        "reason": reasons[0][:300],
+    }
 
 
 def one_run(k: int) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="tournament-demo-"))
-    run: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                           "load_before": os.getloadavg()[0]}  # fmt: skip
+    run: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "load_before": os.getloadavg()[0],
+    }
     try:
         t0 = time.monotonic()
         campaign = baseline(base / "a")

@@ -70,12 +70,19 @@ def allocations(torch: Any) -> list[dict[str, Any]]:
         for block in segment.get("blocks", []):
             if block.get("state") != "active_allocated":
                 continue
-            frames = [f for f in block.get("frames", []) if "/runner/" in f.get("filename", "")
-                      or "turbo_kernels" in f.get("filename", "")]  # fmt: skip
+            frames = [
+                f
+                for f in block.get("frames", [])
+                if "/runner/" in f.get("filename", "") or "turbo_kernels" in f.get("filename", "")
+            ]
             python = [f for f in block.get("frames", []) if f.get("filename", "").endswith(".py")]
             frames = frames or python
-            site = " < ".join(f"{Path(f['filename']).name}:{f['line']} {f['name']}"
-                              for f in frames[:4]) or "(no Python frame)"  # fmt: skip
+            site = (
+                " < ".join(
+                    f"{Path(f['filename']).name}:{f['line']} {f['name']}" for f in frames[:4]
+                )
+                or "(no Python frame)"
+            )
             by_site[site] += int(block.get("size", 0))
     return [{"gib": round(n / GIB, 3), "site": s} for s, n in by_site.most_common(12)]
 
@@ -87,16 +94,23 @@ def pools(torch: Any) -> dict[str, Any]:
     for segment in torch.cuda.memory._snapshot().get("segments", []):
         by_pool[str(tuple(segment.get("segment_pool_id", ())))] += int(segment.get("total_size", 0))
     graphs = sum(1 for obj in gc.get_objects() if isinstance(obj, torch.cuda.CUDAGraph))
-    return {"graphs_alive": graphs, "pools": len(by_pool),
-            "gib_by_pool": {k: round(v / GIB, 3) for k, v in by_pool.most_common(6)}}  # fmt: skip
+    return {
+        "graphs_alive": graphs,
+        "pools": len(by_pool),
+        "gib_by_pool": {k: round(v / GIB, 3) for k, v in by_pool.most_common(6)},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--scale", type=int, default=1, help="divide every dimension by this")
-    parser.add_argument("--pool", type=int, default=2, help="buffer pool members (a quick "
-                        "round's two-turn worker holds 2)")  # fmt: skip
+    parser.add_argument(
+        "--pool",
+        type=int,
+        default=2,
+        help="buffer pool members (a quick round's two-turn worker holds 2)",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
 
@@ -112,12 +126,26 @@ def main(argv: list[str] | None = None) -> int:
     gpu = args.device != "cpu"
     if gpu:
         torch.cuda.memory._record_memory_history(max_entries=200_000)
-    shapes = tuple(Shape(label, m // args.scale, n // args.scale, k // args.scale)
-                   for label, m, n, k in STUDY_SHAPES)  # fmt: skip
+    shapes = tuple(
+        Shape(label, m // args.scale, n // args.scale, k // args.scale)
+        for label, m, n, k in STUDY_SHAPES
+    )
     options = {"granularity": "blockwise", "backend": "TRITON" if gpu else "TORCH"}
     timing = block_timing(TimingSettings(), 2, short=gpu)
-    spec = RoundSpec("worker-memory", 2, "incumbent", 1, "quick", "example", "gemm_fp8",
-                     options, shapes, timing, device=args.device, pool=args.pool)  # fmt: skip
+    spec = RoundSpec(
+        "worker-memory",
+        2,
+        "incumbent",
+        1,
+        "quick",
+        "example",
+        "gemm_fp8",
+        options,
+        shapes,
+        timing,
+        device=args.device,
+        pool=args.pool,
+    )
     adapter = load_adapter(spec.op, get_target("example").load_api(), spec.options)
     out_dir = args.out.parent / "worker-memory-pass"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -150,14 +178,22 @@ def main(argv: list[str] | None = None) -> int:
         brief = {k: v for k, v in record.items() if k not in ("sites", "python", "gib_by_pool")}
         print(json.dumps(brief), flush=True)
 
-    for name, work in (("prepare", server.prepare), ("block 0", lambda: server.block(0)),
-                       ("block 1", lambda: server.block(1)), ("fresh", server.fresh),
-                       ("finish", server.finish)):  # fmt: skip
+    for name, work in (
+        ("prepare", server.prepare),
+        ("block 0", lambda: server.block(0)),
+        ("block 1", lambda: server.block(1)),
+        ("fresh", server.fresh),
+        ("finish", server.finish),
+    ):
         t0 = time.perf_counter()
         work()
         stage(name, time.perf_counter() - t0)
-    args.out.write_text(json.dumps({"device": args.device, "scale": args.scale,
-                                    "pool": args.pool, "stages": stages}, indent=1))  # fmt: skip
+    args.out.write_text(
+        json.dumps(
+            {"device": args.device, "scale": args.scale, "pool": args.pool, "stages": stages},
+            indent=1,
+        )
+    )
     return 0
 
 

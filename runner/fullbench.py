@@ -40,9 +40,18 @@ def build_spec(args: argparse.Namespace, device: str) -> RoundSpec:
     timing = TimingSettings(budget_s=args.budget_s, cache_mode=args.cache_mode)
     options = {"granularity": args.granularity, "backend": args.backend}
     return RoundSpec(
-        "fullbench", 0, "baseline", 0, "full", args.target, args.op, options,
-        pick(set_name, args.shapes), timing, device=device,
-    )  # fmt: skip
+        "fullbench",
+        0,
+        "baseline",
+        0,
+        "full",
+        args.target,
+        args.op,
+        options,
+        pick(set_name, args.shapes),
+        timing,
+        device=device,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -182,12 +182,17 @@ def remove_cache_volumes(campaign: str) -> None:
     from runner.executors.container import safe_name
 
     prefix = f"turbo-campaign-{safe_name(campaign)}-"
-    listed = subprocess.run(["docker", "volume", "ls", "-q", "--filter", f"name={prefix}"],
-                            capture_output=True, text=True, check=False)  # fmt: skip
+    listed = subprocess.run(
+        ["docker", "volume", "ls", "-q", "--filter", f"name={prefix}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     for volume in listed.stdout.split():
         if volume.startswith(prefix):
-            subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True,
-                           check=False)  # fmt: skip
+            subprocess.run(
+                ["docker", "volume", "rm", "-f", volume], capture_output=True, check=False
+            )
 
 
 SLOW_SUITE = """

@@ -175,8 +175,9 @@ def demo_copy(demo_campaign: Path, tmp_path: Path) -> Path:
         return dest
     # The campaign with its source repository: two tests (two xdist workers) never
     # share a lineage, worktrees or leftovers.
-    shutil.copytree(root, tmp_path / "campaigns", symlinks=True,
-                    ignore=shutil.ignore_patterns(".lock"))  # fmt: skip
+    shutil.copytree(
+        root, tmp_path / "campaigns", symlinks=True, ignore=shutil.ignore_patterns(".lock")
+    )
     dest = tmp_path / "campaigns" / demo_campaign.name
     _repoint(dest, root, tmp_path / "campaigns")
     return dest

@@ -262,8 +262,9 @@ def test_accept_steps_estimate_the_time_left_from_the_last_acceptance(tmp_path: 
             pass
     assert said[0].startswith("round-0: step 1/4: worktrees and builds (0 s elapsed)")
     assert not any("left" in line for line in said)
-    record = Acceptance("c", "t", step_seconds={**first.seconds, "full validation": 100.0,
-                                                 "full test suite": 30.0})  # fmt: skip
+    record = Acceptance(
+        "c", "t", step_seconds={**first.seconds, "full validation": 100.0, "full test suite": 30.0}
+    )
     write_acceptance(tmp_path, record)
     prior = prior_seconds(tmp_path / "acceptance.json")
     said.clear()

@@ -310,10 +310,12 @@ def test_a_uniform_split_through_a_neutral_local_name_is_caught() -> None:
     path = "pkg/grouped_gemm.py"
     patch = "".join(
         difflib.unified_diff(
-            before.splitlines(keepends=True), after.splitlines(keepends=True),
-            f"a/{path}", f"b/{path}",
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            f"a/{path}",
+            f"b/{path}",
         )
-    )  # fmt: skip
+    )
     report = audit_patch(f"diff --git a/{path} b/{path}\n" + patch, {path: after}, {path: before})
     assert report.rejects
     assert any(f.bucket == "GG-UNIFORM" and "split" in f.message for f in report.findings)

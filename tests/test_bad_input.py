@@ -216,10 +216,20 @@ def test_make_validate_passes_the_hypothesis_as_text(tmp_path: Path) -> None:
     fake.chmod(0o755)
     hypothesis = f"raise `touch {tmp_path}/a` $(touch {tmp_path}/b) 'q' \"d\" $$HOME"
     subprocess.run(
-        ["make", "-s", "-o", "install", "validate", "ROUND=2", f"HYPOTHESIS={hypothesis}",
-         f"CAMPAIGN_CMD={fake}"],
-        cwd=ROOT, check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            "make",
+            "-s",
+            "-o",
+            "install",
+            "validate",
+            "ROUND=2",
+            f"HYPOTHESIS={hypothesis}",
+            f"CAMPAIGN_CMD={fake}",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     args = (tmp_path / "args").read_text(encoding="utf-8").splitlines()
     assert args[args.index("--hypothesis") + 1] == hypothesis
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -78,9 +78,12 @@ def edit_patch(campaign: Campaign, path: str, old: str, new: str) -> str:
     source = Path(campaign.manifest.source)
     lin = Lineage(source, campaign.name, None)
     head_text = subprocess.run(
-        ["git", "show", f"{lin.head()}:{path}"], cwd=source, capture_output=True, text=True,
+        ["git", "show", f"{lin.head()}:{path}"],
+        cwd=source,
+        capture_output=True,
+        text=True,
         check=True,
-    ).stdout  # fmt: skip
+    ).stdout
     assert head_text.count(old) == 1, f"{old!r} not once in {path}"
     file = source / path
     original = file.read_text()
@@ -163,14 +166,31 @@ def test_cli_baseline_of_quantize_makes_its_own_example_copy(tmp_path: Path) -> 
     the default timing (about 50 s on the dev box)."""
     root = tmp_path / "campaigns"
     cmd = [
-        sys.executable, "-m", "runner", "--campaigns-root", str(root), "baseline",
-        "--op", "quantize", "--granularity", "blockwise", "--backend", "TORCH",
-        "--gpu", "cpu", "--passes", "2",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "runner",
+        "--campaigns-root",
+        str(root),
+        "baseline",
+        "--op",
+        "quantize",
+        "--granularity",
+        "blockwise",
+        "--backend",
+        "TORCH",
+        "--gpu",
+        "cpu",
+        "--passes",
+        "2",
+    ]
     done = subprocess.run(
-        cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        cmd,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
         env={**os.environ, "TMPDIR": str(tmp_path)},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "round-1: BASELINE" in done.stdout
     (campaign_dir,) = [p for p in root.iterdir() if p.name.startswith("quantize_blockwise_torch")]

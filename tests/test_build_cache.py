@@ -103,10 +103,20 @@ def test_the_head_is_compiled_once_and_an_accepted_build_is_the_next_incumbents(
     # the baseline, then round 2: a native slow-down (rolled back); round 3: a native
     # speed-up (accepted); round 4: a Python-only change on the accepted speed-up
     r1 = build(campaign, t, 1, {"baseline": tree(repo, t / "b1")})
-    r2 = build(campaign, t, 2, {"incumbent": tree(repo, t / "i2"),
-                                "candidate": tree(repo, t / "c2", SLOWER)}, SLOWER)  # fmt: skip
-    r3 = build(campaign, t, 3, {"incumbent": tree(repo, t / "i3"),
-                                "candidate": tree(repo, t / "c3", FASTER)}, FASTER)  # fmt: skip
+    r2 = build(
+        campaign,
+        t,
+        2,
+        {"incumbent": tree(repo, t / "i2"), "candidate": tree(repo, t / "c2", SLOWER)},
+        SLOWER,
+    )
+    r3 = build(
+        campaign,
+        t,
+        3,
+        {"incumbent": tree(repo, t / "i3"), "candidate": tree(repo, t / "c3", FASTER)},
+        FASTER,
+    )
     inc4 = tree(repo, t / "i4", FASTER)
     cand4 = tree(repo, t / "c4", {**FASTER, **PY_ONLY})
     r4 = build(campaign, t, 4, {"incumbent": inc4, "candidate": cand4}, PY_ONLY)

@@ -127,8 +127,9 @@ def test_reproduce_from_a_fresh_clone(
     campaign: Campaign, bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source = clone(campaign, tmp_path / "clone")
-    before = subprocess.run(["git", "status", "--porcelain"], cwd=source, capture_output=True,
-                            text=True, check=True).stdout  # fmt: skip
+    before = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=source, capture_output=True, text=True, check=True
+    ).stdout
     accepted = campaign.load_result(2).status.value == "ACCEPTED"
     assert open_bundle(bundle, tmp_path / "b").default_round() == (2 if accepted else 1)
     out = tmp_path / "repro"
@@ -146,11 +147,25 @@ def test_reproduce_from_a_fresh_clone(
     assert replayed in report
     # Round 1 against itself (A/A) must reproduce: the gain is 1 by construction.
     aa = tmp_path / "repro-aa"
-    cli(["reproduce", str(bundle), "--source", str(source), "--round", "1", "--out", str(aa),
-         "--tolerance", "15"], 0)  # fmt: skip
+    cli(
+        [
+            "reproduce",
+            str(bundle),
+            "--source",
+            str(source),
+            "--round",
+            "1",
+            "--out",
+            str(aa),
+            "--tolerance",
+            "15",
+        ],
+        0,
+    )
     assert ": REPRODUCED" in (aa / "reproduction.md").read_text()
-    after = subprocess.run(["git", "status", "--porcelain"], cwd=source, capture_output=True,
-                           text=True, check=True).stdout  # fmt: skip
+    after = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=source, capture_output=True, text=True, check=True
+    ).stdout
     assert after == before
 
 
@@ -208,8 +223,11 @@ def test_missing_base_commit_says_fetch(
     subprocess.run(["git", "init", "-q"], cwd=other, check=True)
     (other / "x").write_text("x")
     subprocess.run(["git", "add", "x"], cwd=other, check=True)
-    subprocess.run(["git", "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "x"],
-                   cwd=other, check=True)  # fmt: skip
+    subprocess.run(
+        ["git", "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "x"],
+        cwd=other,
+        check=True,
+    )
     cli(["reproduce", str(bundle), "--source", str(other), "--out", str(tmp_path / "o")], 2)
     err = capsys.readouterr().err
     assert "is not in" in err and "fetch it" in err
@@ -262,8 +280,17 @@ def test_bad_round_and_out_are_refused(bundle: Path, campaign: Campaign, tmp_pat
     (out / "x").write_text("")
     for extra, where in ((["--round", "9"], tmp_path / "o"), ([], out)):
         with pytest.raises(SystemExit) as exc:
-            main(["reproduce", str(bundle), "--source", campaign.manifest.source,
-                  "--out", str(where), *extra])  # fmt: skip
+            main(
+                [
+                    "reproduce",
+                    str(bundle),
+                    "--source",
+                    campaign.manifest.source,
+                    "--out",
+                    str(where),
+                    *extra,
+                ]
+            )
         assert exc.value.code == ConfigError.return_code
 
 

@@ -117,8 +117,13 @@ def test_accept_json_prints_the_acceptance_record(
     from runner.flow import accept
     from runner.flow.acceptance_record import Acceptance, Check
 
-    record = Acceptance("c", "2026-12-01 16:00", "2026-12-01 16:09", head="abc",
-                        checks=[Check("branch check", False, "behind")])  # fmt: skip
+    record = Acceptance(
+        "c",
+        "2026-12-01 16:00",
+        "2026-12-01 16:09",
+        head="abc",
+        checks=[Check("branch check", False, "behind")],
+    )
     monkeypatch.setattr(accept, "run_acceptance", lambda *a, **k: record)
     res = CliRunner().invoke(
         cli, ["--campaigns-root", str(demo_campaign.parent), "accept", "--json", "--quiet"]

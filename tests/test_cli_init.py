@@ -55,8 +55,19 @@ S1, S2, S3 = (s.label for s in shape_set("models")[:3])
 def test_init_refuses_shapes_outside_the_shape_set(
     tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    rc, _, err = invoke(capsys, tmp_path / "c", "--op", "gemm", "--gpu", "gfx942",
-                        "--source", str(repo), "--shapes", "s1,s2,s3", *BASIC)  # fmt: skip
+    rc, _, err = invoke(
+        capsys,
+        tmp_path / "c",
+        "--op",
+        "gemm",
+        "--gpu",
+        "gfx942",
+        "--source",
+        str(repo),
+        "--shapes",
+        "s1,s2,s3",
+        *BASIC,
+    )
     assert rc == 2
     assert "shapes not in shape set models: ['s1', 's2', 's3']" in err
 
@@ -66,10 +77,26 @@ def test_init_creates_a_campaign(
 ) -> None:
     root = tmp_path / "campaigns"
     rc, out, err = invoke(
-        capsys, root, "--op", "gemm_fp8", "--granularity", "blockwise", "--backend", "triton",
-        "--gpu", "gfx942", "--source", str(repo / "."), "--shapes", f"{S1}, {S2},{S3}",
-        "--max-iterations", "20", "--performance-target", ">500 TFLOPS", *BASIC,
-    )  # fmt: skip
+        capsys,
+        root,
+        "--op",
+        "gemm_fp8",
+        "--granularity",
+        "blockwise",
+        "--backend",
+        "triton",
+        "--gpu",
+        "gfx942",
+        "--source",
+        str(repo / "."),
+        "--shapes",
+        f"{S1}, {S2},{S3}",
+        "--max-iterations",
+        "20",
+        "--performance-target",
+        ">500 TFLOPS",
+        *BASIC,
+    )
     assert (rc, err) == (0, "")
     name = Path(out.split("campaign: ")[-1].strip()).name
     assert out.endswith(f"campaign: {root / name}\n")  # after what the held-out pick left out
@@ -99,11 +126,27 @@ def test_init_with_name_and_options(
     subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
     subprocess.run(["git", "-C", str(repo), *ident, "commit", "-qm", "kernel"], check=True)
     rc, _, _ = invoke(
-        capsys, root, "--op", "quantize", "--granularity", "rowwise", "--backend", "TORCH",
-        "--source", str(repo),
-        "--name", "q1", "--no-git-commit", "--git-branch", "none", "--cache-mode", "cold",
-        "--mode", "workspace", *BASIC,
-    )  # fmt: skip
+        capsys,
+        root,
+        "--op",
+        "quantize",
+        "--granularity",
+        "rowwise",
+        "--backend",
+        "TORCH",
+        "--source",
+        str(repo),
+        "--name",
+        "q1",
+        "--no-git-commit",
+        "--git-branch",
+        "none",
+        "--cache-mode",
+        "cold",
+        "--mode",
+        "workspace",
+        *BASIC,
+    )
     assert rc == 0
     m = load_manifest(root / "q1" / "manifest.yaml")
     assert (m.target_lang, m.primary_metric, m.csv_schema) == ("PYTORCH", "Forward GB/s", "memory")
@@ -138,9 +181,18 @@ def test_bad_values_exit_2_with_the_fix(
     tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rc, _, err = invoke(
-        capsys, tmp_path / "c", "--op", "gemm", "--source", str(repo),
-        "--performance-target", "fast", "--max-iterations", "500", *BASIC,
-    )  # fmt: skip
+        capsys,
+        tmp_path / "c",
+        "--op",
+        "gemm",
+        "--source",
+        str(repo),
+        "--performance-target",
+        "fast",
+        "--max-iterations",
+        "500",
+        *BASIC,
+    )
     assert rc == 2
     assert "performance_target = 'fast'" in err
     assert "max_iterations = 500" in err
@@ -152,9 +204,22 @@ def test_primus_turbo_defaults_need_an_upstream_checkout(
 ) -> None:
     """The target's default commands name upstream files; a tree without them is refused
     (tests/test_primus_turbo_facts.py runs init against an upstream-shaped checkout)."""
-    rc, _, err = invoke(capsys, tmp_path / "c", "--op", "gemm_fp8", "--granularity",
-                        "blockwise", "--target", "primus-turbo", "--gpu", "gfx942",
-                        "--source", str(repo), "--executor", "local")  # fmt: skip
+    rc, _, err = invoke(
+        capsys,
+        tmp_path / "c",
+        "--op",
+        "gemm_fp8",
+        "--granularity",
+        "blockwise",
+        "--target",
+        "primus-turbo",
+        "--gpu",
+        "gfx942",
+        "--source",
+        str(repo),
+        "--executor",
+        "local",
+    )
     assert rc == 2
     assert "benchmark/ops/training/bench_gemm_turbo.py" in err
     assert "tests/pytorch/ops/test_gemm_fp8.py" in err
@@ -171,10 +236,22 @@ def test_primus_turbo_defaults_to_the_image_campaign_image_built(
         if rel and not rel.startswith("#"):  # an upstream-shaped checkout (empty files)
             (repo / rel).parent.mkdir(parents=True, exist_ok=True)
             (repo / rel).write_text("")
-    rc, _, err = invoke(capsys, tmp_path / "c", "--op", "gemm_fp8", "--granularity",
-                        "blockwise", "--target", "primus-turbo", "--gpu", "gfx942",
-                        "--source", str(repo),
-                        "--image", "turbo-campaign/not-built:here")  # fmt: skip
+    rc, _, err = invoke(
+        capsys,
+        tmp_path / "c",
+        "--op",
+        "gemm_fp8",
+        "--granularity",
+        "blockwise",
+        "--target",
+        "primus-turbo",
+        "--gpu",
+        "gfx942",
+        "--source",
+        str(repo),
+        "--image",
+        "turbo-campaign/not-built:here",
+    )
     assert rc == 2
     assert "the image turbo-campaign/not-built:here is not available here" in err
     assert "make image GPU_ARCHS=gfx942" in err and "--executor local" in err
@@ -202,9 +279,13 @@ def test_build_manifest_derives_fields() -> None:
     )
     with pytest.raises(ConfigError, match="target_lang 'TRITON' does not follow"):
         build_manifest(
-            target_op="gemm", target_backend="CK", target_lang="TRITON", source="/s",
-            test_command="t", benchmark_command="b",
-        )  # fmt: skip
+            target_op="gemm",
+            target_backend="CK",
+            target_lang="TRITON",
+            source="/s",
+            test_command="t",
+            benchmark_command="b",
+        )
 
 
 def test_init_holds_shapes_out_by_default(
@@ -214,8 +295,18 @@ def test_init_holds_shapes_out_by_default(
     targets; the same seed picks the same shapes; --no-heldout reserves none."""
     picks = []
     for name, extra in (("a", ["--heldout-seed", "11"]), ("b", ["--heldout-seed", "11"])):
-        rc, out, _ = invoke(capsys, tmp_path / name, "--op", "gemm", "--gpu", "gfx942",
-                            "--source", str(repo), *BASIC, *extra)  # fmt: skip
+        rc, out, _ = invoke(
+            capsys,
+            tmp_path / name,
+            "--op",
+            "gemm",
+            "--gpu",
+            "gfx942",
+            "--source",
+            str(repo),
+            *BASIC,
+            *extra,
+        )
         assert rc == 0
         root = Path(out.split("campaign: ")[1].strip())
         m = load_manifest(root / "manifest.yaml")
@@ -228,8 +319,18 @@ def test_init_holds_shapes_out_by_default(
         assert set(held) | set(m.target_shapes) == all_labels
         picks.append(held)
     assert picks[0] == picks[1]
-    rc, out, _ = invoke(capsys, tmp_path / "c", "--op", "gemm", "--gpu", "gfx942",
-                        "--source", str(repo), *BASIC, "--no-heldout")  # fmt: skip
+    rc, out, _ = invoke(
+        capsys,
+        tmp_path / "c",
+        "--op",
+        "gemm",
+        "--gpu",
+        "gfx942",
+        "--source",
+        str(repo),
+        *BASIC,
+        "--no-heldout",
+    )
     root = Path(out.split("campaign: ")[1].strip())
     m = load_manifest(root / "manifest.yaml")
     assert rc == 0 and m.heldout_shapes == [] and m.heldout_digest is None
@@ -237,8 +338,12 @@ def test_init_holds_shapes_out_by_default(
 
 
 def _branches(repo: Path) -> list[str]:
-    out = subprocess.run(["git", "-C", str(repo), "for-each-ref", "--format=%(refname)"],
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        ["git", "-C", str(repo), "for-each-ref", "--format=%(refname)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [r for r in out.splitlines() if "optimize/" in r or "refs/campaigns/" in r]
 
 
@@ -250,14 +355,27 @@ def _branches(repo: Path) -> list[str]:
     ],
 )
 def test_init_refuses_a_device_that_cannot_run(
-    tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...],
+    tmp_path: Path,
+    repo: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: tuple[str, ...],
     named: str,
-) -> None:  # fmt: skip
+) -> None:
     """docs/reliability.md §7 row 10: refused at init (exit 2, the valid choices named); no campaign
     folder and nothing in the source repository."""
     root = tmp_path / "c"
-    rc, _, err = invoke(capsys, root, "--op", "gemm_fp8", "--granularity", "blockwise",
-                        "--source", str(repo), *args, *BASIC)  # fmt: skip
+    rc, _, err = invoke(
+        capsys,
+        root,
+        "--op",
+        "gemm_fp8",
+        "--granularity",
+        "blockwise",
+        "--source",
+        str(repo),
+        *args,
+        *BASIC,
+    )
     assert rc == 2 and named in err, err
     assert not root.exists() and _branches(repo) == []
 
@@ -290,9 +408,11 @@ def test_init_refuses_a_source_with_uncommitted_edits(
 
 
 def test_init_refuses_a_campaigns_root_that_is_a_file(
-    tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    repo: Path,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     """docs/reliability.md §7 row 6: CAMPAIGN_ROOT pointing at a file is exit 2 with what to do (it
     was a FileExistsError traceback), and nothing is left in the source."""
     afile = tmp_path / "afile"
@@ -316,10 +436,15 @@ def test_a_failed_baseline_leaves_nothing_in_the_source(
     """docs/reliability.md §7 row 10: a baseline that fails (here: its focused test, before anything
     is measured) removes the chain head and the optimize/<name> branch it created."""
     root = tmp_path / "c"
-    failing = ("--test-command", "python -c 'raise SystemExit(1)'",
-               "--benchmark-command", "python bench.py")  # fmt: skip
-    rc, _, err = invoke(capsys, root, "--op", "gemm", "--source", str(repo), "--name", "fb",
-                        *failing)  # fmt: skip
+    failing = (
+        "--test-command",
+        "python -c 'raise SystemExit(1)'",
+        "--benchmark-command",
+        "python bench.py",
+    )
+    rc, _, err = invoke(
+        capsys, root, "--op", "gemm", "--source", str(repo), "--name", "fb", *failing
+    )
     assert rc == 0, err
     with pytest.raises(SystemExit) as info:
         main(["--campaigns-root", str(root), "baseline", "--campaign", "fb", "--passes", "2"])

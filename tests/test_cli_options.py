@@ -45,8 +45,10 @@ def test_help_names_slurm_and_an_unknown_executor_is_refused() -> None:
 
 
 def test_gpus_option_is_one_declaration_on_every_measuring_command() -> None:
-    helps = {command: _param(command, "gpus").help
-             for command in ("baseline", "validate", "accept", "reproduce")}  # fmt: skip
+    helps = {
+        command: _param(command, "gpus").help
+        for command in ("baseline", "validate", "accept", "reproduce")
+    }
     assert len(set(helps.values())) == 1, helps
 
 

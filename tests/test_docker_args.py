@@ -48,9 +48,13 @@ def make_job(tmp_path: Path, **kw: object) -> WorkerJob:
 
 def labels(job: WorkerJob) -> list[str]:
     return [
-        "--label", "turbo-campaign.campaign=c1", "--label", f"turbo-campaign.job={job.name}",
-        "--label", f"turbo-campaign.pid={os.getpid()}",
-    ]  # fmt: skip
+        "--label",
+        "turbo-campaign.campaign=c1",
+        "--label",
+        f"turbo-campaign.job={job.name}",
+        "--label",
+        f"turbo-campaign.pid={os.getpid()}",
+    ]
 
 
 USER = "65534:65534" if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}"
@@ -63,9 +67,11 @@ def confine(job: WorkerJob, measuring: bool, limits: bool = True) -> list[str]:
     if limits:
         args += ["--pids-limit", "4096", "--memory", "64g"]
     args += [
-        "--mount", f"type=bind,source={job.spec_path},target=/workspace/spec.json,readonly",
-        "--mount", f"type=bind,source={job.out_dir},target=/out",
-    ]  # fmt: skip
+        "--mount",
+        f"type=bind,source={job.spec_path},target=/workspace/spec.json,readonly",
+        "--mount",
+        f"type=bind,source={job.out_dir},target=/out",
+    ]
     if measuring:
         args += ["--user", USER, "--read-only", "--tmpfs", "/tmp:rw,nosuid,nodev,exec,size=4g"]
     return args
@@ -78,12 +84,28 @@ def test_cpu_job_argv_mounts_the_tree_read_only(tmp_path: Path) -> None:
     job = make_job(tmp_path, env={"PYTHONPATH": f"{tmp_path}/wt/src"})
     args = da.docker_create_args(job, "img:1", None, name="ctr", campaign="c1")
     assert args == [
-        "docker", "create", "--name", "ctr", *COMMON, *labels(job), *confine(job, True),
-        *CACHES, "--mount", f"type=bind,source={tmp_path}/wt,target=/workspace/target,readonly",
-        *HOME, *CACHE_ENV, "-e", "PYTHONDONTWRITEBYTECODE=1", *SOURCE_ENV,
-        "-e", "PYTHONPATH=/workspace/target/src",
-        "img:1", "sh", "-c", SCRIPT,
-    ]  # fmt: skip
+        "docker",
+        "create",
+        "--name",
+        "ctr",
+        *COMMON,
+        *labels(job),
+        *confine(job, True),
+        *CACHES,
+        "--mount",
+        f"type=bind,source={tmp_path}/wt,target=/workspace/target,readonly",
+        *HOME,
+        *CACHE_ENV,
+        "-e",
+        "PYTHONDONTWRITEBYTECODE=1",
+        *SOURCE_ENV,
+        "-e",
+        "PYTHONPATH=/workspace/target/src",
+        "img:1",
+        "sh",
+        "-c",
+        SCRIPT,
+    ]
     assert "--privileged" not in args
 
 
@@ -102,12 +124,28 @@ def test_amd_job_with_prepare_copies_the_tree_and_passes_only_its_render_node(
         "exec python3 -m runner.worker /workspace/spec.json /out"
     )
     assert args == [
-        "docker", "create", "--name", "ctr", *COMMON, *labels(job),
-        "--device", "/dev/kfd", "--device", "/dev/dri/renderD129",
-        "--ipc=host", "--security-opt", "seccomp=unconfined", *confine(job, False), *SOURCE_ENV,
-        "-e", "PRIMUS_TURBO_GEMM_BACKEND=TRITON",
-        "rocm:1", "sh", "-c", script,
-    ]  # fmt: skip
+        "docker",
+        "create",
+        "--name",
+        "ctr",
+        *COMMON,
+        *labels(job),
+        "--device",
+        "/dev/kfd",
+        "--device",
+        "/dev/dri/renderD129",
+        "--ipc=host",
+        "--security-opt",
+        "seccomp=unconfined",
+        *confine(job, False),
+        *SOURCE_ENV,
+        "-e",
+        "PRIMUS_TURBO_GEMM_BACKEND=TRITON",
+        "rocm:1",
+        "sh",
+        "-c",
+        script,
+    ]
     assert "--privileged" not in args
 
 
@@ -119,10 +157,21 @@ def test_nvidia_job_argv(tmp_path: Path, indices: tuple[int, ...], value: str) -
         job, "img", gpu, name="ctr", campaign="c1", caches=False, source_mode="copy"
     )
     assert args == [
-        "docker", "create", "--name", "ctr", *COMMON, *labels(job), "--gpus", value,
-        *confine(job, False), *SOURCE_ENV,
-        "img", "sh", "-c", SCRIPT,
-    ]  # fmt: skip
+        "docker",
+        "create",
+        "--name",
+        "ctr",
+        *COMMON,
+        *labels(job),
+        "--gpus",
+        value,
+        *confine(job, False),
+        *SOURCE_ENV,
+        "img",
+        "sh",
+        "-c",
+        SCRIPT,
+    ]
 
 
 def test_env_translation_rewrites_every_host_path(tmp_path: Path) -> None:
@@ -214,20 +263,38 @@ def test_image_build_argv_turbo(tmp_path: Path) -> None:
         gpu_archs="gfx942;GFX950", turbo_src=tmp_path, max_jobs="32", turbo_commit="abc"
     )
     assert rocm_build_args(req, ROOT) == [
-        "docker", "build", "--file", f"{ROOT}/Dockerfile.rocm", "--target", "turbo",
-        "--build-context", f"turbo={tmp_path}",
-        "--build-arg", "GPU_ARCHS=gfx942;gfx950",
-        "--build-arg", "TURBO_COMMIT=abc",
-        "--build-arg", "MAX_JOBS=32",
-        "--tag", "turbo-campaign/rocm:gfx942-gfx950", str(ROOT),
-    ]  # fmt: skip
+        "docker",
+        "build",
+        "--file",
+        f"{ROOT}/Dockerfile.rocm",
+        "--target",
+        "turbo",
+        "--build-context",
+        f"turbo={tmp_path}",
+        "--build-arg",
+        "GPU_ARCHS=gfx942;gfx950",
+        "--build-arg",
+        "TURBO_COMMIT=abc",
+        "--build-arg",
+        "MAX_JOBS=32",
+        "--tag",
+        "turbo-campaign/rocm:gfx942-gfx950",
+        str(ROOT),
+    ]
 
 
 def test_image_build_argv_workspace() -> None:
     assert rocm_build_args(ImageRequest(workspace=True, tag="ws:1"), ROOT) == [
-        "docker", "build", "--file", f"{ROOT}/Dockerfile.rocm", "--target", "workspace",
-        "--tag", "ws:1", str(ROOT),
-    ]  # fmt: skip
+        "docker",
+        "build",
+        "--file",
+        f"{ROOT}/Dockerfile.rocm",
+        "--target",
+        "workspace",
+        "--tag",
+        "ws:1",
+        str(ROOT),
+    ]
 
 
 @pytest.mark.parametrize(("archs", "match"), [(None, "required"), ("gfx90a", "unsupported")])
@@ -363,11 +430,26 @@ def test_docker_run_line_is_the_create_argv_as_one_run(tmp_path: Path) -> None:
         head
         == "# job pass-01-candidate: equivalent of the runner's create/cp/start/cp for this job"
     )
-    assert run == shlex.join([
-        "docker", "run", "--rm", *COMMON, *labels(job), *confine(job, True),
-        "--mount", f"type=bind,source={tmp_path}/wt,target=/workspace/target,readonly",
-        *HOME, "-e", "PYTHONDONTWRITEBYTECODE=1", *SOURCE_ENV, "img:1", "sh", "-c", SCRIPT,
-    ])  # fmt: skip
+    assert run == shlex.join(
+        [
+            "docker",
+            "run",
+            "--rm",
+            *COMMON,
+            *labels(job),
+            *confine(job, True),
+            "--mount",
+            f"type=bind,source={tmp_path}/wt,target=/workspace/target,readonly",
+            *HOME,
+            "-e",
+            "PYTHONDONTWRITEBYTECODE=1",
+            *SOURCE_ENV,
+            "img:1",
+            "sh",
+            "-c",
+            SCRIPT,
+        ]
+    )
     copied = make_job(tmp_path, prepare=(("make",),))
     create = da.docker_create_args(copied, "img:1", None, name="c", campaign="c1", caches=False)
     lines = da.docker_run_line(copied, create, "img:1").split("\n", 2)
@@ -409,19 +491,51 @@ def test_amd_argv_for_two_gpus_of_the_sample_topology(tmp_path: Path) -> None:
         job, "rocm:1", gpu, name="ctr", campaign="c1", caches=False, source_mode="copy"
     )
     assert args == [
-        "docker", "create", "--name", "ctr", *COMMON, *labels(job),
-        "--device", "/dev/kfd", "--device", "/dev/dri/renderD144",
-        "--device", "/dev/dri/renderD168", "--group-add", "44", "--group-add", "993",
-        "--ipc=host", "--security-opt", "seccomp=unconfined",
-        "--shm-size", "16g", "--memory", "64g", "--pids-limit", "4096",
-        *confine(job, False, limits=False), *SOURCE_ENV, "rocm:1", "sh", "-c", SCRIPT,
-    ]  # fmt: skip
+        "docker",
+        "create",
+        "--name",
+        "ctr",
+        *COMMON,
+        *labels(job),
+        "--device",
+        "/dev/kfd",
+        "--device",
+        "/dev/dri/renderD144",
+        "--device",
+        "/dev/dri/renderD168",
+        "--group-add",
+        "44",
+        "--group-add",
+        "993",
+        "--ipc=host",
+        "--security-opt",
+        "seccomp=unconfined",
+        "--shm-size",
+        "16g",
+        "--memory",
+        "64g",
+        "--pids-limit",
+        "4096",
+        *confine(job, False, limits=False),
+        *SOURCE_ENV,
+        "rocm:1",
+        "sh",
+        "-c",
+        SCRIPT,
+    ]
     assert "--privileged" not in args and "/dev/dri" not in args
 
 
 # ---- per-job leased GPUs (Round.job / sharding -> WorkerJob.gpus -> the container) ----
-AMD_SETTINGS = ["--ipc=host", "--security-opt", "seccomp=unconfined",
-                "--shm-size", "16g", "--pids-limit", "4096"]  # fmt: skip
+AMD_SETTINGS = [
+    "--ipc=host",
+    "--security-opt",
+    "seccomp=unconfined",
+    "--shm-size",
+    "16g",
+    "--pids-limit",
+    "4096",
+]
 
 
 def confine_amd(job: WorkerJob) -> list[str]:
@@ -432,10 +546,15 @@ def confine_amd(job: WorkerJob) -> list[str]:
 
 def leased_executor(vendor: str) -> dx.DockerExecutor:
     return dx.DockerExecutor(
-        "rocm:1", gpu=None, campaign="c1", caches=False, source_mode="copy",
+        "rocm:1",
+        gpu=None,
+        campaign="c1",
+        caches=False,
+        source_mode="copy",
         vendor=vendor,  # type: ignore[arg-type]
-        topology_root=TOPOLOGY / "nodes", group_file=TOPOLOGY / "group",
-    )  # fmt: skip
+        topology_root=TOPOLOGY / "nodes",
+        group_file=TOPOLOGY / "group",
+    )
 
 
 @pytest.mark.parametrize(
@@ -453,18 +572,41 @@ def test_amd_each_job_gets_only_its_leased_gpu_numbered_0_inside(
     device 0 (the host's ROCR_VISIBLE_DEVICES=<index> that Round.job sets would hide it)."""
     executor = leased_executor("amd")
     for gpu, node in zip(leased, nodes, strict=True):
-        host_env = {"ROCR_VISIBLE_DEVICES": str(gpu), "HIP_VISIBLE_DEVICES": "0",
-                    "CUDA_VISIBLE_DEVICES": "0"}  # fmt: skip
+        host_env = {
+            "ROCR_VISIBLE_DEVICES": str(gpu),
+            "HIP_VISIBLE_DEVICES": "0",
+            "CUDA_VISIBLE_DEVICES": "0",
+        }
         job = make_job(tmp_path, name=f"pass-01-candidate-gpu{gpu}", env=host_env, gpus=(gpu,))
         args = executor.create_args(job, "ctr")
         assert args == [
-            "docker", "create", "--name", "ctr", *COMMON, *labels(job),
-            "--device", "/dev/kfd", *node, "--group-add", "44", "--group-add", "993",
-            *AMD_SETTINGS, *confine_amd(job), *SOURCE_ENV,
-            "-e", "ROCR_VISIBLE_DEVICES=0", "-e", "HIP_VISIBLE_DEVICES=0",
-            "-e", "CUDA_VISIBLE_DEVICES=0",
-            "rocm:1", "sh", "-c", SCRIPT,
-        ]  # fmt: skip
+            "docker",
+            "create",
+            "--name",
+            "ctr",
+            *COMMON,
+            *labels(job),
+            "--device",
+            "/dev/kfd",
+            *node,
+            "--group-add",
+            "44",
+            "--group-add",
+            "993",
+            *AMD_SETTINGS,
+            *confine_amd(job),
+            *SOURCE_ENV,
+            "-e",
+            "ROCR_VISIBLE_DEVICES=0",
+            "-e",
+            "HIP_VISIBLE_DEVICES=0",
+            "-e",
+            "CUDA_VISIBLE_DEVICES=0",
+            "rocm:1",
+            "sh",
+            "-c",
+            SCRIPT,
+        ]
         assert "--privileged" not in args
 
 
@@ -474,15 +616,31 @@ def test_nvidia_each_job_gets_only_its_leased_gpu_numbered_0_inside(
 ) -> None:
     executor = leased_executor("nvidia")
     for gpu in leased:
-        job = make_job(tmp_path, name=f"pass-02-incumbent-gpu{gpu}",
-                       env={"CUDA_VISIBLE_DEVICES": str(gpu)}, gpus=(gpu,))  # fmt: skip
+        job = make_job(
+            tmp_path,
+            name=f"pass-02-incumbent-gpu{gpu}",
+            env={"CUDA_VISIBLE_DEVICES": str(gpu)},
+            gpus=(gpu,),
+        )
         args = executor.create_args(job, "ctr")
         assert args == [
-            "docker", "create", "--name", "ctr", *COMMON, *labels(job),
-            "--gpus", f"device={gpu}", *confine(job, False), *SOURCE_ENV,
-            "-e", "CUDA_VISIBLE_DEVICES=0",
-            "rocm:1", "sh", "-c", SCRIPT,
-        ]  # fmt: skip
+            "docker",
+            "create",
+            "--name",
+            "ctr",
+            *COMMON,
+            *labels(job),
+            "--gpus",
+            f"device={gpu}",
+            *confine(job, False),
+            *SOURCE_ENV,
+            "-e",
+            "CUDA_VISIBLE_DEVICES=0",
+            "rocm:1",
+            "sh",
+            "-c",
+            SCRIPT,
+        ]
         assert "--privileged" not in args
 
 
@@ -497,8 +655,9 @@ def test_sharded_jobs_reach_docker_each_with_its_own_device(
 
     fake = FakeDocker()
     monkeypatch.setattr(dx.cmd, "run", fake)
-    template = RoundSpec("c1", 2, "incumbent", 0, "full", "example", "gemm", {}, (),
-                         TimingSettings())  # fmt: skip
+    template = RoundSpec(
+        "c1", 2, "incumbent", 0, "full", "example", "gemm", {}, (), TimingSettings()
+    )
     host = PlainHost(tmp_path, leased_executor("amd"), template)
     tree = tmp_path / "wt"
     tree.mkdir()
@@ -521,25 +680,59 @@ def test_build_container_argv_replaces_the_image_tree_with_a_writable_copy(
     from runner.executors.build_cache import BuildCache
 
     build = BuildJob(
-        "candidate", 3, tmp_path / "wt", tmp_path / "out", "k" * 64, BuildCache(tmp_path),
+        "candidate",
+        3,
+        tmp_path / "wt",
+        tmp_path / "out",
+        "k" * 64,
+        BuildCache(tmp_path),
         commands=(("pip", "install", "--no-build-isolation", "-e", "."),),
         env={"GPU_ARCHS": "gfx942"},
-    )  # fmt: skip
+    )
     args = da.build_create_args(build, "rocm:1", name="b", campaign="c1")
     assert args[:-1] == [
-        "docker", "create", "--name", "b", "--init", "--pull", "never", "--network", "none",
-        "--workdir", "/", "--label", "turbo-campaign.campaign=c1",
-        "--label", "turbo-campaign.build=candidate", "--label", f"turbo-campaign.pid={os.getpid()}",
-        "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--pids-limit", "4096",
-        "--mount", "type=volume,source=turbo-campaign-c1-candidate-triton,target=/cache/triton",
-        "--mount", "type=volume,source=turbo-campaign-c1-candidate-ccache,target=/cache/ccache",
-        *CACHE_ENV, "-e", "GPU_ARCHS=gfx942", "rocm:1", "sh", "-c",
-    ]  # fmt: skip
+        "docker",
+        "create",
+        "--name",
+        "b",
+        "--init",
+        "--pull",
+        "never",
+        "--network",
+        "none",
+        "--workdir",
+        "/",
+        "--label",
+        "turbo-campaign.campaign=c1",
+        "--label",
+        "turbo-campaign.build=candidate",
+        "--label",
+        f"turbo-campaign.pid={os.getpid()}",
+        "--cap-drop",
+        "ALL",
+        "--security-opt",
+        "no-new-privileges",
+        "--pids-limit",
+        "4096",
+        "--mount",
+        "type=volume,source=turbo-campaign-c1-candidate-triton,target=/cache/triton",
+        "--mount",
+        "type=volume,source=turbo-campaign-c1-candidate-ccache,target=/cache/ccache",
+        *CACHE_ENV,
+        "-e",
+        "GPU_ARCHS=gfx942",
+        "rocm:1",
+        "sh",
+        "-c",
+    ]
     script = args[-1].splitlines()
     assert script[:5] == [
-        "set -e", "cd /", "rm -rf /workspace/target /workspace/.turbo-build",
-        "mv /workspace/incoming /workspace/target", "cd /workspace/target",
-    ]  # fmt: skip
+        "set -e",
+        "cd /",
+        "rm -rf /workspace/target /workspace/.turbo-build",
+        "mv /workspace/incoming /workspace/target",
+        "cd /workspace/target",
+    ]
     # the files the build adds are listed before and after it, with their checksums,
     # the completion marker last
     assert script[6] == "pip install --no-build-isolation -e ."
@@ -555,11 +748,19 @@ def test_a_cached_build_is_checked_then_gets_the_roles_own_tree(tmp_path: Path) 
     from runner.executors.base import BuildJob
     from runner.executors.build_cache import BuildCache
 
-    build = BuildJob("candidate", 3, tmp_path / "wt", tmp_path / "out", "k" * 64,
-                     BuildCache(tmp_path), commands=(("pip", "install", "-e", "."),))  # fmt: skip
+    build = BuildJob(
+        "candidate",
+        3,
+        tmp_path / "wt",
+        tmp_path / "out",
+        "k" * 64,
+        BuildCache(tmp_path),
+        commands=(("pip", "install", "-e", "."),),
+    )
     cached = da.cache_tag("k" * 64, tmp_path)
-    args = da.build_create_args(build, "rocm:1", name="b", campaign="c1", caches=False,
-                                cached=cached)  # fmt: skip
+    args = da.build_create_args(
+        build, "rocm:1", name="b", campaign="c1", caches=False, cached=cached
+    )
     assert args[-4] == cached and cached.endswith("-" + "k" * 64)
     script = args[-1]
     assert "pip install" not in script  # nothing is compiled
@@ -573,12 +774,30 @@ def test_a_cached_build_is_checked_then_gets_the_roles_own_tree(tmp_path: Path) 
 def test_a_job_on_a_built_role_runs_its_image_with_nothing_over_the_tree(tmp_path: Path) -> None:
     from runner.executors.base import BuiltRole
 
-    built = BuiltRole("incumbent", tmp_path / "wt", "hit", "", tmp_path / "l", 1.0,
-                      image="turbo-campaign-build/c1:r2-incumbent-9")  # fmt: skip
+    built = BuiltRole(
+        "incumbent",
+        tmp_path / "wt",
+        "hit",
+        "",
+        tmp_path / "l",
+        1.0,
+        image="turbo-campaign-build/c1:r2-incumbent-9",
+    )
     job = make_job(tmp_path, built=built)
     args = da.docker_create_args(job, "rocm:1", None, name="ctr", campaign="c1", caches=False)
     assert args == [
-        "docker", "create", "--name", "ctr", *COMMON, *labels(job), *confine(job, True),
-        *HOME, *SOURCE_ENV, "turbo-campaign-build/c1:r2-incumbent-9", "sh", "-c", SCRIPT,
-    ]  # fmt: skip
+        "docker",
+        "create",
+        "--name",
+        "ctr",
+        *COMMON,
+        *labels(job),
+        *confine(job, True),
+        *HOME,
+        *SOURCE_ENV,
+        "turbo-campaign-build/c1:r2-incumbent-9",
+        "sh",
+        "-c",
+        SCRIPT,
+    ]
     assert not any(a.endswith("target=/workspace/target,readonly") for a in args)

@@ -187,11 +187,18 @@ def test_real_worker_on_the_example_package(cpu_image: str, campaign: str, tmp_p
     tree = tmp_path / "tree"
     shutil.copytree(ROOT / "examples", tree, ignore=shutil.ignore_patterns("__pycache__"))
     spec = RoundSpec(
-        campaign=campaign, round=1, role="baseline", pass_index=0, level="quick",
-        target="example", op="gemm", options={"backend": "TORCH", "granularity": None},
-        shapes=(Shape("tiny", 64, 64, 64),), device="cpu",
+        campaign=campaign,
+        round=1,
+        role="baseline",
+        pass_index=0,
+        level="quick",
+        target="example",
+        op="gemm",
+        options={"backend": "TORCH", "granularity": None},
+        shapes=(Shape("tiny", 64, 64, 64),),
+        device="cpu",
         timing=TimingSettings(warmup_s=0.01, repeats=3, max_repeats=3, budget_s=0.2, batch_s=0.01),
-    )  # fmt: skip
+    )
     save_spec(tmp_path / "spec.json", spec)
     env = {"PYTHONPATH": str(tree), "TURBO_KERNELS_GEMM_BACKEND": "TORCH"}
     job = make_job(tmp_path, "worker", env=env, timeout_s=300)
@@ -223,15 +230,20 @@ def test_rocm_dockerfile_on_a_fake_rocm_base(cpu_image: str, tmp_path: Path) -> 
     try:
         fake = subprocess.run(
             ["docker", "build", "--force-rm", "-t", f"{tag}-base", "-"],
-            input=FAKE_ROCM.format(base=cpu_image), env=env, capture_output=True, text=True,
-        )  # fmt: skip
+            input=FAKE_ROCM.format(base=cpu_image),
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert fake.returncode == 0, fake.stdout + fake.stderr
         # the fake base has no Triton to pin (docs/analysis.md §1): keep it as it is
         args = [*build, f"BASE_IMAGE={tag}-base", "--build-arg", "TRITON_VERSION="]
         ws = subprocess.run(
             [*args, "--target", "workspace", "-t", tag, str(ROOT)],
-            env=env, capture_output=True, text=True,
-        )  # fmt: skip
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert ws.returncode == 0, ws.stdout[-3000:] + ws.stderr
         probe = (
             "echo $ROCM_PATH $HIP_CLANG_PATH; $HIP_CLANG_PATH/clang++ -v; "

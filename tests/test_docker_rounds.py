@@ -72,8 +72,9 @@ def lineage(c: Campaign) -> Lineage:
 
 
 def run(c: Campaign, n: int, hypothesis: str, patch: str) -> RoundResult:
-    return validate_round(c, make_executor(c.manifest), Request(n, hypothesis, patch),
-                          progress=lambda _m: None)  # fmt: skip
+    return validate_round(
+        c, make_executor(c.manifest), Request(n, hypothesis, patch), progress=lambda _m: None
+    )
 
 
 def test_baseline_a_killed_container_rollback_and_accept_in_containers(
@@ -110,8 +111,13 @@ def test_baseline_a_killed_container_rollback_and_accept_in_containers(
     def killer() -> None:
         deadline = time.time() + 300
         while time.time() < deadline and not killed:
-            found = containers(c.name, "--filter", "label=turbo-campaign.job=pass-01-incumbent",
-                               "--filter", "status=running")  # fmt: skip
+            found = containers(
+                c.name,
+                "--filter",
+                "label=turbo-campaign.job=pass-01-incumbent",
+                "--filter",
+                "status=running",
+            )
             if found:
                 subprocess.run(["docker", "kill", *found], capture_output=True, check=False)
                 killed.extend(found)

@@ -57,8 +57,13 @@ FOCUSED = (
 
 
 def _git(cwd: Path, *args: str, stdin: str | None = None) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     out = subprocess.run(
         ["git", *args], cwd=cwd, input=stdin, capture_output=True, text=True, env=env
     )
@@ -110,9 +115,19 @@ def _cli(campaign: Campaign, *args: str) -> list[str]:
 
 def _validate_argv(campaign: Campaign, patch: Path) -> list[str]:
     return _cli(
-        campaign, "validate", "--campaign", campaign.name, "--round", "2", "--hypothesis",
-        HYPOTHESIS, "--patch", str(patch), "--pairs", "1",
-    )  # fmt: skip
+        campaign,
+        "validate",
+        "--campaign",
+        campaign.name,
+        "--round",
+        "2",
+        "--hypothesis",
+        HYPOTHESIS,
+        "--patch",
+        str(patch),
+        "--pairs",
+        "1",
+    )
 
 
 def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -245,8 +260,9 @@ def test_kill_at_every_step(slow_campaign: tuple[Campaign, Path], tmp_path: Path
         pid, proc = _kill_at(step, campaign, patch, marker)
         # the next command (this one) cleared what the previous kill left behind
         assert not set(previous) & set(_leftover_dirs(campaign)), step
-        assert all(not Path(w).is_relative_to(p) for w in _registered_worktrees(source)
-                   for p in previous), step  # fmt: skip
+        assert all(
+            not Path(w).is_relative_to(p) for w in _registered_worktrees(source) for p in previous
+        ), step
         workers = _workers(campaign)
         if step.startswith("worker-"):
             assert pid in workers, f"{step}: the paused process is not a worker"
@@ -283,8 +299,9 @@ def test_kill_at_every_step(slow_campaign: tuple[Campaign, Path], tmp_path: Path
     assert trend.count("| round-2 |") == 1
 
     # the next command moves the lineage head and clears the last leftovers
-    report = _run(_cli(campaign, "report", "--campaign", campaign.name),
-                  _env(None, marker, campaign))  # fmt: skip
+    report = _run(
+        _cli(campaign, "report", "--campaign", campaign.name), _env(None, marker, campaign)
+    )
     assert report.returncode == 0, report.stdout + report.stderr
     assert lineage.head() == result.commit
     assert lineage.linear_history(campaign.manifest.base_commit or "") == [result.commit]
@@ -320,8 +337,18 @@ def test_hand_edit_is_refused_before_any_work(
     assert str(log) in status.stderr
     assert "first difference between byte" in status.stdout
     t0 = time.monotonic()
-    argv = _cli(edited, "validate", "--campaign", edited.name, "--round",
-                str(edited.next_round()), "--hypothesis", "h", "--patch", str(patch))  # fmt: skip
+    argv = _cli(
+        edited,
+        "validate",
+        "--campaign",
+        edited.name,
+        "--round",
+        str(edited.next_round()),
+        "--hypothesis",
+        "h",
+        "--patch",
+        str(patch),
+    )
     got = _run(argv, _env(None, marker, edited))
     assert got.returncode == 5, got.stdout + got.stderr
     assert time.monotonic() - t0 < 30

@@ -34,10 +34,25 @@ def test_a_run_prints_each_long_file_and_each_workers_seconds(tmp_path: Path) ->
     env = {**os.environ, "PYTHONPATH": str(HERE)}
     env.pop("PYTEST_XDIST_WORKER", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider",
-         "test_long.py", "test_short.py"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-n",
+            "2",
+            "--dist",
+            "loadfile",
+            "-p",
+            "no:cacheprovider",
+            "test_long.py",
+            "test_short.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     assert "seconds per file over 0.5 s (tests/conftest.py FILE_SECONDS)" in out

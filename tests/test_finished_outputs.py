@@ -73,8 +73,9 @@ def _adapter(gemm: Any) -> GemmOp:
 
 
 def _spec() -> RoundSpec:
-    return RoundSpec("t46", 1, "candidate", 0, "quick", "example", "gemm", {}, (SHAPE,),
-                     TIMING, device="cpu")  # fmt: skip
+    return RoundSpec(
+        "t46", 1, "candidate", 0, "quick", "example", "gemm", {}, (SHAPE,), TIMING, device="cpu"
+    )
 
 
 def test_the_planted_cheat_is_right_when_read() -> None:

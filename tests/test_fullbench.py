@@ -35,18 +35,32 @@ def run(
     full_env = {**os.environ, "PYTHONPATH": f"{source}{os.pathsep}{REPO}", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "runner.fullbench", *args],
-        cwd=source, env=full_env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        cwd=source,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_prints_and_writes_the_pinned_csv(source: Path, tmp_path: Path) -> None:
     out = tmp_path / "q.csv"
     proc = run(
         source,
-        ["--op", "quantize", "--granularity", "rowwise", "--shape-set", "quant-tiny",
-         "--out", str(out), *FAST],
+        [
+            "--op",
+            "quantize",
+            "--granularity",
+            "rowwise",
+            "--shape-set",
+            "quant-tiny",
+            "--out",
+            str(out),
+            *FAST,
+        ],
         {"TURBO_KERNELS_QUANTIZE_BACKEND": "TORCH"},
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     sys.path.insert(0, str(source))

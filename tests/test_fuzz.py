@@ -160,8 +160,13 @@ def test_the_valid_manifest_of_the_fuzzer_loads(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- patch intake
 def _git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     return subprocess.run(
         ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
     ).stdout
@@ -374,15 +379,59 @@ def test_mcp_tool_arguments_fuzz(
 # Every command but those that run for minutes whatever their arguments (demo, mcp,
 # image); baseline only where there is no campaign to measure.
 CLI_COMMANDS = [
-    "accept", "correct", "export", "gate", "init", "isa", "profile", "relocate", "report",
-    "reproduce", "rounds", "score", "set", "show", "status", "tip", "validate",
-]  # fmt: skip
+    "accept",
+    "correct",
+    "export",
+    "gate",
+    "init",
+    "isa",
+    "profile",
+    "relocate",
+    "report",
+    "reproduce",
+    "rounds",
+    "score",
+    "set",
+    "show",
+    "status",
+    "tip",
+    "validate",
+]
 CLI_FLAGS = [
-    "--round", "--hypothesis", "--patch", "--text", "--reason", "--pairs", "--passes",
-    "--timeout", "--level", "--bucket", "--out", "--source", "--op", "--name", "--json",
-    "--campaign", "sigma_g", "timing", "pairs", "shape_set", "test_command", "2", "-1",
-    "nan", "1e400", "{warmup_s: .inf}", "[]", "full", "quick", "K1", ".", "/", "~",
-]  # fmt: skip
+    "--round",
+    "--hypothesis",
+    "--patch",
+    "--text",
+    "--reason",
+    "--pairs",
+    "--passes",
+    "--timeout",
+    "--level",
+    "--bucket",
+    "--out",
+    "--source",
+    "--op",
+    "--name",
+    "--json",
+    "--campaign",
+    "sigma_g",
+    "timing",
+    "pairs",
+    "shape_set",
+    "test_command",
+    "2",
+    "-1",
+    "nan",
+    "1e400",
+    "{warmup_s: .inf}",
+    "[]",
+    "full",
+    "quick",
+    "K1",
+    ".",
+    "/",
+    "~",
+]
 # what a POSIX argv can hold: any text but NUL, and bytes that are not UTF-8 (kept by
 # Python as lone surrogates, as a latin-1 terminal gives them)
 CLI_ARG = st.one_of(

@@ -482,8 +482,10 @@ def sequential(gain: float, spread: float, cap: int, seed: int):
     sigma = spread / math.sqrt(2)
     pairs = [draw() for _ in range(required_pairs(sigma))]
     while True:
-        merged = {lb: v * math.exp(sum(math.log(p.candidate[lb] / v) for p in pairs) / len(pairs))
-                  for lb, v in BEST.items()}  # fmt: skip
+        merged = {
+            lb: v * math.exp(sum(math.log(p.candidate[lb] / v) for p in pairs) / len(pairs))
+            for lb, v in BEST.items()
+        }
         final = len(pairs) >= cap
         result = judge(merged, pairs=pairs, sigma_g=sigma, final=final)
         if result.decision is not Decision.NEEDS_REMEASURE:

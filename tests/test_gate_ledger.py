@@ -157,8 +157,10 @@ def test_the_gates_constants_are_ledgered() -> None:
         )
     now, recorded = gate_constants(), entries[-1]["constants"]
     changed = changed_names(recorded, now)
-    line = json.dumps({"when": "YYYY-MM-DD", "why": "WHY", "constants": now,
-                       "sha256": digest(now)}, sort_keys=True)  # fmt: skip
+    line = json.dumps(
+        {"when": "YYYY-MM-DD", "why": "WHY", "constants": now, "sha256": digest(now)},
+        sort_keys=True,
+    )
     assert not changed, (
         f"gate constants changed without a record: {', '.join(changed)}; append this line "
         f"to {CONSTANTS_LEDGER.name} (with the date and why) and a CHANGELOG note:\n{line}"
@@ -220,8 +222,13 @@ def test_a_campaign_ledgered_before_the_constants_is_not_ledgered_until_set(
     camp = tiny_campaign(tmp_path, "gc", baseline=False)
     root = ["--campaigns-root", str(camp.root.parent)]
     values = gate_values(camp.manifest)  # an entry as the code before wrote it
-    old = {"when": "2026-12-01 10:00", "by": "baseline", "reason": "fixed at the baseline",
-           "sha256": values_sha(values), "fields": values}  # fmt: skip
+    old = {
+        "when": "2026-12-01 10:00",
+        "by": "baseline",
+        "reason": "fixed at the baseline",
+        "sha256": values_sha(values),
+        "fields": values,
+    }
     append(ledger_file(camp), json.dumps(old, sort_keys=True) + "\n")
     monkeypatch.setattr(gate, "MIN_THRESHOLD", 0.03)  # whatever the running code holds
     code, out = run_cli([*root, "status"], capsys)

@@ -64,10 +64,26 @@ def test_patched_kernel_compiles_for_every_target(tree: Path, applied: list[str]
             assert git(tree, "apply", str(PATCH_DIR / name)).returncode == 0
         env = {**os.environ, "PYTHONPATH": str(tree)}
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error",
-             "tests/test_triton_compile.py", "-k", "blockwise or mxfp8"],
-            cwd=tree, env=env, capture_output=True, text=True, check=False, timeout=600,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-W",
+                "error",
+                "tests/test_triton_compile.py",
+                "-k",
+                "blockwise or mxfp8",
+            ],
+            cwd=tree,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
         assert " passed" in proc.stdout and "failed" not in proc.stdout
     finally:

@@ -122,8 +122,9 @@ def test_a_reading_past_minus_5_inside_its_noise_is_not_a_regression() -> None:
     from runner.judge.heldout import regressed, unsettled, unsettled_notes
 
     flat = {"small": -1.2, "attn_out": -1.0, "down": -5.26, "qkv": -1.1, "gate_up": -1.3}
-    assert _judge(flat, "down", {"small": 3.0, "attn_out": 3.0, "down": 5.37, "qkv": 3.0,
-                                 "gate_up": 3.0})  # fmt: skip
+    assert _judge(
+        flat, "down", {"small": 3.0, "attn_out": 3.0, "down": 5.37, "qkv": 3.0, "gate_up": 3.0}
+    )
     noisy = ShapeGain("down", WORK["down"], math.log1p(-0.0526), 0.0537)
     assert unsettled(noisy) and not regressed(noisy)
     assert "within its noise" in unsettled_notes([noisy])[0]
@@ -222,8 +223,9 @@ def test_a_fixed_saving_beyond_the_largest_target_keeps_its_scaled_share() -> No
     assert found is not None and found.floor.label == "gate_up-mb1"
     assert found.scale == pytest.approx(0.5, abs=0.01)
     assert judge_heldout(held, targets) == (True, [])
-    unscaled = Shortfall(found.held, found.floor, found.floor.gain - found.held.gain,
-                         found.tolerance)  # fmt: skip
+    unscaled = Shortfall(
+        found.held, found.floor, found.floor.gain - found.held.gain, found.tolerance
+    )
     assert unscaled.short  # what refused it
     assert "scaled to +2.1" in found.describe()
 
@@ -340,8 +342,7 @@ def _accept_path(
         (tmp_path / name).write_text("label\n", encoding="utf-8")
     (tmp_path / "art").mkdir(exist_ok=True)
     rnd = SimpleNamespace(tmp=tmp_path, manifest=SimpleNamespace(sigma_g=sigma_g))
-    result = Acceptance("demo", "t", base_commit="a" * 40, head="b" * 40, passes=2,
-                        heldout=[HELD])  # fmt: skip
+    result = Acceptance("demo", "t", base_commit="a" * 40, head="b" * 40, passes=2, heldout=[HELD])
     shapes = [CPU[k] for k in pct]
     result.checks.insert(0, accept_mod._validate(rnd, {}, shapes, result, tmp_path / "art"))
     return result

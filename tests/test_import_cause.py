@@ -36,10 +36,19 @@ def test_the_first_import_error_heads_the_message(tmp_path: Path) -> None:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     proc = run(
-        [sys.executable, "-m", "pytest", "tests/pytorch/ops/test_gemm_fp8.py", "-q",
-         "-p", "no:cacheprovider"],
-        cwd=tmp_path, check=False, env={**os.environ, "PYTHONPATH": str(tmp_path)},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "tests/pytorch/ops/test_gemm_fp8.py",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=tmp_path,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
     assert proc.returncode != 0
     log = proc.stdout
     tail = log[-1500:]

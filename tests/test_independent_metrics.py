@@ -83,13 +83,25 @@ def test_neither_metric_improving_rolls_back_and_an_unclear_one_asks_for_pairs()
 def _pass(path: Path, labels: list[str], fwd: float, bwd: float) -> Path:
     rows = []
     for lb in labels:
-        rows.append({
-            "label": lb, "B": 1, "M": 64, "N": 64, "K": 64, "Check": "PASS",
-            "Forward TFLOPS": 100.0 * fwd, "Forward TFLOPS_stddev": 0.0,
-            "Backward TFLOPS": 80.0 * bwd, "Backward TFLOPS_stddev": 0.0,
-            "Forward Time (ms)": 1.0 / fwd, "Backward Time (ms)": 2.5 / bwd,
-            "out_snr": 40.0, "da_snr": 40.0, "db_snr": 40.0,
-        })  # fmt: skip
+        rows.append(
+            {
+                "label": lb,
+                "B": 1,
+                "M": 64,
+                "N": 64,
+                "K": 64,
+                "Check": "PASS",
+                "Forward TFLOPS": 100.0 * fwd,
+                "Forward TFLOPS_stddev": 0.0,
+                "Backward TFLOPS": 80.0 * bwd,
+                "Backward TFLOPS_stddev": 0.0,
+                "Forward Time (ms)": 1.0 / fwd,
+                "Backward Time (ms)": 2.5 / bwd,
+                "out_snr": 40.0,
+                "da_snr": 40.0,
+                "db_snr": 40.0,
+            }
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     write_csv(path, GEMM_SCHEMA, rows)
     return path
@@ -102,9 +114,8 @@ def _judged(campaign: Campaign, tmp: Path) -> Decision:
     rnd = Round(campaign, make_executor(campaign.manifest), lambda _m: None, tmp, 2, "full")
     paths = {
         "incumbent": [_pass(tmp / f"i{k}" / "benchmark.csv", labels, 1.0, 1.0) for k in range(4)],
-        "candidate": [_pass(tmp / f"c{k}" / "benchmark.csv", labels, 1.2, 0.97)
-                      for k in range(4)],
-    }  # fmt: skip
+        "candidate": [_pass(tmp / f"c{k}" / "benchmark.csv", labels, 1.2, 0.97) for k in range(4)],
+    }
     got = judge(rnd, paths, Comparison(audits=False), [], final=True).gate
     return got.decision
 

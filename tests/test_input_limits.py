@@ -238,11 +238,21 @@ def _closed(
     c.snapshot_dir(n).mkdir(parents=True)
     (c.snapshot_dir(n) / "kernel.py").write_text("pass\n")
     result = RoundResult(
-        round=n, status=status, level="quick", hypothesis=hypothesis, change="c",
-        description="d", started="2026-12-03 17:30", finished="2026-12-03 17:40",
-        test_command="pytest tests -q", benchmark_command="python bench.py", score=score,
-        baseline=score, best=None if n == 1 else score, **over,
-    )  # fmt: skip
+        round=n,
+        status=status,
+        level="quick",
+        hypothesis=hypothesis,
+        change="c",
+        description="d",
+        started="2026-12-03 17:30",
+        finished="2026-12-03 17:40",
+        test_command="pytest tests -q",
+        benchmark_command="python bench.py",
+        score=score,
+        baseline=score,
+        best=None if n == 1 else score,
+        **over,
+    )
     close_round(c, result)
     return result
 
@@ -304,13 +314,22 @@ def test_row12_mcp_answers_a_malformed_line_and_keeps_serving(
 def _gemm_row(label: str, m: float = 4096, fwd_ms: float | None = None) -> dict[str, object]:
     flops = 2 * 4096**3
     return {
-        "label": label, "B": 1, "M": m, "N": 4096, "K": 4096, "Check": "PASS",
-        "Forward TFLOPS": 400.0, "Forward TFLOPS_stddev": 0.5,
-        "Backward TFLOPS": 200.0, "Backward TFLOPS_stddev": 0.5,
+        "label": label,
+        "B": 1,
+        "M": m,
+        "N": 4096,
+        "K": 4096,
+        "Check": "PASS",
+        "Forward TFLOPS": 400.0,
+        "Forward TFLOPS_stddev": 0.5,
+        "Backward TFLOPS": 200.0,
+        "Backward TFLOPS_stddev": 0.5,
         "Forward Time (ms)": fwd_ms if fwd_ms is not None else flops / 400e9,
         "Backward Time (ms)": 2 * flops / 200e9,
-        "out_snr": 40.0, "da_snr": 40.0, "db_snr": 40.0,
-    }  # fmt: skip
+        "out_snr": 40.0,
+        "da_snr": 40.0,
+        "db_snr": 40.0,
+    }
 
 
 def test_row9_gate_checks_the_candidates_shapes_and_times(
@@ -515,9 +534,18 @@ def test_newcomer_an_inconclusive_round_and_the_next_step_offered(tmp_path: Path
     gain = {"mean_pct": 23.8, "half_width_pct": 6.4, "pairs": 12}
     evidence = {"gain": gain, "shapes": {"a": gain}, "remeasure_size": 4}
     gate = GateResult(
-        Decision.ROLLED_BACK, "Combined Step TFLOPS", 1.0, 1.238, 23.8, (), (), ("noisy",),
-        threshold_pct=28.0, pairs_used=12, evidence=PairedEvidence.from_dict(evidence),
-    )  # fmt: skip
+        Decision.ROLLED_BACK,
+        "Combined Step TFLOPS",
+        1.0,
+        1.238,
+        23.8,
+        (),
+        (),
+        ("noisy",),
+        threshold_pct=28.0,
+        pairs_used=12,
+        evidence=PairedEvidence.from_dict(evidence),
+    )
     rolled = _closed(c, 2, Status.ROLLED_BACK, "gate_up fusion", gate=gate)
     (line,) = ineffective_directions([base, rolled])
     assert "inconclusive" in line and "quieter machine" in line, line

@@ -380,8 +380,10 @@ def _score(values: dict[str, float]) -> Score:
 
 def _paired(values: dict[str, float], half_pct: float = 0.5) -> GateResult:
     """A full validation's gate with each shape's paired mean (its ratio) and interval."""
-    shapes = {lb: {"mean_pct": 100 * (v - 1), "half_width_pct": half_pct, "pairs": 4}
-              for lb, v in values.items()}  # fmt: skip
+    shapes = {
+        lb: {"mean_pct": 100 * (v - 1), "half_width_pct": half_pct, "pairs": 4}
+        for lb, v in values.items()
+    }
     paired = PairedEvidence.from_dict({"gain": GAIN, "shapes": shapes})
     return GateResult(Decision.ACCEPTED, "m", 1.0, 1.1, 10.0, (1.0,) * 4, (), (), evidence=paired)
 

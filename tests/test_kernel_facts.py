@@ -226,10 +226,16 @@ def _rolled(n: int, facts: KernelFacts | None, base: RoundResult) -> RoundResult
 def test_status_names_profile_after_two_rollbacks_and_isa_after_three(slow_tiny: Path) -> None:
     base = Campaign.load(slow_tiny / "campaigns" / "t").load_result(1)
     facts = KernelFacts.from_dict(
-        {"arch": "gfx942", "triton": "3.6.0", "warnings": ["k: new spills: vgpr_spill 0 -> 21"],
-         "roles": {"incumbent": {"k": {"facts": {"vgpr": 128, "occupancy": 2}}},
-                   "candidate": {"k": {"facts": {"vgpr": 256, "occupancy": 1}}}}}
-    )  # fmt: skip
+        {
+            "arch": "gfx942",
+            "triton": "3.6.0",
+            "warnings": ["k: new spills: vgpr_spill 0 -> 21"],
+            "roles": {
+                "incumbent": {"k": {"facts": {"vgpr": 128, "occupancy": 2}}},
+                "candidate": {"k": {"facts": {"vgpr": 256, "occupancy": 1}}},
+            },
+        }
+    )
     one = [base, _rolled(2, facts, base)]
     assert analysis_lines(one, 1, "c") == []
     two = dict(analysis_lines([*one, _rolled(3, facts, base)], 2, "c"))
@@ -262,8 +268,10 @@ def test_a_tournament_entry_gets_its_own_pair_of_roles_and_warnings() -> None:
     facts = KernelFacts("gfx942", "3.6.0", roles, warnings=("all roles",))
     one, two = facts.for_role("candidate-1"), facts.for_role("candidate-2")
     assert one.roles == {"incumbent": {"k": k}, "candidate": {"k": k}} and one.warnings == ()
-    assert two.warnings == ("k: over the LDS limit: 98304 B of 65536 B on gfx942 "
-                            "(it fails to launch there: OutOfResources)",)  # fmt: skip
+    assert two.warnings == (
+        "k: over the LDS limit: 98304 B of 65536 B on gfx942 "
+        "(it fails to launch there: OutOfResources)",
+    )
     assert facts.for_role("candidate-3").roles == {}
     assert KernelFacts.from_dict(facts.to_dict()) == facts  # what result.json keeps
 
@@ -281,9 +289,11 @@ def test_each_tournament_entry_keeps_the_incumbent_s_assembly(
     compiled.mkdir()
     for name in ("inc.amdgcn", "one.amdgcn", "two.amdgcn"):
         (compiled / name).write_text(f"; {name}\n", encoding="utf-8")
-    roles = {"incumbent": {"k": _entry(str(compiled / "inc.amdgcn"))},
-             "candidate-1": {"k": _entry(str(compiled / "one.amdgcn"))},
-             "candidate-2": {"k": _entry(str(compiled / "two.amdgcn"))}}  # fmt: skip
+    roles = {
+        "incumbent": {"k": _entry(str(compiled / "inc.amdgcn"))},
+        "candidate-1": {"k": _entry(str(compiled / "one.amdgcn"))},
+        "candidate-2": {"k": _entry(str(compiled / "two.amdgcn"))},
+    }
     facts = KernelFacts("gfx942", "3.6.0", roles)
     for n, role in ((2, "candidate-1"), (3, "candidate-2")):
         saved = save_isa(campaign, n, facts.for_role(role))
@@ -331,9 +341,11 @@ def test_a_compile_s_record_names_only_assembly_in_its_own_folder(tmp_path: Path
     (folder / "k.amdgcn").write_text("; k\n", encoding="utf-8")
     (tmp_path / "secret.txt").write_text("not the round's\n", encoding="utf-8")
     secret = str(tmp_path / "secret.txt")
-    kernels = {"k": {"case": "c", "config": {}, "facts": {"vgpr": 1}, "isa": "k.amdgcn"},
-               "away": {"case": "c", "config": {}, "facts": {}, "isa": "../secret.txt"},
-               "abs": {"case": "c", "config": {}, "facts": {}, "isa": secret}}  # fmt: skip
+    kernels = {
+        "k": {"case": "c", "config": {}, "facts": {"vgpr": 1}, "isa": "k.amdgcn"},
+        "away": {"case": "c", "config": {}, "facts": {}, "isa": "../secret.txt"},
+        "abs": {"case": "c", "config": {}, "facts": {}, "isa": secret},
+    }
     (folder / "facts.json").write_text(json.dumps({"kernels": kernels}), encoding="utf-8")
     got, _notes = role_facts({"k.py": folder})
     assert got["k"].isa == str((folder / "k.amdgcn").resolve()) and got["k"].file == "k.py"

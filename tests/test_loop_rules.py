@@ -55,11 +55,22 @@ def _round(n: int, status: Status) -> RoundResult:
         gate = GateResult(decision, METRIC, 1.0, 1.0, -1.0, (), (), ())
     rollback = RollbackAnalysis("c", "e", "a", "r", "l") if status is Status.ROLLED_BACK else None
     return RoundResult(
-        round=n, status=status, level="full" if n == 1 else "quick", hypothesis=f"idea {n}",
-        change="k.py", description=f"idea {n}", started="2026-12-03 10:00",
-        finished="2026-12-03 10:05", test_command="t", benchmark_command="b", score=BASE,
-        baseline=BASE, best=None if n == 1 else BASE, gate=gate, rollback=rollback,
-    )  # fmt: skip
+        round=n,
+        status=status,
+        level="full" if n == 1 else "quick",
+        hypothesis=f"idea {n}",
+        change="k.py",
+        description=f"idea {n}",
+        started="2026-12-03 10:00",
+        finished="2026-12-03 10:05",
+        test_command="t",
+        benchmark_command="b",
+        score=BASE,
+        baseline=BASE,
+        best=None if n == 1 else BASE,
+        gate=gate,
+        rollback=rollback,
+    )
 
 
 def _campaign(root: Path, closed: list[Status], **fields: object) -> Campaign:
@@ -145,8 +156,17 @@ def test_a_rollback_diagnosis_is_given_with_the_next_round(
     assert "#### round-2 rollback diagnosis (given with round-3)\n- Attribution: the fp64" in log
     assert "- Root cause: 2x FLOPs\n- Lesson: fp32\n" in log
     verify(campaign.optimize_log)
-    argv = ["--campaigns-root", str(campaign.root.parent), "validate", "--round", "3",
-            "--hypothesis", "h", "--root-cause", "x"]  # fmt: skip
+    argv = [
+        "--campaigns-root",
+        str(campaign.root.parent),
+        "validate",
+        "--round",
+        "3",
+        "--hypothesis",
+        "h",
+        "--root-cause",
+        "x",
+    ]
     code, out = run_cli(argv, capsys)
     assert code == 2 and "round-2's rollback needs --root-cause TEXT and --lesson" in out, out
     accepted = _campaign(tmp_path / "b", [Status.BASELINE, Status.ACCEPTED])
@@ -221,8 +241,9 @@ def _form(line: str) -> str:
     if line.startswith("- [ ] "):
         return "- [ ] D"
     if line.startswith("- Aggregate score: "):
-        return re.sub(r"baseline \S+ → current \S+ \([+-][\d.]+%\)", "baseline X → current Y (Z)",
-                      line)  # fmt: skip
+        return re.sub(
+            r"baseline \S+ → current \S+ \([+-][\d.]+%\)", "baseline X → current Y (Z)", line
+        )
     return line
 
 
@@ -244,8 +265,10 @@ def test_every_round_appends_current_best_and_directions_as_upstream_writes_them
     campaign = _campaign(tmp_path, [Status.BASELINE])
     better = Score(METRIC, 110.0, (ShapeScore("a", "PASS", 110.0, 110.0, 110.0),), 1, 0)
     campaign.snapshot_dir(2).mkdir(parents=True)
-    close_round(campaign, replace(_round(2, Status.ACCEPTED), score=better,
-                                  next_direction="deeper pipelining"))  # fmt: skip
+    close_round(
+        campaign,
+        replace(_round(2, Status.ACCEPTED), score=better, next_direction="deeper pipelining"),
+    )
     for n in (3, 4):
         campaign.snapshot_dir(n).mkdir(parents=True)
         close_round(campaign, replace(_round(n, Status.ROLLED_BACK), next_direction=f"next {n}"))
@@ -268,8 +291,10 @@ def test_every_round_appends_current_best_and_directions_as_upstream_writes_them
     assert lines[0] == "## Directions to Try"
     assert lines[1] == "- [ ] next 4 (from round-4)"
     assert lines[2].startswith("- [ ] escalation step 2: profile: stagnation review")
-    assert lines[-2:] == ["- [x] ~~idea 3~~ (verified in round-3)",
-                          "- [x] ~~idea 4~~ (verified in round-4)"]  # fmt: skip
+    assert lines[-2:] == [
+        "- [x] ~~idea 3~~ (verified in round-3)",
+        "- [x] ~~idea 4~~ (verified in round-4)",
+    ]
     kinds = {_form(x) for x in lines}
     assert kinds <= set(_upstream_form(UPSTREAM_DIRECTIONS))
     head, _, *rows = table.splitlines()

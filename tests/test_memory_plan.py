@@ -27,8 +27,9 @@ from runner.store.sealed import heldout_labels
 
 GIB = 1 << 30
 BIG = "Llama-3.1-70B-gate_up-mb4-32768x57344x8192"  # ran out of memory on an H200
-TARGETS = [s.label for s in shape_set("models")
-           if s.label.startswith("Llama-2-7B") and "-mb1-" in s.label]  # fmt: skip
+TARGETS = [
+    s.label for s in shape_set("models") if s.label.startswith("Llama-2-7B") and "-mb1-" in s.label
+]
 BASIC = ("--test-command", "pytest tests -q", "--benchmark-command", "python bench.py")
 
 
@@ -61,8 +62,20 @@ def test_the_figure_is_a_pure_function_of_the_shape_and_counts_the_parts() -> No
 def _spec(pool: int | None = None) -> RoundSpec:
     timing = TimingSettings(warmup_s=0.01, repeats=2, max_repeats=3, budget_s=0.05)
     options = {"granularity": "blockwise"}
-    return RoundSpec("c", 0, "baseline", 0, "full", "example", "gemm_fp8", options, (), timing,
-                     device="cuda", pool=pool)  # fmt: skip
+    return RoundSpec(
+        "c",
+        0,
+        "baseline",
+        0,
+        "full",
+        "example",
+        "gemm_fp8",
+        options,
+        (),
+        timing,
+        device="cuda",
+        pool=pool,
+    )
 
 
 def test_paired_sessions_plan_pool_and_waves_from_the_figure() -> None:
@@ -104,8 +117,21 @@ def repo(tmp_path: Path) -> Path:
 
 def _init(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, str, str]:
     with pytest.raises(SystemExit) as info:
-        main(["--campaigns-root", str(root), "init", "--op", "gemm_fp8", "--granularity",
-              "blockwise", "--backend", "triton", *BASIC, *args])  # fmt: skip
+        main(
+            [
+                "--campaigns-root",
+                str(root),
+                "init",
+                "--op",
+                "gemm_fp8",
+                "--granularity",
+                "blockwise",
+                "--backend",
+                "triton",
+                *BASIC,
+                *args,
+            ]
+        )
     out, err = capsys.readouterr()
     return int(info.value.code or 0), out, err
 
@@ -115,13 +141,15 @@ def test_init_refuses_a_target_shape_the_device_cannot_hold(
     tmp_path: Path, repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     shapes = ",".join([TARGETS[0], BIG])
-    rc, _, err = _init(capsys, tmp_path / "a", "--gpu", "sm90", "--source", str(repo),
-                       "--shapes", shapes)  # fmt: skip
+    rc, _, err = _init(
+        capsys, tmp_path / "a", "--gpu", "sm90", "--source", str(repo), "--shapes", shapes
+    )
     assert rc == 2
     assert f"campaign init: 1 target shape(s) cannot be measured on sm90: {BIG} needs" in err
     assert "the device has 139.81 GiB" in err
-    rc, _, err = _init(capsys, tmp_path / "b", "--gpu", "gfx950", "--source", str(repo),
-                       "--shapes", shapes)  # fmt: skip
+    rc, _, err = _init(
+        capsys, tmp_path / "b", "--gpu", "gfx950", "--source", str(repo), "--shapes", shapes
+    )
     assert (rc, err) == (0, "")  # more memory: the same shapes are kept
 
 
@@ -131,8 +159,18 @@ def test_the_heldout_pick_takes_only_shapes_that_fit_and_says_which_it_left_out(
 ) -> None:
     """Seed 17 picked the 70B mb4 shape for the four Llama-2-7B mb1 targets before the
     pick knew the device's memory."""
-    rc, out, _ = _init(capsys, tmp_path / "c", "--gpu", "sm90", "--source", str(repo),
-                       "--shapes", ",".join(TARGETS), "--heldout-seed", "17")  # fmt: skip
+    rc, out, _ = _init(
+        capsys,
+        tmp_path / "c",
+        "--gpu",
+        "sm90",
+        "--source",
+        str(repo),
+        "--shapes",
+        ",".join(TARGETS),
+        "--heldout-seed",
+        "17",
+    )
     assert rc == 0
     unfit = sorted(u.label for u in unfit_shapes("gemm_fp8", shape_set("models"), "sm90"))
     assert BIG in unfit
@@ -158,8 +196,18 @@ def test_baseline_refuses_a_target_shape_the_device_cannot_hold(
     from runner.store.campaign import Campaign
 
     root = tmp_path / "c"
-    rc, out, _ = _init(capsys, root, "--gpu", "gfx950", "--source", str(repo), "--shapes",
-                       ",".join([TARGETS[0], BIG]), "--executor", "local")  # fmt: skip
+    rc, out, _ = _init(
+        capsys,
+        root,
+        "--gpu",
+        "gfx950",
+        "--source",
+        str(repo),
+        "--shapes",
+        ",".join([TARGETS[0], BIG]),
+        "--executor",
+        "local",
+    )
     assert rc == 0
     folder = Path(out.split("campaign: ")[1].strip())
     manifest = folder / "manifest.yaml"
@@ -192,9 +240,20 @@ def test_the_shape_report_puts_the_measured_peak_beside_the_figure() -> None:
 
 
 def _server(device: str) -> Server:
-    spec = RoundSpec("c", 0, "baseline", 0, "full", "example", "gemm", {}, (
-        Shape("s1", 64, 96, 128), Shape("s2", 256, 128, 64)), TimingSettings(), device=device,
-        pool=2)  # fmt: skip
+    spec = RoundSpec(
+        "c",
+        0,
+        "baseline",
+        0,
+        "full",
+        "example",
+        "gemm",
+        {},
+        (Shape("s1", 64, 96, 128), Shape("s2", 256, 128, 64)),
+        TimingSettings(),
+        device=device,
+        pool=2,
+    )
     gemm = types.SimpleNamespace(gemm=lambda a, b, trans_b: a @ b.t())
     from runner.ops.gemm import GemmOp
 

@@ -34,18 +34,33 @@ METRIC = "Combined Step TFLOPS"
 
 
 def _gate(
-    mean: float, half: float | None, pairs: int, *, threshold: float = 27.9,
-    decision: Decision = Decision.ROLLED_BACK, shapes: dict[str, Any] | None = None,
+    mean: float,
+    half: float | None,
+    pairs: int,
+    *,
+    threshold: float = 27.9,
+    decision: Decision = Decision.ROLLED_BACK,
+    shapes: dict[str, Any] | None = None,
     each: tuple[float, ...] = (),
-) -> GateResult:  # fmt: skip
+) -> GateResult:
     """A recorded gate with paired evidence (percent, as result.json holds it); ``each``:
     every pair's gain."""
     gain = {"mean_pct": mean, "half_width_pct": half, "spread_pct": 8.1, "pairs": pairs}
     evidence = {"gain": gain, "shapes": shapes or {"a": gain}, "remeasure_size": 23}
-    return GateResult(decision, METRIC, 0.0075, 0.0075 * (1 + mean / 100), mean, (), (),
-                      ("too volatile to tell: ...",), threshold_pct=threshold,
-                      pairs_used=pairs, evidence=PairedEvidence.from_dict(evidence),
-                      pair_gains_pct=each)  # fmt: skip
+    return GateResult(
+        decision,
+        METRIC,
+        0.0075,
+        0.0075 * (1 + mean / 100),
+        mean,
+        (),
+        (),
+        ("too volatile to tell: ...",),
+        threshold_pct=threshold,
+        pairs_used=pairs,
+        evidence=PairedEvidence.from_dict(evidence),
+        pair_gains_pct=each,
+    )
 
 
 def test_the_demo_speed_up_on_a_busy_machine_is_inconclusive_not_no_gain() -> None:
@@ -90,12 +105,22 @@ def _closed(c: Campaign, n: int, status: Status, gate: GateResult | None = None)
     c.snapshot_dir(n).mkdir(parents=True)
     (c.snapshot_dir(n) / "kernel.py").write_text("pass\n")
     result = RoundResult(
-        round=n, status=status, level="quick", hypothesis="h", change="c", description="d",
-        started="2026-12-03 17:30", finished="2026-12-03 17:40",
-        test_command="pytest tests -q", benchmark_command="python bench.py", score=score,
-        baseline=score, best=None if n == 1 else score, gate=gate,
+        round=n,
+        status=status,
+        level="quick",
+        hypothesis="h",
+        change="c",
+        description="d",
+        started="2026-12-03 17:30",
+        finished="2026-12-03 17:40",
+        test_command="pytest tests -q",
+        benchmark_command="python bench.py",
+        score=score,
+        baseline=score,
+        best=None if n == 1 else score,
+        gate=gate,
         reasons=list(gate.reasons) if gate else [],
-    )  # fmt: skip
+    )
     close_round(c, result)
     return result
 
@@ -146,14 +171,29 @@ def test_a_round_judged_at_a_busy_baselines_threshold_says_it_could_not_tell(
     monkeypatch.setenv(ROUND_CAP_ENV, "1")  # the first pairs are final
     campaign = Campaign.load(copy_campaign(slow_tiny, tmp_path / "c", "t"))
     root = ["--campaigns-root", str(campaign.root.parent)]
-    code, out = run_cli([*root, "set", "sigma_g", "0.5", "--reason",
-                         "the baseline as a busy machine measures it"], capsys)  # fmt: skip
+    code, out = run_cli(
+        [*root, "set", "sigma_g", "0.5", "--reason", "the baseline as a busy machine measures it"],
+        capsys,
+    )
     assert code == 0, out
     patch = slow_tiny / "speedup.patch"
     n = campaign.next_round()
-    code, out = run_cli([*root, "validate", "--round", str(n), "--hypothesis",
-                         "the waste removed", "--patch", str(patch), "--pairs", "1",
-                         "--quiet"], capsys)  # fmt: skip
+    code, out = run_cli(
+        [
+            *root,
+            "validate",
+            "--round",
+            str(n),
+            "--hypothesis",
+            "the waste removed",
+            "--patch",
+            str(patch),
+            "--pairs",
+            "1",
+            "--quiet",
+        ],
+        capsys,
+    )
     assert code == 3, out
     assert f"round-{n}: ROLLED BACK" in out and "too noisy to tell" in out, out
     assert "sigma_G 50.00%" in out and "150.00%" in out and "close other work" in out, out
@@ -183,8 +223,15 @@ def test_the_cap_says_what_it_caps(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ROUND_CAP_ENV, raising=False)  # the product's cap, not the suite's
     said: list[str] = []
     cap = measurement_cap("quick")
-    watch = PairWatch(said.append, "round-3", roles=2, turns_per_pair=4, cap_s=cap.seconds,
-                      cap_pairs=cap.pairs, cap_promising=cap.promising)  # fmt: skip
+    watch = PairWatch(
+        said.append,
+        "round-3",
+        roles=2,
+        turns_per_pair=4,
+        cap_s=cap.seconds,
+        cap_pairs=cap.pairs,
+        cap_promising=cap.promising,
+    )
     watch.plan(2)
     assert said[-1].endswith(
         "; more pairs only while they fit in 2 min 30 s or until 12 pairs are in "
@@ -202,8 +249,7 @@ def test_pairs_of_a_wave_count_the_pairs_of_the_next_waves() -> None:
 
     said: list[str] = []
     clock = _Clock()
-    watch = PairWatch(said.append, "round-3", roles=2, turns_per_pair=4, prior_s=2.0,
-                      clock=clock)  # fmt: skip
+    watch = PairWatch(said.append, "round-3", roles=2, turns_per_pair=4, prior_s=2.0, clock=clock)
     watch.plan(12)
     clock.now += 10  # the first wave's workers are up
     for _ in range(32):  # eight pairs' turns, 2 s each
@@ -273,16 +319,30 @@ def test_one_current_best_and_one_unit_per_metric(
     base = Score(METRIC, 0.007858, (ShapeScore("a", "PASS", 0.007858, 0.007, 0.009),), 1, 0)
     inc = Score(METRIC, 0.008009, (ShapeScore("a", "PASS", 0.008009, 0.007, 0.009),), 1, 0)
     cand = Score(METRIC, 0.009066, (ShapeScore("a", "PASS", 0.009066, 0.008, 0.010),), 1, 0)
-    for n, status, score, best in ((1, Status.BASELINE, base, None),
-                                   (2, Status.ROLLED_BACK, cand, inc)):  # fmt: skip
+    for n, status, score, best in (
+        (1, Status.BASELINE, base, None),
+        (2, Status.ROLLED_BACK, cand, inc),
+    ):
         c.snapshot_dir(n).mkdir(parents=True)
         (c.snapshot_dir(n) / "kernel.py").write_text("pass\n")
-        close_round(c, RoundResult(
-            round=n, status=status, level="quick", hypothesis="h", change="c",
-            description="d", started="2026-12-03 17:30", finished="2026-12-03 17:40",
-            test_command="pytest tests -q", benchmark_command="python bench.py",
-            score=score, baseline=base, best=best,
-        ))  # fmt: skip
+        close_round(
+            c,
+            RoundResult(
+                round=n,
+                status=status,
+                level="quick",
+                hypothesis="h",
+                change="c",
+                description="d",
+                started="2026-12-03 17:30",
+                finished="2026-12-03 17:40",
+                test_command="pytest tests -q",
+                benchmark_command="python bench.py",
+                score=score,
+                baseline=base,
+                best=best,
+            ),
+        )
     summary = c.summary_path(2).read_text("utf-8")
     assert "Aggregate Combined Step GFLOPS" in summary and "TFLOPS" not in summary, summary
     assert "current best:" not in summary, summary  # no second "current best" figure

@@ -145,8 +145,14 @@ def test_attention_row_and_score(tmp_path: Path) -> None:
     assert shape.params["causal"]
     fwd_flops = 4 * shape.b * shape.params["heads"] * shape.m * shape.n * shape.k / 2
     assert shape.flops_fwd == fwd_flops
-    row = attention_row(shape, timing(1.0), timing(2.0), {}, dict.fromkeys(
-        ("out_snr", "dq_snr", "dk_snr", "dv_snr"), 50.0), True)  # fmt: skip
+    row = attention_row(
+        shape,
+        timing(1.0),
+        timing(2.0),
+        {},
+        dict.fromkeys(("out_snr", "dq_snr", "dk_snr", "dv_snr"), 50.0),
+        True,
+    )
     assert row["Backward TFLOPS"] == pytest.approx(2.5 * fwd_flops / 2e-3 / 1e12)
     write_csv(tmp_path / "a.csv", ATTENTION_SCHEMA, [row])
     sc = score(read_csv(tmp_path / "a.csv"))
@@ -173,10 +179,15 @@ def test_quantize_case_counts_bytes() -> None:
 
 @pytest.mark.parametrize(
     ("op", "gpu", "expected"),
-    [("grouped_gemm_fp8", "cpu", "moe-cpu"), ("grouped_gemm", "gfx942", "moe"),
-     ("quantize", "cpu", "quant-cpu"), ("attention", "gfx950", "attn"),
-     ("gemm_fp8", "cpu", "cpu"), ("gemm", "gfx942", "models")],
-)  # fmt: skip
+    [
+        ("grouped_gemm_fp8", "cpu", "moe-cpu"),
+        ("grouped_gemm", "gfx942", "moe"),
+        ("quantize", "cpu", "quant-cpu"),
+        ("attention", "gfx950", "attn"),
+        ("gemm_fp8", "cpu", "cpu"),
+        ("gemm", "gfx942", "models"),
+    ],
+)
 def test_default_shape_set(op: str, gpu: str, expected: str) -> None:
     assert default_shape_set(op, gpu) == expected
 

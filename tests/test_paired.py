@@ -142,10 +142,24 @@ def example_host(
 
     tree = fresh_example_copy(tmp_path / "tree")
     options = {"backend": "TORCH", "granularity": None}
-    template = RoundSpec("paired-test", 2, "incumbent", 0, "full", "example", "gemm", options,
-                         (), TIMING, device="cpu", pool=pool, wave_pairs=wave_pairs)  # fmt: skip
-    host = PlainHost(tmp_path / "round", LocalExecutor(), template,
-                     lambda t: {"PYTHONPATH": str(t), **ENV})  # fmt: skip
+    template = RoundSpec(
+        "paired-test",
+        2,
+        "incumbent",
+        0,
+        "full",
+        "example",
+        "gemm",
+        options,
+        (),
+        TIMING,
+        device="cpu",
+        pool=pool,
+        wave_pairs=wave_pairs,
+    )
+    host = PlainHost(
+        tmp_path / "round", LocalExecutor(), template, lambda t: {"PYTHONPATH": str(t), **ENV}
+    )
     return host, tree
 
 
@@ -186,10 +200,14 @@ def test_serving_workers_take_turns_abba(tmp_path: Path) -> None:
     for (_, end), (start, _) in itertools.pairwise(spans):
         assert end <= start  # the token: never two workers measuring at once
     # the finish: each worker's fresh step timed alone, then all re-checks at once
-    logs = [(host.tmp / path.parent.name / "worker.log").read_text()
-            for paths in got.values() for path in paths]  # fmt: skip
-    fresh = sorted((logged_at(x, "fresh step: timing"), logged_at(x, "fresh step: timed"))
-                   for x in logs)  # fmt: skip
+    logs = [
+        (host.tmp / path.parent.name / "worker.log").read_text()
+        for paths in got.values()
+        for path in paths
+    ]
+    fresh = sorted(
+        (logged_at(x, "fresh step: timing"), logged_at(x, "fresh step: timed")) for x in logs
+    )
     for (_, end), (start, _) in itertools.pairwise(fresh):
         assert end <= start
     assert min(logged_at(x, "finishing: the re-checks and files") for x in logs) >= fresh[-1][1]
@@ -241,8 +259,13 @@ def test_an_earlier_round_s_reports_on_this_machine_size_the_first_wave() -> Non
     from runner.measure.waves import prior_wave
 
     gib = 1 << 30
-    worker = WorkerMemory(prepare=int(7.2 * gib), reserved=int(11.1 * gib),
-                          held=int(3.1 * gib), free=125 * gib, total=140 * gib)  # fmt: skip
+    worker = WorkerMemory(
+        prepare=int(7.2 * gib),
+        reserved=int(11.1 * gib),
+        held=int(3.1 * gib),
+        free=125 * gib,
+        total=140 * gib,
+    )
     here = MemoryLog(socket.gethostname(), roles=1, workers={"pass-01-incumbent": worker})
     # empty device 125 + 4.1 = 129.1; room 0.9 * 129.1 - 1.25 * 11.1 = 102.3 GiB;
     # a pair of two roles 2 * (7.2 + 1) = 16.4 GiB: six pairs would fit, three asked for
@@ -299,8 +322,15 @@ def test_the_memory_log_reads_back_as_written_and_a_malformed_one_assumes_nothin
         "pass-01-baseline": {**first, "reserved": 25 * gib},
         "pass-02-final": {"held": 7 * gib, "free": 105 * gib, "reserved": 25 * gib},
     }
-    session = SimpleNamespace(host=host, roles=["baseline", "final"], most=most, shapes=shapes,
-                              members=2, shape_peaks={"q1": 9 * gib}, suffix="-r1")  # fmt: skip
+    session = SimpleNamespace(
+        host=host,
+        roles=["baseline", "final"],
+        most=most,
+        shapes=shapes,
+        members=2,
+        shape_peaks={"q1": 9 * gib},
+        suffix="-r1",
+    )
     _keep_memory(session)  # type: ignore[arg-type]
     path = tmp_path / "memory-r1.json"
     written = json.loads(path.read_text(encoding="utf-8"))
@@ -313,13 +343,19 @@ def test_the_memory_log_reads_back_as_written_and_a_malformed_one_assumes_nothin
     log = read_memory_log(path)
     assert log is not None and log.to_dict() == written
     assert MemoryLog.from_dict(log.to_dict()) == log
-    assert log.workers["pass-02-final"] == WorkerMemory(reserved=25 * gib, held=7 * gib,
-                                                        free=105 * gib)  # fmt: skip
+    assert log.workers["pass-02-final"] == WorkerMemory(
+        reserved=25 * gib, held=7 * gib, free=105 * gib
+    )
     assert log.shapes["q2"].measured is None
     assert not prior_covers(log, "gemm_fp8", shapes, 4)
     row = {"held": 1, "free": 2, "total": 3, "reserved": 5}
-    older = {"host": "h200-a", "roles": 2, "pool": 2, "shapes": {"q1": {"estimate": 6}},
-             "workers": {"pass-01-baseline": row}}  # fmt: skip
+    older = {
+        "host": "h200-a",
+        "roles": 2,
+        "pool": 2,
+        "shapes": {"q1": {"estimate": 6}},
+        "workers": {"pass-01-baseline": row},
+    }
     back = MemoryLog.from_dict(json.loads(json.dumps(older)))
     assert back is not None and back.to_dict() == older
 
@@ -328,8 +364,12 @@ def test_the_memory_log_reads_back_as_written_and_a_malformed_one_assumes_nothin
         assert read_memory_log(path) is None
     assert read_memory_log(tmp_path / "missing.json") is None
     strings = {"free": "1", "reserved": "1", "held": "1"}
-    odd = {**written, "roles": "two", "workers": {"w": strings, "x": [1]},
-           "shapes": {"q1": {"measured": 1}, "q2": {"estimate": 5}}}  # fmt: skip
+    odd = {
+        **written,
+        "roles": "two",
+        "workers": {"w": strings, "x": [1]},
+        "shapes": {"q1": {"measured": 1}, "q2": {"estimate": 5}},
+    }
     path.write_text(json.dumps(odd), encoding="utf-8")
     log = read_memory_log(path)
     assert log is not None and log.workers == {"w": WorkerMemory(), "x": WorkerMemory()}
@@ -358,8 +398,9 @@ def test_a_wave_finishes_side_by_side_only_where_its_memory_allows() -> None:
 def test_pairs_run_in_waves(tmp_path: Path) -> None:
     host, tree = example_host(tmp_path, wave_pairs=1)
     trees = {"incumbent": tree, "candidate": tree}
-    got = measure_paired(host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"],
-                         pairs=2)  # fmt: skip
+    got = measure_paired(
+        host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"], pairs=2
+    )
     assert [p.parent.name for p in got["candidate"]] == ["pass-02-candidate", "pass-04-candidate"]
     turns = [json.loads(line) for line in (host.tmp / "turns.jsonl").read_text().splitlines()]
     assert [t["pair"] for t in turns] == [0, 0, 0, 0, 1, 1, 1, 1]
@@ -380,8 +421,9 @@ def test_on_a_gpu_target_the_first_pair_measures_alone(tmp_path: Path) -> None:
     host.template = replace(host.template, device="auto")
     assert host.gpu_target
     trees = {"incumbent": tree, "candidate": tree}
-    measure_paired(host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"], pairs=3,
-                   groups=2)  # fmt: skip
+    measure_paired(
+        host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"], pairs=3, groups=2
+    )
     turns = [json.loads(line) for line in (host.tmp / "turns.jsonl").read_text().splitlines()]
     assert [t["pair"] for t in turns[:8]] == [0] * 8  # both groups of pair 0 first
     assert [t["pair"] for t in turns[8:12]] == [1, 1, 1, 1]  # then group 0 of pairs 1, 2
@@ -389,10 +431,13 @@ def test_on_a_gpu_target_the_first_pair_measures_alone(tmp_path: Path) -> None:
     assert [t["group"] for t in turns[16:]] == [1] * 8
     # a GPU's finish as the CPU's: each fresh step timed alone, then the re-checks at
     # once (each worker has handed its pool back; the wave was sized for it)
-    logs = [(host.tmp / f"pass-0{k}-{r}" / "worker.log").read_text()
-            for k, r in enumerate(["incumbent", "candidate"] * 3, start=1)]  # fmt: skip
-    fresh = sorted((logged_at(x, "fresh step: timing"), logged_at(x, "fresh step: timed"))
-                   for x in logs)  # fmt: skip
+    logs = [
+        (host.tmp / f"pass-0{k}-{r}" / "worker.log").read_text()
+        for k, r in enumerate(["incumbent", "candidate"] * 3, start=1)
+    ]
+    fresh = sorted(
+        (logged_at(x, "fresh step: timing"), logged_at(x, "fresh step: timed")) for x in logs
+    )
     for (_, end), (start, _) in itertools.pairwise(fresh):
         assert end <= start
     assert min(logged_at(x, "finishing: the re-checks and files") for x in logs) >= fresh[-1][1]
@@ -452,8 +497,10 @@ def test_a_pass_out_of_device_memory_writes_no_fail_row_and_names_the_figure(
     device runs out of memory stops there: no benchmark.csv with a FAIL row, and the
     host's error (exit 6) names the shape, the bytes asked and the device's total."""
     host, tree = example_host(tmp_path)
-    said = ("CUDA out of memory. Tried to allocate 14.00 GiB. GPU 0 has a total capacity "
-            "of 139.81 GiB of which 2.00 GiB is free.")  # fmt: skip
+    said = (
+        "CUDA out of memory. Tried to allocate 14.00 GiB. GPU 0 has a total capacity "
+        "of 139.81 GiB of which 2.00 GiB is free."
+    )
     starved = plant_oom(tree, tmp_path / "starved", said)
     shapes = [Shape("big", 32, 64, 64), Shape("s1", 16, 64, 64)]
     outcome = run_job(host, "pass-01-final", host.spec("final", 1, shapes), starved)
@@ -513,8 +560,13 @@ def test_a_bad_worker_limit_is_refused_before_any_worker_starts(
     host, tree = example_host(tmp_path)
     monkeypatch.setenv(TURN_TIMEOUT_ENV, value)
     with pytest.raises(ConfigError, match=f"{TURN_TIMEOUT_ENV}=.*unset it or fix it"):
-        measure_paired(host, {"incumbent": tree, "candidate": tree}, [Shape("s1", 16, 64, 64)],
-                       ["incumbent", "candidate"], pairs=1)  # fmt: skip
+        measure_paired(
+            host,
+            {"incumbent": tree, "candidate": tree},
+            [Shape("s1", 16, 64, 64)],
+            ["incumbent", "candidate"],
+            pairs=1,
+        )
     assert not list(host.tmp.glob("pass-*"))
 
 
@@ -524,8 +576,14 @@ def test_eight_simulated_devices_split_by_seconds_and_merge(tmp_path: Path) -> N
     shapes = [Shape(f"s{i}", 16 * (1 + i % 3), 64, 64) for i in range(10)]
     seconds = {s.label: 1.0 for s in shapes} | {"s0": 3.0, "s9": 2.5}
     manifest = PlainManifest(shape_seconds=seconds)
-    rnd = PlainRound(host.tmp, host.executor, host.template, host.job_env,
-                         gpus=tuple(range(8)), manifest=manifest)  # fmt: skip
+    rnd = PlainRound(
+        host.tmp,
+        host.executor,
+        host.template,
+        host.job_env,
+        gpus=tuple(range(8)),
+        manifest=manifest,
+    )
     assert supports_paired(rnd.executor)
     got = measure_roles(rnd, {"baseline": tree}, shapes, 1)
     (merged,) = got["baseline"]
@@ -577,9 +635,24 @@ def test_cli_validate_gpus_leases_and_shards(
     }
     leases = tmp_path / "leases"
     patch = EXAMPLES_DIR / "demo_patches" / "speedup_reuse_fp8_weight.patch"
-    cmd = [sys.executable, "-m", "runner", "--campaigns-root", str(root.parent), "validate",
-           "--round", "2", "--hypothesis", "reuse the fp8 weight", "--bucket", "K4",
-           "--patch", str(patch), "--gpus", "0,1"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner",
+        "--campaigns-root",
+        str(root.parent),
+        "validate",
+        "--round",
+        "2",
+        "--hypothesis",
+        "reuse the fp8 weight",
+        "--bucket",
+        "K4",
+        "--patch",
+        str(patch),
+        "--gpus",
+        "0,1",
+    ]
     # the verdict is not asserted (0 or 3): the first pairs are final, not pairs of the
     # demo's small speed-up measured up to the suite's cap
     env = {**os.environ, "CAMPAIGN_LEASE_DIR": str(leases), "TURBO_CAMPAIGN_ROUND_CAP_S": "1"}
@@ -627,8 +700,7 @@ def test_slurm_round_shards_as_one_job_array(
     # any verdict (below): the first job array is final, no more arrays up to the cap
     monkeypatch.setenv("TURBO_CAMPAIGN_ROUND_CAP_S", "1")
     said: list[str] = []
-    result = validate_round(campaign, SlurmExecutor(), request,
-                            progress=said.append)  # fmt: skip
+    result = validate_round(campaign, SlurmExecutor(), request, progress=said.append)
     assert result.gate is not None, result.reasons
     assert any("as one Slurm job array" in m for m in said), result.reasons
     passes = campaign.artifacts_dir(2) / "passes"
@@ -763,8 +835,12 @@ def test_a_round_s_memory_prior_is_the_latest_earlier_round_s_reports(
     unreadable one, is not used)."""
     rnd, _ = gpu_round(tiny_copy, tmp_path / "round")
     campaign = rnd.campaign
-    for n, text in ((1, '{"host": "a"}'), (3, '{"host": "b"}'), (4, "not json"),
-                    (120, '{"host": "later"}')):  # fmt: skip
+    for n, text in (
+        (1, '{"host": "a"}'),
+        (3, '{"host": "b"}'),
+        (4, "not json"),
+        (120, '{"host": "later"}'),
+    ):
         campaign.artifacts_dir(n).mkdir(parents=True, exist_ok=True)
         (campaign.artifacts_dir(n) / "memory.json").write_text(text)
     assert rnd.memory_prior == MemoryLog("b", roles=0)
@@ -804,8 +880,11 @@ def test_on_a_gpu_target_accept_takes_short_turns_with_its_suite_yielding_beside
     assert suite_record["tests_logged"] == 200 and suite_record["during_timed_work"] == []
     assert suite_record["yielded"]["pauses"] >= 1
     turns = [json.loads(line) for line in (art / "turns.jsonl").read_text().splitlines()]
-    spans = [json.loads(line) for p in (art / "passes" / "full-suite" / "yield").glob("tests-*")
-             for line in p.read_text().splitlines()]  # fmt: skip
+    spans = [
+        json.loads(line)
+        for p in (art / "passes" / "full-suite" / "yield").glob("tests-*")
+        for line in p.read_text().splitlines()
+    ]
     first_turn = min(t["start"] for t in turns)
     assert min(s["start"] for s in spans) < first_turn < max(s["end"] for s in spans)
     spec = json.loads((art / "passes" / "specs" / "pass-02-final.json").read_text())

@@ -64,8 +64,9 @@ CASES = [(op, gran, b) for (op, gran), backends in BACKENDS.items() for b in bac
 
 def primus_campaign(root: Path, source: Path, target_op: str, **fields: Any) -> Campaign:
     """A Primus-Turbo campaign on ``source`` created under ``root`` (local executor)."""
-    given = CampaignFields(target="primus-turbo", executor="local", source=str(source),
-                           target_op=target_op, **fields)  # fmt: skip
+    given = CampaignFields(
+        target="primus-turbo", executor="local", source=str(source), target_op=target_op, **fields
+    )
     return create_campaign(root, given)
 
 
@@ -184,9 +185,12 @@ def invoke(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[
     ],
 )
 def test_init_refuses_a_backend_the_op_does_not_have(
-    tmp_path: Path, checkout: Path, capsys: pytest.CaptureFixture[str],
-    args: tuple[str, ...], valid: str,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    checkout: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: tuple[str, ...],
+    valid: str,
+) -> None:
     rc, err = invoke(capsys, tmp_path / "c", *args, "--source", str(checkout))
     assert rc == 2
     assert f"choose one of: {valid}" in err
@@ -196,8 +200,18 @@ def test_init_refuses_a_backend_the_op_does_not_have(
 def test_quantize_defaults_to_the_kernel_its_granularity_runs(
     tmp_path: Path, checkout: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    rc, _ = invoke(capsys, tmp_path / "c", "--op", "quantize", "--granularity", "rowwise",
-                   "--gpu", "gfx942", "--source", str(checkout))  # fmt: skip
+    rc, _ = invoke(
+        capsys,
+        tmp_path / "c",
+        "--op",
+        "quantize",
+        "--granularity",
+        "rowwise",
+        "--gpu",
+        "gfx942",
+        "--source",
+        str(checkout),
+    )
     assert rc == 0
     (manifest,) = (tmp_path / "c").glob("*/manifest.yaml")
     m = load_manifest(manifest)
@@ -210,8 +224,9 @@ def test_a_missing_benchmark_script_is_an_error_naming_where_it_looked(
 ) -> None:
     script = "benchmark/ops/training/bench_gemm_turbo.py"
     old = make_checkout(tmp_path / "old", leave_out=(script,))
-    rc, err = invoke(capsys, tmp_path / "c", "--op", "gemm", "--backend", "TRITON",
-                     "--source", str(old))  # fmt: skip
+    rc, err = invoke(
+        capsys, tmp_path / "c", "--op", "gemm", "--backend", "TRITON", "--source", str(old)
+    )
     assert rc == 2
     assert f"not found\n  {old.resolve() / script}" in err
     # a benchmark command the user gives is theirs: not checked against the layout
@@ -291,13 +306,21 @@ def test_fullbench_measures_the_named_target() -> None:
     from runner.fullbench import build_spec
 
     args = argparse.Namespace(
-        op="quantize", granularity="rowwise", backend="TURBO", shape_set=None, shapes=None,
-        budget_s=1.0, cache_mode="hot", target="primus-turbo",
-    )  # fmt: skip
+        op="quantize",
+        granularity="rowwise",
+        backend="TURBO",
+        shape_set=None,
+        shapes=None,
+        budget_s=1.0,
+        cache_mode="hot",
+        target="primus-turbo",
+    )
     spec = build_spec(args, "cpu")
     assert (spec.target, spec.op, spec.options["granularity"]) == (
-        "primus-turbo", "quantize", "rowwise",
-    )  # fmt: skip
+        "primus-turbo",
+        "quantize",
+        "rowwise",
+    )
 
 
 BENCH_SCRIPT = """\

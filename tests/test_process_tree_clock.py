@@ -107,8 +107,19 @@ def test_a_gemm_done_by_a_helper_process_fails_the_shape_named(
     forked_gemm: Any, pinned: None
 ) -> None:
     adapter = GemmOp(types.SimpleNamespace(ops=types.SimpleNamespace(gemm=forked_gemm)), {})
-    spec = RoundSpec("t46", 1, "candidate", 0, "quick", "example", "gemm", {}, (SHAPE,),
-                     SHAPE_TIMING, device="cpu")  # fmt: skip
+    spec = RoundSpec(
+        "t46",
+        1,
+        "candidate",
+        0,
+        "quick",
+        "example",
+        "gemm",
+        {},
+        (SHAPE,),
+        SHAPE_TIMING,
+        device="cpu",
+    )
     # forked at its first call, before the first timed batch: seen by its CPU time or
     # by the timing thread waiting for it
     with pytest.raises(ClockBlind, match="process-tree clock guard: "):

@@ -40,9 +40,23 @@ from runner.render.profile_table import parse_ncu_raw, parse_rocprof
 DATA = Path(__file__).parent / "data"
 
 STATS = ("Name", "Calls", "TotalDurationNs", "AverageNs", "Percentage", "MinNs", "MaxNs", "StdDev")
-TRACE = ("Kind", "Agent_Id", "Queue_Id", "Kernel_Id", "Kernel_Name", "Correlation_Id",
-         "Start_Timestamp", "End_Timestamp", "LDS_Block_Size", "Scratch_Size", "VGPR_Count",
-         "Accum_VGPR_Count", "SGPR_Count", "Workgroup_Size_X", "Grid_Size_X")  # fmt: skip
+TRACE = (
+    "Kind",
+    "Agent_Id",
+    "Queue_Id",
+    "Kernel_Id",
+    "Kernel_Name",
+    "Correlation_Id",
+    "Start_Timestamp",
+    "End_Timestamp",
+    "LDS_Block_Size",
+    "Scratch_Size",
+    "VGPR_Count",
+    "Accum_VGPR_Count",
+    "SGPR_Count",
+    "Workgroup_Size_X",
+    "Grid_Size_X",
+)
 
 
 def _csv(columns: tuple[str, ...], rows: list[tuple[object, ...]]) -> str:
@@ -55,35 +69,65 @@ def _csv(columns: tuple[str, ...], rows: list[tuple[object, ...]]) -> str:
 
 def test_rocprofv3_stats_and_trace_make_one_row_per_kernel() -> None:
     gemm, quant = "_gemm_fp8_blockwise_kernel", "_quant_groups_kernel"
-    stats = _csv(STATS, [(quant, 4, 200_000, 50_000, 20.0, 49_000, 51_000, 800.0),
-                         (gemm, 4, 800_000, 200_000, 80.0, 190_000, 210_000, 5000.0)])  # fmt: skip
-    trace = _csv(TRACE, [("KERNEL_DISPATCH", 1, 1, 7, gemm, 1, 10, 210_010, 32768, 0, 184, 0,
-                          56, 512, 65536)] * 2)  # fmt: skip
+    stats = _csv(
+        STATS,
+        [
+            (quant, 4, 200_000, 50_000, 20.0, 49_000, 51_000, 800.0),
+            (gemm, 4, 800_000, 200_000, 80.0, 190_000, 210_000, 5000.0),
+        ],
+    )
+    trace = _csv(
+        TRACE,
+        [("KERNEL_DISPATCH", 1, 1, 7, gemm, 1, 10, 210_010, 32768, 0, 184, 0, 56, 512, 65536)] * 2,
+    )
     rows = parse_rocprof(stats, trace)
     assert [r["kernel"] for r in rows] == [gemm, quant]  # heaviest first
-    assert rows[0] == {"kernel": gemm, "calls": 4, "total_us": 800.0, "share_pct": 80.0,
-                       "avg_us": 200.0, "lds_bytes": 32768.0, "scratch_bytes": 0.0,
-                       "vgpr": 184.0, "agpr": 0.0, "sgpr": 56.0}  # fmt: skip
+    assert rows[0] == {
+        "kernel": gemm,
+        "calls": 4,
+        "total_us": 800.0,
+        "share_pct": 80.0,
+        "avg_us": 200.0,
+        "lds_bytes": 32768.0,
+        "scratch_bytes": 0.0,
+        "vgpr": 184.0,
+        "agpr": 0.0,
+        "sgpr": 56.0,
+    }
     assert "vgpr" not in rows[1]  # no dispatch of it in the trace: left out, not guessed
 
 
 def test_ncu_raw_page_groups_launches_by_kernel() -> None:
-    header = ["ID", "Process ID", "Process Name", "Kernel Name", "gpu__time_duration.sum",
-              "launch__registers_per_thread",
-              "sm__warps_active.avg.pct_of_peak_sustained_active",
-              "dram__throughput.avg.pct_of_peak_sustained_elapsed"]  # fmt: skip
+    header = [
+        "ID",
+        "Process ID",
+        "Process Name",
+        "Kernel Name",
+        "gpu__time_duration.sum",
+        "launch__registers_per_thread",
+        "sm__warps_active.avg.pct_of_peak_sustained_active",
+        "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    ]
     units = ["", "", "", "", "usecond", "register/thread", "%", "%"]
-    launches = [["0", "9", "python", "_gemm_fp8_blockwise_kernel", "120.5", "168", "12.4", "40.1"],
-                ["1", "9", "python", "_gemm_fp8_blockwise_kernel", "119.5", "168", "12.6", "39.9"],
-                ["2", "9", "python", "_quant_groups_kernel", "10", "32", "80", "91"]]  # fmt: skip
+    launches = [
+        ["0", "9", "python", "_gemm_fp8_blockwise_kernel", "120.5", "168", "12.4", "40.1"],
+        ["1", "9", "python", "_gemm_fp8_blockwise_kernel", "119.5", "168", "12.6", "39.9"],
+        ["2", "9", "python", "_quant_groups_kernel", "10", "32", "80", "91"],
+    ]
     out = io.StringIO()
     writer = csv.writer(out, quoting=csv.QUOTE_ALL)
     writer.writerows([header, units, *launches])
     text = "==PROF== Connected to process 9\nprogram output\n" + out.getvalue()
     rows = parse_ncu_raw(text)
-    assert rows[0] == {"kernel": "_gemm_fp8_blockwise_kernel", "calls": 2, "total_us": 240.0,
-                       "regs": 168.0, "occupancy_pct": 12.5, "dram_pct": 40.0,
-                       "share_pct": 96.0}  # fmt: skip
+    assert rows[0] == {
+        "kernel": "_gemm_fp8_blockwise_kernel",
+        "calls": 2,
+        "total_us": 240.0,
+        "regs": 168.0,
+        "occupancy_pct": 12.5,
+        "dram_pct": 40.0,
+        "share_pct": 96.0,
+    }
     assert rows[1]["kernel"] == "_quant_groups_kernel" and rows[1]["calls"] == 1
     assert parse_ncu_raw("==PROF== no kernels were profiled\n") == []
 
@@ -132,10 +176,21 @@ def test_the_torch_profile_keeps_only_the_timed_range(tmp_path: Path, ranged: bo
     script.write_text(TIMED_SCRIPT, encoding="utf-8")
     env = {**os.environ, RANGE_ENV: RANGE_NAME if ranged else ""}
     done = subprocess.run(
-        [sys.executable, "-m", "runner.analyze.torch_profile", "--out", str(tmp_path), "--",
-         str(script)],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "runner.analyze.torch_profile",
+            "--out",
+            str(tmp_path),
+            "--",
+            str(script),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     rows = list(csv.DictReader(io.StringIO((tmp_path / "torch_profile.csv").read_text())))
     calls = {r["name"]: int(r["calls"]) for r in rows}

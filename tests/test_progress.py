@@ -83,8 +83,7 @@ def test_the_estimate_comes_from_the_recorded_shape_seconds_then_the_rate() -> N
 def test_a_later_batch_is_estimated_at_the_rate_measured_so_far() -> None:
     said: list[str] = []
     clock = Clock()
-    watch = PairWatch(said.append, "round-3", roles=2, turns_per_pair=4, prior_s=8.0,
-                      clock=clock)  # fmt: skip
+    watch = PairWatch(said.append, "round-3", roles=2, turns_per_pair=4, prior_s=8.0, clock=clock)
     watch.plan(2)
     clock.now += 10
     watch.turn_done()  # the workers are up: a 10 s start-up
@@ -112,8 +111,16 @@ def test_a_later_batch_is_estimated_at_the_rate_measured_so_far() -> None:
 def test_a_watch_says_pairs_planned_turns_and_readings() -> None:
     said: list[str] = []
     clock = Clock()
-    watch = PairWatch(said.append, "round-5", roles=2, turns_per_pair=4, prior_s=8.0,
-                      cap_s=150.0, reading=lambda paths: 4.25, clock=clock)  # fmt: skip
+    watch = PairWatch(
+        said.append,
+        "round-5",
+        roles=2,
+        turns_per_pair=4,
+        prior_s=8.0,
+        cap_s=150.0,
+        reading=lambda paths: 4.25,
+        clock=clock,
+    )
     watch.plan(2)
     clock.now += 5
     watch.turn_done()
@@ -276,8 +283,7 @@ def test_the_first_turns_rescale_the_estimate_to_the_load_now() -> None:
     """The baseline's shape seconds were measured under some load; the first timed
     turns say how fast the machine is now, before any pair is done."""
     said: list[str] = []
-    watch = PairWatch(said.append, "round-2", roles=2, turns_per_pair=4, prior_s=8.0,
-                      clock=Clock())  # fmt: skip
+    watch = PairWatch(said.append, "round-2", roles=2, turns_per_pair=4, prior_s=8.0, clock=Clock())
     watch.plan(2)
     prior_turn = 8.0 / PAIR_SECONDS_FACTOR / 4
     watch.turn_done(prior_turn / 2)  # twice as fast as at the baseline

@@ -50,8 +50,17 @@ def test_tip_into_a_tips_root_that_is_a_file_is_exit_2(
 ) -> None:
     tips = demo_copy.parent / "tips-file"
     tips.write_text("not a folder\n")
-    argv = ["--campaigns-root", str(demo_copy.parent), "tip", "--round", "3",
-            "--text", "keep the scale reuse", "--tips-root", str(tips / "below")]  # fmt: skip
+    argv = [
+        "--campaigns-root",
+        str(demo_copy.parent),
+        "tip",
+        "--round",
+        "3",
+        "--text",
+        "keep the scale reuse",
+        "--tips-root",
+        str(tips / "below"),
+    ]
     code, err = run_cli(argv, capsys, stderr_only=True)
     assert code == 2, err
     assert "cannot write" in err and str(tips) in err and "--tips-root" in err

@@ -70,11 +70,23 @@ def docker_out(*args: str) -> str:
 @pytest.fixture(scope="module")
 def pipeline(cpu_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
     probe = subprocess.run(
-        ["docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", cpu_image, "-c",
-         'command -v gcc && test -f "$(python3 -c '
-         "'import sysconfig; print(sysconfig.get_paths()[\"include\"])')/Python.h\""],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--entrypoint",
+            "sh",
+            cpu_image,
+            "-c",
+            'command -v gcc && test -f "$(python3 -c '
+            '\'import sysconfig; print(sysconfig.get_paths()["include"])\')/Python.h"',
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if probe.returncode != 0:
         pytest.fail(
             f"{cpu_image} has no C compiler or Python headers (docker/Dockerfile.cpu installs "
@@ -225,12 +237,12 @@ def test_a_corrupted_cached_image_is_rebuilt_never_used(cpu_image: str, tmp_path
     key finds the checksums differ, removes the entry and compiles again."""
     tree = load_pipeline().fixture_repo(tmp_path / "src")
     cache = BuildCache(tmp_path / "cache")
-    executor = DockerExecutor(cpu_image, gpu=None, campaign=f"corrupt-{tmp_path.name}",
-                              caches=False)  # fmt: skip
+    executor = DockerExecutor(
+        cpu_image, gpu=None, campaign=f"corrupt-{tmp_path.name}", caches=False
+    )
     commands = tuple(tuple(c) for c in PRIMUS_TURBO.build_commands(None, in_place=False))
     inputs = native_inputs(tree, lambda p: PRIMUS_TURBO.needs_rebuild([p]))
-    key = build_key(inputs, gpu_archs=None, commands=commands,
-                    identity=executor.build_identity())  # fmt: skip
+    key = build_key(inputs, gpu_archs=None, commands=commands, identity=executor.build_identity())
 
     def prepare(n: int) -> Any:
         job = BuildJob("baseline", n, tree, tmp_path / f"b{n}", key, cache, commands=commands)
@@ -244,8 +256,17 @@ def test_a_corrupted_cached_image_is_rebuilt_never_used(cpu_image: str, tmp_path
         name = f"corrupt-{tmp_path.name}"
         so = f"{CONTAINER_TARGET}/primus_turbo/pytorch/_C*.so"
         # through the image's own entrypoint, so the committed image keeps it
-        docker_out("run", "--name", name, "--network", "none", str(tag),
-                   "sh", "-c", f'for f in {so}; do printf x >> "$f"; done')  # fmt: skip
+        docker_out(
+            "run",
+            "--name",
+            name,
+            "--network",
+            "none",
+            str(tag),
+            "sh",
+            "-c",
+            f'for f in {so}; do printf x >> "$f"; done',
+        )
         docker_out("commit", "--change", 'CMD ["/bin/bash"]', name, str(tag))
         docker_out("rm", "-f", name)
         again = prepare(2)

@@ -135,8 +135,9 @@ def _grouped_api(grouped_gemm_fp8: Any) -> Any:
     )
 
 
-def _coarse_grouped(a: torch.Tensor, b: torch.Tensor, lens: torch.Tensor, trans_b: bool = True,
-                    config: Any = None) -> torch.Tensor:  # fmt: skip
+def _coarse_grouped(
+    a: torch.Tensor, b: torch.Tensor, lens: torch.Tensor, trans_b: bool = True, config: Any = None
+) -> torch.Tensor:
     """The planted grouped cheat: one scale per tensor, whatever the granularity asked."""
     from turbo_kernels.pytorch.ops import grouped_gemm_fp8
 
@@ -152,10 +153,10 @@ def test_a_grouped_fp8_gemm_with_one_scale_per_tensor_fails_the_check_named(
     op = Fp8GroupedGemmOp(_grouped_api(_coarse_grouped), {"granularity": granularity})
     result = op.check(GROUPED, "cpu", 11)
     assert not result.ok
-    assert any(p.startswith("recipe guard: ") and granularity.upper() in p
-               for p in result.problems)  # fmt: skip
-    honest = Fp8GroupedGemmOp(_grouped_api(EXAMPLE.load_api().ops.grouped_gemm_fp8),
-                              {"granularity": granularity})  # fmt: skip
+    assert any(p.startswith("recipe guard: ") and granularity.upper() in p for p in result.problems)
+    honest = Fp8GroupedGemmOp(
+        _grouped_api(EXAMPLE.load_api().ops.grouped_gemm_fp8), {"granularity": granularity}
+    )
     passed = honest.check(GROUPED, "cpu", 11)
     assert passed.ok, passed.problems
     assert passed.figures["recipe_snr"] > RECIPE_SNR + 10

@@ -19,15 +19,26 @@ pytestmark = pytest.mark.integration  # a copy of the real demo campaign
 
 
 def _refs(repo: Path) -> str:
-    return subprocess.run(["git", "-C", str(repo), "for-each-ref"], capture_output=True,
-                          text=True, check=True).stdout  # fmt: skip
+    return subprocess.run(
+        ["git", "-C", str(repo), "for-each-ref"], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def _clone(source: Path, dest: Path, *, lineage: bool) -> Path:
     subprocess.run(["git", "clone", "-q", str(source), str(dest)], check=True)
     if lineage:
-        subprocess.run(["git", "-C", str(dest), "fetch", "-q", str(source),
-                        "+refs/campaigns/*:refs/campaigns/*"], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                "git",
+                "-C",
+                str(dest),
+                "fetch",
+                "-q",
+                str(source),
+                "+refs/campaigns/*:refs/campaigns/*",
+            ],
+            check=True,
+        )
     return dest
 
 
@@ -42,8 +53,10 @@ def test_a_copied_folder_is_refused_until_relocated(
     root = ["--campaigns-root", str(copy.parent)]
     patch = tmp_path / "h.patch"
     patch.write_text("diff --git a/x b/x\n", encoding="utf-8")
-    for argv in (["report"], ["validate", "--round", "4", "--hypothesis", "h",
-                              "--patch", str(patch)]):  # fmt: skip
+    for argv in (
+        ["report"],
+        ["validate", "--round", "4", "--hypothesis", "h", "--patch", str(patch)],
+    ):
         code, out = run_cli([*root, *argv], capsys)
         assert code == 2, out
         assert f"was written for {demo_copy}" in out and "campaign relocate" in out

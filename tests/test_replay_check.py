@@ -172,8 +172,9 @@ TIMING = TimingSettings(warmup_s=0.05, repeats=3, max_repeats=5, batch_s=0.02, b
 
 
 def spec(op: str, options: dict[str, Any]) -> RoundSpec:
-    return RoundSpec("t46", 1, "candidate", 0, "quick", "example", op, options, (SHAPE,),
-                     TIMING, device="cuda")  # fmt: skip
+    return RoundSpec(
+        "t46", 1, "candidate", 0, "quick", "example", op, options, (SHAPE,), TIMING, device="cuda"
+    )
 
 
 def kept_at_capture() -> Callable[..., torch.Tensor]:

@@ -143,8 +143,10 @@ def test_a_description_cut_mid_word_is_cut_at_a_word_instead() -> None:
 def test_shape_trend_chains_paired_changes_with_their_intervals() -> None:
     """The per-shape trend: accepted rounds move a shape's level, a rolled-back one is
     drawn where it landed without moving it; the error bar is the paired interval."""
-    evidence = {"gain": {"mean_pct": 4.0, "half_width_pct": 1.0, "pairs": 3},
-                "shapes": {"a": {"mean_pct": 10.0, "half_width_pct": 2.0, "pairs": 3}}}  # fmt: skip
+    evidence = {
+        "gain": {"mean_pct": 4.0, "half_width_pct": 1.0, "pairs": 3},
+        "shapes": {"a": {"mean_pct": 10.0, "half_width_pct": 2.0, "pairs": 3}},
+    }
     accepted = rnd(2, Status.ACCEPTED, 4.0)
     assert accepted.gate is not None
     typed = PairedEvidence.from_dict(evidence)
@@ -158,8 +160,11 @@ def test_shape_trend_chains_paired_changes_with_their_intervals() -> None:
     )
     results = [rnd(1, Status.BASELINE), accepted, gone]
     a = shape_trend(results)["a"]
-    assert [(x[0], x[3]) for x in a] == [(1, Status.BASELINE), (2, Status.ACCEPTED),
-                                         (3, Status.ROLLED_BACK)]  # fmt: skip
+    assert [(x[0], x[3]) for x in a] == [
+        (1, Status.BASELINE),
+        (2, Status.ACCEPTED),
+        (3, Status.ROLLED_BACK),
+    ]
     assert a[1][1] == pytest.approx(110.0) and a[1][2] == pytest.approx(2.0)
     assert a[2][1] == pytest.approx(55.0) and a[2][2] == pytest.approx(5.5)  # of 110
     points = round_points(results, ["a", "b"])
@@ -169,8 +174,12 @@ def test_shape_trend_chains_paired_changes_with_their_intervals() -> None:
 
 def manifest_campaign(tmp_path: Path, **over: Any) -> Campaign:
     """A campaign folder of the helpers' manifest on gfx942, with a recorded sigma_g."""
-    fields = {"campaign_name": "gemm_triton_gfx942_20261129", "target_gpu": "gfx942",
-              "sigma_g": 0.004, "representative_shapes": []}  # fmt: skip
+    fields = {
+        "campaign_name": "gemm_triton_gfx942_20261129",
+        "target_gpu": "gfx942",
+        "sigma_g": 0.004,
+        "representative_shapes": [],
+    }
     return Campaign.init(tmp_path / "campaigns", manifest(**(fields | over)))
 
 
@@ -216,8 +225,11 @@ def test_final_report_sections_without_acceptance(tmp_path: Path) -> None:
 # ---- integration ---------------------------------------------------------------------------
 def _record_bytes(campaign: Path) -> dict[str, bytes]:
     """Every file of the campaign's permanent records (logs/, rounds/, the manifest)."""
-    files = [campaign / "manifest.yaml", *(campaign / "logs").rglob("*"),
-             *(campaign / "rounds").rglob("*")]  # fmt: skip
+    files = [
+        campaign / "manifest.yaml",
+        *(campaign / "logs").rglob("*"),
+        *(campaign / "rounds").rglob("*"),
+    ]
     return {str(p.relative_to(campaign)): p.read_bytes() for p in files if p.is_file()}
 
 

@@ -55,8 +55,12 @@ def _flags(browser: str, profile: Path) -> list[str]:
 
 
 def screenshot(browser: str, page: Path, out: Path, profile: Path) -> None:
-    cmd = [*_flags(browser, profile), f"--screenshot={out}", "--window-size=1280,2000",
-           page.resolve().as_uri()]  # fmt: skip
+    cmd = [
+        *_flags(browser, profile),
+        f"--screenshot={out}",
+        "--window-size=1280,2000",
+        page.resolve().as_uri(),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
     assert out.is_file(), f"chromium wrote no screenshot (exit {proc.returncode}):\n{proc.stderr}"
 
@@ -97,9 +101,9 @@ class Dom(HTMLParser):
         return [
             (a, t)
             for name, a, t in self.elements
-            if name == tag and all(v in a.get(k, "").split() or a.get(k) == v
-                                   for k, v in attrs.items())
-        ]  # fmt: skip
+            if name == tag
+            and all(v in a.get(k, "").split() or a.get(k) == v for k, v in attrs.items())
+        ]
 
 
 def dump_dom(browser: str, page: Path, profile: Path) -> Dom:

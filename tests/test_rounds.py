@@ -100,9 +100,11 @@ def test_accept_commits_and_rollback_changes_nothing(campaign: Campaign) -> None
     subprocess.run(["git", "apply", "-"], cwd=source, input=slow, text=True, check=True)
     assert "ACCUM_DTYPE = torch.float64" in kernel.read_text()
     r2 = validate_round(
-        campaign, LocalExecutor(), Request(2, "fp64 via working tree", None),
+        campaign,
+        LocalExecutor(),
+        Request(2, "fp64 via working tree", None),
         progress=lambda _m: None,
-    )  # fmt: skip
+    )
     assert r2.status is Status.ROLLED_BACK
     assert r2.gate is not None and r2.gate.delta_pct < 0
     assert lin.head() == base
@@ -141,17 +143,23 @@ def test_accept_commits_and_rollback_changes_nothing(campaign: Campaign) -> None
     head = lin.head()
     assert head == r3.commit and lin.parent(head) == base
     message = subprocess.run(
-        ["git", "log", "-1", "--format=%B", head], cwd=campaign.manifest.source,
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        ["git", "log", "-1", "--format=%B", head],
+        cwd=campaign.manifest.source,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert message.startswith(
         "[optimize] gemm_fp8_blockwise TORCH round-3: quantise the weight once\n\n"
     )
     assert "Hypothesis: quantise the weight once\nResult: geomean " in message
     branch = subprocess.run(
-        ["git", "rev-parse", "optimize/t"], cwd=campaign.manifest.source,
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+        ["git", "rev-parse", "optimize/t"],
+        cwd=campaign.manifest.source,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert branch == head
     trend = campaign.trend_log.read_text()
     assert "| round-2 | ROLLED BACK |" in trend and "| round-3 | ACCEPTED |" in trend
@@ -209,8 +217,17 @@ def test_a_patch_file_that_is_not_utf8_text_is_refused(
     before = snapshot_records(campaign)
     bad = tmp_path / "bad.patch"
     bad.write_bytes((PATCHES / "speedup_reuse_fp8_weight.patch").read_bytes() + tail)
-    argv = ["--campaigns-root", str(campaign.root.parent), "validate", "--round", "2",
-            "--hypothesis", "h", "--patch", str(bad)]  # fmt: skip
+    argv = [
+        "--campaigns-root",
+        str(campaign.root.parent),
+        "validate",
+        "--round",
+        "2",
+        "--hypothesis",
+        "h",
+        "--patch",
+        str(bad),
+    ]
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == ConfigError.return_code
@@ -230,8 +247,17 @@ def test_a_source_that_is_gone_is_a_clear_error(
     source = campaign.manifest.source
     manifest.write_text(manifest.read_text().replace(source, "/nonexistent/src"))
     patch = PATCHES / "speedup_reuse_fp8_weight.patch"
-    argv = ["--campaigns-root", str(campaign.root.parent), "validate", "--round", "2",
-            "--hypothesis", "h", "--patch", str(patch)]  # fmt: skip
+    argv = [
+        "--campaigns-root",
+        str(campaign.root.parent),
+        "validate",
+        "--round",
+        "2",
+        "--hypothesis",
+        "h",
+        "--patch",
+        str(patch),
+    ]
     with pytest.raises(SystemExit) as exc:
         main(argv)
     err = capsys.readouterr().err
@@ -249,7 +275,7 @@ def test_refusals_write_nothing(campaign: Campaign) -> None:
         (Request(2, "empty", ""), NothingToDo, "patch is empty"),
         (Request(2, "no apply", _break_context(fast)), ConfigError, "does not apply"),
         (Request(2, "   ", fast), ConfigError, "hypothesis"),
-    ]  # fmt: skip
+    ]
     for request, error, words in cases:
         with pytest.raises(error, match=words):
             validate_round(campaign, LocalExecutor(), request, progress=lambda _m: None)
@@ -269,8 +295,9 @@ def test_a_crashing_worker_records_a_failed_round_and_nothing_else(
     patch = Lineage(source, campaign.name, None).working_tree_patch()
     kernel.write_text(original)
     head = lineage(campaign).head()
-    r2 = validate_round(campaign, LocalExecutor(), Request(2, "crash", patch),
-                        progress=lambda _m: None)  # fmt: skip
+    r2 = validate_round(
+        campaign, LocalExecutor(), Request(2, "crash", patch), progress=lambda _m: None
+    )
     assert r2.status is Status.FAILED
     assert "failed (exit 3)" in r2.reasons[0]
     assert lineage(campaign).head() == head
@@ -308,9 +335,15 @@ def test_an_interrupt_mid_round_records_nothing_and_the_round_can_run_again(
     env = {**os.environ, "TMPDIR": str(tmp)}
     # SIGINT as a terminal gives it: a suite started as a background job (``&``) starts
     # with SIGINT ignored, and Python then installs no handler in the child
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env=env,
-                            preexec_fn=_default_sigint)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+        preexec_fn=_default_sigint,
+    )
     deadline = time.time() + 120
     while "pass-01-incumbent" not in _peek(tmp) and time.time() < deadline:
         time.sleep(0.2)
@@ -322,16 +355,24 @@ def test_an_interrupt_mid_round_records_nothing_and_the_round_can_run_again(
     assert snapshot_records(campaign) == before
     assert not campaign.result_path(2).exists()
     assert campaign.next_round() == 2
-    leftover = subprocess.run(["git", "worktree", "list"], cwd=campaign.manifest.source,
-                              capture_output=True, text=True, check=True).stdout  # fmt: skip
+    leftover = subprocess.run(
+        ["git", "worktree", "list"],
+        cwd=campaign.manifest.source,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert leftover.count("\n") == 1, leftover
     assert not list(tmp.glob("turbo-campaign-*")), "temporary folders left behind"
     # any clean verdict (below): the first pairs are final, not pairs of the demo's
     # small speed-up measured up to the suite's cap
     monkeypatch.setenv("TURBO_CAMPAIGN_ROUND_CAP_S", "1")
-    again = validate_round(campaign, LocalExecutor(),
-                           Request(2, "reuse fp8 weight", patch_file.read_text()),
-                           progress=lambda _m: None)  # fmt: skip
+    again = validate_round(
+        campaign,
+        LocalExecutor(),
+        Request(2, "reuse fp8 weight", patch_file.read_text()),
+        progress=lambda _m: None,
+    )
     assert again.status in (Status.ACCEPTED, Status.ROLLED_BACK)
     assert campaign.closed_rounds() == [1, 2]
 
@@ -354,9 +395,12 @@ def test_an_interrupt_dropped_by_a_callback_still_stops_the_round(campaign: Camp
             except KeyboardInterrupt:
                 pass  # dropped, as an "Exception ignored in" callback drops it
             with pytest.raises(KeyboardInterrupt):
-                validate_round(campaign, LocalExecutor(),
-                               Request(2, "reuse fp8 weight", patch.read_text()),
-                               progress=lambda _m: None)  # fmt: skip
+                validate_round(
+                    campaign,
+                    LocalExecutor(),
+                    Request(2, "reuse fp8 weight", patch.read_text()),
+                    progress=lambda _m: None,
+                )
         interrupts.check()  # left: the flag is forgotten, the next run starts clean
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
@@ -403,8 +447,9 @@ def test_a_correctness_fail_is_an_attempt_of_the_same_round(campaign: Campaign) 
     )
     kernel.write_text(wrong)
     with pytest.raises(CorrectnessFailed, match="failed attempt 1 of round 2") as info:
-        validate_round(campaign, LocalExecutor(), Request(2, "double it", None),
-                       progress=lambda _m: None)  # fmt: skip
+        validate_round(
+            campaign, LocalExecutor(), Request(2, "double it", None), progress=lambda _m: None
+        )
     assert info.value.return_code == 3
     assert kernel.read_text() == wrong  # to be fixed, not rolled back
     campaign = Campaign.load(campaign.root)

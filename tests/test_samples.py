@@ -27,14 +27,28 @@ def pass_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp_path = tmp_path_factory.mktemp("pass")
     shape = Shape("tiny-16x32x64", m=16, n=32, k=64)
     timing = TimingSettings(warmup_s=0.01, repeats=2, max_repeats=2, batch_s=0.005, budget_s=0.05)
-    spec = RoundSpec("samples", 1, "baseline", 1, "quick", "example", "gemm",
-                     {"backend": "TORCH"}, (shape,), timing, device="cpu")  # fmt: skip
+    spec = RoundSpec(
+        "samples",
+        1,
+        "baseline",
+        1,
+        "quick",
+        "example",
+        "gemm",
+        {"backend": "TORCH"},
+        (shape,),
+        timing,
+        device="cpu",
+    )
     save_spec(tmp_path / "spec.json", spec)
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, "-m", "runner.worker", str(tmp_path / "spec.json"), str(out)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return out / BENCHMARK_CSV
 

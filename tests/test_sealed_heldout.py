@@ -91,8 +91,9 @@ def _probe_patch(campaign: Campaign, roots: list[str], report: Path) -> str:
     with lineage.worktree(lineage.head()) as tree:
         with (tree / OPS).open("a", encoding="utf-8") as f:
             f.write(PROBE.format(labels=labels, roots=roots, report=str(report)))
-        diff = subprocess.run(["git", "diff", "HEAD"], cwd=tree, capture_output=True,
-                              text=True, check=True)  # fmt: skip
+        diff = subprocess.run(
+            ["git", "diff", "HEAD"], cwd=tree, capture_output=True, text=True, check=True
+        )
     return diff.stdout
 
 
@@ -118,8 +119,12 @@ def test_a_candidate_that_searches_every_file_finds_no_held_out_label(
     report.mkdir()
     roots = [str(tmp_path / "c")]
     patch = _probe_patch(campaign, roots, report)
-    validate_round(campaign, LocalExecutor(), Request(campaign.next_round(), "probe", patch),
-                   progress=lambda _m: None)  # fmt: skip
+    validate_round(
+        campaign,
+        LocalExecutor(),
+        Request(campaign.next_round(), "probe", patch),
+        progress=lambda _m: None,
+    )
     reports = _reports(report)
     assert len(reports) >= 2, "the probe ran in the focused test and in the workers"
     for got in reports:
@@ -147,8 +152,13 @@ def test_status_report_and_show_print_no_held_out_label(
     root = copy_campaign(slow_tiny, tmp_path / "c", "t")
     held = heldout_labels(root, Campaign.load(root).manifest)
     outputs = []
-    for argv in (["status"], ["status", "--json"], ["show", "1"], ["show", "1", "--json"],
-                 ["report"]):  # fmt: skip
+    for argv in (
+        ["status"],
+        ["status", "--json"],
+        ["show", "1"],
+        ["show", "1", "--json"],
+        ["report"],
+    ):
         code, out = run_cli(["--campaigns-root", str(root.parent), *argv], capsys)
         assert code == 0, out
         outputs.append(out)
@@ -223,10 +233,12 @@ def test_a_hidden_folder_is_empty_to_an_isolated_process(tmp_path: Path) -> None
     secret.mkdir(parents=True)
     (secret / "heldout.json").write_text("the labels\n", encoding="utf-8")
     read = ["sh", "-c", f"ls -A {secret}; cat {secret}/heldout.json; touch {secret}/x"]
-    shown = subprocess.run(isolated_argv(read, [tmp_path / "campaign"], [], [secret]),
-                           capture_output=True, text=True)  # fmt: skip
+    shown = subprocess.run(
+        isolated_argv(read, [tmp_path / "campaign"], [], [secret]), capture_output=True, text=True
+    )
     assert "the labels" not in shown.stdout and shown.returncode != 0, shown
     assert not (secret / "x").exists()
-    plain = subprocess.run(isolated_argv(read, [tmp_path / "campaign"], [], []),
-                           capture_output=True, text=True)  # fmt: skip
+    plain = subprocess.run(
+        isolated_argv(read, [tmp_path / "campaign"], [], []), capture_output=True, text=True
+    )
     assert "the labels" in plain.stdout  # without ``hidden`` it is read

@@ -146,10 +146,14 @@ def test_merge_joins_the_shards_samples(tmp_path: Path) -> None:
     for name, labels in (("s0", ["d", "b"]), ("s1", ["a", "c"])):
         csv = shard_csv(tmp_path / name / "benchmark.csv", labels)
         shapes = {
-            label: {"seconds": 2.0, "fresh_step": {"median_ms": 3.0}, "fresh_draw": None,
-                    "checks": [{"problems": [f"{label} is off"]}]}
+            label: {
+                "seconds": 2.0,
+                "fresh_step": {"median_ms": 3.0},
+                "fresh_draw": None,
+                "checks": [{"problems": [f"{label} is off"]}],
+            }
             for label in labels
-        }  # fmt: skip
+        }
         record = {"spec": {"k": name}, "shapes": shapes}
         (csv.parent / "samples.json").write_text(json.dumps(record))
         parts.append(csv)
@@ -221,8 +225,9 @@ class FakeHost:
         self.executor = self
 
     def spec(self, role: str, index: int, shapes: list[Shape]) -> RoundSpec:
-        return RoundSpec("c", 2, role, index, "full", "example", "gemm", {}, tuple(shapes),
-                         TimingSettings())  # fmt: skip
+        return RoundSpec(
+            "c", 2, role, index, "full", "example", "gemm", {}, tuple(shapes), TimingSettings()
+        )
 
     def worker_job(
         self,
@@ -259,11 +264,15 @@ def test_measure_sharded_pairs_every_comparison_on_one_gpu(tmp_path: Path) -> No
         assert {c[3] for c in mine} == {labels}
         assert mine[0][1] == f"pass-03-incumbent-gpu{gpu}"
     assert got == {
-        "incumbent": [tmp_path / "pass-03-incumbent" / "benchmark.csv",
-                      tmp_path / "pass-06-incumbent" / "benchmark.csv"],
-        "candidate": [tmp_path / "pass-04-candidate" / "benchmark.csv",
-                      tmp_path / "pass-05-candidate" / "benchmark.csv"],
-    }  # fmt: skip
+        "incumbent": [
+            tmp_path / "pass-03-incumbent" / "benchmark.csv",
+            tmp_path / "pass-06-incumbent" / "benchmark.csv",
+        ],
+        "candidate": [
+            tmp_path / "pass-04-candidate" / "benchmark.csv",
+            tmp_path / "pass-05-candidate" / "benchmark.csv",
+        ],
+    }
     for path in got["incumbent"] + got["candidate"]:
         assert read_csv(path).labels() == [s.label for s in SHAPES]
 
@@ -271,8 +280,16 @@ def test_measure_sharded_pairs_every_comparison_on_one_gpu(tmp_path: Path) -> No
 def test_measure_sharded_extra_pairs_pattern(tmp_path: Path) -> None:
     host = FakeHost(tmp_path)
     trees = {"incumbent": Path("/t/inc"), "candidate": Path("/t/cand")}
-    got = measure_sharded(host, trees, SHAPES[:2], [0, 1], vendor="nvidia",
-                          pattern=("candidate", "incumbent"), blocks=2, start_index=4)  # fmt: skip
+    got = measure_sharded(
+        host,
+        trees,
+        SHAPES[:2],
+        [0, 1],
+        vendor="nvidia",
+        pattern=("candidate", "incumbent"),
+        blocks=2,
+        start_index=4,
+    )
     assert [p.parent.name for p in got["candidate"]] == ["pass-05-candidate", "pass-07-candidate"]
     assert [p.parent.name for p in got["incumbent"]] == ["pass-06-incumbent", "pass-08-incumbent"]
 
@@ -328,6 +345,8 @@ def test_real_workers_sharded_over_two_devices(tmp_path: Path) -> None:
         assert csv.labels() == ["s1", "s2", "s3"] and all(r.passed for r in csv.rows)
     shard_dirs = sorted(p.name for p in host.tmp.iterdir() if "-gpu" in p.name)
     assert shard_dirs == [
-        "pass-01-incumbent-gpu0", "pass-01-incumbent-gpu1",
-        "pass-02-candidate-gpu0", "pass-02-candidate-gpu1",
-    ]  # fmt: skip
+        "pass-01-incumbent-gpu0",
+        "pass-01-incumbent-gpu1",
+        "pass-02-candidate-gpu0",
+        "pass-02-candidate-gpu1",
+    ]

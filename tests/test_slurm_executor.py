@@ -55,10 +55,19 @@ def test_sbatch_args_exact() -> None:
         Path("/s/t.sh"), job_name="tc-x", output="/o/slurm-%j.out", settings=settings
     )
     assert args == [
-        "sbatch", "--parsable", "--job-name=tc-x", "--output=/o/slurm-%j.out",
-        "--export=NONE", "--ntasks=1", "--time=00:30:00", "--partition=mi300",
-        "--account=perf", "--gres=gpu:1", "-N1", "/s/t.sh",
-    ]  # fmt: skip
+        "sbatch",
+        "--parsable",
+        "--job-name=tc-x",
+        "--output=/o/slurm-%j.out",
+        "--export=NONE",
+        "--ntasks=1",
+        "--time=00:30:00",
+        "--partition=mi300",
+        "--account=perf",
+        "--gres=gpu:1",
+        "-N1",
+        "/s/t.sh",
+    ]
 
 
 def test_sbatch_args_array_and_timeout() -> None:
@@ -67,9 +76,16 @@ def test_sbatch_args_array_and_timeout() -> None:
         Path("a.sh"), job_name="n", output="o", settings=settings, timeout_s=61, array_size=4
     )
     assert args == [
-        "sbatch", "--parsable", "--job-name=n", "--output=o", "--export=NONE",
-        "--ntasks=1", "--time=2", "--array=0-3%2", "a.sh",
-    ]  # fmt: skip
+        "sbatch",
+        "--parsable",
+        "--job-name=n",
+        "--output=o",
+        "--export=NONE",
+        "--ntasks=1",
+        "--time=2",
+        "--array=0-3%2",
+        "a.sh",
+    ]
 
 
 def _job(tmp: Path, **kw: object) -> WorkerJob:
@@ -88,8 +104,11 @@ def test_task_script_native(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(slurm_scripts, "clean_env", lambda job: {"PATH": "/bin", **job.env})
     job = _job(Path("/shared/r"), prepare=(("pip", "install", "-e", "."),))
     text = task_script(job, python="/venv/bin/python")
-    worker = shlex.join(isolated_python("/venv/bin/python", "runner.worker",
-                                        ["/shared/r/spec.json", "/shared/r/out dir"]))  # fmt: skip
+    worker = shlex.join(
+        isolated_python(
+            "/venv/bin/python", "runner.worker", ["/shared/r/spec.json", "/shared/r/out dir"]
+        )
+    )
     lines = text.replace(worker, "WORKER").splitlines()  # started isolated: BOOT's lines
     assert lines[0] == "#!/bin/bash"
     assert "out='/shared/r/out dir'" in lines
@@ -105,7 +124,7 @@ def test_task_script_native(monkeypatch: pytest.MonkeyPatch) -> None:
         "'\"'\"'/shared/r/out dir'\"'\"''",
         '"${iso[@]}" WORKER',
         'finish "$?"',
-    ]  # fmt: skip
+    ]
 
 
 def test_build_task_script_builds_the_tree_in_place_in_the_image(tmp_path: Path) -> None:
@@ -118,10 +137,15 @@ def test_build_task_script_builds_the_tree_in_place_in_the_image(tmp_path: Path)
     tree = tmp_path / "tree"
     tree.mkdir()
     build = BuildJob(
-        role="candidate", round=3, source_dir=tree, out_dir=tmp_path / "b", key="k",
-        cache=BuildCache(tmp_path / "cache"), env={"GPU_ARCHS": "gfx942"},
+        role="candidate",
+        round=3,
+        source_dir=tree,
+        out_dir=tmp_path / "b",
+        key="k",
+        cache=BuildCache(tmp_path / "cache"),
+        env={"GPU_ARCHS": "gfx942"},
         commands=(("python", "setup.py", "build_ext", "--inplace"), ("pip", "list")),
-    )  # fmt: skip
+    )
     line = slurm_scripts.build_run_line(build, "img:1")
     argv = shlex.split(line.replace('"$(id -u):$(id -g)"', "U").replace('"tc-build-', '"tc-b-'))
     assert argv[:3] == ["docker", "run", "--rm"] and argv[-4:-2] == ["img:1", "sh"]
@@ -337,12 +361,20 @@ def _worker_job(tmp: Path, name: str, shape: Shape, **kw: object) -> WorkerJob:
 
         fresh_example_copy(tree)
     spec = RoundSpec(
-        campaign="slurm-test", round=1, role="baseline", pass_index=1, level="full",
-        target="example", op="gemm", options={"backend": "TORCH", "granularity": None},
-        shapes=(shape,), device="cpu",
-        timing=TimingSettings(warmup_s=0.01, repeats=2, max_repeats=3, budget_s=0.05,
-                              batch_s=0.005),
-    )  # fmt: skip
+        campaign="slurm-test",
+        round=1,
+        role="baseline",
+        pass_index=1,
+        level="full",
+        target="example",
+        op="gemm",
+        options={"backend": "TORCH", "granularity": None},
+        shapes=(shape,),
+        device="cpu",
+        timing=TimingSettings(
+            warmup_s=0.01, repeats=2, max_repeats=3, budget_s=0.05, batch_s=0.005
+        ),
+    )
     save_spec(tmp / "specs" / f"{name}.json", spec)
     env = {"PYTHONPATH": str(tree), "TURBO_KERNELS_GEMM_BACKEND": "TORCH"}
     fields: dict[str, object] = {"env": env, "timeout_s": 600, **kw}
@@ -377,10 +409,19 @@ def test_real_task_runs_in_its_namespace(
     other, jit = tmp_path / "other-role", tmp_path / "jit" / "candidate-0123"
     other.mkdir()
     (other / "k.py").write_text("x = 1\n")
-    write = ("sh", "-c", f"echo mine > $TRITON_CACHE_DIR.txt; echo slow >> {other / 'k.py'}; "
-             "echo rc=$? > own.txt")  # fmt: skip
-    job = _worker_job(tmp_path, "pass-01-candidate", TINY, prepare=(write,),
-                      readonly=(other, tmp_path / "jit"), jit_cache=jit)  # fmt: skip
+    write = (
+        "sh",
+        "-c",
+        f"echo mine > $TRITON_CACHE_DIR.txt; echo slow >> {other / 'k.py'}; echo rc=$? > own.txt",
+    )
+    job = _worker_job(
+        tmp_path,
+        "pass-01-candidate",
+        TINY,
+        prepare=(write,),
+        readonly=(other, tmp_path / "jit"),
+        jit_cache=jit,
+    )
     outcome = SlurmExecutor(shared_root=tmp_path).run_job(job)
     assert outcome.ok, outcome.log_path.read_text()
     assert "Read-only file system" in outcome.log_path.read_text()
@@ -476,9 +517,14 @@ def test_the_manifest_selects_the_slurm_executor() -> None:
     from runner.flow.new_campaign import build_manifest
 
     m = build_manifest(
-        target_op="gemm", target_backend="TORCH", source="/s", test_command="t",
-        benchmark_command="b", executor="slurm", image="img:1",
-    )  # fmt: skip
+        target_op="gemm",
+        target_backend="TORCH",
+        source="/s",
+        test_command="t",
+        benchmark_command="b",
+        executor="slurm",
+        image="img:1",
+    )
     executor = make_executor(m)
     assert isinstance(executor, SlurmExecutor)
     assert executor.image == "img:1"
@@ -528,13 +574,21 @@ def test_a_native_tree_is_built_in_the_image_by_a_slurm_job_and_cached(
     executor = SlurmExecutor(image=cpu_image, shared_root=tmp_path)
 
     def job(tree: Path, commands: tuple[tuple[str, ...], ...], key: str) -> BuildJob:
-        return BuildJob(role="incumbent", round=2, source_dir=tree, key=key, cache=cache,
-                        out_dir=tmp_path / f"build-{tree.name}", commands=commands)  # fmt: skip
+        return BuildJob(
+            role="incumbent",
+            round=2,
+            source_dir=tree,
+            key=key,
+            cache=cache,
+            out_dir=tmp_path / f"build-{tree.name}",
+            commands=commands,
+        )
 
     first = tmp_path / "first"
     subprocess.run(["git", "clone", "-q", str(repo), str(first)], check=True)
-    built = executor.prepare_role(job(first, (("python", "setup.py", "build_ext", "--inplace"),),
-                                      "k-native"))  # fmt: skip
+    built = executor.prepare_role(
+        job(first, (("python", "setup.py", "build_ext", "--inplace"),), "k-native")
+    )
     log = built.log_path.read_text()
     assert built.outcome == "compile", log
     assert "Slurm job" in log and "--network none" in log
@@ -548,10 +602,27 @@ def test_a_native_tree_is_built_in_the_image_by_a_slurm_job_and_cached(
     hit = executor.prepare_role(job(second, (("sh", "-c", "exit 9"),), "k-native"))
     assert hit.outcome == "hit" and (second / product).is_file()
     probe = "import primus_turbo.pytorch._C as c; print(c.__file__)"
-    proc = cmd.run(["docker", "run", "--rm", "--network", "none", "--read-only",
-                    "--mount", f"type=bind,source={second},target=/workspace/target,readonly",
-                    "-w", "/workspace/target", "-e", "PYTHONPATH=/workspace/target",
-                    cpu_image, "python3", "-c", probe], check=False)  # fmt: skip
+    proc = cmd.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--read-only",
+            "--mount",
+            f"type=bind,source={second},target=/workspace/target,readonly",
+            "-w",
+            "/workspace/target",
+            "-e",
+            "PYTHONPATH=/workspace/target",
+            cpu_image,
+            "python3",
+            "-c",
+            probe,
+        ],
+        check=False,
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == f"/workspace/target/{product}", (
         proc.stdout
     )
@@ -570,8 +641,9 @@ def test_a_campaigns_jobs_carry_its_name_and_pid() -> None:
         Path("/s/t.sh"), job_name="j", output="o", settings=SlurmSettings(campaign="c-1")
     )
     assert f"--comment=turbo-campaign:c-1:{os.getpid()}" in argv and argv[-1] == "/s/t.sh"
-    assert "--comment" not in " ".join(sbatch_args(Path("/t"), job_name="j", output="o",
-                                                    settings=SlurmSettings()))  # fmt: skip
+    assert "--comment" not in " ".join(
+        sbatch_args(Path("/t"), job_name="j", output="o", settings=SlurmSettings())
+    )
     assert parse_job_comment(job_comment("a:b", 42)) == ("a:b", 42)
     for other in ("", "someone else's", "turbo-campaign:x:notapid", "turbo-campaign::7"):
         assert parse_job_comment(other) is None
@@ -587,17 +659,25 @@ def test_a_killed_campaigns_slurm_job_is_cancelled_by_the_next_command(
     from runner.store.leftovers import clean_leftovers, describe_leftovers
 
     marker = tmp_path / "paused"
-    job = _worker_job(tmp_path, "pass-01-baseline", TINY,
-                      env={"PYTHONPATH": str(tmp_path / "tree"), PAUSE_ENV: "worker-pass",
-                           PAUSE_FILE_ENV: str(marker)})  # fmt: skip
+    job = _worker_job(
+        tmp_path,
+        "pass-01-baseline",
+        TINY,
+        env={
+            "PYTHONPATH": str(tmp_path / "tree"),
+            PAUSE_ENV: "worker-pass",
+            PAUSE_FILE_ENV: str(marker),
+        },
+    )
     (tmp_path / "job.pickle").write_bytes(pickle.dumps(job))
     code = (
         "import pickle, sys; from runner.executors.slurm import SlurmExecutor; "
         "job = pickle.load(open(sys.argv[1], 'rb')); "
         "SlurmExecutor(campaign='slurmkill', poll_s=0.2).run_job(job)"
     )
-    submitter = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "job.pickle")],
-                                 cwd=ROOT)  # fmt: skip
+    submitter = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path / "job.pickle")], cwd=ROOT
+    )
     try:
         deadline = time.monotonic() + 240
         while not marker.exists() and time.monotonic() < deadline:
@@ -606,16 +686,20 @@ def test_a_killed_campaigns_slurm_job_is_cancelled_by_the_next_command(
     finally:
         submitter.kill()
         submitter.wait()
-    ours = [line for line in describe_leftovers(tmp_path / "campaigns", "slurmkill", tmp_path)
-            if line.startswith("stale worker: slurm ")]  # fmt: skip
+    ours = [
+        line
+        for line in describe_leftovers(tmp_path / "campaigns", "slurmkill", tmp_path)
+        if line.startswith("stale worker: slurm ")
+    ]
     assert len(ours) == 1, ours
     job_id = ours[0].split()[3]
     done = clean_leftovers(tmp_path / "campaigns", "slurmkill", tmp_path)
     assert any(d.startswith(f"killed stale slurm {job_id}") for d in done), done
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        queued = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"],
-                                capture_output=True, text=True).stdout.strip()  # fmt: skip
+        queued = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True
+        ).stdout.strip()
         if queued in ("", "CANCELLED", "COMPLETING"):
             break
         time.sleep(0.5)

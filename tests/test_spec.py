@@ -14,9 +14,20 @@ from runner.core.spec import RoundSpec, TimingSettings, load_spec, save_spec
 
 
 def spec(**fields: Any) -> RoundSpec:
-    return RoundSpec("c", 2, "candidate", 1, "quick", "example", "gemm", {"backend": "TORCH"},
-                     (Shape("s1", 16, 64, 64),), TimingSettings(), device="cpu",
-                     **fields)  # fmt: skip
+    return RoundSpec(
+        "c",
+        2,
+        "candidate",
+        1,
+        "quick",
+        "example",
+        "gemm",
+        {"backend": "TORCH"},
+        (Shape("s1", 16, 64, 64),),
+        TimingSettings(),
+        device="cpu",
+        **fields,
+    )
 
 
 def test_the_typed_fields_survive_the_file(tmp_path: Path) -> None:

@@ -59,8 +59,11 @@ def _tree(path: Path, op: str) -> Path:
     path.mkdir(parents=True)
     (path / "cheat_op.py").write_text(op)
     (path / "k.py").write_text("x = 1\n")
-    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t",
-                                                 "commit", "-qm", "k"]):  # fmt: skip
+    for args in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "k"],
+    ):
         subprocess.run(["git", *args], cwd=path, check=True)
     return path
 
@@ -68,9 +71,20 @@ def _tree(path: Path, op: str) -> Path:
 def _test_job(tmp: Path, name: str, tree: Path, command: str, marker: Path) -> WorkerJob:
     """A worker in test mode on ``tree`` running ``command`` (a real worker process:
     ``python -m runner.worker SPEC OUT``, started as the executor starts every worker)."""
-    spec = RoundSpec(campaign="t", round=2, role="candidate", pass_index=1, level="quick",
-                     target="example", op="gemm_fp8", options={}, shapes=(),
-                     timing=TimingSettings(), mode="test", command=command)  # fmt: skip
+    spec = RoundSpec(
+        campaign="t",
+        round=2,
+        role="candidate",
+        pass_index=1,
+        level="quick",
+        target="example",
+        op="gemm_fp8",
+        options={},
+        shapes=(),
+        timing=TimingSettings(),
+        mode="test",
+        command=command,
+    )
     folder = tmp / name
     folder.mkdir(parents=True)
     save_spec(folder / "spec.json", spec)
@@ -85,8 +99,9 @@ def test_a_sitecustomize_a_candidate_wrote_never_runs_in_its_later_workers(
     marker = tmp_path / "marker"
     executor = LocalExecutor()
     before = snapshot({"candidate": tree}, dirs=[])
-    first = executor.run_job(_test_job(tmp_path / "r", "job-1", tree, "python -c 'import cheat_op'",
-                                       marker))  # fmt: skip
+    first = executor.run_job(
+        _test_job(tmp_path / "r", "job-1", tree, "python -c 'import cheat_op'", marker)
+    )
     assert first.returncode == 0, first.log_path.read_text()
     assert (tree / "sitecustomize.py").is_file()  # the cheat is planted (no mount namespace)
     assert not marker.exists()  # planted after its own interpreter started
@@ -110,8 +125,9 @@ def test_a_sitecustomize_a_candidate_wrote_never_runs_in_its_focused_test(
     tree = _tree(tmp_path / "cand", OP_SITECUSTOMIZE)
     marker = tmp_path / "marker"
     executor = LocalExecutor()
-    first = executor.run_job(_test_job(tmp_path / "r", "job-1", tree, "python -c 'import cheat_op'",
-                                       marker))  # fmt: skip
+    first = executor.run_job(
+        _test_job(tmp_path / "r", "job-1", tree, "python -c 'import cheat_op'", marker)
+    )
     assert first.returncode == 0 and (tree / "sitecustomize.py").is_file()
     second = executor.run_job(_test_job(tmp_path / "r", "job-2", tree, FOCUSED, marker))
     log = second.log_path.read_text() + (second.out_dir / "test.log").read_text()
@@ -129,8 +145,11 @@ def test_a_pth_a_candidate_wrote_into_site_packages_never_runs_in_a_later_worker
     venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
     python = env_dir / "bin" / "python"
     probe = "import site; print(site.getsitepackages()[0])"
-    sp = Path(subprocess.run([python, "-c", probe], capture_output=True, text=True,
-                             check=True).stdout.strip())  # fmt: skip
+    sp = Path(
+        subprocess.run(
+            [python, "-c", probe], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
     import yaml  # the harness's one third-party import, reached by a path line
 
     (sp / "host.pth").write_text(str(Path(yaml.__file__).parent.parent) + "\n")
@@ -138,8 +157,9 @@ def test_a_pth_a_candidate_wrote_into_site_packages_never_runs_in_a_later_worker
     marker = tmp_path / "marker"
     executor = LocalExecutor(python=str(python))
     before = snapshot({"candidate": tree}, dirs=[sp])
-    first = executor.run_job(_test_job(tmp_path / "r", "job-1", tree, "python -c 'import cheat_op'",
-                                       marker))  # fmt: skip
+    first = executor.run_job(
+        _test_job(tmp_path / "r", "job-1", tree, "python -c 'import cheat_op'", marker)
+    )
     assert first.returncode == 0, first.log_path.read_text()
     assert (sp / "zz_cheat.pth").is_file()
     marker.unlink(missing_ok=True)
@@ -147,8 +167,9 @@ def test_a_pth_a_candidate_wrote_into_site_packages_never_runs_in_a_later_worker
     assert second.returncode == 0, second.log_path.read_text()
     assert json.loads((second.out_dir / "test.json").read_text())["returncode"] == 0
     assert not marker.exists(), "the later worker ran the .pth the candidate planted"
-    third = executor.run_job(_test_job(tmp_path / "r", "job-3", tree, "python -c 'import k'",
-                                       marker))  # fmt: skip
+    third = executor.run_job(
+        _test_job(tmp_path / "r", "job-3", tree, "python -c 'import k'", marker)
+    )
     assert json.loads((third.out_dir / "test.json").read_text())["returncode"] == 0
     assert not marker.exists(), "the focused test's python ran the .pth the candidate planted"
     problems = "\n".join(tampering(before, tmp_path / "r", guarded=()))
@@ -163,8 +184,11 @@ def test_the_proof_names_a_loaded_file_the_snapshot_did_not_have(tmp_path: Path)
     for name in ("worker.log", "benchmark.csv"):
         (out / name).write_text("")
     (tree / "planted.py").write_text("x = 2\n")
-    record = {"role": "candidate", "load": {"k.py": before["candidate"].files["k.py"],
-                                            "planted.py": "1" * 40}, "end": {}}  # fmt: skip
+    record = {
+        "role": "candidate",
+        "load": {"k.py": before["candidate"].files["k.py"], "planted.py": "1" * 40},
+        "end": {},
+    }
     (out / "loaded.json").write_text(json.dumps(record))
     problems = "\n".join(tampering(before, tmp_path / "tmp", guarded=()))
     assert "loaded planted.py, not the candidate's (created after the round's snapshot)" in problems
@@ -184,6 +208,7 @@ except timing.ClockTampered as exc:
 
 def test_the_clock_guard_refuses_clocks_replaced_before_the_harness_started() -> None:
     root = Path(__file__).resolve().parent.parent
-    proc = subprocess.run([sys.executable, "-c", CLOCK_HOOK], cwd=root, capture_output=True,
-                          text=True, check=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", CLOCK_HOOK], cwd=root, capture_output=True, text=True, check=True
+    )
     assert "clock guard: time.process_time is not the interpreter's C builtin" in proc.stdout

@@ -153,8 +153,12 @@ def test_the_table_of_rounds_shows_decision_gain_and_hypothesis() -> None:
     long = "Retile the backward GEMM so that each wave keeps the dequantised operands in registers"
     rolled = dataclasses.replace(result(2, R), hypothesis=long)
     assert rolled.gate is not None
-    gate = dataclasses.replace(rolled.gate, decision=Decision.ROLLED_BACK, delta_pct=-3.5,
-                               pair_gains_pct=(-3.0, -4.0, -3.5))  # fmt: skip
+    gate = dataclasses.replace(
+        rolled.gate,
+        decision=Decision.ROLLED_BACK,
+        delta_pct=-3.5,
+        pair_gains_pct=(-3.0, -4.0, -3.5),
+    )
     s = summarise("c", "/c", [result(1, Status.BASELINE), dataclasses.replace(rolled, gate=gate)])
     text = render_status(s)
     (row,) = [line for line in text.splitlines() if line.strip().startswith("round-2 ")]
@@ -317,8 +321,9 @@ def test_status_at_a_glance_running_acceptance_checkout(demo_copy: Path) -> None
     assert f"checkout: at the lineage head {head[:12]}" in text
 
     checks = [Check("full test suite", False, "2 failed")]
-    record = Acceptance(campaign.name, "2026-12-01 16:00", "2026-12-01 16:09", head=head,
-                        checks=checks)  # fmt: skip
+    record = Acceptance(
+        campaign.name, "2026-12-01 16:00", "2026-12-01 16:09", head=head, checks=checks
+    )
     record.step_times = StepTimes([StepTime("full-suite", 1.0, 9.0, "worker start-up")], 12.0)
     write_acceptance(acceptance_dir(campaign), record)
     ident = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]

@@ -98,9 +98,11 @@ def test_the_summary_shows_the_three_largest_steps_and_what_ran_beside() -> None
 
     r = timed(
         result(2, Status.ACCEPTED),
-        StepTime("turns", 5, 9), StepTime("focused test", 1, 4, "worker start-up"),
-        StepTime("worker start-up", 1, 3), StepTime("records", 9, 9.2),
-    )  # fmt: skip
+        StepTime("turns", 5, 9),
+        StepTime("focused test", 1, 4, "worker start-up"),
+        StepTime("worker start-up", 1, 3),
+        StepTime("records", 9, 9.2),
+    )
     text = render_summary(r, manifest())
     part = text.split("## Where the time went")[1]
     assert "* turns: 4.0 s (40%)" in part

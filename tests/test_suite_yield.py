@@ -23,8 +23,14 @@ ROOT = Path(runner.__file__).resolve().parents[1]
 def start_suite(tests: Path, env: dict[str, str]) -> subprocess.Popen[str]:
     full = {**os.environ, **env, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)]
-    return subprocess.Popen(command, cwd=tests.parent, env=full, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    return subprocess.Popen(
+        command,
+        cwd=tests.parent,
+        env=full,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 @pytest.mark.parametrize(

@@ -87,8 +87,19 @@ def test_a_candidate_that_slows_the_incumbents_files_fails_as_tampered(
     patch_file = tmp_path / "attack.patch"
     patch_file.write_text(_attack_patch(camp), encoding="utf-8")
     n = camp.next_round()
-    argv = ["--campaigns-root", str(demo_copy.parent), "validate", "--round", str(n),
-            "--hypothesis", "h", "--patch", str(patch_file), "--pairs", "1"]  # fmt: skip
+    argv = [
+        "--campaigns-root",
+        str(demo_copy.parent),
+        "validate",
+        "--round",
+        str(n),
+        "--hypothesis",
+        "h",
+        "--patch",
+        str(patch_file),
+        "--pairs",
+        "1",
+    ]
     with pytest.raises(SystemExit) as info:
         main(argv)
     result = Campaign.load(demo_copy).load_result(n)
@@ -136,8 +147,11 @@ def _repo(path: Path) -> Path:
     path.mkdir()
     (path / "k.py").write_text("x = 1\n")
     (path / ".gitignore").write_text("build/\n")
-    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t",
-                                                 "commit", "-qm", "k"]):  # fmt: skip
+    for args in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "k"],
+    ):
         subprocess.run(["git", *args], cwd=path, check=True)
     return path
 
@@ -279,8 +293,14 @@ def test_a_local_job_cannot_write_what_the_round_protects(
     assert Path(runner.__file__).resolve().parent in readonly
     (inc / "k.py").write_text("x = 1\n")
     write = ("sh", "-c", f"echo mine > own.txt && echo slow >> {inc / 'k.py'}")
-    job = WorkerJob("pass-02-candidate", tmp / "spec.json", cand, tmp / "pass-02-candidate",
-                    prepare=(write,), readonly=readonly)  # fmt: skip
+    job = WorkerJob(
+        "pass-02-candidate",
+        tmp / "spec.json",
+        cand,
+        tmp / "pass-02-candidate",
+        prepare=(write,),
+        readonly=readonly,
+    )
     outcome = LocalExecutor().run_job(job)
     assert outcome.returncode != 0
     assert "Read-only file system" in outcome.log_path.read_text()
@@ -316,9 +336,11 @@ def test_each_role_has_its_own_jit_cache_that_no_other_role_can_write(
     again = Round(camp, LocalExecutor(), lambda m: None, tmp, 0, "quick")
     assert again.jit_folder("incumbent", inc) == theirs  # the same tree: its compiled kernels
     assert again.jit_folder("candidate", inc) != theirs  # never another role's folder
-    plant = (f'echo "$TRITON_CACHE_DIR $TORCHINDUCTOR_CACHE_DIR" > env.txt && '
-             f'mkdir -p "$TRITON_CACHE_DIR" && echo k > "$TRITON_CACHE_DIR/mine" && '
-             f"mkdir -p {theirs}/triton && echo planted > {theirs}/triton/k")  # fmt: skip
+    plant = (
+        f'echo "$TRITON_CACHE_DIR $TORCHINDUCTOR_CACHE_DIR" > env.txt && '
+        f'mkdir -p "$TRITON_CACHE_DIR" && echo k > "$TRITON_CACHE_DIR/mine" && '
+        f"mkdir -p {theirs}/triton && echo planted > {theirs}/triton/k"
+    )
     job = rnd.worker_job("pass-02-candidate", rnd.spec("candidate", 2, []), cand)
     outcome = LocalExecutor().run_job(replace(job, prepare=(("sh", "-c", plant),)))
     assert outcome.returncode != 0
@@ -374,8 +396,14 @@ def test_a_job_cannot_write_the_harness_root_or_the_prefix(tmp_path: Path) -> No
     own = tmp_path / "src"
     own.mkdir()
     plant = ("sh", "-c", f"echo 'slow = True' > {shadow} || echo refused > seen.txt")
-    job = WorkerJob("pass-02-candidate", tmp_path / "spec.json", own, tmp_path / "out",
-                    prepare=(plant,), readonly=roots)  # fmt: skip
+    job = WorkerJob(
+        "pass-02-candidate",
+        tmp_path / "spec.json",
+        own,
+        tmp_path / "out",
+        prepare=(plant,),
+        readonly=roots,
+    )
     try:
         outcome = LocalExecutor().run_job(job)
     finally:

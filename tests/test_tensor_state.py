@@ -104,8 +104,7 @@ def test_codes_kept_on_the_activation_are_written_every_step(
     sim = state["simulation"]
     assert (sim["idiom"]["state_written_steps"], sim["idiom"]["served_steps"]) == (1, 7)
     assert sim["activations"]["state_written_steps"] == 8
-    assert any("kept state written at step(s) [1, 2, 3, 4, 5, 6, 7]" in p
-               for p in sim["problems"])  # fmt: skip
+    assert any("kept state written at step(s) [1, 2, 3, 4, 5, 6, 7]" in p for p in sim["problems"])
 
 
 def test_codes_kept_on_the_weight_until_it_changes_pass(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,8 +182,12 @@ def test_the_demo_candidate_that_keeps_codes_on_the_activation_is_named(
     camp = Campaign.load(demo_copy)
     m = camp.manifest
     shape = min(level_shapes(m, "quick"), key=lambda s: s.m * s.n * s.k)
-    spec = {"target": m.target, "op": m.target_op, "shape": shape.to_dict(),
-            "options": {"granularity": m.granularity, "backend": m.target_backend}}  # fmt: skip
+    spec = {
+        "target": m.target,
+        "op": m.target_op,
+        "shape": shape.to_dict(),
+        "options": {"granularity": m.granularity, "backend": m.target_backend},
+    }
     lineage = Lineage(Path(m.source), camp.name, None)
     runner_root = str(Path(runner.__file__).resolve().parent.parent)
     with lineage.worktree(lineage.head()) as tree:
@@ -194,8 +197,11 @@ def test_the_demo_candidate_that_keeps_codes_on_the_activation_is_named(
             (FORWARD, TENSOR_CACHE) if FORWARD in text else (BASE_FORWARD, BASE_TENSOR_CACHE)
         )
         assert text.count(forward) == 1
-        env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{runner_root}",
-               "TURBO_KERNELS_GEMM_BACKEND": m.target_backend}  # fmt: skip
+        env = {
+            **os.environ,
+            "PYTHONPATH": f"{tree}{os.pathsep}{runner_root}",
+            "TURBO_KERNELS_GEMM_BACKEND": m.target_backend,
+        }
         honest = _probe(spec, env, tree)
         (tree / OPS).write_text(text.replace(forward, cache), encoding="utf-8")
         cached = _probe(spec, env, tree)
@@ -205,8 +211,15 @@ def test_the_demo_candidate_that_keeps_codes_on_the_activation_is_named(
 
 
 def _probe(spec: dict[str, Any], env: dict[str, str], tree: Path) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(spec)], cwd=tree, env=env,
-                          capture_output=True, text=True, check=False, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(spec)],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     got: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return got

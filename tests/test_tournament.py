@@ -142,8 +142,12 @@ def test_a_tournament_judges_its_entries_and_failing_ones_fail_alone(
     campaign = Campaign.load(root)
     results = [campaign.load_result(n) for n in range(2, 7)]
     assert [r.status for r in results] == [
-        Status.ACCEPTED, Status.ROLLED_BACK, Status.ROLLED_BACK, Status.FAILED, Status.FAILED,
-    ]  # fmt: skip
+        Status.ACCEPTED,
+        Status.ROLLED_BACK,
+        Status.ROLLED_BACK,
+        Status.FAILED,
+        Status.FAILED,
+    ]
     won, aa, wrong, refused, crashed = results
     assert won.commit and _head(campaign) == won.commit
     assert git(source, "rev-parse", f"{won.commit}^").strip() == head  # one commit on the head

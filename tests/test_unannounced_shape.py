@@ -53,8 +53,9 @@ def _cheat(campaign: Campaign, root: Path) -> str:
         text = (tree / OPS).read_text(encoding="utf-8")
         assert text.count(AT) == 1
         (tree / OPS).write_text(text.replace(AT, slow), encoding="utf-8")
-        diff = subprocess.run(["git", "diff", "HEAD"], cwd=tree, capture_output=True, text=True,
-                              check=True)  # fmt: skip
+        diff = subprocess.run(
+            ["git", "diff", "HEAD"], cwd=tree, capture_output=True, text=True, check=True
+        )
     return diff.stdout
 
 
@@ -83,9 +84,12 @@ def test_a_change_tuned_to_the_listed_shapes_is_rolled_back_by_validate(
     probe = round_probe(campaign.manifest, "quick", n)
     assert probe is not None
     patch = _cheat(campaign, slow_tiny)
-    result = validate_round(campaign, LocalExecutor(),
-                            Request(n, "fast path for the listed shapes", patch),
-                            progress=lambda _m: None)  # fmt: skip
+    result = validate_round(
+        campaign,
+        LocalExecutor(),
+        Request(n, "fast path for the listed shapes", patch),
+        progress=lambda _m: None,
+    )
     reasons = "\n".join(result.reasons)
     assert result.status is Status.ROLLED_BACK, reasons
     assert GUARD in reasons and probe.label in reasons, reasons

@@ -44,9 +44,16 @@ def test_gpu_archs_are_parsed_as_setup_py_parses_them(
 
 @pytest.mark.parametrize(
     ("value", "on"),
-    [(None, True), ("1", True), ("yes", True), ("0", False), ("false", False),
-     (" OFF ", False), ("", False)],
-)  # fmt: skip
+    [
+        (None, True),
+        ("1", True),
+        ("yes", True),
+        ("0", False),
+        ("false", False),
+        (" OFF ", False),
+        ("", False),
+    ],
+)
 def test_ck_is_on_unless_switched_off(value: str | None, on: bool) -> None:
     assert ck_requested({} if value is None else {BUILD_CK_ENV: value}) is on
 
@@ -63,8 +70,9 @@ def test_the_switches_reach_the_build_and_its_key(monkeypatch: pytest.MonkeyPatc
     def key() -> str:
         env = PRIMUS_TURBO.build_env("gfx942")
         facts = PRIMUS_TURBO.build_facts(env)
-        return build_key({"setup.py": "x"}, gpu_archs="gfx942", commands=[["b"]],
-                         identity="i", facts=facts)  # fmt: skip
+        return build_key(
+            {"setup.py": "x"}, gpu_archs="gfx942", commands=[["b"]], identity="i", facts=facts
+        )
 
     for var in (BUILD_CK_ENV, FRAMEWORK_ENV):
         monkeypatch.delenv(var, raising=False)
@@ -91,9 +99,14 @@ def test_init_refuses_a_ck_campaign_whose_build_has_ck_off(
 
     def init(backend: str, name: str) -> object:
         return ptf.primus_campaign(
-            tmp_path / "campaigns", checkout, "gemm_fp8", granularity="blockwise",
-            target_backend=backend, target_gpu="gfx942", campaign_name=name,
-        )  # fmt: skip
+            tmp_path / "campaigns",
+            checkout,
+            "gemm_fp8",
+            granularity="blockwise",
+            target_backend=backend,
+            target_gpu="gfx942",
+            campaign_name=name,
+        )
 
     monkeypatch.setenv(BUILD_CK_ENV, "0")
     with pytest.raises(ConfigError, match="PRIMUS_TURBO_BUILD_CK is off, so the CK bindings"):

@@ -31,10 +31,22 @@ from runner.measure.passes import read_passes, write_merged
 # SUMMARY_CSV_HEADER of agent/skills/primus-turbo-develop/optimize-handoff/
 # quick_test_bench.py, checked at Primus-Turbo a6a16cdc.
 UPSTREAM_HEADER = [
-    "label", "B", "M", "N", "K", "Check",
-    "Forward TFLOPS", "Forward TFLOPS_stddev", "Backward TFLOPS", "Backward TFLOPS_stddev",
-    "Forward Time (ms)", "Backward Time (ms)", "out_snr", "da_snr", "db_snr",
-]  # fmt: skip
+    "label",
+    "B",
+    "M",
+    "N",
+    "K",
+    "Check",
+    "Forward TFLOPS",
+    "Forward TFLOPS_stddev",
+    "Backward TFLOPS",
+    "Backward TFLOPS_stddev",
+    "Forward Time (ms)",
+    "Backward Time (ms)",
+    "out_snr",
+    "da_snr",
+    "db_snr",
+]
 LF_HEADER = ",".join(UPSTREAM_HEADER)
 
 
@@ -42,12 +54,22 @@ def upstream_row(label: str, m: int, fwd: float, bwd: float) -> dict[str, object
     """A row as upstream's ``run_one`` returns it (floats, DictWriter formats them)."""
     flops = 2.0 * m * 4096 * 4096
     return {
-        "label": label, "B": 1, "M": m, "N": 4096, "K": 4096, "Check": "PASS",
-        "Forward TFLOPS": fwd, "Forward TFLOPS_stddev": 1.25,
-        "Backward TFLOPS": bwd, "Backward TFLOPS_stddev": 2.5,
-        "Forward Time (ms)": flops / (fwd * 1e9), "Backward Time (ms)": 2 * flops / (bwd * 1e9),
-        "out_snr": 31.2, "da_snr": 30.1, "db_snr": math.inf,
-    }  # fmt: skip
+        "label": label,
+        "B": 1,
+        "M": m,
+        "N": 4096,
+        "K": 4096,
+        "Check": "PASS",
+        "Forward TFLOPS": fwd,
+        "Forward TFLOPS_stddev": 1.25,
+        "Backward TFLOPS": bwd,
+        "Backward TFLOPS_stddev": 2.5,
+        "Forward Time (ms)": flops / (fwd * 1e9),
+        "Backward Time (ms)": 2 * flops / (bwd * 1e9),
+        "out_snr": 31.2,
+        "da_snr": 30.1,
+        "db_snr": math.inf,
+    }
 
 
 def failed_row(label: str) -> dict[str, object]:
@@ -139,15 +161,19 @@ def _moved(cols: list[str]) -> list[str]:
     ("header", "named"),
     [
         (["\ufefflabel", *UPSTREAM_HEADER[1:]], "byte-order mark"),
-        ([("Fwd TFLOPS" if c == "Forward TFLOPS" else c) for c in UPSTREAM_HEADER],
-         "column 7 renamed: pinned 'Forward TFLOPS', found 'Fwd TFLOPS'"),
+        (
+            [("Fwd TFLOPS" if c == "Forward TFLOPS" else c) for c in UPSTREAM_HEADER],
+            "column 7 renamed: pinned 'Forward TFLOPS', found 'Fwd TFLOPS'",
+        ),
         (_moved(UPSTREAM_HEADER), "'M' at position 4 (pinned 3)"),
         ([*UPSTREAM_HEADER, "note"], "extra column 'note' at position 16"),
         (UPSTREAM_HEADER[:-1], "missing column 'db_snr' (pinned position 15)"),
-        ([(" M" if c == "M" else c) for c in UPSTREAM_HEADER],
-         "column 3 ' M' has leading or trailing whitespace"),
+        (
+            [(" M" if c == "M" else c) for c in UPSTREAM_HEADER],
+            "column 3 ' M' has leading or trailing whitespace",
+        ),
     ],
-)  # fmt: skip
+)
 def test_drift_in_a_crlf_csv_still_stops_the_round(
     tmp_path: Path, header: list[str], named: str
 ) -> None:

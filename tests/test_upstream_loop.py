@@ -23,15 +23,33 @@ STATUS = re.compile(r"\b(done|different by design|in progress, issues? \d+|open|
 # iteration_rules.mdc's rules and the sections of the loop (a6a16cdc), as the rows name them
 RULES = ["Core principle", *[str(n) for n in range(1, 12)], "2.1"]
 PHASES = [
-    "Prerequisite information", "DEFINE_TARGET", "PREPARE_ENVIRONMENT",
-    "READ_HISTORICAL_TIPS", "Iteration contract", "Pre-loop sanity check",
-    "Two-level validation", "Scoring: steps 1-5", "Scoring: multi-metric",
-    "Noise assessment", "Acceptance rules", "Computation example", "1. BASELINE",
-    "2. ANALYZE", "3. OPTIMIZE", "4. VALIDATE (repo-mode)", "4. VALIDATE (workspace-mode)",
-    "5. ACCEPT / REPORT", "Rollback rules", "Historical experience capture",
-    "Git integration", "Optimization log template", "Round summary template",
-    "Stagnation detection", "Termination conditions", "Execution reminders",
-]  # fmt: skip
+    "Prerequisite information",
+    "DEFINE_TARGET",
+    "PREPARE_ENVIRONMENT",
+    "READ_HISTORICAL_TIPS",
+    "Iteration contract",
+    "Pre-loop sanity check",
+    "Two-level validation",
+    "Scoring: steps 1-5",
+    "Scoring: multi-metric",
+    "Noise assessment",
+    "Acceptance rules",
+    "Computation example",
+    "1. BASELINE",
+    "2. ANALYZE",
+    "3. OPTIMIZE",
+    "4. VALIDATE (repo-mode)",
+    "4. VALIDATE (workspace-mode)",
+    "5. ACCEPT / REPORT",
+    "Rollback rules",
+    "Historical experience capture",
+    "Git integration",
+    "Optimization log template",
+    "Round summary template",
+    "Stagnation detection",
+    "Termination conditions",
+    "Execution reminders",
+]
 
 
 def rows() -> dict[str, list[str]]:
@@ -65,22 +83,36 @@ def test_every_rule_and_phase_has_a_row_with_a_status() -> None:
 def _row(label: str, m: int, n: int, k: int, fwd: float, bwd: float) -> dict[str, object]:
     flops = 2.0 * m * n * k
     return {
-        "label": label, "B": 1, "M": m, "N": n, "K": k, "Check": "PASS",
-        "Forward TFLOPS": fwd, "Forward TFLOPS_stddev": 0.0,
-        "Backward TFLOPS": bwd, "Backward TFLOPS_stddev": 0.0,
-        "Forward Time (ms)": flops / (fwd * 1e9), "Backward Time (ms)": 2 * flops / (bwd * 1e9),
-        "out_snr": 40.0, "da_snr": 40.0, "db_snr": 40.0,
-    }  # fmt: skip
+        "label": label,
+        "B": 1,
+        "M": m,
+        "N": n,
+        "K": k,
+        "Check": "PASS",
+        "Forward TFLOPS": fwd,
+        "Forward TFLOPS_stddev": 0.0,
+        "Backward TFLOPS": bwd,
+        "Backward TFLOPS_stddev": 0.0,
+        "Forward Time (ms)": flops / (fwd * 1e9),
+        "Backward Time (ms)": 2 * flops / (bwd * 1e9),
+        "out_snr": 40.0,
+        "da_snr": 40.0,
+        "db_snr": 40.0,
+    }
 
 
 def test_upstreams_scoring_example(tmp_path: Path) -> None:
     """optimize-loop.md, "Computation Example" (a6a16cdc)."""
     path = tmp_path / "b.csv"
-    write_csv(path, GEMM_SCHEMA, [
-        _row("s1", 4096, 4096, 4096, 320, 160),
-        _row("s2", 2048, 8192, 4096, 305, 152),
-        _row("s3", 1024, 4096, 8192, 290, 145),
-    ])  # fmt: skip
+    write_csv(
+        path,
+        GEMM_SCHEMA,
+        [
+            _row("s1", 4096, 4096, 4096, 320, 160),
+            _row("s2", 2048, 8192, 4096, 305, 152),
+            _row("s3", 1024, 4096, 8192, 290, 145),
+        ],
+    )
     sc = score(read_csv(path))
     assert sc.metric == "Combined Step TFLOPS"
     assert [s.value for s in sc.shapes] == pytest.approx([192.000, 182.515, 174.000], abs=5e-3)
@@ -91,11 +123,15 @@ def test_upstreams_scoring_example(tmp_path: Path) -> None:
 def test_upstreams_trend_example_row_1(tmp_path: Path) -> None:
     """iteration_rules.mdc Rule 8's trend table (a6a16cdc): 6 / (2/500 + 4/250) = 300."""
     path = tmp_path / "trend.csv"
-    write_csv(path, GEMM_SCHEMA, [
-        _row("base", 4096, 4096, 4096, 500, 250),
-        _row("r2", 4096, 4096, 4096, 520, 258),
-        _row("r3", 4096, 4096, 4096, 550, 272),
-    ])  # fmt: skip
+    write_csv(
+        path,
+        GEMM_SCHEMA,
+        [
+            _row("base", 4096, 4096, 4096, 500, 250),
+            _row("r2", 4096, 4096, 4096, 520, 258),
+            _row("r3", 4096, 4096, 4096, 550, 272),
+        ],
+    )
     base, r2, r3 = (s.value for s in score(read_csv(path)).shapes)
     assert base == pytest.approx(300.0)
     assert r2 == pytest.approx(310.077, abs=5e-4)
@@ -108,15 +144,20 @@ def _example_csvs(tmp_path: Path, fwd_bwd: list[tuple[float, float]]) -> tuple[P
     baseline whose forward and backward aggregates are upstream's 285.0 and 140.0 (the
     example gives the baseline only as aggregates; each shape is the candidate's scaled
     to them)."""
-    shapes = [("s1", 4096, 4096, 4096, 320, 160), ("s2", 2048, 8192, 4096, 305, 152),
-              ("s3", 1024, 4096, 8192, 290, 145)]  # fmt: skip
+    shapes = [
+        ("s1", 4096, 4096, 4096, 320, 160),
+        ("s2", 2048, 8192, 4096, 305, 152),
+        ("s3", 1024, 4096, 8192, 290, 145),
+    ]
     fwd_g = math.prod(s[4] for s in shapes) ** (1 / 3)
     bwd_g = math.prod(s[5] for s in shapes) ** (1 / 3)
     best, cand = tmp_path / "best.csv", tmp_path / "cand.csv"
     base = [_row(lb, m, n, k, f * 285.0 / fwd_g, b * 140.0 / bwd_g) for lb, m, n, k, f, b in shapes]
     write_csv(best, GEMM_SCHEMA, base)
-    rows = [_row(lb, m, n, k, f * sf, b * sb)
-            for (lb, m, n, k, f, b), (sf, sb) in zip(shapes, fwd_bwd, strict=True)]  # fmt: skip
+    rows = [
+        _row(lb, m, n, k, f * sf, b * sb)
+        for (lb, m, n, k, f, b), (sf, sb) in zip(shapes, fwd_bwd, strict=True)
+    ]
     write_csv(cand, GEMM_SCHEMA, rows)
     return best, cand
 
@@ -155,7 +196,6 @@ def test_an_independent_aggregate_that_regresses_rolls_back_the_worked_example(
     assert got.reasons[0] == (
         "independent metrics: no aggregate may regress; regressed: Forward TFLOPS"
     )
-    flat = gate_csvs(str(best), str(_example_csvs(tmp_path, [(0.9, 0.9)] * 3)[1]),
-                     "independent")  # fmt: skip
+    flat = gate_csvs(str(best), str(_example_csvs(tmp_path, [(0.9, 0.9)] * 3)[1]), "independent")
     assert flat.decision is Decision.ROLLED_BACK  # both fell
     assert "regressed: Forward TFLOPS, Backward TFLOPS" in flat.reasons[0]

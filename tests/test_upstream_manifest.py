@@ -68,15 +68,20 @@ def test_the_template_names_every_field_the_import_knows() -> None:
 
 def test_upstream_spellings_load_and_are_written_back(tmp_path: Path) -> None:
     data = fields(
-        target_op="gemm_fp8_blockwise", execution_mode="workspace-mode",
-        project_skill="primus-turbo-develop", performance_target="80% of peak",
-        kernel_source="primus_turbo/triton/gemm/gemm_fp8_kernel.py", max_iterations=119,
-    )  # fmt: skip
+        target_op="gemm_fp8_blockwise",
+        execution_mode="workspace-mode",
+        project_skill="primus-turbo-develop",
+        performance_target="80% of peak",
+        kernel_source="primus_turbo/triton/gemm/gemm_fp8_kernel.py",
+        max_iterations=119,
+    )
     del data["granularity"]
     m = validate_manifest(data, "t")
     assert (m.target_op, m.granularity, m.upstream_op) == (
-        "gemm_fp8", "blockwise", "gemm_fp8_blockwise"
-    )  # fmt: skip
+        "gemm_fp8",
+        "blockwise",
+        "gemm_fp8_blockwise",
+    )
     assert (m.execution_mode, m.project_skill) == ("workspace", "primus-turbo-develop")
     assert m.kernel_source == ["primus_turbo/triton/gemm/gemm_fp8_kernel.py"]
     written = yaml.safe_load(manifest_yaml(m))
@@ -92,8 +97,10 @@ def test_upstream_spellings_load_and_are_written_back(tmp_path: Path) -> None:
 def test_an_old_manifest_still_loads_and_bad_values_are_named(tmp_path: Path) -> None:
     old = validate_manifest(fields(), "t")  # target_op gemm_fp8 + granularity, no skill
     assert (old.target_op, old.upstream_op, old.project_skill) == (
-        "gemm_fp8", "gemm_fp8_blockwise", None
-    )  # fmt: skip
+        "gemm_fp8",
+        "gemm_fp8_blockwise",
+        None,
+    )
     with pytest.raises(ConfigError, match="names the granularity 'blockwise' but"):
         validate_manifest(fields(target_op="gemm_fp8_blockwise", granularity="rowwise"), "t")
     with pytest.raises(ConfigError, match="max_iterations = 120"):
@@ -159,9 +166,19 @@ def test_an_upstream_manifest_is_read_and_unknown_fields_named(tmp_path: Path) -
 def test_init_from_an_upstream_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     checkout = ptf.make_checkout(tmp_path / "Primus-Turbo")
     root = tmp_path / "campaigns"
-    argv = ["--campaigns-root", str(root), "init", "--source", str(checkout),
-            "--executor", "local", "--from-manifest", str(write_upstream(tmp_path)),
-            "--max-iterations", "7"]  # fmt: skip
+    argv = [
+        "--campaigns-root",
+        str(root),
+        "init",
+        "--source",
+        str(checkout),
+        "--executor",
+        "local",
+        "--from-manifest",
+        str(write_upstream(tmp_path)),
+        "--max-iterations",
+        "7",
+    ]
     with pytest.raises(SystemExit) as info:
         main(argv)
     out, err = capsys.readouterr()
@@ -169,8 +186,12 @@ def test_init_from_an_upstream_manifest(tmp_path: Path, capsys: pytest.CaptureFi
     made = next(line for line in out.splitlines() if line.startswith("campaign: "))
     m = load_manifest(Path(made.removeprefix("campaign: ").strip()) / "manifest.yaml")
     assert (m.target, m.target_op, m.granularity, m.target_backend, m.target_gpu) == (
-        "primus-turbo", "gemm_fp8", "blockwise", "TRITON", "gfx942"
-    )  # fmt: skip
+        "primus-turbo",
+        "gemm_fp8",
+        "blockwise",
+        "TRITON",
+        "gfx942",
+    )
     assert (m.project_skill, m.performance_target) == ("primus-turbo-develop", "80% of peak")
     assert m.max_iterations == 7  # the command line wins
     assert m.test_command == UPSTREAM_MANIFEST["test_command"]
@@ -188,11 +209,23 @@ def test_the_lineage_commit_names_the_op_as_upstream_does(tmp_path: Path) -> Non
 
     def row(fwd: float) -> dict[str, object]:
         ms = 2 * 4096**3 / (fwd * 1e9)
-        return {"label": "a", "B": 1, "M": 4096, "N": 4096, "K": 4096, "Check": "PASS",
-                "Forward TFLOPS": fwd, "Forward TFLOPS_stddev": 0.0, "Backward TFLOPS": fwd,
-                "Backward TFLOPS_stddev": 0.0, "Forward Time (ms)": ms,
-                "Backward Time (ms)": 2 * ms, "out_snr": 40.0, "da_snr": 40.0,
-                "db_snr": 40.0}  # fmt: skip
+        return {
+            "label": "a",
+            "B": 1,
+            "M": 4096,
+            "N": 4096,
+            "K": 4096,
+            "Check": "PASS",
+            "Forward TFLOPS": fwd,
+            "Forward TFLOPS_stddev": 0.0,
+            "Backward TFLOPS": fwd,
+            "Backward TFLOPS_stddev": 0.0,
+            "Forward Time (ms)": ms,
+            "Backward Time (ms)": 2 * ms,
+            "out_snr": 40.0,
+            "da_snr": 40.0,
+            "db_snr": 40.0,
+        }
 
     for name, fwd in (("best.csv", 301.0), ("cand.csv", 319.0)):
         write_csv(tmp_path / name, GEMM_SCHEMA, [row(fwd)])

@@ -70,8 +70,9 @@ def test_init_copies_upstream_template_with_the_backend(tmp_path: Path) -> None:
     text = campaign.quick_script.read_text()
     assert 'setdefault("PRIMUS_TURBO_GEMM_BACKEND", "TRITON")' in text
     assert "# Fill from representative_shapes" in text  # SHAPES still empty
-    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
-                          text=True, check=True).stdout.strip()  # fmt: skip
+    head = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     record = load_record(campaign.root)
     assert record is not None and record["commit"] == head and record["template"] == TEMPLATE
 
@@ -89,8 +90,9 @@ def test_filled_template_runs_and_its_csv_is_read(tmp_path: Path) -> None:
     assert b"\r\n" in out.read_bytes()  # csv.DictWriter's line ending
     csv = read_quick_csv(out, GEMM_SCHEMA.header)
     assert csv.labels() == ["s1"] and failed_rows(csv) == []
-    script.write_text(script.read_text().replace("FAIL_LABELS: List[str] = []",
-                                                 'FAIL_LABELS: List[str] = ["s1"]'))  # fmt: skip
+    script.write_text(
+        script.read_text().replace("FAIL_LABELS: List[str] = []", 'FAIL_LABELS: List[str] = ["s1"]')
+    )
     note = take_edit(root, script)
     assert "edited since its last run" in note and '+FAIL_LABELS: List[str] = ["s1"]' in note
     assert take_edit(root, script) == ""  # named once
@@ -133,8 +135,11 @@ def test_validate_runs_the_quick_script_and_a_fail_row_stops_the_round(
     rep = campaign.manifest.representative_shapes
     fill_shapes(campaign.root, script, [{"label": s, "M": 16, "N": 128, "K": 128} for s in rep])
     # the engineer's edit: the first representative shape fails its check
-    script.write_text(script.read_text().replace(
-        "FAIL_LABELS: List[str] = []", f"FAIL_LABELS: List[str] = [{rep[0]!r}]"))  # fmt: skip
+    script.write_text(
+        script.read_text().replace(
+            "FAIL_LABELS: List[str] = []", f"FAIL_LABELS: List[str] = [{rep[0]!r}]"
+        )
+    )
     request = Request(2, "quantise the weight once", speedup_patch(campaign.root.parent.parent))
     result = validate_round(campaign, LocalExecutor(), request, progress=lambda _m: None)
     assert result.status is Status.FAILED

@@ -42,9 +42,23 @@ FOUR = "Llama-2-7B|Llama-3.1-8B:qkv|attn_out:1"  # four rows at MBS 1
 def upstream_bench_csv(rows: Sequence[UpstreamRow], path: Path, newline: str = "\n") -> Path:
     """``rows`` as bench_gemm_turbo.py --dtype fp8 --granularity blockwise writes them on
     an H200 (the case of TestID 3 failed: upstream's ERROR row)."""
-    header = ["TestID", "Platform", "GPU", "Case", "MBS", "M", "N", "K", "Dtype", "Granularity",
-              "Check", "Forward Time (ms)", "Forward TFLOPS", "Backward Time (ms)",
-              "Backward TFLOPS"]  # fmt: skip
+    header = [
+        "TestID",
+        "Platform",
+        "GPU",
+        "Case",
+        "MBS",
+        "M",
+        "N",
+        "K",
+        "Dtype",
+        "Granularity",
+        "Check",
+        "Forward Time (ms)",
+        "Forward TFLOPS",
+        "Backward Time (ms)",
+        "Backward TFLOPS",
+    ]
     with path.open("w", encoding="utf-8", newline="") as f:
         writer = csv.writer(f, lineterminator=newline)
         writer.writerow(header)
@@ -53,8 +67,21 @@ def upstream_bench_csv(rows: Sequence[UpstreamRow], path: Path, newline: str = "
             results = ["PASS", f"{ms:.2f}", "400.00", f"{2 * ms * 400 / 380:.2f}", "380.00"]
             if r.test_id == 3:
                 results = ["ERROR", "ERROR", "0.00", "ERROR", "0.00"]
-            writer.writerow([r.test_id, "CUDA", "H200", r.case, r.mbs, r.m, r.n, r.k, "fp8",
-                             "blockwise", *results])  # fmt: skip
+            writer.writerow(
+                [
+                    r.test_id,
+                    "CUDA",
+                    "H200",
+                    r.case,
+                    r.mbs,
+                    r.m,
+                    r.n,
+                    r.k,
+                    "fp8",
+                    "blockwise",
+                    *results,
+                ]
+            )
     return path
 
 
@@ -65,10 +92,28 @@ def init_primus(tmp_path: Path, *extra: str) -> Campaign:
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     subprocess.run([*GIT, "-C", str(repo), "add", "-A"], check=True)
     subprocess.run([*GIT, "-C", str(repo), "commit", "-qm", "stack"], check=True)
-    args = ["--campaigns-root", str(tmp_path / "c"), "init", "--target", "primus-turbo",
-            "--source", str(repo), "--op", "gemm_fp8", "--granularity", "blockwise",
-            "--backend", "triton", "--gpu", "sm90", "--executor", "local",
-            "--name", "up", *extra]  # fmt: skip
+    args = [
+        "--campaigns-root",
+        str(tmp_path / "c"),
+        "init",
+        "--target",
+        "primus-turbo",
+        "--source",
+        str(repo),
+        "--op",
+        "gemm_fp8",
+        "--granularity",
+        "blockwise",
+        "--backend",
+        "triton",
+        "--gpu",
+        "sm90",
+        "--executor",
+        "local",
+        "--name",
+        "up",
+        *extra,
+    ]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
     return Campaign.load(tmp_path / "c" / "up")
@@ -83,8 +128,10 @@ def test_the_upstream_set_is_bench_gemm_turbos_rows() -> None:
     assert got == ("Llama-2-7B", "qkv", 1, 4096, 12288, 4096)  # N = (32 + 2 * 32) * 128
     lm_head = [r for r in rows if r.case == "Llama-3.1-8B" and r.gemm == "lm_head"]
     assert [(r.mbs, r.m, r.n, r.k) for r in lm_head] == [
-        (1, 8192, 128256, 4096), (2, 16384, 128256, 4096), (4, 32768, 128256, 4096),
-    ]  # fmt: skip
+        (1, 8192, 128256, 4096),
+        (2, 16384, 128256, 4096),
+        (4, 32768, 128256, 4096),
+    ]
     mi355 = {r.mbs for r in upstream_rows("MI35*", "fp8") if r.case == "Llama-2-7B"}
     assert mi355 == {1, 2, 4, 12}  # batch_size_config.json's MI35* entry joins the default
     assert [s.label for s in shape_set("upstream")] == [r.label for r in rows]
@@ -93,10 +140,12 @@ def test_the_upstream_set_is_bench_gemm_turbos_rows() -> None:
 def test_selectors_and_plain_dims_pick_target_shapes() -> None:
     labels = expand_selectors("upstream", [FOUR, "8192x8192x8192"])
     assert labels == [
-        "Llama-2-7B-qkv-MBS1-4096x12288x4096", "Llama-2-7B-attn_out-MBS1-4096x4096x4096",
-        "Llama-3.1-8B-qkv-MBS1-8192x6144x4096", "Llama-3.1-8B-attn_out-MBS1-8192x4096x4096",
+        "Llama-2-7B-qkv-MBS1-4096x12288x4096",
+        "Llama-2-7B-attn_out-MBS1-4096x4096x4096",
+        "Llama-3.1-8B-qkv-MBS1-8192x6144x4096",
+        "Llama-3.1-8B-attn_out-MBS1-8192x4096x4096",
         "8192x8192x8192",
-    ]  # fmt: skip
+    ]
     plain = shapes_by_label("upstream", labels)[-1]
     assert (plain.m, plain.n, plain.k, plain.params) == (8192, 8192, 8192, {})
     assert len(expand_selectors("upstream", ["*:lm_head:*"])) == 27
@@ -124,8 +173,13 @@ def test_upstreams_csv_scores_every_target_of_an_upstream_campaign(
     assert [r.label for r in rows] == [s.label for s in targets]  # every target found
     assert {int(r.values["B"]) for r in rows} == {1}  # MBS is in M, never a group count
     scored = score(read_csv(pinned, GEMM_SCHEMA), campaign.manifest.primary_metric)
-    failed = [s.label for s in targets if s.params["case"] == "Llama-2-7B"
-              and s.params["gemm"] == "gate_up" and s.params["mbs"] == 1]  # fmt: skip
+    failed = [
+        s.label
+        for s in targets
+        if s.params["case"] == "Llama-2-7B"
+        and s.params["gemm"] == "gate_up"
+        and s.params["mbs"] == 1
+    ]
     assert scored.n_fail == len(failed)  # TestID 3 is upstream's ERROR row
 
 
@@ -133,9 +187,11 @@ def test_a_handful_of_upstream_rows_scored_from_the_whole_csv(tmp_path: Path) ->
     campaign = init_primus(tmp_path, "--shape-set", "upstream", "--shapes", FOUR)
     targets = all_shapes(campaign.manifest)
     assert [(s.params["case"], s.params["gemm"]) for s in targets] == [
-        ("Llama-2-7B", "qkv"), ("Llama-2-7B", "attn_out"),
-        ("Llama-3.1-8B", "qkv"), ("Llama-3.1-8B", "attn_out"),
-    ]  # fmt: skip
+        ("Llama-2-7B", "qkv"),
+        ("Llama-2-7B", "attn_out"),
+        ("Llama-3.1-8B", "qkv"),
+        ("Llama-3.1-8B", "attn_out"),
+    ]
     raw = upstream_bench_csv(upstream_rows(), tmp_path / "bench.csv")
     text, left_out = to_pinned(raw.read_text(encoding="utf-8"), "gemm", targets)
     assert left_out == 135 - 4
@@ -147,8 +203,19 @@ def test_mistral_and_llama_share_dims_but_match_their_own_case() -> None:
     """Llama-2-7B's and Mistral-7B's attention out are both 4096x4096x4096: a target
     from an upstream set matches its own Case's row, a plain MxNxK one the first row."""
     rows = upstream_rows()
-    header = ["TestID", "Case", "MBS", "M", "N", "K", "Check", "Forward Time (ms)",
-              "Forward TFLOPS", "Backward Time (ms)", "Backward TFLOPS"]  # fmt: skip
+    header = [
+        "TestID",
+        "Case",
+        "MBS",
+        "M",
+        "N",
+        "K",
+        "Check",
+        "Forward Time (ms)",
+        "Forward TFLOPS",
+        "Backward Time (ms)",
+        "Backward TFLOPS",
+    ]
     text = ",".join(header) + "\n"
     for r in rows:
         tflops = "500.00" if r.case == "Mistral-7B" else "400.00"
@@ -166,8 +233,11 @@ def test_missing_targets_are_named_each(tmp_path: Path) -> None:
     raw = upstream_bench_csv(only_llama2, tmp_path / "bench.csv")
     with pytest.raises(TargetsMissing) as info:
         to_pinned(raw.read_text(encoding="utf-8"), "gemm", targets)
-    missing = ["Llama-3.1-8B-qkv-MBS1-8192x6144x4096", "Llama-3.1-8B-attn_out-MBS1-8192x4096x4096",
-               "8192x8192x8192"]  # fmt: skip
+    missing = [
+        "Llama-3.1-8B-qkv-MBS1-8192x6144x4096",
+        "Llama-3.1-8B-attn_out-MBS1-8192x4096x4096",
+        "8192x8192x8192",
+    ]
     assert info.value.missing == missing
     assert all(label in str(info.value) for label in missing)
     assert "3 of the 5 target shapes" in str(info.value)

@@ -37,9 +37,25 @@ def test_init_shows_the_tips_at_upstreams_path(tmp_path: Path) -> None:
     tips.write_text(UPSTREAM_TIPS)
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     commit_all(repo)
-    args = ["--campaigns-root", str(tmp_path / "c"), "init", "--target", "primus-turbo",
-            "--source", str(repo), "--op", "gemm_fp8", "--granularity", "blockwise",
-            "--backend", "triton", "--gpu", "sm90", "--executor", "local"]  # fmt: skip
+    args = [
+        "--campaigns-root",
+        str(tmp_path / "c"),
+        "init",
+        "--target",
+        "primus-turbo",
+        "--source",
+        str(repo),
+        "--op",
+        "gemm_fp8",
+        "--granularity",
+        "blockwise",
+        "--backend",
+        "triton",
+        "--gpu",
+        "sm90",
+        "--executor",
+        "local",
+    ]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
     assert f"historical tips ({tips})" in res.output and "BLOCK_K=128" in res.output

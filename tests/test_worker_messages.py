@@ -57,8 +57,15 @@ def test_the_wire_spells_the_messages_as_before() -> None:
     assert json.loads(request_line(Block(4, 2))) == {"op": "block", "index": 4, "pick": 2}
     assert json.loads(request_line(Finish())) == {"op": "finish"}
     done = json.loads(reply_line(BlockDone(4, 0.5, 1.0, 2.0, {})))
-    assert done == {"ok": True, "block": 4, "seconds": 0.5, "start": 1.0, "end": 2.0, "memory": {},
-                    "timings": {}}  # fmt: skip
+    assert done == {
+        "ok": True,
+        "block": 4,
+        "seconds": 0.5,
+        "start": 1.0,
+        "end": 2.0,
+        "memory": {},
+        "timings": {},
+    }
     assert json.loads(reply_line(Failed("x"))) == {"ok": False, "error": "x"}
     assert parse_reply('{"ok": false}') == Failed("{'ok': False}")  # no error named
 

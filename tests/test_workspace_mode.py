@@ -77,9 +77,11 @@ def test_workspace_mode_end_to_end(tmp_path: Path) -> None:
     run_baseline(campaign, executor, passes=2, progress=lambda _: None)
     campaign = Campaign.load(campaign.root)
     result = validate_round(
-        campaign, executor, Request(2, "quantise the FP8 weight once", in_workspace(speedup)),
+        campaign,
+        executor,
+        Request(2, "quantise the FP8 weight once", in_workspace(speedup)),
         progress=lambda _: None,
-    )  # fmt: skip
+    )
     assert result.status is Status.ACCEPTED, result
     # the rounds ran in the workspace: the upstream checkout is untouched so far
     assert git(upstream, "rev-parse", "HEAD") == upstream_head
@@ -88,8 +90,9 @@ def test_workspace_mode_end_to_end(tmp_path: Path) -> None:
         "[optimize] "
     )
 
-    acceptance = run_acceptance(Campaign.load(campaign.root), executor, passes=1,
-                                progress=lambda _: None)  # fmt: skip
+    acceptance = run_acceptance(
+        Campaign.load(campaign.root), executor, passes=1, progress=lambda _: None
+    )
     gate = next(c for c in acceptance.checks if c.name == "integration (full repository)")
     assert gate.ok, gate.detail
     assert "synced 1 file(s), no build" in gate.detail

@@ -103,8 +103,11 @@ def _link_dependencies(wheel: Path, dest: Path) -> None:
     with zipfile.ZipFile(wheel) as z:
         meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
         text = z.read(meta).decode("utf-8")
-    requires = [line.split(":", 1)[1].strip() for line in text.splitlines()
-                if line.startswith("Requires-Dist:")]  # fmt: skip
+    requires = [
+        line.split(":", 1)[1].strip()
+        for line in text.splitlines()
+        if line.startswith("Requires-Dist:")
+    ]
     dest.mkdir()
     for dist in _closure([*requires, *BESIDE]):
         for file in dist.files or ():
@@ -161,5 +164,6 @@ def installed_demo(folder: Path) -> InstalledDemo:
 def demo_of(campaigns_root: Path) -> InstalledDemo:
     """The installed demo whose campaigns root is ``campaigns_root`` (conftest's)."""
     folder = campaigns_root.parent.parent
-    return InstalledDemo(folder / "venv", folder / "empty",
-                         (folder / DEMO_LOG).read_text(encoding="utf-8"))  # fmt: skip
+    return InstalledDemo(
+        folder / "venv", folder / "empty", (folder / DEMO_LOG).read_text(encoding="utf-8")
+    )

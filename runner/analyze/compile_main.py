@@ -47,8 +47,11 @@ def _ptxas(ptx: str, arch: int | str) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
         write_atomic(src, ptx)
-        done = run([str(path), "-v", f"--gpu-name=sm_{arch}a", str(src), "-o", str(src) + ".o"],
-                   check=False, timeout=120)  # fmt: skip
+        done = run(
+            [str(path), "-v", f"--gpu-name=sm_{arch}a", str(src), "-o", str(src) + ".o"],
+            check=False,
+            timeout=120,
+        )
     return done.stdout or ""
 
 

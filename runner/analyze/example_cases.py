@@ -88,17 +88,24 @@ def _gemm_fp8_cases() -> Iterator[Case]:
     # a x b formats: E4M3 (every pass of the E4M3 format, HYBRID forward), E5M2 (every
     # pass of the E5M2 format), E5M2 x E4M3 (HYBRID backward: grad_out times an operand).
     # Tensorwise and rowwise operands keep the layout of the high-precision tensors.
-    scaled = [(False, fa, fb, layout) for fa, fb in (("e4m3", "e4m3"), ("e5m2", "e4m3"))
-              for layout in ("NT", "NN", "TN")]  # fmt: skip
+    scaled = [
+        (False, fa, fb, layout)
+        for fa, fb in (("e4m3", "e4m3"), ("e5m2", "e4m3"))
+        for layout in ("NT", "NN", "TN")
+    ]
     scaled += [(False, "e5m2", "e5m2", "NT"), (True, "e4m3", "e4m3", "NT")]
     scaled += [(True, "e5m2", "e5m2", "NN"), (True, "e5m2", "e4m3", "TN")]
     for rowwise, fa, fb, layout in scaled:
         am, bm = LAYOUTS[layout]
 
         def call(
-            t: Target, rowwise: bool = rowwise, fa: str = fa, fb: str = fb, am: str = am,
+            t: Target,
+            rowwise: bool = rowwise,
+            fa: str = fa,
+            fb: str = fb,
+            am: str = am,
             bm: str = bm,
-        ) -> object:  # fmt: skip
+        ) -> object:
             a_scale = torch.empty((M,) if rowwise else (), dtype=FP32, device="meta")
             b_scale = torch.empty((N,) if rowwise else (), dtype=FP32, device="meta")
             a, b = _mat(M, K, _fp8(t, fa), am), _mat(N, K, _fp8(t, fb), bm)
@@ -121,9 +128,12 @@ def _gemm_fp8_cases() -> Iterator[Case]:
         for fa, fb in (("e4m3", "e4m3"), ("e5m2", "e5m2"), ("e5m2", "e4m3")):
 
             def call_blocks(
-                t: Target, fa: str = fa, fb: str = fb, block_k: int = block_k,
+                t: Target,
+                fa: str = fa,
+                fb: str = fb,
+                block_k: int = block_k,
                 b_block_n: int = b_block_n,
-            ) -> object:  # fmt: skip
+            ) -> object:
                 kb = -(-K // block_k)
                 a_scale, b_scale = _mat(M, kb, FP32), _mat(-(-N // b_block_n), kb, FP32)
                 a, b = _mat(M, K, _fp8(t, fa)), _mat(N, K, _fp8(t, fb))
@@ -145,9 +155,12 @@ def _quantize_cases() -> Iterator[Case]:
             for xdtype, fmt in ((BF16, "e4m3"), (BF16, "e5m2"), (FP16, "e4m3")):
 
                 def call(
-                    t: Target, gran: str = gran, n: int = n, xdtype: torch.dtype = xdtype,
+                    t: Target,
+                    gran: str = gran,
+                    n: int = n,
+                    xdtype: torch.dtype = xdtype,
                     fmt: str = fmt,
-                ) -> object:  # fmt: skip
+                ) -> object:
                     x = _mat(M, n, xdtype)
                     return quantize_kernel.quantize_fp8_triton(x, _fp8(t, fmt), gran, 128)
 
@@ -163,9 +176,12 @@ def _attention_cases() -> Iterator[Case]:
     for dtype, d, causal, kv_heads in variants:
 
         def call(
-            t: Target, dtype: torch.dtype = dtype, d: int = d, causal: bool = causal,
+            t: Target,
+            dtype: torch.dtype = dtype,
+            d: int = d,
+            causal: bool = causal,
             kv_heads: int = kv_heads,
-        ) -> object:  # fmt: skip
+        ) -> object:
             q = torch.empty(batch, seq, heads, d, dtype=dtype, device="meta")
             kv = torch.empty(batch, seq, kv_heads, d, dtype=dtype, device="meta")
             return attention_kernel.flash_attn_fwd_triton(q, kv, kv, causal, d**-0.5)

@@ -36,12 +36,14 @@ def _inside(events: list[Any], name: str) -> list[Any]:
     """The events that ran within a span of the range ``name`` on the same thread."""
     spans = [(e.thread, e.time_range.start, e.time_range.end) for e in events if e.name == name]
     return [
-        e for e in events
-        if e.name != name and any(
+        e
+        for e in events
+        if e.name != name
+        and any(
             t == e.thread and start <= e.time_range.start and e.time_range.end <= end
             for t, start, end in spans
         )
-    ]  # fmt: skip
+    ]
 
 
 def _rows(profile: Any, only_range: str = "") -> list[dict[str, Any]]:
@@ -57,14 +59,15 @@ def _rows(profile: Any, only_range: str = "") -> list[dict[str, Any]]:
     else:
         for a in profile.key_averages():
             totals[a.key] = {
-                "calls": a.count, "self_cpu_us": a.self_cpu_time_total,
-                "cpu_total_us": a.cpu_time_total, "device_total_us": _device_us(a),
-            }  # fmt: skip
+                "calls": a.count,
+                "self_cpu_us": a.self_cpu_time_total,
+                "cpu_total_us": a.cpu_time_total,
+                "device_total_us": _device_us(a),
+            }
     rows: list[dict[str, Any]] = [
-        {"name": name, "calls": int(t["calls"]),
-         **{k: round(float(t[k]), 3) for k in COLUMNS[2:]}}
+        {"name": name, "calls": int(t["calls"]), **{k: round(float(t[k]), 3) for k in COLUMNS[2:]}}
         for name, t in totals.items()
-    ]  # fmt: skip
+    ]
     rows.sort(key=lambda r: (-r["self_cpu_us"], r["name"]))
     return rows
 

@@ -130,8 +130,7 @@ def measure_gpu(fn: Callable[[], object], settings: TimingSettings, device: str)
             method = unit.method
         # A result made once at capture, or one another process finishes after the call's
         # device work ended, does not follow a negated input: FrozenReplay.
-        check_replay(getattr(fn, "replay_probe", None), again, torch.cuda.synchronize,
-                     method)  # fmt: skip
+        check_replay(getattr(fn, "replay_probe", None), again, torch.cuda.synchronize, method)
         timing.extra.update(
             {
                 "device": props.name,

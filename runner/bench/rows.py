@@ -36,8 +36,14 @@ def shape_columns(shape: Shape, schema_name: str) -> dict[str, object]:
     if schema_name == "attention":
         causal = int(bool(shape.params.get("causal")))
         heads = int(shape.params["heads"])
-        return {"label": shape.label, "B": shape.b, "H": heads, "S": shape.m, "D": shape.k,
-                "causal": causal}  # fmt: skip
+        return {
+            "label": shape.label,
+            "B": shape.b,
+            "H": heads,
+            "S": shape.m,
+            "D": shape.k,
+            "causal": causal,
+        }
     if schema_name == "memory":
         return {"label": shape.label, "B": shape.b, "M": shape.m, "N": shape.n}
     m = shape.m // shape.b if shape.group_sizes is not None else shape.m

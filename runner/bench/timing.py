@@ -49,17 +49,19 @@ def not_builtin(clocks: dict[str, object]) -> list[str]:
     guard's check that what it holds is real before it trusts it (docs/reliability.md §7 row 20: a
     start-up hook that ran before the harness could have replaced them first)."""
     return [
-        name for name, fn in clocks.items()
-        if not isinstance(fn, types.BuiltinFunctionType) or fn.__name__ != name
-        or not isinstance(fn.__self__, types.ModuleType) or fn.__self__.__name__ != "time"
-    ]  # fmt: skip
+        name
+        for name, fn in clocks.items()
+        if not isinstance(fn, types.BuiltinFunctionType)
+        or fn.__name__ != name
+        or not isinstance(fn.__self__, types.ModuleType)
+        or fn.__self__.__name__ != "time"
+    ]
 
 
 def check_clocks() -> None:
     """Raise ``ClockTampered`` if a clock the runner holds is not the C builtin, or
     any clock of ``time`` is not the one seen at import."""
-    fake = not_builtin({**_REAL_CLOCKS, "perf_counter": perf_counter,
-                        "process_time": process_time})  # fmt: skip
+    fake = not_builtin({**_REAL_CLOCKS, "perf_counter": perf_counter, "process_time": process_time})
     if fake:
         raise ClockTampered(
             "clock guard: time." + ", time.".join(fake) + " is not the interpreter's C "

@@ -84,18 +84,37 @@ def isa_cmd(app: App, n: int, name: str | None, show: bool) -> None:
     show_default=True,
     help="auto: ncu on an sm* target, rocprofv3 on a gfx* target, the torch profiler on cpu.",
 )
-@click.option("--shapes", default=None, help="Shape label(s) to run (default: the first "
-              "representative shape).")  # fmt: skip
-@click.option("--launch-count", "launches", type=int, default=200, show_default=True,
-              help="ncu: profile at most this many kernel launches.")  # fmt: skip
-@click.option("--timeout", type=float, default=1800, show_default=True,
-              callback=lambda _c, _p, v: check_timeout(v),
-              help="Seconds each role's profiled run may take.")  # fmt: skip
+@click.option(
+    "--shapes",
+    default=None,
+    help="Shape label(s) to run (default: the first representative shape).",
+)
+@click.option(
+    "--launch-count",
+    "launches",
+    type=int,
+    default=200,
+    show_default=True,
+    help="ncu: profile at most this many kernel launches.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=1800,
+    show_default=True,
+    callback=lambda _c, _p, v: check_timeout(v),
+    help="Seconds each role's profiled run may take.",
+)
 @click.pass_obj
 def profile_cmd(
-    app: App, n: int, name: str | None, tool: str, shapes: str | None, launches: int,
+    app: App,
+    n: int,
+    name: str | None,
+    tool: str,
+    shapes: str | None,
+    launches: int,
     timeout: float,
-) -> None:  # fmt: skip
+) -> None:
     """Round N's roles under the target's profiler; a per-kernel table of each role in
     profiles/round-N/profile.md, its files beside it (docs/analysis.md §5)."""
     from runner.flow.profile import profile_round

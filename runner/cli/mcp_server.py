@@ -93,6 +93,14 @@ RootCause = Annotated[
 ]
 Lesson = Annotated[str, Field(description="What the last rollback says about the bottleneck.")]
 Attribution = Annotated[str, Field(description="Why the last rolled-back round behaved as it did.")]
+RoundLevel = Annotated[
+    Literal["quick", "full"],
+    Field(description="quick: representative shapes; full: every target shape."),
+]
+Pairs = Annotated[int | None, Field(description=PAIRS_HELP)]
+TransferBucket = Annotated[
+    str, Field(description="Transfer bucket (docs/protocol.md §8.2): K1-K4 or W1.")
+]
 
 
 # ---------------------------------------------------------------- output models
@@ -277,14 +285,9 @@ class TurboTools:
             str | None,
             Field(description="Unified diff of the candidate; null: the source tree's diff."),
         ] = None,
-        level: Annotated[
-            Literal["quick", "full"],
-            Field(description="quick: representative shapes; full: every target shape."),
-        ] = "quick",
+        level: RoundLevel = "quick",
         campaign: CampaignName = None,
-        bucket: Annotated[
-            str, Field(description="Transfer bucket (docs/protocol.md §8.2): K1-K4 or W1.")
-        ] = "K1",
+        bucket: TransferBucket = "K1",
         restore: Annotated[
             bool,
             Field(
@@ -292,7 +295,7 @@ class TurboTools:
                 "lineage head, kept under a ref (docs/protocol.md §6.7); false: leave it."
             ),
         ] = True,
-        pairs: Annotated[int | None, Field(description=PAIRS_HELP)] = None,
+        pairs: Pairs = None,
         allow_outside: Annotated[
             list[str] | None,
             Field(
@@ -313,11 +316,20 @@ class TurboTools:
         campaign busy."""
         with tool_errors():  # a refused request (pairs, bucket, sizes) says why
             request = rounds.Request(
-                n, hypothesis, patch, level, restore, bucket, pairs,
+                n,
+                hypothesis,
+                patch,
+                level,
+                restore,
+                bucket,
+                pairs,
                 allow_outside=tuple(allow_outside or ()),
-                diagnosis=(("attribution", attribution), ("root_cause", root_cause),
-                           ("lesson", lesson)),
-            )  # fmt: skip
+                diagnosis=(
+                    ("attribution", attribution),
+                    ("root_cause", root_cause),
+                    ("lesson", lesson),
+                ),
+            )
             found = self._campaign(campaign)
             executor = make_executor(found.manifest)
             result = await run_in_worker(
@@ -336,12 +348,9 @@ class TurboTools:
                 min_length=2,
             ),
         ],
-        level: Annotated[
-            Literal["quick", "full"],
-            Field(description="quick: representative shapes; full: every target shape."),
-        ] = "quick",
+        level: RoundLevel = "quick",
         campaign: CampaignName = None,
-        pairs: Annotated[int | None, Field(description=PAIRS_HELP)] = None,
+        pairs: Pairs = None,
         allow_outside: Annotated[
             list[str] | None,
             Field(description="Paths outside kernel_source the changes may touch (recorded)."),
@@ -357,10 +366,18 @@ class TurboTools:
         hypothesis, no entry that can be measured, the campaign busy."""
         with tool_errors():  # a refused request (pairs, bucket, sizes) says why
             requests = [
-                rounds.Request(n + k, e.hypothesis, e.patch, level, False, e.bucket, pairs,
-                               allow_outside=tuple(allow_outside or ()))
+                rounds.Request(
+                    n + k,
+                    e.hypothesis,
+                    e.patch,
+                    level,
+                    False,
+                    e.bucket,
+                    pairs,
+                    allow_outside=tuple(allow_outside or ()),
+                )
                 for k, e in enumerate(entries)
-            ]  # fmt: skip
+            ]
             found = self._campaign(campaign)
             executor = make_executor(found.manifest)
             results = await run_in_worker(

@@ -20,6 +20,7 @@ from runner.cli.options import (
 from runner.cli.progress_view import ProgressView, quiet_option
 from runner.core.errors import ConfigError, InfrastructureError, RolledBack, Tampered
 from runner.core.outcomes import RoundResult, Status
+from runner.executors.base import Executor
 from runner.executors.factory import make_executor
 from runner.flow.rounds import Request, validate_round
 from runner.flow.tournament import validate_tournament
@@ -193,28 +194,26 @@ def validate_cmd(
     campaign = find_campaign(app, name)
     entries = entry_pairs(hypotheses, patches)
     bucket_of = _buckets(buckets, len(entries))
-    shared = Request(round_n, "", None, level, not keep_checkout, pairs=pairs,
-                     allow_outside=allow_outside,
-                     gpus=tuple(parse_gpus(gpus)) if gpus else (),
-                     allow_env_mismatch=allow_env_mismatch,
-                     diagnosis=tuple(diagnosis.items()), targeted=targeted,
-                     confirm=not no_confirm)  # fmt: skip
+    shared = Request(
+        round_n,
+        "",
+        None,
+        level,
+        not keep_checkout,
+        pairs=pairs,
+        allow_outside=allow_outside,
+        gpus=tuple(parse_gpus(gpus)) if gpus else (),
+        allow_env_mismatch=allow_env_mismatch,
+        diagnosis=tuple(diagnosis.items()),
+        targeted=targeted,
+        confirm=not no_confirm,
+    )
     requests = [
         replace(shared, round=round_n + k, hypothesis=hypothesis, patch=text, bucket=bucket_of[k])
         for k, (hypothesis, text) in enumerate(entries)
     ]
     run = make_executor(campaign.manifest, executor)
-    if len(requests) > 1:
-        if restore:
-            raise ConfigError(
-                "--restore resets a single round's working-tree change; a tournament's "
-                "changes come from --patch files: leave --restore out"
-            )
-        with ProgressView(quiet=quiet) as view:
-            results = validate_tournament(campaign, run, requests, progress=view)
-    else:
-        with ProgressView(quiet=quiet) as view:
-            results = [validate_round(campaign, run, requests[0], progress=view)]
+    results = _run_requests(campaign, run, requests, restore=restore, quiet=quiet)
     for result in [] if as_json else results:
         print_result(result, campaign)
     if as_json:
@@ -224,6 +223,22 @@ def validate_cmd(
         click.echo(results[0].tournament.line)
     print_termination(campaign, quiet=as_json)
     _exit_for(results)
+
+
+def _run_requests(
+    campaign: Campaign, run: Executor, requests: list[Request], *, restore: bool, quiet: bool
+) -> list[RoundResult]:
+    """One round, or with several requests a tournament of them, under a progress view."""
+    if len(requests) > 1:
+        if restore:
+            raise ConfigError(
+                "--restore resets a single round's working-tree change; a tournament's "
+                "changes come from --patch files: leave --restore out"
+            )
+        with ProgressView(quiet=quiet) as view:
+            return validate_tournament(campaign, run, requests, progress=view)
+    with ProgressView(quiet=quiet) as view:
+        return [validate_round(campaign, run, requests[0], progress=view)]
 
 
 def print_termination(campaign: Campaign, *, quiet: bool = False) -> None:

@@ -321,8 +321,12 @@ class KernelFacts:
 
     def to_dict(self) -> dict[str, object]:
         roles = {r: {k: e.to_dict() for k, e in ks.items()} for r, ks in self.roles.items()}
-        out: dict[str, object] = {"arch": self.arch, "triton": self.triton, "roles": roles,
-                                  "warnings": list(self.warnings)}  # fmt: skip
+        out: dict[str, object] = {
+            "arch": self.arch,
+            "triton": self.triton,
+            "roles": roles,
+            "warnings": list(self.warnings),
+        }
         if self.note is not None:
             out["note"] = self.note
         return out

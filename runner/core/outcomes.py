@@ -133,8 +133,9 @@ class Interval:
             value = d.get(key)
             return None if value is None else float(value)
 
-        return cls(float(d["mean_pct"]), opt("half_width_pct"), opt("spread_pct"),
-                   int(d.get("pairs") or 0))  # fmt: skip
+        return cls(
+            float(d["mean_pct"]), opt("half_width_pct"), opt("spread_pct"), int(d.get("pairs") or 0)
+        )
 
 
 @dataclass(frozen=True)
@@ -287,8 +288,13 @@ class TournamentNote:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TournamentNote:
         winner = d.get("winner")
-        return cls(int(d["first"]), int(d["last"]), None if winner is None else int(winner),
-                   str(d["line"]), [int(n) for n in d.get("retry", [])])  # fmt: skip
+        return cls(
+            int(d["first"]),
+            int(d["last"]),
+            None if winner is None else int(winner),
+            str(d["line"]),
+            [int(n) for n in d.get("retry", [])],
+        )
 
 
 @dataclass

@@ -318,9 +318,14 @@ def cpu_attention_shapes() -> list[Shape]:
 def tiny_attention_shapes() -> list[Shape]:
     return [
         attention_shape("tiny-attn", b, 4, kv, s, 32, causal)
-        for b, kv, s, causal in [(1, 2, 32, True), (1, 4, 64, False), (2, 2, 48, True),
-                                 (1, 1, 96, False), (2, 4, 64, True)]
-    ]  # fmt: skip
+        for b, kv, s, causal in [
+            (1, 2, 32, True),
+            (1, 4, 64, False),
+            (2, 2, 48, True),
+            (1, 1, 96, False),
+            (2, 4, 64, True),
+        ]
+    ]
 
 
 # ---------------------------------------------------------------- upstream's own rows

@@ -150,14 +150,23 @@ def reply_line(reply: Reply) -> str:
         if reply.shape_peaks:
             data["shape_peaks"] = reply.shape_peaks
     elif isinstance(reply, BlockDone):
-        data = {"block": reply.block, "seconds": reply.seconds, "start": reply.start,
-                "end": reply.end, "memory": reply.memory,
-                "timings": {k: list(v) for k, v in reply.timings.items()}}  # fmt: skip
+        data = {
+            "block": reply.block,
+            "seconds": reply.seconds,
+            "start": reply.start,
+            "end": reply.end,
+            "memory": reply.memory,
+            "timings": {k: list(v) for k, v in reply.timings.items()},
+        }
     elif isinstance(reply, FreshDone):
         data = {"fresh": True, "memory": reply.memory}
     else:
-        data = {"finished": True, "schema": reply.schema, "rows": list(reply.rows),
-                "samples": reply.samples}  # fmt: skip
+        data = {
+            "finished": True,
+            "schema": reply.schema,
+            "rows": list(reply.rows),
+            "samples": reply.samples,
+        }
     return json.dumps({"ok": True, **data})
 
 
@@ -172,9 +181,14 @@ def parse_reply(line: str) -> Reply:
             peaks = {str(k): int(v) for k, v in (data.get("shape_peaks") or {}).items()}
             return Ready(tuple(str(s) for s in data["ready"]), memory, peaks)
         if "block" in data:
-            return BlockDone(int(data["block"]), float(data["seconds"]), float(data["start"]),
-                             float(data["end"]), memory,
-                             _timings(data.get("timings") or {}))  # fmt: skip
+            return BlockDone(
+                int(data["block"]),
+                float(data["seconds"]),
+                float(data["start"]),
+                float(data["end"]),
+                memory,
+                _timings(data.get("timings") or {}),
+            )
         if data.get("fresh") is True:
             return FreshDone(memory)
         if data.get("finished") is True:

@@ -306,16 +306,29 @@ class DockerExecutor:
             tag = build_tag(self.campaign, build.round, build.role)
             code = self._build_container(build, log_path, tag, cached=entry.image)
             if code == 0:
-                return BuiltRole(build.role, build.source_dir, "hit", "", log_path,
-                                 round(time.perf_counter() - t0, 3), tag, build.key)  # fmt: skip
+                return BuiltRole(
+                    build.role,
+                    build.source_dir,
+                    "hit",
+                    "",
+                    log_path,
+                    round(time.perf_counter() - t0, 3),
+                    tag,
+                    build.key,
+                )
             build.cache.remove(build.key)
             why = f"the cached build was corrupted (its checksums differ: {log_path.name})"
         tag = cache_tag(build.key, build.cache.root)
         self._build_container(build, log_path, tag)
         size = int(docker(["image", "inspect", "--format", "{{.Size}}", tag]).strip() or 0)
         base = int(docker(["image", "inspect", "--format", "{{.Size}}", self.image]).strip() or 0)
-        info = {"executor": self.name, "image": tag, "campaign_image": self.image,
-                "size_bytes": max(size - base, 0), "built_from": build.built_from}  # fmt: skip
+        info = {
+            "executor": self.name,
+            "image": tag,
+            "campaign_image": self.image,
+            "size_bytes": max(size - base, 0),
+            "built_from": build.built_from,
+        }
         build.cache.store(build.key, info, keep=build.keep)
         return BuiltRole(
             role=build.role,
@@ -340,9 +353,13 @@ class DockerExecutor:
         exit code that says the cached build is corrupted; MeasurementFailed otherwise."""
         name = container_name(f"build-r{build.round}-{build.role}")
         create_args = build_create_args(
-            build, self.image, name=name, campaign=self.campaign, caches=self.caches,
+            build,
+            self.image,
+            name=name,
+            campaign=self.campaign,
+            caches=self.caches,
             cached=cached,
-        )  # fmt: skip
+        )
         with _Container(create_args, name, self.keep), _Reaper(name, self.keep):
             docker(["cp", f"{os.fspath(build.source_dir)}/.", f"{name}:{CONTAINER_INCOMING}"])
             proc = cmd.run(

@@ -63,8 +63,10 @@ def mount_script(
     for paths, mode in ((readonly, "ro"), (writable, "rw"), (hidden, "hidden")):
         for path in dict.fromkeys(Path(p).resolve() for p in paths if Path(p).exists()):
             q = shlex.quote(str(path))
-            why = shlex.quote(f"isolation: could not mount {path} {mode} in the job's mount "
-                              f"namespace; set {ISOLATION_ENV}=off to run without it")  # fmt: skip
+            why = shlex.quote(
+                f"isolation: could not mount {path} {mode} in the job's mount "
+                f"namespace; set {ISOLATION_ENV}=off to run without it"
+            )
             # --rbind: a plain bind of a prefix such as /usr hides the mounts below it
             # (a GPU host's driver libraries are bind-mounted there: CUDA then finds no
             # driver); only the top mount is made read-only

@@ -117,9 +117,11 @@ def seed(root: Path, folder: Path) -> list[str]:
         sources = [
             p
             for p in root.iterdir()
-            if p.is_dir() and not p.name.startswith(".") and p != folder
+            if p.is_dir()
+            and not p.name.startswith(".")
+            and p != folder
             and p.name.rsplit("-", 1)[0] in LINEAGE_ROLES
-        ]  # fmt: skip
+        ]
         sources.sort(key=lambda p: p.stat().st_mtime, reverse=True)
         sources = sources[:SEED_FOLDERS]
         if not sources:
@@ -128,8 +130,9 @@ def seed(root: Path, folder: Path) -> list[str]:
         shutil.rmtree(aside, ignore_errors=True)
         try:
             for source in sources:
-                shutil.copytree(source, aside, symlinks=True, dirs_exist_ok=True,
-                                copy_function=_copy_new)  # fmt: skip
+                shutil.copytree(
+                    source, aside, symlinks=True, dirs_exist_ok=True, copy_function=_copy_new
+                )
             try:
                 os.rename(aside, folder)
             except OSError:

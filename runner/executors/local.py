@@ -139,8 +139,9 @@ def build_in_place(build: BuildJob, compile_tree: Compile, executor: str) -> Bui
             compile_tree(build, log, log_path)
             products = [p for p in tree_files(build.source_dir) if p not in before]
             info = {"executor": executor, "built_from": build.built_from}
-            build.cache.store(build.key, info, tree=build.source_dir,
-                              products=products, keep=build.keep)  # fmt: skip
+            build.cache.store(
+                build.key, info, tree=build.source_dir, products=products, keep=build.keep
+            )
             log.write(f"stored {len(products)} build products under {build.key}\n")
     return BuiltRole(
         role=build.role,
@@ -194,8 +195,7 @@ class LocalExecutor:
         for command in build.commands:
             argv = self.argv(command)
             guarded = protect(argv, build.readonly, [], build.hidden)
-            proc = run(guarded, cwd=build.source_dir, env=env, check=False,
-                       timeout=build.timeout_s)  # fmt: skip
+            proc = run(guarded, cwd=build.source_dir, env=env, check=False, timeout=build.timeout_s)
             log.write(f"$ {' '.join(argv)}\n{proc.stdout}\n")
             if proc.returncode != 0:
                 raise MeasurementFailed(
@@ -210,9 +210,15 @@ class LocalExecutor:
     def _prepare(self, job: WorkerJob, env: dict[str, str], log: TextIO) -> int:
         """The job's preparation commands; the first non-zero exit code, else 0."""
         for cmd in job.prepare:
-            proc = run(_isolated(job, cmd), cwd=job.source_dir, env=env, check=False,
-                       timeout=job.timeout_s, die_with_parent=True,
-                       pass_fds=held_fds())  # fmt: skip
+            proc = run(
+                _isolated(job, cmd),
+                cwd=job.source_dir,
+                env=env,
+                check=False,
+                timeout=job.timeout_s,
+                die_with_parent=True,
+                pass_fds=held_fds(),
+            )
             log.write(f"$ {' '.join(cmd)}\n{proc.stdout}\n")
             if proc.returncode != 0:
                 return proc.returncode
@@ -250,9 +256,15 @@ class LocalExecutor:
                 return JobOutcome(job.name, code, job.out_dir, log_path)
             args = [str(job.spec_path), str(job.out_dir)]
             worker = isolated_python(self.python, "runner.worker", args)
-            proc = run(_isolated(job, worker), cwd=job.source_dir, env=env, check=False,
-                       timeout=job.timeout_s, die_with_parent=True,
-                       pass_fds=held_fds())  # fmt: skip
+            proc = run(
+                _isolated(job, worker),
+                cwd=job.source_dir,
+                env=env,
+                check=False,
+                timeout=job.timeout_s,
+                die_with_parent=True,
+                pass_fds=held_fds(),
+            )
             shown = " ".join([self.python, "-m", "runner.worker", *args])
             log.write(f"$ {shown} (isolated: runner.core.startup)\n{proc.stdout}\n")
         return JobOutcome(job.name, proc.returncode, job.out_dir, log_path)

@@ -199,8 +199,9 @@ class SlurmExecutor:
         is appended to ``log``; a failed or lost build raises MeasurementFailed."""
         assert self.image is not None
         name = f"build-r{build.round}-{build.role}"
-        _check_paths(name, (("tree", build.source_dir), ("out_dir", build.out_dir)),
-                     self.shared_root)  # fmt: skip
+        _check_paths(
+            name, (("tree", build.source_dir), ("out_dir", build.out_dir)), self.shared_root
+        )
         for stale in (EXIT_FILE, SLURM_JSON, BUILD_TASK_LOG):
             (build.out_dir / stale).unlink(missing_ok=True)
         script = build.out_dir / BUILD_SCRIPT

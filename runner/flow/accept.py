@@ -292,9 +292,15 @@ def run_acceptance(
         clock = StepClock(_prefixed(progress), f"round-{ACCEPT_ROUND}", steps, prior)
         times.add(StepTime("checks before the round", 0.0, times.now()))
         with open_round(
-            campaign, executor, _prefixed(progress), ACCEPT_ROUND, "full", gpus,
-            acceptance=True, times=times,
-        ) as rnd:  # fmt: skip
+            campaign,
+            executor,
+            _prefixed(progress),
+            ACCEPT_ROUND,
+            "full",
+            gpus,
+            acceptance=True,
+            times=times,
+        ) as rnd:
             try:
                 _measure(rnd, lineage, result, shapes, out / "artifacts", clock)
             finally:
@@ -338,9 +344,13 @@ def _prefixed(progress: Progress) -> Progress:
 
 
 def _measure(
-    rnd: Round, lineage: Lineage, result: Acceptance, shapes: list[Shape], art: Path,
+    rnd: Round,
+    lineage: Lineage,
+    result: Acceptance,
+    shapes: list[Shape],
+    art: Path,
     clock: StepClock,
-) -> None:  # fmt: skip
+) -> None:
     """Checks 1-3 in fresh worktrees of the base commit and the head.  Nothing else
     uses the device while full validation times: on a GPU target with serving workers
     the full test suite runs beside it (``SuiteBeside``: a pytest suite gives the device

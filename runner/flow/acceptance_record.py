@@ -135,9 +135,11 @@ def render_acceptance(result: Acceptance) -> str:
     commits = "\n".join(f"- {c}" for c in result.commits) or "- none"
     bench = result.full_benchmark
     suite = result.full_suite
-    steps = md_table(
-        ["Step", "Seconds"], [[n, f"{v:.1f}"] for n, v in result.step_seconds.items()]
-    ) if result.step_seconds else ""  # fmt: skip
+    steps = (
+        md_table(["Step", "Seconds"], [[n, f"{v:.1f}"] for n, v in result.step_seconds.items()])
+        if result.step_seconds
+        else ""
+    )
     return (
         f"# Final acceptance — {result.campaign}\n\n"
         f"Outcome: **{verdict}** ({result.started} → {result.finished})\n\n{why}\n\n"

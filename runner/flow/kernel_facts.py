@@ -156,9 +156,26 @@ def _compile(
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}.{threading.get_ident()}")
     shutil.rmtree(tmp, ignore_errors=True)
     nice = ["nice", "-n", "10"] if shutil.which("nice") else []  # yield to the measurement
-    cmd = [*nice, sys.executable, "-m", "runner.analyze.compile_main", "--target", m.target,
-           "--file", rel, "--op", m.target_op, "--prefix", _prefix(rel), "--arch", arch,
-           "--out", str(tmp), "--triton-cache", str(cache_dir() / "triton")]  # fmt: skip
+    cmd = [
+        *nice,
+        sys.executable,
+        "-m",
+        "runner.analyze.compile_main",
+        "--target",
+        m.target,
+        "--file",
+        rel,
+        "--op",
+        m.target_op,
+        "--prefix",
+        _prefix(rel),
+        "--arch",
+        arch,
+        "--out",
+        str(tmp),
+        "--triton-cache",
+        str(cache_dir() / "triton"),
+    ]
     if m.granularity:
         cmd += ["--granularity", m.granularity]
     # nothing written into the role's tree (the round proves each tree unchanged)
@@ -207,8 +224,9 @@ def _compiled_all(
     kernels then hit Triton's cache); ``{(role, file): folder}``."""
     from concurrent.futures import ThreadPoolExecutor
 
-    jobs = [(role, rel) for role, tree in trees.items()
-            for rel in kernel_files(campaign.manifest, tree)]  # fmt: skip
+    jobs = [
+        (role, rel) for role, tree in trees.items() for rel in kernel_files(campaign.manifest, tree)
+    ]
     with ThreadPoolExecutor(max_workers=FACTS_WORKERS) as pool:
         futures = {
             job: pool.submit(_compile, campaign, trees[job[0]], job[1], target, guard)
@@ -231,8 +249,9 @@ def role_facts(folders: dict[str, Path]) -> tuple[Kernels, list[str]]:
             isa = (folder / str(entry.get("isa") or "")).resolve()
             # the compile imported the tree's code: only a file of its own folder is kept
             inside = isa.is_file() and isa.is_relative_to(folder.resolve())
-            kernels[name] = KernelEntry.from_dict({**entry, "isa": str(isa) if inside else ""},
-                                                  file=rel)  # fmt: skip
+            kernels[name] = KernelEntry.from_dict(
+                {**entry, "isa": str(isa) if inside else ""}, file=rel
+            )
         if doc.get("stood_in"):
             notes.append(f"{rel}: stood in for {', '.join(doc['stood_in'])}")
     return kernels, notes

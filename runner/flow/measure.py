@@ -114,8 +114,17 @@ def _paired(
     seed = 7919 * rnd.round + start_index
     if len(gpus) <= 1:
         env = gpu_env(gpus[0], detect_vendor()) if gpus else None
-        return measure_paired(rnd, trees, shapes, roles, pairs=samples, start_index=start_index,
-                              env=env, seed=seed, watch=watch)  # fmt: skip
+        return measure_paired(
+            rnd,
+            trees,
+            shapes,
+            roles,
+            pairs=samples,
+            start_index=start_index,
+            env=env,
+            seed=seed,
+            watch=watch,
+        )
     shards = [s for s in shard_shapes(shapes, len(gpus), cost=_cost(rnd)) if s]
     used = gpus[: len(shards)]
     vendor = detect_vendor()
@@ -127,14 +136,23 @@ def _paired(
     def one(k: int, gpu: int) -> list[Path]:
         """Shard k's CSVs in pass order (pair by pair, the roles in order)."""
         got = measure_paired(
-            rnd, trees, shards[k], roles, pairs=samples, start_index=start_index,
-            env=gpu_env(gpu, vendor), suffix=f"-gpu{gpu}", seed=seed,
-        )  # fmt: skip
+            rnd,
+            trees,
+            shards[k],
+            roles,
+            pairs=samples,
+            start_index=start_index,
+            env=gpu_env(gpu, vendor),
+            suffix=f"-gpu{gpu}",
+            seed=seed,
+        )
         return [got[role][p] for p in range(samples) for role in roles]
 
     per_shard = run_sharded(one, used)
-    passes = [(start_index + i, role) for i, role in
-              enumerate((r for _ in range(samples) for r in roles), start=1)]  # fmt: skip
+    passes = [
+        (start_index + i, role)
+        for i, role in enumerate((r for _ in range(samples) for r in roles), start=1)
+    ]
     order = [s.label for s in shapes]
     return merge_passes(rnd.tmp, passes, per_shard, order, rnd.manifest.pinned_header)
 
@@ -160,9 +178,16 @@ def _per_pass(
     for pattern in patterns:
         if len(gpus) > 1:
             got = measure_sharded(
-                rnd, trees, shapes, gpus, pattern=pattern, blocks=1, start_index=index,
-                pinned=rnd.manifest.pinned_header, cost=_cost(rnd),
-            )  # fmt: skip
+                rnd,
+                trees,
+                shapes,
+                gpus,
+                pattern=pattern,
+                blocks=1,
+                start_index=index,
+                pinned=rnd.manifest.pinned_header,
+                cost=_cost(rnd),
+            )
             for role in roles:
                 paths[role] += got.get(role, [])
             index += len(pattern)
@@ -207,14 +232,23 @@ def _slurm_array(
     shards at once; then the shard CSVs of each pass are merged."""
     n = len(rnd.gpus)
     shards = [s for s in shard_shapes(shapes, n, cost=_cost(rnd)) if s]
-    passes = [(start_index + i, role) for i, role in
-              enumerate((r for pattern in patterns for r in pattern), start=1)]  # fmt: skip
+    passes = [
+        (start_index + i, role)
+        for i, role in enumerate((r for pattern in patterns for r in pattern), start=1)
+    ]
     rnd.progress(f"round-{rnd.round}: {len(shards)} shard(s) as one Slurm job array")
     sequences = [
-        [rnd.worker_job(f"{pass_name(i, role)}-shard{k}", rnd.spec(role, i, shard), trees[role],
-                        {"TURBO_CAMPAIGN_SHARD": str(k)}) for i, role in passes]
+        [
+            rnd.worker_job(
+                f"{pass_name(i, role)}-shard{k}",
+                rnd.spec(role, i, shard),
+                trees[role],
+                {"TURBO_CAMPAIGN_SHARD": str(k)},
+            )
+            for i, role in passes
+        ]
         for k, shard in enumerate(shards)
-    ]  # fmt: skip
+    ]
     assert isinstance(rnd.executor, SequenceExecutor)
     outcomes = rnd.executor.submit_sequences(sequences, rnd.tmp)
     for seq in outcomes:
@@ -254,11 +288,16 @@ def pair_watch(rnd: Round, roles: Sequence[str], shapes: Sequence[Shape]) -> Pai
         reading = partial(pair_gain, pinned=pinned, metric=metric)
     cap = measurement_cap(getattr(rnd, "level", "full")) if len(roles) == 2 else Cap(0.0)
     return PairWatch(
-        getattr(rnd, "progress", None) or (lambda _m: None), f"round-{rnd.round}",
-        roles=len(roles), turns_per_pair=len(roles) * turns_per_worker(roles, 1),
-        prior_s=prior, cap_s=cap.seconds or None, cap_pairs=cap.pairs,
-        cap_promising=cap.promising, reading=reading,
-    )  # fmt: skip
+        getattr(rnd, "progress", None) or (lambda _m: None),
+        f"round-{rnd.round}",
+        roles=len(roles),
+        turns_per_pair=len(roles) * turns_per_worker(roles, 1),
+        prior_s=prior,
+        cap_s=cap.seconds or None,
+        cap_pairs=cap.pairs,
+        cap_promising=cap.promising,
+        reading=reading,
+    )
 
 
 # ---- judging -------------------------------------------------------------------------
@@ -329,15 +368,19 @@ def measure_and_judge(
         if settled is not None and settled(judged.gate):
             break
         have = len(paths[how.roles[1]])
-        more = next_pairs(judged.gate.more_pairs, have, time.monotonic() - started, cap,
-                          promising(judged.gate))  # fmt: skip
+        more = next_pairs(
+            judged.gate.more_pairs, have, time.monotonic() - started, cap, promising(judged.gate)
+        )
         if more < 1:
-            rnd.progress(f"round-{rnd.round}: measurement cap reached at {have} pair(s), "
-                         f"{fmt_seconds(time.monotonic() - started)} measured")  # fmt: skip
+            rnd.progress(
+                f"round-{rnd.round}: measurement cap reached at {have} pair(s), "
+                f"{fmt_seconds(time.monotonic() - started)} measured"
+            )
             judged = judge(rnd, paths, how, vetoes, final=True)
             break
-        rnd.progress(f"round-{rnd.round}: not clear yet ({_evidence_line(judged.gate)}): "
-                     f"{more} more pair(s)")  # fmt: skip
+        rnd.progress(
+            f"round-{rnd.round}: not clear yet ({_evidence_line(judged.gate)}): {more} more pair(s)"
+        )
         got = measure_roles(rnd, ordered, shapes, more, last_index(rnd.tmp), watch)
         for role in how.roles:
             paths[role] += got[role]
@@ -455,9 +498,14 @@ def _judge(
         light = speed_of_light_veto(readings, empirical_peak(rnd.campaign.root))
         vetoes = [*vetoes, light] if light else vetoes
     gate = decide_metrics(
-        refs, cands, sigma_g=m.sigma_g, pairs=pairs, vetoes=list(vetoes), final=final,
+        refs,
+        cands,
+        sigma_g=m.sigma_g,
+        pairs=pairs,
+        vetoes=list(vetoes),
+        final=final,
         targeted_shapes=how.targeted,
-    )  # fmt: skip
+    )
     if cand_score.n_fail:
         why = tuple(f"candidate check: {p}" for p in check_problems(paths[cand_role]))
         gate = replace(gate, reasons=(*gate.reasons, *why))
@@ -468,9 +516,14 @@ def _judge(
         late = [v for v in (inflated, probe_veto(rnd, ref_score, cand_score, gate)) if v]
         if late:
             gate = decide_metrics(
-                refs, cands, sigma_g=m.sigma_g, pairs=pairs,
-                vetoes=[*vetoes, *late], final=final, targeted_shapes=how.targeted,
-            )  # fmt: skip
+                refs,
+                cands,
+                sigma_g=m.sigma_g,
+                pairs=pairs,
+                vetoes=[*vetoes, *late],
+                final=final,
+                targeted_shapes=how.targeted,
+            )
         gate = name_probe(gate)
     csvs = {ref_role: ref, cand_role: cand}
     return Judged(gate, ref_score, cand_score, {k: list(v) for k, v in paths.items()}, csvs)
@@ -488,8 +541,10 @@ def name_probe(gate: GateResult) -> GateResult:
     ]
     if not hit:
         return gate
-    note = (f"{GUARD}: the candidate lost on {hit[0]}, a shape no file listed before the "
-            "round: a change tuned to the listed shapes (docs/protocol.md §5.7)")  # fmt: skip
+    note = (
+        f"{GUARD}: the candidate lost on {hit[0]}, a shape no file listed before the "
+        "round: a change tuned to the listed shapes (docs/protocol.md §5.7)"
+    )
     return replace(gate, reasons=(note, *gate.reasons))
 
 

@@ -234,8 +234,9 @@ def _default_commands(
     target adapter's, once every file they name is found in ``source``."""
     op, gran, backend = request
     named = target.upstream_files(op, gran, backend)
-    defaulted = [k for k in ("test_command", "benchmark_command", "kernel_source")
-                 if not fields.get(k)]  # fmt: skip
+    defaulted = [
+        k for k in ("test_command", "benchmark_command", "kernel_source") if not fields.get(k)
+    ]
     check_upstream_files(source, [f for k in defaulted for f in named.get(k, [])], target.name)
     if not fields.get("kernel_source"):
         fields["kernel_source"] = target.kernel_source(op, backend, gran)
@@ -291,8 +292,12 @@ def fit_device(fields: dict[str, Any], *, explicit: bool, say: Callable[[str], N
     targets = set(fields["target_shapes"])
     mine = [u for u in unfit if u.label in targets]
     if mine and explicit:
-        refuse_unfit(str(fields["target_op"]), [s for s in shape_set(fields["shape_set"])
-                     if s.label in targets], gpu, "campaign init")  # fmt: skip
+        refuse_unfit(
+            str(fields["target_op"]),
+            [s for s in shape_set(fields["shape_set"]) if s.label in targets],
+            gpu,
+            "campaign init",
+        )
     for u in mine:
         say(f"left out of the target shapes: {u.describe()}")
     fields["target_shapes"] = [
@@ -328,8 +333,10 @@ def reserve_heldout_shapes(
     targets = list(fields["target_shapes"])
     candidates = [s for s in shape_set(fields["shape_set"]) if s.label not in (unfit or set())]
     if unfit and say is not None:
-        say(f"held-out pick: {len(unfit)} shape(s) of {fields['shape_set']} left out, they "
-            f"do not fit the device: {', '.join(sorted(unfit))}")  # fmt: skip
+        say(
+            f"held-out pick: {len(unfit)} shape(s) of {fields['shape_set']} left out, they "
+            f"do not fit the device: {', '.join(sorted(unfit))}"
+        )
     chosen = reserve_heldout(candidates, seed, targets if explicit else ())
     if not chosen:
         return None

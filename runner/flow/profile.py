@@ -110,11 +110,35 @@ def wrapped(tool: str, argv: list[str], out: Path, launches: int) -> list[str]:
             "for rocprofv3) or pass --tool torch"
         )
     if tool == "ncu":
-        return ["ncu", "--csv", "--page", "raw", "--nvtx", "--nvtx-include", f"{RANGE_NAME}/",
-                "--launch-count", str(launches), "--target-processes", "all",
-                "--log-file", str(out / "ncu_raw.csv"), *argv]  # fmt: skip
-    return ["rocprofv3", "--kernel-trace", "--stats", "-d", str(out), "-o", "profile",
-            "--output-format", "csv", "--", *argv]  # fmt: skip
+        return [
+            "ncu",
+            "--csv",
+            "--page",
+            "raw",
+            "--nvtx",
+            "--nvtx-include",
+            f"{RANGE_NAME}/",
+            "--launch-count",
+            str(launches),
+            "--target-processes",
+            "all",
+            "--log-file",
+            str(out / "ncu_raw.csv"),
+            *argv,
+        ]
+    return [
+        "rocprofv3",
+        "--kernel-trace",
+        "--stats",
+        "-d",
+        str(out),
+        "-o",
+        "profile",
+        "--output-format",
+        "csv",
+        "--",
+        *argv,
+    ]
 
 
 def parse_folder(tool: str, out: Path, stdout: str = "") -> list[dict[str, Any]]:
@@ -156,9 +180,14 @@ def role_trees(campaign: Campaign, n: int) -> Iterator[dict[str, Path]]:
 
 
 def profile_round(
-    campaign: Campaign, n: int, *, tool: str = "auto", shapes: str | None = None,
-    launches: int = 200, timeout: float = 1800,
-) -> ProfileRun:  # fmt: skip
+    campaign: Campaign,
+    n: int,
+    *,
+    tool: str = "auto",
+    shapes: str | None = None,
+    launches: int = 200,
+    timeout: float = 1800,
+) -> ProfileRun:
     m = campaign.manifest
     tool = pick_tool(m, tool)
     env_words, argv = bench_argv(m, shapes)

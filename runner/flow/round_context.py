@@ -239,8 +239,15 @@ class Round:
         jit = jit_root(self.campaign.root.parent)
         jit.mkdir(parents=True, exist_ok=True)
         builds = BuildCache.for_campaign(self.campaign.root).root
-        paths = [*self.role_dirs, self.tmp, self.campaign.root, Path(self.manifest.source),
-                 harness, jit, builds]  # fmt: skip
+        paths = [
+            *self.role_dirs,
+            self.tmp,
+            self.campaign.root,
+            Path(self.manifest.source),
+            harness,
+            jit,
+            builds,
+        ]
         paths += interpreter_roots() if interpreter else ()
         # never the job's own tree (or a folder holding it: workspace mode's checkout)
         return tuple(p for p in paths if p.resolve() != mine and p.resolve() not in mine.parents)
@@ -251,8 +258,9 @@ class Round:
         roles, the round, the campaign, the harness and the caches read-only, the sealed
         held-out pick unseen (``runner.executors.isolation.protect``); ``writable``: its
         own output."""
-        return protect(argv, [*self.readonly(tree, interpreter=True), tree], writable,
-                       self.hidden())  # fmt: skip
+        return protect(
+            argv, [*self.readonly(tree, interpreter=True), tree], writable, self.hidden()
+        )
 
     def hidden(self) -> tuple[Path, ...]:
         """What no job of any role may read: the sealed folder (the held-out pick,
@@ -302,8 +310,17 @@ def open_round(
         with times.step("lease and scratch folder"):
             stack.enter_context(gpu_lease(gpus, campaign, n))
             tmp = workdir or stack.enter_context(job_dir(campaign.root, campaign.name))
-        yield Round(campaign, executor, progress, tmp, n, level, tuple(gpus),
-                    acceptance=acceptance, times=times)  # fmt: skip
+        yield Round(
+            campaign,
+            executor,
+            progress,
+            tmp,
+            n,
+            level,
+            tuple(gpus),
+            acceptance=acceptance,
+            times=times,
+        )
 
 
 # ---- shapes --------------------------------------------------------------------------

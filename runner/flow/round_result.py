@@ -79,9 +79,11 @@ class Request:
                 f"{', '.join(DECLARABLE)} (docs/protocol.md §8.2); nothing was measured"
             )
         check_size(
-            self.hypothesis, MAX_HYPOTHESIS_CHARS, "the hypothesis",
+            self.hypothesis,
+            MAX_HYPOTHESIS_CHARS,
+            "the hypothesis",
             "state it in a few sentences (the detail belongs in the patch's commit message)",
-        )  # fmt: skip
+        )
 
 
 def behaviour_transfer(rnd: Round, transfer: TransferCheck, gate: GateResult) -> TransferCheck:
@@ -95,9 +97,12 @@ def behaviour_transfer(rnd: Round, transfer: TransferCheck, gate: GateResult) ->
         return transfer
     fresh = fresh_gains(passes["incumbent"], passes["candidate"])
     return state_transfer(
-        transfer, state_report(passes["candidate"]), state_report(passes["incumbent"]), gate,
+        transfer,
+        state_report(passes["candidate"]),
+        state_report(passes["incumbent"]),
+        gate,
         fresh,
-    )  # fmt: skip
+    )
 
 
 def veto_only(

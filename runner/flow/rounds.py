@@ -34,7 +34,14 @@ from runner.core.step_times import StepTime, StepTimes
 from runner.executors.base import BuiltRole, Executor
 from runner.flow.attempts import correctness_only, record_attempt
 from runner.flow.build import built_roles, describe
-from runner.flow.candidate import advance, audit, closed_transfer, lineage_commit, open_round_dir
+from runner.flow.candidate import (
+    Audited,
+    advance,
+    audit,
+    closed_transfer,
+    lineage_commit,
+    open_round_dir,
+)
 from runner.flow.checkout import kept_note, plan_restore, restore_checkout
 from runner.flow.judge_files import check_scope
 from runner.flow.kernel_facts import FactsJob
@@ -106,9 +113,14 @@ def validate_round(
             write_diagnosis(campaign, diagnosed, request.round, dict(request.diagnosis))
         times.add(StepTime("checks before the round", 0.0, times.now()))
         with open_round(
-            campaign, executor, progress, request.round, request.level, request.gpus,
+            campaign,
+            executor,
+            progress,
+            request.round,
+            request.level,
+            request.gpus,
             times=times,
-        ) as rnd:  # fmt: skip
+        ) as rnd:
             return _validate_in(rnd, request, patch, touched, started, diffs, declared, restores)
 
 
@@ -131,15 +143,8 @@ def _validate_in(
     facts: FactsJob | None = None  # a failed round records them too (docs/analysis.md)
     try:
         with contextlib.ExitStack() as trees:
-            with rnd.times.step("worktrees"):
-                inc_tree = trees.enter_context(lineage.worktree(head))
-                cand_tree = trees.enter_context(lineage.worktree(head, patch))
-            pause_point("candidate-tree")
-            with rnd.times.step("audit"):
-                audited = audit(rnd, rnd.round, rnd.tmp, (inc_tree, cand_tree), patch,
-                                touched, declared, request.bucket)  # fmt: skip
+            roles, audited = _audited_trees(rnd, trees, head, request, patch, touched, declared)
             notes = audited.notes
-            roles = {"incumbent": inc_tree, "candidate": cand_tree}
             facts = FactsJob(rnd, roles)
             gate, inc_score, cand_score, builds = _guarded(
                 rnd, request, roles, touched, shapes, audited.vetoes, facts, audited.risks
@@ -170,6 +175,35 @@ def _validate_in(
     if commit:
         advance(rnd, commit, head)
     return result
+
+
+def _audited_trees(
+    rnd: Round,
+    trees: contextlib.ExitStack,
+    head: str,
+    request: Request,
+    patch: str,
+    touched: list[str],
+    declared: Sequence[str],
+) -> tuple[dict[str, Path], Audited]:
+    """The incumbent's and the candidate's worktrees of ``head`` (closed with ``trees``)
+    and the candidate's audit."""
+    with rnd.times.step("worktrees"):
+        inc_tree = trees.enter_context(rnd.lineage.worktree(head))
+        cand_tree = trees.enter_context(rnd.lineage.worktree(head, patch))
+    pause_point("candidate-tree")
+    with rnd.times.step("audit"):
+        audited = audit(
+            rnd,
+            rnd.round,
+            rnd.tmp,
+            (inc_tree, cand_tree),
+            patch,
+            touched,
+            declared,
+            request.bucket,
+        )
+    return {"incumbent": inc_tree, "candidate": cand_tree}, audited
 
 
 def _closed_failure(
@@ -294,22 +328,29 @@ def _measure_and_judge(
         return got.gate, got.reference, got.candidate
     full = level_shapes(m, "full")
     due = confirmation_due(
-        request.level, got.gate.delta_pct, risks, [s.label for s in shapes],
+        request.level,
+        got.gate.delta_pct,
+        risks,
+        [s.label for s in shapes],
         [s.label for s in full],
-    )  # fmt: skip
+    )
     if not due.why:
         return got.gate, got.reference, got.candidate
     if not due.adds_shapes:
-        why = (f"full-level confirmation not needed ({due.summary()}): the quick level "
-               "measured every target shape")  # fmt: skip
+        why = (
+            f"full-level confirmation not needed ({due.summary()}): the quick level "
+            "measured every target shape"
+        )
         return _noted(got.gate, why, last=True), got.reference, got.candidate
     if not request.confirm:
         why = f"full-level confirmation skipped (--no-confirm) although due: {due.summary()}"
         return _noted(got.gate, why, last=True), got.reference, got.candidate
     rnd.step("full-level confirmation")
-    quick = (f"quick level {fmt_gain(got.gate.delta_pct, got.gate)} on "
-             f"{len(shapes)} shape(s), ACCEPTED; upgraded to the full level "
-             f"({len(full)} target shapes) for confirmation: {due.summary()}")  # fmt: skip
+    quick = (
+        f"quick level {fmt_gain(got.gate.delta_pct, got.gate)} on "
+        f"{len(shapes)} shape(s), ACCEPTED; upgraded to the full level "
+        f"({len(full)} target shapes) for confirmation: {due.summary()}"
+    )
     with rnd.times.step("full-level confirmation"):
         confirmed = measure_and_judge(replace(rnd, level="full"), trees, full, samples, how=how)
     verdict = "confirmed" if confirmed.gate.decision.accepted else "NOT confirmed"

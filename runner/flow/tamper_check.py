@@ -54,8 +54,11 @@ class TreeState:
 
     def changes(self, later: TreeState) -> list[str]:
         """The paths whose blob differs in ``later`` (HEAD as ``HEAD``)."""
-        paths = sorted(p for p in self.files.keys() | later.files.keys()
-                       if self.files.get(p) != later.files.get(p))  # fmt: skip
+        paths = sorted(
+            p
+            for p in self.files.keys() | later.files.keys()
+            if self.files.get(p) != later.files.get(p)
+        )
         return (["HEAD"] if self.head != later.head else []) + paths
 
 
@@ -152,11 +155,19 @@ def startup_state(trees: Iterable[Path], dirs: Iterable[Path] | None = None) -> 
     import runner
 
     harness_root = Path(runner.__file__).resolve().parent.parent
-    folders = tuple(dict.fromkeys([*(interpreter_dirs() if dirs is None else dirs),
-                                   harness_root, *trees]))  # fmt: skip
+    folders = tuple(
+        dict.fromkeys([*(interpreter_dirs() if dirs is None else dirs), harness_root, *trees])
+    )
     shadowing = tuple(shadowing_dirs(harness_root))
-    return StartupState(STARTUP, Path("/"), "", startup_files(folders), folders, shadowing,
-                        importable_files(shadowing))  # fmt: skip
+    return StartupState(
+        STARTUP,
+        Path("/"),
+        "",
+        startup_files(folders),
+        folders,
+        shadowing,
+        importable_files(shadowing),
+    )
 
 
 def snapshot(trees: Mapping[str, Path], dirs: Iterable[Path] | None = None) -> dict[str, TreeState]:
@@ -173,10 +184,12 @@ def startup_changes(before: Mapping[str, TreeState]) -> list[str]:
     if not isinstance(state, StartupState):
         return []
     later = startup_files(state.dirs)
-    found = [f"interpreter start-up file {p} was created or changed while the round ran "
-             "(harness proof: start-up files)"
-             for p in sorted(state.files.keys() | later.keys())
-             if state.files.get(p) != later.get(p)]  # fmt: skip
+    found = [
+        f"interpreter start-up file {p} was created or changed while the round ran "
+        "(harness proof: start-up files)"
+        for p in sorted(state.files.keys() | later.keys())
+        if state.files.get(p) != later.get(p)
+    ]
     return found + shadow_changes(state)
 
 
@@ -185,10 +198,12 @@ def shadow_changes(state: StartupState) -> list[str]:
     worker imports from before its own paths (the harness root, the standard library),
     in words: a ``torch.py`` there shadows the real one in every later worker."""
     later = importable_files(state.shadowing)
-    return [f"importable file {p} was created or changed while the round ran, ahead of "
-            "site-packages on every worker's path (harness proof: module shadow)"
-            for p in sorted(state.importable.keys() | later.keys())
-            if state.importable.get(p) != later.get(p)]  # fmt: skip
+    return [
+        f"importable file {p} was created or changed while the round ran, ahead of "
+        "site-packages on every worker's path (harness proof: module shadow)"
+        for p in sorted(state.importable.keys() | later.keys())
+        if state.importable.get(p) != later.get(p)
+    ]
 
 
 def created_files(before: Mapping[str, TreeState], guarded: Iterable[str]) -> list[str]:
@@ -201,12 +216,17 @@ def created_files(before: Mapping[str, TreeState], guarded: Iterable[str]) -> li
         if role in (HARNESS, STARTUP) or role in guarded:
             continue
         later = tree_state(role, state.tree)
-        new = [p for p in state.changes(later) if p != "HEAD" and p.endswith(SOURCES)
-               and later.files.get(p, GONE) != GONE]  # fmt: skip
+        new = [
+            p
+            for p in state.changes(later)
+            if p != "HEAD" and p.endswith(SOURCES) and later.files.get(p, GONE) != GONE
+        ]
         if new:
-            problems.append(f"the {role}'s own processes wrote {', '.join(new[:10])} into its "
-                            f"tree {state.tree} while the round ran (harness proof: files a "
-                            "role created)")  # fmt: skip
+            problems.append(
+                f"the {role}'s own processes wrote {', '.join(new[:10])} into its "
+                f"tree {state.tree} while the round ran (harness proof: files a "
+                "role created)"
+            )
     return problems
 
 
@@ -236,11 +256,15 @@ def _mismatches(
     where = "harness file " if state.role == HARNESS else ""
     return [
         f"{name} ({role}) loaded {where}{rel}, not {whose} "
-        + (f"(blob {state.files[rel][:12]})" if rel in state.files
-           else "(created after the round's snapshot)")
-        + ": " + ", ".join(seen)
+        + (
+            f"(blob {state.files[rel][:12]})"
+            if rel in state.files
+            else "(created after the round's snapshot)"
+        )
+        + ": "
+        + ", ".join(seen)
         for rel, seen in wrong.items()
-    ]  # fmt: skip
+    ]
 
 
 def tampering(
@@ -254,16 +278,22 @@ def tampering(
     for folder, record in _worker_records(tmp):
         state = before.get(record.role) if record is not None else None
         if record is None or state is None or "end" not in record.tree:
-            problems.append(f"{folder.name} left numbers without a record of the files it "
-                            f"loaded ({LOADED})")  # fmt: skip
+            problems.append(
+                f"{folder.name} left numbers without a record of the files it loaded ({LOADED})"
+            )
             continue
         problems += _mismatches(folder.name, record.role, state, record, harness=False)
         harness = before.get(HARNESS)
         if harness is not None and record.harness_root == str(harness.tree):
             problems += _mismatches(folder.name, record.role, harness, record, harness=True)
     guarded = tuple(guarded)
-    return (problems + guarded_changes(before, guarded) + startup_changes(before)
-            + created_files(before, guarded) + rewritten(tmp))  # fmt: skip
+    return (
+        problems
+        + guarded_changes(before, guarded)
+        + startup_changes(before)
+        + created_files(before, guarded)
+        + rewritten(tmp)
+    )
 
 
 def guarded_changes(
@@ -277,8 +307,10 @@ def guarded_changes(
         state = before[role]
         changed = state.changes(tree_state(role, state.tree))
         if changed:
-            problems.append(f"the {role}'s tree {state.tree} changed while the round ran: "
-                            + ", ".join(changed[:10]))  # fmt: skip
+            problems.append(
+                f"the {role}'s tree {state.tree} changed while the round ran: "
+                + ", ".join(changed[:10])
+            )
     return problems
 
 
@@ -365,8 +397,10 @@ class BuildWatch:
         harness = self.unbuilt[HARNESS]
         changed = harness.changes(harness_state())
         if changed:
-            self.problems.append(f"the harness {harness.tree} changed while the round's builds "
-                                 "ran: " + ", ".join(changed[:10]))  # fmt: skip
+            self.problems.append(
+                f"the harness {harness.tree} changed while the round's builds "
+                "ran: " + ", ".join(changed[:10])
+            )
         error = _tampered(self.problems)
         if error is not None:
             raise error

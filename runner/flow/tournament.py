@@ -155,9 +155,16 @@ def _open_round(rnd: Round, entry: Entry) -> None:
     entry.dir = rnd.tmp / f"round-{entry.n}"
     entry.dir.mkdir()
     entry.view = Round(
-        rnd.campaign, rnd.executor, rnd.progress, entry.dir, entry.n, rnd.level, rnd.gpus,
-        builds=rnd.builds, times=rnd.times,
-    )  # fmt: skip
+        rnd.campaign,
+        rnd.executor,
+        rnd.progress,
+        entry.dir,
+        entry.n,
+        rnd.level,
+        rnd.gpus,
+        builds=rnd.builds,
+        times=rnd.times,
+    )
 
 
 def _run(rnd: Round, entries: list[Entry], started: str) -> list[RoundResult]:
@@ -238,8 +245,16 @@ def _audit(rnd: Round, entry: Entry, inc_tree: Path) -> None:
     if entry.tree is None:
         snapshot(inc_tree, list(rnd.manifest.kernel_source), rnd.campaign.snapshot_dir(entry.n))
         return
-    audited = audit(rnd, entry.n, entry.dir, (inc_tree, entry.tree), entry.patch, entry.touched,
-                    entry.declared, entry.request.bucket)  # fmt: skip
+    audited = audit(
+        rnd,
+        entry.n,
+        entry.dir,
+        (inc_tree, entry.tree),
+        entry.patch,
+        entry.touched,
+        entry.declared,
+        entry.request.bucket,
+    )
     entry.vetoes, entry.transfer, entry.rejects = audited.vetoes, audited.transfer, audited.rejects
     entry.notes = audited.notes
 
@@ -281,8 +296,15 @@ def _close(
         assert view is not None
         why = failed_all or entry.failure
         if why:
-            result = failed_result(view, entry.request, entry.patch, entry.touched, started, best,
-                                   "\n".join([why, *entry.notes]))  # fmt: skip
+            result = failed_result(
+                view,
+                entry.request,
+                entry.patch,
+                entry.touched,
+                started,
+                best,
+                "\n".join([why, *entry.notes]),
+            )
         else:
             span = f"{entries[0].n}-{entries[-1].n}"
             result = _judged_result(view, entry, started, best, winner, commit, span)
@@ -312,8 +334,18 @@ def _judged_result(
     if winner is not None and entry is not winner and gate.decision.accepted:
         gate = _superseded(gate, entry, winner)
     won = entry is winner
-    result = round_result(view, entry.request, entry.patch, entry.touched, started, gate, cand, inc,
-                          best, commit if won else None)  # fmt: skip
+    result = round_result(
+        view,
+        entry.request,
+        entry.patch,
+        entry.touched,
+        started,
+        gate,
+        cand,
+        inc,
+        best,
+        commit if won else None,
+    )
     result.reasons.extend(entry.notes)
     attach_facts(view, result, entry.facts)
     result.attribution += (
@@ -351,8 +383,9 @@ def _note(entries: Sequence[Entry], winner: Entry | None, failed_all: str | None
             "measurement against the incumbent"
         )
     retry = [] if winner is None else [e.n for e in entries if e is not winner and _retry(e)]
-    return TournamentNote(first=first, last=last, winner=None if winner is None else winner.n,
-                          line=line, retry=retry)  # fmt: skip
+    return TournamentNote(
+        first=first, last=last, winner=None if winner is None else winner.n, line=line, retry=retry
+    )
 
 
 def _retry(entry: Entry) -> bool:

@@ -256,8 +256,9 @@ def _stop_outpaced(
         if not outpaced(e.judged.gate, lead):
             still.append(e)
             continue
-        judged = judge(e.view, paths[e.role], Comparison(roles=("incumbent", e.role)),
-                       e.vetoes, final=True)  # fmt: skip
+        judged = judge(
+            e.view, paths[e.role], Comparison(roles=("incumbent", e.role)), e.vetoes, final=True
+        )
         e.outpaced_by = leader.n
         if not judged.gate.decision.accepted:
             gain = e.judged.gate
@@ -313,8 +314,7 @@ def _keep_passes(rnd: Round, entry: Entry, paths: dict[str, list[Path]]) -> None
             if role == entry.role:
                 name = name.replace(entry.role, "candidate", 1)
             copy_plain_tree(csv.parent, entry.dir / name)
-    for extra in [*rnd.tmp.glob("turns*.jsonl"), *rnd.tmp.glob("memory*.json"),
-                  rnd.tmp / BUILDS]:  # fmt: skip
+    for extra in [*rnd.tmp.glob("turns*.jsonl"), *rnd.tmp.glob("memory*.json"), rnd.tmp / BUILDS]:
         if extra.is_file():
             shutil.copy2(extra, entry.dir / extra.name)
 
@@ -336,10 +336,18 @@ def confirm(rnd: Round, inc_tree: Path, entries: Sequence[Entry], shapes: list[S
         )
         _set_aside(e.dir)
         conf = Round(
-            rnd.campaign, rnd.executor, rnd.progress, e.dir, e.n, rnd.level, rnd.gpus,
-            builds=rnd.builds, ready_checks=rnd.ready_checks, role_dirs=rnd.role_dirs,
+            rnd.campaign,
+            rnd.executor,
+            rnd.progress,
+            e.dir,
+            e.n,
+            rnd.level,
+            rnd.gpus,
+            builds=rnd.builds,
+            ready_checks=rnd.ready_checks,
+            role_dirs=rnd.role_dirs,
             times=rnd.times,
-        )  # fmt: skip
+        )
         samples = block_pairs(e.request.pairs or rnd.manifest.pairs)
         trees = {"incumbent": inc_tree, "candidate": e.tree}
         got = measure_and_judge(conf, trees, shapes, samples, vetoes=e.vetoes, settled=confirms)

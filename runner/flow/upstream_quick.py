@@ -41,9 +41,13 @@ def run_quick(rnd: Round, tree: Path, role: str, log_name: str) -> str:
     note = take_edit(campaign.root, script)
     command = f'python "${OUT_ENV}/{script.name}" --summary-csv "${OUT_ENV}/{QUICK_CSV}"'
     spec = rnd.spec(
-        role, 0, [], mode="test", command=command,
+        role,
+        0,
+        [],
+        mode="test",
+        command=command,
         files={script.name: script.read_text(encoding="utf-8")},
-    )  # fmt: skip
+    )
     outcome = run_job(rnd, f"quick-{role}", spec, tree)
     log = outcome.out_dir / "test.log"
     text = (note + "\n" if note else "") + (log.read_text(encoding="utf-8") if log.exists() else "")
@@ -54,8 +58,9 @@ def run_quick(rnd: Round, tree: Path, role: str, log_name: str) -> str:
     if not produced.is_file():
         raise MeasurementFailed(
             f"quick_test_bench.py wrote no CSV on the {role} (exit {outcome.returncode}); "
-            f"see {log_name}", log
-        )  # fmt: skip
+            f"see {log_name}",
+            log,
+        )
     shutil.copy2(produced, artifacts / QUICK_CSV)
     try:
         rows = read_quick_csv(produced, rnd.manifest.pinned_header)
@@ -65,10 +70,11 @@ def run_quick(rnd: Round, tree: Path, role: str, log_name: str) -> str:
     if failed:
         raise MeasurementFailed(
             f"quick_test_bench.py reports Check FAIL on the {role} for {', '.join(failed)}: "
-            f"upstream's hard gate rejects it (see {log_name})", log
-        )  # fmt: skip
+            f"upstream's hard gate rejects it (see {log_name})",
+            log,
+        )
     if outcome.returncode != 0:
         raise MeasurementFailed(
             f"quick_test_bench.py exited {outcome.returncode} on the {role}", log
-        )  # fmt: skip
+        )
     return text

@@ -85,8 +85,9 @@ def create_workspace(
         upstream, kernels, dest, tests=tests, bench=bench, support=support, extra=extra
     )
     if stack is not None:
-        write_stack(Stack(written=stack.written), upstream, dest,
-                    {target.package: "src", "tests": "tests"})  # fmt: skip
+        write_stack(
+            Stack(written=stack.written), upstream, dest, {target.package: "src", "tests": "tests"}
+        )
     run(["git", "init", "-q", "-b", "main"], cwd=dest)
     run(["git", "add", "-A"], cwd=dest)
     run(["git", *IDENT, "commit", "-q", "-m", "workspace: extracted"], cwd=dest)
@@ -115,8 +116,10 @@ def integration_gate(rnd: Round, head_tree: Path, log_path: Path) -> tuple[bool,
     lineage = Lineage(upstream, rnd.campaign.name, None)
     with lineage.worktree(str(record["commit"])) as tree:
         written = sync_back(head_tree, tree)
-        lines.append(f"synced back into {upstream} @ {str(record['commit'])[:12]}: "
-                     f"{', '.join(written) or 'no kernel file changed'}")  # fmt: skip
+        lines.append(
+            f"synced back into {upstream} @ {str(record['commit'])[:12]}: "
+            f"{', '.join(written) or 'no kernel file changed'}"
+        )
         # the full repository's own target: Primus-Turbo's focused test imports the
         # compiled extension, built there from the synced tree (not the stack's stand-in)
         target = get_target(str(record.get("target") or rnd.target.name))

@@ -146,8 +146,9 @@ def _old_signatures(path: str, old: str | None) -> set[str]:
         return set()
 
 
-def _audit_file(path: str, touched: set[int], new: str | None, old: str | None,
-                have_old: bool) -> list[Finding]:  # fmt: skip
+def _audit_file(
+    path: str, touched: set[int], new: str | None, old: str | None, have_old: bool
+) -> list[Finding]:
     if new is None:
         return [Finding("AUDIT", path, 0, "new source not provided: cannot audit", REJECT, "audit")]
     try:
@@ -184,16 +185,21 @@ def check_declared_bucket(report: AuditReport, declared: str) -> list[str]:
     """Problems when the round's ``--bucket`` disagrees with the audit (empty: agrees)."""
     bucket = declared.strip().upper()
     if bucket not in DECLARABLE:
-        return [f"declared bucket {declared!r} is not one of {', '.join(DECLARABLE)} "
-                "(W2 and W3 are forbidden and cannot be declared)"]  # fmt: skip
+        return [
+            f"declared bucket {declared!r} is not one of {', '.join(DECLARABLE)} "
+            "(W2 and W3 are forbidden and cannot be declared)"
+        ]
     problems = []
     caches = sorted(report.buckets & CACHE_BUCKETS)
     if forbidden := [b for b in caches if b != "W1"]:
         problems.append(f"declared {bucket} but the audit found forbidden {forbidden} caches")
     if bucket == "W1" and "W1" not in caches:
-        problems.append("declared W1 but the audit found no weight cache keyed on "
-                        "id(weight)+_version+shape")  # fmt: skip
+        problems.append(
+            "declared W1 but the audit found no weight cache keyed on id(weight)+_version+shape"
+        )
     if bucket != "W1" and "W1" in caches:
-        problems.append(f"declared {bucket} but the patch adds a W1 weight cache: "
-                        "declare --bucket W1 (its gain is capped)")  # fmt: skip
+        problems.append(
+            f"declared {bucket} but the patch adds a W1 weight cache: "
+            "declare --bucket W1 (its gain is capped)"
+        )
     return problems

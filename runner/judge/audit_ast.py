@@ -382,8 +382,10 @@ def uniform_div(expr: ast.AST) -> bool:
     )
 
 
-_NONEMPTY_OPS = {False: ((ast.Gt, 0), (ast.GtE, 1), (ast.NotEq, 0)),
-                 True: ((ast.Eq, 0), (ast.LtE, 0), (ast.Lt, 1))}  # fmt: skip
+_NONEMPTY_OPS = {
+    False: ((ast.Gt, 0), (ast.GtE, 1), (ast.NotEq, 0)),
+    True: ((ast.Eq, 0), (ast.LtE, 0), (ast.Lt, 1)),
+}
 
 
 def nonempty_test(test: ast.AST, raising: bool) -> bool:

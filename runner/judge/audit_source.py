@@ -125,14 +125,29 @@ class _ModuleAudit:
                 best = scope
         return best
 
-    def _add(self, bucket: str, site: ast.AST, msg: str, rule: str, scope: Scope,
-             extra: set[int] | None = None) -> None:  # fmt: skip
+    def _add(
+        self,
+        bucket: str,
+        site: ast.AST,
+        msg: str,
+        rule: str,
+        scope: Scope,
+        extra: set[int] | None = None,
+    ) -> None:
         line = getattr(site, "lineno", 0)
         lines = set(range(line, (getattr(site, "end_lineno", None) or line) + 1)) | (extra or set())
         sig = f"{rule}|{bucket}|{scope.qualname}|{ast.unparse(site)}"
         sev = WARN if bucket in _WARN_BUCKETS else REJECT
-        found = Finding(bucket, self.path, line, f"{scope.qualname}: {msg}", sev, rule,
-                        tuple(sorted(lines)), sig)  # fmt: skip
+        found = Finding(
+            bucket,
+            self.path,
+            line,
+            f"{scope.qualname}: {msg}",
+            sev,
+            rule,
+            tuple(sorted(lines)),
+            sig,
+        )
         self.findings.setdefault((line, bucket), found)
 
     def _check_node(self, node: ast.AST, scope: Scope) -> None:
@@ -154,8 +169,14 @@ class _ModuleAudit:
             self._check_assumption(node, node.test, scope)
 
     # --- identity keys (W1/W2/W3)
-    def _check_key(self, site: ast.AST, key: ast.expr, container: ast.expr | None,
-                   scope: Scope, rule: str = "id-key") -> None:  # fmt: skip
+    def _check_key(
+        self,
+        site: ast.AST,
+        key: ast.expr,
+        container: ast.expr | None,
+        scope: Scope,
+        rule: str = "id-key",
+    ) -> None:
         parts, lines = self.resolver.expand(key, scope)
         targets = [t for p in parts for t in identity_args(p)]
         cname = ast.unparse(container) if container is not None else ""
@@ -226,8 +247,9 @@ class _ModuleAudit:
                 self._check_key(node, value, None, scope, "memo-container")
 
     # --- memoisation in forward/backward
-    def _check_write(self, site: ast.AST, container: ast.expr, key: ast.expr, value: ast.expr,
-                     scope: Scope) -> None:  # fmt: skip
+    def _check_write(
+        self, site: ast.AST, container: ast.expr, key: ast.expr, value: ast.expr, scope: Scope
+    ) -> None:
         name = ast.unparse(container)
         if name not in self.persistent and name not in scope.globals_:
             return
@@ -238,8 +260,10 @@ class _ModuleAudit:
         lines = self.resolver.expand(value, scope)[1]
         data = sorted(tensor_data(value, scope))
         if data:
-            msg = (f"persistent `{name}` written in forward/backward stores data of {data} "
-                   f"keyed on `{ast.unparse(key)}`: cross-call memoisation")  # fmt: skip
+            msg = (
+                f"persistent `{name}` written in forward/backward stores data of {data} "
+                f"keyed on `{ast.unparse(key)}`: cross-call memoisation"
+            )
             self._add("W3", site, msg, "memo-container", scope, lines)
 
     def _check_function(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, scope: Scope) -> None:
@@ -263,8 +287,10 @@ class _ModuleAudit:
             ]
             hinted = [p for p in params if tensor_param(p, scope) and scope.fwd_like]
             if sure or hinted:
-                msg = (f"`@{base}` on `{fn.name}` memoises on tensor parameter(s) "
-                       f"{sorted(set(sure + hinted))}: hash(Tensor) is id(Tensor)")  # fmt: skip
+                msg = (
+                    f"`@{base}` on `{fn.name}` memoises on tensor parameter(s) "
+                    f"{sorted(set(sure + hinted))}: hash(Tensor) is id(Tensor)"
+                )
                 extra = set(range(dec.lineno, fn.body[0].lineno))
                 self._add("W3", dec, msg, "lru-cache", scope, extra)
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 BORDERLINE_PCT = 5.0  # upstream: "borderline (improvement < 5%)"
 
+# a new helper's ``return`` or an error path's ``raise`` is no branch
 CONTROL_NODES = (
     ast.If,
     ast.IfExp,
@@ -39,11 +40,26 @@ CONTROL_NODES = (
     ast.Continue,
     ast.Try,
     ast.Match,
-)  # fmt: skip (a new helper's ``return`` or an error path's ``raise`` is no branch)
+)
 LAYOUT_CALLS = frozenset(
-    {"t", "transpose", "permute", "contiguous", "view", "reshape", "as_strided", "stride",
-     "trans", "make_block_ptr", "movedim", "swapaxes", "flatten", "unflatten", "expand"}
-)  # fmt: skip
+    {
+        "t",
+        "transpose",
+        "permute",
+        "contiguous",
+        "view",
+        "reshape",
+        "as_strided",
+        "stride",
+        "trans",
+        "make_block_ptr",
+        "movedim",
+        "swapaxes",
+        "flatten",
+        "unflatten",
+        "expand",
+    }
+)
 LAYOUT_KEYWORDS = frozenset({"order", "strides", "stride", "memory_format"})
 
 

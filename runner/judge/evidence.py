@@ -35,9 +35,24 @@ from runner.core.stats import stdev
 
 # Two-sided 95% quantiles of Student's t by degrees of freedom (between the listed ones
 # the next smaller listed one is used, a slightly wider interval; beyond 120: 1.96).
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-       9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000,
-       120: 1.980}  # fmt: skip
+T95 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    12: 2.179,
+    15: 2.131,
+    20: 2.086,
+    30: 2.042,
+    60: 2.000,
+    120: 1.980,
+}
 Z = 1.96  # the normal limit
 MIN_REMEASUREMENTS = 3  # the near-noise rule's "at least 3 re-measurements"
 PRECISION = 3.0  # a re-measurement's standard error at most max(m, 1%) / PRECISION

@@ -248,8 +248,9 @@ def _single(facts: _Facts, gain: float) -> GateResult:
         f"aggregate {_pct(gain)} is below the threshold {100 * facts.threshold:.2f}%: "
         f"near noise; measure {facts.required_pairs} fresh interleaved pair(s) and gate again"
     )
-    return _result(facts, Decision.NEEDS_REMEASURE, [why], 100 * gain,
-                   more_pairs=facts.required_pairs)  # fmt: skip
+    return _result(
+        facts, Decision.NEEDS_REMEASURE, [why], 100 * gain, more_pairs=facts.required_pairs
+    )
 
 
 def _early(facts: _Facts, ev: Evidence, gain: float) -> GateResult:
@@ -278,8 +279,9 @@ def _early(facts: _Facts, ev: Evidence, gain: float) -> GateResult:
         f"aggregate {_pct(gain)} after {have} pair(s){split}: not clear; measure "
         f"{need - have} more fresh interleaved pair(s) (need {need}) and gate again"
     )
-    return _result(facts, Decision.NEEDS_REMEASURE, [why], 100 * gain, pairs_used=have,
-                   more_pairs=need - have)  # fmt: skip
+    return _result(
+        facts, Decision.NEEDS_REMEASURE, [why], 100 * gain, pairs_used=have, more_pairs=need - have
+    )
 
 
 def _paired(facts: _Facts, ev: Evidence, gain: float, final: bool) -> GateResult:
@@ -337,8 +339,7 @@ def _remeasure(facts: _Facts, ev: Evidence, why: str, more: int) -> GateResult:
     more = max(1, more)
     reason = f"{why}; measure {more} more fresh interleaved pair(s) and gate again"
     m = 100 * math.expm1(ev.gain.mean)
-    return _result(facts, Decision.NEEDS_REMEASURE, [reason], m, pairs_used=ev.n,
-                   more_pairs=more)  # fmt: skip
+    return _result(facts, Decision.NEEDS_REMEASURE, [reason], m, pairs_used=ev.n, more_pairs=more)
 
 
 def _paired_severe(ev: Evidence) -> tuple[list[str], list[str]]:

@@ -151,8 +151,9 @@ def judge_heldout(
     held: Sequence[ShapeGain], targets: Sequence[ShapeGain]
 ) -> tuple[bool, list[str]]:
     """(passed, the reasons it did not: each regressed or short held-out shape)."""
-    reasons = [f"{h.pct()} (>= 5% slower)" for h in sorted(held, key=lambda h: h.label)
-               if regressed(h)]  # fmt: skip
+    reasons = [
+        f"{h.pct()} (>= 5% slower)" for h in sorted(held, key=lambda h: h.label) if regressed(h)
+    ]
     for h in sorted(held, key=lambda h: h.label):
         found = shortfall(h, targets)
         if found is not None and found.short and not regressed(h):

@@ -106,10 +106,14 @@ def inconclusive(gate: GateResult | None) -> Inconclusive | None:
     if high < 100 * MIN_THRESHOLD:
         return None
     return Inconclusive(
-        mean_pct=gain.mean_pct, low_pct=low, high_pct=high, half_width_pct=half,
-        pairs=gain.pairs, spread_pct=gain.spread_pct,
+        mean_pct=gain.mean_pct,
+        low_pct=low,
+        high_pct=high,
+        half_width_pct=half,
+        pairs=gain.pairs,
+        spread_pct=gain.spread_pct,
         threshold_pct=gate.threshold_pct,
-    )  # fmt: skip
+    )
 
 
 def _log(pct: float) -> float:

@@ -97,8 +97,9 @@ def combine(each: Mapping[str, GateResult]) -> GateResult:
     waiting = {m: g for m, g in each.items() if g.decision is Decision.NEEDS_REMEASURE}
     below = [m for m, g in waiting.items() if g.delta_pct < 0]  # might still prove a fall
     if improved and not below:
-        tradeoff = any(g.decision is Decision.ACCEPTED_TRADEOFF or g.delta_pct < 0
-                       for g in each.values())  # fmt: skip
+        tradeoff = any(
+            g.decision is Decision.ACCEPTED_TRADEOFF or g.delta_pct < 0 for g in each.values()
+        )
         decision = Decision.ACCEPTED_TRADEOFF if tradeoff else Decision.ACCEPTED
         why = f"independent metrics: improved {', '.join(improved)}; none regressed"
         return _combined(first, decision, [why, *lines])

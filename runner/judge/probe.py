@@ -37,8 +37,10 @@ def probe_shape(
     (rotating) with M moved by a drawn 16, 32 or 48 (up or down, never below 16),
     its dimensions none of ``known``'s; None when no representative shape is a plain
     GEMM."""
-    plain = sorted((s for s in representative if s.group_sizes is None
-                    and "heads" not in s.params), key=lambda s: s.label)  # fmt: skip
+    plain = sorted(
+        (s for s in representative if s.group_sizes is None and "heads" not in s.params),
+        key=lambda s: s.label,
+    )
     if not plain:
         return None
     base = plain[round_n % len(plain)]

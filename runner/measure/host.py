@@ -108,8 +108,9 @@ def job_in(
     spec_path = tmp / "specs" / f"{name}.json"
     save_spec(spec_path, spec)
     gpus = () if gpu is None else (gpu,)
-    return WorkerJob(name, spec_path, tree, tmp / name, env=dict(env), built=built, gpus=gpus,
-                     role=spec.role)  # fmt: skip
+    return WorkerJob(
+        name, spec_path, tree, tmp / name, env=dict(env), built=built, gpus=gpus, role=spec.role
+    )
 
 
 @dataclass

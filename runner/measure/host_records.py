@@ -52,10 +52,11 @@ class TurnTimes:
 def refused(problems: list[str]) -> Tampered:
     return Tampered(
         f"{GUARD}: a worker's numbers are not the ones it reported turn by turn, so the "
-        "round is FAILED and nothing was judged:\n  " + "\n  ".join(problems)
+        "round is FAILED and nothing was judged:\n  "
+        + "\n  ".join(problems)
         + "\nthe measured code changed the records the gate reads; review the candidate "
         "patch before measuring it again (docs/reliability.md §7)"
-    )  # fmt: skip
+    )
 
 
 def _same(a: float, b: float) -> bool:
@@ -83,13 +84,17 @@ def _shape_problems(
             continue
         blocks = _block_medians(shape.get(key) if isinstance(shape, dict) else None)
         if blocks is None or len(blocks) != len(turns) or not all(map(_same, blocks, turns)):
-            problems.append(f"{name} {label}: its samples' {key} blocks {blocks} are not the "
-                            f"{len(turns)} turn medians it reported {turns}")  # fmt: skip
+            problems.append(
+                f"{name} {label}: its samples' {key} blocks {blocks} are not the "
+                f"{len(turns)} turn medians it reported {turns}"
+            )
         value = row.get(column)
         want = median(turns)
         if not isinstance(value, (int, float)) or not _same(float(value), want):
-            problems.append(f"{name} {label}: its row's {column} {value} is not the median "
-                            f"{want:.6g} of the turns it reported")  # fmt: skip
+            problems.append(
+                f"{name} {label}: its row's {column} {value} is not the median "
+                f"{want:.6g} of the turns it reported"
+            )
     return problems
 
 

@@ -200,33 +200,44 @@ def measure_paired(
     here has exited when this returns or raises.  Each turn is logged, with the
     worker's own wall-clock start and end (and on a GPU the most device memory it
     reserved in the turn and what it kept after it), in ``<tmp>/turns<suffix>.jsonl``."""
+    executor = _serving(host, trees, roles)
+    template = host.spec(roles[0], 0, [])
+    turns = turns_per_worker(roles, groups)
+    plan = plan_memory(template, host.gpu_target, host.device_bytes, shapes, len(roles), turns)
+    session = _Session(
+        host=host,
+        trees=trees,
+        shapes=shapes,
+        roles=roles,
+        groups=groups,
+        env=env,
+        suffix=suffix,
+        watch=watch,
+        turns=turns,
+        members=plan.members,
+        picks=_picks(pairs, 2 * groups, plan.members, seed),
+        next_index=start_index,
+        ready_s=worker_timeout(READY_TIMEOUT_ENV, READY_TIMEOUT_S),
+        turn_s=worker_timeout(TURN_TIMEOUT_ENV, TURN_TIMEOUT_S),
+        serving=executor,
+    )
+    try:
+        _run_waves(session, pairs, first_wave(host, template, shapes, len(roles), pairs, plan))
+        _keep_memory(session)
+    finally:
+        session.stop_all()
+    return session.csvs()
+
+
+def _serving(host: Host, trees: Mapping[str, Path], roles: Sequence[str]) -> ServingExecutor:
+    """The host's executor, which must keep workers alive, once every role has a tree."""
     executor = host.executor
     if not isinstance(executor, ServingExecutor):
         raise MeasurementFailed(f"executor {executor.name} cannot keep workers alive for a round")
     missing = sorted(set(roles) - set(trees))
     if missing:
         raise MeasurementFailed(f"no source tree for role(s) {missing}")
-    template = host.spec(roles[0], 0, [])
-    turns = turns_per_worker(roles, groups)
-    plan = plan_memory(template, host.gpu_target, host.device_bytes, shapes, len(roles), turns)
-    session = _Session(
-        host, trees, shapes, roles, groups, env, suffix, watch, turns, plan.members,
-        _picks(pairs, 2 * groups, plan.members, seed), start_index,
-        worker_timeout(READY_TIMEOUT_ENV, READY_TIMEOUT_S),
-        worker_timeout(TURN_TIMEOUT_ENV, TURN_TIMEOUT_S), executor,
-    )  # fmt: skip
-    try:
-        _run_waves(session, pairs, first_wave(host, template, shapes, len(roles), pairs, plan))
-        _keep_memory(session)
-    finally:
-        for group in session.started:
-            for w in group:
-                _stop(w)
-    out: dict[str, list[Path]] = {role: [] for role in roles}
-    for group in session.started:
-        for w in group:
-            out[w.role].append(w.csv)
-    return out
+    return executor
 
 
 @dataclass
@@ -258,6 +269,20 @@ class _Session:
     shape_peaks: dict[str, int] = field(default_factory=dict)
     # per worker the turn medians it reported (``runner.measure.host_records``)
     told: dict[str, TurnTimes] = field(default_factory=dict)
+
+    def stop_all(self) -> None:
+        """Stop every worker started in the session."""
+        for group in self.started:
+            for w in group:
+                _stop(w)
+
+    def csvs(self) -> dict[str, list[Path]]:
+        """Per role, the pinned CSV of each of its workers in pair order."""
+        out: dict[str, list[Path]] = {role: [] for role in self.roles}
+        for group in self.started:
+            for w in group:
+                out[w.role].append(w.csv)
+        return out
 
     def note(self, name: str, report: Mapping[str, int]) -> None:
         """``report`` into ``most`` for worker ``name``."""
@@ -309,8 +334,17 @@ class _Session:
     def take_turns(self, wave: list[list[_Worker]], first: int) -> None:
         """The wave's turns (``_take_turns``); each worker's last report into ``memory``."""
         with quiet(self.host), self.host.times.step("turns"):
-            turned = _take_turns(self.host, wave, first, self.groups, self.picks, self.suffix,
-                                 self.turn_s, self.told, self.watch)  # fmt: skip
+            turned = _take_turns(
+                self.host,
+                wave,
+                first,
+                self.groups,
+                self.picks,
+                self.suffix,
+                self.turn_s,
+                self.told,
+                self.watch,
+            )
         for name, report in turned.items():
             self.memory[name] = {**self.memory.get(name, {}), **report}
             self.note(name, report)

@@ -284,9 +284,13 @@ class PairWatch:
         fraction = self.turns / total_turns if total_turns else 0.0
         elapsed = self.elapsed()
         return estimate_left(
-            self.planned, self.done, elapsed, batch_s=self.batch_s,
-            batch_elapsed_s=elapsed - self.batch_started, turn_fraction=fraction,
-        )  # fmt: skip
+            self.planned,
+            self.done,
+            elapsed,
+            batch_s=self.batch_s,
+            batch_elapsed_s=elapsed - self.batch_started,
+            turn_fraction=fraction,
+        )
 
     def _from_turns(self, turns_left: int) -> float:
         """Before any pair is done, once turns were timed: the turns left at the
@@ -321,8 +325,13 @@ class PairWatch:
         return start_up + turns_left * max(batch_elapsed - start_up, 0.0) / turns
 
     def _fields(self) -> dict[str, Any]:
-        return {"done": self.done, "planned": self.planned, "unit": self.unit,
-                "elapsed_s": round(self.elapsed(), 1), "left_s": self.left_s()}  # fmt: skip
+        return {
+            "done": self.done,
+            "planned": self.planned,
+            "unit": self.unit,
+            "elapsed_s": round(self.elapsed(), 1),
+            "left_s": self.left_s(),
+        }
 
     def plan(self, more: int) -> None:
         with self._lock:
@@ -334,9 +343,13 @@ class PairWatch:
             self._batch_from = (self.turns, self.done)
             self.planned += more
             event = PairsPlanned(
-                self.label, more=more, cap_s=self.cap_s, cap_pairs=self.cap_pairs,
-                cap_promising=self.cap_promising, **self._fields(),
-            )  # fmt: skip
+                self.label,
+                more=more,
+                cap_s=self.cap_s,
+                cap_pairs=self.cap_pairs,
+                cap_promising=self.cap_promising,
+                **self._fields(),
+            )
         self.progress(event)
 
     def turn_done(self, seconds: float | None = None) -> None:
@@ -352,9 +365,12 @@ class PairWatch:
             if not self._batch_turned:  # the batch's workers are up and measuring
                 self._batch_turned = True
                 self.start_ups.append(self.elapsed() - self.batch_started)
-            event = TurnDone(self.label, turns=self.turns,
-                             turns_planned=self.planned * self.turns_per_pair,
-                             **self._fields())  # fmt: skip
+            event = TurnDone(
+                self.label,
+                turns=self.turns,
+                turns_planned=self.planned * self.turns_per_pair,
+                **self._fields(),
+            )
         self.progress(event)
 
     def pair_done(self, paths: Sequence[Path] = ()) -> None:

@@ -237,10 +237,11 @@ def sliced_verifier(
             return [[] for _ in gots]
         outs = [(x,) if isinstance(x, torch.Tensor) else tuple(x) for x in gots]
         found: list[list[str]] = [
-            [] if len(o) == len(names) else
-            [f"timed {kind} returned {len(o)} tensor(s), expected {len(names)}"]
+            []
+            if len(o) == len(names)
+            else [f"timed {kind} returned {len(o)} tensor(s), expected {len(names)}"]
             for o in outs
-        ]  # fmt: skip
+        ]
         whole = [k for k, o in enumerate(outs) if len(o) == len(names)]
         if whole:
             judged = sliced(gemm_operands(*pristine()), names, [outs[k] for k in whole])

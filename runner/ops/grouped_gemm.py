@@ -133,8 +133,9 @@ class Fp8GroupedGemmOp(GroupedGemmOp):
         result = super().check(shape, device, seed)
         sizes = list(_sizes(shape))
         gran, _, bs = self.recipe
-        a, flat = recipe_operands(gran, sum(sizes), len(sizes) * shape.n, shape.k, device,
-                                  seed + 1, bs)  # fmt: skip
+        a, flat = recipe_operands(
+            gran, sum(sizes), len(sizes) * shape.n, shape.k, device, seed + 1, bs
+        )
         b = flat.reshape(len(sizes), shape.n, shape.k)
         lens = torch.tensor(sizes, dtype=torch.int64, device=device)
         with torch.no_grad():

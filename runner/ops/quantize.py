@@ -101,8 +101,9 @@ class QuantizeOp(OpAdapter):
             return [compare_quantized(got[0], got[1], ref_codes, ref_scale) for got in gots]
 
         flips = {"forward": InputFlip(x)}  # the codes negate, the scales stay
-        return Case(forward, None, shape.flops_fwd, 0.0, fwd_bytes=float(moved), verify=verify,
-                    flips=flips)  # fmt: skip
+        return Case(
+            forward, None, shape.flops_fwd, 0.0, fwd_bytes=float(moved), verify=verify, flips=flips
+        )
 
     def check(self, shape: Any, device: str, seed: int) -> CheckResult:
         x = self.inputs(shape, device, seed)

@@ -218,8 +218,10 @@ def recipe_problems(
 
 def _coarser(snr: float, granularity: str, bs: int) -> str:
     gran = granularity.upper()
-    what = gran + {"BLOCKWISE": f" (block {bs})", "MX_BLOCKWISE": f" (1 x {MX_BLOCK}, "
-                   "power-of-two scales)"}.get(gran, "")  # fmt: skip
+    what = gran + {
+        "BLOCKWISE": f" (block {bs})",
+        "MX_BLOCKWISE": f" (1 x {MX_BLOCK}, power-of-two scales)",
+    }.get(gran, "")
     inputs = "K blocks of opposite scales" if gran == "MX_BLOCKWISE" else "outlier rows and blocks"
     return (
         f"recipe guard: out is {snr:.1f} dB from the {what} FP8 emulation on inputs with "

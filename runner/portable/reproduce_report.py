@@ -136,8 +136,9 @@ class ReportFacts:
     out_dir: str
 
 
-def render(facts: ReportFacts, chain: Chain, measured: Measured, verdict: Verdict,
-           env: EnvCheck) -> str:  # fmt: skip
+def render(
+    facts: ReportFacts, chain: Chain, measured: Measured, verdict: Verdict, env: EnvCheck
+) -> str:
     word = "REPRODUCED" if verdict.reproduced else "NOT REPRODUCED"
     parts = [
         f"# Reproduction of {facts.campaign} round-{facts.round}: {word}\n",
@@ -163,9 +164,12 @@ def _summary(facts: ReportFacts, v: Verdict) -> str:
 
 
 def _source(facts: ReportFacts) -> str:
-    lines = ["## Source and lineage replay\n", f"* Source repository: `{facts.source}`",
-             f"* Base commit: `{facts.base_commit}` ({facts.base_note})",
-             f"* Executor: {facts.executor}"]  # fmt: skip
+    lines = [
+        "## Source and lineage replay\n",
+        f"* Source repository: `{facts.source}`",
+        f"* Base commit: `{facts.base_commit}` ({facts.base_note})",
+        f"* Executor: {facts.executor}",
+    ]
     lines += [f"* {r}" for r in facts.replay] or [
         "* no patches: round-N is the base commit (an A/A comparison: G_rec = 1)"
     ]
@@ -197,8 +201,9 @@ def _measurement(facts: ReportFacts, m: Measured) -> str:
     for s in m.baseline.shapes:
         c = cand.get(s.label)
         ratio = c.value / s.value if c and c.value and s.value else None
-        rows.append(f"| {s.label} | {_num(s.value)} | {_num(c.value if c else None)} | "
-                    f"{_num(ratio)} |")  # fmt: skip
+        rows.append(
+            f"| {s.label} | {_num(s.value)} | {_num(c.value if c else None)} | {_num(ratio)} |"
+        )
     pairs = ", ".join(f"{r:.4f}" for r in m.pair_ratios) or "none"
     here = f"{100 * m.sigma_here:.3f}%" if m.sigma_here is not None else "n/a"
     return (

@@ -34,8 +34,13 @@ def analysis_lines(
     if not last:
         return []
     n, flag = last[-1].round, _campaign_flag(name)
-    out = [("analysis", f"{rollbacks} rollbacks in a row: profile before the next change: "
-                        f"campaign profile --round {n}{flag}")]  # fmt: skip
+    out = [
+        (
+            "analysis",
+            f"{rollbacks} rollbacks in a row: profile before the next change: "
+            f"campaign profile --round {n}{flag}",
+        )
+    ]
     if rollbacks >= ISA_AFTER:
         out.append(
             ("analysis isa", f"inspect the ISA of both roles: campaign isa --round {n}{flag}")

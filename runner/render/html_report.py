@@ -166,10 +166,14 @@ def render_html(
     ]
     nav = "".join(
         f'<a href="#{k}">{v}</a>'
-        for k, v in (("pictures", "Pictures"), ("shapes", "Shapes x rounds"),
-                     ("rounds-list", "Rounds"), ("environment", "Environment"),
-                     ("final-report", "Final report"))
-    )  # fmt: skip
+        for k, v in (
+            ("pictures", "Pictures"),
+            ("shapes", "Shapes x rounds"),
+            ("rounds-list", "Rounds"),
+            ("environment", "Environment"),
+            ("final-report", "Final report"),
+        )
+    )
     rounds_dir = campaign.rounds_dir
     return (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{h(campaign.name)}</title>"

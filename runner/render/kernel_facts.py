@@ -8,9 +8,20 @@ from runner.core.isa_facts import FACT_LABELS, Facts, KernelEntry, KernelFacts
 __all__ = ["facts_compact", "facts_lines", "facts_markdown", "facts_title"]
 
 # The facts a one-line view keeps (the table keeps all of them).
-COMPACT = ("vgpr", "agpr", "regs", "vgpr_spill", "spill_bytes", "scratch_bytes",
-           "scratch_instructions", "shared_bytes", "occupancy", "mfma", "wgmma",
-           "waits")  # fmt: skip
+COMPACT = (
+    "vgpr",
+    "agpr",
+    "regs",
+    "vgpr_spill",
+    "spill_bytes",
+    "scratch_bytes",
+    "scratch_instructions",
+    "shared_bytes",
+    "occupancy",
+    "mfma",
+    "wgmma",
+    "waits",
+)
 
 
 def _value(v: int | None) -> str:

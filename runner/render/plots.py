@@ -87,8 +87,13 @@ def _scaled(p: RoundPoint, factor: float) -> RoundPoint:
     def times(x: float | None) -> float | None:
         return None if x is None else x * factor
 
-    return replace(p, value=times(p.value), measured=times(p.measured), error=p.error * factor,
-                   bar=times(p.bar))  # fmt: skip
+    return replace(
+        p,
+        value=times(p.value),
+        measured=times(p.measured),
+        error=p.error * factor,
+        bar=times(p.bar),
+    )
 
 
 def plot_rounds(results: Sequence[RoundResult], labels: Sequence[str]) -> bytes:

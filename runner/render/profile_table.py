@@ -128,10 +128,14 @@ def parse_torch(text: str) -> list[dict[str, Any]]:
     on_device = any((_num(r.get("device_total_us")) or 0) > 0 for r in recs)
     key = "device_total_us" if on_device else "self_cpu_us"
     rows = [
-        {"kernel": r["name"], "calls": int(_num(r.get("calls")) or 0),
-         "total_us": _num(r.get(key)) or 0.0, "cpu_total_us": _num(r.get("cpu_total_us"))}
+        {
+            "kernel": r["name"],
+            "calls": int(_num(r.get("calls")) or 0),
+            "total_us": _num(r.get(key)) or 0.0,
+            "cpu_total_us": _num(r.get("cpu_total_us")),
+        }
         for r in recs
-    ]  # fmt: skip
+    ]
     return _with_shares(rows)
 
 

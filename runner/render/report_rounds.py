@@ -121,8 +121,14 @@ def _shape_rows(r: RoundResult, scale: Scale) -> list[list[object]]:
             rows.append([*row, scale.value(s.value)])
             continue
         pct, half, pairs = paired_change(r, s.label)
-        rows.append([*row, scale.value(inc.value if inc else None), scale.value(s.value),
-                     fmt_change(pct, half, pairs)])  # fmt: skip
+        rows.append(
+            [
+                *row,
+                scale.value(inc.value if inc else None),
+                scale.value(s.value),
+                fmt_change(pct, half, pairs),
+            ]
+        )
     return rows
 
 
@@ -170,8 +176,12 @@ def _kernel_facts(r: RoundResult) -> str:
 
 
 def round_section(r: RoundResult, round_dir: Path, scale: Scale, link: LinkMap) -> str:
-    heads = ["Shape", "Check", scale.label("Forward " + scale.base),
-             scale.label("Backward " + scale.base)]  # fmt: skip
+    heads = [
+        "Shape",
+        "Check",
+        scale.label("Forward " + scale.base),
+        scale.label("Backward " + scale.base),
+    ]
     heads += (
         [f"{scale.unit} (primary)"]
         if r.status is Status.BASELINE

@@ -428,10 +428,9 @@ def _decision_cell(row: dict[str, Any]) -> str:
 
 def _table(s: CampaignStatus) -> list[str]:
     rows = [
-        [f"round-{r['round']}", r["status"], _decision_cell(r), r["gain"] or "—",
-         r["hypothesis"]]
+        [f"round-{r['round']}", r["status"], _decision_cell(r), r["gain"] or "—", r["hypothesis"]]
         for r in s.round_table
-    ]  # fmt: skip
+    ]
     if not rows:
         return []
     headers = ["Round", "Status", "Decision", "Gain vs incumbent", "Hypothesis"]

@@ -142,19 +142,21 @@ def _evidence(result: RoundResult) -> str | None:
     rows = [f"| {lb} | {cell(e)} | {e.pairs} |" for lb, e in ev.shapes.items()]
     spread = ev.gain.spread_pct
     noise = f"{spread:.2f}% a pair" if spread is not None else "unknown (one pair)"
-    return "\n".join([
-        "Paired evidence (candidate / incumbent, each pair a fresh process pair; "
-        "95% interval):",
-        "",
-        "| shape | paired change | pairs |",
-        "|---|---|---|",
-        *rows,
-        f"| **all (geomean)** | {cell(ev.gain)} | {ev.gain.pairs} |",
-        "",
-        f"Measured noise: stdev {noise}; {ev.gain.pairs} pair(s) measured; at this noise "
-        f"the near-noise rule wants re-measurements of {ev.remeasure_size} "
-        "pair(s) each (docs/measurement.md §4.2).",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "Paired evidence (candidate / incumbent, each pair a fresh process pair; "
+            "95% interval):",
+            "",
+            "| shape | paired change | pairs |",
+            "|---|---|---|",
+            *rows,
+            f"| **all (geomean)** | {cell(ev.gain)} | {ev.gain.pairs} |",
+            "",
+            f"Measured noise: stdev {noise}; {ev.gain.pairs} pair(s) measured; at this noise "
+            f"the near-noise rule wants re-measurements of {ev.remeasure_size} "
+            "pair(s) each (docs/measurement.md §4.2).",
+        ]
+    )
 
 
 def _decision(result: RoundResult) -> str:

@@ -114,9 +114,13 @@ def campaign_termination(
     """``termination_check`` of ``campaign`` with its rollbacks in a row and its rounds'
     patches: what ``status``, ``validate``, ``report`` and ``accept`` show."""
     return termination_check(
-        campaign.manifest, results, consecutive_rollbacks(results), final=final,
-        user_stop=user_stop, patches=candidate_patches(campaign),
-    )  # fmt: skip
+        campaign.manifest,
+        results,
+        consecutive_rollbacks(results),
+        final=final,
+        user_stop=user_stop,
+        patches=candidate_patches(campaign),
+    )
 
 
 def consecutive_rollbacks(results: Sequence[RoundResult]) -> int:

@@ -205,10 +205,17 @@ def _listing(argv: list[str], timeout: float) -> list[str]:
 
 def _containers(name: str) -> list[tuple[str, int]]:
     lines = _listing(
-        ["docker", "ps", "-a", "--filter", f"label={CAMPAIGN_LABEL}={name}",
-         "--format", f'{{{{.Names}}}} {{{{.Label "{PID_LABEL}"}}}}'],
+        [
+            "docker",
+            "ps",
+            "-a",
+            "--filter",
+            f"label={CAMPAIGN_LABEL}={name}",
+            "--format",
+            f'{{{{.Names}}}} {{{{.Label "{PID_LABEL}"}}}}',
+        ],
         timeout=20,
-    )  # fmt: skip
+    )
     out = []
     for line in lines:
         parts = line.split()

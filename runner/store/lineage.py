@@ -139,8 +139,12 @@ class Lineage:
 
     def descends(self, at: str, head: str) -> bool:
         """``at`` is ``head`` or a commit made on top of it."""
-        proc = run(["git", "merge-base", "--is-ancestor", head, at], cwd=self.source,
-                   check=False, env=_git_env())  # fmt: skip
+        proc = run(
+            ["git", "merge-base", "--is-ancestor", head, at],
+            cwd=self.source,
+            check=False,
+            env=_git_env(),
+        )
         return proc.returncode == 0
 
     def check_checkout(self) -> None:
@@ -151,15 +155,23 @@ class Lineage:
             return  # on top of the head (the user committed the change): its diff is it
         ahead = self.git("rev-list", "--count", f"{at}..{head}", check=False) if at else ""
         is_ancestor = bool(at) and (
-            run(["git", "merge-base", "--is-ancestor", at, head], cwd=self.source, check=False,
-                env=_git_env()).returncode == 0
-        )  # fmt: skip
+            run(
+                ["git", "merge-base", "--is-ancestor", at, head],
+                cwd=self.source,
+                check=False,
+                env=_git_env(),
+            ).returncode
+            == 0
+        )
         if is_ancestor:
             made = run(["git", "diff", "--binary", at, head], cwd=self.source, env=_git_env())
             held = run(
                 ["git", "apply", "--check", "--reverse", "--whitespace=nowarn", "-"],
-                cwd=self.source, check=False, input_text=made.stdout, env=_git_env(),
-            )  # fmt: skip
+                cwd=self.source,
+                check=False,
+                input_text=made.stdout,
+                env=_git_env(),
+            )
             if held.returncode == 0:
                 return
         where = f"at {at[:12]}" if at else "without a commit"
@@ -286,8 +298,12 @@ class Lineage:
         with tempfile.TemporaryDirectory(prefix="turbo-index-") as tmp:
             env = {**_git_env(), "GIT_INDEX_FILE": str(Path(tmp) / "index")}
             run(["git", "read-tree", head], cwd=self.source, env=env)
-            run(["git", "apply", "--cached", "--whitespace=nowarn", "-"], cwd=self.source,
-                env=env, input_text=patch)  # fmt: skip
+            run(
+                ["git", "apply", "--cached", "--whitespace=nowarn", "-"],
+                cwd=self.source,
+                env=env,
+                input_text=patch,
+            )
             return run(["git", "write-tree"], cwd=self.source, env=env).stdout.strip()
 
     def keep_change(self, name: str, patch: str, message: str) -> str:
@@ -428,8 +444,9 @@ def applied_paths(tree: Path) -> list[str]:
     the round's snapshot)."""
     raw = run(
         ["git", "diff", "--cached", "--raw", "--no-renames", "-z", "HEAD"],
-        cwd=tree, env=_git_env(),
-    ).stdout  # fmt: skip
+        cwd=tree,
+        env=_git_env(),
+    ).stdout
     fields = raw.split("\0")
     paths: list[str] = []
     for meta, path in zip(fields[0::2], fields[1::2], strict=False):

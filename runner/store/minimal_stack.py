@@ -142,8 +142,9 @@ def plan_stack(
         tree = ast.parse(path.read_text(encoding="utf-8"))
         body = [n for n in tree.body if not isinstance(n, ast.Try)]
         names = _imports(module, path, body)
-        blocked = sorted({n.split(".")[0] for n, _ in names
-                          if _is_external(n, roots) and _blocked(n, allowed)})  # fmt: skip
+        blocked = sorted(
+            {n.split(".")[0] for n, _ in names if _is_external(n, roots) and _blocked(n, allowed)}
+        )
         if blocked and module not in seeds:
             stand_in[module] = f"it imports {', '.join(blocked)}, which this stack does not carry"
             continue

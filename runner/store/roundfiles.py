@@ -108,8 +108,11 @@ def write_diagnosis(campaign: Campaign, n: int, by: int, fields: dict[str, str])
     its folder (beside its closed records, which stay as they are) and an entry at the
     end of optimize.md."""
     write_json_atomic(campaign.round_dir(n) / DIAGNOSIS, {"round": n, "given_with": by, **fields})
-    lines = [f"- {k.replace('_', ' ').capitalize()}: {' '.join(v.split())}"
-             for k, v in fields.items() if v]  # fmt: skip
+    lines = [
+        f"- {k.replace('_', ' ').capitalize()}: {' '.join(v.split())}"
+        for k, v in fields.items()
+        if v
+    ]
     append(
         campaign.optimize_log,
         f"\n#### round-{n} rollback diagnosis (given with round-{by})\n" + "\n".join(lines) + "\n",

@@ -95,8 +95,9 @@ def extract_workspace(
         **(extra or {}),
     }
     if support:
-        record["support"] = _copy_named(upstream, [f for f in support if f not in files],
-                                        dest / "src")  # fmt: skip
+        record["support"] = _copy_named(
+            upstream, [f for f in support if f not in files], dest / "src"
+        )
     write_atomic(dest / "src" / RECORD, yaml.safe_dump(record, sort_keys=False))
     return record
 

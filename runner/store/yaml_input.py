@@ -32,9 +32,12 @@ class _BoundedLoader(yaml.SafeLoader):
                 continue
             if key_node.value in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"the key {excerpt(key_node.value)} is given twice in "
-                    "one mapping (only one can count): keep one", key_node.start_mark,
-                )  # fmt: skip
+                    None,
+                    None,
+                    f"the key {excerpt(key_node.value)} is given twice in "
+                    "one mapping (only one can count): keep one",
+                    key_node.start_mark,
+                )
             seen.add(key_node.value)
         return super().construct_mapping(node, deep=deep)
 

@@ -174,8 +174,10 @@ def match_targets(
 
 
 def _missing_message(missing: list[str], total: int, rows: Sequence[dict[str, str]]) -> str:
-    held = [f"{r.get('Case')} MBS{r.get('MBS') or '?'} {r.get('M')}x{r.get('N')}x{r.get('K')}"
-            for r in rows[:MAX_LISTED]]  # fmt: skip
+    held = [
+        f"{r.get('Case')} MBS{r.get('MBS') or '?'} {r.get('M')}x{r.get('N')}x{r.get('K')}"
+        for r in rows[:MAX_LISTED]
+    ]
     more = f" and {len(rows) - MAX_LISTED} more" if len(rows) > MAX_LISTED else ""
     return (
         f"the benchmark's CSV has no row for {len(missing)} of the {total} target shapes "
