@@ -103,6 +103,22 @@ def _items(value: Any) -> list[Any]:
         return []
 
 
+LRU = "lru"  # a functools cache's token: (LRU, hits, misses, maxsize, currsize)
+
+
+def lru_token(info: tuple[int | None, ...]) -> Token:
+    """A ``functools`` cache's token from its ``cache_info()`` (hits first)."""
+    return (LRU, *info)
+
+
+def _without_hits(token: Token) -> Token:
+    """``token`` without a ``functools`` cache's hit count (``lru_token``'s second
+    field); any other token as it is."""
+    if token and token[0] == LRU:
+        return (LRU, *token[2:])
+    return token
+
+
 def _walk(path: str, value: Any, out: dict[str, Token], depth: int, package: str) -> None:
     if depth < 0 or isinstance(value, types.ModuleType):
         return
@@ -115,7 +131,7 @@ def _walk(path: str, value: Any, out: dict[str, Token], depth: int, package: str
         return
     info = getattr(value, "cache_info", None)
     if callable(info) and isinstance(value, functools._lru_cache_wrapper):
-        out[path] = ("lru", *tuple(info()))
+        out[path] = lru_token(info())
         return
     if isinstance(value, type):
         if _own(value, package):
@@ -231,7 +247,7 @@ def without_reads(tokens: Mapping[str, Token]) -> dict[str, Token]:
     served, not written.  A memo of activations still misses, so still writes, every
     step.  The probe before the simulation keeps the hits: a weight cache that hits on
     a training step's in-place update is what makes the simulation run."""
-    return {k: (v[0], *v[2:]) if v and v[0] == "lru" else v for k, v in tokens.items()}
+    return {k: _without_hits(v) for k, v in tokens.items()}
 
 
 def simulation_problems(runs: Mapping[str, SimResult]) -> list[str]:
