@@ -45,6 +45,15 @@ def test_measure_dispatches_to_gpu() -> None:
     assert measure(_gemm(256), _settings(), "cuda").method in ("graph_replay", "cuda_events")
 
 
+def test_graphs_off_times_plain_launches_and_says_why() -> None:
+    """A session that fell back after a crashed replay (``TimingSettings.graphs``)."""
+    from runner.bench.gpu import NO_GRAPHS, measure_gpu
+
+    t = measure_gpu(_gemm(), _settings(graphs=False), "cuda")
+    assert t.method == "cuda_events" and t.extra.get("graph_error") == NO_GRAPHS
+    assert t.median_ms > 0
+
+
 def test_uncapturable_falls_back_to_events() -> None:
     from runner.bench.gpu import measure_gpu
 

@@ -23,10 +23,11 @@ from runner.core.errors import (
     DeviceOutOfMemory,
     FocusedTestFailed,
     MeasurementFailed,
+    WorkerCrashed,
 )
 from runner.core.outcomes import Decision, Score, ShapeScore
 from runner.core.shapes import Shape
-from runner.core.spec import RoundSpec, TimingSettings
+from runner.core.spec import RoundSpec, TimingSettings, load_spec
 from runner.executors.local import LocalExecutor
 from runner.flow.measure import ROUND_CAP_ENV, measure_roles
 from runner.flow.round_context import FocusedTest, Round, level_shapes
@@ -43,6 +44,8 @@ from runner.measure.paired import (
     _order,
     _picks,
     block_timing,
+    crash_signal,
+    launch_notes,
     measure_paired,
     supports_paired,
 )
@@ -893,3 +896,80 @@ def test_on_a_gpu_target_accept_takes_short_turns_with_its_suite_yielding_beside
     assert result.full_benchmark["timing"] == spec["timing"]
     samples = json.loads((art / "passes" / "pass-02-final" / "samples.json").read_text())
     assert samples["pool"] == 2  # two turns each: two members, not the default four
+
+
+# The example's GEMM made to die by SIGSEGV once (the first worker to call it, in any
+# role), as a graph replay kills its process on MI350 under ROCm 7.1-7.2.
+CRASH_ONCE = """
+import os as _os, signal as _signal
+
+def _crash_once():
+    try:
+        _os.close(_os.open({flag!r}, _os.O_CREAT | _os.O_EXCL | _os.O_WRONLY))
+    except FileExistsError:
+        return
+    _os.kill(_os.getpid(), _signal.SIGSEGV)
+"""
+
+
+def crashing_host(tmp_path: Path, device: str) -> tuple[PlainHost, Path]:
+    """``example_host`` on ``device`` whose GEMM crashes its first caller."""
+    from dataclasses import replace
+
+    host, tree = example_host(tmp_path)
+    host.template = replace(host.template, device=device)
+    op = tree / "turbo_kernels" / "pytorch" / "ops" / "gemm.py"
+    text = op.read_text(encoding="utf-8")
+    call = "    return GemmFunction.apply(a, b, trans_a, trans_b, out_dtype or a.dtype)\n"
+    assert text.count(call) == 1, "the example's gemm() changed: plant the crash anew"
+    text = text.replace(call, "    _crash_once()\n" + call)
+    op.write_text(text + CRASH_ONCE.format(flag=str(tmp_path / "crashed")), encoding="utf-8")
+    return host, tree
+
+
+def test_crash_signal_reads_popen_and_shell_exit_codes() -> None:
+    assert [crash_signal(c) for c in (-11, 139, -6, 134, -7, 135)] == [11, 11, 6, 6, 7, 7]
+    # stopped from outside, or an error the worker's own code raised: no crash
+    assert [crash_signal(c) for c in (-9, 137, -15, 143, 1, 2, 0, None)] == [None] * 8
+
+
+@pytest.mark.integration
+def test_a_worker_crash_on_a_gpu_target_measures_again_with_plain_launches(
+    tmp_path: Path,
+) -> None:
+    """A GPU target (device "auto": the CPU here) whose worker dies by SIGSEGV: the
+    session's folders go aside, the pairs are measured again by workers whose timing
+    has graphs off, and the fallback is noted for the round's record."""
+    host, tree = crashing_host(tmp_path, "auto")
+    trees = {"incumbent": tree, "candidate": tree}
+    got = measure_paired(
+        host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"], pairs=1
+    )
+    assert [p.parent.name for p in got["incumbent"]] == ["pass-03-incumbent"]
+    assert [p.parent.name for p in got["candidate"]] == ["pass-04-candidate"]
+    assert all(p.is_file() for paths in got.values() for p in paths)
+    aside = sorted(p.name for p in (host.tmp / "graph-crash").iterdir())
+    assert aside == ["pass-01-incumbent", "pass-02-candidate"]
+    graphs = {p.stem: load_spec(p).timing.graphs for p in (host.tmp / "specs").glob("*.json")}
+    assert graphs == {
+        "pass-01-incumbent": True,
+        "pass-02-candidate": True,
+        "pass-03-incumbent": False,
+        "pass-04-candidate": False,
+    }
+    (note,) = launch_notes(host.tmp)
+    assert "graph replay off: worker pass-0" in note and "(exit -11)" in note
+    assert "SIGSEGV" in note and "plain launches" in note
+    assert alive(host.tmp) == []
+
+
+@pytest.mark.integration
+def test_a_worker_crash_on_the_cpu_fails_the_measurement(tmp_path: Path) -> None:
+    """No graph is replayed on a CPU target: the crash fails the measurement as it is."""
+    host, tree = crashing_host(tmp_path, "cpu")
+    trees = {"incumbent": tree, "candidate": tree}
+    with pytest.raises(WorkerCrashed, match="exited before answering") as info:
+        measure_paired(host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"], pairs=1)
+    assert info.value.signal == 11
+    assert not (host.tmp / "graph-crash").exists() and launch_notes(host.tmp) == []
+    assert alive(host.tmp) == []

@@ -41,6 +41,7 @@ WARMUP_WINDOWS = 3  # ... this many of them
 WARMUP_CAP_MIN_S = 2.0  # warm-up never runs longer than max(this, 4 * warmup_s)
 MAX_ITERS = 100_000  # calls per batch at most
 GRAPH_CHUNK = 200  # calls captured in one graph; a batch replays it several times
+NO_GRAPHS = "graph replay off for this measurement (a replay crashed a worker): plain launches"
 COLD_SAMPLE_FACTOR = 10  # cold mode: each sample is one call, so allow more of them
 SIDE_STREAM_SLACK = 1.10  # a region is "hidden work" when the device-wide end is this late
 SIDE_STREAM_ABS_MS = 0.005
@@ -167,9 +168,11 @@ def capture_key(fn: Callable[[], object]) -> Any:
 def _hot_unit(fn: Callable[[], object], settings: TimingSettings, region: _Region) -> _Unit:
     """Capture a graph of back-to-back calls (about ``batch_s`` long, at most GRAPH_CHUNK
     calls); fall back to plain launches when the callable cannot be captured (or could
-    not be before, in this process)."""
+    not be before, in this process), and use them when the settings turn graphs off."""
     estimate = region.time(functools.partial(_repeat, fn, 3)) / 3
     chunk = min(batch_iters(estimate, settings), GRAPH_CHUNK)
+    if not settings.graphs:
+        return _Unit(functools.partial(_repeat, fn, chunk), chunk, "cuda_events", NO_GRAPHS)
     key = capture_key(fn)
     failed_before = _remembered_failure(key)
     if failed_before:

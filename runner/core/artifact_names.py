@@ -20,6 +20,11 @@ OUT_OF_MEMORY = "out_of_memory.json"  # left when the device ran out of memory
 MEMORY_LOG = "memory{suffix}.json"
 MEMORY = MEMORY_LOG.format(suffix="")
 
+# a paired session whose worker died by a crash signal with graph replay on: its
+# workers' folders go under GRAPH_CRASH, and the round's record gets the LAUNCH_NOTES
+GRAPH_CRASH = "graph-crash"
+LAUNCH_NOTES = "launch_notes.txt"
+
 # a round's artifacts folder besides the candidate's BENCHMARK_CSV
 INCUMBENT_CSV = "incumbent.csv"
 AUDIT = "audit.json"  # the static audit of the round's change

@@ -15,7 +15,7 @@ message text::
     +-- AppendOnlyViolation (5)
     +-- InfrastructureError (6): CommandFailed, Tampered, SpeedOfLightError,
     |   ProfileFailed, MeasurementFailed (DeviceOutOfMemory, FocusedTestFailed,
-    |   LdsOverLimit)
+    |   LdsOverLimit, WorkerCrashed)
     +-- Verdict: RolledBack (3), NeedsRemeasure (4), CorrectnessFailed (3),
     |   NotAccepted (3), NotReproduced (3)
     +-- NothingToDo (7)
@@ -218,6 +218,17 @@ class DeviceOutOfMemory(MeasurementFailed):
     ):
         super().__init__(message, log_path, tail if tail is not None else "")
         self.record = dict(record or {})
+
+
+class WorkerCrashed(MeasurementFailed):
+    """A worker died by a crash signal (``signal``: SIGSEGV, SIGABRT, ...) without
+    answering: no error of its own code, which a worker reports.  On a GPU a graph
+    replay can do this (MI350 under ROCm 7.1-7.2); ``runner.measure.paired`` then
+    measures once more with plain launches."""
+
+    def __init__(self, message: str, log_path: Path | None = None, *, signal: int):
+        super().__init__(message, log_path)
+        self.signal = signal
 
 
 class FocusedTestFailed(MeasurementFailed):

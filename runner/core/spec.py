@@ -50,6 +50,9 @@ class TimingSettings:
     budget_s: float = 5.0  # time budget per callable (timed part)
     cache_mode: str = "hot"  # "hot" | "cold"
     engine: str = "auto"  # "auto" | "cpu" | "gpu"
+    # False: hot-cache timing with plain launches, never a replayed graph (a replay
+    # crashed a worker of this measurement: ``runner.measure.paired``)
+    graphs: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -34,6 +34,7 @@ from runner.judge.gate_constants import current_digest
 from runner.judge.inconclusive import advice, inconclusive
 from runner.judge.scoring import component_metrics
 from runner.judge.vetoes import state_transfer
+from runner.measure.paired import launch_notes
 from runner.measure.passes import fresh_gains, state_report
 from runner.store.campaign import Campaign
 from runner.store.roundfiles import artifact_list, describe_patch, store_artifacts
@@ -277,7 +278,7 @@ def round_result(
         score=cand,
         best=inc,
         gate=gate,
-        reasons=list(gate.reasons),
+        reasons=[*gate.reasons, *launch_notes(rnd.tmp)],
         attribution=f"single change to {', '.join(touched)}; incumbent and candidate measured "
         f"on the same device, {pairing_words(rnd.executor)}",
         next_direction="continue along this direction"

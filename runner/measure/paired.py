@@ -25,6 +25,7 @@ import math
 import os
 import random
 import select
+import signal
 import socket
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -33,9 +34,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from runner.core import interrupts
-from runner.core.artifact_names import BENCHMARK_CSV, MEMORY_LOG
+from runner.core.artifact_names import BENCHMARK_CSV, GRAPH_CRASH, LAUNCH_NOTES, MEMORY_LOG
 from runner.core.device_memory import MemoryLog, WorkerMemory, oom_error
-from runner.core.errors import ConfigError, MeasurementFailed
+from runner.core.errors import ConfigError, MeasurementFailed, WorkerCrashed
 from runner.core.files import write_json_atomic
 from runner.core.shapes import Shape
 from runner.core.spec import TimingSettings
@@ -83,6 +84,11 @@ QUICK_TURN: dict[str, float] = {
     "repeats": 3,
     "max_repeats": 8,
 }
+
+# a process's own crash, never a stop from outside (SIGKILL, SIGTERM, SIGINT)
+CRASH_SIGNALS = frozenset(
+    {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL, signal.SIGFPE}
+)
 
 
 def worker_timeout(env: str, default: float) -> float:
@@ -205,6 +211,7 @@ def measure_paired(
     turns = turns_per_worker(roles, groups)
     plan = plan_memory(template, host.gpu_target, host.device_bytes, shapes, len(roles), turns)
     session = _Session(
+        graphs=template.timing.graphs,
         host=host,
         trees=trees,
         shapes=shapes,
@@ -221,12 +228,56 @@ def measure_paired(
         turn_s=worker_timeout(TURN_TIMEOUT_ENV, TURN_TIMEOUT_S),
         serving=executor,
     )
+    wave = first_wave(host, template, shapes, len(roles), pairs, plan)
     try:
-        _run_waves(session, pairs, first_wave(host, template, shapes, len(roles), pairs, plan))
+        return _measured(session, pairs, wave)
+    except WorkerCrashed as crash:
+        return _measured(_without_graphs(session, crash), pairs, wave)
+
+
+def _measured(session: _Session, pairs: int, wave: int | None) -> dict[str, list[Path]]:
+    """``pairs`` pairs of ``session`` measured (``_run_waves``), every worker stopped
+    after; per role the pinned CSV of each of its workers."""
+    try:
+        _run_waves(session, pairs, wave)
         _keep_memory(session)
     finally:
         session.stop_all()
     return session.csvs()
+
+
+def _without_graphs(session: _Session, crash: WorkerCrashed) -> _Session:
+    """A session like ``session`` whose workers time with plain launches, never a
+    replayed graph: a worker of ``session`` died by a crash signal, as a graph replay
+    does on MI350 under ROCm 7.1-7.2 (docs/measurement.md §2.2).  The crashed session's
+    worker folders go under ``<tmp>/GRAPH_CRASH`` (none is read as this measurement's),
+    and the fallback is noted in ``<tmp>/LAUNCH_NOTES`` for the round's record.  Raises
+    ``crash`` where no graph was replayed: a CPU target, cold-cache timing, graphs off."""
+    timing = session.host.spec(session.roles[0], 0, []).timing
+    if not (session.graphs and session.host.gpu_target and timing.cache_mode == "hot"):
+        raise crash
+    aside = session.host.tmp / GRAPH_CRASH
+    aside.mkdir(parents=True, exist_ok=True)
+    for group in session.started:
+        for w in group:
+            if w.live.out_dir.exists():
+                w.live.out_dir.rename(aside / w.live.out_dir.name)
+    name = signal.Signals(crash.signal).name
+    note = (
+        f"graph replay off: {crash.message.splitlines()[0]} ({name}); the pairs were "
+        "measured again with plain launches, both roles alike"
+    )
+    with (session.host.tmp / LAUNCH_NOTES).open("a", encoding="utf-8") as out:
+        out.write(note + "\n")
+    return replace(session, graphs=False, started=[], memory={}, most={}, shape_peaks={}, told={})
+
+
+def launch_notes(tmp: Path) -> list[str]:
+    """What a measurement in ``tmp`` changed about how it launched (``_without_graphs``)."""
+    path = tmp / LAUNCH_NOTES
+    if not path.is_file():
+        return []
+    return [line for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
 def _serving(host: Host, trees: Mapping[str, Path], roles: Sequence[str]) -> ServingExecutor:
@@ -245,6 +296,7 @@ class _Session:
     """What the pairs of one ``measure_paired`` call share: their host, trees, shapes,
     roles and timing, the pool picks, the workers started so far."""
 
+    graphs: bool  # whether its workers may time by graph replay (TimingSettings.graphs)
     host: Host
     trees: Mapping[str, Path]
     shapes: Sequence[Shape]
@@ -303,6 +355,7 @@ class _Session:
             name = pass_name(self.next_index, role) + self.suffix
             spec = self.host.spec(role, self.next_index, list(self.shapes))
             timing = block_timing(spec.timing, self.turns, short=self.host.short_turns)
+            timing = replace(timing, graphs=self.graphs and timing.graphs)
             spec = replace(spec, timing=timing, pool=self.members)
             job = self.host.worker_job(name, spec, self.trees[role], self.env)
             with self.host.times.step("worker launch"):
@@ -525,7 +578,16 @@ def _picks(pairs: int, per_pair: int, pool: int, seed: int) -> list[list[int]]:
     return out
 
 
-def _fail(w: _Worker, why: str) -> MeasurementFailed:
+def crash_signal(code: int | None) -> int | None:
+    """The crash signal (``CRASH_SIGNALS``) a process died by, from its exit status: -N
+    from Popen, 128+N from a shell or ``docker run``; None for any other end."""
+    if code is None:
+        return None
+    number = -code if code < 0 else code - 128 if 128 < code < 160 else 0
+    return number if number in CRASH_SIGNALS else None
+
+
+def _fail(w: _Worker, why: str, *, unanswered: bool = False) -> MeasurementFailed:
     code = w.live.returncode
     proc = w.live.proc
     if proc is not None:
@@ -537,7 +599,11 @@ def _fail(w: _Worker, why: str) -> MeasurementFailed:
     if oom is not None:
         return oom
     exit_note = f" (exit {code})" if code is not None else ""
-    return MeasurementFailed(f"worker {w.live.name} failed{exit_note}: {why}", w.live.log_path)
+    message = f"worker {w.live.name} failed{exit_note}: {why}"
+    crashed = crash_signal(code) if unanswered else None
+    if crashed is not None:  # no error of its own code: that would have been answered
+        return WorkerCrashed(message, w.live.log_path, signal=crashed)
+    return MeasurementFailed(message, w.live.log_path)
 
 
 def _expect(w: _Worker, timeout: float, kind: type[R]) -> R:
@@ -551,7 +617,7 @@ def _expect(w: _Worker, timeout: float, kind: type[R]) -> R:
     line = proc.stdout.readline()
     if not line:
         proc.wait(timeout=30)
-        raise _fail(w, "exited before answering")
+        raise _fail(w, "exited before answering", unanswered=True)
     try:
         reply = parse_reply(line.decode("utf-8", "replace"))
     except ProtocolError:
