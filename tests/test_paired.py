@@ -973,3 +973,29 @@ def test_a_worker_crash_on_the_cpu_fails_the_measurement(tmp_path: Path) -> None
     assert info.value.signal == 11
     assert not (host.tmp / "graph-crash").exists() and launch_notes(host.tmp) == []
     assert alive(host.tmp) == []
+
+
+@pytest.mark.integration
+def test_the_baseline_s_empirical_peak_on_a_card_torch_cannot_see_is_not_measured_and_says_so(
+    tiny_copy: Path, tmp_path: Path
+) -> None:
+    """The reference GEMM runs as a job on the round's card; here (a GPU target on this
+    CPU host) it fails, so nothing is written and the line says the datasheet is used.
+    A record already in the campaign root is kept, no job run."""
+    from runner.flow.empirical_peak import JOB, measure_empirical_peak
+
+    rnd, _ = gpu_round(tiny_copy, tmp_path / "round")
+    kept = rnd.campaign.root / "empirical_peak.json"
+    with rnd.lineage.worktree(rnd.lineage.head()) as tree:
+        (line,) = measure_empirical_peak(rnd, tree)
+        assert line.startswith("empirical peak not measured (exit 1, see ")
+        assert "uses the datasheet's peaks" in line and str(kept) in line
+        assert not kept.exists()
+        log = (rnd.tmp / JOB / "test.log").read_text(encoding="utf-8")
+        assert "runner.bench.empirical_peak" in log
+        kept.write_text('{"gpu": "NVIDIA H200", "tflops": {"bf16": 700.0}}', encoding="utf-8")
+        shutil.rmtree(rnd.tmp / JOB)
+        assert measure_empirical_peak(rnd, tree) == [
+            "empirical peak kept from empirical_peak.json (measured before on this campaign)"
+        ]
+        assert not (rnd.tmp / JOB).exists()

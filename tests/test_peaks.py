@@ -168,3 +168,13 @@ def test_the_veto_uses_the_recorded_empirical_peak(tmp_path: Path) -> None:
     other_card = [("AMD Instinct MI300X", "M8192_N8192_K8192", "fp8", 2600.0)]
     assert speed_of_light_veto(other_card, peak) is None  # another card's peak is not used
     assert empirical_peak(tmp_path / "absent") is None
+
+
+def test_the_reference_fp8_gemm_uses_fnuz_on_gfx94x_only() -> None:
+    """The card's ``gcnArchName`` as ROCm torch reports it (MI300X, MI325X: gfx942;
+    MI355X: gfx950); a CUDA torch has no ``torch.version.hip``."""
+    from runner.bench.empirical_peak import fnuz_arch
+
+    assert fnuz_arch("6.4.43483", "gfx942:sramecc+:xnack-")
+    assert not fnuz_arch("7.0.51831", "gfx950:sramecc+:xnack-")
+    assert not fnuz_arch(None, "")

@@ -33,9 +33,23 @@ def _best_ms(torch: Any, fn: Any) -> float:
     return best
 
 
+def fnuz_arch(hip: str | None, arch: str) -> bool:
+    """Whether a card computes FP8 in the FNUZ formats: AMD's gfx94x (MI300X, MI325X),
+    by its ``gcnArchName`` (e.g. "gfx942:sramecc+:xnack-") under a ROCm torch
+    (``torch.version.hip`` set); gfx950 (MI350X, MI355X) and NVIDIA cards use the OCP
+    ones."""
+    return bool(hip) and arch.startswith("gfx94")
+
+
+def _card_arch(torch: Any) -> str:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return str(getattr(props, "gcnArchName", ""))
+
+
 def _fp8(torch: Any, n: int) -> tuple[Any, str]:
-    """The FP8 GEMM callable (e4m3, the card's flavour on ROCm), or None and why not."""
-    kind = getattr(torch, "float8_e4m3fnuz", None) if torch.version.hip else None
+    """The FP8 GEMM callable (e4m3 in the card's flavour), or None and why not."""
+    fnuz = fnuz_arch(torch.version.hip, _card_arch(torch))
+    kind = getattr(torch, "float8_e4m3fnuz", None) if fnuz else None
     kind = kind or getattr(torch, "float8_e4m3fn", None)
     if kind is None or not hasattr(torch, "_scaled_mm"):
         return None, "no float8 or torch._scaled_mm in this torch"

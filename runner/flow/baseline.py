@@ -24,6 +24,7 @@ from runner.core.spec import OUT_ENV
 from runner.core.stats import rel_stdev
 from runner.executors.base import Executor
 from runner.flow.build import built_roles, describe
+from runner.flow.empirical_peak import measure_empirical_peak
 from runner.flow.kernel_facts import FactsJob
 from runner.flow.quickscript import write_quick_script
 from runner.flow.round_context import (
@@ -108,6 +109,8 @@ def _measure_baseline(rnd: Round, passes: int, started: str) -> RoundResult:
     with rnd.lineage.worktree(m.base_commit or "") as tree:
         facts_job = FactsJob(rnd, {"incumbent": tree})  # the base: round 2's incumbent
         result = _measured_base(rnd, tree, passes, started)  # a failure: not waited for
+        with rnd.times.step("empirical peak"):  # after every timed pass
+            result.reasons.extend(measure_empirical_peak(rnd, tree))
         with rnd.times.step("wait for the kernel facts"):
             facts = facts_job.result()  # while the tree exists
     attach_facts(rnd, result, facts)
