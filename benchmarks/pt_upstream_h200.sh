@@ -36,6 +36,8 @@
 #            checkout (default .ptu_state; name it in `carry` when the machine went cold)
 #   SHARDS, SHARD_ID, MODEL_RE   which rows of upstream's benchmark are measured and
 #            which of them are the campaign's targets (default: shard 0 of 30, Llama rows)
+#   PASSES   the BASELINE's passes (default 4: two gave sigma_G 7.01% on an H100 at
+#            928f034, a 21% threshold no single change of the kernel's config reaches)
 # Each phase copies the state and a timing log under $OUT (when set) as well.
 set -euo pipefail
 REPO=$(pwd)
@@ -203,7 +205,7 @@ EOF
 }
 
 phase_baseline() {
-  campaign baseline --campaign "$(name)" --passes 2
+  campaign baseline --campaign "$(name)" --passes "${PASSES:-4}"
   log "baseline closed"; campaign status --campaign "$(name)"
 }
 
