@@ -999,3 +999,45 @@ def test_the_baseline_s_empirical_peak_on_a_card_torch_cannot_see_is_not_measure
             "empirical peak kept from empirical_peak.json (measured before on this campaign)"
         ]
         assert not (rnd.tmp / JOB).exists()
+
+
+# A thread the candidate's GEMM module starts at import: it stamps the time every 2 ms
+# (as a change that keeps a core busy to slow the other role would run).
+TICKER = """
+import threading as _threading, time as _time
+
+def _tick():
+    with open({path!r}, "a", encoding="utf-8") as out:
+        while True:
+            out.write(f"{{_time.time()}}\\n")
+            out.flush()
+            _time.sleep(0.002)
+
+_threading.Thread(target=_tick, daemon=True).start()
+"""
+
+
+@pytest.mark.integration
+def test_no_thread_of_one_role_runs_during_the_other_role_s_turns(tmp_path: Path) -> None:
+    """Each timed turn stops every other worker of the wave whole (SIGSTOP to its process
+    group) and continues it after: the candidate's ticking thread never stamps inside an
+    incumbent's turn, and it does stamp between turns (it was continued)."""
+    host, tree = example_host(tmp_path)
+    cand = tmp_path / "cand"
+    shutil.copytree(tree, cand)
+    ticks = tmp_path / "ticks.txt"
+    op = cand / "turbo_kernels" / "pytorch" / "ops" / "gemm.py"
+    op.write_text(op.read_text(encoding="utf-8") + TICKER.format(path=str(ticks)))
+    trees = {"incumbent": tree, "candidate": cand}
+    measure_paired(
+        host, trees, [Shape("s1", 64, 256, 256)], ["incumbent", "candidate"], pairs=1, groups=3
+    )
+    stamps = [float(x) for x in ticks.read_text(encoding="utf-8").split()]
+    turns = [json.loads(line) for line in (host.tmp / "turns.jsonl").read_text().splitlines()]
+    incumbent = [(t["start"], t["end"]) for t in turns if "incumbent" in t["worker"]]
+    assert len(incumbent) == 6 and len(stamps) > 50  # A B B A, three groups
+    inside = [s for s in stamps for a, b in incumbent if a < s < b]
+    assert inside == [], f"{len(inside)} ticks of the candidate inside the incumbent's turns"
+    span = sum(b - a for a, b in incumbent)
+    assert span > 0.05, f"the incumbent's turns took {span:.3f} s: too short to tell"
+    assert alive(host.tmp) == []

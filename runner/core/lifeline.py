@@ -15,7 +15,9 @@ import ctypes
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 
@@ -48,3 +50,45 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
     """Kill the process group led by ``pid`` (a child started in its own session)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+STOP_WAIT_S = 1.0  # at most this long for a stopped group's threads to be stopped
+STOPPED_STATES = frozenset("TtZX")  # stopped, traced, or gone
+
+
+def _group_tasks(groups: set[int]) -> list[Path]:
+    """The ``/proc/<pid>/task/<tid>/stat`` files of every process whose process group
+    is in ``groups``."""
+    found: list[Path] = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) in groups:  # field 5 of stat: the process group
+                found.extend(proc.glob("task/*/stat"))
+        except (OSError, IndexError, ValueError):
+            continue  # it ended meanwhile
+    return found
+
+
+def _running(stat: Path) -> bool:
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] not in STOPPED_STATES
+    except (OSError, IndexError):
+        return False
+
+
+def wait_stopped(groups: set[int], timeout: float = STOP_WAIT_S) -> list[Path]:
+    """Wait until every thread of every process in the process ``groups`` has stopped
+    (SIGSTOP takes effect when each thread next enters the kernel: on a loaded virtual
+    machine that took milliseconds); the tasks still running after ``timeout`` s."""
+    if not groups or not sys.platform.startswith("linux"):
+        return []
+    deadline = time.monotonic() + timeout
+    tasks = _group_tasks(groups)
+    while True:
+        tasks = [t for t in tasks if _running(t)]
+        if not tasks or time.monotonic() > deadline:
+            return tasks
+        time.sleep(0.0002)

@@ -133,6 +133,10 @@ class LiveWorker:
     log_path: Path
     proc: subprocess.Popen[bytes] | None
     returncode: int | None = None
+    # whether ``proc`` leads the worker's own process group, so the host can stop it
+    # whole (SIGSTOP: the worker and what it started in its group) while another worker
+    # takes a timed turn; a container's or an allocation's client process is not that
+    stoppable: bool = False
 
 
 @runtime_checkable

@@ -244,7 +244,7 @@ class LocalExecutor:
             stderr_path=log_path,
             pass_fds=held_fds(),
         )
-        return LiveWorker(job.name, job.out_dir, log_path, proc)
+        return LiveWorker(job.name, job.out_dir, log_path, proc, stoppable=True)
 
     def run_job(self, job: WorkerJob) -> JobOutcome:
         job.out_dir.mkdir(parents=True, exist_ok=True)

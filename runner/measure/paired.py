@@ -28,7 +28,7 @@ import select
 import signal
 import socket
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,6 +38,7 @@ from runner.core.artifact_names import BENCHMARK_CSV, GRAPH_CRASH, LAUNCH_NOTES,
 from runner.core.device_memory import MemoryLog, WorkerMemory, oom_error
 from runner.core.errors import ConfigError, MeasurementFailed, WorkerCrashed
 from runner.core.files import write_json_atomic
+from runner.core.lifeline import kill_group, wait_stopped
 from runner.core.shapes import Shape
 from runner.core.spec import TimingSettings
 from runner.core.worker_messages import (
@@ -415,7 +416,8 @@ class _Session:
             # the fresh steps are timed
             with quiet(self.host), self.host.times.step("fresh steps"):
                 for w in workers:
-                    reply = _talk(w, Fresh(), self.turn_s, FreshDone)
+                    with others_stopped(wave, w):
+                        reply = _talk(w, Fresh(), self.turn_s, FreshDone)
                     if reply.memory:  # what it keeps now, its pool handed back
                         self.note(w.live.name, reply.memory)
                         self.memory[w.live.name] = {
@@ -437,7 +439,7 @@ class _Session:
                 if together:
                     done = _expect(w, self.turn_s, Finished)
                 else:  # its fresh step (timed) and its re-checks, alone
-                    with quiet(self.host):
+                    with quiet(self.host), others_stopped(wave, w):
                         _send(w, Finish())
                         done = _expect(w, self.turn_s, Finished)
                 _reap(w)
@@ -538,7 +540,8 @@ def _take_turns(
                 for half, slot in enumerate(order):
                     pick = picks[p][(2 * g + (half >= len(order) // 2)) % len(picks[p])]
                     interrupts.check()
-                    reply = _talk(group[slot], Block(g, pick), turn_s, BlockDone)
+                    with others_stopped(wave, group[slot]):
+                        reply = _talk(group[slot], Block(g, pick), turn_s, BlockDone)
                     name = group[slot].live.name
                     told.setdefault(name, TurnTimes()).add(reply)
                     report = reply.memory
@@ -561,6 +564,28 @@ def _take_turns(
                     if watch is not None:
                         watch.turn_done(reply.seconds)
     return memory
+
+
+@contextlib.contextmanager
+def others_stopped(wave: Sequence[Sequence[_Worker]], active: _Worker) -> Iterator[None]:
+    """Every other live, stoppable worker of ``wave`` stopped whole (SIGSTOP to its
+    process group) while ``active`` takes a timed turn, and continued after: no thread
+    or helper process of one role runs during the other role's turn (docs/measurement.md
+    §3).  A worker that is not ``stoppable`` (in a container) is left running."""
+    stopped: list[int] = []
+    try:
+        for group in wave:
+            for w in group:
+                proc = w.live.proc
+                if w is active or not w.live.stoppable or proc is None or proc.poll() is not None:
+                    continue
+                kill_group(proc.pid, signal.SIGSTOP)
+                stopped.append(proc.pid)
+        wait_stopped(set(stopped))  # each thread stops as it next enters the kernel
+        yield
+    finally:
+        for pid in stopped:
+            kill_group(pid, signal.SIGCONT)
 
 
 def _picks(pairs: int, per_pair: int, pool: int, seed: int) -> list[list[int]]:
