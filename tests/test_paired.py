@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -898,32 +899,46 @@ def test_on_a_gpu_target_accept_takes_short_turns_with_its_suite_yielding_beside
     assert samples["pool"] == 2  # two turns each: two members, not the default four
 
 
-# The example's GEMM made to die by SIGSEGV once (the first worker to call it, in any
-# role), as a graph replay kills its process on MI350 under ROCm 7.1-7.2.
+# The example's GEMM made to die by SIGSEGV once: in the worker process that is the
+# ``nth`` to call it (in any role), as a graph replay kills its process on MI350 under
+# ROCm 7.1-7.2.  Each process takes the next number at its first call.
 CRASH_ONCE = """
 import os as _os, signal as _signal
 
+_TAKEN = []
+
 def _crash_once():
-    try:
-        _os.close(_os.open({flag!r}, _os.O_CREAT | _os.O_EXCL | _os.O_WRONLY))
-    except FileExistsError:
+    if _TAKEN:
         return
-    _os.kill(_os.getpid(), _signal.SIGSEGV)
+    k = 1
+    while True:
+        try:
+            _os.close(_os.open(f"{folder}/call-{{k}}", _os.O_CREAT | _os.O_EXCL | _os.O_WRONLY))
+            break
+        except FileExistsError:
+            k += 1
+    _TAKEN.append(k)
+    if k == {nth}:
+        _os.kill(_os.getpid(), _signal.SIGSEGV)
 """
 
 
-def crashing_host(tmp_path: Path, device: str) -> tuple[PlainHost, Path]:
-    """``example_host`` on ``device`` whose GEMM crashes its first caller."""
+def crashing_host(
+    tmp_path: Path, device: str, nth: int = 1, wave_pairs: int | None = None
+) -> tuple[PlainHost, Path]:
+    """``example_host`` on ``device`` whose GEMM crashes the ``nth`` process to call it."""
     from dataclasses import replace
 
-    host, tree = example_host(tmp_path)
+    host, tree = example_host(tmp_path, wave_pairs=wave_pairs)
     host.template = replace(host.template, device=device)
     op = tree / "turbo_kernels" / "pytorch" / "ops" / "gemm.py"
     text = op.read_text(encoding="utf-8")
     call = "    return GemmFunction.apply(a, b, trans_a, trans_b, out_dtype or a.dtype)\n"
     assert text.count(call) == 1, "the example's gemm() changed: plant the crash anew"
     text = text.replace(call, "    _crash_once()\n" + call)
-    op.write_text(text + CRASH_ONCE.format(flag=str(tmp_path / "crashed")), encoding="utf-8")
+    (tmp_path / "calls").mkdir()
+    plant = CRASH_ONCE.format(folder=str(tmp_path / "calls"), nth=nth)
+    op.write_text(text + plant, encoding="utf-8")
     return host, tree
 
 
@@ -960,6 +975,30 @@ def test_a_worker_crash_on_a_gpu_target_measures_again_with_plain_launches(
     (note,) = launch_notes(host.tmp)
     assert "graph replay off: worker pass-0" in note and "(exit -11)" in note
     assert "SIGSEGV" in note and "plain launches" in note
+    assert alive(host.tmp) == []
+
+
+@pytest.mark.integration
+def test_a_crash_in_a_later_wave_sets_the_earlier_wave_s_records_aside_too(
+    tmp_path: Path,
+) -> None:
+    """One pair per wave; the third process to call the GEMM (of the second wave) crashes: the first
+    wave's folders and the host's records of them go aside together, so the records
+    check finds nothing changed, and both pairs are measured again."""
+    host, tree = crashing_host(tmp_path, "auto", nth=3, wave_pairs=1)
+    trees = {"incumbent": tree, "candidate": tree}
+    got = measure_paired(
+        host, trees, [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"], pairs=2
+    )
+    assert [p.parent.name for p in got["candidate"]] == ["pass-06-candidate", "pass-08-candidate"]
+    aside = host.tmp / "graph-crash"
+    assert sorted(p.name for p in (aside / RECORDS_DIR).iterdir()) == [
+        "pass-01-incumbent.json",
+        "pass-02-candidate.json",
+    ]
+    assert rewritten(host.tmp) == []
+    (note,) = launch_notes(host.tmp)
+    assert re.search(r"worker pass-0[34]-\w+ failed", note) and "SIGSEGV" in note
     assert alive(host.tmp) == []
 
 

@@ -59,7 +59,13 @@ from runner.core.worker_messages import (
 from runner.executors.base import LiveWorker, ServingExecutor
 from runner.judge.memory_fit import shape_report
 from runner.measure.host import Host
-from runner.measure.host_records import TurnTimes, check_finished, refused, write_records
+from runner.measure.host_records import (
+    RECORDS_DIR,
+    TurnTimes,
+    check_finished,
+    refused,
+    write_records,
+)
 from runner.measure.progress import PairWatch
 from runner.measure.sharding import pass_name
 from runner.measure.waves import (
@@ -257,18 +263,23 @@ def _without_graphs(session: _Session, crash: WorkerCrashed) -> _Session:
     timing = session.host.spec(session.roles[0], 0, []).timing
     if not (session.graphs and session.host.gpu_target and timing.cache_mode == "hot"):
         raise crash
-    aside = session.host.tmp / GRAPH_CRASH
-    aside.mkdir(parents=True, exist_ok=True)
+    tmp = session.host.tmp
+    aside = tmp / GRAPH_CRASH
+    aside.mkdir(exist_ok=True)
     for group in session.started:
         for w in group:
             if w.live.out_dir.exists():
                 w.live.out_dir.rename(aside / w.live.out_dir.name)
+            kept = tmp / RECORDS_DIR / f"{w.live.name}.json"  # an earlier wave's records
+            if kept.exists():
+                (aside / RECORDS_DIR).mkdir(exist_ok=True)
+                kept.rename(aside / RECORDS_DIR / kept.name)
     name = signal.Signals(crash.signal).name
     note = (
         f"graph replay off: {crash.message.splitlines()[0]} ({name}); the pairs were "
         "measured again with plain launches, both roles alike"
     )
-    with (session.host.tmp / LAUNCH_NOTES).open("a", encoding="utf-8") as out:
+    with (tmp / LAUNCH_NOTES).open("a", encoding="utf-8") as out:
         out.write(note + "\n")
     return replace(session, graphs=False, started=[], memory={}, most={}, shape_peaks={}, told={})
 
