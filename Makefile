@@ -35,15 +35,16 @@ $(STAMP): pyproject.toml examples/pyproject.toml
 # The whole suite, on every core (PYTEST_WORKERS); `make test-fast` while working.
 PYTEST_WORKERS ?= 2
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS)
-# the example package's files by number of tests (xdist's order): its longest file,
-# the Triton compiles, holds the most; tests/ has its own order (tests/conftest.py)
-EXAMPLES_ORDER := --loadscope-reorder
+# the example package's files whole, each in one worker (its pyproject is the config
+# there, so the root's --dist loadfile does not apply), by number of tests: its longest
+# file, the Triton compiles, first; tests/ has its own order (tests/conftest.py)
+EXAMPLES_ORDER := --dist loadfile --loadscope-reorder
 
 # Each file runs in one worker, in its order (pyproject's addopts: --dist loadfile, the
 # longest files first: tests/conftest.py FILE_SECONDS).  The example package's
 # own tests run first, in processes of their own: its ahead-of-time Triton compiles for
 # gfx942 failed (v.size() == 2 in the FNUZ conversion) in workers that ran the file
-# split over two workers.
+# split over two workers, as `--dist load` (xdist's default) did at 9f4b54a (2 of 142).
 test: install check
 	rc=0; \
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) $(EXAMPLES_ORDER) examples/tests || rc=$$?; \
