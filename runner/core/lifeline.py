@@ -79,6 +79,19 @@ def _running(stat: Path) -> bool:
         return False
 
 
+def wait_pids_stopped(pids: list[int], timeout: float = STOP_WAIT_S) -> list[Path]:
+    """``wait_stopped`` for the processes ``pids`` themselves (not their groups)."""
+    if not pids or not sys.platform.startswith("linux"):
+        return []
+    deadline = time.monotonic() + timeout
+    tasks = [t for pid in pids for t in Path(f"/proc/{pid}/task").glob("*/stat")]
+    while True:
+        tasks = [t for t in tasks if _running(t)]
+        if not tasks or time.monotonic() > deadline:
+            return tasks
+        time.sleep(0.0002)
+
+
 def wait_stopped(groups: set[int], timeout: float = STOP_WAIT_S) -> list[Path]:
     """Wait until every thread of every process in the process ``groups`` has stopped
     (SIGSTOP takes effect when each thread next enters the kernel: on a loaded virtual

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.bench.suite_yield import PAUSE, PAUSED, PLUGIN, POLL_S, RUNNING, SPANS, YIELD_ENV
+from runner.core.lifeline import wait_pids_stopped
 from runner.core.processes import pid_alive
 from runner.flow.round_context import BesideStartUp, Round
 
@@ -150,6 +151,7 @@ class SuiteYield:
         # at its boundary, then stopped whole: a thread a test left running (a
         # candidate's test is the candidate's code) runs nothing while work is timed
         self._stopped = [pid for pid in self._running() if _signal(pid, signal.SIGSTOP)]
+        wait_pids_stopped(self._stopped)  # each thread stops as it next enters the kernel
 
     def _resume(self) -> None:
         for pid in self._stopped:
