@@ -79,17 +79,24 @@ def _running(stat: Path) -> bool:
         return False
 
 
-def wait_pids_stopped(pids: list[int], timeout: float = STOP_WAIT_S) -> list[Path]:
-    """``wait_stopped`` for the processes ``pids`` themselves (not their groups)."""
-    if not pids or not sys.platform.startswith("linux"):
-        return []
+def _wait_tasks(tasks: list[Path], timeout: float) -> list[Path]:
+    """Poll ``tasks`` (their stat files) until none runs or ``timeout`` s have passed;
+    the ones still running."""
     deadline = time.monotonic() + timeout
-    tasks = [t for pid in pids for t in Path(f"/proc/{pid}/task").glob("*/stat")]
     while True:
         tasks = [t for t in tasks if _running(t)]
         if not tasks or time.monotonic() > deadline:
             return tasks
         time.sleep(0.0002)
+
+
+def wait_pids_stopped(pids: list[int], timeout: float = STOP_WAIT_S) -> list[Path]:
+    """``wait_stopped`` for the processes ``pids`` themselves (not their groups)."""
+    if not pids or not sys.platform.startswith("linux"):
+        return []
+    return _wait_tasks(
+        [t for pid in pids for t in Path(f"/proc/{pid}/task").glob("*/stat")], timeout
+    )
 
 
 def wait_stopped(groups: set[int], timeout: float = STOP_WAIT_S) -> list[Path]:
@@ -98,10 +105,4 @@ def wait_stopped(groups: set[int], timeout: float = STOP_WAIT_S) -> list[Path]:
     machine that took milliseconds); the tasks still running after ``timeout`` s."""
     if not groups or not sys.platform.startswith("linux"):
         return []
-    deadline = time.monotonic() + timeout
-    tasks = _group_tasks(groups)
-    while True:
-        tasks = [t for t in tasks if _running(t)]
-        if not tasks or time.monotonic() > deadline:
-            return tasks
-        time.sleep(0.0002)
+    return _wait_tasks(_group_tasks(groups), timeout)
