@@ -157,8 +157,14 @@ def test_a_tournament_judges_its_entries_and_failing_ones_fail_alone(
     # a tiny shape read 5% down (CI at edebb31: -5.96% +- 52.08% on 2 pairs), or its
     # share of the cap spent while its interval still held that reading (CI at 9fa2298:
     # too volatile to tell, +1.24% +- 65.35% on 2 pairs); either way rolled back unmerged
-    # (a probe shape's loss is named first, by the unannounced-shape guard: CI at e1a1ff7)
-    noise = ("shape(s) regressed by 5% or more", "too volatile to tell")
+    # (a probe shape's loss is named first, by the unannounced-shape guard: CI at e1a1ff7),
+    # or its aggregate read below the noise threshold at 2 pairs (CI at 444a9e2: -5.23%
+    # against a threshold of 3.94%): the gate's own roll-back of a loss it believed
+    noise = (
+        "shape(s) regressed by 5% or more",
+        "too volatile to tell",
+        "aggregate -",
+    )
     noisy = any(r.startswith(noise) for r in aa.reasons)
     if not any(r.startswith("superseded by round-2") for r in aa.reasons) and not noisy:
         # measured no longer once round-2's reading was out of its reach; listed for a retry
