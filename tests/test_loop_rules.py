@@ -389,3 +389,71 @@ def test_three_rounds_of_parameter_jitter_call_for_a_stagnation_review(
     assert "rollbacks in a row: 1\n" in out or "rollbacks in a row: 1 " in out, out
     review = "stagnation review due (not a stop): parameter jitter: rounds 2-4 each changed"
     assert review in out, out
+
+
+KERNEL = """import triton.language as tl
+
+
+def kernel(x_ptr, out_ptr, n):
+    offs = tl.arange(0, 128)
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, x)
+"""
+
+
+def _diff(*added: str, removed: str = "    x = tl.load(x_ptr + offs)") -> str:
+    body = "".join(f"+{line}\n" for line in added)
+    return (
+        "diff --git a/k.py b/k.py\n--- a/k.py\n+++ b/k.py\n@@ -5,3 +5,4 @@\n"
+        f"     offs = tl.arange(0, 128)\n-{removed}\n{body}     tl.store(out_ptr + offs, x)\n"
+    )
+
+
+def test_a_rolled_back_change_again_up_to_comments_whitespace_and_new_names_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Rule 7 past the bytes: a change that runs a rolled-back round's code again, only
+    its comments, blank lines, line breaks and the names it introduces differing, is a
+    second draw of the same experiment and refused; changing what the code does (a name
+    the file holds, a literal, a Python block's structure) is a new change."""
+    from runner.judge.resubmission import names_in
+
+    campaign = _campaign(tmp_path, [Status.BASELINE, Status.ROLLED_BACK])
+    rolled_back = _diff("    y = tl.load(x_ptr + offs, cache_modifier='.cg')", "    x = y * 2")
+    (campaign.round_dir(2) / "candidate.patch").write_text(rolled_back)
+
+    def known(path: str) -> set[str]:
+        assert path == "k.py"
+        return names_in(KERNEL)
+
+    again = _diff(
+        "    # stream x past L1: it is read once",
+        "    loaded = tl.load(",
+        "        x_ptr + offs,  # the tile",
+        "        cache_modifier='.cg'",
+        "    )",
+        "",
+        "    x = loaded*2",
+    )
+    with pytest.raises(RepeatedHypothesis, match=r"round-2's rolled-back code again"):
+        check_new(campaign, "a new idea", again, known)
+    new_changes = {
+        "another call of the file's": _diff(
+            "    y = tl.store(x_ptr + offs, cache_modifier='.cg')", "    x = y * 2"
+        ),
+        "another literal": _diff(
+            "    y = tl.load(x_ptr + offs, cache_modifier='.ca')", "    x = y * 2"
+        ),
+        "another block structure": _diff(
+            "    y = tl.load(x_ptr + offs, cache_modifier='.cg')", "    if n:", "        x = y * 2"
+        ),
+    }
+    for what, patch in new_changes.items():
+        check_new(campaign, f"a new idea: {what}", patch, known)
+    # the same shape with every name unknown (no head file) is still refused
+    with pytest.raises(RepeatedHypothesis, match=r"round-2's rolled-back"):
+        check_new(campaign, "a new idea", again)
+    # an A/A round (a comment only) may be measured again after a rolled-back one
+    aa = "diff --git a/k.py b/k.py\n--- a/k.py\n+++ b/k.py\n@@ -7,0 +8 @@\n+# A/A {}\n"
+    (campaign.round_dir(2) / "candidate.patch").write_text(aa.format(1))
+    check_new(campaign, "A/A 2", aa.format(2), known)

@@ -5,7 +5,7 @@ the behaviour-transfer update from what the workers saw."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
@@ -32,6 +32,7 @@ from runner.flow.round_context import Round
 from runner.judge.audit import DECLARABLE
 from runner.judge.gate_constants import current_digest
 from runner.judge.inconclusive import advice, inconclusive
+from runner.judge.resubmission import change_shape, holds_code
 from runner.judge.scoring import component_metrics
 from runner.judge.vetoes import state_transfer
 from runner.measure.paired import launch_notes
@@ -138,11 +139,22 @@ def check_round_number(campaign: Campaign, n: int) -> None:
         )
 
 
-def check_new(campaign: Campaign, hypothesis: str, patch: str) -> None:
+def check_new(
+    campaign: Campaign,
+    hypothesis: str,
+    patch: str,
+    known: Callable[[str], set[str]] = lambda path: set(),
+) -> None:
     """Rule 7 (upstream's iteration rules): after a rollback the next hypothesis is new.
     Refuse a hypothesis or a patch identical to a judged round's (ACCEPTED or ROLLED
-    BACK; a FAILED round may be measured again), naming the round."""
+    BACK; a FAILED round may be measured again), naming the round; and a patch that runs
+    a rolled-back round's code again, differing only in comments, whitespace or the
+    names it introduces (``runner.judge.resubmission``; ``known(path)``: the names the
+    file holds at the lineage head).  A change of comments alone (an A/A round, the
+    gate's own calibration) may be measured again."""
     words = " ".join(hypothesis.split()).casefold()
+    shape = change_shape(patch, known)
+    code = holds_code(shape)
     for r in reversed(campaign.results()):
         if r.status not in (Status.ACCEPTED, Status.ROLLED_BACK):
             continue
@@ -152,10 +164,20 @@ def check_new(campaign: Campaign, hypothesis: str, patch: str) -> None:
                 "new one, informed by that round's result (Rule 7)"
             )
         earlier = campaign.round_dir(r.round) / CANDIDATE_PATCH
-        if earlier.is_file() and earlier.read_text("utf-8").strip() == patch.strip():
+        if not earlier.is_file() or (r.tournament is not None and r.round in r.tournament.retry):
+            continue  # a tournament's loser listed for a retry is measured on a new head
+        text = earlier.read_text("utf-8")
+        if text.strip() == patch.strip():
             raise RepeatedHypothesis(
                 f"this patch is round-{r.round}'s ({r.status.value}), byte for byte: a round "
                 "is judged once; change the candidate (Rule 7)"
+            )
+        if r.status is Status.ROLLED_BACK and code and change_shape(text, known) == shape:
+            raise RepeatedHypothesis(
+                f"this patch runs round-{r.round}'s rolled-back code again: it differs from "
+                "that round's only in comments, whitespace or the names it introduces, and "
+                "a second measurement of the same code is a second draw at the gate, not a "
+                "new hypothesis; change what the code does (Rule 7)"
             )
 
 

@@ -70,6 +70,7 @@ from runner.flow.round_result import (
 from runner.flow.tamper_check import proof
 from runner.flow.upstream_quick import has_upstream_quick, run_quick
 from runner.judge.confirmation import confirmation_due
+from runner.judge.resubmission import names_in
 from runner.render.figures import fmt_gain
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import FingerprintDiff
@@ -99,7 +100,7 @@ def validate_round(
         )
         patch = request.patch if request.patch is not None else lineage.working_tree_patch()
         touched = lineage.check_patch(patch)
-        check_new(campaign, request.hypothesis, patch)
+        check_new(campaign, request.hypothesis, patch, lambda p: names_in(lineage.text_at_head(p)))
         check_targeted(request, level_shapes(campaign.manifest, request.level))
         target = manifest_target(campaign.manifest)
         declared = check_scope(campaign.manifest, target, touched, request.allow_outside)

@@ -288,6 +288,10 @@ class Lineage:
         for p in set(paths) - set(tracked):
             (self.source / p).unlink(missing_ok=True)
 
+    def text_at_head(self, path: str) -> str:
+        """The file at ``path`` as the head holds it ("" where the head holds none)."""
+        return self.git("show", f"{self.head()}:{path}", check=False)
+
     def tree_of(self, patch: str) -> str:
         """The git tree of the head with ``patch`` applied (through a private index:
         no checkout, worktree or ref is touched); two patches are the same change when
