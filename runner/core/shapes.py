@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.core.errors import ConfigError
+from runner.core.layer_gemms import layer_gemms
 from runner.core.upstream_shapes import (
     UPSTREAM_SETS,
     UpstreamRow,
@@ -104,17 +105,6 @@ DENSE_MODELS: dict[str, DenseModel] = {
 }
 
 MICRO_BATCHES = (1, 2, 4)
-
-
-def layer_gemms(model: DenseModel) -> dict[str, tuple[int, int]]:
-    """(N, K) of the four GEMMs of one layer, keyed by role."""
-    qkv = (model.heads + 2 * model.kv_heads) * model.head_dim
-    return {
-        "qkv": (qkv, model.hidden),
-        "attn_out": (model.hidden, model.hidden),
-        "gate_up": (2 * model.ffn, model.hidden),
-        "down": (model.hidden, model.ffn),
-    }
 
 
 def model_gemm_shapes(

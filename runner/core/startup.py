@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from runner.core.files import blob_hash
@@ -149,21 +149,14 @@ def interpreter_dirs() -> list[Path]:
 def startup_files(dirs: Iterable[Path]) -> dict[str, str]:
     """Absolute path -> blob id of every start-up file directly in each of ``dirs``
     (a ``sitecustomize/`` package by its ``__init__.py``)."""
-    files: dict[str, str] = {}
-    for folder in dict.fromkeys(Path(d) for d in dirs):
-        try:
-            entries = sorted(folder.iterdir())
-        except OSError:
-            continue
-        for entry in entries:
-            if not is_startup_file(entry.name):
-                continue
-            file = entry / "__init__.py" if entry.is_dir() else entry
-            try:
-                files[str(entry)] = blob_hash(file.read_bytes())
-            except OSError:
-                files[str(entry)] = "(unreadable)"
-    return files
+    return _hashed_entries(dirs, _startup_entry)
+
+
+def _startup_entry(entry: Path) -> tuple[Path, Path | str] | None:
+    """A start-up file under its own path, a package hashed by its ``__init__.py``."""
+    if not is_startup_file(entry.name):
+        return None
+    return entry, (entry / "__init__.py" if entry.is_dir() else entry)
 
 
 # what ``import NAME`` finds directly in a folder: a module, an extension, a package
@@ -186,6 +179,27 @@ def importable_files(dirs: Iterable[Path]) -> dict[str, str]:
     """Absolute path -> blob id of everything ``import`` could find directly in each of
     ``dirs`` (a package by its ``__init__.py``, a namespace folder as ``NAMESPACE``):
     a file that appears or changes there shadows a module of every later worker."""
+    return _hashed_entries(dirs, _importable_entry)
+
+
+def _importable_entry(entry: Path) -> tuple[Path, Path | str] | None:
+    """A module under its own path, a package under its ``__init__.py``'s, a folder
+    without one as ``NAMESPACE``; hidden entries and bytecode caches are no module."""
+    if entry.name.startswith(".") or entry.name == "__pycache__":
+        return None
+    if entry.is_dir():
+        init = entry / "__init__.py"
+        return (init, init) if init.is_file() else (entry, NAMESPACE)
+    return (entry, entry) if entry.name.endswith(MODULE_SUFFIXES) else None
+
+
+def _hashed_entries(
+    dirs: Iterable[Path], pick: Callable[[Path], tuple[Path, Path | str] | None]
+) -> dict[str, str]:
+    """The one walk both listings take: each entry directly in each of ``dirs`` (each
+    folder once, an unreadable one skipped) that ``pick`` keeps, as ``pick``'s path ->
+    the blob id of ``pick``'s file (``"(unreadable)"`` where it cannot be read), or
+    ``pick``'s text where it gives one instead of a file."""
     files: dict[str, str] = {}
     for folder in dict.fromkeys(Path(d) for d in dirs):
         try:
@@ -193,18 +207,17 @@ def importable_files(dirs: Iterable[Path]) -> dict[str, str]:
         except OSError:
             continue
         for entry in entries:
-            if entry.name.startswith(".") or entry.name == "__pycache__":
+            picked = pick(entry)
+            if picked is None:
                 continue
-            if entry.is_dir():
-                init = entry / "__init__.py"
-                if not init.is_file():
-                    files[str(entry)] = NAMESPACE
-                    continue
-                entry = init
-            elif not entry.name.endswith(MODULE_SUFFIXES):
-                continue
-            try:
-                files[str(entry)] = blob_hash(entry.read_bytes())
-            except OSError:
-                files[str(entry)] = "(unreadable)"
+            key, what = picked
+            files[str(key)] = what if isinstance(what, str) else _blob_id(what)
     return files
+
+
+def _blob_id(file: Path) -> str:
+    """``file``'s blob id, or ``"(unreadable)"`` where it cannot be read."""
+    try:
+        return blob_hash(file.read_bytes())
+    except OSError:
+        return "(unreadable)"

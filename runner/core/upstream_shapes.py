@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass
 
 from runner.core.errors import ConfigError
+from runner.core.layer_gemms import layer_gemms
 
 UPSTREAM_SHAPES_COMMIT = "a6a16cdce46bd2235a248b41f501fb363c215b9b"
 
@@ -118,15 +119,9 @@ def batch_sizes(model: str, gpu_key: str, dtype: str) -> list[int]:
 
 
 def gemm_dims(model: UpstreamModel) -> dict[str, tuple[int, int]]:
-    """(N, K) of each of upstream's five GEMMs of ``model``, in its order."""
-    qkv = (model.heads + 2 * model.kv_heads) * model.head_dim
-    return {
-        "qkv": (qkv, model.hidden),
-        "attn_out": (model.hidden, model.hidden),
-        "gate_up": (2 * model.ffn, model.hidden),
-        "down": (model.hidden, model.ffn),
-        "lm_head": (model.vocab, model.hidden),
-    }
+    """(N, K) of each of upstream's five GEMMs of ``model``, in its order: a layer's
+    four, then lm_head."""
+    return {**layer_gemms(model), "lm_head": (model.vocab, model.hidden)}
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -164,6 +167,33 @@ def _isolated(job: WorkerJob, argv: Sequence[str]) -> list[str]:
     return protect(argv, job.readonly, writable, job.hidden)
 
 
+def _run_isolated(
+    job: WorkerJob, argv: Sequence[str], env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """``argv`` run to its end in the job's tree, isolated (``_isolated``), within the
+    job's time limit, dying with the campaign and holding the GPU lease descriptors."""
+    return run(
+        _isolated(job, argv),
+        cwd=job.source_dir,
+        env=env,
+        check=False,
+        timeout=job.timeout_s,
+        die_with_parent=True,
+        pass_fds=held_fds(),
+    )
+
+
+@dataclass
+class _Prepared:
+    """A job made ready by ``LocalExecutor._prepared``: where its log is, the log open,
+    the environment its worker runs in and its preparation's exit code (0: all ran)."""
+
+    log_path: Path
+    env: dict[str, str]
+    log: TextIO
+    code: int
+
+
 class LocalExecutor:
     """Runs the worker with ``python`` (default: this interpreter).  Each worker (and
     each prepare command) runs in its own process group with the parent-death signal
@@ -210,61 +240,49 @@ class LocalExecutor:
     def _prepare(self, job: WorkerJob, env: dict[str, str], log: TextIO) -> int:
         """The job's preparation commands; the first non-zero exit code, else 0."""
         for cmd in job.prepare:
-            proc = run(
-                _isolated(job, cmd),
-                cwd=job.source_dir,
-                env=env,
-                check=False,
-                timeout=job.timeout_s,
-                die_with_parent=True,
-                pass_fds=held_fds(),
-            )
+            proc = _run_isolated(job, cmd, env)
             log.write(f"$ {' '.join(cmd)}\n{proc.stdout}\n")
             if proc.returncode != 0:
                 return proc.returncode
         return 0
 
+    @contextmanager
+    def _prepared(self, job: WorkerJob) -> Iterator[_Prepared]:
+        """The job made ready to start its worker, the same for a pass and a serving
+        worker: its artifacts folder, its clean environment, ``job.log`` open for
+        writing and its preparation commands run (their exit code in ``code``)."""
+        job.out_dir.mkdir(parents=True, exist_ok=True)
+        log_path = job.out_dir / "job.log"
+        env = clean_env(job)
+        with log_path.open("w", encoding="utf-8") as log:
+            code = self._prepare(job, env, log)
+            yield _Prepared(log_path, env, log, code)
+
     def start_worker(self, job: WorkerJob) -> LiveWorker:
         """A serving worker in a fresh subprocess: stdin/stdout are its pipes to the
         host, stderr goes to ``job.log``."""
-        job.out_dir.mkdir(parents=True, exist_ok=True)
-        log_path = job.out_dir / "job.log"
-        env = clean_env(job)
-        with log_path.open("w", encoding="utf-8") as log:
-            code = self._prepare(job, env, log)
+        with self._prepared(job) as ready:
             args = ["--serve", str(job.spec_path), str(job.out_dir)]
             worker = isolated_python(self.python, "runner.worker", args)
-            log.write(f"$ {self.python} -m runner.worker {' '.join(args)} (isolated)\n")
-        if code:
-            return LiveWorker(job.name, job.out_dir, log_path, None, code)
+            ready.log.write(f"$ {self.python} -m runner.worker {' '.join(args)} (isolated)\n")
+        if ready.code:
+            return LiveWorker(job.name, job.out_dir, ready.log_path, None, ready.code)
         proc = start(
             _isolated(job, worker),
             cwd=job.source_dir,
-            env=env,
-            stderr_path=log_path,
+            env=ready.env,
+            stderr_path=ready.log_path,
             pass_fds=held_fds(),
         )
-        return LiveWorker(job.name, job.out_dir, log_path, proc, stoppable=True)
+        return LiveWorker(job.name, job.out_dir, ready.log_path, proc, stoppable=True)
 
     def run_job(self, job: WorkerJob) -> JobOutcome:
-        job.out_dir.mkdir(parents=True, exist_ok=True)
-        log_path = job.out_dir / "job.log"
-        env = clean_env(job)
-        with log_path.open("w", encoding="utf-8") as log:
-            code = self._prepare(job, env, log)
-            if code:
-                return JobOutcome(job.name, code, job.out_dir, log_path)
+        with self._prepared(job) as ready:
+            if ready.code:
+                return JobOutcome(job.name, ready.code, job.out_dir, ready.log_path)
             args = [str(job.spec_path), str(job.out_dir)]
             worker = isolated_python(self.python, "runner.worker", args)
-            proc = run(
-                _isolated(job, worker),
-                cwd=job.source_dir,
-                env=env,
-                check=False,
-                timeout=job.timeout_s,
-                die_with_parent=True,
-                pass_fds=held_fds(),
-            )
+            proc = _run_isolated(job, worker, ready.env)
             shown = " ".join([self.python, "-m", "runner.worker", *args])
-            log.write(f"$ {shown} (isolated: runner.core.startup)\n{proc.stdout}\n")
-        return JobOutcome(job.name, proc.returncode, job.out_dir, log_path)
+            ready.log.write(f"$ {shown} (isolated: runner.core.startup)\n{proc.stdout}\n")
+        return JobOutcome(job.name, proc.returncode, job.out_dir, ready.log_path)

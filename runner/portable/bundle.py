@@ -41,6 +41,7 @@ from runner.core.processes import run
 from runner.core.timestamps import now_minute
 from runner.core.versions import require_schema_version
 from runner.executors.images import DOCKERFILE, REPO_ROOT
+from runner.portable.checksums import check_listing, read_listing
 from runner.portable.unpack import unpack
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import dist_version
@@ -242,33 +243,13 @@ def write_checksums(root: Path) -> None:
 
 
 def verify_checksums(root: Path) -> None:
-    """Every file listed must match its sha256 and every file must be listed."""
+    """Every file listed must match its sha256 and every file must be listed (the
+    listing read and held against the files as the archive's members were:
+    ``runner.portable.checksums``)."""
     listing = root / CHECKSUMS
-    if not listing.is_file():
-        raise BundleError(f"the bundle has no {CHECKSUMS}; it was not made by `campaign export`")
-    expected: dict[str, str] = {}
-    try:
-        text = listing.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise BundleError(f"{CHECKSUMS} is not UTF-8 text: re-export the bundle") from None
-    for line in text.splitlines():
-        digest, _, rel = line.partition("  ")
-        unsafe = rel.startswith("/") or ".." in Path(rel).parts
-        if not rel or len(digest) != 64 or unsafe:
-            raise BundleError(f"{CHECKSUMS} has a malformed line {line!r}: re-export the bundle")
-        expected[rel] = digest
-    for rel in _files(root):
-        if rel not in expected:
-            raise BundleError(f"{rel} is not in {CHECKSUMS}: the bundle was altered; re-export")
-    for rel, digest in expected.items():
-        path = root / rel
-        if not path.is_file():
-            raise BundleError(f"{rel} is listed in {CHECKSUMS} but missing: re-export it")
-        if sha256_file(path) != digest:
-            raise BundleError(
-                f"checksum mismatch for {rel}: the bundle was altered after export; "
-                "get an untouched copy (or re-export it on the campaign's host)"
-            )
+    expected = read_listing(listing.read_bytes() if listing.is_file() else None, CHECKSUMS)
+    files = {rel: sha256_file(root / rel) for rel in _files(root)}
+    check_listing(files, expected, CHECKSUMS)
 
 
 # ---------------------------------------------------------------- tar

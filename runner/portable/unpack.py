@@ -26,6 +26,7 @@ from runner.core.limits import (
     MAX_BUNDLE_MEMBERS,
     MAX_BUNDLE_TOTAL_BYTES,
 )
+from runner.portable.checksums import check_listing, read_listing
 
 CHUNK = 1 << 20
 # What a damaged archive raises while it streams (a truncated gzip is an EOFError).
@@ -67,9 +68,9 @@ def _check_header(bundle: Path, m: tarfile.TarInfo, seen: dict[str, str], total:
     return total + m.size
 
 
-def _survey(bundle: Path, checksums: str) -> tuple[str, dict[str, str], str]:
+def _survey(bundle: Path, checksums: str) -> tuple[str, dict[str, str], dict[str, str]]:
     """The first pass: the top folder, each file's sha256 by its path under it, and the
-    checksum listing's text."""
+    checksum listing (``runner.portable.checksums.read_listing``)."""
     seen: dict[str, str] = {}
     listing: bytes | None = None
     total = 0
@@ -87,39 +88,8 @@ def _survey(bundle: Path, checksums: str) -> tuple[str, dict[str, str], str]:
     tops = {name.split("/", 1)[0] for name in seen}
     if len(tops) != 1:
         raise BundleError(f"{bundle} is not a campaign bundle (top entries {sorted(tops)[:5]})")
-    top = tops.pop()
-    if listing is None:
-        raise BundleError(f"the bundle has no {checksums}; it was not made by `campaign export`")
     files = {n.split("/", 1)[1]: h for n, h in seen.items() if h}
-    try:
-        return top, files, listing.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BundleError(f"{checksums} is not UTF-8 text: re-export the bundle") from None
-
-
-def _expected(text: str, checksums: str) -> dict[str, str]:
-    expected: dict[str, str] = {}
-    for line in text.splitlines():
-        digest, _, rel = line.partition("  ")
-        unsafe = rel.startswith("/") or ".." in Path(rel).parts
-        if not rel or len(digest) != 64 or unsafe:
-            raise BundleError(f"{checksums} has a malformed line {line!r}: re-export the bundle")
-        expected[rel] = digest
-    return expected
-
-
-def _compare(files: dict[str, str], expected: dict[str, str], checksums: str) -> None:
-    for rel in files:
-        if rel not in expected:
-            raise BundleError(f"{rel} is not in {checksums}: the bundle was altered; re-export")
-    for rel, digest in expected.items():
-        if rel not in files:
-            raise BundleError(f"{rel} is listed in {checksums} but missing: re-export it")
-        if files[rel] != digest:
-            raise BundleError(
-                f"checksum mismatch for {rel}: the bundle was altered after export; "
-                "get an untouched copy (or re-export it on the campaign's host)"
-            )
+    return tops.pop(), files, read_listing(listing, checksums)
 
 
 def _write(bundle: Path, dest: Path, top: str, files: dict[str, str]) -> None:
@@ -144,13 +114,13 @@ def unpack(bundle: Path, dest: Path, checksums: str) -> Path:
     if not bundle.is_file():
         raise BundleError(f"no bundle at {bundle}; pass the .tar.gz that `campaign export` wrote")
     try:
-        top, files, listing = _survey(bundle, checksums)
+        top, files, expected = _survey(bundle, checksums)
     except _UNREADABLE as exc:
         raise BundleError(
             f"cannot read {bundle}: {exc or type(exc).__name__} (truncated or damaged?); "
             "copy the bundle again from where `campaign export` wrote it"
         ) from None
-    _compare(files, _expected(listing, checksums), checksums)
+    check_listing(files, expected, checksums)
     root = dest / top
     if root.exists():
         raise BundleError(f"{root} already exists; pass an empty folder to unpack into")
