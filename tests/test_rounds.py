@@ -49,6 +49,18 @@ def campaign(
     return Campaign.load(copy_campaign(slow_tiny, tmp_path / "c", "t"))
 
 
+@pytest.fixture
+def three_shapes(campaign: Campaign) -> None:
+    """``campaign`` on its three smallest target shapes, all of them representative,
+    for a test of what a round does around its measurement: each run of a round
+    prepares, times and re-checks a quarter fewer shapes, and the quick level still
+    measures every target (no full-level confirmation is added)."""
+    three = json.dumps(list(campaign.manifest.target_shapes)[:3])
+    why = "a test of a round's interruption, not of its shapes"
+    set_gate_field(campaign, "representative_shapes", three, why)
+    set_gate_field(campaign, "target_shapes", three, why)
+
+
 def snapshot_records(c: Campaign) -> dict[str, bytes]:
     files = [c.optimize_log, c.trend_log, c.manifest_path]
     return {str(p): p.read_bytes() for p in files}
@@ -311,6 +323,7 @@ def test_a_crashing_worker_records_a_failed_round_and_nothing_else(
     assert code == 0 and "## Kernel facts" in out and f"`{FACTS_KERNEL}`" in out, out
 
 
+@pytest.mark.usefixtures("three_shapes")
 def test_an_interrupt_mid_round_records_nothing_and_the_round_can_run_again(
     campaign: Campaign, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
