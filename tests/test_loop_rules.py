@@ -404,7 +404,7 @@ def kernel(x_ptr, out_ptr, n):
 def _diff(*added: str, removed: str = "    x = tl.load(x_ptr + offs)") -> str:
     body = "".join(f"+{line}\n" for line in added)
     return (
-        "diff --git a/k.py b/k.py\n--- a/k.py\n+++ b/k.py\n@@ -5,3 +5,4 @@\n"
+        f"diff --git a/k.py b/k.py\n--- a/k.py\n+++ b/k.py\n@@ -5,3 +5,{2 + len(added)} @@\n"
         f"     offs = tl.arange(0, 128)\n-{removed}\n{body}     tl.store(out_ptr + offs, x)\n"
     )
 

@@ -87,10 +87,11 @@ class AuditReport:
 
 # ----------------------------------------------------------------------------- diff
 
-_HUNK_RE = re.compile(r"^@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+HUNK_RE = re.compile(r"^@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
-def _diff_path(header: str) -> str | None:
+def diff_path(header: str) -> str | None:
+    """The path a ``--- ``/``+++ `` header names (None for ``/dev/null``)."""
     path = header.split("\t", 1)[0].strip().strip('"')
     if path == "/dev/null":
         return None
@@ -116,10 +117,10 @@ def changed_lines(patch_text: str) -> dict[str, set[int]]:
             elif tag != "\\":
                 old_left, new_left, line_no = old_left - 1, new_left - 1, line_no + 1
         elif raw.startswith("+++ "):
-            path = _diff_path(raw[4:])
+            path = diff_path(raw[4:])
             if path is not None:
                 files.setdefault(path, set())
-        elif (m := _HUNK_RE.match(raw)) is not None:
+        elif (m := HUNK_RE.match(raw)) is not None:
             old_left = int(m.group(1) or 1)
             line_no, new_left = int(m.group(2)), int(m.group(3) or 1)
     files.pop("", None)  # hunks of deleted files

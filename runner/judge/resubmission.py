@@ -23,6 +23,8 @@ import keyword
 import re
 from collections.abc import Callable, Iterable
 
+from runner.judge.audit import HUNK_RE, diff_path
+
 # strings, comments, names, numbers, then any single other character; Python's comment
 # is '#' ('//' is its floor division), the C-like kernel languages' '//' and '/* */'
 # ('#' starts a preprocessor line there: code)
@@ -39,21 +41,32 @@ Shape = tuple[tuple[str, tuple[tuple[str, ...], ...], tuple[tuple[str, ...], ...
 
 
 def patch_lines(patch: str) -> dict[str, tuple[list[str], list[str]]]:
-    """Each touched file's removed and added lines, in the patch's order (the file's
-    path after the change; ``/dev/null`` sides are skipped)."""
+    """Each touched file's removed and added lines, in the patch's order, read inside
+    each hunk by its line counts (so a removed ``-- x`` is a line, not a header); the
+    file's path after the change, a deleted file's before it."""
     files: dict[str, tuple[list[str], list[str]]] = {}
-    current: tuple[list[str], list[str]] | None = None
-    for line in patch.splitlines():
-        if line.startswith("diff --git "):
-            current = None
-        elif line.startswith("+++ ") and current is None:
-            path = line[4:].strip()
-            path = path[2:] if path.startswith("b/") else path
+    before: str | None = None
+    current: tuple[list[str], list[str]] = ([], [])
+    old_left = new_left = 0
+    for raw in patch.splitlines():
+        if old_left > 0 or new_left > 0:
+            tag = raw[:1]
+            if tag == "-":
+                old_left -= 1
+                current[0].append(raw[1:])
+            elif tag == "+":
+                new_left -= 1
+                current[1].append(raw[1:])
+            elif tag != "\\":
+                old_left, new_left = old_left - 1, new_left - 1
+        elif raw.startswith("--- "):
+            before = diff_path(raw[4:])
+        elif raw.startswith("+++ "):
+            path = diff_path(raw[4:]) or before or ""
             current = files.setdefault(path, ([], []))
-        elif current is not None and line.startswith("-"):
-            current[0].append(line[1:])
-        elif current is not None and line.startswith("+"):
-            current[1].append(line[1:])
+        elif (m := HUNK_RE.match(raw)) is not None:
+            old_left, new_left = int(m.group(1) or 1), int(m.group(3) or 1)
+    files.pop("", None)
     return files
 
 
