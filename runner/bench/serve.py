@@ -47,6 +47,7 @@ from runner.bench.oom import out_of_memory, release_cached
 from runner.bench.timing import Timing
 from runner.core.artifact_names import META
 from runner.core.files import write_json_atomic
+from runner.core.prepare_lock import PREPARE_LOCK_ENV, alone_on_device
 from runner.core.samples import Samples, ShapeSamples
 from runner.core.shapes import Shape
 from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec
@@ -108,6 +109,7 @@ class _ShapeState:
         self.fresh: Any = None  # its fresh-step timings (``Server.fresh``)
         self.moved: dict[str, Any] = {}  # bytes a forward / backward moves (the CSV's)
         self.seconds = 0.0  # wall time this process spent on the shape (cost for sharding)
+        self.waited = 0.0  # seconds it waited for the device alone before preparing it
 
     def free_pool(self) -> None:
         """Keep the bytes a case moves (the CSV's), then free the pool before the
@@ -131,39 +133,60 @@ class Server:
         self.pool = pool_size(spec, device)
         self.states = [_ShapeState(s) for s in spec.shapes]
         self.peaks = ShapePeaks(device)
+        # the device's preparation lock, named by the host; never on the CPU, where
+        # workers do not share a device's timings and must not wait for each other
+        lock = os.environ.get(PREPARE_LOCK_ENV, "").strip()
+        self.lock = lock if lock and device != "cpu" else None
 
     def prepare(self) -> None:
         """Checks, the buffer pool and the first calls (JIT, autotune) of every shape;
-        on a GPU each shape's measured peak (``ShapePeaks``)."""
+        on a GPU each shape's measured peak (``ShapePeaks``).  On a GPU each shape is
+        prepared alone on the device (``runner.core.prepare_lock``): its autotune times
+        its configs while no other worker of the round runs kernels there; the wait is
+        logged and kept in the shape's samples, not counted in its seconds."""
+        if self.lock is None:
+            why = "on the cpu" if self.device == "cpu" else f"(no {PREPARE_LOCK_ENV})"
+            log.info("preparing without the device's preparation lock %s", why)
+        else:
+            log.info("preparing each shape alone on the device: lock %s", self.lock)
+        for st in self.states:
+            with alone_on_device(self.lock) as waited:
+                self._prepare_shape(st)
+            st.waited = waited
+            log.info(
+                "shape %s prepared in %.1f s after %.1f s waiting for the device",
+                st.shape.label,
+                st.seconds,
+                waited,
+            )
+
+    def _prepare_shape(self, st: _ShapeState) -> None:
+        """One shape's checks, buffer pool and first calls (``prepare``)."""
         import torch
 
-        for st in self.states:
-            t0 = time.perf_counter()
-            start = self.peaks.open()
-            try:
-                seeds = [self.spec.seed + 1000 * i for i in range(self.spec.check_seeds)]
-                st.checks = [self.adapter.check(st.shape, self.device, s) for s in seeds]
-                release_cached(self.device)  # the checks' float32 references, dropped
-                for k in range(self.pool):
-                    spacer_bytes = SPACER_UNIT * (1 + k) * (1 + len(st.cases) % 7)
-                    st.spacers.append(
-                        torch.empty(spacer_bytes, dtype=torch.uint8, device=self.device)
-                    )
-                    case = self.adapter.case(st.shape, self.device, self.spec.seed + 101 * k)
-                    case.forward()
-                    if case.backward:
-                        case.backward()
-                    st.cases.append(case)
-                if self.device != "cpu":
-                    torch.cuda.synchronize()
-            except Exception as exc:  # a shape that raises still gets a FAIL row
-                out_of_memory(exc, st.shape.label, self.out_dir)
-                log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
-                st.error = f"{type(exc).__name__}: {exc}"
-                st.cases = []
-            self.peaks.close(st.shape.label, start)
-            st.seconds += time.perf_counter() - t0
-            log.info("shape %s prepared in %.1f s", st.shape.label, st.seconds)
+        t0 = time.perf_counter()
+        start = self.peaks.open()
+        try:
+            seeds = [self.spec.seed + 1000 * i for i in range(self.spec.check_seeds)]
+            st.checks = [self.adapter.check(st.shape, self.device, s) for s in seeds]
+            release_cached(self.device)  # the checks' float32 references, dropped
+            for k in range(self.pool):
+                spacer_bytes = SPACER_UNIT * (1 + k) * (1 + len(st.cases) % 7)
+                st.spacers.append(torch.empty(spacer_bytes, dtype=torch.uint8, device=self.device))
+                case = self.adapter.case(st.shape, self.device, self.spec.seed + 101 * k)
+                case.forward()
+                if case.backward:
+                    case.backward()
+                st.cases.append(case)
+            if self.device != "cpu":
+                torch.cuda.synchronize()
+        except Exception as exc:  # a shape that raises still gets a FAIL row
+            out_of_memory(exc, st.shape.label, self.out_dir)
+            log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
+            st.error = f"{type(exc).__name__}: {exc}"
+            st.cases = []
+        self.peaks.close(st.shape.label, start)
+        st.seconds += time.perf_counter() - t0
 
     def block(self, pick: int) -> tuple[float, dict[str, tuple[float | None, float | None]]]:
         """One turn: every shape forward and backward on pool member ``pick``.  Returns
@@ -270,6 +293,7 @@ class Server:
             "backward": bwd.to_dict() if bwd else None,
             **raw,
             "seconds": round(st.seconds, 4),
+            "prepare_wait_s": round(st.waited, 4),
         }
         return row, record
 

@@ -34,6 +34,9 @@ class ShapeSamples(TypedDict, total=False):
     checks: list[CheckRecord]
     integrity_problems: list[str]  # sampled timed outputs, the 8-step simulation
     seconds: float  # wall time the worker spent on the shape
+    # a serving worker on a GPU: seconds it waited to prepare the shape alone on the
+    # device (runner.core.prepare_lock), not counted in ``seconds``
+    prepare_wait_s: float
     error: str | None
 
 

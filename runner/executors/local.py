@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +21,7 @@ from typing import TextIO
 import runner
 from runner.core.errors import MeasurementFailed
 from runner.core.pause_points import ENV_NAMES as PAUSE_ENV_NAMES
+from runner.core.prepare_lock import PREPARE_LOCK_ENV, device_key, lock_path
 from runner.core.processes import run, start
 from runner.core.spec import SOURCE_ENV
 from runner.core.startup import SYSPATH_ENV, isolated_python, syspath
@@ -34,7 +35,7 @@ from runner.executors.base import (
 from runner.executors.build_cache import PRODUCTS, Entry, tree_files
 from runner.executors.isolation import protect
 from runner.executors.jit_cache import jit_env
-from runner.store.leases import held_fds
+from runner.store.leases import held_fds, lease_dir
 
 _PASS_THROUGH = (
     "PATH",
@@ -73,6 +74,15 @@ def clean_env(job: WorkerJob) -> dict[str, str]:
     env[SOURCE_ENV] = str(job.source_dir)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
+
+
+def prepare_lock_env(job: WorkerJob, env: Mapping[str, str]) -> dict[str, str]:
+    """The serving worker's preparation lock (``runner.core.prepare_lock``): one file
+    per physical device, beside the GPU leases of this host, so every worker that
+    prepares on that device, of this round or any other, prepares alone there.  The
+    worker takes it only on a GPU."""
+    path = lock_path(lease_dir(), device_key(job.gpus, env))
+    return {PREPARE_LOCK_ENV: str(path)}
 
 
 def lay_products(entry: Entry, tree: Path) -> list[str]:
@@ -270,7 +280,7 @@ class LocalExecutor:
         proc = start(
             _isolated(job, worker),
             cwd=job.source_dir,
-            env=ready.env,
+            env={**ready.env, **prepare_lock_env(job, ready.env)},
             stderr_path=ready.log_path,
             pass_fds=held_fds(),
         )

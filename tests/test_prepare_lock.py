@@ -1,0 +1,132 @@
+"""The device's preparation lock (runner.core.prepare_lock): real processes that take
+it never overlap, a holder killed with the lock frees it, the host names one file per
+physical device, and a serving worker on the CPU takes no lock."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import runner
+from runner.core.prepare_lock import PREPARE_LOCK_ENV, alone_on_device, device_key, lock_path
+from runner.core.shapes import Shape
+from runner.core.spec import RoundSpec, TimingSettings
+from runner.executors.base import WorkerJob
+from runner.executors.local import LocalExecutor, prepare_lock_env
+from runner.measure.host import PlainHost
+from runner.measure.paired import READY_TIMEOUT_ENV, measure_paired
+
+ROOT = str(Path(runner.__file__).resolve().parent.parent)
+# Appends "start <pid> <time>" and "end <pid> <time>" around a held section, 5 times.
+SECTIONS = """
+import os, sys, time
+from runner.core.prepare_lock import alone_on_device
+lock, record = sys.argv[1], sys.argv[2]
+def note(what):
+    with open(record, "a") as out:
+        out.write(f"{what} {os.getpid()} {time.time():.6f}\\n")
+for _ in range(5):
+    with alone_on_device(lock):
+        note("start")
+        time.sleep(0.05)
+        note("end")
+    time.sleep(0.01)
+"""
+# Takes the lock, says so, and sleeps until killed.
+HOLDER = """
+import sys, time
+from runner.core.prepare_lock import alone_on_device
+with alone_on_device(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def _python(code: str, *args: str, stdout: int | None = None) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    return subprocess.Popen([sys.executable, "-c", code, *args], env=env, text=True, stdout=stdout)
+
+
+def test_two_processes_holding_the_lock_never_overlap(tmp_path: Path) -> None:
+    lock, record = tmp_path / "gpu-0.lock", tmp_path / "sections.txt"
+    procs = [_python(SECTIONS, str(lock), str(record)) for _ in range(2)]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    lines = [line.split() for line in record.read_text().splitlines()]
+    assert len(lines) == 2 * 2 * 5 and len({pid for _, pid, _ in lines}) == 2
+    sections = list(zip(lines[::2], lines[1::2], strict=True))
+    for (what, pid, _), (then, pid2, _) in sections:
+        assert (what, then, pid) == ("start", "end", pid2)  # no other start in between
+    spans = sorted((float(a[2]), float(b[2])) for a, b in sections)
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert end <= start
+
+
+def test_a_holder_killed_with_the_lock_frees_it(tmp_path: Path) -> None:
+    lock = tmp_path / "gpu-0.lock"
+    with _python(HOLDER, str(lock), stdout=subprocess.PIPE) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        finally:
+            holder.send_signal(signal.SIGKILL)  # dies holding it
+            holder.wait(timeout=30)
+    t0 = time.monotonic()
+    with alone_on_device(str(lock)) as waited:
+        assert waited < 5.0
+    assert time.monotonic() - t0 < 5.0
+
+
+def test_one_lock_file_per_physical_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert device_key((3,), {"CUDA_VISIBLE_DEVICES": "5"}) == "3"  # the leased GPU first
+    amd = {"ROCR_VISIBLE_DEVICES": "2", "HIP_VISIBLE_DEVICES": "0", "CUDA_VISIBLE_DEVICES": "0"}
+    assert device_key((), amd) == "2"  # ROCr's index is the physical one
+    assert device_key((), {"CUDA_VISIBLE_DEVICES": "GPU-1a2b/c,1"}) == "GPU-1a2b_c"
+    assert device_key((), {}) == "0"
+    monkeypatch.setenv("CAMPAIGN_LEASE_DIR", str(tmp_path / "leases"))
+    job = WorkerJob("pass-01-incumbent", tmp_path / "s.json", tmp_path, tmp_path / "o", gpus=(4,))
+    path = Path(prepare_lock_env(job, {})[PREPARE_LOCK_ENV])
+    assert path == lock_path(tmp_path / "leases", "4") and path.is_file()
+    sharded = WorkerJob("w", tmp_path / "s.json", tmp_path, tmp_path / "o")
+    assert prepare_lock_env(sharded, {"CUDA_VISIBLE_DEVICES": "4"}) == {PREPARE_LOCK_ENV: str(path)}
+
+
+@pytest.mark.integration
+def test_a_serving_worker_on_the_cpu_takes_no_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runner.cli  # noqa: F401  (newcampaign imported first hits an import cycle)
+    from runner.flow.new_campaign import fresh_example_copy
+
+    monkeypatch.setenv("CAMPAIGN_LEASE_DIR", str(tmp_path / "leases"))
+    monkeypatch.setenv(READY_TIMEOUT_ENV, "60")
+    tree = fresh_example_copy(tmp_path / "tree")
+    timing = TimingSettings(warmup_s=0.01, repeats=2, max_repeats=3, budget_s=0.05, batch_s=0.005)
+    options = {"backend": "TORCH", "granularity": None}
+    template = RoundSpec(
+        "lock-test", 2, "incumbent", 0, "full", "example", "gemm", options, (), timing, device="cpu"
+    )
+    env = {"PYTHONPATH": str(tree), "TURBO_KERNELS_GEMM_BACKEND": "TORCH"}
+    host = PlainHost(tmp_path / "round", LocalExecutor(), template, lambda t: env)
+    shapes = [Shape("s1", 16, 64, 64)]
+    held = lock_path(tmp_path / "leases", "7")
+    with alone_on_device(str(held)):  # a worker that took it would wait out its ready limit
+        got = measure_paired(
+            host,
+            {"incumbent": tree},
+            shapes,
+            ["incumbent"],
+            pairs=1,
+            env={"CUDA_VISIBLE_DEVICES": "7"},
+        )
+    folder = got["incumbent"][0].parent
+    log = (folder / "worker.log").read_text()
+    assert "preparing without the device's preparation lock on the cpu" in log
+    samples = json.loads((folder / "samples.json").read_text())
+    assert samples["shapes"]["s1"]["prepare_wait_s"] == 0.0
