@@ -30,6 +30,8 @@ CACHES = [
 ]
 SOURCE_ENV = ["-e", "TURBO_CAMPAIGN_SOURCE=/workspace/target"]
 CACHE_ENV = ["-e", "TRITON_CACHE_DIR=/cache/triton", "-e", "CCACHE_DIR=/cache/ccache"]
+# a worker keeps Triton's autotune results in its role's cache volume; a build does not
+WORKER_CACHE_ENV = [*CACHE_ENV, "-e", "TRITON_CACHE_AUTOTUNING=1"]
 
 
 def make_job(tmp_path: Path, **kw: object) -> WorkerJob:
@@ -95,7 +97,7 @@ def test_cpu_job_argv_mounts_the_tree_read_only(tmp_path: Path) -> None:
         "--mount",
         f"type=bind,source={tmp_path}/wt,target=/workspace/target,readonly",
         *HOME,
-        *CACHE_ENV,
+        *WORKER_CACHE_ENV,
         "-e",
         "PYTHONDONTWRITEBYTECODE=1",
         *SOURCE_ENV,

@@ -337,7 +337,7 @@ def test_each_role_has_its_own_jit_cache_that_no_other_role_can_write(
     assert again.jit_folder("incumbent", inc) == theirs  # the same tree: its compiled kernels
     assert again.jit_folder("candidate", inc) != theirs  # never another role's folder
     plant = (
-        f'echo "$TRITON_CACHE_DIR $TORCHINDUCTOR_CACHE_DIR" > env.txt && '
+        f'echo "$TRITON_CACHE_DIR $TORCHINDUCTOR_CACHE_DIR $TRITON_CACHE_AUTOTUNING" > env.txt && '
         f'mkdir -p "$TRITON_CACHE_DIR" && echo k > "$TRITON_CACHE_DIR/mine" && '
         f"mkdir -p {theirs}/triton && echo planted > {theirs}/triton/k"
     )
@@ -345,7 +345,12 @@ def test_each_role_has_its_own_jit_cache_that_no_other_role_can_write(
     outcome = LocalExecutor().run_job(replace(job, prepare=(("sh", "-c", plant),)))
     assert outcome.returncode != 0
     assert "Read-only file system" in outcome.log_path.read_text()
-    assert (cand / "env.txt").read_text().split() == [str(mine / "triton"), str(mine / "inductor")]
+    # its autotune results kept in its own folder too (the switch is Triton's)
+    assert (cand / "env.txt").read_text().split() == [
+        str(mine / "triton"),
+        str(mine / "inductor"),
+        "1",
+    ]
     assert (mine / "triton" / "mine").is_file() and not (theirs / "triton" / "k").exists()
 
 

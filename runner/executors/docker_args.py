@@ -13,6 +13,7 @@ from pathlib import Path
 
 from runner.core.spec import SOURCE_ENV
 from runner.executors.base import BuildJob, WorkerJob
+from runner.executors.jit_cache import AUTOTUNE_ENV
 from runner.executors.container import (
     CONTAINER_OUT,
     CONTAINER_SPEC,
@@ -86,7 +87,7 @@ def docker_create_args(
     if caches:
         for volume, target in cache_volumes(campaign, job.role).items():
             args += ["--mount", f"type=volume,source={volume},target={target}"]
-        env |= {"TRITON_CACHE_DIR": TRITON_CACHE, "CCACHE_DIR": CCACHE}
+        env |= {"TRITON_CACHE_DIR": TRITON_CACHE, "CCACHE_DIR": CCACHE, **AUTOTUNE_ENV}
     if job.built is not None and job.built.image:
         image = job.built.image  # the role's built tree is in its image: nothing over it
     elif mode == "mount":

@@ -18,6 +18,13 @@ The variable names are Triton's (``python/triton/knobs.py`` of triton-lang/trito
 and the CUDA driver's ``CUDA_CACHE_PATH``.  Docker jobs
 keep their per-role cache volumes instead (``runner.executors.docker_args``).
 
+Triton's autotune results are kept in the same folder (``TRITON_CACHE_AUTOTUNING``,
+``AUTOTUNE_ENV``; Triton keys them by the kernel's source, the configs left after
+pruning and the tuning key's values): the first worker of a role times every config
+while it holds its device alone (``runner.core.prepare_lock``) and the role's other
+workers, and the lineage head's next rounds, run its choice instead of timing 64-96
+configs again each, on a device the others share (docs/measurement.md §3).
+
 A role's new folder does not start empty: it starts as a copy of the most recently used
 folders of the lineage's roles (``seed``: the baseline, the incumbent and acceptance's
 final, whose jobs run only the lineage's own code), so a candidate, a new lineage head
@@ -89,9 +96,15 @@ def role_folder(root: Path, role: str, key: str) -> Path:
     return root / f"{safe}-{key}"
 
 
+# Triton's switch that keeps each autotune result on disk beside the compiled kernels
+AUTOTUNE_ENV = {"TRITON_CACHE_AUTOTUNING": "1"}
+
+
 def jit_env(folder: Path) -> dict[str, str]:
-    """The environment that points every JIT cache of a job at ``folder``."""
+    """The environment that points every JIT cache of a job, its autotune results
+    included, at ``folder``."""
     return {
+        **AUTOTUNE_ENV,
         "TRITON_HOME": str(folder),
         "TRITON_CACHE_DIR": str(folder / "triton"),
         "TRITON_DUMP_DIR": str(folder / "triton-dump"),
