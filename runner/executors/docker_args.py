@@ -13,7 +13,6 @@ from pathlib import Path
 
 from runner.core.spec import SOURCE_ENV
 from runner.executors.base import BuildJob, WorkerJob
-from runner.executors.jit_cache import AUTOTUNE_ENV
 from runner.executors.container import (
     CONTAINER_OUT,
     CONTAINER_SPEC,
@@ -28,6 +27,7 @@ from runner.executors.container import (
     safe_name,
     translate_env,
 )
+from runner.executors.jit_cache import AUTOTUNE_ENV
 
 CONTAINER_INCOMING = "/workspace/incoming"
 
