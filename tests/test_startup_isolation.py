@@ -212,3 +212,25 @@ def test_the_clock_guard_refuses_clocks_replaced_before_the_harness_started() ->
         [sys.executable, "-c", CLOCK_HOOK], cwd=root, capture_output=True, text=True, check=True
     )
     assert "clock guard: time.process_time is not the interpreter's C builtin" in proc.stdout
+
+
+def test_a_script_run_by_the_isolated_python_imports_its_neighbours_after_the_stdlib(
+    tmp_path: Path,
+) -> None:
+    """``python bench/x.py`` as upstream's benchmark is run: its folder is importable
+    (``from config import ...``, as a plain ``python`` allows), and a neighbour named
+    like a standard-library module does not shadow it (the folder comes after it)."""
+    tree = _tree(tmp_path / "cand", "x = 1\n")
+    bench = tree / "bench" / "ops"
+    bench.mkdir(parents=True)
+    (bench / "config.py").write_text("MODELS = ['Llama-2-7B']\n")
+    (bench / "json.py").write_text("raise SystemExit('a neighbour shadowed the stdlib')\n")
+    (bench / "run_bench.py").write_text(
+        "import json\nfrom config import MODELS\nprint('models', json.dumps(MODELS))\n"
+    )
+    marker = tmp_path / "marker"
+    job = _test_job(tmp_path / "r", "job-1", tree, "python bench/ops/run_bench.py", marker)
+    done = LocalExecutor().run_job(job)
+    log = done.log_path.read_text() + (done.out_dir / "test.log").read_text()
+    assert json.loads((done.out_dir / "test.json").read_text())["returncode"] == 0, log
+    assert 'models ["Llama-2-7B"]' in log

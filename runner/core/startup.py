@@ -73,6 +73,8 @@ def _boot():
                     extra = os.path.join(d, line)
                     if os.path.isdir(extra) and extra not in sites:
                         sites.append(extra)
+    global _OWN_AT  # where a command's own folder goes: after the standard library
+    _OWN_AT = len(given[:1]) + len(sys.path)
     sys.path[:] = given[:1] + sys.path + given[1:] + sites
     _run()
 _boot()
@@ -86,8 +88,16 @@ def _run():
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 """
 # The focused test's ``python``: ``COMMAND_BOOT [-m MODULE | -c CODE | SCRIPT] ARGS``, as
-# ``python`` takes them (the flags isolation already sets, and -u, are dropped).
+# ``python`` takes them (the flags isolation already sets, and -u, are dropped).  As
+# ``python`` does, the script's folder (or, for -m and -c, the working folder) is
+# importable: upstream's benchmark scripts import their neighbours (``from config
+# import ...``); it goes after the standard library, with the job's own paths, so no
+# writable folder comes before the harness or the standard library.
 _RUN_COMMAND = r"""
+def _own(folder):
+    folder = os.path.abspath(folder)
+    if folder not in sys.path:
+        sys.path.insert(_OWN_AT, folder)
 def _run():
     import runpy
     args = sys.argv[1:]
@@ -95,12 +105,15 @@ def _run():
         args.pop(0)
     if args[:1] == ["-m"] and len(args) > 1:
         sys.argv[:] = args[1:]
+        _own(os.getcwd())
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
     elif args[:1] == ["-c"] and len(args) > 1:
         sys.argv[:] = ["-c", *args[2:]]
+        _own(os.getcwd())
         exec(compile(args[1], "<string>", "exec"), {"__name__": "__main__"})
     elif args and not args[0].startswith("-"):
         sys.argv[:] = args
+        _own(os.path.dirname(args[0]) or ".")
         runpy.run_path(args[0], run_name="__main__")
     else:
         raise SystemExit("the focused test's python (started isolated, "
