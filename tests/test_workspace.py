@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from runner.core.errors import ConfigError
-from runner.store.workspace import check_scaffolding, extract_workspace, load_record, sync_back
+from runner.store.workspace import (
+    check_scaffolding,
+    extract_workspace,
+    load_record,
+    suite_command,
+    sync_back,
+    workspace_command,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -114,3 +122,30 @@ def test_record_version_is_checked(workspace: Path) -> None:
     path.write_text(path.read_text().replace("schema_version: 1", "schema_version: 9"))
     with pytest.raises(ConfigError, match="re-extract"):
         load_record(workspace)
+
+
+def test_upstream_commands_find_the_copied_files_and_their_folders(
+    upstream: Path, workspace: Path
+) -> None:
+    """Upstream's commands as they run in the workspace: a copied file's path and a
+    folder that holds one are moved under ``tests/``/``bench/`` once; the full suite
+    (``pytest tests/pytorch/ -v``, the folder upstream names) collects the copied test
+    there, and in upstream's own tree the command is left as it is."""
+    test = f"python -m pytest {TEST} -q -k blockwise"
+    bench = f"python {BENCH} --output out/upstream_benchmark.csv"
+    assert (
+        workspace_command(test, [TEST], [BENCH]) == f"python -m pytest tests/{TEST} -q -k blockwise"
+    )
+    assert workspace_command(bench, [TEST], [BENCH]) == (
+        f"python bench/{BENCH} --output out/upstream_benchmark.csv"
+    )
+    suite = suite_command("pytest tests/pytorch/ -v", workspace)
+    assert suite == "pytest tests/tests/pytorch/ -v"
+    assert suite_command("pytest tests/pytorch/ -v", upstream) == "pytest tests/pytorch/ -v"
+    ran = subprocess.run(
+        [sys.executable, "-m", *suite.split()[:-1], "-q", "-p", "no:cacheprovider"],
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+    )
+    assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr

@@ -90,6 +90,7 @@ from runner.store.guard import locked, require_baseline
 from runner.store.lineage import Lineage
 from runner.store.manifest import Manifest, branch_name
 from runner.store.sealed import heldout_labels
+from runner.store.workspace import suite_command
 from runner.targets.upstream_csv import BENCH_CSV_NAME, to_pinned, upstream_targets
 
 ACCEPT_ROUND = 0  # the spec's round number: acceptance is not a round
@@ -252,7 +253,7 @@ def _command_full_benchmark(
 def full_suite(
     rnd: Round, tree: Path, dest: Path, env: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    command = rnd.target.full_suite_command()
+    command = suite_command(rnd.target.full_suite_command(), tree)
     code, log, _ = run_command_in(rnd, "full-suite", tree, command, env=env)
     write_atomic(dest, log)
     return {"command": command, "returncode": code, "log": dest.name, "tail": log[-1500:]}
@@ -371,7 +372,7 @@ def _measure(
         beside: SuiteBeside | None = None
         with clock.step("full validation"):
             if SuiteBeside.possible(rnd):
-                command = rnd.target.full_suite_command()
+                command = suite_command(rnd.target.full_suite_command(), head)
                 folder = rnd.tmp / "full-suite" / "yield"
                 beside = stack.enter_context(SuiteBeside(rnd, command, folder, suite))
             result.checks.append(_validate(rnd, trees, shapes, result, art))

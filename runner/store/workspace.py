@@ -185,8 +185,27 @@ def code_root(tree: Path) -> Path:
 
 def workspace_command(command: str, tests: Sequence[str], bench: Sequence[str]) -> str:
     """An upstream command with its test and bench paths moved under ``tests/`` and
-    ``bench/``, as they lie in the workspace."""
+    ``bench/``, as they lie in the workspace: a copied file's path, or a folder that
+    holds one (``pytest tests/pytorch/`` when ``tests/pytorch/ops/test_x.py`` was
+    copied), each rewritten once."""
     for prefix, names in (("tests", tests), ("bench", bench)):
-        for name in names:
-            command = re.sub(rf"(?<![\w/.]){re.escape(name)}", f"{prefix}/{name}", command)
+        folders = {str(parent) for name in names for parent in PurePosixPath(name).parents}
+        folders.discard(".")
+        files = [re.escape(name) for name in names]
+        # a folder only as a whole path part: followed by '/', a space, a quote or the end
+        dirs = [rf"{re.escape(d)}(?=[/\s\"']|$)" for d in folders]
+        if not files and not dirs:
+            continue
+        either = "|".join(sorted(files + dirs, key=len, reverse=True))
+        command = re.sub(rf"(?<![\w/.])(?={either})", f"{prefix}/", command)
     return command
+
+
+def suite_command(command: str, tree: Path) -> str:
+    """The target's full-suite ``command`` as it runs in ``tree``: in an extracted
+    workspace, over the upstream tests copied under its ``tests/`` (the workspace holds
+    no other), elsewhere unchanged."""
+    if code_root(tree) == tree:
+        return command
+    tests = [str(t["path"]) for t in load_record(tree).get("tests") or []]
+    return workspace_command(command, tests, ())
