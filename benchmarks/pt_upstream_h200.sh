@@ -8,9 +8,9 @@
 # to a handful of rows), quick rounds run the campaign's quick_test_bench.py (upstream's
 # template, copied at init) on the representative shapes.
 #
-# Phases (state kept between device calls; on an H100 at e218f50 setup took 137 s and a
-# 4-pass BASELINE 353 s, but round 2 had 5 of 10 pairs after 8 min: its workers' autotune
-# of upstream's 64-96 configs a kernel takes minutes, so give a round a call of its own):
+# Phases (state kept between device calls; on an H100 at ba0d182 setup took 84 s, a 4-pass
+# BASELINE 173 s, a round 142-358 s (358 s when the candidate's autotune space is new),
+# accept 96 s and reproduce 356 s: BUDGET_S 200, 200, 380, 300 ran them in four calls):
 #   setup     venv, upstream's files as a git checkout, the shard's rows, init, smoke
 #   baseline  campaign baseline (round-1)
 #   round2    num_stages 1,2,3 on sm90 too (gfx950's own choice in the kernel's autotune
