@@ -183,6 +183,22 @@ def test_a_member_that_differs_from_its_checksum_is_refused_before_writing(
     assert not dest.exists()
 
 
+def test_a_bundle_holding_a_file_outside_its_folder_is_refused(tmp_path: Path) -> None:
+    """A gzip'd tar whose one member is a file at the top (no campaign folder): a clear
+    refusal, not an IndexError from the reader."""
+    path = tmp_path / "loose.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        info = tarfile.TarInfo("bundle.yaml")
+        info.size = 5
+        tar.addfile(info, io.BytesIO(b"x: 1\n"))
+    dest = tmp_path / "dest"
+    with pytest.raises(
+        BundleError, match=r"not a campaign bundle \(top entries \['bundle.yaml'\]\)"
+    ):
+        extract(path, dest)
+    assert not dest.exists()
+
+
 def _listing(body: bytes) -> bytes:
     return f"{hashlib.sha256(body).hexdigest()}  bundle.yaml\n".encode()
 

@@ -12,15 +12,14 @@ truncated or corrupt archive is bad input (``BundleError``, exit 2).
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import tarfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 from runner.core.errors import BundleError
+from runner.core.files import sha256_stream
 from runner.core.limits import (
     MAX_BUNDLE_MEMBER_BYTES,
     MAX_BUNDLE_MEMBERS,
@@ -28,7 +27,6 @@ from runner.core.limits import (
 )
 from runner.portable.checksums import check_listing, read_listing
 
-CHUNK = 1 << 20
 # What a damaged archive raises while it streams (a truncated gzip is an EOFError).
 _UNREADABLE = (tarfile.TarError, OSError, EOFError, zlib.error)
 
@@ -38,15 +36,6 @@ def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
     while member is not None:
         yield member
         member = tar.next()
-
-
-def _hash(stream: IO[bytes] | None, out: IO[bytes] | None = None) -> str:
-    h = hashlib.sha256()
-    while stream is not None and (chunk := stream.read(CHUNK)):
-        h.update(chunk)
-        if out is not None:
-            out.write(chunk)
-    return h.hexdigest()
 
 
 def _check_header(bundle: Path, m: tarfile.TarInfo, seen: dict[str, str], total: int) -> int:
@@ -84,10 +73,12 @@ def _survey(bundle: Path, checksums: str) -> tuple[str, dict[str, str], dict[str
             if m.name.count("/") == 1 and m.name.endswith("/" + checksums):
                 listing = stream.read() if stream is not None else b""  # bounded above
                 continue
-            seen[m.name] = _hash(stream)
+            seen[m.name] = sha256_stream(stream)
     tops = {name.split("/", 1)[0] for name in seen}
-    if len(tops) != 1:
-        raise BundleError(f"{bundle} is not a campaign bundle (top entries {sorted(tops)[:5]})")
+    loose = sorted(n for n, h in seen.items() if h and "/" not in n)  # a file, not a folder
+    if len(tops) != 1 or loose:
+        shown = loose[:5] or sorted(tops)[:5]
+        raise BundleError(f"{bundle} is not a campaign bundle (top entries {shown})")
     files = {n.split("/", 1)[1]: h for n, h in seen.items() if h}
     return tops.pop(), files, read_listing(listing, checksums)
 
@@ -102,7 +93,7 @@ def _write(bundle: Path, dest: Path, top: str, files: dict[str, str]) -> None:
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
             with target.open("xb") as out:
-                digest = _hash(tar.extractfile(m), out)
+                digest = sha256_stream(tar.extractfile(m), out)
             rel = m.name.split("/", 1)[1]
             if rel in files and files[rel] != digest:
                 raise BundleError(f"{bundle} changed while it was read: read it again")
