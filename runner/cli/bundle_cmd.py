@@ -11,7 +11,8 @@ from runner.cli.app import App
 from runner.cli.options import campaign_option, executor_override_option, gpus_option
 from runner.cli.progress_view import ProgressView, quiet_option
 from runner.core.errors import NotReproduced
-from runner.portable.bundle import export_bundle, sha256_file
+from runner.core.files import sha256_file
+from runner.portable.bundle import export_bundle
 from runner.portable.reproduce import ReproduceRequest, reproduce
 from runner.store.campaign import Campaign
 from runner.store.leases import parse_gpus

@@ -1,4 +1,5 @@
-"""Atomic file writes (the one writer every record, spec and CSV goes through), bounded
+"""Atomic file writes (the one writer every record, spec and CSV goes through), the one
+sha256 reader of files and streams, bounded
 reads of user input (a size and a line-length limit, checked before the file is read
 whole), and the copy of a scratch folder into the records that takes plain files only.
 
@@ -7,6 +8,7 @@ Standard library only, so the worker side (no pydantic) can use it too.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -14,15 +16,32 @@ import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from runner.core.errors import ConfigError
+
+_CHUNK = 1 << 20  # a hashed stream is read a MiB at a time
+
+
+def sha256_stream(stream: IO[bytes] | None, out: IO[bytes] | None = None) -> str:
+    """The sha256 (hex) of what ``stream`` holds from here to its end (``None``: of
+    nothing), copying each chunk to ``out`` when given."""
+    digest = hashlib.sha256()
+    while stream is not None and (chunk := stream.read(_CHUNK)):
+        digest.update(chunk)
+        if out is not None:
+            out.write(chunk)
+    return digest.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 (hex) of the file ``path``, read in chunks."""
+    with Path(path).open("rb") as fh:
+        return sha256_stream(fh)
 
 
 def blob_hash(data: bytes) -> str:
     """The git blob id of ``data`` (what ``git hash-object`` prints for it)."""
-    import hashlib
-
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 

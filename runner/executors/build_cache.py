@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.core.files import write_atomic
+from runner.core.files import sha256_file, write_atomic
 from runner.core.processes import run
 from runner.executors.lru import locked, over_limit, size_limit
 
@@ -54,15 +54,6 @@ SUMS = "products.sha256"
 COMPLETE = "complete"
 USED = "used"
 STALE_TMP_S = 86400.0
-_CHUNK = 1 << 20
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def tree_files(tree: Path) -> list[str]:
@@ -78,7 +69,7 @@ def tree_files(tree: Path) -> list[str]:
 def native_inputs(tree: Path, is_native: Callable[[str], bool]) -> dict[str, str]:
     """The tree's native and build files (path -> sha256) and its submodule commits
     (path -> ``commit <sha>``): what of the tree a build depends on."""
-    inputs = {p: file_sha256(tree / p) for p in tree_files(tree) if is_native(p)}
+    inputs = {p: sha256_file(tree / p) for p in tree_files(tree) if is_native(p)}
     staged = run(["git", "ls-files", "-s", "-z"], cwd=tree).stdout or ""
     for entry in staged.split("\0"):
         meta, _, path = entry.partition("\t")
@@ -214,7 +205,7 @@ class BuildCache:
             path = entry.path / PRODUCTS / rel
             if not path.is_file():
                 return f"{rel} is missing"
-            if file_sha256(path) != digest:
+            if sha256_file(path) != digest:
                 return f"{rel} does not match its checksum"
         return ""
 
@@ -252,7 +243,7 @@ class BuildCache:
                 src, dest = Path(tree or ".") / rel, tmp / PRODUCTS / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, dest)
-                sums[rel] = file_sha256(dest)
+                sums[rel] = sha256_file(dest)
                 size += dest.stat().st_size
             if tree is not None:
                 write_atomic(tmp / SUMS, json.dumps(sums, indent=1, sort_keys=True) + "\n")

@@ -21,7 +21,6 @@ through another channel when that matters.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import platform
 import shutil
@@ -35,7 +34,7 @@ import yaml
 
 from runner import __version__
 from runner.core.errors import BundleError, CommandFailed, ConfigError
-from runner.core.files import write_atomic
+from runner.core.files import sha256_file, write_atomic
 from runner.core.outcomes import RoundResult, Status
 from runner.core.processes import run
 from runner.core.timestamps import now_minute
@@ -219,14 +218,6 @@ def image_id(image: str) -> str | None:
 
 
 # ---------------------------------------------------------------- checksums
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _files(root: Path) -> list[str]:

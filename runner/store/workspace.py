@@ -10,7 +10,6 @@ the scaffolding (tests/, bench/, anything else) never goes upstream.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 from collections.abc import Sequence
@@ -21,15 +20,11 @@ import yaml
 
 from runner.core import processes as cmd
 from runner.core.errors import CommandFailed, ConfigError
-from runner.core.files import write_atomic
+from runner.core.files import sha256_file, write_atomic
 from runner.core.versions import require_schema_version
 
 SCHEMA_VERSION = 1
 RECORD = "UPSTREAM.yaml"
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _relative(name: str) -> PurePosixPath:
@@ -61,7 +56,7 @@ def _copy_named(upstream: Path, names: Sequence[str], dest: Path) -> list[dict[s
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, target)
-        copied.append({"path": rel.as_posix(), "sha256": sha256(target)})
+        copied.append({"path": rel.as_posix(), "sha256": sha256_file(target)})
     return copied
 
 
@@ -139,7 +134,7 @@ def sync_back(dest: Path, upstream: Path, only: Sequence[str] | None = None) -> 
         target = upstream / path
         if target.is_file() and target.read_bytes() == src.read_bytes():
             continue
-        if target.is_file() and sha256(target) != recorded[path]:
+        if target.is_file() and sha256_file(target) != recorded[path]:
             raise ConfigError(
                 f"{target} changed upstream since the extraction (commit "
                 f"{record['commit'][:12]}); merge it by hand, then re-extract"
