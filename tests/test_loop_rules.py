@@ -457,3 +457,22 @@ def test_a_rolled_back_change_again_up_to_comments_whitespace_and_new_names_is_r
     aa = "diff --git a/k.py b/k.py\n--- a/k.py\n+++ b/k.py\n@@ -7,0 +8 @@\n+# A/A {}\n"
     (campaign.round_dir(2) / "candidate.patch").write_text(aa.format(1))
     check_new(campaign, "A/A 2", aa.format(2), known)
+    # a tournament's entry is held to the same rule: the whole tournament is refused
+    # before anything is written, naming the entry
+    from runner.executors.local import LocalExecutor
+    from runner.flow.round_result import Request
+    from runner.flow.tournament import validate_tournament
+    from runner.store.lineage import Lineage
+    from runner.store.manifest import branch_name
+
+    m = campaign.manifest
+    lineage = Lineage(Path(m.source), campaign.name, branch_name(m))
+    lineage.start(lineage.resolve("HEAD"))  # the baseline's lineage, without measuring it
+    (campaign.round_dir(2) / "candidate.patch").write_text(rolled_back)
+    entries = [
+        Request(3, "a new idea: another literal", new_changes["another literal"]),
+        Request(4, "a new idea", again),
+    ]
+    with pytest.raises(RepeatedHypothesis, match=r"tournament entry round-4: .*round-2's rolled"):
+        validate_tournament(campaign, LocalExecutor(), entries, progress=lambda _m: None)
+    assert not campaign.round_dir(3).exists() and not campaign.round_dir(4).exists()

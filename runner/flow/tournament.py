@@ -45,6 +45,7 @@ from runner.flow.round_logs import close_round
 from runner.flow.round_result import (
     Request,
     attach_facts,
+    check_new,
     check_round_number,
     current_best,
     failed_result,
@@ -55,6 +56,7 @@ from runner.flow.round_result import (
 from runner.flow.tamper_check import TreeState, prove_ready, tampered
 from runner.flow.tamper_check import snapshot as snapshot_trees
 from runner.flow.tournament_measure import Entry, EntryTests, confirm, measure_entries
+from runner.judge.resubmission import names_in
 from runner.render.figures import fmt_gain
 from runner.store.campaign import Campaign
 from runner.store.fingerprint_check import check_round_comparable, record_override
@@ -81,6 +83,7 @@ def validate_tournament(
         _check_requests(campaign, requests)
         m = campaign.manifest
         lineage = Lineage(Path(m.source), campaign.name, branch_name(m))
+        _check_new(campaign, lineage, requests)
         target = manifest_target(m)
         entries = [Entry(request, k) for k, request in enumerate(requests, start=1)]
         for entry in entries:
@@ -130,6 +133,22 @@ def _check_requests(campaign: Campaign, requests: Sequence[Request]) -> None:
             )
         if request.patch is None:
             raise ConfigError("every tournament entry needs its --patch FILE")
+
+
+def _check_new(campaign: Campaign, lineage: Lineage, requests: Sequence[Request]) -> None:
+    """Rule 7 for every entry, as for a single round (``check_new``): an entry that
+    repeats a judged round's hypothesis or patch, or runs a rolled-back round's code
+    again, refuses the whole tournament before anything is written, naming the entry."""
+    for request in requests:
+        try:
+            check_new(
+                campaign,
+                request.hypothesis,
+                request.patch or "",
+                lambda p: names_in(lineage.text_at_head(p)),
+            )
+        except RepeatedHypothesis as exc:
+            raise RepeatedHypothesis(f"tournament entry round-{request.round}: {exc}") from None
 
 
 def _check_distinct(requests: Sequence[Request]) -> None:
