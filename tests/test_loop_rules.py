@@ -375,7 +375,11 @@ def test_three_rounds_of_parameter_jitter_call_for_a_stagnation_review(
     assert parameter_only(tile)
     assert not parameter_only((EXAMPLES_DIR / "gpu_patches" / "scalar_scale.patch").read_text())
     assert not parameter_only(tile.replace('+    "BLOCK_M": 64,', '+    "BLOCK_N": 64,'))
-    assert not parameter_only("--- a/k.py\n+++ b/k.py\n-x = 1  \n+x = 1\n")  # nothing changed
+    nothing = "--- a/k.py\n+++ b/k.py\n@@ -1 +1 @@\n-x = 1  \n+x = 1\n"
+    assert not parameter_only(nothing)  # nothing changed
+    # as `git format-patch` writes it: a mail header above, a "-- " signature below
+    mailed = f"From 0 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] tiles\n---\n{tile}-- \n2.43.0\n"
+    assert parameter_only(mailed)
     campaign = tiny_campaign(tmp_path, "term", baseline=False)
     statuses = [Status.BASELINE, Status.ACCEPTED, Status.ACCEPTED, Status.ROLLED_BACK]
     for n, status in enumerate(statuses, start=1):

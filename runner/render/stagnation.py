@@ -17,20 +17,21 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from runner.judge.resubmission import patch_lines
+
 JITTER_ROUNDS = 3
 NUMBER = re.compile(r"(?<![\w.])(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])")
 
 
 def _changed_lines(patch: str) -> tuple[list[str], list[str]]:
+    """Every removed and every added line of ``patch``, stripped, read inside its hunks
+    (``runner.judge.resubmission.patch_lines``: a mail header or a ``-- `` signature
+    of ``git format-patch`` is no changed line)."""
     removed: list[str] = []
     added: list[str] = []
-    for line in patch.splitlines():
-        if line.startswith(("---", "+++")):
-            continue
-        if line.startswith("-"):
-            removed.append(line[1:].strip())
-        elif line.startswith("+"):
-            added.append(line[1:].strip())
+    for old, new in patch_lines(patch).values():
+        removed += [line.strip() for line in old]
+        added += [line.strip() for line in new]
     return removed, added
 
 
