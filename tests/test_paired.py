@@ -663,8 +663,11 @@ def test_cli_validate_gpus_leases_and_shards(
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     assert proc.returncode in (0, 3), proc.stdout + proc.stderr
     assert "shard(s) on GPUs [0, 1]" in proc.stderr  # progress goes to stderr
-    assert sorted(p.name for p in leases.iterdir()) == ["gpu-0.lock", "gpu-1.lock"]
-    assert all(p.read_text() == "" for p in leases.iterdir())  # released after the round
+    # the GPU leases, and beside them one preparation lock per device (a worker takes it
+    # only on a GPU: runner.core.prepare_lock)
+    assert sorted(p.name for p in leases.iterdir()) == ["gpu-0.lock", "gpu-1.lock", "prepare"]
+    assert sorted(p.name for p in (leases / "prepare").iterdir()) == ["gpu-0.lock", "gpu-1.lock"]
+    assert all(p.read_text() == "" for p in leases.glob("gpu-*.lock"))  # released after it
     art = Campaign.load(root).artifacts_dir(2)
     shard_dirs = sorted(p.name for p in (art / "passes").glob("pass-*-gpu*"))
     assert "pass-01-incumbent-gpu0" in shard_dirs and "pass-02-candidate-gpu1" in shard_dirs
