@@ -95,6 +95,8 @@ def test_init_creates_a_campaign(
         "20",
         "--performance-target",
         ">500 TFLOPS",
+        "--suite-command",
+        "pytest tests/unit -q",
         *BASIC,
     )
     assert (rc, err) == (0, "")
@@ -109,6 +111,7 @@ def test_init_creates_a_campaign(
     assert m.target_shapes == [S1, S2, S3]
     assert m.shape_set == "models"
     assert m.max_iterations == 20
+    assert m.suite_command == "pytest tests/unit -q"  # accept's full suite
     assert m.git_commit is True
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}", m.created)
     assert m.quick_command == f"python {root / name / 'quick_test_bench.py'}"

@@ -867,20 +867,21 @@ def test_on_a_gpu_target_accept_takes_short_turns_with_its_suite_yielding_beside
     full validation, giving the device up whenever work is timed: it started before the
     first turn and ran on after it, and none of its tests ran during a turn."""
     from runner.flow.accept import run_acceptance
-    from runner.targets.example import ExampleTarget
 
     # 40 s of tests, longer than the workers' start-up (12 s were not on the 2-core CI at
     # e1a1ff7: the suite ended before the first turn, so it never gave the device up)
     slow = slow_suite(tmp_path, 200, 0.2)
     suite = f"python -m pytest {slow} -q -p no:cacheprovider"
-    monkeypatch.setattr(ExampleTarget, "full_suite_command", lambda self: suite)
     monkeypatch.setenv(ROUND_CAP_ENV, "1")
     campaign = Campaign.load(tiny_copy)
-    campaign.manifest = campaign.manifest.model_copy(update={"target_gpu": "sm90"})
+    # the campaign's own suite (`init --suite-command`) in place of the target's
+    update = {"target_gpu": "sm90", "suite_command": suite}
+    campaign.manifest = campaign.manifest.model_copy(update=update)
     result = run_acceptance(campaign, LocalExecutor(), passes=1, progress=lambda m: None)
     art = tiny_copy / "acceptance" / "artifacts"
     suite_record = result.full_suite
     assert suite_record["returncode"] == 0, suite_record["tail"]
+    assert suite_record["command"] == suite
     assert "gave the device up" in suite_record["ran"]
     page = (tiny_copy / "acceptance" / "acceptance.md").read_text()
     assert "- Ran: beside full validation (" in page

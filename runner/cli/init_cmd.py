@@ -156,6 +156,12 @@ def merge_upstream_manifest(fields: dict[str, Any], path: Path) -> dict[str, Any
 @click.option("--primary-metric", type=click.Choice(get_args(PrimaryMetric)), default=None)
 @click.option("--test-command", default=None, help="The focused test command.")
 @click.option("--benchmark-command", default=None, help="The focused benchmark command.")
+@click.option(
+    "--suite-command",
+    default=None,
+    help="The full test suite `campaign accept` runs, in upstream's paths (default: the "
+    "target's, e.g. Primus-Turbo's `pytest tests/pytorch/ -v`); recorded in the acceptance.",
+)
 @click.option("--kernel-source", multiple=True, help="Kernel file under optimisation (repeat).")
 @executor_init_option
 @click.option(
@@ -199,6 +205,7 @@ def init_fields(opts: dict[str, Any], source: Path) -> dict[str, Any]:
         kernel_source=list(opts["kernel_source"]),
         test_command=opts["test_command"],
         benchmark_command=opts["benchmark_command"],
+        suite_command=opts["suite_command"],
         git_commit=not opts["no_git_commit"],
         git_branch=opts["git_branch"],
         max_iterations=opts["max_iterations"],

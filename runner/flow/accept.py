@@ -250,10 +250,16 @@ def _command_full_benchmark(
 
 
 # ---- 3. the full test suite ------------------------------------------------------------
+def full_suite_command(rnd: Round, tree: Path) -> str:
+    """The full test suite as it runs in ``tree``: the campaign's own
+    (``init --suite-command``), else the target's, its paths moved where the tree
+    holds upstream's tests (``runner.store.workspace.suite_command``)."""
+    return suite_command(rnd.manifest.suite_command or rnd.target.full_suite_command(), tree)
+
+
 def full_suite(
-    rnd: Round, tree: Path, dest: Path, env: dict[str, str] | None = None
+    rnd: Round, tree: Path, command: str, dest: Path, env: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    command = suite_command(rnd.target.full_suite_command(), tree)
     code, log, _ = run_command_in(rnd, "full-suite", tree, command, env=env)
     write_atomic(dest, log)
     return {"command": command, "returncode": code, "log": dest.name, "tail": log[-1500:]}
@@ -366,13 +372,15 @@ def _measure(
             trees = {"baseline": base, "final": head}
             stack.enter_context(built_roles(rnd, trees))
 
+        # paths moved by the base commit's record: the head cannot narrow its own suite
+        command = full_suite_command(rnd, base)
+
         def suite(env: dict[str, str] | None = None) -> None:
-            result.full_suite = full_suite(rnd, head, art / "full_suite.log", env)
+            result.full_suite = full_suite(rnd, head, command, art / "full_suite.log", env)
 
         beside: SuiteBeside | None = None
         with clock.step("full validation"):
             if SuiteBeside.possible(rnd):
-                command = suite_command(rnd.target.full_suite_command(), head)
                 folder = rnd.tmp / "full-suite" / "yield"
                 beside = stack.enter_context(SuiteBeside(rnd, command, folder, suite))
             result.checks.append(_validate(rnd, trees, shapes, result, art))

@@ -96,6 +96,7 @@ class CampaignFields:
     test_command: str | None = None
     benchmark_command: str | None = None
     quick_command: str | None = None
+    suite_command: str | None = None
     git_commit: bool | None = None
     git_branch: str | None = None
     max_iterations: int | None = None

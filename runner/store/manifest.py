@@ -227,6 +227,9 @@ class Manifest(BaseModel):
     test_command: str
     benchmark_command: str
     quick_command: str = ""  # "" until Campaign.init fills in the campaign's path
+    # accept's full test suite in upstream's paths; "" is the target's own (for
+    # Primus-Turbo upstream's `pytest tests/pytorch/ -v`)
+    suite_command: str = ""
     git_commit: bool = True
     git_branch: str = "auto"
     max_iterations: int | None = Field(default=None, ge=1, le=119)
