@@ -13,9 +13,11 @@
 # accept 96 s and reproduce 356 s: BUDGET_S 200, 200, 380, 300 ran them in four calls):
 #   setup     venv, upstream's files as a git checkout, the shard's rows, init, smoke
 #   baseline  campaign baseline (round-1)
-#   round2    num_stages 1,2,3 on sm90 too (gfx950's own choice in the kernel's autotune
-#             space): expected ACCEPTED
+#   round2    num_warps 8 for 128-row tiles off AMD (two warpgroups share the fp32
+#             accumulator and the scaled partial that one warpgroup spills on sm90):
+#             expected ACCEPTED
 #   round3    num_stages 1 only (no software pipelining): expected ROLLED BACK
+#   (the run at ba0d182 had round2_num_stages_3.patch as its round 2: ROLLED BACK)
 #   round4    B's blockwise scale left out (a wrong scale): expected FAILED (correctness;
 #             not counted as a round), then `campaign isa --round 2`
 #   accept    campaign accept (the integration gate in upstream's tree: the kernel synced
@@ -62,10 +64,15 @@ log() { echo "[$(date -u +%H:%M:%S) +$((SECONDS - t0)) s] $*" | tee -a "$STATE/t
 done_() { touch "$W/done.$1"; }
 is_done() { [ -e "$W/done.$1" ]; }
 
-save_state() {  # the state into the checkout (kept while the machine is warm) and $OUT
+save_state() {  # the state into the checkout (kept while the machine is warm); the
+  # campaign folder's records and logs (its text files under 1 MiB) and the timing log
+  # into $OUT (the whole state, about 90 MB, is over what comes back from a device)
   tar -czf "$STATE/state.tgz" -C "$W" .
-  if [ -n "${OUT:-}" ]; then
-    cp "$STATE/state.tgz" "$STATE/timings.log" "$OUT/"
+  if [ -n "${OUT:-}" ] && [ -n "$(name 2>/dev/null)" ]; then
+    cp "$STATE/timings.log" "$OUT/"
+    (cd "$CAMPAIGN_ROOT/$(name)" && find . -type f -size -1024k \( -name '*.json' -o -name '*.jsonl' \
+      -o -name '*.md' -o -name '*.log' -o -name '*.csv' -o -name '*.txt' -o -name '*.yaml' \) \
+      | tar -czf "$OUT/campaign_text.tgz" -T -)
   fi
 }
 
@@ -140,9 +147,13 @@ phase_setup() {
   # layouts of the forward op, so that a round's test takes a minute
   local test='PRIMUS_TURBO_GEMM_BACKEND=TRITON python -m pytest tests/pytorch/ops/test_gemm_fp8.py -q -x -k "test_gemm_fp8_blockwise and TRITON and False and E4M3 and 1024-1024-512"'
   # shellcheck disable=SC2046
+  # accept's full suite: upstream's test file's Triton blockwise E4M3 cases (upstream's
+  # `pytest tests/pytorch/ -v` runs every backend's cases, CK and hipBLASLt too, on CUDA)
+  local suite='python -m pytest tests/pytorch/ops/test_gemm_fp8.py -q -k "test_gemm_fp8_blockwise and TRITON and E4M3 and False"'
   campaign init --target primus-turbo --source "$W/Primus-Turbo" --op gemm_fp8 \
     --granularity blockwise --backend triton --gpu sm90 --mode workspace --executor local \
-    --test-command "$test" --benchmark-command "$bench" $(init_shape_args)
+    --test-command "$test" --benchmark-command "$bench" --suite-command "$suite" \
+    $(init_shape_args)
   local ws="$CAMPAIGN_ROOT/workspaces/$(name)"
   log "init: $(name); platform layer and stand-ins:"
   sed -n '/^platform:/,/^[a-z_]*:$/p;/^stand_ins:/,/^[a-z]/p' "$ws/src/UPSTREAM.yaml"
@@ -221,19 +232,30 @@ validate() {  # round, hypothesis, patch file(s): the first that applies to the 
   done
   [ -n "$patch" ] || { log "round $n: none of $* applies to the lineage head"; return 5; }
   log "round $n: $(basename "$patch")"
+  local mark="$W/mark.round-$n"
+  touch "$mark"
   campaign validate --campaign "$(name)" --round "$n" --hypothesis "$hyp" --patch "$patch" \
     || log "round $n: validate exit $?"
   campaign rounds --campaign "$(name)" | tail -3
-  log "round $n closed"
+  log "round $n closed; the Triton autotune results it wrote (seconds after the round's start, role folder):"
+  autotune_writes "$mark" || log "no autotune result listed"
+}
+
+autotune_writes() {  # which role folder wrote each autotune result after the mark, when
+  local t0
+  t0=$(stat -c %Y "$1")
+  find "$CAMPAIGN_ROOT/.jit-cache" -name '*.autotune.json' -newer "$1" -printf '%T@ %P\n' \
+    | sort -n | awk -v t0="$t0" '{split($2, p, "/"); printf "  +%4d s %s\n", $1 - t0, p[1]}' \
+    | uniq -c
 }
 
 phase_round2() {
-  validate 2 "sm90's blockwise FP8 autotune space gets num_stages 3 as gfx950's has: Hopper's shared memory holds a third 48 KiB stage at BLOCK_M 256, and deeper pipelining hides the FP8 loads" \
-    round2_num_stages_3.patch
+  validate 2 "num_warps 8 for the 128-row tiles off AMD: on sm90 one warpgroup holds the 128x128 fp32 accumulator and the scaled partial product beside it in 255 registers a thread and spills (the round's kernel facts: 980 spill bytes forward); two warpgroups hold 64 + 64 registers a thread each" \
+    round2_num_warps_8.patch
 }
 phase_round3() {
   validate 3 "num_stages 1 only on sm90: the autotune space without software pipelining, on the reasoning that the blockwise scales' loads dominate" \
-    round3_num_stages_1.after_round2.patch round3_num_stages_1.patch
+    round3_num_stages_1.patch round3_num_stages_1.after_round2.patch
 }
 phase_round4() {
   validate 4 "fold B's blockwise scale into A's (one multiply per K block instead of two)" \
