@@ -68,6 +68,32 @@ def test_one_scale_per_tensor_for_blockwise_fails_the_check_named() -> None:
     assert any(p.startswith("recipe guard: ") and "BLOCKWISE" in p for p in result.problems)
 
 
+def _coarse_when_recording(
+    a: torch.Tensor, b: torch.Tensor, trans_b: bool = True, config: Any = None
+) -> torch.Tensor:
+    """The planted cheat: the requested recipe without autograd (where the guard looked),
+    one scale per tensor whenever autograd records (a training step)."""
+    from turbo_kernels.pytorch.ops import gemm_fp8
+
+    recording = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
+    if recording:
+        config = dataclasses.replace(
+            config, granularity=config.granularity.TENSORWISE, block_size=None
+        )
+    out: torch.Tensor = gemm_fp8(a, b, trans_b=trans_b, config=config)
+    return out
+
+
+def test_a_recipe_switched_on_autograd_mode_fails_the_check_named_with_its_mode() -> None:
+    op = Fp8GemmOp(_api(_coarse_when_recording), {"granularity": "blockwise"})
+    result = op.check(SHAPE, "cpu", 11)
+    assert not result.ok
+    problems = [p for p in result.problems if p.startswith("recipe guard: ")]
+    assert len(problems) == 1 and "BLOCKWISE" in problems[0], result.problems
+    assert problems[0].endswith("(with autograd recording)")
+    assert result.figures["recipe_snr"] < RECIPE_SNR
+
+
 @pytest.mark.parametrize("granularity", ["tensorwise", "rowwise", "blockwise", "mx_blockwise"])
 def test_the_honest_kernels_pass_the_recipe_guard(granularity: str) -> None:
     api = EXAMPLE.load_api()

@@ -28,7 +28,12 @@ from runner.ops.base import (
     seeded,
     snr_db,
 )
-from runner.ops.recipe import recipe_operands, recipe_problems
+from runner.ops.recipe import (
+    guarded_outputs,
+    judged_in_both_modes,
+    recipe_operands,
+    recipe_problems,
+)
 from runner.ops.sliced_check import Comparison, compare, gemm_operands
 
 SNR_THRESHOLDS = {"e4m3": 25.0, "e5m2": 20.0, "hybrid": 20.0}
@@ -190,13 +195,15 @@ class Fp8GemmOp(GemmOp):
         """``GemmOp.check`` (SNR against float32 on Gaussian inputs), then the recipe
         guard: on inputs with outlier rows and blocks the output is within
         ``RECIPE_SNR`` of the requested granularity's FP8 emulation
-        (``runner.ops.recipe``), so a coarser recipe FAILs however good its SNR."""
+        (``runner.ops.recipe``), so a coarser recipe FAILs however good its SNR; with
+        autograd off and recording, as a training step calls it."""
         result = super().check(shape, device, seed)
         gran, _, bs = self.recipe
         a, b = recipe_operands(gran, shape.m, shape.n, shape.k, device, seed + 1, bs)
-        with torch.no_grad():
-            out = self.call(a, b)
-        snr, problems = recipe_problems(out, a, b, *self.recipe)
+        outputs = guarded_outputs(self.call, a, b)
+        snr, problems = judged_in_both_modes(
+            outputs, lambda out: recipe_problems(out, a, b, *self.recipe)
+        )
         if snr != float("inf"):
             result.figures["recipe_snr"] = snr
         result.problems += problems

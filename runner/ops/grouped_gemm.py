@@ -34,7 +34,12 @@ from runner.ops.base import (
     snr_verifier,
 )
 from runner.ops.gemm import Fp8GemmOp, GemmOp, snr_judge
-from runner.ops.recipe import grouped_recipe_problems, recipe_operands
+from runner.ops.recipe import (
+    grouped_recipe_problems,
+    guarded_outputs,
+    judged_in_both_modes,
+    recipe_operands,
+)
 
 Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -138,9 +143,10 @@ class Fp8GroupedGemmOp(GroupedGemmOp):
         )
         b = flat.reshape(len(sizes), shape.n, shape.k)
         lens = torch.tensor(sizes, dtype=torch.int64, device=device)
-        with torch.no_grad():
-            out = self.grouped_call(a, b, lens)
-        snr, problems = grouped_recipe_problems(out, a, b, sizes, self.recipe)
+        outputs = guarded_outputs(self.grouped_call, a, b, lens)
+        snr, problems = judged_in_both_modes(
+            outputs, lambda out: grouped_recipe_problems(out, a, b, sizes, self.recipe)
+        )
         if snr != float("inf"):
             result.figures["recipe_snr"] = snr
         result.problems += problems

@@ -38,6 +38,7 @@ scale across the groups).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -214,6 +215,35 @@ def recipe_problems(
     if snr >= RECIPE_SNR:
         return snr, []
     return snr, [_coarser(snr, granularity, bs)]
+
+
+def guarded_outputs(
+    call: Callable[..., torch.Tensor], *operands: torch.Tensor
+) -> list[tuple[str, torch.Tensor]]:
+    """The op's output on ``operands`` in both autograd modes, each named: under
+    ``no_grad`` (an inference or a forward-only timing) and as a training step calls it
+    (grad enabled, the floating-point operands leaves that require grad), so a kernel
+    that picks a coarser recipe by autograd mode is judged in the mode it cheats in."""
+    with torch.no_grad():
+        plain = call(*operands)
+    leaves = [x.detach().requires_grad_() if x.is_floating_point() else x for x in operands]
+    with torch.enable_grad():
+        recorded = call(*leaves).detach()
+    return [("without autograd", plain), ("with autograd recording", recorded)]
+
+
+def judged_in_both_modes(
+    outputs: list[tuple[str, torch.Tensor]],
+    judge: Callable[[torch.Tensor], tuple[float, list[str]]],
+) -> tuple[float, list[str]]:
+    """``judge`` (an output's recipe SNR and problems) over ``guarded_outputs``: the
+    lower SNR, and each mode's problems naming the mode."""
+    snrs, problems = [], []
+    for mode, out in outputs:
+        snr, found = judge(out)
+        snrs.append(snr)
+        problems += [f"{p} ({mode})" for p in found]
+    return min(snrs), problems
 
 
 def _coarser(snr: float, granularity: str, bs: int) -> str:
