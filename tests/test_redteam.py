@@ -25,6 +25,7 @@ import pytest
 from campaign_helpers import tiny_campaign
 
 import runner
+from runner.core.cgroup import WorkerCgroup
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.isolation import isolation_works
 from runner.executors.local import LocalExecutor
@@ -184,6 +185,23 @@ def test_records_rescaled_at_the_hand_over_or_at_exit_are_refused_by_the_host(
 
 
 @pytest.mark.skipif(not isolation_works(), reason="no mount namespaces on this host")
+def test_a_detached_helper_working_beside_the_timing_is_refused_by_the_cgroup_guard(
+    campaign: Campaign,
+) -> None:
+    # the op double-forks a helper into a session of its own (no descendant of the
+    # worker, outside its process group: the worker's tree guard and the partner's
+    # SIGSTOP miss it) that works while the worker lives; the worker's cgroup still
+    # holds it, and the host reads the cgroup's CPU time around each timed turn
+    probe = WorkerCgroup.create("redteam-probe")
+    if probe is None:
+        pytest.skip("no writable cgroup v2 hierarchy on this host (the guard is off)")
+    probe.remove()
+    result, summary = run_round(campaign, "detached_helper_engine", "an engine beside the op")
+    assert result.status is Status.FAILED, result.reasons
+    caught(result, summary, "cgroup CPU guard")
+    assert any("outside its process tree" in r and "-candidate" in r for r in result.reasons)
+
+
 def test_a_module_shadow_in_the_harness_root_cannot_be_planted(campaign: Campaign) -> None:
     # every process of the candidate (its focused test, its workers) tries to write a
     # torch.py into the folder first on its path, the harness root, and goes on quietly

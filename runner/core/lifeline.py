@@ -33,15 +33,25 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
         return False
 
 
-def child_preexec() -> Callable[[], None]:
+def child_preexec(join: Path | None = None) -> Callable[[], None]:
     """A ``preexec_fn``: parent-death signal SIGKILL, and exit at once if the parent
-    died between the fork and the ``prctl`` (the signal would never come)."""
+    died between the fork and the ``prctl`` (the signal would never come); with
+    ``join`` (a cgroup's ``cgroup.procs``, ``runner.core.cgroup``) the child moves
+    into that cgroup before it runs anything, so all it starts is counted there."""
     parent = os.getpid()
+    target = os.fsencode(join) if join is not None else None
 
     def _preexec() -> None:
         set_parent_death_signal(signal.SIGKILL)
         if os.getppid() != parent:
             os._exit(137)
+        if target is not None:  # the parent checks that it joined
+            with contextlib.suppress(OSError):
+                fd = os.open(target, os.O_WRONLY)
+                try:
+                    os.write(fd, b"0")
+                finally:
+                    os.close(fd)
 
     return _preexec
 

@@ -138,12 +138,14 @@ def start(
     env: Mapping[str, str] | None = None,
     stderr_path: Path,
     pass_fds: Sequence[int] = (),
+    cgroup_procs: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start a long-lived worker that talks over its stdin/stdout (binary pipes) and
     writes its stderr to ``stderr_path``.  Every long-lived worker is spawned here, with
     the same lifeline as ``run(die_with_parent=True)``: its own process group and the
     parent-death signal, so a killed campaign leaves none behind; ``pass_fds`` (the GPU
-    lease locks) keep a lease held until the worker has exited too."""
+    lease locks) keep a lease held until the worker has exited too; ``cgroup_procs``:
+    the worker joins that cgroup before it runs (``runner.core.cgroup``)."""
     args = [os.fspath(c) for c in cmd]
     log.debug("+ %s & (cwd=%s)", shlex.join(args), cwd or Path.cwd())
     try:
@@ -156,7 +158,7 @@ def start(
                 stdout=subprocess.PIPE,
                 stderr=err,
                 start_new_session=True,
-                preexec_fn=child_preexec(),
+                preexec_fn=child_preexec(cgroup_procs),
                 pass_fds=tuple(pass_fds),
             )
     except FileNotFoundError as exc:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from runner.core.artifact_names import BENCHMARK_CSV
+from runner.core.cgroup import WorkerCgroup
 
 if TYPE_CHECKING:
     from runner.executors.build_cache import BuildCache
@@ -137,6 +138,15 @@ class LiveWorker:
     # whole (SIGSTOP: the worker and what it started in its group) while another worker
     # takes a timed turn; a container's or an allocation's client process is not that
     stoppable: bool = False
+    # the worker's own cgroup (``runner.core.cgroup``), where the host could make one
+    cgroup: WorkerCgroup | None = None
+
+    def end_cgroup(self) -> None:
+        """Kill what is left in the worker's cgroup (a helper it detached) and remove
+        it; called once the worker itself has ended."""
+        if self.cgroup is not None:
+            self.cgroup.kill()
+            self.cgroup.remove()
 
 
 @runtime_checkable

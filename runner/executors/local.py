@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 import runner
+from runner.core.cgroup import WorkerCgroup
 from runner.core.errors import MeasurementFailed
 from runner.core.pause_points import ENV_NAMES as PAUSE_ENV_NAMES
 from runner.core.prepare_lock import PREPARE_LOCK_ENV, device_key, lock_path
@@ -277,14 +278,21 @@ class LocalExecutor:
             ready.log.write(f"$ {self.python} -m runner.worker {' '.join(args)} (isolated)\n")
         if ready.code:
             return LiveWorker(job.name, job.out_dir, ready.log_path, None, ready.code)
+        # all it starts is counted there; a GPU worker not yet (CONTRIBUTING: a change
+        # to a GPU worker's life is measured on a GPU first)
+        group = None if job.gpus else WorkerCgroup.create(job.name)
         proc = start(
             _isolated(job, worker),
             cwd=job.source_dir,
             env={**ready.env, **prepare_lock_env(job, ready.env)},
             stderr_path=ready.log_path,
             pass_fds=held_fds(),
+            cgroup_procs=group.procs if group is not None else None,
         )
-        return LiveWorker(job.name, job.out_dir, ready.log_path, proc, stoppable=True)
+        if group is not None and proc.pid not in group.members():  # it could not join
+            group.remove()
+            group = None
+        return LiveWorker(job.name, job.out_dir, ready.log_path, proc, stoppable=True, cgroup=group)
 
     def run_job(self, job: WorkerJob) -> JobOutcome:
         with self._prepared(job) as ready:

@@ -28,6 +28,7 @@ import select
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,6 +36,7 @@ from typing import Any, TypeVar
 
 from runner.core import interrupts
 from runner.core.artifact_names import BENCHMARK_CSV, GRAPH_CRASH, LAUNCH_NOTES, MEMORY_LOG
+from runner.core.cgroup import FOREIGN_FLOOR_S, FOREIGN_SHARE, ForeignClock
 from runner.core.device_memory import MemoryLog, WorkerMemory, oom_error
 from runner.core.errors import ConfigError, MeasurementFailed, WorkerCrashed
 from runner.core.files import write_json_atomic
@@ -427,8 +429,7 @@ class _Session:
             # the fresh steps are timed
             with quiet(self.host), self.host.times.step("fresh steps"):
                 for w in workers:
-                    with others_stopped(wave, w):
-                        reply = _talk(w, Fresh(), self.turn_s, FreshDone)
+                    reply, _ = _timed_turn(wave, w, Fresh(), self.turn_s, FreshDone)
                     if reply.memory:  # what it keeps now, its pool handed back
                         self.note(w.live.name, reply.memory)
                         self.memory[w.live.name] = {
@@ -551,8 +552,8 @@ def _take_turns(
                 for half, slot in enumerate(order):
                     pick = picks[p][(2 * g + (half >= len(order) // 2)) % len(picks[p])]
                     interrupts.check()
-                    with others_stopped(wave, group[slot]):
-                        reply = _talk(group[slot], Block(g, pick), turn_s, BlockDone)
+                    block = Block(g, pick)
+                    reply, foreign = _timed_turn(wave, group[slot], block, turn_s, BlockDone)
                     name = group[slot].live.name
                     told.setdefault(name, TurnTimes()).add(reply)
                     report = reply.memory
@@ -570,11 +571,38 @@ def _take_turns(
                         "pick": pick,
                         **span,
                         **held,
+                        "foreign_cpu_s": foreign,
                     }
                     record.write(json.dumps(turn) + "\n")
                     if watch is not None:
                         watch.turn_done(reply.seconds)
     return memory
+
+
+def _timed_turn(
+    wave: Sequence[Sequence[_Worker]], w: _Worker, message: Request, turn_s: float, kind: type[R]
+) -> tuple[R, float | None]:
+    """``w``'s timed turn (a block, a fresh step), the others stopped, and the CPU time
+    its cgroup used beyond its process tree meanwhile (None without a cgroup,
+    ``runner.core.cgroup``); more than ``FOREIGN_SHARE`` of the turn
+    (``FOREIGN_FLOOR_S`` at least) fails the round: a process the worker started and
+    detached ran beside its timing."""
+    clock = ForeignClock(w.live.cgroup, w.live.proc.pid) if w.live.cgroup and w.live.proc else None
+    with others_stopped(wave, w):
+        if clock is not None:
+            clock.start()
+        began = time.monotonic()
+        reply = _talk(w, message, turn_s, kind)
+        wall = time.monotonic() - began
+        foreign = clock.foreign_seconds() if clock is not None else None
+    if foreign is not None and foreign > max(FOREIGN_FLOOR_S, FOREIGN_SHARE * wall):
+        raise MeasurementFailed(
+            f"worker {w.live.name}: its cgroup used {foreign:.2f} s of CPU outside its "
+            f"process tree during its {wall:.2f} s timed turn (cgroup CPU guard): a "
+            "process it started and detached ran beside the timing",
+            w.live.log_path,
+        )
+    return reply, None if foreign is None else round(foreign, 4)
 
 
 @contextlib.contextmanager
@@ -689,6 +717,7 @@ def _reap(w: _Worker) -> None:
         code = proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         raise _fail(w, "did not exit after finishing") from None
+    w.live.end_cgroup()
     if code != 0:
         raise _fail(w, "did not exit cleanly after finishing")
 
@@ -701,6 +730,7 @@ def _stop(w: _Worker) -> None:
     if proc.poll() is None:
         proc.kill()
         proc.wait()
+    w.live.end_cgroup()
     for stream in (proc.stdin, proc.stdout):
         if stream is not None:
             with contextlib.suppress(OSError):

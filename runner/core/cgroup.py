@@ -1,0 +1,173 @@
+"""Each local serving worker in a control group of its own (cgroup v2), so the host can
+count the CPU time of everything the worker started, a process it detached included.
+
+A process the worker double-forks into a new session is no longer its descendant and
+leaves its process group: the worker's own ``/proc`` accounting (``runner.bench.proctree``)
+and the SIGSTOP of the idle partner (``runner.measure.paired.others_stopped``) do not see
+it.  Its cgroup still holds it: a process joins its parent's cgroup at fork and only a
+write into another cgroup's ``cgroup.procs`` moves it.  So around each timed turn the host
+reads the cgroup's ``cpu.stat`` (``usage_usec``) and the worker's process tree from
+``/proc``; what the cgroup used beyond the tree ran beside the timing, outside every other
+guard (``foreign_seconds``).  When the worker ends, whatever is left in its cgroup is
+killed (``cgroup.kill``) and the cgroup removed.
+
+Where no cgroup v2 hierarchy is writable (not root, a read-only ``/sys/fs/cgroup``)
+``WorkerCgroup.create`` returns None and the turn records no figure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# a turn fails when its worker's cgroup used more CPU time than its process tree by more
+# than FOREIGN_SHARE of the turn's wall time, never below FOREIGN_FLOOR_S (/proc counts
+# in 10 ms clock ticks), as the worker's own tree guard (runner.bench.proctree) judges
+FOREIGN_SHARE = 0.1
+FOREIGN_FLOOR_S = 0.05
+PARENT = "turbo-campaign"  # the folder of the workers' cgroups under the host's own
+_COUNTER = itertools.count()
+CLOCK_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def _own_base() -> Path | None:
+    """The host process's own cgroup v2 folder: the cgroup2 mount joined with the path
+    ``/proc/self/cgroup`` gives for hierarchy 0; None without a cgroup2 mount."""
+    try:
+        own = next(
+            line.split("::", 1)[1].strip()
+            for line in Path("/proc/self/cgroup").read_text().splitlines()
+            if line.startswith("0::")
+        )
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except (OSError, StopIteration):
+        return None
+    for line in mounts:
+        fields, _, tail = line.partition(" - ")
+        if tail.split(" ", 1)[0] == "cgroup2":
+            return Path(fields.split()[4]) / own.lstrip("/")
+    return None
+
+
+@dataclass(frozen=True)
+class WorkerCgroup:
+    """One worker's cgroup folder."""
+
+    path: Path
+
+    @classmethod
+    def create(cls, name: str) -> WorkerCgroup | None:
+        """A new, empty cgroup for the worker ``name`` under the host's own; None where
+        none can be made."""
+        base = _own_base()
+        if base is None:
+            return None
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:80]
+        path = base / PARENT / f"{safe}-{os.getpid()}-{next(_COUNTER)}"
+        try:
+            path.mkdir(parents=True)
+        except OSError:
+            return None
+        group = cls(path)
+        if group.cpu_seconds() is None:
+            group.remove()
+            return None
+        return group
+
+    @property
+    def procs(self) -> Path:
+        """The file a process writes ``0`` into to join (``runner.core.lifeline``)."""
+        return self.path / "cgroup.procs"
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time used by every process that was in the cgroup (``usage_usec``)."""
+        try:
+            for line in (self.path / "cpu.stat").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) / 1e6
+        except (OSError, ValueError):
+            return None
+        return None
+
+    def members(self) -> list[int]:
+        try:
+            return [int(p) for p in self.procs.read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    def kill(self) -> None:
+        """Every process still in the cgroup killed (``cgroup.kill``, else one by one)."""
+        with contextlib.suppress(OSError):
+            (self.path / "cgroup.kill").write_text("1")
+            return
+        for pid in self.members():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+    def remove(self, wait_s: float = 2.0) -> None:
+        """Remove the cgroup once its killed processes are gone (left in place when
+        they are not after ``wait_s``: an empty folder, harmless)."""
+        end = time.monotonic() + wait_s
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                if time.monotonic() > end:
+                    return
+                time.sleep(0.02)
+
+
+def _stat_fields(pid: int) -> list[str]:
+    text = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    return text.rsplit(")", 1)[1].split()
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError, ValueError):
+            found += [int(c) for c in task.read_text().split()]
+    return found
+
+
+def tree_cpu_seconds(pid: int, depth: int = 0) -> float:
+    """CPU time of ``pid`` (its threads, and its children it reaped) and of its live
+    descendants, from ``/proc`` (``utime``, ``stime``, ``cutime``, ``cstime``).  The
+    children are read before their parent: one reaped in between is counted twice,
+    never missed (an honest worker's reaped child never reads as foreign time)."""
+    children = _children(pid) if depth < 64 else []
+    total = sum(tree_cpu_seconds(c, depth + 1) for c in children)
+    try:
+        fields = _stat_fields(pid)
+    except OSError:
+        return total  # ended: its time is in its parent's cutime once reaped
+    return total + sum(int(x) for x in fields[11:15]) * CLOCK_TICK_S
+
+
+@dataclass
+class ForeignClock:
+    """What a worker's cgroup used beyond the worker's process tree over one span."""
+
+    group: WorkerCgroup
+    pid: int
+    cgroup_s: float = 0.0
+    tree_s: float = 0.0
+
+    def start(self) -> None:
+        self.cgroup_s = self.group.cpu_seconds() or 0.0
+        self.tree_s = tree_cpu_seconds(self.pid)
+
+    def foreign_seconds(self) -> float:
+        """The cgroup's CPU time since ``start`` less the tree's (never below 0)."""
+        used = (self.group.cpu_seconds() or 0.0) - self.cgroup_s
+        tree = tree_cpu_seconds(self.pid) - self.tree_s
+        return max(0.0, used - tree)
