@@ -90,7 +90,7 @@ FILE_SECONDS = {
     "test_adversarial.py": 280,
     "test_baseline_more_ops.py": 235,  # * its rounds' first pairs are final
     "test_bundle.py": 210,  # a copy of slow_tiny, no baseline of its own (CI: 194+)
-    "test_redteam.py": 185,  # * its honest speed-up is test_adversarial's round
+    "test_redteam.py": 230,  # * its honest speed-up is test_adversarial's round
     "test_faults.py": 185,  # * eight attempts on three shapes (270 on four); 3 first-pairs-final
     "test_accept.py": 280,  # builds demo_campaign (the wheel's demo: 192 s) (CI: 270+)
     "test_docker_rounds.py": 175,  # a docker baseline and three rounds (CI: 131+)
