@@ -9,11 +9,12 @@ not what they assert, or the effect they plant is far larger than its noise).
 shape set under ``root`` (source in ``root/src``, campaigns root ``root/campaigns``),
 with its baseline (two passes).  With ``slow_base=True`` the source's base commit
 quantises every FP8 weight three times instead of once (``plant_slow_base``), and
-``speedup_patch`` removes that waste: an honest speed-up of about 1.6x a step
-(16x688x1024: 26.5 -> 16.2 ms; 64x1376x1024: 64.2 -> 41.9 ms, single-threaded CPU
-time), which a 2-core machine running other tests beside it still reads far above any
-threshold.
-The demo's own speed-up (+20-30% on these shapes alone, +7-13% with other work
+``speedup_patch`` removes that waste: an honest speed-up of about 1.5x a step
+(16x688x512: 26.3-30.4 -> 17.3-18.4 ms; 64x1376x512: 69.0-74.4 -> 39.1-46.3 ms,
+single-threaded CPU time, medians of 7 steps, 2 runs of 2 on the 2-core CI machine at
+7782301, 2026-12-06), which a 2-core machine running other tests beside it still reads
+far above any threshold.
+The demo's own speed-up (+13-20% on these shapes alone, less with other work
 beside it) is not large enough for that.
 
 ``build_once(tmp_path_factory, name, build)``: ``build(folder)`` run once per test

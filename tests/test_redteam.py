@@ -36,7 +36,7 @@ from runner.store.lineage import Lineage
 pytestmark = pytest.mark.integration
 
 PATCHES = Path(__file__).parent / "data" / "redteam"
-TARGETS = ["tiny-16x688x1024", "tiny-32x688x1024", "tiny-32x1376x1024"]
+TARGETS = ["tiny-16x688x512", "tiny-32x688x512", "tiny-32x1376x512"]
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration  # real git, real worker subprocesses
 # the suite's session campaigns measure the same set); the accepted round removes the
 # slow base's waste (campaign_helpers.plant_slow_base: every FP8 weight quantised three
 # times), far more than the timing noise
-SHAPES = ["tiny-16x688x1024", "tiny-32x1376x1024", "tiny-48x1376x1024", "tiny-64x1376x1024"]
+SHAPES = ["tiny-16x688x512", "tiny-32x1376x512", "tiny-48x1376x512", "tiny-64x1376x512"]
 KERNELS = [
     "turbo_kernels/cpu/gemm_fp8.py",
     "turbo_kernels/pytorch/ops/gemm_fp8.py",
