@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.core.files import write_control
+
 # a turn fails when its worker's cgroup used more CPU time than its process tree by more
 # than FOREIGN_SHARE of the turn's wall time, never below FOREIGN_FLOOR_S (/proc counts
 # in 10 ms clock ticks), as the worker's own tree guard (runner.bench.proctree) judges
@@ -104,7 +106,7 @@ class WorkerCgroup:
     def kill(self) -> None:
         """Every process still in the cgroup killed (``cgroup.kill``, else one by one)."""
         with contextlib.suppress(OSError):
-            _control(self.path / "cgroup.kill", b"1")
+            write_control(self.path / "cgroup.kill", b"1")
             return
         for pid in self.members():
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -124,16 +126,6 @@ class WorkerCgroup:
                 if time.monotonic() > end:
                     return
                 time.sleep(0.02)
-
-
-def _control(path: Path, value: bytes) -> None:
-    """Write ``value`` into a cgroup's control file: a kernel interface written in
-    place, never a record (those go through ``runner.core.files``)."""
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, value)
-    finally:
-        os.close(fd)
 
 
 def _stat_fields(pid: int) -> list[str]:
