@@ -123,8 +123,8 @@ def test_an_honest_worker_and_the_child_it_waits_for_are_its_own_tree(
 def test_a_worker_on_a_gpu_starts_in_a_cgroup_of_its_own(
     group: WorkerCgroup, tmp_path: Path
 ) -> None:
-    # measured on a GPU before it stayed (docs/benchmarks.md, the cgroup CPU guard on
-    # one GPU); the spec is a FIFO nobody writes, so the worker waits, alive, on it
+    # measured on a GPU before it stayed (docs/benchmarks.md, "The cgroup CPU guard on
+    # one H100"); the spec is a FIFO nobody writes, so the worker waits, alive, on it
     spec = tmp_path / "spec.json"
     os.mkfifo(spec)
     job = WorkerJob("pass-01-candidate", spec, tmp_path, tmp_path / "out", gpus=(0,))

@@ -283,7 +283,7 @@ class LocalExecutor:
         if ready.code:
             return LiveWorker(job.name, job.out_dir, ready.log_path, None, ready.code)
         # all it starts is counted there, on the CPU and on a GPU alike (its cost on a
-        # GPU's turns: docs/benchmarks.md, the cgroup CPU guard on one GPU)
+        # GPU's turns: docs/benchmarks.md, "The cgroup CPU guard on one H100")
         group = WorkerCgroup.create(job.name) if self.cgroups else None
         proc = start(
             _isolated(job, worker),
