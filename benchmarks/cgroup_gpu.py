@@ -69,14 +69,19 @@ def arm_roles(arm: str) -> tuple[str, ...]:
     return {"both": ("incumbent", "candidate"), "neither": ()}.get(arm, (arm,))
 
 
+def room(campaign: Campaign) -> int:
+    """Attempts left to ``campaign`` before ``max_iterations``."""
+    return (campaign.manifest.max_iterations or 0) - (campaign.next_round() - 1)
+
+
 def campaign_for(args: argparse.Namespace, record: dict[str, Any]) -> Campaign:
-    """The newest campaign under ``--reuse`` with a BASELINE and room for ``--rounds``
-    more attempts (``max_iterations``), else a fresh one."""
+    """The newest campaign under ``--reuse`` with a BASELINE and an attempt left
+    (``max_iterations``; its rounds stop when none is left), else a fresh one (a
+    fresh BASELINE costs about a minute on one H100)."""
     found = sorted(args.reuse.glob("*/manifest.yaml"), key=lambda p: p.stat().st_mtime)
     for manifest in reversed(found):
         campaign = Campaign.load(manifest.parent)
-        room = (campaign.manifest.max_iterations or 0) - (campaign.next_round() - 1)
-        if campaign.manifest.sigma_g is not None and room >= args.rounds:
+        if campaign.manifest.sigma_g is not None and room(campaign) > 0:
             record["campaign"] = str(campaign.root)
             record["reused"] = True
             return campaign
@@ -140,8 +145,12 @@ def main(argv: list[str] | None = None) -> int:
         if time.perf_counter() - START + 1.3 * longest > args.budget_s:
             stamped(f"no time left for another round within --budget-s {args.budget_s}")
             break
+        campaign = Campaign.load(campaign.root)
+        if room(campaign) < 1:
+            stamped("the campaign's max_iterations is reached: run again for a fresh one")
+            break
         arm = ARMS[k % len(ARMS)]
-        record["rounds"].append(one_round(Campaign.load(campaign.root), arm))
+        record["rounds"].append(one_round(campaign, arm))
         args.out.write_text(json.dumps(record, indent=1), encoding="utf-8")
         r = record["rounds"][-1]
         stamped(f"round {r['round']} ({arm}): {r['status']} {r['delta_pct']} in {r['seconds']} s")
