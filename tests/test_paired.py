@@ -983,6 +983,25 @@ def test_a_worker_crash_on_a_gpu_target_measures_again_with_plain_launches(
 
 
 @pytest.mark.integration
+def test_after_a_replay_crash_the_round_s_later_pairs_start_with_plain_launches(
+    tmp_path: Path,
+) -> None:
+    """More pairs asked for after a worker crashed under graph replay start with
+    replay off: on an H100 (benchmarks/graph_crash_gpu.py, 2026-12-06) the round's second
+    batch of pairs replayed again, crashed again and cost another worker start-up."""
+    host, tree = crashing_host(tmp_path, "auto")
+    trees = {"incumbent": tree, "candidate": tree}
+    shapes, roles = [Shape("s1", 16, 64, 64)], ["incumbent", "candidate"]
+    measure_paired(host, trees, shapes, roles, pairs=1)
+    got = measure_paired(host, trees, shapes, roles, pairs=1, start_index=4)
+    assert [p.parent.name for p in got["candidate"]] == ["pass-06-candidate"]
+    graphs = {p.stem: load_spec(p).timing.graphs for p in (host.tmp / "specs").glob("*.json")}
+    assert graphs["pass-05-incumbent"] is False and graphs["pass-06-candidate"] is False
+    assert len(launch_notes(host.tmp)) == 1
+    assert alive(host.tmp) == []
+
+
+@pytest.mark.integration
 def test_a_crash_in_a_later_wave_sets_the_earlier_wave_s_records_aside_too(
     tmp_path: Path,
 ) -> None:

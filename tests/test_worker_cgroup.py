@@ -1,8 +1,10 @@
 """A local serving worker's own cgroup (``runner.core.cgroup``): what a process the
 worker detached uses is counted there and not in the worker's process tree, an honest
-worker's children are in its tree, and what is left in the cgroup when the worker ends
-is killed with it.  Real processes in a real cgroup v2 hierarchy; skipped where none is
-writable (the guard is off there, and the turn records no figure)."""
+worker's children are in its tree, what is left in the cgroup when the worker ends is
+killed with it, a worker on a GPU gets its cgroup as one on the CPU does, and the empty
+cgroups a killed host left are pruned.  Real processes in a real cgroup v2 hierarchy;
+skipped where none is writable (the guard is off there, and the turn records no
+figure)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from runner.core.cgroup import FOREIGN_FLOOR_S, ForeignClock, WorkerCgroup
-from runner.core.processes import pid_alive, start
+from runner.core.processes import pid_alive, run, start
+from runner.executors.base import WorkerJob
+from runner.executors.local import LocalExecutor
 
 BURN = "end = time.process_time() + 0.5\nwhile time.process_time() < end: pass\n"
 DETACHED = (
@@ -114,3 +118,48 @@ def test_an_honest_worker_and_the_child_it_waits_for_are_its_own_tree(
     _wait_for_text(tmp_path / "done")  # its own 0.5 s, then its child's, reaped
     assert clock.foreign_seconds() < FOREIGN_FLOOR_S
     assert (group.cpu_seconds() or 0.0) - clock.cgroup_s > 0.8  # both were in the cgroup
+
+
+def test_a_worker_on_a_gpu_starts_in_a_cgroup_of_its_own(
+    group: WorkerCgroup, tmp_path: Path
+) -> None:
+    # measured on a GPU before it stayed (docs/benchmarks.md, "The cgroup CPU guard on
+    # one H100"); the spec is a FIFO nobody writes, so the worker waits, alive, on it
+    spec = tmp_path / "spec.json"
+    os.mkfifo(spec)
+    job = WorkerJob("pass-01-candidate", spec, tmp_path, tmp_path / "out", gpus=(0,))
+    live = LocalExecutor().start_worker(job)
+    assert live.proc is not None
+    try:
+        assert live.cgroup is not None
+        assert live.proc.pid in live.cgroup.members()
+    finally:
+        live.proc.kill()
+        live.proc.wait()
+        for stream in (live.proc.stdin, live.proc.stdout):
+            if stream is not None:
+                stream.close()
+        live.end_cgroup()
+    assert live.cgroup is not None and not live.cgroup.path.exists()
+
+
+def test_an_empty_cgroup_a_gone_host_left_is_pruned_and_a_running_host_s_kept(
+    group: WorkerCgroup,
+) -> None:
+    gone = int(run([sys.executable, "-c", "import os; print(os.getpid())"]).stdout or "0")
+    assert gone and not pid_alive(gone)
+    stale = group.path.parent / f"pass-01-candidate-{gone}-0"
+    # a host that runs (this test's parent) may be about to move its worker in
+    running = group.path.parent / f"pass-01-candidate-{os.getppid()}-0"
+    stale.mkdir()
+    running.mkdir()
+    try:
+        made = WorkerCgroup.create("next-worker")
+        assert made is not None
+        made.remove()
+        assert not stale.exists()
+        assert running.exists()
+    finally:
+        for path in (stale, running):
+            if path.exists():
+                path.rmdir()

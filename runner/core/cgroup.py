@@ -9,7 +9,8 @@ write into another cgroup's ``cgroup.procs`` moves it.  So around each timed tur
 reads the cgroup's ``cpu.stat`` (``usage_usec``) and the worker's process tree from
 ``/proc``; what the cgroup used beyond the tree ran beside the timing, outside every other
 guard (``foreign_seconds``).  When the worker ends, whatever is left in its cgroup is
-killed (``cgroup.kill``) and the cgroup removed.
+killed (``cgroup.kill``) and the cgroup removed; the empty ones a killed host left
+behind are removed by the next ``WorkerCgroup.create`` (``prune_stale``).
 
 Where no cgroup v2 hierarchy is writable (not root, a read-only ``/sys/fs/cgroup``)
 ``WorkerCgroup.create`` returns None and the turn records no figure.
@@ -24,6 +25,9 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from runner.core.files import write_control
+from runner.core.processes import pid_alive
 
 # a turn fails when its worker's cgroup used more CPU time than its process tree by more
 # than FOREIGN_SHARE of the turn's wall time, never below FOREIGN_FLOOR_S (/proc counts
@@ -69,6 +73,7 @@ class WorkerCgroup:
             return None
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:80]
         path = base / PARENT / f"{safe}-{os.getpid()}-{next(_COUNTER)}"
+        prune_stale(path.parent)
         try:
             path.mkdir(parents=True)
         except OSError:
@@ -104,7 +109,7 @@ class WorkerCgroup:
     def kill(self) -> None:
         """Every process still in the cgroup killed (``cgroup.kill``, else one by one)."""
         with contextlib.suppress(OSError):
-            _control(self.path / "cgroup.kill", b"1")
+            write_control(self.path / "cgroup.kill", b"1")
             return
         for pid in self.members():
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -126,14 +131,29 @@ class WorkerCgroup:
                 time.sleep(0.02)
 
 
-def _control(path: Path, value: bytes) -> None:
-    """Write ``value`` into a cgroup's control file: a kernel interface written in
-    place, never a record (those go through ``runner.core.files``)."""
-    fd = os.open(path, os.O_WRONLY)
+def _host_pid(folder: Path) -> int | None:
+    """The pid of the host that made the worker cgroup ``folder`` (its name's
+    ``-<pid>-<n>`` tail, ``WorkerCgroup.create``); None for another name."""
+    parts = folder.name.rsplit("-", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    return int(parts[1])
+
+
+def prune_stale(parent: Path) -> None:
+    """Remove the empty worker cgroups under ``parent`` whose host is gone (a host
+    killed before it removed them).  A cgroup whose host still runs is left alone, even
+    empty: that host may be about to move its worker in; one that still holds a process
+    cannot be removed and stays."""
     try:
-        os.write(fd, value)
-    finally:
-        os.close(fd)
+        folders = [p for p in parent.iterdir() if p.is_dir()]
+    except OSError:
+        return
+    for folder in folders:
+        pid = _host_pid(folder)
+        if pid is not None and pid != os.getpid() and not pid_alive(pid):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def _stat_fields(pid: int) -> list[str]:

@@ -1,7 +1,8 @@
 """Atomic file writes (the one writer every record, spec and CSV goes through), the one
 sha256 reader of files and streams, bounded
 reads of user input (a size and a line-length limit, checked before the file is read
-whole), and the copy of a scratch folder into the records that takes plain files only.
+whole), the copy of a scratch folder into the records that takes plain files only, and
+the in-place write of a kernel control file (a cgroup's).
 
 Standard library only, so the worker side (no pydantic) can use it too.
 """
@@ -70,6 +71,18 @@ def write_atomic(path: Path, content: str | bytes) -> None:
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     """``data`` as indented JSON (keys in their order, a final newline), atomically."""
     write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def write_control(path: str | bytes | os.PathLike[str], value: bytes) -> None:
+    """Write ``value`` into a kernel control file (a cgroup's ``cgroup.procs``,
+    ``cgroup.kill``) in place with one ``os.write``: a kernel interface, never a record,
+    so never through a temporary file.  Safe in a forked child before ``exec``
+    (``runner.core.lifeline.child_preexec``)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, value)
+    finally:
+        os.close(fd)
 
 
 def read_json(path: Path) -> object | None:

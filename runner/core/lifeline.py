@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from runner.core.files import write_control
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -47,11 +49,7 @@ def child_preexec(join: Path | None = None) -> Callable[[], None]:
             os._exit(137)
         if target is not None:  # the parent checks that it joined
             with contextlib.suppress(OSError):
-                fd = os.open(target, os.O_WRONLY)
-                try:
-                    os.write(fd, b"0")
-                finally:
-                    os.close(fd)
+                write_control(target, b"0")
 
     return _preexec
 

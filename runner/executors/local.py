@@ -213,8 +213,12 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, python: str | None = None) -> None:
+    def __init__(self, python: str | None = None, cgroups: bool = True) -> None:
         self.python = python or sys.executable
+        # each serving worker in a cgroup of its own where one can be made
+        # (runner.core.cgroup); False only to measure what the cgroup costs
+        # (benchmarks/cgroup_gpu.py)
+        self.cgroups = cgroups
 
     def argv(self, command: tuple[str, ...]) -> list[str]:
         """``python``/``pip`` in a build command mean this executor's interpreter."""
@@ -278,9 +282,9 @@ class LocalExecutor:
             ready.log.write(f"$ {self.python} -m runner.worker {' '.join(args)} (isolated)\n")
         if ready.code:
             return LiveWorker(job.name, job.out_dir, ready.log_path, None, ready.code)
-        # all it starts is counted there; a GPU worker not yet (CONTRIBUTING: a change
-        # to a GPU worker's life is measured on a GPU first)
-        group = None if job.gpus else WorkerCgroup.create(job.name)
+        # all it starts is counted there, on the CPU and on a GPU alike (its cost on a
+        # GPU's turns: docs/benchmarks.md, "The cgroup CPU guard on one H100")
+        group = WorkerCgroup.create(job.name) if self.cgroups else None
         proc = start(
             _isolated(job, worker),
             cwd=job.source_dir,

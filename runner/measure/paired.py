@@ -220,7 +220,7 @@ def measure_paired(
     turns = turns_per_worker(roles, groups)
     plan = plan_memory(template, host.gpu_target, host.device_bytes, shapes, len(roles), turns)
     session = _Session(
-        graphs=template.timing.graphs,
+        graphs=_replay_allowed(host, template.timing.graphs),
         host=host,
         trees=trees,
         shapes=shapes,
@@ -242,6 +242,15 @@ def measure_paired(
         return _measured(session, pairs, wave)
     except WorkerCrashed as crash:
         return _measured(_without_graphs(session, crash), pairs, wave)
+
+
+def _replay_allowed(host: Host, graphs: bool) -> bool:
+    """Whether a measurement's workers may time by graph replay: as its timing says
+    (``graphs``), unless a replay crashed a worker earlier in the same round
+    (``_without_graphs`` noted it in ``<tmp>/LAUNCH_NOTES``): the round's later pairs
+    are launched as its first were, and the crash costs one worker start-up a round,
+    not one a batch of pairs."""
+    return graphs and not launch_notes(host.tmp)
 
 
 def _measured(session: _Session, pairs: int, wave: int | None) -> dict[str, list[Path]]:
