@@ -11,8 +11,8 @@ cd "$(dirname "$0")/.."
 out="${OUT:-./empirical_peak_out}"
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,temperature.gpu.tlimit --format=csv || true
-python -m runner.bench.empirical_peak "$out/empirical_peak.json" 8192
-python - "$out/empirical_peak.json" <<'PY' | tee "$out/veto.txt"
+"${PYTHON:-python3}" -m runner.bench.empirical_peak "$out/empirical_peak.json" 8192
+"${PYTHON:-python3}" - "$out/empirical_peak.json" <<'PY' | tee "$out/veto.txt"
 import json, sys
 from runner.core.empirical_peak import EmpiricalPeak
 from runner.judge.peaks import peak_for
