@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.bench.provenance import loaded_from
+from runner.bench.provenance import loaded_files, loaded_from
+from runner.core.files import blob_hash
 
 
 @pytest.fixture
@@ -43,3 +44,28 @@ def test_a_submodule_rebound_to_a_copy_elsewhere_is_recorded(package: Path, tmp_
     files = loaded_from(["pkgprov._C"])
     assert files["pkgprov._C"] == str(package / "pkgprov" / "_C.py")
     assert files["pkgprov._C (attribute)"] == str(copy.resolve())
+
+
+def test_loaded_files_resolve_linked_folders_and_files(package: Path, tmp_path: Path) -> None:
+    """A module imported through a linked folder, or from a file that is itself a link
+    into the tree, is the tree's file; one whose link leads out of the tree is not."""
+    (package / "pkgprov" / "real.py").write_text("X = 1\n")
+    outside = tmp_path / "outside.py"
+    outside.write_text("X = 2\n")
+    (package / "pkgprov" / "linked.py").symlink_to(package / "pkgprov" / "real.py")
+    (package / "pkgprov" / "leaves.py").symlink_to(outside)
+    via = tmp_path / "via"
+    via.symlink_to(package, target_is_directory=True)
+    sys.path.insert(0, str(via))
+    try:
+        for name in ("pkgprov._C", "pkgprov.linked", "pkgprov.leaves"):
+            importlib.import_module(name)
+    finally:
+        sys.path.remove(str(via))
+    assert str(sys.modules["pkgprov._C"].__file__).startswith(str(via))
+    files = loaded_files(package.resolve())
+    assert files == {
+        "pkgprov/__init__.py": blob_hash(b""),
+        "pkgprov/_C.py": blob_hash(b"WHERE = 'tree'\n"),
+        "pkgprov/real.py": blob_hash(b"X = 1\n"),
+    }

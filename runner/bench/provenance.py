@@ -75,21 +75,40 @@ def check_provenance(target: Any, api: Any, out_dir: Path) -> None:
         raise SystemExit(f"provenance: {error}")
 
 
-def loaded_files(root: Path) -> dict[str, str | None]:
-    """Every module file this process loaded from ``root``, relative to it, with the
-    git blob id of its bytes on disk now (None: the file is gone)."""
-    files: dict[str, str | None] = {}
+def module_paths() -> list[str]:
+    """The real path of every module file this process holds in ``sys.modules``.  Each
+    folder is resolved once (a process holds some 3,000 modules in a few hundred
+    folders): ``realpath(dir/name)`` is ``realpath(realpath(dir)/name)``, and only a
+    name that is itself a link is resolved again."""
+    folders: dict[str, str] = {}
+    paths: list[str] = []
     for module in list(sys.modules.values()):
         file = getattr(module, "__file__", None)
-        if not file:
+        if not isinstance(file, str) or not file:
             continue
-        path = Path(file).resolve()
-        if root not in path.parents:
+        folder, name = os.path.split(os.path.abspath(file))
+        real = folders.get(folder)
+        if real is None:
+            real = folders[folder] = os.path.realpath(folder)
+        path = os.path.join(real, name)
+        paths.append(os.path.realpath(path) if os.path.islink(path) else path)
+    return paths
+
+
+def loaded_files(root: Path, paths: list[str] | None = None) -> dict[str, str | None]:
+    """Every module file this process loaded from ``root`` (a resolved folder),
+    relative to it, with the git blob id of its bytes on disk now (None: the file is
+    gone).  ``paths``: ``module_paths()`` when the caller already has them."""
+    prefix = str(root).rstrip(os.sep) + os.sep
+    files: dict[str, str | None] = {}
+    for path in module_paths() if paths is None else paths:
+        if not path.startswith(prefix):
             continue
+        rel = Path(path[len(prefix) :]).as_posix()
         try:
-            files[path.relative_to(root).as_posix()] = blob_hash(path.read_bytes())
+            files[rel] = blob_hash(Path(path).read_bytes())
         except OSError:
-            files[path.relative_to(root).as_posix()] = None
+            files[rel] = None
     return dict(sorted(files.items()))
 
 
@@ -106,6 +125,7 @@ def record_loaded(out_dir: Path, role: str, phase: str) -> None:
         return
     harness = Path(runner.__file__).resolve().parent
     record = read_loaded(out_dir) or LoadedRecord(role, str(harness))
-    record.tree[phase] = loaded_files(Path(expected).resolve())
-    record.harness[phase] = loaded_files(harness)
+    paths = module_paths()
+    record.tree[phase] = loaded_files(Path(expected).resolve(), paths)
+    record.harness[phase] = loaded_files(harness, paths)
     write_loaded(out_dir, record)
