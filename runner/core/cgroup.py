@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass
@@ -37,25 +38,42 @@ FOREIGN_FLOOR_S = 0.05
 PARENT = "turbo-campaign"  # the folder of the workers' cgroups under the host's own
 _COUNTER = itertools.count()
 CLOCK_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+_ESCAPE = re.compile(r"\\([0-7]{3})")  # mountinfo writes a space as \040
+
+
+def _unescape(field: str) -> str:
+    return _ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def unified_folder(cgroups: str, mountinfo: str) -> Path | None:
+    """A process's folder in the unified (cgroup v2) hierarchy, from its
+    ``/proc/<pid>/cgroup`` text (the ``0::PATH`` line, relative to the root of its cgroup
+    namespace) and this host's ``mountinfo``: under the first cgroup2 mount whose root
+    (field 4, the part of the hierarchy it shows) holds the path, at its mount point
+    (field 5).  None where there is no such mount: none at all (a v1-only host), or only
+    ones that show another part of the hierarchy."""
+    path = next((line[3:] for line in cgroups.splitlines() if line.startswith("0::")), None)
+    if path is None:
+        return None
+    for line in mountinfo.splitlines():
+        fields, _, tail = line.partition(" - ")
+        head = fields.split()
+        if len(head) < 5 or tail.split(" ", 1)[0] != "cgroup2":
+            continue
+        root = _unescape(head[3]).rstrip("/")
+        if path == root or path.startswith(root + "/"):
+            return Path(_unescape(head[4])) / path[len(root) :].lstrip("/")
+    return None
 
 
 def _own_base() -> Path | None:
-    """The host process's own cgroup v2 folder: the cgroup2 mount joined with the path
-    ``/proc/self/cgroup`` gives for hierarchy 0; None without a cgroup2 mount."""
+    """The host process's own cgroup v2 folder (``unified_folder``); None without one."""
     try:
-        own = next(
-            line.split("::", 1)[1].strip()
-            for line in Path("/proc/self/cgroup").read_text().splitlines()
-            if line.startswith("0::")
-        )
-        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
-    except (OSError, StopIteration):
+        cgroups = Path("/proc/self/cgroup").read_text(encoding="utf-8")
+        mountinfo = Path("/proc/self/mountinfo").read_text(encoding="utf-8")
+    except OSError:
         return None
-    for line in mounts:
-        fields, _, tail = line.partition(" - ")
-        if tail.split(" ", 1)[0] == "cgroup2":
-            return Path(fields.split()[4]) / own.lstrip("/")
-    return None
+    return unified_folder(cgroups, mountinfo)
 
 
 @dataclass(frozen=True)
