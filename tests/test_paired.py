@@ -197,6 +197,8 @@ def test_serving_workers_take_turns_abba(tmp_path: Path) -> None:
     assert len(turns) == 2 * 2 * 4
     first = [t["worker"].split("-")[-1] for t in turns[:4]]
     assert first == ["incumbent", "candidate", "candidate", "incumbent"]
+    for t in turns:  # the cgroup CPU guard's figure, or why the host could read none
+        assert t["foreign_cpu_s"] is not None or t["cpu_guard_off"]
     assert {t["worker"] for t in turns[4:8]} == {"pass-03-incumbent", "pass-04-candidate"}
     for t in turns[:4]:  # one block, both roles on the same pool member per half
         assert t["pick"] == turns[0 if t in turns[:2] else 2]["pick"]

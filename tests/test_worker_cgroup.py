@@ -3,8 +3,8 @@ worker detached uses is counted there and not in the worker's process tree, an h
 worker's children are in its tree, what is left in the cgroup when the worker ends is
 killed with it, a worker on a GPU gets its cgroup as one on the CPU does, and the empty
 cgroups a killed host left are pruned.  Real processes in a real cgroup v2 hierarchy;
-skipped where none is writable (the guard is off there, and the turn records no
-figure)."""
+skipped where none is writable (the guard is off there: the turn records no figure, and
+why)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 
 from runner.core.cgroup import FOREIGN_FLOOR_S, ForeignClock, WorkerCgroup
 from runner.core.processes import pid_alive, run, start
-from runner.executors.base import WorkerJob
+from runner.executors.base import LiveWorker, WorkerJob
 from runner.executors.local import LocalExecutor
 
 BURN = "end = time.process_time() + 0.5\nwhile time.process_time() < end: pass\n"
@@ -120,27 +120,47 @@ def test_an_honest_worker_and_the_child_it_waits_for_are_its_own_tree(
     assert (group.cpu_seconds() or 0.0) - clock.cgroup_s > 0.8  # both were in the cgroup
 
 
+def _waiting_job(tmp_path: Path, gpus: tuple[int, ...] = ()) -> WorkerJob:
+    """A job whose worker waits, alive, on its spec: a FIFO nobody writes."""
+    spec = tmp_path / "spec.json"
+    os.mkfifo(spec)
+    return WorkerJob("pass-01-candidate", spec, tmp_path, tmp_path / "out", gpus=gpus)
+
+
+def _ended(live: LiveWorker) -> None:
+    assert live.proc is not None
+    live.proc.kill()
+    live.proc.wait()
+    for stream in (live.proc.stdin, live.proc.stdout):
+        if stream is not None:
+            stream.close()
+    live.end_cgroup()
+
+
 def test_a_worker_on_a_gpu_starts_in_a_cgroup_of_its_own(
     group: WorkerCgroup, tmp_path: Path
 ) -> None:
     # measured on a GPU before it stayed (docs/benchmarks.md, "The cgroup CPU guard on
-    # one H100"); the spec is a FIFO nobody writes, so the worker waits, alive, on it
-    spec = tmp_path / "spec.json"
-    os.mkfifo(spec)
-    job = WorkerJob("pass-01-candidate", spec, tmp_path, tmp_path / "out", gpus=(0,))
-    live = LocalExecutor().start_worker(job)
+    # one H100")
+    live = LocalExecutor().start_worker(_waiting_job(tmp_path, gpus=(0,)))
     assert live.proc is not None
     try:
         assert live.cgroup is not None
         assert live.proc.pid in live.cgroup.members()
+        clock, off = live.cpu_clock()
+        assert clock is not None and clock.pid == live.proc.pid and off == ""
     finally:
-        live.proc.kill()
-        live.proc.wait()
-        for stream in (live.proc.stdin, live.proc.stdout):
-            if stream is not None:
-                stream.close()
-        live.end_cgroup()
+        _ended(live)
     assert live.cgroup is not None and not live.cgroup.path.exists()
+
+
+def test_a_worker_the_guard_cannot_read_says_why(tmp_path: Path) -> None:
+    # its turns record the reason beside a null foreign_cpu_s (runner.measure.paired)
+    live = LocalExecutor(cgroups=False).start_worker(_waiting_job(tmp_path))
+    try:
+        assert live.cpu_clock() == (None, "cgroups off for this executor")
+    finally:
+        _ended(live)
 
 
 def test_an_empty_cgroup_a_gone_host_left_is_pruned_and_a_running_host_s_kept(

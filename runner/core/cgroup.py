@@ -13,7 +13,8 @@ killed (``cgroup.kill``) and the cgroup removed; the empty ones a killed host le
 behind are removed by the next ``WorkerCgroup.create`` (``prune_stale``).
 
 Where no cgroup v2 hierarchy is writable (not root, a read-only ``/sys/fs/cgroup``)
-``WorkerCgroup.create`` returns None and the turn records no figure.
+``WorkerCgroup.create`` returns None and the turn records no figure, and why
+(``NO_CGROUP``, ``runner.executors.base.LiveWorker.cpu_clock``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from runner.core.processes import pid_alive
 # in 10 ms clock ticks), as the worker's own tree guard (runner.bench.proctree) judges
 FOREIGN_SHARE = 0.1
 FOREIGN_FLOOR_S = 0.05
+# why a turn records no figure where ``WorkerCgroup.create`` made no cgroup
+NO_CGROUP = "no cgroup could be made for the worker (no writable cgroup v2 hierarchy)"
 PARENT = "turbo-campaign"  # the folder of the workers' cgroups under the host's own
 _COUNTER = itertools.count()
 CLOCK_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")

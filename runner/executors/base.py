@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from runner.core.artifact_names import BENCHMARK_CSV
-from runner.core.cgroup import WorkerCgroup
+from runner.core.cgroup import NO_CGROUP, ForeignClock, WorkerCgroup
 
 if TYPE_CHECKING:
     from runner.executors.build_cache import BuildCache
@@ -140,6 +140,15 @@ class LiveWorker:
     stoppable: bool = False
     # the worker's own cgroup (``runner.core.cgroup``), where the host could make one
     cgroup: WorkerCgroup | None = None
+    # why the cgroup CPU guard reads nothing for it, where it has no cgroup
+    guard_off: str = NO_CGROUP
+
+    def cpu_clock(self) -> tuple[ForeignClock | None, str]:
+        """The cgroup CPU guard's clock for one timed turn: the cgroup's CPU time
+        beyond the worker's own process tree; or None and why there is none."""
+        if self.cgroup is not None and self.proc is not None:
+            return ForeignClock(self.cgroup, self.proc.pid), ""
+        return None, self.guard_off
 
     def end_cgroup(self) -> None:
         """Kill what is left in the worker's cgroup (a helper it detached) and remove

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 import runner
-from runner.core.cgroup import WorkerCgroup
+from runner.core.cgroup import NO_CGROUP, WorkerCgroup
 from runner.core.errors import MeasurementFailed
 from runner.core.pause_points import ENV_NAMES as PAUSE_ENV_NAMES
 from runner.core.prepare_lock import PREPARE_LOCK_ENV, device_key, lock_path
@@ -293,10 +293,19 @@ class LocalExecutor:
             pass_fds=held_fds(),
             cgroup_procs=group.procs if group is not None else None,
         )
+        off = NO_CGROUP if self.cgroups else "cgroups off for this executor"
         if group is not None and proc.pid not in group.members():  # it could not join
             group.remove()
-            group = None
-        return LiveWorker(job.name, job.out_dir, ready.log_path, proc, stoppable=True, cgroup=group)
+            group, off = None, "the worker could not join its cgroup"
+        return LiveWorker(
+            job.name,
+            job.out_dir,
+            ready.log_path,
+            proc,
+            stoppable=True,
+            cgroup=group,
+            guard_off=off,
+        )
 
     def run_job(self, job: WorkerJob) -> JobOutcome:
         with self._prepared(job) as ready:

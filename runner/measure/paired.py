@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 from runner.core import interrupts
 from runner.core.artifact_names import BENCHMARK_CSV, GRAPH_CRASH, LAUNCH_NOTES, MEMORY_LOG
-from runner.core.cgroup import FOREIGN_FLOOR_S, FOREIGN_SHARE, ForeignClock
+from runner.core.cgroup import FOREIGN_FLOOR_S, FOREIGN_SHARE
 from runner.core.device_memory import MemoryLog, WorkerMemory, oom_error
 from runner.core.errors import ConfigError, MeasurementFailed, WorkerCrashed
 from runner.core.files import write_json_atomic
@@ -562,7 +562,7 @@ def _take_turns(
                     pick = picks[p][(2 * g + (half >= len(order) // 2)) % len(picks[p])]
                     interrupts.check()
                     block = Block(g, pick)
-                    reply, foreign = _timed_turn(wave, group[slot], block, turn_s, BlockDone)
+                    reply, guard = _timed_turn(wave, group[slot], block, turn_s, BlockDone)
                     name = group[slot].live.name
                     told.setdefault(name, TurnTimes()).add(reply)
                     report = reply.memory
@@ -580,7 +580,7 @@ def _take_turns(
                         "pick": pick,
                         **span,
                         **held,
-                        "foreign_cpu_s": foreign,
+                        **guard,
                     }
                     record.write(json.dumps(turn) + "\n")
                     if watch is not None:
@@ -590,13 +590,14 @@ def _take_turns(
 
 def _timed_turn(
     wave: Sequence[Sequence[_Worker]], w: _Worker, message: Request, turn_s: float, kind: type[R]
-) -> tuple[R, float | None]:
-    """``w``'s timed turn (a block, a fresh step), the others stopped, and the CPU time
-    its cgroup used beyond its process tree meanwhile (None without a cgroup,
-    ``runner.core.cgroup``); more than ``FOREIGN_SHARE`` of the turn
+) -> tuple[R, dict[str, Any]]:
+    """``w``'s timed turn (a block, a fresh step), the others stopped, and the cgroup CPU
+    guard's record of it: ``foreign_cpu_s``, the CPU time its cgroup used beyond its
+    process tree meanwhile, or None and ``cpu_guard_off``, why the host could read none
+    (``LiveWorker.cpu_clock``).  More than ``FOREIGN_SHARE`` of the turn
     (``FOREIGN_FLOOR_S`` at least) fails the round: a process the worker started and
     detached ran beside its timing."""
-    clock = ForeignClock(w.live.cgroup, w.live.proc.pid) if w.live.cgroup and w.live.proc else None
+    clock, off = w.live.cpu_clock()
     with others_stopped(wave, w):
         if clock is not None:
             clock.start()
@@ -604,14 +605,16 @@ def _timed_turn(
         reply = _talk(w, message, turn_s, kind)
         wall = time.monotonic() - began
         foreign = clock.foreign_seconds() if clock is not None else None
-    if foreign is not None and foreign > max(FOREIGN_FLOOR_S, FOREIGN_SHARE * wall):
+    if foreign is None:
+        return reply, {"foreign_cpu_s": None, "cpu_guard_off": off}
+    if foreign > max(FOREIGN_FLOOR_S, FOREIGN_SHARE * wall):
         raise MeasurementFailed(
             f"worker {w.live.name}: its cgroup used {foreign:.2f} s of CPU outside its "
             f"process tree during its {wall:.2f} s timed turn (cgroup CPU guard): a "
             "process it started and detached ran beside the timing",
             w.live.log_path,
         )
-    return reply, None if foreign is None else round(foreign, 4)
+    return reply, {"foreign_cpu_s": round(foreign, 4)}
 
 
 @contextlib.contextmanager
