@@ -3,7 +3,7 @@
 The local executor starts each serving worker in a cgroup (v2) of its own
 (``runner.core.cgroup``) and the host reads the cgroup's CPU time and the worker's process
 tree around every timed turn.  Here every round is an A/A quick VALIDATE round (a
-comment-only candidate, ``paired_study.plant_patch``) of the example's blockwise FP8 GEMM
+no-op candidate, ``paired_study.plant_patch``) of the example's blockwise FP8 GEMM
 (Triton, the four Llama-2-7B mb1 shapes), and the arms take turns, round by round:
 
 * ``candidate``: only the candidate's workers in cgroups: the round's paired gain is the
@@ -105,8 +105,8 @@ def turns_by_role(path: Path) -> dict[str, dict[str, list[float | None]]]:
 
 def one_round(campaign: Campaign, arm: str) -> dict[str, Any]:
     n = campaign.next_round()
-    patch = plant_patch(head_text(campaign), 0, f" ({arm} in cgroups)")
-    request = Request(n, f"A/A: a comment only; cgroups: {arm}", patch)
+    patch = plant_patch(head_text(campaign), 0, n)
+    request = Request(n, f"A/A {n}: a no-op statement only; cgroups: {arm}", patch)
     t0 = time.perf_counter()
     result = validate_round(campaign, ArmExecutor(arm_roles(arm)), request, progress=stamped)
     gate = result.gate

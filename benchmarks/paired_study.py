@@ -7,9 +7,9 @@ through the product's functions:
 
 * ``setup``: the campaign and ``runner.flow.baseline.run_baseline`` (timed; 3 passes);
 * ``quick``: ``--rounds`` real quick VALIDATE rounds (``runner.flow.rounds.validate_round``, a
-  comment-only candidate: A/A), each timed end to end as a user sees it;
+  no-op candidate: A/A), each timed end to end as a user sees it;
 * ``tournament``: ``--rounds`` real tournaments of ``--entries`` A/A entries
-  (``runner.flow.tournament.validate_tournament``; comments that differ), each timed:
+  (``runner.flow.tournament.validate_tournament``; no-op statements that differ), each timed:
   none may be ACCEPTED;
 * ``study``: ``--rounds`` study rounds.  Each starts one fresh serving worker per tree
   and process pair, all taking turns on the GPU (``runner.flow.measure.measure_roles``
@@ -91,14 +91,18 @@ def head_text(campaign: Campaign) -> str:
     return lineage.git("show", f"{lineage.head()}:{PLANT_FILE}") + "\n"
 
 
-def plant_patch(text: str, copies: int, tag: str = "") -> str:
+def plant_patch(text: str, copies: int, nonce: int = 0) -> str:
     """A patch onto ``text`` (the planted file) that makes the forward return its output
     after ``copies`` extra copies (extra calls in the step, the kernel untouched);
-    ``copies`` 0: a comment only (``tag`` in it, so several A/A patches differ)."""
+    ``copies`` 0: A/A, one no-op statement holding ``nonce``.  A comment-only patch no
+    longer serves: after one is rolled back, another that differs only in comments is
+    the same change and is refused (``runner.judge.resubmission``); a new number literal
+    makes each A/A patch a new change that runs the same code."""
     if PLANT_AT not in text:
         raise SystemExit(f"{PLANT_FILE} changed: no line {PLANT_AT.strip()!r} to plant at")
     if copies == 0:
-        new = PLANT_AT.replace("        return", f"        # A/A: same code{tag}\n        return")
+        noop = f"        _ = {nonce}  # A/A: same code\n"
+        new = PLANT_AT.replace("        return", noop + "        return")
     else:
         new = (
             "        out = _fp8_gemm(a_mk, fwd, b_nk, fwd, config, out_dtype)\n"
@@ -196,14 +200,14 @@ def setup(args: argparse.Namespace, state: dict[str, Any]) -> Campaign:
 
 
 def quick_rounds(args: argparse.Namespace, campaign: Campaign, state: dict[str, Any]) -> None:
-    """Real quick VALIDATE rounds (A/A: a comment), timed end to end."""
+    """Real quick VALIDATE rounds (A/A: a no-op statement), timed end to end."""
     executor = LocalExecutor()
     while len(state["quick"]) < args.rounds:
         campaign = Campaign.load(campaign.root)
         n = campaign.next_round()
-        patch = plant_patch(head_text(campaign), 0)
+        patch = plant_patch(head_text(campaign), 0, n)
         t0 = time.perf_counter()
-        request = Request(n, "A/A: a comment only (timing of a quick round)", patch)
+        request = Request(n, f"A/A {n}: a no-op statement only (timing of a quick round)", patch)
         result = validate_round(campaign, executor, request, progress=stamped)
         gate = result.gate
         state["quick"].append(
@@ -221,7 +225,7 @@ def quick_rounds(args: argparse.Namespace, campaign: Campaign, state: dict[str, 
 
 
 def tournaments(args: argparse.Namespace, campaign: Campaign, state: dict[str, Any]) -> None:
-    """Real tournaments of ``--entries`` A/A entries (comments that differ), timed end
+    """Real tournaments of ``--entries`` A/A entries (no-op statements that differ), timed end
     to end: none may be ACCEPTED (the target: 10 tournaments of 4 A/A entries)."""
     executor = LocalExecutor()
     done = state.setdefault("tournament", [])
@@ -230,7 +234,7 @@ def tournaments(args: argparse.Namespace, campaign: Campaign, state: dict[str, A
         n = campaign.next_round()
         text = head_text(campaign)
         requests = [
-            Request(n + k, f"A/A {k + 1}: a comment only", plant_patch(text, 0, f" ({k + 1})"))
+            Request(n + k, f"A/A {n + k}: a no-op statement only", plant_patch(text, 0, n + k))
             for k in range(args.entries)
         ]
         t0 = time.perf_counter()
