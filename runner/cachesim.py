@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar, cast, overload
 
 import torch
 
@@ -43,6 +43,7 @@ from runner.ops.base import seeded
 KINDS = ("weight", "activation")
 _K = TypeVar("_K")
 _V = TypeVar("_V")
+_T = TypeVar("_T")
 _MISSING = object()
 
 
@@ -67,15 +68,33 @@ class CountingDict(dict[_K, _V]):
         self._count(dict.__contains__(self, key))
         return super().__getitem__(key)
 
-    def get(self, key: _K, default: Any = None) -> Any:
+    @overload
+    def get(self, key: _K, default: None = None, /) -> _V | None: ...
+    @overload
+    def get(self, key: _K, default: _V, /) -> _V: ...
+    @overload
+    def get(self, key: _K, default: _T, /) -> _V | _T: ...
+    def get(self, key: _K, default: object = None) -> object:
         self._count(dict.__contains__(self, key))
         return super().get(key, default)
 
-    def setdefault(self, key: _K, default: Any = None) -> Any:
+    @overload
+    def setdefault(
+        self: CountingDict[_K, _T | None], key: _K, default: None = None, /
+    ) -> _T | None: ...
+    @overload
+    def setdefault(self, key: _K, default: _V, /) -> _V: ...
+    def setdefault(self, key: _K, default: object = None) -> object:
         self._count(dict.__contains__(self, key))
-        return super().setdefault(key, default)
+        return super().setdefault(key, cast("_V", default))
 
-    def pop(self, key: _K, default: Any = _MISSING) -> Any:
+    @overload
+    def pop(self, key: _K, /) -> _V: ...
+    @overload
+    def pop(self, key: _K, default: _V, /) -> _V: ...
+    @overload
+    def pop(self, key: _K, default: _T, /) -> _V | _T: ...
+    def pop(self, key: _K, default: object = _MISSING) -> object:
         self._count(dict.__contains__(self, key))
         return super().pop(key) if default is _MISSING else super().pop(key, default)
 
@@ -92,9 +111,9 @@ class CacheProbe:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         self._readers[kind].append(read)
 
-    def watch(self, cache: Mapping[Any, Any] | None = None, *, kind: str) -> CountingDict[Any, Any]:
+    def watch(self, cache: Mapping[_K, _V] | None = None, *, kind: str) -> CountingDict[_K, _V]:
         """A counting copy of ``cache`` (install it where the op reads the cache)."""
-        counting: CountingDict[Any, Any] = CountingDict(cache or {})
+        counting: CountingDict[_K, _V] = CountingDict(cache or {})
         self.add_counter(kind, lambda: counting.hits)
         return counting
 
@@ -178,7 +197,7 @@ class SimResult:
         mode = "fresh tensors" if self.fresh else "benchmark idiom"
         return "\n".join([*rows, "", f"{mode}, {len(self.steps)} steps: {verdict}"])
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "steps": [dataclasses.asdict(s) for s in self.steps],
             "has_weight_cache": self.has_weight_cache,

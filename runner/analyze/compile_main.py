@@ -28,11 +28,14 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.core.files import write_atomic, write_json_atomic
 from runner.core.isa_facts import parse_amdgcn, parse_ptx
 from runner.core.processes import run
+
+if TYPE_CHECKING:
+    from runner.analyze.launches import CompiledKernel, JitKernel, Launch, Target
 
 
 def _ptxas(ptx: str, arch: int | str) -> str:
@@ -55,7 +58,9 @@ def _ptxas(ptx: str, arch: int | str) -> str:
     return done.stdout or ""
 
 
-def _facts(compiled: Any, target: Any, config: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+def _facts(
+    compiled: CompiledKernel, target: Target, config: dict[str, Any]
+) -> tuple[str, str, dict[str, Any]]:
     warps = int(config.get("num_warps", 4))
     if target.backend == "hip":
         text = compiled.asm["amdgcn"]
@@ -86,9 +91,9 @@ class Job:
 
     name: str
     case: str
-    fn: Any
-    launch: tuple[tuple[Any, ...], dict[str, Any]]
-    knobs: dict[str, Any] | None = None
+    fn: JitKernel
+    launch: Launch
+    knobs: dict[str, object] | None = None
     autotune: str | None = None
 
 

@@ -29,7 +29,7 @@ from turbo_kernels.triton import (
     quantize_kernel,
 )
 
-from runner.analyze.launches import TRITON_DTYPES, Launch, Recorder, Target
+from runner.analyze.launches import TRITON_DTYPES, JitKernel, Launch, Recorder, Target
 
 __all__ = ["CASES", "DEVICE_FUNCTIONS", "MODULES", "Case", "record"]
 
@@ -231,7 +231,7 @@ CASES = [
 ]
 
 
-def record(case: Case, target_name: str, target: Target) -> tuple[object, Launch]:
+def record(case: Case, target_name: str, target: Target) -> tuple[JitKernel, Launch]:
     """The kernel of ``case`` and the one launch its wrapper makes for ``target_name``."""
     recorder = Recorder(getattr(case.module, case.kernel))
     saved = arch.gpu_arch

@@ -21,7 +21,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runner.analyze.launches import JitKernel
 
 __all__ = ["KNOBS", "LaunchLog", "Recorded", "recording"]
 
@@ -44,10 +47,10 @@ class Recorded:
     config of how many."""
 
     step: str
-    fn: Any
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    knobs: dict[str, Any]
+    fn: JitKernel
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
+    knobs: dict[str, object]
     autotune: str | None = None
 
 
@@ -57,7 +60,7 @@ class LaunchLog:
     launches: list[Recorded] = field(default_factory=list)
 
 
-def knobs_now() -> dict[str, Any]:
+def knobs_now() -> dict[str, object]:
     import triton
 
     amd = triton.knobs.amd

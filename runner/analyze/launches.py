@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from types import FunctionType
+from typing import Protocol
 
 import torch
 
@@ -56,35 +57,69 @@ TARGETS = {
     "gfx950": Target("hip", "gfx950", 64, torch.float8_e4m3fn, torch.float8_e5m2, 163840),
 }
 
-Launch = tuple[tuple[Any, ...], dict[str, Any]]
+# A launch as the JIT receives it: positional arguments and keywords.
+Launch = tuple[tuple[object, ...], dict[str, object]]
+
+
+class KernelParam(Protocol):
+    """What is read of one parameter of a Triton ``JITFunction`` (``fn.params``)."""
+
+    name: str
+    default: object
+    has_default: bool
+    is_constexpr: bool
+
+
+class JitKernel(Protocol):
+    """What is read of a Triton ``JITFunction``: its Python function and parameters."""
+
+    __name__: str
+    fn: FunctionType
+    arg_names: list[str]
+    params: list[KernelParam]
+
+
+# Triton's attributes of one parameter: [["tt.divisibility", 16], ...]
+Attrs = list[list[object]]
+
+
+class CompiledMetadata(Protocol):
+    shared: int
+
+
+class CompiledKernel(Protocol):
+    """What is read of a Triton ``CompiledKernel``: its assembly and shared memory."""
+
+    asm: dict[str, str]
+    metadata: CompiledMetadata
 
 
 class Recorder:
     """Stands in for a JITFunction: ``kernel[grid](*args, **kwargs)`` records the launch."""
 
-    def __init__(self, fn: Any) -> None:
+    def __init__(self, fn: JitKernel) -> None:
         self.fn = fn
         self.launches: list[Launch] = []
 
     def __getitem__(self, grid: object) -> Callable[..., None]:
-        def launch(*args: Any, **kwargs: Any) -> None:
+        def launch(*args: object, **kwargs: object) -> None:
             self.launches.append((args, kwargs))
 
         return launch
 
 
-def _pointer_attrs(target: Target) -> list[list[Any]]:
+def _pointer_attrs(target: Target) -> list[list[object]]:
     import triton
 
-    divisible: list[list[Any]] = [["tt.divisibility", 16]]  # torch allocations: 16-byte aligned
+    divisible: list[list[object]] = [["tt.divisibility", 16]]  # torch allocations: 16-byte aligned
     if target.backend == "hip" and triton.knobs.amd.use_buffer_ops:
         return [*divisible, ["tt.pointer_range", 32]]  # every tensor here is under 2 GiB
     return divisible
 
 
 def specialise(
-    fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], target: Target
-) -> tuple[dict[str, str], dict[str, Any], dict[tuple[int, ...], Any], dict[str, Any]]:
+    fn: JitKernel, args: tuple[object, ...], kwargs: dict[str, object], target: Target
+) -> tuple[dict[str, str], dict[str, object], dict[tuple[int, ...], Attrs], dict[str, object]]:
     """signature, constexprs, attrs and options of a launch, as Triton's JIT makes them."""
     names: list[str] = list(fn.arg_names)
     bound = {p.name: p.default for p in fn.params if p.has_default}  # unpassed: defaults
@@ -93,10 +128,11 @@ def specialise(
     if set(bound) != set(names):
         raise TypeError(f"launch lacks {sorted(set(names) - set(bound))}")
     options = {k: v for k, v in kwargs.items() if k not in names}
-    divisible, pointer = [["tt.divisibility", 16]], _pointer_attrs(target)
+    divisible: Attrs = [["tt.divisibility", 16]]
+    pointer = _pointer_attrs(target)
     signature: dict[str, str] = {}
-    constexprs: dict[str, Any] = {}
-    attrs: dict[tuple[int, ...], Any] = {}
+    constexprs: dict[str, object] = {}
+    attrs: dict[tuple[int, ...], Attrs] = {}
     for i, param in enumerate(fn.params):
         value = bound[param.name]
         specialised = not getattr(param, "do_not_specialize", False)
@@ -124,7 +160,7 @@ def specialise(
 
 
 @contextlib.contextmanager
-def amd_knobs(knobs: dict[str, Any] | None) -> Iterator[None]:
+def amd_knobs(knobs: dict[str, object] | None) -> Iterator[None]:
     """``triton.knobs.amd`` set to ``knobs`` for the scope (the knobs a launch had)."""
     import triton
 
@@ -140,8 +176,8 @@ def amd_knobs(knobs: dict[str, Any] | None) -> Iterator[None]:
 
 
 def compile_launch(
-    fn: Any, launch: Launch, target: Target, knobs: dict[str, Any] | None = None
-) -> tuple[Any, dict[str, Any]]:
+    fn: JitKernel, launch: Launch, target: Target, knobs: dict[str, object] | None = None
+) -> tuple[CompiledKernel, dict[str, object]]:
     """The compiled kernel of one recorded launch, and its config: the declared
     constexprs and the launch options (``num_warps``, ``num_stages``...); ``knobs``: the
     AMD compiler knobs in force at the launch."""

@@ -36,10 +36,13 @@ import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from runner.analyze.launch_log import LaunchLog, Recorded, recording
 from runner.analyze.standins import tree_imports
+
+if TYPE_CHECKING:
+    from runner.analyze.launches import JitKernel
 
 __all__ = ["RECIPES", "SHAPE", "NoRecipe", "record", "tree_deps"]
 
@@ -122,6 +125,6 @@ def record(
     return log.launches, sorted(set(stood_in))
 
 
-def kernel_file(fn: Any) -> Path:
+def kernel_file(fn: JitKernel) -> Path:
     """The file a JIT function is defined in."""
     return Path(fn.fn.__code__.co_filename).resolve()

@@ -17,22 +17,26 @@ import os
 import runpy
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.core.files import write_atomic
 from runner.core.profile_range import RANGE_ENV
 
+if TYPE_CHECKING:
+    from torch.autograd.profiler_util import FunctionEvent, FunctionEventAvg
+    from torch.profiler import profile as Profile
+
 COLUMNS = ("name", "calls", "self_cpu_us", "cpu_total_us", "device_total_us")
 
 
-def _device_us(e: Any) -> float:
+def _device_us(e: FunctionEvent | FunctionEventAvg) -> float:
     device = getattr(e, "device_time_total", None)
     if device is None:
         device = getattr(e, "cuda_time_total", 0.0)
     return float(device or 0.0)
 
 
-def _inside(events: list[Any], name: str) -> list[Any]:
+def _inside(events: list[FunctionEvent], name: str) -> list[FunctionEvent]:
     """The events that ran within a span of the range ``name`` on the same thread."""
     spans = [(e.thread, e.time_range.start, e.time_range.end) for e in events if e.name == name]
     return [
@@ -46,8 +50,8 @@ def _inside(events: list[Any], name: str) -> list[Any]:
     ]
 
 
-def _rows(profile: Any, only_range: str = "") -> list[dict[str, Any]]:
-    totals: dict[str, dict[str, Any]] = {}
+def _rows(profile: Profile, only_range: str = "") -> list[dict[str, Any]]:
+    totals: dict[str, dict[str, float]] = {}
     if only_range:
         events = _inside(list(profile.events()), only_range)
         for e in events:

@@ -56,7 +56,7 @@ class ClockReading:
     throttle_reasons: list[str] = field(default_factory=list)
     error: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -69,7 +69,7 @@ def decode_throttle_mask(mask: int) -> list[str]:
     return names
 
 
-def _number(text: Any) -> float | None:
+def _number(text: object) -> float | None:
     """A float from '1980', '118.26', '2100 MHz', {'value': 2100, 'unit': 'MHz'}; else None."""
     if isinstance(text, dict):
         return _number(text.get("value"))
@@ -163,7 +163,7 @@ def _amd_violations(group: dict[str, Any]) -> list[str]:
     return sorted(reasons)
 
 
-def sample_clocks(index: int = 0) -> dict[str, Any]:
+def sample_clocks(index: int = 0) -> dict[str, object]:
     """The clocks of GPU ``index`` (as torch numbers it) from the first source that
     answers; ``{"source": "none", "error": ...}`` when none does.  Never raises."""
     errors = []
@@ -193,7 +193,7 @@ def _cuda_index(index: int) -> int:
     return index
 
 
-_NVML: dict[str, Any] = {}
+_NVML: dict[str, object] = {}  # "mod": pynvml, once initialised
 
 
 def _read_nvml(index: int) -> ClockReading | None:

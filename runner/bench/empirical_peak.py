@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 from runner.core.empirical_peak import EmpiricalPeak
 from runner.core.files import write_json_atomic
@@ -18,7 +19,7 @@ REPEATS = 20
 BATCHES = 5
 
 
-def _best_ms(torch: Any, fn: Any) -> float:
+def _best_ms(torch: ModuleType, fn: Callable[[], object]) -> float:
     fn()
     torch.cuda.synchronize()
     best = float("inf")
@@ -41,12 +42,12 @@ def fnuz_arch(hip: str | None, arch: str) -> bool:
     return bool(hip) and arch.startswith("gfx94")
 
 
-def _card_arch(torch: Any) -> str:
+def _card_arch(torch: ModuleType) -> str:
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     return str(getattr(props, "gcnArchName", ""))
 
 
-def _fp8(torch: Any, n: int) -> tuple[Any, str]:
+def _fp8(torch: ModuleType, n: int) -> tuple[Callable[[], object] | None, str]:
     """The FP8 GEMM callable (e4m3 in the card's flavour), or None and why not."""
     fnuz = fnuz_arch(torch.version.hip, _card_arch(torch))
     kind = getattr(torch, "float8_e4m3fnuz", None) if fnuz else None

@@ -26,7 +26,8 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from runner.bench.clocks import sample_clocks
 from runner.bench.replay_check import check_replay
@@ -34,6 +35,10 @@ from runner.bench.thermal import wait_for_headroom
 from runner.bench.timing_result import Timing
 from runner.core.spec import TimingSettings
 from runner.core.stats import median
+
+if TYPE_CHECKING:
+    from torch._C import _CudaDeviceProperties
+    from torch.cuda import CUDAGraph
 
 WINDOW_S = 0.05  # warm-up window length (``batch_s`` when that is shorter)
 WARMUP_AGREE = 0.01  # successive windows agree within this (relative)
@@ -50,7 +55,7 @@ MIB = 1 << 20
 # Callables whose capture failed in this process (the failure's text): later
 # measurements of the same callable go straight to plain launches.  Keyed by
 # ``capture_key(fn)``, weakly, so a case that is dropped takes its entry with it.
-_UNCAPTURABLE: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_UNCAPTURABLE: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
 # Last-level cache -> flush buffer (written before each cold call).  Sizes from the vendors'
 # datasheets: H100/H200 50-60 MB L2; MI300X/MI325X 256 MB Infinity Cache; MI350X/MI355X
 # 256 MB Infinity Cache.  The buffer is about 4x (NVIDIA) / 2x (AMD) the LLC.
@@ -158,7 +163,7 @@ class _Unit:
     error: str = ""
 
 
-def capture_key(fn: Callable[[], object]) -> Any:
+def capture_key(fn: Callable[[], object]) -> object:
     """What identifies ``fn`` across measurements: a wrapper that is made anew for each
     measurement (``runner.bench.integrity.OutputSampler``) names the callable it wraps
     as its ``capture_key``."""
@@ -189,14 +194,14 @@ def _hot_unit(fn: Callable[[], object], settings: TimingSettings, region: _Regio
     return _Unit(functools.partial(_repeat, fn, chunk), chunk, "cuda_events", error)
 
 
-def _remembered_failure(key: Any) -> str:
+def _remembered_failure(key: object) -> str:
     try:
         return _UNCAPTURABLE.get(key, "")
     except TypeError:  # not weakly referenceable: never remembered
         return ""
 
 
-def _remember_failure(key: Any, error: str) -> None:
+def _remember_failure(key: object, error: str) -> None:
     try:
         _UNCAPTURABLE[key] = error
     except TypeError:
@@ -209,7 +214,7 @@ class _Region:
     (less the measured cost of a synchronize) is clearly later: then work was hidden on
     another stream and the device-wide end counts."""
 
-    def __init__(self, torch: Any) -> None:
+    def __init__(self, torch: ModuleType) -> None:
         self.torch = torch
         self.hidden = 0
         self.overhead_ms = 0.0
@@ -253,7 +258,7 @@ class _WarmUp:
     def per_call_ms(self) -> float:
         return self.windows_ms[-1]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "seconds": round(self.seconds, 4),
             "windows": len(self.windows_ms),
@@ -316,11 +321,11 @@ def _measure_hot(
     calls = replays * unit.calls
     run = functools.partial(_repeat, unit.run, replays)
     samples, reason = _sample(lambda: region.time(run) / calls, settings, settings.max_repeats)
-    extra = {"graph_error": unit.error} if unit.error else {}
+    extra: dict[str, object] = {"graph_error": unit.error} if unit.error else {}
     return Timing(samples, unit.method, reason, calls, extra)
 
 
-def _capture(fn: Callable[[], object], n: int, torch: Any) -> tuple[Any, str]:
+def _capture(fn: Callable[[], object], n: int, torch: ModuleType) -> tuple[CUDAGraph | None, str]:
     """A graph of ``n`` back-to-back calls, replayed once; (None, why) if capture fails."""
     pool = None
     try:
@@ -347,7 +352,7 @@ def _capture(fn: Callable[[], object], n: int, torch: Any) -> tuple[Any, str]:
         return None, f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
-def _release_failed_capture(torch: Any, pool: Any) -> None:
+def _release_failed_capture(torch: ModuleType, pool: tuple[int, int] | None) -> None:
     """A capture that fails inside ``torch.cuda.graph`` can leave PyTorch's caching
     allocator still allocating to the graph's private pool, and its cached blocks are
     then never handed back: ``empty_cache`` frees nothing for the rest of the process.
@@ -373,7 +378,7 @@ def _release_failed_capture(torch: Any, pool: Any) -> None:
         return
 
 
-def _repair_rng(torch: Any) -> None:
+def _repair_rng(torch: ModuleType) -> None:
     """A failed capture leaves the default CUDA generator in capture mode (``capture_end``
     raised before the generator's epilogue), and every later random op fails with "Offset
     increment outside graph capture".  Give the generator a fresh state, same seed and
@@ -392,7 +397,10 @@ def _repair_rng(torch: Any) -> None:
 
 
 def _measure_cold(
-    fn: Callable[[], object], settings: TimingSettings, region: _Region, props: Any
+    fn: Callable[[], object],
+    settings: TimingSettings,
+    region: _Region,
+    props: _CudaDeviceProperties,
 ) -> Timing:
     torch = region.torch
     nbytes = flush_bytes_for(props.name, int(getattr(props, "L2_cache_size", 0)))

@@ -25,10 +25,15 @@ from __future__ import annotations
 
 import random
 import sys
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, cast
 
 from runner.bench.timing import CLOCK_NAMES
+
+if TYPE_CHECKING:
+    import torch
+
+    from runner.ops.base import InputFlip, Outputs, Verify
 
 KEEP = 3  # timed outputs judged per timed callable
 
@@ -58,10 +63,10 @@ class OutputSampler:
 
     def __init__(
         self,
-        fn: Callable[[], Any],
+        fn: Callable[[], Outputs],
         keep: int = KEEP,
-        finish: Callable[[Any], Any] | None = None,
-        flip: Any = None,
+        finish: Callable[[Outputs], object] | None = None,
+        flip: InputFlip | None = None,
     ) -> None:
         self._fn = fn
         self._finish = finish  # inside the timed call: raises on an unfinished output
@@ -69,8 +74,8 @@ class OutputSampler:
         self._keep = keep
         self._rng = random.Random(random.SystemRandom().getrandbits(64))
         self.calls = 0
-        self.kept: list[tuple[int, Any]] = []
-        self._last: Any = None
+        self.kept: list[tuple[int, Outputs]] = []
+        self._last: Outputs | None = None
         self._flipped = False
 
     @property
@@ -80,12 +85,12 @@ class OutputSampler:
         return None if self._flip is None else _Probe(self)
 
     @property
-    def capture_key(self) -> Any:
+    def capture_key(self) -> Callable[[], Outputs]:
         """The wrapped callable: what the GPU engine remembers a failed graph capture by
         (``runner.bench.gpu.capture_key``), the same in every block."""
         return self._fn
 
-    def __call__(self) -> Any:
+    def __call__(self) -> Outputs:
         out = self._fn()
         if self._finish is not None:
             self._finish(out)
@@ -102,9 +107,7 @@ class OutputSampler:
                 self.kept[slot] = (self.calls, out)
         return out
 
-    def problems(
-        self, verify: Callable[[str, list[Any]], list[list[str]]] | None, kind: str
-    ) -> list[str]:
+    def problems(self, verify: Verify | None, kind: str) -> list[str]:
         """One line per kept output that ``verify`` rejects, naming the call (the kept
         outputs are judged in one call: a reference is made once for all of them)."""
         found: list[str] = []
@@ -128,15 +131,17 @@ class _Probe:
 
     def __init__(self, sampler: OutputSampler) -> None:
         self._sampler = sampler
+        # made by ``replay_probe`` only for a sampler with a flip
+        self._flip = cast("InputFlip", sampler._flip)
 
     def flip(self) -> None:
-        self._sampler._flip()
+        self._flip()
         self._sampler._flipped = not self._sampler._flipped
 
-    def outputs(self) -> list[Any]:
-        last = self._sampler._last
-        items = last if isinstance(last, (tuple, list)) else (last,)
-        return [items[i] for i in self._sampler._flip.negates]
+    def outputs(self) -> list[torch.Tensor]:
+        last = self._sampler._last  # a finished output: its items are tensors
+        items = cast("Sequence[torch.Tensor]", last if isinstance(last, (tuple, list)) else (last,))
+        return [items[i] for i in self._flip.negates]
 
 
 class HarnessTampered(RuntimeError):
@@ -147,7 +152,7 @@ class BindingGuard:
     """The objects bound to ``GUARDED`` names when the guard was made."""
 
     def __init__(self, names: Iterable[tuple[str, str]] = GUARDED) -> None:
-        self._seen: dict[tuple[str, str], Any] = {}
+        self._seen: dict[tuple[str, str], object] = {}
         for module, attr in names:
             mod = sys.modules.get(module)
             if mod is not None and hasattr(mod, attr):

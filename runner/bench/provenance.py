@@ -11,12 +11,15 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from runner.core.artifact_names import PROVENANCE
 from runner.core.files import blob_hash, write_json_atomic
 from runner.core.loaded_record import LoadedRecord, read_loaded, write_loaded
 from runner.core.spec import SOURCE_ENV
+
+if TYPE_CHECKING:
+    from runner.targets.base import Target, TargetAPI
 
 log = logging.getLogger("runner.worker")
 
@@ -28,7 +31,7 @@ def loaded_from(names: list[str]) -> dict[str, str | None]:
     ``package._C`` to a copy loaded from elsewhere); None when it has no file."""
     import importlib
 
-    def file_of(module: Any) -> str | None:
+    def file_of(module: object) -> str | None:
         file = getattr(module, "__file__", None)
         return str(Path(file).resolve()) if file else None
 
@@ -45,7 +48,7 @@ def loaded_from(names: list[str]) -> dict[str, str | None]:
     return files
 
 
-def check_provenance(target: Any, api: Any, out_dir: Path) -> None:
+def check_provenance(target: Target, api: TargetAPI, out_dir: Path) -> None:
     """Prove that the target package and its compiled modules were loaded from the
     tree under test (``SOURCE_ENV``, set by the executor); record where
     each came from in ``provenance.json``.  Anything else (a copy in site-packages,
@@ -53,7 +56,8 @@ def check_provenance(target: Any, api: Any, out_dir: Path) -> None:
     expected = os.environ.get(SOURCE_ENV)
     names = [target.package, *target.api_modules, *target.native_modules]
     files = loaded_from(names)
-    files[api.ops.__name__] = str(Path(api.ops.__file__).resolve())
+    # the ops module of a package imported from its files: a __file__ (str)
+    files[api.ops.__name__] = str(Path(cast(str, api.ops.__file__)).resolve())
     root = Path(expected).resolve() if expected else None
     outside = {
         name: file

@@ -21,9 +21,12 @@ quantisation); a frozen result comes back unchanged and the shape FAILs
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from runner.bench.proctree import ClockBlind
+
+if TYPE_CHECKING:
+    import torch
 
 # |after + before| may reach this share of |before|'s largest element where the kernel
 # reduces in an order that varies from run to run (atomics); a frozen output reads 2.
@@ -43,10 +46,10 @@ class ReplayProbe(Protocol):
 
     def flip(self) -> None: ...
 
-    def outputs(self) -> Sequence[Any]: ...
+    def outputs(self) -> Sequence[torch.Tensor]: ...
 
 
-def sample_at(values: Any, where: tuple[Any, ...] | None) -> Any:
+def sample_at(values: torch.Tensor, where: tuple[torch.Tensor, ...] | None) -> torch.Tensor:
     """The elements of ``values`` at ``where`` (one index tensor per dimension) as
     float32, or all of them where ``where`` is None; no copy of the whole tensor."""
     got = values.detach()
@@ -54,7 +57,7 @@ def sample_at(values: Any, where: tuple[Any, ...] | None) -> Any:
     return picked.float().clone()  # FP8 codes have no arithmetic; float32 is not copied
 
 
-def positions(values: Any) -> tuple[Any, ...] | None:
+def positions(values: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
     """SAMPLES positions of ``values`` drawn now, after the timed calls (None: every
     element, for a tensor that small): the check holds no full copy of a large output."""
     import torch
@@ -64,7 +67,7 @@ def positions(values: Any) -> tuple[Any, ...] | None:
     return tuple(torch.randint(0, size, (SAMPLES,), device=values.device) for size in values.shape)
 
 
-def negated(before: Any, after: Any) -> bool:
+def negated(before: torch.Tensor, after: torch.Tensor) -> bool:
     """``after`` is ``-before`` (within TOLERANCE of before's scale); an all-zero sample
     proves nothing and passes."""
     scale = float(before.abs().max()) if before.numel() else 0.0

@@ -41,7 +41,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 from runner.bench.oom import out_of_memory, release_cached
 from runner.bench.timing import Timing
@@ -65,6 +65,14 @@ from runner.core.worker_messages import (
     parse_request,
     reply_line,
 )
+
+if TYPE_CHECKING:
+    import torch
+
+    from runner.bench.integrity import BindingGuard
+    from runner.bench.rows import RowBuilder
+    from runner.bench.worker_pass import FreshTimes, Loaded
+    from runner.ops.base import Case, CheckResult, OpAdapter
 
 log = logging.getLogger("runner.worker")
 SPACER_UNIT = 4096  # bytes; spacer k is k * SPACER_UNIT * (1 + member) bytes
@@ -99,15 +107,15 @@ class _ShapeState:
 
     def __init__(self, shape: Shape) -> None:
         self.shape = shape
-        self.cases: list[Any] = []
-        self.spacers: list[Any] = []
-        self.checks: list[Any] = []
+        self.cases: list[Case] = []
+        self.spacers: list[torch.Tensor] = []
+        self.checks: list[CheckResult] = []
         self.fwd: list[Timing] = []
         self.bwd: list[Timing] = []
         self.error: str | None = None
         self.timed_problems: list[str] = []  # sampled timed outputs that were wrong
-        self.fresh: Any = None  # its fresh-step timings (``Server.fresh``)
-        self.moved: dict[str, Any] = {}  # bytes a forward / backward moves (the CSV's)
+        self.fresh: FreshTimes | None = None  # its fresh-step timings (``Server.fresh``)
+        self.moved: dict[str, float] = {}  # bytes a forward / backward moves (the CSV's)
         self.seconds = 0.0  # wall time this process spent on the shape (cost for sharding)
         self.waited = 0.0  # seconds it waited for the device alone before preparing it
 
@@ -123,7 +131,12 @@ class Server:
     """The state of one serving worker (see the module docstring)."""
 
     def __init__(
-        self, spec: RoundSpec, out_dir: Path, adapter: Any, device: str, guard: Any = None
+        self,
+        spec: RoundSpec,
+        out_dir: Path,
+        adapter: OpAdapter,
+        device: str,
+        guard: BindingGuard | None = None,
     ) -> None:
         self.spec = spec
         self.out_dir = out_dir
@@ -267,7 +280,9 @@ class Server:
         record_loaded(self.out_dir, self.spec.role, "end")
         return Finished(schema.name, tuple(rows), dict(samples))
 
-    def _finish_shape(self, st: _ShapeState, build: Any) -> tuple[Any, ShapeSamples]:
+    def _finish_shape(
+        self, st: _ShapeState, build: RowBuilder
+    ) -> tuple[dict[str, object] | None, ShapeSamples]:
         from runner.bench.worker_pass import after_timing
 
         if st.error or not st.fwd:
@@ -372,7 +387,7 @@ def over_blocks(timings: list[Timing]) -> Timing:
     )
 
 
-def serve(spec: RoundSpec, out_dir: Path, load: Callable[[RoundSpec, Path], Any]) -> int:
+def serve(spec: RoundSpec, out_dir: Path, load: Callable[[RoundSpec, Path], Loaded]) -> int:
     """Set up (``load`` gives the op adapter, the device and the binding guard, like
     ``runner.bench.worker_pass.load_for``; it runs after the protocol stream is private, so the
     target's import may print), then answer the host's messages until ``finish`` (or

@@ -30,9 +30,16 @@ import sys
 import types
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, TypeGuard, TypeVar, cast
 
 from runner.cachesim import CacheProbe, SimResult, simulate_training_steps
+
+if TYPE_CHECKING:
+    import torch
+
+    from runner.core.shapes import Shape
+    from runner.core.spec import RoundSpec
+    from runner.ops.base import OpAdapter, Simulation
 
 DEPTH = 3
 NEWEST = 16  # items of a container whose identities enter its token
@@ -44,7 +51,10 @@ _SECRET = random.SystemRandom()
 # held still (a weight cache hits, an activation memo writes every step); the idiom.
 MODES = (("fresh", True, 1e-2), ("activations", True, 0.0), ("idiom", False, 0.0))
 
-Token = tuple[Any, ...]
+Token = tuple[object, ...]
+# What ``stateful_probe`` found (JSON: samples.json's ``state``).
+StateRecord = dict[str, object]
+_R = TypeVar("_R")
 
 
 def state_fingerprint(package: str) -> dict[str, Token]:
@@ -60,7 +70,7 @@ def state_fingerprint(package: str) -> dict[str, Token]:
     return out
 
 
-def tensor_attributes(tensors: Iterable[Any] | None = None) -> dict[str, Token]:
+def tensor_attributes(tensors: Iterable[object] | None = None) -> dict[str, Token]:
     """``<tensor ID>.ATTR -> token`` of every Python attribute held on a tensor object
     (e.g. an activation's FP8 codes kept on the activation between calls): state the
     package's modules do not show.  ``tensors``: those (the simulation's inputs), else
@@ -80,13 +90,13 @@ def tensor_attributes(tensors: Iterable[Any] | None = None) -> dict[str, Token]:
     return out
 
 
-def _own(obj: Any, package: str) -> bool:
+def _own(obj: object, package: str) -> bool:
     """Defined in ``package`` (its classes are walked; others' are not ours to read)."""
     module = getattr(obj, "__module__", "") or ""
     return module == package or module.startswith(package + ".")
 
 
-def _is_tensor(value: Any) -> bool:
+def _is_tensor(value: object) -> TypeGuard[torch.Tensor]:
     """An instance of ``torch.Tensor`` (a subclass's instance too), never a class: an FP8
     library's tensor-subclass *class* has ``data_ptr`` and ``_version`` as attributes, and
     calling its unbound ``data_ptr()`` raises (docs/reliability.md §8: a false FAIL)."""
@@ -94,11 +104,11 @@ def _is_tensor(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
-def _items(value: Any) -> list[Any]:
+def _items(value: object) -> list[object]:
     try:
         if isinstance(value, Mapping):
             return [x for kv in list(value.items())[-NEWEST:] for x in kv]
-        return list(value)[-NEWEST:]
+        return list(cast("Iterable[object]", value))[-NEWEST:]
     except Exception:  # a container that cannot be listed: its identity and size only
         return []
 
@@ -119,7 +129,7 @@ def _without_hits(token: Token) -> Token:
     return token
 
 
-def _walk(path: str, value: Any, out: dict[str, Token], depth: int, package: str) -> None:
+def _walk(path: str, value: object, out: dict[str, Token], depth: int, package: str) -> None:
     if depth < 0 or isinstance(value, types.ModuleType):
         return
     kind = type(value).__name__
@@ -168,8 +178,8 @@ def changed_paths(before: Mapping[str, Token], after: Mapping[str, Token]) -> li
 
 
 def stateful_probe(
-    adapter: Any, shape: Any, device: str, spec: Any, step: Callable[[], Any]
-) -> dict[str, Any]:
+    adapter: OpAdapter, shape: Shape, device: str, spec: RoundSpec, step: Callable[[], object]
+) -> StateRecord:
     """Does one real-training step write state the package keeps between calls?  If
     so, run the 8-step simulation (fresh and benchmark idiom) where the op allows."""
     ops = getattr(adapter.api, "ops", adapter.api)
@@ -184,9 +194,9 @@ def stateful_probe(
     before = fingerprint()
     step()
     written = changed_paths(before, fingerprint())
-    result: dict[str, Any] = {"stateful": bool(written), "written": written[:8]}
+    result: StateRecord = {"stateful": bool(written), "written": written[:8]}
     make = getattr(adapter, "simulation", None)
-    sim = make(shape, device) if written and make is not None else None
+    sim: Simulation | None = make(shape, device) if written and make is not None else None
     if sim is None:
         return result
     op, dims, judge = sim
@@ -206,7 +216,7 @@ def stateful_probe(
             seed=_SECRET.getrandbits(62) + index,
             lr=lr,
         )
-    result["simulation"] = {
+    simulation: dict[str, object] = {
         mode: {
             **run.to_dict(),
             "state_written_steps": run.state_counts()[0],
@@ -215,19 +225,20 @@ def stateful_probe(
         }
         for mode, run in runs.items()
     }
-    result["simulation"]["problems"] = simulation_problems(runs)
+    simulation["problems"] = simulation_problems(runs)
+    result["simulation"] = simulation
     return result
 
 
 def _watching(
-    op: Callable[..., Any], package: str
-) -> tuple[Callable[..., Any], Callable[[], dict[str, Token]]]:
+    op: Callable[..., _R], package: str
+) -> tuple[Callable[..., _R], Callable[[], dict[str, Token]]]:
     """``op`` as the simulation calls it, noting (weakly) every tensor it was given,
     and the simulation's state fingerprint: the package's modules and the attributes
     held on those tensors (cheaper than a scan of every live tensor at every step)."""
-    seen: list[weakref.ref[Any]] = []
+    seen: list[weakref.ref[torch.Tensor]] = []
 
-    def watched(*args: Any, **kwargs: Any) -> Any:
+    def watched(*args: object, **kwargs: object) -> _R:
         seen[:] = [r for r in seen if r() is not None]
         seen.extend(weakref.ref(t) for t in (*args, *kwargs.values()) if _is_tensor(t))
         return op(*args, **kwargs)

@@ -31,7 +31,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pytest
 
 YIELD_ENV = "TURBO_CAMPAIGN_YIELD_DIR"
 PLUGIN = "runner.bench.suite_yield"  # what PYTEST_PLUGINS names
@@ -51,7 +55,7 @@ def _folder() -> Path | None:
 def quiesce() -> None:
     """Every kernel this process queued done and its cached blocks released, where a
     test gave its torch a CUDA (or HIP) context; nothing otherwise."""
-    torch: Any = sys.modules.get("torch")
+    torch: ModuleType | None = sys.modules.get("torch")
     if torch is None:
         return
     try:
@@ -76,7 +80,7 @@ def yield_point(folder: Path) -> None:
         mark.unlink(missing_ok=True)
 
 
-def pytest_runtest_protocol(item: Any, nextitem: Any) -> None:
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """Before each test: mark this process running, then yield while asked to."""
     folder = _folder()
     if folder is None:
@@ -88,7 +92,7 @@ def pytest_runtest_protocol(item: Any, nextitem: Any) -> None:
     _started[item.nodeid] = time.time()
 
 
-def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
     """After a test's teardown: its span, appended to this process's log."""
     folder = _folder()
     start = _started.pop(nodeid, None)
@@ -99,7 +103,7 @@ def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
         log.write(line + "\n")
 
 
-def pytest_unconfigure(config: Any) -> None:
+def pytest_unconfigure(config: pytest.Config) -> None:
     """pytest ends: nothing of this process left on the device, then unmark it."""
     folder = _folder()
     if folder is None:

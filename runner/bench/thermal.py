@@ -63,7 +63,7 @@ class ThermalWait:
     timed_out: bool = False
     error: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 

@@ -7,7 +7,6 @@ build it without importing each other.  Worker-side: no torch, never pydantic.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from runner.core.stats import median, rel_stdev, stdev
 
@@ -20,7 +19,7 @@ class Timing:
     method: str  # "perf_counter" | "cuda_events" | "graph_replay"
     stop_reason: str  # "converged" | "budget" | "max_repeats" | "fixed"
     iters_per_sample: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
 
     @property
     def median_ms(self) -> float:
@@ -36,7 +35,7 @@ class Timing:
         n = len(self.samples_ms)
         return 1.2533 * rel_stdev(self.samples_ms) / n**0.5 if n > 1 else float("inf")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "samples_ms": list(self.samples_ms),
             "median_ms": self.median_ms,

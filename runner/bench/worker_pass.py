@@ -15,7 +15,7 @@ import logging
 import time
 import traceback
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 import runner.bench.gpu  # noqa: F401  (imported before the target: its bindings are guarded)
 from runner.bench.environment import environment_meta
@@ -23,7 +23,7 @@ from runner.bench.integrity import BindingGuard, OutputSampler
 from runner.bench.oom import DeviceMemoryExhausted, out_of_memory, release_cached
 from runner.bench.provenance import check_provenance, record_loaded
 from runner.bench.rows import ROW_BUILDERS, failed_row
-from runner.bench.statecheck import stateful_probe
+from runner.bench.statecheck import StateRecord, stateful_probe
 from runner.bench.timing import Timing, measure
 from runner.core.artifact_names import BENCHMARK_CSV, META, SAMPLES
 from runner.core.files import write_json_atomic
@@ -31,6 +31,9 @@ from runner.core.profile_range import profiled_region
 from runner.core.samples import Samples, ShapeSamples
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec
+
+if TYPE_CHECKING:
+    from runner.ops.base import Case, CheckResult, OpAdapter
 
 log = logging.getLogger("runner.worker")
 
@@ -51,7 +54,15 @@ def pin_cpu_threads() -> None:
     torch.set_num_threads(1)
 
 
-def measure_shape(adapter: Any, shape: Shape, spec: RoundSpec, device: str) -> dict[str, Any]:
+class ShapeResult(TypedDict):
+    """One shape measured by a pass: its CSV row, its raw record, its problems."""
+
+    row: dict[str, object]
+    raw: ShapeSamples
+    problems: list[str]
+
+
+def measure_shape(adapter: OpAdapter, shape: Shape, spec: RoundSpec, device: str) -> ShapeResult:
     """Check, time, re-check one shape; return its CSV row and raw record.
 
     The timed closures run through ``OutputSampler``s (``time_case``); then
@@ -70,7 +81,7 @@ def measure_shape(adapter: Any, shape: Shape, spec: RoundSpec, device: str) -> d
     return {"row": row, "raw": raw, "problems": problems}
 
 
-def time_case(case: Any, spec: RoundSpec, device: str) -> tuple[Any, Any, list[str]]:
+def time_case(case: Case, spec: RoundSpec, device: str) -> tuple[Timing, Timing | None, list[str]]:
     """Forward and backward timed through ``OutputSampler``s: every timed call's outputs
     must be plain finished tensors (``finished``: the finished-output guard), and a few
     timed calls, chosen at random after they returned, are judged against the reference
@@ -108,7 +119,7 @@ class FreshTimes(NamedTuple):
     draw: Timing | None
 
 
-def fresh_timing(adapter: Any, shape: Shape, spec: RoundSpec, device: str) -> FreshTimes:
+def fresh_timing(adapter: OpAdapter, shape: Shape, spec: RoundSpec, device: str) -> FreshTimes:
     """The timed part of ``after_timing``: the real-training step (fresh values, new
     buffers, a weight update) and the drawing of its inputs apart, each timed; its
     tensors are dropped again.  ``(None, None)`` for an op without a fresh step."""
@@ -120,11 +131,11 @@ def fresh_timing(adapter: Any, shape: Shape, spec: RoundSpec, device: str) -> Fr
 
 
 def after_timing(
-    adapter: Any,
+    adapter: OpAdapter,
     shape: Shape,
     spec: RoundSpec,
     device: str,
-    checks: list[Any],
+    checks: list[CheckResult],
     timed_problems: list[str],
     timed: FreshTimes | None = None,
 ) -> tuple[list[str], dict[str, float], ShapeSamples]:
@@ -135,7 +146,7 @@ def after_timing(
     its own); the state probe then runs on a new step.
     Returns (problems, worst figures, raw record fields)."""
     fresh = draw = None
-    state: dict[str, Any] | None = None
+    state: StateRecord | None = None
     if hasattr(adapter, "fresh_step"):
         step = adapter.fresh_step(shape, device, spec.seed)
         state = stateful_probe(adapter, shape, device, spec, step.step)
@@ -147,8 +158,9 @@ def after_timing(
         fresh, draw = timed
     checks = [*checks, adapter.check(shape, device, spec.seed + 7919)]
     integrity = list(timed_problems)
-    if state and state.get("simulation") and state["simulation"].get("problems"):
-        integrity += [f"8-step simulation: {p}" for p in state["simulation"]["problems"]]
+    simulation = state.get("simulation") if state else None
+    if isinstance(simulation, dict) and simulation.get("problems"):
+        integrity += [f"8-step simulation: {p}" for p in simulation["problems"]]
     problems = [p for c in checks for p in c.problems] + integrity
     figures = {k: _worst(k, [c.figures[k] for c in checks]) for k in checks[0].figures}
     raw: ShapeSamples = {
@@ -170,7 +182,7 @@ class Loaded(NamedTuple):
     """What a worker measures with: the op adapter, the device, and the guard over the
     harness bindings (taken before the target was imported)."""
 
-    adapter: Any
+    adapter: OpAdapter
     device: str
     guard: BindingGuard
 

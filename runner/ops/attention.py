@@ -19,7 +19,7 @@ untouched, and two calls on the same input agree.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -38,6 +38,9 @@ from runner.ops.base import (
     snr_verifier,
 )
 
+if TYPE_CHECKING:
+    from runner.core.shapes import Shape
+
 SNR_THRESHOLD = 30.0
 Tensors = tuple[torch.Tensor, ...]
 
@@ -45,10 +48,11 @@ Tensors = tuple[torch.Tensor, ...]
 class AttentionOp(OpAdapter):
     name = "attention"
 
-    def call(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Any:
-        return self.api.ops.flash_attn_func(q, k, v, causal=causal)
+    def call(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+        out: torch.Tensor = self.api.ops.flash_attn_func(q, k, v, causal=causal)
+        return out
 
-    def inputs(self, shape: Any, device: str, seed: int) -> Tensors:
+    def inputs(self, shape: Shape, device: str, seed: int) -> Tensors:
         """q, k, v (requiring grad) and grad_out, bf16, "bshd"."""
         heads, kv_heads = int(shape.params["heads"]), int(shape.params["kv_heads"])
         gen = seeded(device, seed)
@@ -60,15 +64,15 @@ class AttentionOp(OpAdapter):
         )
         return q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True), g
 
-    def case(self, shape: Any, device: str, seed: int) -> Case:
+    def case(self, shape: Shape, device: str, seed: int) -> Case:
         q, k, v, g = self.inputs(shape, device, seed)
         causal = bool(shape.params.get("causal"))
         out = self.call(q, k, v, causal)
 
-        def forward() -> Any:
+        def forward() -> torch.Tensor:
             return self.call(q, k, v, causal)
 
-        def backward() -> Any:
+        def backward() -> Tensors:
             return torch.autograd.grad(out, (q, k, v), g, retain_graph=True)
 
         flops = shape.flops_fwd
@@ -83,13 +87,13 @@ class AttentionOp(OpAdapter):
         bwd_flops = ATTENTION_BWD_RATIO * flops
         return Case(forward, backward, flops, bwd_flops, verify=verify, flips=flips)
 
-    def fresh_step(self, shape: Any, device: str, seed: int) -> FreshStep:
+    def fresh_step(self, shape: Shape, device: str, seed: int) -> FreshStep:
         """A training step: q, k, v and grad_out are activations, new values on new
         buffers every step (attention has no weight)."""
         heads, kv_heads = int(shape.params["heads"]), int(shape.params["kv_heads"])
         causal = bool(shape.params.get("causal"))
 
-        def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor) -> tuple:
+        def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor) -> Tensors:
             out = self.call(q, k, v, causal)
             return (out, *torch.autograd.grad(out, (q, k, v), g))  # no weight: all read
 
@@ -102,7 +106,7 @@ class AttentionOp(OpAdapter):
         ]
         return fresh_training_step(device, seed, fresh, [], run)
 
-    def check(self, shape: Any, device: str, seed: int) -> CheckResult:
+    def check(self, shape: Shape, device: str, seed: int) -> CheckResult:
         q, k, v, g = self.inputs(shape, device, seed)
         causal = bool(shape.params.get("causal"))
         pristine = [t.detach().clone() for t in (q, k, v, g)]

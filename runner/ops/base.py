@@ -11,11 +11,41 @@ import importlib
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
 import torch
 
 from runner.ops.info import op_info
+
+if TYPE_CHECKING:
+    from runner.core.shapes import Shape
+    from runner.targets.base import TargetAPI
+
+# What a timed closure returns: one tensor, or a tuple or list of them.
+Outputs = torch.Tensor | tuple[torch.Tensor, ...] | list[torch.Tensor]
+# A ``Case.verify``: (kind, the sampled outputs of that closure) -> problems of each.
+Verify = Callable[[str, list[Outputs]], list[list[str]]]
+# The op's options from the round spec: JSON values (granularity, format, block size,
+# backend; None where the campaign names none).
+Options = dict[str, Any]
+_T = TypeVar("_T")
+
+
+class SimDims(TypedDict):
+    """The dimensions of the 8-step simulation's ``op(a, w)`` (``runner.cachesim``)."""
+
+    m: int
+    n: int
+    k: int
+
+
+# (op(a, w), its dimensions, judge(out, a, w)): what ``runner.bench.statecheck`` needs
+# for the 8-step simulation (an adapter's ``simulation``).
+Simulation = tuple[
+    Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    SimDims,
+    Callable[[torch.Tensor, torch.Tensor, torch.Tensor], bool],
+]
 
 
 @dataclass
@@ -31,8 +61,8 @@ class CheckResult:
 class Case:
     """Timed closures over one fixed input set (the benchmark idiom)."""
 
-    forward: Callable[[], Any]
-    backward: Callable[[], Any] | None
+    forward: Callable[[], Outputs]
+    backward: Callable[[], Outputs] | None
     fwd_flops: float
     bwd_flops: float
     fwd_bytes: float = 0.0
@@ -40,7 +70,7 @@ class Case:
     # verify("forward" | "backward", [what that closure returned, ...]) -> problems of
     # each: the timed outputs sampled by runner.bench.integrity are judged together
     # against the float32 reference of the case's inputs with ``check``'s thresholds.
-    verify: Callable[[str, list[Any]], list[list[str]]] | None = None
+    verify: Verify | None = None
     # "forward" / "backward": the input whose negation negates the named outputs of that
     # closure (the GPU engine's replay check, runner.bench.replay_check)
     flips: dict[str, InputFlip] = field(default_factory=dict)
@@ -65,8 +95,8 @@ class FreshStep:
     """A real training step (``step``) and the part of it that only draws its fresh
     inputs (``draw``), timed apart so that its cost can be taken out of the step's."""
 
-    step: Callable[[], Any]
-    draw: Callable[[], Any]
+    step: Callable[[], Outputs]
+    draw: Callable[[], list[torch.Tensor]]
 
 
 Tensors = tuple[torch.Tensor, ...]
@@ -78,14 +108,14 @@ class UnfinishedOutput(RuntimeError):
     """A timed or real-training call returned something other than plain tensors."""
 
 
-def output_tensors(values: Any) -> list[Any]:
+def output_tensors(values: object) -> list[object]:
     """The tensors of what a call returned: itself, or the items of a tuple or list
     (``None`` items, unused gradients, left out)."""
     items = values if isinstance(values, (tuple, list)) else (values,)
     return [x for x in items if x is not None]
 
 
-def finished(values: Any, where: str) -> Any:
+def finished(values: _T, where: str) -> _T:
     """The finished-output guard (docs/reliability.md §8): every output of a timed call or of
     the real-training step is exactly ``torch.Tensor`` with storage (not a subclass,
     which can defer its work to the first read, after the clock stopped, and not a
@@ -93,8 +123,8 @@ def finished(values: Any, where: str) -> Any:
     returns on the CPU; on a GPU the batch's end event waits for the stream's work.
     Raises ``UnfinishedOutput`` naming the class; returns ``values``."""
     for x in output_tensors(values):
-        kind = type(x)
-        if kind is not torch.Tensor:
+        if type(x) is not torch.Tensor:
+            kind = type(x)
             raise UnfinishedOutput(
                 f"finished-output guard: the {where} returned a "
                 f"{kind.__module__}.{kind.__qualname__}, not a plain torch.Tensor (a "
@@ -112,7 +142,8 @@ def finished(values: Any, where: str) -> Any:
 def read_all(values: Sequence[torch.Tensor], where: str) -> torch.Tensor:
     """Every element of every tensor read (a float32 sum of each, no host sync): a result
     left lazy or skipped costs here what it saved in the timed loop."""
-    tensors = output_tensors(finished(tuple(values), where))
+    checked = output_tensors(finished(tuple(values), where))
+    tensors = [x for x in checked if isinstance(x, torch.Tensor)]  # all, once finished
     if not tensors:
         return torch.zeros(())
     return torch.stack([x.detach().sum(dtype=torch.float32) for x in tensors])
@@ -159,7 +190,7 @@ def fresh_training_step(
             del keep[: len(made)]
         return made
 
-    def step() -> Any:
+    def step() -> Outputs:
         outs = tuple(run(*draw()))
         read_all(outs, "real-training step")
         grads = outs[len(outs) - len(weights) :]
@@ -174,13 +205,13 @@ def fresh_training_step(
 
 Refs = dict[str, tuple[tuple[str, ...], tuple[torch.Tensor, ...]]]
 # The one reference set alive in a worker (``snr_verifier``): {"owner": ..., "refs": ...}.
-_REFS_SLOT: dict[str, Any] = {}
+_REFS_SLOT: dict[str, object] = {}
 
 
 def snr_verifier(
     make_refs: Callable[[], Refs],
     judge: Callable[[dict[str, float], Tensors, Tensors], list[str]],
-) -> Callable[[str, list[Any]], list[list[str]]]:
+) -> Verify:
     """A ``Case.verify``: ``make_refs()`` maps "forward"/"backward" to (names, reference
     tensors), built from inputs drawn again from the case's seed; what the closure
     returned is judged name by name with ``judge``.
@@ -197,13 +228,13 @@ def snr_verifier(
             _REFS_SLOT.clear()  # the last case's set goes before this one is made
             _REFS_SLOT["refs"] = make_refs()
             _REFS_SLOT["owner"] = owner
-        made: Refs = _REFS_SLOT["refs"]
+        made = cast(Refs, _REFS_SLOT["refs"])
         return made
 
-    def verify(kind: str, gots: list[Any]) -> list[list[str]]:
+    def verify(kind: str, gots: list[Outputs]) -> list[list[str]]:
         return [one(kind, got) for got in gots]
 
-    def one(kind: str, got: Any) -> list[str]:
+    def one(kind: str, got: Outputs) -> list[str]:
         if kind not in ("forward", "backward"):
             return []
         table = refs()
@@ -248,19 +279,19 @@ class OpAdapter:
 
     name = ""
 
-    def __init__(self, api: Any, options: dict[str, Any]) -> None:
+    def __init__(self, api: TargetAPI, options: Options) -> None:
         self.api = api
         self.options = options
         self.info = op_info(self.name)
 
-    def case(self, shape: Any, device: str, seed: int) -> Case:
+    def case(self, shape: Shape, device: str, seed: int) -> Case:
         raise NotImplementedError
 
-    def check(self, shape: Any, device: str, seed: int) -> CheckResult:
+    def check(self, shape: Shape, device: str, seed: int) -> CheckResult:
         raise NotImplementedError
 
 
-def load_adapter(name: str, api: Any, options: dict[str, Any]) -> OpAdapter:
+def load_adapter(name: str, api: TargetAPI, options: Options) -> OpAdapter:
     """Instantiate the worker-side adapter registered for op ``name``."""
     module_name, cls_name = op_info(name).adapter.split(":")
     cls = getattr(importlib.import_module(module_name), cls_name)

@@ -13,7 +13,7 @@ same input agree (a race shows as a mismatch).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -36,6 +36,11 @@ from runner.ops.recipe import (
 )
 from runner.ops.sliced_check import Comparison, compare, gemm_operands
 
+if TYPE_CHECKING:
+    from runner.core.shapes import Shape
+    from runner.ops.base import Options, Outputs, Simulation, Verify
+    from runner.targets.base import TargetAPI
+
 SNR_THRESHOLDS = {"e4m3": 25.0, "e5m2": 20.0, "hybrid": 20.0}
 GEMM_OUTPUTS = ("out", "da", "db")
 
@@ -48,7 +53,7 @@ class GemmOp(OpAdapter):
         return out
 
     def inputs(
-        self, shape: Any, device: str, seed: int
+        self, shape: Shape, device: str, seed: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         gen = seeded(device, seed)
         a, b, g = (
@@ -57,14 +62,14 @@ class GemmOp(OpAdapter):
         )
         return a.requires_grad_(True), b.requires_grad_(True), g
 
-    def case(self, shape: Any, device: str, seed: int) -> Case:
+    def case(self, shape: Shape, device: str, seed: int) -> Case:
         a, b, g = self.inputs(shape, device, seed)
         out = self.call(a, b)
 
         def forward() -> torch.Tensor:
             return self.call(a, b)
 
-        def backward() -> Any:
+        def backward() -> tuple[torch.Tensor, ...]:
             return torch.autograd.grad(out, (a, b), g, retain_graph=True)
 
         flops = 2.0 * shape.m * shape.n * shape.k
@@ -77,7 +82,7 @@ class GemmOp(OpAdapter):
         flips = {"forward": InputFlip(a), "backward": InputFlip(g, (0, 1))}
         return Case(forward, backward, flops, 2.0 * flops, verify=verify, flips=flips)
 
-    def fresh_step(self, shape: Any, device: str, seed: int) -> FreshStep:
+    def fresh_step(self, shape: Shape, device: str, seed: int) -> FreshStep:
         """One training step as training runs it: a new activation and grad_out (new
         values, new buffers) every step, and a small SGD step on the weight after it."""
         w = self.inputs(shape, device, seed)[1]
@@ -89,7 +94,7 @@ class GemmOp(OpAdapter):
         fresh = [((shape.m, shape.k), True), ((shape.m, shape.n), False)]
         return fresh_training_step(device, seed, fresh, [w], run)
 
-    def simulation(self, shape: Any, device: str) -> Any:
+    def simulation(self, shape: Shape, device: str) -> Simulation | None:
         """What ``runner.bench.statecheck`` needs for the 8-step simulation: the op as
         ``op(a, w)``, its dimensions, and a judge of one output (this op's tolerance
         against the float32 reference)."""
@@ -100,7 +105,7 @@ class GemmOp(OpAdapter):
 
         return self.call, {"m": shape.m, "n": shape.n, "k": shape.k}, judge
 
-    def check(self, shape: Any, device: str, seed: int) -> CheckResult:
+    def check(self, shape: Shape, device: str, seed: int) -> CheckResult:
         a, b, g = self.inputs(shape, device, seed)
         pristine = [t.detach().clone() for t in (a, b, g)]
         out = self.call(a, b)
@@ -167,31 +172,32 @@ MX_BLOCK_SIZE = 32
 class Fp8GemmOp(GemmOp):
     name = "gemm_fp8"
 
-    def __init__(self, api: Any, options: dict[str, Any]) -> None:
+    def __init__(self, api: TargetAPI, options: Options) -> None:
         super().__init__(api, options)
         granularity = str(options.get("granularity", "blockwise")).upper()
         fmt = str(options.get("format", "e4m3")).upper()
-        kwargs: dict[str, Any] = {
+        kwargs: dict[str, object] = {
             "format": getattr(api.Format, fmt),
             "granularity": getattr(api.ScalingGranularity, granularity),
         }
+        block_size: int | None = None
         if granularity == "BLOCKWISE":
-            kwargs["block_size"] = int(options.get("block_size", 128))
+            block_size = kwargs["block_size"] = int(options.get("block_size", 128))
         elif granularity == "MX_BLOCKWISE":
             # MXFP8: 1 x 32 blocks with E8M0 (power-of-two) scales; Primus-Turbo's
             # Float8QuantConfig asserts both (checked upstream at a6a16cdc)
-            kwargs["block_size"] = MX_BLOCK_SIZE
+            block_size = kwargs["block_size"] = MX_BLOCK_SIZE
             if api.ScaleDtype is not None:
                 kwargs["scale_dtype"] = api.ScaleDtype.E8M0
         self.config = api.Float8QuantConfig(**kwargs)
         self.threshold = SNR_THRESHOLDS[fmt.lower()]
-        self.recipe = (granularity, fmt.lower(), int(kwargs.get("block_size") or 128))
+        self.recipe = (granularity, fmt.lower(), int(block_size or 128))
 
     def call(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.api.ops.gemm_fp8(a, b, trans_b=True, config=self.config)
         return out
 
-    def check(self, shape: Any, device: str, seed: int) -> CheckResult:
+    def check(self, shape: Shape, device: str, seed: int) -> CheckResult:
         """``GemmOp.check`` (SNR against float32 on Gaussian inputs), then the recipe
         guard: on inputs with outlier rows and blocks the output is within
         ``RECIPE_SNR`` of the requested granularity's FP8 emulation
@@ -231,14 +237,14 @@ class Fp8GemmOp(GemmOp):
 def sliced_verifier(
     pristine: Callable[[], tuple[torch.Tensor, ...]],
     sliced: Callable[..., list[tuple[dict[str, float], list[str]]]],
-) -> Callable[[str, list[Any]], list[list[str]]]:
+) -> Verify:
     """A ``Case.verify`` for a GEMM: the sampled timed outputs of one kind are judged
     together against the float32 reference of the case's inputs, drawn again from its
     seed (``pristine``), made tile by tile (``GemmOp.sliced``) and dropped when the
     judgement returns: the worker holds what it times, and at most one tile of a
     reference besides."""
 
-    def verify(kind: str, gots: list[Any]) -> list[list[str]]:
+    def verify(kind: str, gots: list[Outputs]) -> list[list[str]]:
         names = {"forward": GEMM_OUTPUTS[:1], "backward": GEMM_OUTPUTS[1:]}.get(kind)
         if names is None:
             return [[] for _ in gots]

@@ -17,7 +17,7 @@ the skewed shapes (wrong rows per expert: a low SNR or a shape mismatch).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -41,6 +41,11 @@ from runner.ops.recipe import (
     recipe_operands,
 )
 
+if TYPE_CHECKING:
+    from runner.core.shapes import Shape
+    from runner.ops.base import Options
+    from runner.targets.base import TargetAPI
+
 Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
@@ -51,7 +56,7 @@ class GroupedGemmOp(GemmOp):
         out: torch.Tensor = self.api.ops.grouped_gemm(a, b, lens, trans_b=True)
         return out
 
-    def grouped_inputs(self, shape: Any, device: str, seed: int) -> Inputs:
+    def grouped_inputs(self, shape: Shape, device: str, seed: int) -> Inputs:
         """a (M, K), b (G, N, K), grad_out (M, N) in bf16; group_lens int64 (G,)."""
         sizes = _sizes(shape)
         rows = sum(sizes)
@@ -63,14 +68,14 @@ class GroupedGemmOp(GemmOp):
         lens = torch.tensor(sizes, dtype=torch.int64, device=device)
         return a.requires_grad_(True), b.requires_grad_(True), lens, g
 
-    def case(self, shape: Any, device: str, seed: int) -> Case:
+    def case(self, shape: Shape, device: str, seed: int) -> Case:
         a, b, lens, g = self.grouped_inputs(shape, device, seed)
         out = self.grouped_call(a, b, lens)
 
         def forward() -> torch.Tensor:
             return self.grouped_call(a, b, lens)
 
-        def backward() -> Any:
+        def backward() -> tuple[torch.Tensor, ...]:
             return torch.autograd.grad(out, (a, b), g, retain_graph=True)
 
         flops = shape.flops_fwd
@@ -84,7 +89,7 @@ class GroupedGemmOp(GemmOp):
         verify = snr_verifier(refs, self.judge)
         return Case(forward, backward, flops, 2.0 * flops, verify=verify, flips=flips)
 
-    def fresh_step(self, shape: Any, device: str, seed: int) -> FreshStep:
+    def fresh_step(self, shape: Shape, device: str, seed: int) -> FreshStep:
         """As GemmOp.fresh_step: new token rows and grad_out every step, the same
         routing (group_lens), a small SGD step on the expert weights after it."""
         _a, w, lens, _g = self.grouped_inputs(shape, device, seed)
@@ -97,12 +102,12 @@ class GroupedGemmOp(GemmOp):
         fresh = [((rows, shape.k), True), ((rows, shape.n), False)]
         return fresh_training_step(device, seed, fresh, [w], run)
 
-    def simulation(self, shape: Any, device: str) -> None:
+    def simulation(self, shape: Shape, device: str) -> None:
         """No 8-step simulation for grouped GEMMs (its op is not ``op(a, w)``): the
         fresh step's paired gain and the timed-output checks judge their state."""
         return None
 
-    def check(self, shape: Any, device: str, seed: int) -> CheckResult:
+    def check(self, shape: Shape, device: str, seed: int) -> CheckResult:
         a, b, lens, g = self.grouped_inputs(shape, device, seed)
         pristine = [t.detach().clone() for t in (a, b, lens, g)]
         out = self.grouped_call(a, b, lens)
@@ -127,12 +132,12 @@ class GroupedGemmOp(GemmOp):
 class Fp8GroupedGemmOp(GroupedGemmOp):
     name = "grouped_gemm_fp8"
 
-    def __init__(self, api: Any, options: dict[str, Any]) -> None:
+    def __init__(self, api: TargetAPI, options: Options) -> None:
         super().__init__(api, options)
         fp8 = Fp8GemmOp(api, options)  # builds the Float8QuantConfig and the threshold
         self.config, self.threshold, self.recipe = fp8.config, fp8.threshold, fp8.recipe
 
-    def check(self, shape: Any, device: str, seed: int) -> CheckResult:
+    def check(self, shape: Shape, device: str, seed: int) -> CheckResult:
         """``GroupedGemmOp.check``, then the recipe guard group by group on the
         recipe's inputs (``runner.ops.recipe.grouped_recipe_problems``)."""
         result = super().check(shape, device, seed)
@@ -168,7 +173,7 @@ class Fp8GroupedGemmOp(GroupedGemmOp):
         return snr_judge(figures, got, ref, self.threshold)
 
 
-def _sizes(shape: Any) -> tuple[int, ...]:
+def _sizes(shape: Shape) -> tuple[int, ...]:
     if shape.group_sizes is None:  # a plain batched shape: B equal groups of M rows
         return (shape.m,) * shape.b
     return tuple(shape.group_sizes)

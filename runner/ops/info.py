@@ -3,11 +3,15 @@ backward path, the precision, and where its worker-side adapter lives."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from runner.core.csv_schema import COMBINED_STEP, FORWARD_GBPS
 from runner.core.errors import ConfigError, ValueRefused
+
+if TYPE_CHECKING:
+    from runner.core.shapes import Shape
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,7 @@ class ShapeMemory:
 CHECK_SLICE_BYTES = 256 << 20
 
 
-def _dense(shape: Any, fp8: bool) -> ShapeMemory:
+def _dense(shape: Shape, fp8: bool) -> ShapeMemory:
     """GEMM out = a @ b^T (a M x K, b N x K per group; grouped GEMM ``b`` groups of b):
     a member holds bf16 a, b, grad_out, out and the gradients (2 bytes each), with FP8
     the FP8 copies of a, b and grad_out and their transposes (1 byte each).  The check
@@ -145,7 +149,7 @@ def _dense(shape: Any, fp8: bool) -> ShapeMemory:
     return ShapeMemory(member, check + transient)
 
 
-def _attention(shape: Any, fp8: bool) -> ShapeMemory:
+def _attention(shape: Shape, fp8: bool) -> ShapeMemory:
     """q, grad_out and out B x Sq x H x D, k and v B x Sk x KVH x D, their gradients,
     the log-sum-exp; the float32 reference materialises scores, probabilities and
     their gradients (B x H x Sq x Sk, 16 bytes) and float32 copies of every tensor."""
@@ -158,7 +162,7 @@ def _attention(shape: Any, fp8: bool) -> ShapeMemory:
     return ShapeMemory(member, 16 * scores + 16 * tensors)
 
 
-def _quantize(shape: Any, fp8: bool) -> ShapeMemory:
+def _quantize(shape: Shape, fp8: bool) -> ShapeMemory:
     """bf16 input M x N, its FP8 output and scales; the float32 draw of the input and
     the reference's float32 de-quantisation (16 bytes per element)."""
     x = shape.m * shape.n
@@ -168,14 +172,14 @@ def _quantize(shape: Any, fp8: bool) -> ShapeMemory:
 _MEMORY = {"gemm": _dense, "grouped_gemm": _dense, "attention": _attention, "quantize": _quantize}
 
 
-def shape_memory(op: str, shape: Any) -> ShapeMemory:
+def shape_memory(op: str, shape: Shape) -> ShapeMemory:
     """The device bytes one ``shape`` of ``op`` needs in a worker (``ShapeMemory``)."""
     info = op_info(op)
     formula = _MEMORY[op.removesuffix("_fp8")]
     return formula(shape, info.precision == "fp8")
 
 
-def worker_bytes(op: str, shapes: Any, pool: int) -> int:
+def worker_bytes(op: str, shapes: Iterable[Shape], pool: int) -> int:
     """A serving worker measuring ``shapes`` with ``pool`` members each: every shape's
     pool is alive at once, one step's work at a time on top."""
     figures = [shape_memory(op, s) for s in shapes]

@@ -30,11 +30,16 @@ the same input agree.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from runner.ops.base import Case, CheckResult, InputFlip, OpAdapter, seeded
+
+if TYPE_CHECKING:
+    from runner.core.shapes import Shape
+    from runner.ops.base import Options, Outputs
+    from runner.targets.base import TargetAPI
 
 MANTISSA_BITS = {"e4m3": 3, "e5m2": 2}
 SCALE_RTOL = 2.0**-20
@@ -55,7 +60,7 @@ def fp8_dtype(fmt: str, device: str) -> torch.dtype:
 class QuantizeOp(OpAdapter):
     name = "quantize"
 
-    def __init__(self, api: Any, options: dict[str, Any]) -> None:
+    def __init__(self, api: TargetAPI, options: Options) -> None:
         super().__init__(api, options)
         self.granularity = str(options.get("granularity") or "blockwise").upper()
         self.format = str(options.get("format", "e4m3")).lower()
@@ -64,13 +69,13 @@ class QuantizeOp(OpAdapter):
     def call(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         gran = getattr(self.api.ScalingGranularity, self.granularity)
         dtype = fp8_dtype(self.format, x.device.type)
-        kwargs: dict[str, Any] = {"axis": -1}
+        kwargs: dict[str, int] = {"axis": -1}
         if self.granularity == "BLOCKWISE":
             kwargs["block_size"] = self.block_size
         codes, scale_inv = self.api.ops.quantize_fp8(x, dtype, gran, **kwargs)
         return codes, scale_inv
 
-    def inputs(self, shape: Any, device: str, seed: int) -> torch.Tensor:
+    def inputs(self, shape: Shape, device: str, seed: int) -> torch.Tensor:
         """Activations with a per-row spread of magnitudes (so per-row and per-block
         scales differ from the tensor scale) and a few outliers."""
         gen = seeded(device, seed)
@@ -82,7 +87,7 @@ class QuantizeOp(OpAdapter):
         x.view(-1)[outliers] *= 30.0
         return x.to(torch.bfloat16)
 
-    def case(self, shape: Any, device: str, seed: int) -> Case:
+    def case(self, shape: Shape, device: str, seed: int) -> Case:
         x = self.inputs(shape, device, seed)
         _codes, scale_inv = self.call(x)
         elements = shape.m * shape.n
@@ -92,10 +97,10 @@ class QuantizeOp(OpAdapter):
             x.clone(), _codes.dtype, self.granularity, self.block_size
         )
 
-        def forward() -> Any:
+        def forward() -> tuple[torch.Tensor, torch.Tensor]:
             return self.call(x)
 
-        def verify(kind: str, gots: list[Any]) -> list[list[str]]:
+        def verify(kind: str, gots: list[Outputs]) -> list[list[str]]:
             if kind != "forward":
                 return [[] for _ in gots]
             return [compare_quantized(got[0], got[1], ref_codes, ref_scale) for got in gots]
@@ -105,7 +110,7 @@ class QuantizeOp(OpAdapter):
             forward, None, shape.flops_fwd, 0.0, fwd_bytes=float(moved), verify=verify, flips=flips
         )
 
-    def check(self, shape: Any, device: str, seed: int) -> CheckResult:
+    def check(self, shape: Shape, device: str, seed: int) -> CheckResult:
         x = self.inputs(shape, device, seed)
         pristine = x.clone()
         codes, scale_inv = self.call(x)
