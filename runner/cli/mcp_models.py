@@ -4,6 +4,7 @@ functions that build them from a campaign."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from pydantic import BaseModel, Field
 
@@ -91,13 +92,13 @@ class CampaignStatus(BaseModel):
     threshold_pct: float | None = Field(
         None, description="The acceptance threshold in force, max(2%, 3 sigma_G), in percent."
     )
-    running: dict[str, object] | None = Field(
+    running: Mapping[str, object] | None = Field(
         None, description="The command holding the campaign lock (pid, command, started)."
     )
-    acceptance: dict[str, object] | None = Field(
+    acceptance: Mapping[str, object] | None = Field(
         None, description="The last `campaign accept`: outcome, when, reasons, its gain."
     )
-    checkout: dict[str, object] | None = Field(
+    checkout: Mapping[str, object] | None = Field(
         None, description="The source checkout's HEAD against the lineage head (at_head, note)."
     )
 
