@@ -12,7 +12,7 @@ from enum import Enum
 from typing import TypedDict
 
 from runner.core.isa_facts import KernelFacts
-from runner.core.step_times import StepTimes, read_step_times
+from runner.core.step_times import StepTimes, StepTimesDict, read_step_times
 
 
 class Decision(str, Enum):
@@ -174,7 +174,7 @@ class RoundResultDict(_RoundResultKeys, total=False):
     gate_constants: str
     kernel_facts: dict[str, object]
     platform: str
-    step_times: dict[str, object]
+    step_times: StepTimesDict
 
 
 @dataclass(frozen=True)

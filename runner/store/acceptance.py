@@ -10,6 +10,7 @@ from typing import TypedDict
 
 from runner.core.errors import ConfigError
 from runner.core.outcomes import GateResultDict, ScoreDict
+from runner.core.step_times import StepTimesDict
 from runner.core.versions import require_schema_version
 from runner.store.campaign import Campaign
 
@@ -77,7 +78,7 @@ class AcceptanceDict(_AcceptanceKeys, total=False):
     full_suite: FullSuiteInfo
     commits: list[str]
     step_seconds: dict[str, float]
-    step_times: dict[str, object]
+    step_times: StepTimesDict
 
 
 def acceptance_dir(campaign: Campaign) -> Path:
