@@ -63,7 +63,7 @@ def _same(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=TOLERANCE, abs_tol=0.0)
 
 
-def _block_medians(record: Any) -> list[float] | None:
+def _block_medians(record: object) -> list[float] | None:
     """The per-block medians a samples entry (``Timing.to_dict`` over blocks) holds."""
     if not isinstance(record, dict):
         return None
@@ -74,7 +74,7 @@ def _block_medians(record: Any) -> list[float] | None:
 
 
 def _shape_problems(
-    name: str, label: str, row: Mapping[str, Any], shape: Any, told: list[tuple[Any, Any]]
+    name: str, label: str, row: Mapping[str, object], shape: object, told: list[tuple[Any, Any]]
 ) -> list[str]:
     """Where shape ``label``'s row or samples differ from the turns ``told``."""
     problems = []
