@@ -126,8 +126,8 @@ class Finished:
     ``samples.json``, for the host to check and write; the process then exits 0."""
 
     schema: str = ""
-    rows: tuple[dict[str, Any], ...] = ()
-    samples: dict[str, Any] = field(default_factory=dict)
+    rows: tuple[dict[str, object], ...] = ()
+    samples: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def reply_line(reply: Reply) -> str:
     """The wire form of ``reply`` (no newline)."""
     if isinstance(reply, Failed):
         return json.dumps({"ok": False, "error": reply.error})
-    data: dict[str, Any]
+    data: dict[str, object]
     if isinstance(reply, Ready):
         data = {"ready": list(reply.ready), "memory": reply.memory}
         if reply.shape_peaks:
