@@ -67,8 +67,8 @@ class ShapeSamples(TypedDict, total=False):
     """One shape's record; a shape that raised has only ``error`` (and what a serving
     worker measured before it did)."""
 
-    forward: dict[str, Any]  # runner.bench.timing_result.Timing.to_dict
-    backward: dict[str, Any] | None  # None: the op has no backward pass
+    forward: dict[str, object]  # runner.bench.timing_result.Timing.to_dict
+    backward: dict[str, object] | None  # None: the op has no backward pass
     fresh_step: dict[str, Any] | None  # the real-training step, a Timing
     fresh_draw: dict[str, Any] | None  # drawing that step's inputs, a Timing
     state: dict[str, Any] | None  # runner.bench.statecheck: a StateProbe
@@ -85,7 +85,7 @@ class Samples(TypedDict, total=False):
     """The whole file: the pass's spec, the shapes by label, a serving worker's pool
     size, and for a sharded pass the shard files it was merged from."""
 
-    spec: dict[str, Any] | None
+    spec: dict[str, object] | None
     shapes: dict[str, ShapeSamples]
     pool: int
     shards: list[str]

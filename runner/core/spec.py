@@ -161,7 +161,7 @@ class RoundSpec:
         )
 
 
-def _count(value: Any) -> int | None:
+def _count(value: str | float | None) -> int | None:
     return None if value is None else int(value)
 
 

@@ -29,6 +29,7 @@ keeps between turns) and the device's ``free`` and ``total`` (bytes).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -199,11 +200,13 @@ def parse_reply(line: str) -> Reply:
     raise ProtocolError(f"not a reply of the serving worker: {line.strip()[:200]!r}")
 
 
-def _ms(value: Any) -> float | None:
+def _ms(value: str | float | None) -> float | None:
     return None if value is None else float(value)
 
 
-def _timings(data: dict[str, Any]) -> dict[str, tuple[float | None, float | None]]:
+def _timings(
+    data: Mapping[str, Sequence[str | float | None]],
+) -> dict[str, tuple[float | None, float | None]]:
     """A block's per-shape (forward, backward) medians as the wire holds them."""
     return {str(label): (_ms(pair[0]), _ms(pair[1])) for label, pair in data.items()}
 
