@@ -26,6 +26,7 @@ import datetime as dt
 import math
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -159,7 +160,7 @@ def split_target_op(op: Any, granularity: Any) -> tuple[Any, Any]:
     return op, granularity
 
 
-def upstream_spellings(data: dict[str, Any]) -> dict[str, Any]:
+def upstream_spellings(data: Mapping[str, object]) -> dict[str, object]:
     """``data`` with upstream's spellings read (module doc): target_op split, ``-mode``
     dropped from execution_mode, a single kernel_source path made a list."""
     out = dict(data)
