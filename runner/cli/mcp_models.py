@@ -4,7 +4,7 @@ functions that build them from a campaign."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
 
 from pydantic import BaseModel, Field
 
@@ -92,13 +92,13 @@ class CampaignStatus(BaseModel):
     threshold_pct: float | None = Field(
         None, description="The acceptance threshold in force, max(2%, 3 sigma_G), in percent."
     )
-    running: dict[str, Any] | None = Field(
+    running: Mapping[str, object] | None = Field(
         None, description="The command holding the campaign lock (pid, command, started)."
     )
-    acceptance: dict[str, Any] | None = Field(
+    acceptance: Mapping[str, object] | None = Field(
         None, description="The last `campaign accept`: outcome, when, reasons, its gain."
     )
-    checkout: dict[str, Any] | None = Field(
+    checkout: Mapping[str, object] | None = Field(
         None, description="The source checkout's HEAD against the lineage head (at_head, note)."
     )
 
@@ -111,7 +111,7 @@ class RoundReport(BaseModel):
     status: str = Field(description="BASELINE, ACCEPTED, ROLLED BACK or FAILED.")
     summary_path: str
     summary_md: str = Field(description="The text of rounds/round-N/summary.md.")
-    result: dict[str, Any] = Field(description="rounds/round-N/result.json (RoundResult).")
+    result: dict[str, object] = Field(description="rounds/round-N/result.json (RoundResult).")
     kernel_facts: list[str] = Field(
         default_factory=list,
         description="The ISA facts of both roles, incumbent -> candidate per kernel, and "
@@ -220,6 +220,6 @@ def round_report(campaign: Campaign, n: int) -> RoundReport:
         status=result.status.value,
         summary_path=str(path),
         summary_md=text,
-        result=result.to_dict(),
+        result=dict(result.to_dict()),
         kernel_facts=facts_lines(result.kernel_facts),
     )

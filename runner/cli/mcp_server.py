@@ -396,7 +396,7 @@ def build_server(campaigns_root: Path) -> MCPServer:
         "statistical gate, baseline and VALIDATE rounds with append-only records.",
     )
     tools = TurboTools(campaigns_root)
-    readers: list[Callable[..., Any]] = [
+    readers: list[Callable[..., object]] = [
         tools.parse_bench_csv,
         tools.score,
         tools.gate,

@@ -12,7 +12,6 @@ import json
 import os
 import threading
 from collections.abc import AsyncIterator
-from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -65,11 +64,11 @@ class Wire:
                 return message
 
 
-def _error(code: int, message: str, request_id: Any = None) -> dict[str, Any]:
+def _error(code: int, message: str, request_id: str | int | None = None) -> dict[str, object]:
     return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
 
 
-def checked(raw: bytes) -> tuple[str | None, dict[str, Any] | None]:
+def checked(raw: bytes) -> tuple[str | None, dict[str, object] | None]:
     """One line a client sent: (the message to serve, None), or (None, the JSON-RPC
     error to answer it with), or (None, None) for a blank line."""
     if not raw.strip():

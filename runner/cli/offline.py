@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
 import click
 from tabulate import tabulate
@@ -42,7 +41,7 @@ _metric_option = click.option(
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 
 
-def _dump(obj: Mapping[str, Any]) -> None:
+def _dump(obj: Mapping[str, object]) -> None:
     click.echo(json.dumps(obj, allow_nan=False))
 
 

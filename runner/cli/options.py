@@ -11,7 +11,7 @@ import click
 from runner.executors.factory import EXECUTORS
 from runner.store.manifest import Backend, Granularity, TargetName
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
 # The executors by name (``runner.executors.factory.EXECUTORS``; a test keeps them equal
 # to the names ``Manifest.executor`` accepts).

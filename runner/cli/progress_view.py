@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 import click
 from rich.console import Console, Group
@@ -30,7 +29,6 @@ from rich.text import Text
 
 from runner.measure.progress import (
     AcceptStep,
-    Event,
     PairDone,
     PairsPlanned,
     StepStarted,
@@ -61,7 +59,7 @@ class ProgressView:
         self.clock, self.stamp = clock, stamp
         self.started = clock()
         self.step: str = ""
-        self.measuring: Event | None = None
+        self.measuring: PairsPlanned | TurnDone | PairDone | None = None
         self.measuring_at = 0.0
         self.turn: str = ""
         self.reading: str = ""
@@ -141,7 +139,7 @@ class _Line:
     def __init__(self, view: ProgressView) -> None:
         self.view = view
 
-    def __rich__(self) -> Any:
+    def __rich__(self) -> Group:
         grid = Table.grid(padding=(0, 1))
         grid.add_row(self.view._spinner, Text(self.view.status_text(), overflow="ellipsis"))
         return Group(grid)

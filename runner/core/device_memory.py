@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 from runner.core.artifact_names import OUT_OF_MEMORY
 from runner.core.errors import DeviceOutOfMemory
@@ -37,7 +37,17 @@ def _bytes(pattern: re.Pattern[str], message: str) -> int | None:
     return int(float(found.group(1)) * _UNITS[found.group(2)[0].upper()])
 
 
-def oom_record(shape: str, message: str, total: int | None) -> dict[str, Any]:
+class OomRecord(TypedDict, total=False):
+    """``OUT_OF_MEMORY``: the shape, the bytes its allocation asked for and the device's
+    total (None: not in the message), the allocator's message."""
+
+    shape: str
+    asked_bytes: int | None
+    total_bytes: int | None
+    message: str
+
+
+def oom_record(shape: str, message: str, total: int | None) -> OomRecord:
     """What a worker writes when shape ``shape`` ran out of device memory: the bytes
     the failing allocation asked for (read from the allocator's message) and the
     device's total (``total``, else read from the message)."""
@@ -49,11 +59,11 @@ def oom_record(shape: str, message: str, total: int | None) -> dict[str, Any]:
     }
 
 
-def write_oom(out_dir: Path, record: dict[str, Any]) -> None:
+def write_oom(out_dir: Path, record: OomRecord) -> None:
     write_json_atomic(out_dir / OUT_OF_MEMORY, record)
 
 
-def oom_message(worker: str, record: dict[str, Any]) -> str:
+def oom_message(worker: str, record: OomRecord) -> str:
     """The user's message for an out-of-memory record of ``worker``."""
     return (
         f"worker {worker} ran out of device memory on shape {record.get('shape')}: it asked "
@@ -70,9 +80,8 @@ def oom_error(out_dir: Path, worker: str, log_path: Path | None = None) -> Devic
     path = out_dir / OUT_OF_MEMORY
     if not path.is_file():
         return None
-    record = read_json(path)
-    if not isinstance(record, dict):
-        record = {}
+    found = read_json(path)
+    record: OomRecord = cast("OomRecord", found) if isinstance(found, dict) else {}
     return DeviceOutOfMemory(oom_message(worker, record), log_path, record=record)
 
 
@@ -136,7 +145,7 @@ class MemoryLog:
     workers: dict[str, WorkerMemory] = field(default_factory=dict)
     shapes: dict[str, ShapeMemory] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The JSON document of the log."""
         return {
             "host": self.host,

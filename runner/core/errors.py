@@ -26,7 +26,7 @@ the worker process; the host sees them only as a worker's reply.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from runner.core.import_cause import explain_failure
@@ -214,7 +214,7 @@ class DeviceOutOfMemory(MeasurementFailed):
         message: str,
         log_path: Path | None = None,
         tail: str | None = None,
-        record: dict[str, object] | None = None,
+        record: Mapping[str, object] | None = None,
     ):
         super().__init__(message, log_path, tail if tail is not None else "")
         self.record = dict(record or {})

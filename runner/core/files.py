@@ -17,7 +17,7 @@ import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from runner.core.errors import ConfigError
 
@@ -68,7 +68,7 @@ def write_atomic(path: Path, content: str | bytes) -> None:
     _fsync_dir(path.parent)
 
 
-def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+def write_json_atomic(path: Path, data: Mapping[str, object]) -> None:
     """``data`` as indented JSON (keys in their order, a final newline), atomically."""
     write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 

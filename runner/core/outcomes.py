@@ -6,14 +6,13 @@ Every class has ``to_dict``/``from_dict`` so that results travel as JSON.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TypedDict
 
 from runner.core.isa_facts import KernelFacts
-from runner.core.step_times import StepTimes, read_step_times
+from runner.core.step_times import StepTimes, StepTimesDict, read_step_times
 
 
 class Decision(str, Enum):
@@ -38,6 +37,146 @@ class Status(str, Enum):
     FAILED = "FAILED"
 
 
+# --------------------------------------------------------------------------- records
+# The JSON each class's ``to_dict`` writes and its ``from_dict`` reads.
+
+
+class _ShapeScoreKeys(TypedDict):
+    label: str
+    check: str
+    value: float | None
+
+
+class ShapeScoreDict(_ShapeScoreKeys, total=False):
+    """``ShapeScore.to_dict``; a record written before a field lacks it."""
+
+    forward: float | None
+    backward: float | None
+    forward_ms: float | None
+    backward_ms: float | None
+    snr: float | None
+
+
+ScoreDict = TypedDict(
+    "ScoreDict",
+    {
+        "metric": str,
+        "aggregate": float,
+        "shapes": list[ShapeScoreDict],
+        "pass": int,
+        "fail": int,
+    },
+)
+
+
+class ShapeDeltaDict(TypedDict):
+    label: str
+    best: float | None
+    candidate: float | None
+    delta_pct: float | None
+    check: str
+
+
+class IntervalDict(TypedDict):
+    mean_pct: float
+    half_width_pct: float | None
+    spread_pct: float | None
+    pairs: int
+
+
+class PairedEvidenceDict(TypedDict):
+    gain: IntervalDict
+    shapes: dict[str, IntervalDict]
+    remeasure_size: int
+
+
+class GateResultDict(TypedDict):
+    """``GateResult.to_dict``: the ``campaign gate --json`` contract."""
+
+    decision: str
+    metric: str
+    best_aggregate: float
+    candidate_aggregate: float
+    delta_pct: float
+    shapes: list[ShapeDeltaDict]
+    regressed: list[str]
+    reasons: list[str]
+    threshold_pct: float | None
+    pairs_used: int
+    evidence: PairedEvidenceDict | None
+    more_pairs: int
+    pair_gains_pct: list[float]
+
+
+class PairSampleDict(TypedDict):
+    incumbent: dict[str, float]
+    candidate: dict[str, float]
+
+
+class TransferCheckDict(TypedDict, total=False):
+    """``TransferCheck.to_dict``; a key a record lacks takes the field's default."""
+
+    bucket: str
+    cache_key: str
+    id_audit: str
+    hit_rate_trace: str
+    skew_robustness: str
+    benchmark_gain_pct: float | None
+    estimated_real_gain_pct: float | None
+    decision: str
+
+
+class RollbackDict(TypedDict):
+    change: str
+    expected: str
+    actual: str
+    root_cause: str
+    lesson: str
+
+
+class TournamentNoteDict(TypedDict):
+    first: int
+    last: int
+    winner: int | None
+    line: str
+    retry: list[int]
+
+
+class _RoundResultKeys(TypedDict):
+    round: int
+    status: str
+    level: str
+    hypothesis: str
+    change: str
+    description: str
+    started: str
+    finished: str
+    test_command: str
+    benchmark_command: str
+    score: ScoreDict
+    baseline: ScoreDict
+    best: ScoreDict | None
+    gate: GateResultDict | None
+    reasons: list[str]
+    artifacts: list[str]
+    attribution: str
+    next_direction: str
+    key_finding: str
+    rollback: RollbackDict | None
+    transfer: TransferCheckDict
+    commit: str | None
+
+
+class RoundResultDict(_RoundResultKeys, total=False):
+    """``RoundResult.to_dict`` (``result.json``); the keys below only where set."""
+
+    tournament: TournamentNoteDict
+    gate_constants: str
+    kernel_facts: dict[str, object]
+    platform: str
+    step_times: StepTimesDict
+
+
 @dataclass(frozen=True)
 class ShapeScore:
     """One row of a pinned CSV, scored.  ``value`` is the primary metric (None when
@@ -54,11 +193,20 @@ class ShapeScore:
     # per-shape SNR); None when the schema has none (older results lack it too)
     snr: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def to_dict(self) -> ShapeScoreDict:
+        return {
+            "label": self.label,
+            "check": self.check,
+            "value": self.value,
+            "forward": self.forward,
+            "backward": self.backward,
+            "forward_ms": self.forward_ms,
+            "backward_ms": self.backward_ms,
+            "snr": self.snr,
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ShapeScore:
+    def from_dict(cls, d: ShapeScoreDict) -> ShapeScore:
         return cls(**d)
 
 
@@ -76,7 +224,7 @@ class Score:
     def by_label(self) -> dict[str, ShapeScore]:
         return {s.label: s for s in self.shapes}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ScoreDict:
         return {
             "metric": self.metric,
             "aggregate": self.aggregate,
@@ -86,7 +234,7 @@ class Score:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Score:
+    def from_dict(cls, d: ScoreDict) -> Score:
         return cls(
             metric=d["metric"],
             aggregate=float(d["aggregate"]),
@@ -104,8 +252,14 @@ class ShapeDelta:
     delta_pct: float | None
     check: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def to_dict(self) -> ShapeDeltaDict:
+        return {
+            "label": self.label,
+            "best": self.best,
+            "candidate": self.candidate,
+            "delta_pct": self.delta_pct,
+            "check": self.check,
+        }
 
 
 @dataclass(frozen=True)
@@ -119,7 +273,7 @@ class Interval:
     spread_pct: float | None
     pairs: int
 
-    def to_dict(self) -> dict[str, float | int | None]:
+    def to_dict(self) -> IntervalDict:
         return {
             "mean_pct": self.mean_pct,
             "half_width_pct": self.half_width_pct,
@@ -128,13 +282,15 @@ class Interval:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Interval:
-        def opt(key: str) -> float | None:
-            value = d.get(key)
+    def from_dict(cls, d: IntervalDict) -> Interval:
+        def opt(value: float | None) -> float | None:
             return None if value is None else float(value)
 
         return cls(
-            float(d["mean_pct"]), opt("half_width_pct"), opt("spread_pct"), int(d.get("pairs") or 0)
+            float(d["mean_pct"]),
+            opt(d.get("half_width_pct")),
+            opt(d.get("spread_pct")),
+            int(d.get("pairs") or 0),
         )
 
 
@@ -147,7 +303,7 @@ class PairedEvidence:
     shapes: dict[str, Interval]
     remeasure_size: int = 1
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> PairedEvidenceDict:
         return {
             "gain": self.gain.to_dict(),
             "shapes": {label: est.to_dict() for label, est in self.shapes.items()},
@@ -155,7 +311,7 @@ class PairedEvidence:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> PairedEvidence | None:
+    def from_dict(cls, d: PairedEvidenceDict | None) -> PairedEvidence | None:
         """None for a record without evidence (or an empty one)."""
         if not d or not d.get("gain"):
             return None
@@ -185,7 +341,7 @@ class GateResult:
     # the verdict was judged on), whichever rule decided: the spread behind the gain
     pair_gains_pct: tuple[float, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> GateResultDict:
         return {
             "decision": self.decision.value,
             "metric": self.metric,
@@ -203,7 +359,7 @@ class GateResult:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> GateResult:
+    def from_dict(cls, d: GateResultDict) -> GateResult:
         return cls(
             decision=Decision(d["decision"]),
             metric=d["metric"],
@@ -229,11 +385,11 @@ class PairSample:
     incumbent: dict[str, float]
     candidate: dict[str, float]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> PairSampleDict:
         return {"incumbent": dict(self.incumbent), "candidate": dict(self.candidate)}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> PairSample:
+    def from_dict(cls, d: PairSampleDict) -> PairSample:
         return cls(incumbent=dict(d["incumbent"]), candidate=dict(d["candidate"]))
 
 
@@ -250,11 +406,20 @@ class TransferCheck:
     estimated_real_gain_pct: float | None = None
     decision: str = "ACCEPT-as-real"  # ACCEPT-as-real | ACCEPT-with-asterisk | REJECT-as-overfit
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def to_dict(self) -> TransferCheckDict:
+        return {
+            "bucket": self.bucket,
+            "cache_key": self.cache_key,
+            "id_audit": self.id_audit,
+            "hit_rate_trace": self.hit_rate_trace,
+            "skew_robustness": self.skew_robustness,
+            "benchmark_gain_pct": self.benchmark_gain_pct,
+            "estimated_real_gain_pct": self.estimated_real_gain_pct,
+            "decision": self.decision,
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TransferCheck:
+    def from_dict(cls, d: TransferCheckDict) -> TransferCheck:
         return cls(**d)
 
 
@@ -266,8 +431,14 @@ class RollbackAnalysis:
     root_cause: str
     lesson: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def to_dict(self) -> RollbackDict:
+        return {
+            "change": self.change,
+            "expected": self.expected,
+            "actual": self.actual,
+            "root_cause": self.root_cause,
+            "lesson": self.lesson,
+        }
 
 
 @dataclass
@@ -282,11 +453,17 @@ class TournamentNote:
     line: str
     retry: list[int] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def to_dict(self) -> TournamentNoteDict:
+        return {
+            "first": self.first,
+            "last": self.last,
+            "winner": self.winner,
+            "line": self.line,
+            "retry": list(self.retry),
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TournamentNote:
+    def from_dict(cls, d: TournamentNoteDict) -> TournamentNote:
         winner = d.get("winner")
         return cls(
             int(d["first"]),
@@ -338,8 +515,8 @@ class RoundResult:
     # result written before
     step_times: StepTimes | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {
+    def to_dict(self) -> RoundResultDict:
+        out: RoundResultDict = {
             "round": self.round,
             "status": self.status.value,
             "level": self.level,
@@ -376,7 +553,7 @@ class RoundResult:
         return out
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RoundResult:
+    def from_dict(cls, d: RoundResultDict) -> RoundResult:
         return cls(
             round=int(d["round"]),
             status=Status(d["status"]),
@@ -390,14 +567,14 @@ class RoundResult:
             benchmark_command=d["benchmark_command"],
             score=Score.from_dict(d["score"]),
             baseline=Score.from_dict(d["baseline"]),
-            best=Score.from_dict(d["best"]) if d.get("best") else None,
-            gate=GateResult.from_dict(d["gate"]) if d.get("gate") else None,
+            best=Score.from_dict(best) if (best := d.get("best")) else None,
+            gate=GateResult.from_dict(gate) if (gate := d.get("gate")) else None,
             reasons=list(d.get("reasons", [])),
             artifacts=list(d.get("artifacts", [])),
             attribution=d.get("attribution", ""),
             next_direction=d.get("next_direction", ""),
             key_finding=d.get("key_finding", ""),
-            rollback=RollbackAnalysis(**d["rollback"]) if d.get("rollback") else None,
+            rollback=RollbackAnalysis(**rollback) if (rollback := d.get("rollback")) else None,
             transfer=TransferCheck.from_dict(d.get("transfer") or {}),
             commit=d.get("commit"),
             tournament=TournamentNote.from_dict(d["tournament"]) if d.get("tournament") else None,

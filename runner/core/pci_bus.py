@@ -20,7 +20,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 KFD_TOPOLOGY = "/sys/devices/virtual/kfd/kfd/topology/nodes"
 AMD_SMI_LIST_CMD = ("amd-smi", "list", "--json")
@@ -93,7 +92,7 @@ def kfd_gpus(topology_root: str | Path = KFD_TOPOLOGY) -> list[KfdGpu]:
     return gpus
 
 
-def _records(text: str) -> list[dict[str, Any]]:
+def _records(text: str) -> list[dict[str, object]]:
     """amd-smi's per-GPU JSON records: a bare list (amd-smi 24.x, ROCm 6.1-6.3) or
     ``{"gpu_data": [...]}`` (later releases)."""
     data = json.loads(text)
@@ -113,9 +112,9 @@ def parse_amd_smi_list(text: str) -> dict[str, int]:
     return found
 
 
-def amd_smi_records_by_index(text: str) -> dict[int, dict[str, Any]]:
+def amd_smi_records_by_index(text: str) -> dict[int, dict[str, object]]:
     """amd-smi's per-GPU records (``metric``, ``static``) by their ``gpu`` field."""
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, dict[str, object]] = {}
     for rec in _records(text):
         gpu = rec.get("gpu")
         if isinstance(gpu, int) and not isinstance(gpu, bool):

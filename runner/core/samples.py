@@ -22,15 +22,56 @@ class CheckRecord(TypedDict):
     problems: list[str]
 
 
+class SimulationRun(TypedDict, total=False):
+    """One mode of the 8-step simulation (``runner.cachesim`` ``SimResult.to_dict`` and
+    the counts ``runner.bench.statecheck`` adds)."""
+
+    steps: list[dict[str, object]]
+    has_weight_cache: bool
+    fresh: bool
+    passes: int
+    problems: list[str]
+    state_written_steps: int
+    served_steps: int
+    mismatched_steps: list[int]
+
+
+class Simulation(TypedDict, total=False):
+    """The 8-step simulation by mode, and what it rejects (``problems``)."""
+
+    fresh: SimulationRun
+    activations: SimulationRun
+    idiom: SimulationRun
+    problems: list[str]
+
+
+class StateProbe(TypedDict, total=False):
+    """``runner.bench.statecheck``: whether a training step wrote kept state, where,
+    and the simulation where the op allows it."""
+
+    stateful: bool
+    written: list[str]
+    simulation: Simulation
+
+
+class StateReport(TypedDict):
+    """One role's kept state over its passes and the simulation of the first shape
+    that ran one (``runner.measure.passes.state_report``)."""
+
+    written: list[str]
+    simulation: Simulation | None
+    shape: str
+
+
 class ShapeSamples(TypedDict, total=False):
     """One shape's record; a shape that raised has only ``error`` (and what a serving
     worker measured before it did)."""
 
-    forward: dict[str, Any]  # runner.bench.timing_result.Timing.to_dict
-    backward: dict[str, Any] | None  # None: the op has no backward pass
+    forward: dict[str, object]  # runner.bench.timing_result.Timing.to_dict
+    backward: dict[str, object] | None  # None: the op has no backward pass
     fresh_step: dict[str, Any] | None  # the real-training step, a Timing
     fresh_draw: dict[str, Any] | None  # drawing that step's inputs, a Timing
-    state: dict[str, Any] | None  # runner.bench.statecheck: stateful, written, simulation
+    state: dict[str, Any] | None  # runner.bench.statecheck: a StateProbe
     checks: list[CheckRecord]
     integrity_problems: list[str]  # sampled timed outputs, the 8-step simulation
     seconds: float  # wall time the worker spent on the shape
@@ -44,7 +85,7 @@ class Samples(TypedDict, total=False):
     """The whole file: the pass's spec, the shapes by label, a serving worker's pool
     size, and for a sharded pass the shard files it was merged from."""
 
-    spec: dict[str, Any] | None
+    spec: dict[str, object] | None
     shapes: dict[str, ShapeSamples]
     pool: int
     shards: list[str]

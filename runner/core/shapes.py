@@ -59,7 +59,7 @@ class Shape:
             return attention_fwd_flops(self.b, heads, self.m, self.n, self.k, causal)
         return float(2 * self.b * self.m * self.n * self.k)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "label": self.label,
             "m": self.m,

@@ -54,7 +54,7 @@ class TimingSettings:
     # crashed a worker of this measurement: ``runner.measure.paired``)
     graphs: bool = True
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
     @classmethod
@@ -105,7 +105,7 @@ class RoundSpec:
             modes = ", ".join(MODES)
             raise ConfigError(f"a round spec's mode is one of {modes}, not {self.mode!r}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "schema_version": self.schema_version,
             "campaign": self.campaign,
@@ -161,7 +161,7 @@ class RoundSpec:
         )
 
 
-def _count(value: Any) -> int | None:
+def _count(value: str | float | None) -> int | None:
     return None if value is None else int(value)
 
 

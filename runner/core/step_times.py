@@ -19,7 +19,27 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict, cast
+
+
+class _StepTimeKeys(TypedDict):
+    name: str
+    start_s: float
+    end_s: float
+
+
+class StepTimeDict(_StepTimeKeys, total=False):
+    """``StepTime.to_dict``: ``beside`` only for a step run beside the flow."""
+
+    beside: str
+
+
+class StepTimesDict(TypedDict):
+    """``StepTimes.to_dict``."""
+
+    wall_s: float
+    started_at: float
+    steps: list[StepTimeDict]
 
 
 @dataclass(frozen=True)
@@ -36,8 +56,8 @@ class StepTime:
     def seconds(self) -> float:
         return max(0.0, self.end_s - self.start_s)
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_dict(self) -> StepTimeDict:
+        out: StepTimeDict = {
             "name": self.name,
             "start_s": round(self.start_s, 3),
             "end_s": round(self.end_s, 3),
@@ -47,7 +67,7 @@ class StepTime:
         return out
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> StepTime:
+    def from_dict(cls, d: StepTimeDict) -> StepTime:
         return cls(
             name=str(d["name"]),
             start_s=float(d["start_s"]),
@@ -98,7 +118,7 @@ class StepTimes:
         }
         return sorted(totals.items(), key=lambda kv: -kv[1])[:n]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> StepTimesDict:
         return {
             "wall_s": round(self.wall_s, 3),
             "started_at": round(self.started_at, 3),
@@ -106,7 +126,7 @@ class StepTimes:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> StepTimes:
+    def from_dict(cls, d: StepTimesDict) -> StepTimes:
         steps = [StepTime.from_dict(s) for s in d.get("steps", []) if isinstance(s, Mapping)]
         return cls(steps, float(d.get("wall_s", 0.0)), float(d.get("started_at", 0.0)))
 
@@ -124,4 +144,6 @@ def union_seconds(steps: Iterator[StepTime] | Sequence[StepTime]) -> float:
 
 def read_step_times(doc: object) -> StepTimes | None:
     """A record's step times, None where it has none (a record written before)."""
-    return StepTimes.from_dict(doc) if isinstance(doc, Mapping) and doc.get("steps") else None
+    if not (isinstance(doc, Mapping) and doc.get("steps")):
+        return None
+    return StepTimes.from_dict(cast("StepTimesDict", doc))  # as read: from_dict checks it

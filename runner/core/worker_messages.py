@@ -29,6 +29,7 @@ keeps between turns) and the device's ``free`` and ``total`` (bytes).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -126,8 +127,8 @@ class Finished:
     ``samples.json``, for the host to check and write; the process then exits 0."""
 
     schema: str = ""
-    rows: tuple[dict[str, Any], ...] = ()
-    samples: dict[str, Any] = field(default_factory=dict)
+    rows: tuple[dict[str, object], ...] = ()
+    samples: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def reply_line(reply: Reply) -> str:
     """The wire form of ``reply`` (no newline)."""
     if isinstance(reply, Failed):
         return json.dumps({"ok": False, "error": reply.error})
-    data: dict[str, Any]
+    data: dict[str, object]
     if isinstance(reply, Ready):
         data = {"ready": list(reply.ready), "memory": reply.memory}
         if reply.shape_peaks:
@@ -199,11 +200,13 @@ def parse_reply(line: str) -> Reply:
     raise ProtocolError(f"not a reply of the serving worker: {line.strip()[:200]!r}")
 
 
-def _ms(value: Any) -> float | None:
+def _ms(value: str | float | None) -> float | None:
     return None if value is None else float(value)
 
 
-def _timings(data: dict[str, Any]) -> dict[str, tuple[float | None, float | None]]:
+def _timings(
+    data: Mapping[str, Sequence[str | float | None]],
+) -> dict[str, tuple[float | None, float | None]]:
     """A block's per-shape (forward, backward) medians as the wire holds them."""
     return {str(label): (_ms(pair[0]), _ms(pair[1])) for label, pair in data.items()}
 

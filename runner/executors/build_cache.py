@@ -36,10 +36,10 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from runner.core.files import sha256_file, write_atomic
 from runner.core.processes import run
@@ -85,12 +85,12 @@ def build_key(
     gpu_archs: str | None,
     commands: Sequence[Sequence[str]],
     identity: str,
-    facts: dict[str, Any] | None = None,
+    facts: Mapping[str, object] | None = None,
 ) -> str:
     """The sha256 of everything that determines a build.  ``facts``: what the build
     reads from its environment (``Target.build_facts``: for Primus-Turbo GPU_ARCHS,
     PRIMUS_TURBO_BUILD_CK and PRIMUS_TURBO_FRAMEWORK as its setup.py parses them)."""
-    what: dict[str, Any] = {
+    what: dict[str, object] = {
         "native": inputs,
         "gpu_archs": gpu_archs,
         "commands": [list(c) for c in commands],
@@ -106,11 +106,22 @@ def limit_bytes() -> int:
     return size_limit(LIMIT_ENV, DEFAULT_LIMIT_GB)
 
 
+class EntryInfo(TypedDict, total=False):
+    """A cache entry's ``ENTRY`` record: what built it (``store``'s caller), its size."""
+
+    key: str
+    executor: str
+    image: str
+    campaign_image: str
+    size_bytes: int
+    built_from: str
+
+
 @dataclass(frozen=True)
 class Entry:
     key: str
     path: Path
-    info: dict[str, Any]
+    info: EntryInfo
 
     @property
     def image(self) -> str | None:
@@ -145,8 +156,8 @@ def _size(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB" if n < (1 << 30) else f"{n / (1 << 30):.2f} GiB"
 
 
-def _read(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((path / ENTRY).read_text("utf-8"))
+def _read(path: Path) -> EntryInfo:
+    data: EntryInfo = json.loads((path / ENTRY).read_text("utf-8"))
     return data
 
 
@@ -224,7 +235,7 @@ class BuildCache:
     def store(
         self,
         key: str,
-        info: dict[str, Any],
+        info: EntryInfo,
         *,
         tree: Path | None = None,
         products: Sequence[str] = (),
@@ -247,7 +258,7 @@ class BuildCache:
                 size += dest.stat().st_size
             if tree is not None:
                 write_atomic(tmp / SUMS, json.dumps(sums, indent=1, sort_keys=True) + "\n")
-            record = {"key": key, **info}
+            record: EntryInfo = {"key": key, **info}
             record.setdefault("size_bytes", size)
             write_atomic(tmp / ENTRY, json.dumps(record, indent=2, sort_keys=True) + "\n")
             (tmp / USED).touch()

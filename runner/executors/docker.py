@@ -72,6 +72,7 @@ from runner.core import processes as cmd
 from runner.core.errors import CommandFailed, InfrastructureError, MeasurementFailed
 from runner.core.files import write_atomic, write_json_atomic
 from runner.executors.base import BuildJob, BuiltRole, JobOutcome, WorkerJob
+from runner.executors.build_cache import EntryInfo
 from runner.executors.container import (
     CONTAINER_TARGET,
     KFD_TOPOLOGY,
@@ -322,7 +323,7 @@ class DockerExecutor:
         self._build_container(build, log_path, tag)
         size = int(docker(["image", "inspect", "--format", "{{.Size}}", tag]).strip() or 0)
         base = int(docker(["image", "inspect", "--format", "{{.Size}}", self.image]).strip() or 0)
-        info = {
+        info: EntryInfo = {
             "executor": self.name,
             "image": tag,
             "campaign_image": self.image,

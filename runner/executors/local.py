@@ -33,7 +33,7 @@ from runner.executors.base import (
     LiveWorker,
     WorkerJob,
 )
-from runner.executors.build_cache import PRODUCTS, Entry, tree_files
+from runner.executors.build_cache import PRODUCTS, Entry, EntryInfo, tree_files
 from runner.executors.isolation import protect
 from runner.executors.jit_cache import jit_env
 from runner.store.leases import held_fds, lease_dir
@@ -152,7 +152,7 @@ def build_in_place(build: BuildJob, compile_tree: Compile, executor: str) -> Bui
             before = set(tree_files(build.source_dir))
             compile_tree(build, log, log_path)
             products = [p for p in tree_files(build.source_dir) if p not in before]
-            info = {"executor": executor, "built_from": build.built_from}
+            info: EntryInfo = {"executor": executor, "built_from": build.built_from}
             build.cache.store(
                 build.key, info, tree=build.source_dir, products=products, keep=build.keep
             )

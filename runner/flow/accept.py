@@ -36,7 +36,6 @@ from __future__ import annotations
 import shutil
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 from runner.core.artifact_names import BENCHMARK_CSV
 from runner.core.csv_io import read_csv
@@ -84,7 +83,7 @@ from runner.measure.paired import quiet
 from runner.measure.passes import read_passes
 from runner.measure.progress import Event
 from runner.render.status import unclosed_rounds
-from runner.store.acceptance import acceptance_dir
+from runner.store.acceptance import FullBenchmarkInfo, FullSuiteInfo, acceptance_dir
 from runner.store.campaign import Campaign
 from runner.store.guard import locked, require_baseline
 from runner.store.lineage import Lineage
@@ -138,7 +137,7 @@ def full_validation(
 # ---- 2. the target's full benchmark --------------------------------------------------
 def full_benchmark(
     rnd: Round, tree: Path, shapes: list[Shape], dest: Path, measured: Path | None = None
-) -> dict[str, Any]:
+) -> FullBenchmarkInfo:
     """The target's full benchmark on the head, its CSV stored at ``dest``.  For the
     example target that benchmark is the worker at level full with the campaign's
     pinned timing, which is what full validation's final role ran on every shape:
@@ -154,7 +153,7 @@ def full_benchmark(
     return _command_full_benchmark(rnd, tree, m.benchmark_command, dest, upstream_targets(shapes))
 
 
-def _measured_benchmark(rnd: Round, measured: Path, dest: Path) -> dict[str, Any]:
+def _measured_benchmark(rnd: Round, measured: Path, dest: Path) -> FullBenchmarkInfo:
     shutil.copy2(measured, dest)
     csv_score = score(read_passes([dest], None)[0], rnd.manifest.primary_metric)
     return {
@@ -170,7 +169,7 @@ def _measured_benchmark(rnd: Round, measured: Path, dest: Path) -> dict[str, Any
     }
 
 
-def _final_role_timing(rnd: Round) -> dict[str, Any]:
+def _final_role_timing(rnd: Round) -> dict[str, object]:
     """The timing the final role's workers ran with (one block's share of the pinned
     timing, a short turn on a GPU target: ``runner.measure.paired.block_timing``), read
     from the first such worker's spec; the pinned timing where none is found."""
@@ -184,10 +183,10 @@ def _final_role_timing(rnd: Round) -> dict[str, Any]:
 
 def _example_full_benchmark(
     rnd: Round, tree: Path, shapes: list[Shape], dest: Path
-) -> dict[str, Any]:
+) -> FullBenchmarkInfo:
     spec = rnd.spec("full-benchmark", 0, shapes)
     outcome = run_job(rnd, "full-benchmark", spec, tree)
-    info: dict[str, Any] = {
+    info: FullBenchmarkInfo = {
         "command": "python -m runner.worker artifacts/passes/specs/full-benchmark.json "
         "artifacts/passes/full-benchmark (in a worktree of the head; level full, the "
         "campaign's pinned timing)",
@@ -209,7 +208,7 @@ def _example_full_benchmark(
 
 def _command_full_benchmark(
     rnd: Round, tree: Path, command: str, dest: Path, targets: list[Shape] | None = None
-) -> dict[str, Any]:
+) -> FullBenchmarkInfo:
     """``command`` in the head's worktree.  A Primus-Turbo training benchmark writes its
     CSV to ``$TURBO_CAMPAIGN_OUT/upstream_benchmark.csv`` (its ``--output``): that file
     is kept as written and mapped onto the pinned schema (with ``targets``: their rows
@@ -217,7 +216,7 @@ def _command_full_benchmark(
     writes no such file is read for the CSV lines it prints instead."""
     code, log, out_dir = run_command_in(rnd, "full-benchmark", tree, command)
     write_atomic(dest.parent / "full_benchmark.log", log)
-    info: dict[str, Any] = {
+    info: FullBenchmarkInfo = {
         "command": command,
         "engine": "the target's own benchmark",
         "returncode": code,
@@ -240,12 +239,12 @@ def _command_full_benchmark(
         except CampaignError as exc:
             info["csv_error"] = str(exc)
             return info
-        info.update(csv=dest.name, skipped=skipped)
+        info.update({"csv": dest.name, "skipped": skipped})
         return info
     text, fail = extract_csv(log)
     if text is not None:
         write_atomic(dest, text)
-        info.update(csv=dest.name, fail=fail)
+        info.update({"csv": dest.name, "fail": fail})
     return info
 
 
@@ -259,7 +258,7 @@ def full_suite_command(rnd: Round, tree: Path) -> str:
 
 def full_suite(
     rnd: Round, tree: Path, command: str, dest: Path, env: dict[str, str] | None = None
-) -> dict[str, Any]:
+) -> FullSuiteInfo:
     code, log, _ = run_command_in(rnd, "full-suite", tree, command, env=env)
     write_atomic(dest, log)
     return {"command": command, "returncode": code, "log": dest.name, "tail": log[-1500:]}

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 from runner.core.errors import ConfigError, InfrastructureError
 from runner.core.outcomes import GateResult, Score
 from runner.flow.acceptance_record import Check
 from runner.judge.heldout import ShapeGain, judge_heldout, shortfall, unsettled_notes
 from runner.render.figures import fmt_gain, scale_for
+from runner.store.acceptance import FullBenchmarkInfo, FullSuiteInfo
 from runner.store.lineage import Lineage
 from runner.store.manifest import Manifest, branch_name
 from runner.targets.upstream_csv import BENCH_CSV_NAME
@@ -120,7 +120,7 @@ def extract_csv(log: str) -> tuple[str | None, int]:
     return "\n".join(rows) + "\n", fail
 
 
-def benchmark_check(info: dict[str, Any]) -> Check:
+def benchmark_check(info: FullBenchmarkInfo) -> Check:
     if info.get("returncode") != 0:
         return Check("full benchmark", False, f"exit {info.get('returncode')}: see its log")
     if info.get("csv_error"):
@@ -136,7 +136,7 @@ def benchmark_check(info: dict[str, Any]) -> Check:
     return Check("full benchmark", True, f"ran ({info['command']}); CSV artifacts/{info['csv']}")
 
 
-def suite_check(info: dict[str, Any]) -> Check:
+def suite_check(info: FullSuiteInfo) -> Check:
     hits = info.get("during_timed_work") or []
     if hits:  # the pause failed: full validation's timing shared the device
         return Check(

@@ -6,13 +6,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from runner.core.files import write_atomic
 from runner.core.outcomes import GateResult, Interval, Score
 from runner.core.step_times import StepTimes
 from runner.render.figures import score_scale
-from runner.store.acceptance import ACCEPTANCE_SCHEMA_VERSION
+from runner.store.acceptance import (
+    ACCEPTANCE_SCHEMA_VERSION,
+    AcceptanceDict,
+    CheckDict,
+    FullBenchmarkInfo,
+    FullSuiteInfo,
+)
 
 
 @dataclass
@@ -21,7 +26,7 @@ class Check:
     ok: bool
     detail: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> CheckDict:
         return {"name": self.name, "ok": self.ok, "detail": self.detail}
 
 
@@ -41,8 +46,8 @@ class Acceptance:
     baseline: Score | None = None
     final: Score | None = None
     gate: GateResult | None = None
-    full_benchmark: dict[str, Any] = field(default_factory=dict)
-    full_suite: dict[str, Any] = field(default_factory=dict)
+    full_benchmark: FullBenchmarkInfo = field(default_factory=FullBenchmarkInfo)
+    full_suite: FullSuiteInfo = field(default_factory=FullSuiteInfo)
     commits: list[str] = field(default_factory=list)
     step_seconds: dict[str, float] = field(default_factory=dict)  # wall time per step
     # each finer step's span (runner.core.step_times): what ran beside what
@@ -56,8 +61,8 @@ class Acceptance:
     def reasons(self) -> list[str]:
         return [f"{c.name}: {c.detail}" for c in self.checks if not c.ok]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def to_dict(self) -> AcceptanceDict:
+        out: AcceptanceDict = {
             "schema_version": ACCEPTANCE_SCHEMA_VERSION,
             "campaign": self.campaign,
             "outcome": "ACCEPTED" if self.accepted else "NOT ACCEPTED",
@@ -73,12 +78,14 @@ class Acceptance:
             "baseline_score": self.baseline.to_dict() if self.baseline else None,
             "final_score": self.final.to_dict() if self.final else None,
             "gate": self.gate.to_dict() if self.gate else None,
-            "full_benchmark": dict(self.full_benchmark),
-            "full_suite": dict(self.full_suite),
+            "full_benchmark": self.full_benchmark.copy(),
+            "full_suite": self.full_suite.copy(),
             "commits": list(self.commits),
             "step_seconds": dict(self.step_seconds),
-            **({"step_times": self.step_times.to_dict()} if self.step_times else {}),
         }
+        if self.step_times:
+            out["step_times"] = self.step_times.to_dict()
+        return out
 
 
 # ---- records ----------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from runner.flow.upstream_quick import has_upstream_quick, run_quick
 from runner.judge.gate import calibrate_sigma
 from runner.judge.gate_constants import current_digest
 from runner.judge.memory_fit import refuse_unfit
-from runner.judge.representative import choose_heldout, select_representative
+from runner.judge.representative import BaselineRow, choose_heldout, select_representative
 from runner.judge.scoring import score
 from runner.measure.host import run_job
 from runner.measure.passes import per_pass_metric, read_passes, shape_seconds, write_merged
@@ -255,7 +255,7 @@ def _representative(
     m: Manifest, merged: BenchCSV, per_pass: list[dict[str, float]], exclude: set[str]
 ) -> list[str]:
     shapes = {s.label: s for s in all_shapes(m)}
-    rows = []
+    rows: list[BaselineRow] = []
     for row in merged.rows:
         if row.label in exclude:
             continue

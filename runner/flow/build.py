@@ -30,7 +30,6 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from runner.core.artifact_names import BUILDS
 from runner.core.files import write_atomic
@@ -152,7 +151,7 @@ def _key(
     tree: Path,
     archs: str | None,
     commands: tuple[tuple[str, ...], ...],
-    facts: dict[str, Any] | None,
+    facts: Mapping[str, object] | None,
     identity: str,
 ) -> str:
     """The build cache key of ``tree``'s native inputs (``identity``: the executor's)."""

@@ -35,7 +35,6 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from runner.core.artifact_names import CANDIDATE_PATCH
 from runner.core.errors import CommandFailed, ConfigError
@@ -45,7 +44,13 @@ from runner.core.processes import run
 from runner.core.profile_range import RANGE_ENV, RANGE_NAME
 from runner.flow import rocprof_compute
 from runner.flow.kernel_facts import tree_pythonpath
-from runner.render.profile_table import parse_ncu_raw, parse_rocprof, parse_torch, table_markdown
+from runner.render.profile_table import (
+    ProfileRow,
+    parse_ncu_raw,
+    parse_rocprof,
+    parse_torch,
+    table_markdown,
+)
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 from runner.store.manifest import Manifest, branch_name
@@ -67,7 +72,7 @@ class ProfileRun:
     tool: str
     command: str
     folder: Path
-    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    tables: dict[str, list[ProfileRow]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)  # roles whose profiled run failed
 
@@ -141,7 +146,7 @@ def wrapped(tool: str, argv: list[str], out: Path, launches: int) -> list[str]:
     ]
 
 
-def parse_folder(tool: str, out: Path, stdout: str = "") -> list[dict[str, Any]]:
+def parse_folder(tool: str, out: Path, stdout: str = "") -> list[ProfileRow]:
     """The per-kernel table of one role's profile files."""
     if tool == "torch":
         path = out / "torch_profile.csv"

@@ -8,7 +8,6 @@ itself and its checks are ``runner.store.gate_ledger``.
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
 from runner.core.errors import AppendOnlyViolation, ConfigError, ValueRefused
 from runner.core.limits import MAX_NOTE_CHARS, check_size, excerpt
@@ -22,6 +21,7 @@ from runner.store.gate_ledger import (
     GATE_FIELDS,
     LOOP_FIELDS,
     SETTABLE,
+    LedgerEntry,
     constant_problems,
     field_problems,
     gate_values,
@@ -38,7 +38,7 @@ from runner.store.yaml_input import load_yaml
 SETTING_CHANGED = "SETTING CHANGED"  # the heading of a `campaign set` entry in optimize.md
 
 
-def parse_value(text: str) -> Any:
+def parse_value(text: str) -> object:
     """A VALUE of ``campaign set``: YAML (``0.05``, ``[a, b, c]``, ``Forward TFLOPS``);
     a percentage ``5%`` is a fraction (sigma_g)."""
     stripped = text.strip()
@@ -100,7 +100,7 @@ def _command_problem(command: str) -> str | None:
     return None
 
 
-def _check_others(campaign: Campaign, field: str, entry: dict[str, Any] | None) -> None:
+def _check_others(campaign: Campaign, field: str, entry: LedgerEntry | None) -> None:
     """Refuse while another gate field, or the gate's constants, differ from the
     ledger: each is restored or set on its own, never ledgered on the side."""
     if entry is None:
@@ -119,7 +119,7 @@ def _check_others(campaign: Campaign, field: str, entry: dict[str, Any] | None) 
         )
 
 
-def _constants_line(campaign: Campaign, value: str, entry: dict[str, Any] | None) -> str:
+def _constants_line(campaign: Campaign, value: str, entry: LedgerEntry | None) -> str:
     """``campaign set gate_constants current``: the line for optimize.md (the ledger
     entry that follows holds the running code's constants)."""
     if value.strip() != CONSTANTS_VALUE:

@@ -25,12 +25,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from runner.bench.suite_yield import PAUSE, PAUSED, PLUGIN, POLL_S, RUNNING, SPANS, YIELD_ENV
 from runner.core.lifeline import wait_pids_stopped
 from runner.core.processes import pid_alive
 from runner.flow.round_context import BesideStartUp, Round
+from runner.store.acceptance import FullSuiteInfo
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _SHELL_OPERATORS = (";", "&&", "||", "|", "&", "`", "$(", "\n")
@@ -181,7 +181,7 @@ class SuiteYield:
                 if self._depth == 0:
                     self._resume()
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, float]:
         return {
             "pauses": self.pauses,
             "paused_s": round(self.paused_s, 1),
@@ -213,7 +213,7 @@ class SuiteBeside(BesideStartUp):
         if self.yielder is not None and self.rnd.quiet == self.yielder.quiet:
             self.rnd.quiet = None
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> FullSuiteInfo:
         """How it ran, for ``acceptance.json`` and the acceptance page: ``ran``, and
         where it yielded what it did (``yielded``) and the tests it logged against the
         timed turns (``tests_logged``, ``during_timed_work``: must be empty)."""

@@ -15,6 +15,7 @@ every acceptance check passes is the synced result committed there, on the branc
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,12 +26,19 @@ from runner.core.processes import GIT_TOOL_COMMIT, run
 from runner.store.lineage import Lineage
 from runner.store.minimal_stack import Stack, plan_stack, write_stack
 from runner.store.stack_platform import apply_layer
-from runner.store.workspace import extract_workspace, load_record, sync_back, workspace_command
+from runner.store.workspace import (
+    WorkspaceRecord,
+    extract_workspace,
+    load_record,
+    sync_back,
+    workspace_command,
+)
 from runner.targets.base import Target
 from runner.targets.registry import get_target
 
 if TYPE_CHECKING:
     from runner.flow.round_context import Round
+    from runner.store.manifest import Manifest
 
 WORKSPACES = "workspaces"
 IDENT = list(GIT_TOOL_COMMIT)
@@ -62,7 +70,7 @@ def create_workspace(
     bench = [*bench, *(f for f in beside if (upstream / f).is_file())]
     kernels = list(fields["kernel_source"])
     commands = {k: fields[k] for k in ("test_command", "benchmark_command")}
-    extra: dict[str, Any] = {"commands": commands, "target": target.name}
+    extra: WorkspaceRecord = {"commands": commands, "target": target.name}
     stack = None
     if scaffolding.get("stack"):
         roots = (target.package, "tests")
@@ -102,7 +110,9 @@ def create_workspace(
     return out
 
 
-def integration_gate(rnd: Round, head_tree: Path, log_path: Path) -> tuple[bool, str, Any]:
+def integration_gate(
+    rnd: Round, head_tree: Path, log_path: Path
+) -> tuple[bool, str, Callable[[], str] | None]:
     """Sync back, build, upstream focused test; returns (ok, detail, a ``commit``
     callable that records the result on the upstream branch)."""
     from runner.flow.round_context import run_command_in  # the flows' context, loaded late
@@ -157,7 +167,7 @@ def integration_gate(rnd: Round, head_tree: Path, log_path: Path) -> tuple[bool,
     return True, detail, commit
 
 
-def _brancher(upstream: Path, branch: str, sha: str) -> Any:
+def _brancher(upstream: Path, branch: str, sha: str) -> Callable[[], str]:
     def make_branch() -> str:
         proc = run(["git", "-C", str(upstream), "branch", branch, sha], check=False)
         if proc.returncode != 0:
@@ -170,7 +180,7 @@ def _brancher(upstream: Path, branch: str, sha: str) -> Any:
 STACK_DIR = ".turbo-campaign-stack"
 
 
-def platform_stack(target: Target, manifest: Any, tree: Path, record: dict[str, Any]) -> Path:
+def platform_stack(target: Target, manifest: Manifest, tree: Path, record: WorkspaceRecord) -> Path:
     """The minimal stack of the synced ``tree`` (upstream's layout: package and tests
     at the top), with the platform layer the workspace recorded, in a folder of the
     tree that goes with it; returns that folder."""

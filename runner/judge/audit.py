@@ -38,7 +38,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from runner.judge.audit_source import CACHE_BUCKETS, REJECT, Finding, audit_source
 
@@ -75,7 +74,7 @@ class AuditReport:
             return "no cache added; no id()-keyed state found"
         return "; ".join(f"{f.bucket} {f.path}:{f.line} ({f.severity})" for f in self.findings)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "findings": [f.to_dict() for f in self.findings],
             "buckets": sorted(self.buckets),

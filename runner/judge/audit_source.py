@@ -7,7 +7,6 @@ import ast
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from runner.judge import reach
 from runner.judge.audit_ast import (
@@ -65,7 +64,7 @@ class Finding:
     lines: tuple[int, ...] = ()
     signature: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         keys = ("bucket", "path", "line", "message", "severity", "rule")
         return {k: getattr(self, k) for k in keys}
 

@@ -30,7 +30,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from runner.core.outcomes import PairSample
+from runner.core.outcomes import IntervalDict, PairSample
 from runner.core.stats import stdev
 
 # Two-sided 95% quantiles of Student's t by degrees of freedom (between the listed ones
@@ -92,7 +92,7 @@ class Estimate:
         width = "?" if not math.isfinite(half) else f"{100 * half:.2f}%"
         return f"{100 * math.expm1(self.mean):+.2f}% \u00b1 {width}"
 
-    def to_dict(self) -> dict[str, float | int | None]:
+    def to_dict(self) -> IntervalDict:
         half = self.half_width
         return {
             "mean_pct": 100 * math.expm1(self.mean),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
@@ -71,7 +71,7 @@ class GateJSON(TypedDict):
     reasons: list[str]
     threshold_pct: float | None
     pairs_used: int
-    evidence: dict[str, Any] | None  # the paired evidence (``runner.judge.evidence``)
+    evidence: dict[str, object] | None  # the paired evidence (``runner.judge.evidence``)
     more_pairs: int  # NEEDS_REMEASURE: the fresh pairs the gate asks for next
     pair_gains_pct: list[float]
 

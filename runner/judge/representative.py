@@ -17,7 +17,7 @@ import math
 import random
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from runner.core.errors import ConfigError
 from runner.core.shapes import Shape
@@ -28,6 +28,20 @@ DISTRIBUTIONS = (UNIFORM, *SKEWED)
 DEFAULT_K = 4
 
 
+class _BaselineKeys(TypedDict):
+    label: str
+    check: str
+    flops: float
+    rel_std: float
+
+
+class BaselineRow(_BaselineKeys, total=False):
+    """One shape of the baseline as the choice reads it (``distribution``: grouped GEMMs
+    only)."""
+
+    distribution: str | None
+
+
 @dataclass(frozen=True)
 class _Row:
     label: str
@@ -36,7 +50,7 @@ class _Row:
     distribution: str | None
 
 
-def _parse(rows: Sequence[Mapping[str, Any]], grouped: bool) -> list[_Row]:
+def _parse(rows: Sequence[BaselineRow], grouped: bool) -> list[_Row]:
     out: list[_Row] = []
     need = ("label", "check", "flops", "rel_std", *(("distribution",) if grouped else ()))
     for i, r in enumerate(rows):
@@ -90,7 +104,7 @@ def _grouped_cover(rows: Sequence[_Row], chosen: list[_Row]) -> list[_Row]:
 
 
 def select_representative(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[BaselineRow],
     *,
     grouped: bool = False,
     k_min: int = 3,

@@ -10,11 +10,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 from runner.core.empirical_peak import EmpiricalPeak
 from runner.core.errors import MeasurementFailed, SpeedOfLightError
 from runner.core.outcomes import GateResult, TransferCheck
+from runner.core.samples import StateReport
 from runner.core.stats import stdev
 from runner.judge.audit import AuditReport, audit_patch, check_declared_bucket
 from runner.judge.confirmation import change_risk
@@ -130,8 +131,8 @@ def inflation_veto(gate: GateResult, fresh: list[float], sigma_g: float) -> str 
 
 def state_transfer(
     transfer: TransferCheck,
-    candidate: dict[str, Any],
-    incumbent: dict[str, Any],
+    candidate: StateReport,
+    incumbent: StateReport,
     gate: GateResult,
     fresh: list[float],
 ) -> TransferCheck:
@@ -150,7 +151,7 @@ def state_transfer(
         else f"benchmark gain {gate.delta_pct:+.2f}% (no real-step samples)"
     )
     parts = [f"kept state written by a training step: {', '.join(added[:4])}"]
-    modes = (
+    modes: tuple[tuple[Literal["fresh", "activations", "idiom"], str], ...] = (
         ("fresh", "training: fresh tensors, weight updated"),
         ("activations", "fresh activations, weight held still"),
         ("idiom", "benchmark idiom"),

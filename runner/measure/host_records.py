@@ -22,7 +22,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from runner.core.artifact_names import BENCHMARK_CSV, SAMPLES
 from runner.core.csv_io import write_csv
@@ -63,7 +62,7 @@ def _same(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=TOLERANCE, abs_tol=0.0)
 
 
-def _block_medians(record: Any) -> list[float] | None:
+def _block_medians(record: object) -> list[float] | None:
     """The per-block medians a samples entry (``Timing.to_dict`` over blocks) holds."""
     if not isinstance(record, dict):
         return None
@@ -74,12 +73,16 @@ def _block_medians(record: Any) -> list[float] | None:
 
 
 def _shape_problems(
-    name: str, label: str, row: Mapping[str, Any], shape: Any, told: list[tuple[Any, Any]]
+    name: str,
+    label: str,
+    row: Mapping[str, object],
+    shape: object,
+    told: list[tuple[float | None, float | None]],
 ) -> list[str]:
     """Where shape ``label``'s row or samples differ from the turns ``told``."""
     problems = []
     for i, (column, key) in enumerate(((FORWARD_TIME, "forward"), (BACKWARD_TIME, "backward"))):
-        turns = [t[i] for t in told if t[i] is not None]
+        turns = [v for t in told if (v := t[i]) is not None]
         if not turns:
             continue
         blocks = _block_medians(shape.get(key) if isinstance(shape, dict) else None)

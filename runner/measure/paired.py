@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from runner.core import interrupts
 from runner.core.artifact_names import BENCHMARK_CSV, GRAPH_CRASH, LAUNCH_NOTES, MEMORY_LOG
@@ -573,7 +573,7 @@ def _take_turns(
                         before = (memory.get(name) or {}).get("reserved") or 0
                         memory[name] = {**report, "reserved": max(report["reserved"], before)}
                     span = {"start": reply.start, "end": reply.end}
-                    turn: dict[str, Any] = {
+                    turn: dict[str, object] = {
                         "worker": name,
                         "pair": p,
                         "group": g,
@@ -590,7 +590,7 @@ def _take_turns(
 
 def _timed_turn(
     wave: Sequence[Sequence[_Worker]], w: _Worker, message: Request, turn_s: float, kind: type[R]
-) -> tuple[R, dict[str, Any]]:
+) -> tuple[R, dict[str, object]]:
     """``w``'s timed turn (a block, a fresh step), the others stopped, and the cgroup CPU
     guard's record of it: ``foreign_cpu_s``, the CPU time its cgroup used beyond its
     process tree meanwhile, or None and ``cpu_guard_off``, why the host could read none

@@ -10,14 +10,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from runner.core.csv_io import read_csv, write_csv
 from runner.core.csv_schema import SHAPE_COLUMNS, BenchCSV, Row, Schema
 from runner.core.errors import ConfigError
 from runner.core.outcomes import PairSample
 from runner.core.pass_meta import read_meta
-from runner.core.samples import samples_beside
+from runner.core.samples import Simulation, StateReport, samples_beside
 from runner.core.stats import geomean, median, stdev
 from runner.judge.scoring import score
 
@@ -170,12 +169,12 @@ def fresh_gains(incumbent: Sequence[Path], candidate: Sequence[Path]) -> list[fl
     return gains
 
 
-def state_report(csv_paths: Sequence[Path]) -> dict[str, Any]:
+def state_report(csv_paths: Sequence[Path]) -> StateReport:
     """What the worker's state probe found over the passes of one role: the kept state
     written by a training step (paths), and the 8-step simulation of the first shape
     that ran it (``runner.bench.statecheck``)."""
     written: list[str] = []
-    simulation: dict[str, Any] | None = None
+    simulation: Simulation | None = None
     label = ""
     for path in csv_paths:
         shapes = (samples_beside(path) or {}).get("shapes", {})

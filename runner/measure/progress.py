@@ -26,7 +26,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypedDict, TypeVar
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 Progress = Callable[[str], None]
 E = TypeVar("E", bound="Event")
@@ -41,20 +44,50 @@ PAIR_SECONDS_FACTOR = 1.55
 START_UP_S = 15.0
 
 
+class EventFields(TypedDict, total=False):
+    """The fields an event may carry (each event's docstring says which it has)."""
+
+    name: str
+    index: int
+    steps: int
+    elapsed_s: float
+    left_s: float | None
+    done: int
+    planned: int
+    unit: str
+    more: int
+    cap_s: float | None
+    cap_pairs: int
+    cap_promising: int
+    turns: int
+    turns_planned: int
+    gain_pct: float | None
+
+
+class MeasuringFields(TypedDict):
+    """The fields every measuring event has (``PairWatch`` fills them)."""
+
+    done: int
+    planned: int
+    unit: str
+    elapsed_s: float
+    left_s: float | None
+
+
 class Event(str):
     """A progress message that is also its line of text: ``"<label>: <text>"``."""
 
     label: str
-    fields: dict[str, Any]
+    fields: EventFields
 
-    def __new__(cls: type[E], label: str, **fields: Any) -> E:
+    def __new__(cls: type[E], label: str, **fields: Unpack[EventFields]) -> E:
         obj = super().__new__(cls, f"{label}: {cls.describe(fields)}")
         obj.label = label
-        obj.fields = dict(fields)
+        obj.fields = fields.copy()
         return obj
 
     @classmethod
-    def describe(cls, fields: Mapping[str, Any]) -> str:
+    def describe(cls, fields: EventFields) -> str:
         raise NotImplementedError
 
     @property
@@ -66,25 +99,28 @@ class Event(str):
         """The same event said by another label (``accept`` for its round)."""
         return type(self)(label, **self.fields)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         fields = self.__dict__.get("fields", {})
         if name in fields:
             return fields[name]
         raise AttributeError(name)
 
-    def __reduce__(self) -> Any:  # a str subclass with fields: pickle by its fields
+    def __reduce__(self) -> tuple[object, tuple[type[Event], str, EventFields]]:
+        # a str subclass with fields: pickle by its fields
         return (_rebuild, (type(self), self.label, self.fields))
 
 
-def _rebuild(cls: type[Event], label: str, fields: dict[str, Any]) -> Event:
+def _rebuild(cls: type[Event], label: str, fields: EventFields) -> Event:
     return cls(label, **fields)
 
 
 class StepStarted(Event):
     """``name``: the step (``pass-01-baseline``, ``records``, ...)."""
 
+    name: str
+
     @classmethod
-    def describe(cls, fields: Mapping[str, Any]) -> str:
+    def describe(cls, fields: EventFields) -> str:
         return str(fields["name"])
 
 
@@ -93,8 +129,13 @@ class AcceptStep(Event):
     ``elapsed_s`` since the acceptance began, ``left_s`` (the steps left, this one
     included, from the last acceptance's seconds per step; None: no estimate yet)."""
 
+    name: str
+    steps: int
+    elapsed_s: float
+    left_s: float | None
+
     @classmethod
-    def describe(cls, fields: Mapping[str, Any]) -> str:
+    def describe(cls, fields: EventFields) -> str:
         left = fields.get("left_s")
         est = f", about {fmt_seconds(left)} left" if left is not None else ""
         return (
@@ -107,8 +148,14 @@ class _Measuring(Event):
     """Fields every measuring event has: ``done``/``planned`` pairs, ``unit``
     ("pair" or "pass"), ``elapsed_s``, ``left_s`` (None: no estimate yet)."""
 
+    done: int
+    planned: int
+    unit: str
+    elapsed_s: float
+    left_s: float | None
+
     @staticmethod
-    def clock(fields: Mapping[str, Any]) -> str:
+    def clock(fields: EventFields) -> str:
         left = fields.get("left_s")
         est = f", about {fmt_seconds(left)} left" if left is not None else ""
         return f"{fmt_seconds(fields['elapsed_s'])} elapsed{est}"
@@ -120,8 +167,13 @@ class PairsPlanned(_Measuring):
     are planned only while they fit, and its pair floors ``cap_pairs`` and
     ``cap_promising`` (pairs that may always be measured, however long they take)."""
 
+    more: int
+    cap_s: float | None
+    cap_pairs: int
+    cap_promising: int
+
     @classmethod
-    def describe(cls, fields: Mapping[str, Any]) -> str:
+    def describe(cls, fields: EventFields) -> str:
         unit, more = fields["unit"], fields["more"]
         return (
             f"measuring {more} {unit}(s): {fields['done']}/{fields['planned']} {plural(unit)} "
@@ -129,7 +181,7 @@ class PairsPlanned(_Measuring):
         )
 
     @staticmethod
-    def cap(fields: Mapping[str, Any]) -> str:
+    def cap(fields: EventFields) -> str:
         """What the cap holds: when more pairs stop being planned (the pairs planned
         always finish)."""
         cap, floor, promising = fields.get("cap_s"), fields.get("cap_pairs"), None
@@ -148,8 +200,11 @@ class PairsPlanned(_Measuring):
 class TurnDone(_Measuring):
     """``turns``/``turns_planned``: worker turns ended / planned so far."""
 
+    turns: int
+    turns_planned: int
+
     @classmethod
-    def describe(cls, fields: Mapping[str, Any]) -> str:
+    def describe(cls, fields: EventFields) -> str:
         return (
             f"turn {fields['turns']}/{fields['turns_planned']} "
             f"({fields['done']}/{fields['planned']} {plural(fields['unit'])} done), "
@@ -160,8 +215,10 @@ class TurnDone(_Measuring):
 class PairDone(_Measuring):
     """``gain_pct``: the candidate's gain on this pair alone (None: one role)."""
 
+    gain_pct: float | None
+
     @classmethod
-    def describe(cls, fields: Mapping[str, Any]) -> str:
+    def describe(cls, fields: EventFields) -> str:
         gain = fields.get("gain_pct")
         reading = f": gain {gain:+.2f}% on this pair" if gain is not None else ""
         return (
@@ -324,7 +381,7 @@ class PairWatch:
             return 0.0  # the last wave's pairs are finishing
         return start_up + turns_left * max(batch_elapsed - start_up, 0.0) / turns
 
-    def _fields(self) -> dict[str, Any]:
+    def _fields(self) -> MeasuringFields:
         return {
             "done": self.done,
             "planned": self.planned,

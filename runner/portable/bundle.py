@@ -28,7 +28,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 import yaml
 
@@ -53,6 +53,36 @@ BUNDLE_YAML = "bundle.yaml"
 SKIP_NAMES = frozenset({".lock", "__pycache__"})
 
 
+class RoundInfoDict(TypedDict):
+    """``RoundInfo.to_dict``."""
+
+    round: int
+    status: str
+    level: str
+    metric: str
+    aggregate: float
+    ratio_vs_incumbent: float | None
+    pairs: int
+    commit: str | None
+    tree: str | None
+
+
+class BundleInfo(TypedDict):
+    """``bundle.yaml`` (``bundle_info``)."""
+
+    schema_version: int
+    campaign: str
+    base_commit: str
+    base_tree: str | None
+    head_commit: str
+    primary_metric: str
+    sigma_g: float | None
+    pairs: int
+    rounds: list[RoundInfoDict]
+    created: str
+    turbo_campaign: str
+
+
 @dataclass(frozen=True)
 class RoundInfo:
     """One round as ``bundle.yaml`` records it."""
@@ -67,8 +97,18 @@ class RoundInfo:
     commit: str | None
     tree: str | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+    def to_dict(self) -> RoundInfoDict:
+        return {
+            "round": self.round,
+            "status": self.status,
+            "level": self.level,
+            "metric": self.metric,
+            "aggregate": self.aggregate,
+            "ratio_vs_incumbent": self.ratio_vs_incumbent,
+            "pairs": self.pairs,
+            "commit": self.commit,
+            "tree": self.tree,
+        }
 
 
 # ---------------------------------------------------------------- export
@@ -137,7 +177,7 @@ def tree_of(lineage: Lineage, commit: str) -> str | None:
         return None
 
 
-def bundle_info(campaign: Campaign, lineage: Lineage, head: str) -> dict[str, Any]:
+def bundle_info(campaign: Campaign, lineage: Lineage, head: str) -> BundleInfo:
     m = campaign.manifest
     base = m.base_commit or ""
     rounds = [round_info(campaign, r, lineage).to_dict() for r in campaign.results()]
@@ -187,10 +227,10 @@ def _write_recipe(campaign: Campaign, dest: Path) -> None:
     write_atomic(dest / "recipe.yaml", yaml.safe_dump(recipe, sort_keys=False))
 
 
-def environment_recipe(campaign: Campaign) -> dict[str, Any]:
+def environment_recipe(campaign: Campaign) -> dict[str, object]:
     """How to rebuild the environment: the image for docker, versions for local."""
     m = campaign.manifest
-    recipe: dict[str, Any] = {
+    recipe: dict[str, object] = {
         "executor": m.executor,
         "environment": "local" if m.executor == "local" else "image",
         "image": m.image,
@@ -279,7 +319,7 @@ class Bundle:
 
     path: Path
     root: Path
-    info: dict[str, Any]
+    info: BundleInfo
     campaign: Campaign
 
     @property
@@ -291,7 +331,7 @@ class Bundle:
         return sha256_file(self.path)
 
     @property
-    def recipe(self) -> dict[str, Any]:
+    def recipe(self) -> dict[str, object]:
         return _yaml(self.root / "recipe" / "recipe.yaml")
 
     def rounds(self) -> list[RoundInfo]:
@@ -313,7 +353,7 @@ def open_bundle(path: Path, dest: Path) -> Bundle:
     """Extract into ``dest``, verify every checksum first, then read the bundle."""
     root = extract(path.resolve(), dest)
     verify_checksums(root)
-    info = _yaml(root / BUNDLE_YAML)
+    info = cast("BundleInfo", _yaml(root / BUNDLE_YAML))  # its schema_version is checked below
     version = info.get("schema_version")
     require_schema_version(
         version,
@@ -327,7 +367,7 @@ def open_bundle(path: Path, dest: Path) -> Bundle:
     return Bundle(path.resolve(), root, info, Campaign(root=root, manifest=manifest))
 
 
-def _yaml(path: Path) -> dict[str, Any]:
+def _yaml(path: Path) -> dict[str, object]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:

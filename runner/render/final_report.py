@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from runner.core.outcomes import GateResult, RoundResult, Score, Status
 from runner.core.stats import geomean
@@ -34,6 +33,7 @@ from runner.render.markdown import (
 )
 from runner.render.status import best_round, escalation_step
 from runner.render.termination import consecutive_rollbacks, peak_fraction, peak_info
+from runner.store.acceptance import AcceptanceDict
 from runner.store.campaign import Campaign
 
 INFLATION_LIMIT_PCT = 1.0
@@ -210,7 +210,7 @@ def _weakest_shape(baseline: Score, best: Score) -> tuple[str, float] | None:
 
 
 def next_steps(
-    results: Sequence[RoundResult], acceptance: dict[str, Any] | None, pair: tuple[Score, Score]
+    results: Sequence[RoundResult], acceptance: AcceptanceDict | None, pair: tuple[Score, Score]
 ) -> list[str]:
     """The top three next steps, most urgent first."""
     steps = []
@@ -243,13 +243,17 @@ def next_steps(
 
 # ---- scores the report compares ----------------------------------------------------------
 def compared_scores(
-    results: Sequence[RoundResult], acceptance: dict[str, Any] | None
+    results: Sequence[RoundResult], acceptance: AcceptanceDict | None
 ) -> tuple[Score, Score, str]:
     """(baseline, final best, where they come from): full validation when accepted ran."""
-    if acceptance and acceptance.get("baseline_score") and acceptance.get("final_score"):
+    if (
+        acceptance
+        and (baseline := acceptance.get("baseline_score"))
+        and (final := acceptance.get("final_score"))
+    ):
         return (
-            Score.from_dict(acceptance["baseline_score"]),
-            Score.from_dict(acceptance["final_score"]),
+            Score.from_dict(baseline),
+            Score.from_dict(final),
             f"full validation by `campaign accept` ({acceptance['finished']})",
         )
     best = best_round(results)
@@ -286,7 +290,7 @@ def _vs_table(baseline: Score, final: Score) -> str:
     return md_table([*headers, "Final latency fwd / bwd (ms)", "Final SNR (dB, worst)"], rows)
 
 
-def _acceptance_line(acceptance: dict[str, Any] | None) -> str:
+def _acceptance_line(acceptance: AcceptanceDict | None) -> str:
     if acceptance is None:
         return "Final acceptance: not run (`campaign accept`)."
     why = "; ".join(acceptance["reasons"]) or "every check passed"
@@ -298,7 +302,7 @@ def _acceptance_line(acceptance: dict[str, Any] | None) -> str:
 
 def _cumulative(
     results: Sequence[RoundResult],
-    acceptance: dict[str, Any] | None,
+    acceptance: AcceptanceDict | None,
     metric: str,
     best: RoundResult | None,
 ) -> str:
@@ -308,8 +312,8 @@ def _cumulative(
         f"Headline gain, {metric} geomean: {headline_gain(results).describe()}; final best: "
         f"round-{best.round if best else '-'}."
     )
-    if acceptance and acceptance.get("gate"):
-        gate = GateResult.from_dict(acceptance["gate"])
+    if acceptance and (recorded := acceptance.get("gate")):
+        gate = GateResult.from_dict(recorded)
         text += (
             " Final acceptance measured the head against the base commit, paired: "
             f"{fmt_gain(gate.delta_pct, gate)} ({acceptance['finished']})."
@@ -332,7 +336,7 @@ def _items(xs: Sequence[str]) -> str:
 def render_final_report(
     campaign: Campaign,
     results: Sequence[RoundResult],
-    acceptance: dict[str, Any] | None,
+    acceptance: AcceptanceDict | None,
     when: str,
 ) -> str:
     baseline, final, source = compared_scores(results, acceptance)
@@ -358,7 +362,7 @@ def render_final_report(
 def render_report(
     campaign: Campaign,
     results: Sequence[RoundResult],
-    acceptance: dict[str, Any] | None,
+    acceptance: AcceptanceDict | None,
     *,
     when: str,
     user_stop: bool = False,
@@ -394,7 +398,7 @@ def platform_note(results: Sequence[RoundResult]) -> str:
 def termination_text(
     campaign: Campaign,
     results: Sequence[RoundResult],
-    acceptance: dict[str, Any] | None,
+    acceptance: AcceptanceDict | None,
     user_stop: bool,
 ) -> str:
     _, final, _ = compared_scores(results, acceptance)

@@ -12,7 +12,6 @@ import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from runner.core.outcomes import RoundResult, Score
 from runner.render.figures import scale_for, score_scale, short_text
@@ -33,6 +32,7 @@ from runner.render.report_rounds import (
     shapes_by_rounds,
     table,
 )
+from runner.store.acceptance import AcceptanceDict
 from runner.store.campaign import Campaign
 
 # ---- the HTML report -----------------------------------------------------------------------
@@ -137,7 +137,7 @@ def report_link(report_dir: Path) -> LinkMap:
 def render_html(
     campaign: Campaign,
     results: Sequence[RoundResult],
-    acceptance: dict[str, Any] | None,
+    acceptance: AcceptanceDict | None,
     when: str,
     pictures: Sequence[Picture],
     *,

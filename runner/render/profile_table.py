@@ -21,12 +21,47 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterable
-from typing import Any
+from typing import Literal, TypedDict
 
 __all__ = ["NCU_METRICS", "parse_ncu_raw", "parse_rocprof", "parse_torch", "table_markdown"]
 
+NcuColumn = Literal[
+    "regs",
+    "occupancy_pct",
+    "sm_pct",
+    "dram_pct",
+    "memory_pct",
+    "smem_bank_conflicts",
+    "dyn_smem_bytes",
+]
+TraceColumn = Literal["lds_bytes", "scratch_bytes", "vgpr", "agpr", "sgpr"]
+
+
+class ProfileRow(TypedDict, total=False):
+    """One kernel (or operator) of a table; a column its file lacks is left out."""
+
+    kernel: str
+    calls: int
+    total_us: float
+    share_pct: float
+    avg_us: float
+    cpu_total_us: float | None
+    regs: float | None
+    occupancy_pct: float | None
+    sm_pct: float | None
+    dram_pct: float | None
+    memory_pct: float | None
+    smem_bank_conflicts: float | None
+    dyn_smem_bytes: float | None
+    lds_bytes: float | None
+    scratch_bytes: float | None
+    vgpr: float | None
+    agpr: float | None
+    sgpr: float | None
+
+
 # ncu raw-page metric -> the table's column (averaged over a kernel's launches)
-NCU_METRICS = {
+NCU_METRICS: dict[str, NcuColumn] = {
     "launch__registers_per_thread": "regs",
     "sm__warps_active.avg.pct_of_peak_sustained_active": "occupancy_pct",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed": "sm_pct",
@@ -35,7 +70,7 @@ NCU_METRICS = {
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum": "smem_bank_conflicts",
     "launch__shared_mem_per_block_dynamic": "dyn_smem_bytes",
 }
-_ROCPROF_TRACE = {
+_ROCPROF_TRACE: dict[str, TraceColumn] = {
     "LDS_Block_Size": "lds_bytes",
     "Scratch_Size": "scratch_bytes",
     "VGPR_Count": "vgpr",
@@ -44,14 +79,14 @@ _ROCPROF_TRACE = {
 }
 
 
-def _num(text: Any) -> float | None:
+def _num(text: object) -> float | None:
     try:
         return float(str(text).replace(",", ""))
     except (TypeError, ValueError):
         return None
 
 
-def _with_shares(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _with_shares(rows: list[ProfileRow]) -> list[ProfileRow]:
     total = sum(r["total_us"] for r in rows) or 1.0
     for r in rows:
         r.setdefault("share_pct", round(100.0 * r["total_us"] / total, 2))
@@ -68,7 +103,7 @@ def _ncu_time_us(value: float, unit: str) -> float:
     return value * scale.get(unit.strip().lower(), 1e-3)
 
 
-def parse_ncu_raw(text: str) -> list[dict[str, Any]]:
+def parse_ncu_raw(text: str) -> list[ProfileRow]:
     """Rows per kernel name from ``ncu --csv --page raw`` (lines before the header, such
     as ``==PROF==`` notes and the program's own output, are skipped)."""
     lines = text.splitlines()
@@ -84,10 +119,10 @@ def parse_ncu_raw(text: str) -> list[dict[str, Any]]:
         if rec.get("Kernel Name"):
             launches.setdefault(rec["Kernel Name"], []).append(rec)
     time_unit = unit_of.get("gpu__time_duration.sum", "nsecond")
-    rows: list[dict[str, Any]] = []
+    rows: list[ProfileRow] = []
     for name, recs in launches.items():
         times = [_num(r.get("gpu__time_duration.sum")) for r in recs]
-        row: dict[str, Any] = {"kernel": name, "calls": len(recs)}
+        row: ProfileRow = {"kernel": name, "calls": len(recs)}
         row["total_us"] = round(sum(_ncu_time_us(t, time_unit) for t in times if t), 3)
         for metric, col in NCU_METRICS.items():
             if metric in unit_of:
@@ -96,21 +131,23 @@ def parse_ncu_raw(text: str) -> list[dict[str, Any]]:
     return _with_shares(rows)
 
 
-def parse_rocprof(stats_text: str, trace_text: str = "") -> list[dict[str, Any]]:
+def parse_rocprof(stats_text: str, trace_text: str = "") -> list[ProfileRow]:
     """Rows per kernel from rocprofv3's kernel stats, with the resources its kernel
     trace records for each kernel (the first dispatch's: they do not change)."""
-    resources: dict[str, dict[str, Any]] = {}
+    resources: dict[str, ProfileRow] = {}
     for rec in csv.DictReader(io.StringIO(trace_text)):
         name = rec.get("Kernel_Name", "")
         if name and name not in resources:
-            resources[name] = {
-                col: _num(rec[key]) for key, col in _ROCPROF_TRACE.items() if key in rec
-            }
+            found: ProfileRow = {}
+            for key, col in _ROCPROF_TRACE.items():
+                if key in rec:
+                    found[col] = _num(rec[key])
+            resources[name] = found
     rows = []
     for rec in csv.DictReader(io.StringIO(stats_text)):
         name = rec.get("Name", "")
         total_ns = _num(rec.get("TotalDurationNs")) or 0.0
-        row: dict[str, Any] = {"kernel": name, "calls": int(_num(rec.get("Calls")) or 0)}
+        row: ProfileRow = {"kernel": name, "calls": int(_num(rec.get("Calls")) or 0)}
         row["total_us"] = round(total_ns / 1e3, 3)
         share = _num(rec.get("Percentage"))
         if share is not None:
@@ -121,13 +158,13 @@ def parse_rocprof(stats_text: str, trace_text: str = "") -> list[dict[str, Any]]
     return _with_shares(rows)
 
 
-def parse_torch(text: str) -> list[dict[str, Any]]:
+def parse_torch(text: str) -> list[ProfileRow]:
     """Rows per operator from ``runner.analyze.torch_profile``'s CSV: device time where
     a GPU ran, else self CPU time, is the total."""
     recs = list(csv.DictReader(io.StringIO(text)))
     on_device = any((_num(r.get("device_total_us")) or 0) > 0 for r in recs)
     key = "device_total_us" if on_device else "self_cpu_us"
-    rows = [
+    rows: list[ProfileRow] = [
         {
             "kernel": r["name"],
             "calls": int(_num(r.get("calls")) or 0),
@@ -139,7 +176,7 @@ def parse_torch(text: str) -> list[dict[str, Any]]:
     return _with_shares(rows)
 
 
-def table_markdown(rows: list[dict[str, Any]], limit: int = 25) -> str:
+def table_markdown(rows: list[ProfileRow], limit: int = 25) -> str:
     """A markdown table of the heaviest ``limit`` rows, every column any row has."""
     if not rows:
         return "(no kernel recorded)"

@@ -12,7 +12,6 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -223,7 +222,7 @@ def round_sections(results: Sequence[RoundResult], rounds_dir: Path, link: LinkM
 
 
 # ---- the environment ------------------------------------------------------------------
-def _flat(data: Any, prefix: str = "") -> list[tuple[str, str]]:
+def _flat(data: object, prefix: str = "") -> list[tuple[str, str]]:
     if isinstance(data, dict):
         return [kv for k, v in data.items() for kv in _flat(v, f"{prefix}{k}.")]
     if data is None or data == {} or data == []:

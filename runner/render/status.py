@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from tabulate import tabulate
 
@@ -45,7 +45,7 @@ from runner.render.figures import fmt_gain, scale_for, short_text
 from runner.render.headline import Headline, headline_gain
 from runner.render.markdown import INCUMBENT
 from runner.render.termination import campaign_termination, consecutive_rollbacks
-from runner.store.acceptance import load_acceptance
+from runner.store.acceptance import AcceptanceDict, load_acceptance
 from runner.store.campaign import Campaign
 from runner.store.gate_ledger import check_gate_fields, describe_constants
 from runner.store.gate_ledger import describe as describe_gate_fields
@@ -89,6 +89,56 @@ def best_round(results: Sequence[RoundResult]) -> RoundResult | None:
     return max(kept, key=lambda r: r.round) if kept else None
 
 
+class RoundRow(TypedDict):
+    """One closed round in the status table (``round_rows``)."""
+
+    round: int
+    status: str
+    decision: str | None
+    inconclusive: str | None
+    delta_pct: float | None
+    gain: str | None
+    hypothesis: str
+    tournament: str | None
+
+
+class Running(TypedDict):
+    """The command holding the campaign lock."""
+
+    pid: int
+    command: str
+    started: str
+
+
+class AcceptanceFacts(TypedDict, total=False):
+    """The last final acceptance, as the status shows it (``acceptance_facts``)."""
+
+    outcome: str
+    finished: str
+    head: str
+    reasons: list[str]
+    gain: str | None
+
+
+class CheckoutFacts(TypedDict, total=False):
+    """The source checkout against the lineage head (``checkout_facts``)."""
+
+    at_head: bool | None
+    head: str | None
+    checkout: str | None
+    note: str
+
+
+class Glance(TypedDict):
+    """What ``glance`` returns."""
+
+    sigma_g: float | None
+    threshold_pct: float | None
+    running: Running | None
+    acceptance: AcceptanceFacts | None
+    checkout: CheckoutFacts
+
+
 @dataclass
 class CampaignStatus:
     campaign: str
@@ -113,12 +163,12 @@ class CampaignStatus:
     headline_rounds: list[int] = field(default_factory=list)
     gate_fields: str = ""  # runner.store.gate_ledger.describe
     gate_constants: str = ""  # runner.store.gate_ledger.describe_constants
-    round_table: list[dict[str, Any]] = field(default_factory=list)  # round_rows
+    round_table: list[RoundRow] = field(default_factory=list)  # round_rows
     sigma_g: float | None = None
     threshold_pct: float | None = None  # max(2%, 3 sigma_G), docs/protocol.md §5.3
-    running: dict[str, Any] | None = None  # the campaign lock's holder: pid, command, started
-    acceptance: dict[str, Any] | None = None  # the last `campaign accept`: see acceptance_facts
-    checkout: dict[str, Any] = field(default_factory=dict)  # see checkout_facts
+    running: Running | None = None  # the campaign lock's holder: pid, command, started
+    acceptance: AcceptanceFacts | None = None  # the last `campaign accept`: see acceptance_facts
+    checkout: CheckoutFacts = field(default_factory=CheckoutFacts)  # see checkout_facts
     # the termination check after the last round (runner.render.termination): its lines
     termination: list[str] = field(default_factory=list)
     may_end: bool = False  # some of T1-T4 holds
@@ -127,7 +177,7 @@ class CampaignStatus:
     # round and of the last acceptance, where they recorded it
     step_times: dict[str, StepTimes] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         step = self.escalation
         return {
             "campaign": self.campaign,
@@ -205,7 +255,7 @@ def _step_times(base: RoundResult | None, last: RoundResult | None) -> dict[str,
     return {k: r.step_times for k, r in found.items() if r is not None and r.step_times}
 
 
-def round_rows(results: Sequence[RoundResult]) -> list[dict[str, Any]]:
+def round_rows(results: Sequence[RoundResult]) -> list[RoundRow]:
     """One row per closed round: number, status, the gate's decision, the gain against
     the incumbent with its ± over the pairs (``gain``, as every table writes it), the
     hypothesis cut at a word boundary, and on a tournament's last round its line."""
@@ -228,11 +278,11 @@ def round_rows(results: Sequence[RoundResult]) -> list[dict[str, Any]]:
     ]
 
 
-def acceptance_facts(acceptance: dict[str, Any] | None) -> dict[str, Any] | None:
+def acceptance_facts(acceptance: AcceptanceDict | None) -> AcceptanceFacts | None:
     """The last final acceptance: outcome, when, why not, its paired head-vs-base gain."""
     if acceptance is None:
         return None
-    gate = GateResult.from_dict(acceptance["gate"]) if acceptance.get("gate") else None
+    gate = GateResult.from_dict(recorded) if (recorded := acceptance.get("gate")) else None
     return {
         "outcome": acceptance["outcome"],
         "finished": acceptance.get("finished", ""),
@@ -242,7 +292,7 @@ def acceptance_facts(acceptance: dict[str, Any] | None) -> dict[str, Any] | None
     }
 
 
-def checkout_facts(campaign: Campaign) -> dict[str, Any]:
+def checkout_facts(campaign: Campaign) -> CheckoutFacts:
     """The source checkout's HEAD against the lineage head: ``at_head``, both commits,
     and ``note`` in words (what `validate` will make of it)."""
     m = campaign.manifest
@@ -252,7 +302,7 @@ def checkout_facts(campaign: Campaign) -> dict[str, Any]:
         at = lineage.git("rev-parse", "--verify", "-q", "HEAD", check=False)
     except CampaignError as exc:
         return {"at_head": None, "head": None, "checkout": None, "note": str(exc)}
-    facts: dict[str, Any] = {"at_head": at == head, "head": head, "checkout": at or None}
+    facts: CheckoutFacts = {"at_head": at == head, "head": head, "checkout": at or None}
     if at == head:
         facts["note"] = f"at the lineage head {head[:12]}"
         return facts
@@ -293,15 +343,16 @@ def _acceptance_times(campaign: Campaign) -> StepTimes | None:
     return read_step_times(record.get("step_times")) if record else None
 
 
-def glance(campaign: Campaign) -> dict[str, Any]:
+def glance(campaign: Campaign) -> Glance:
     """The at-a-glance facts `campaign status` and the MCP ``campaign_status`` tool
     share: sigma_G and the acceptance threshold in force, the command holding the
     campaign lock, the last final acceptance, the checkout against the lineage head."""
     sigma = campaign.manifest.sigma_g
     holder = campaign.lock_holder()
-    running = None
+    running: Running | None = None
     if holder is not None:
         running = {"pid": holder.pid, "command": holder.command, "started": holder.started}
+    acceptance: AcceptanceFacts | None
     try:
         acceptance = acceptance_facts(load_acceptance(campaign))
     except CampaignError as exc:
@@ -420,7 +471,7 @@ def _after(s: CampaignStatus) -> str:
     return f"round-{s.next_round}: `campaign validate --round {s.next_round} --hypothesis ...`"
 
 
-def _decision_cell(row: dict[str, Any]) -> str:
+def _decision_cell(row: RoundRow) -> str:
     if not row["decision"]:
         return "—"
     return row["decision"] + (" (too noisy to tell)" if row.get("inconclusive") else "")

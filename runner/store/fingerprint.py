@@ -40,7 +40,6 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -112,11 +111,11 @@ class FingerprintDiff:
     ``None`` where a fingerprint lacks the field)."""
 
     key: str
-    a: Any
-    b: Any
+    a: object
+    b: object
     perf_relevant: bool
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 
@@ -136,12 +135,12 @@ def mismatch(diffs: list[FingerprintDiff]) -> FingerprintMismatch:
 
 
 def collect_fingerprint(
-    *, image_digest: str | None = None, extra: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
+    *, image_digest: str | None = None, extra: Mapping[str, object] | None = None
+) -> dict[str, object]:
     """Fingerprint this machine.  Never fails for a missing tool or library: their
     fields are ``None`` and ``tools`` says why."""
     tools: dict[str, str] = {}
-    fp: dict[str, Any] = {
+    fp: dict[str, object] = {
         "schema_version": SCHEMA_VERSION,
         "collected": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "host": _host(),
@@ -197,7 +196,7 @@ def _read(path: str | os.PathLike[str]) -> str | None:
         return None
 
 
-def _host() -> dict[str, Any]:
+def _host() -> dict[str, object]:
     numa = fpp.first_line(_read("/proc/sys/kernel/numa_balancing"))
     return {
         "hostname": socket.gethostname() or None,
@@ -227,14 +226,14 @@ _GPU_KEYS = (
 )
 
 
-def _gpu(tools: dict[str, str]) -> dict[str, Any]:
+def _gpu(tools: dict[str, str]) -> dict[str, object]:
     """AMD first (amd-smi, rocminfo), then NVIDIA (nvidia-smi); all ``None`` when
     neither finds a GPU.  Per-device fields describe the lowest-numbered GPU."""
     found = _amd_gpu(tools) or _nvidia_gpu(tools) or {}
     return {k: found.get(k) for k in _GPU_KEYS}
 
 
-def _amd_gpu(tools: dict[str, str]) -> dict[str, Any] | None:
+def _amd_gpu(tools: dict[str, str]) -> dict[str, object] | None:
     static = fpp.parse_amd_smi_static(_tool(tools, "amd-smi", "static", "--json") or "")
     rocminfo = fpp.parse_rocminfo(_tool(tools, "rocminfo") or "")
     agents = rocminfo["gpus"]
@@ -243,7 +242,7 @@ def _amd_gpu(tools: dict[str, str]) -> dict[str, Any] | None:
     metric = fpp.parse_amd_smi_metric(_tool(tools, "amd-smi", "metric", "--json") or "")
     firmware = fpp.parse_amd_smi_firmware(_tool(tools, "amd-smi", "firmware", "--json") or "")
     first = static[0] if static else {}
-    agent = agents[0] if agents else {}
+    agent: Mapping[str, object] = agents[0] if agents else {}
     return {
         "vendor": "AMD",
         **(metric[0] if metric else {}),
@@ -258,7 +257,7 @@ def _amd_gpu(tools: dict[str, str]) -> dict[str, Any] | None:
     }
 
 
-def _nvidia_gpu(tools: dict[str, str]) -> dict[str, Any] | None:
+def _nvidia_gpu(tools: dict[str, str]) -> dict[str, object] | None:
     query = f"--query-gpu={fpp.NVIDIA_QUERY}"
     out = _tool(tools, "nvidia-smi", f"{query},compute_cap", "--format=csv,noheader")
     if out is None:  # drivers older than ~510 do not know compute_cap
@@ -272,7 +271,7 @@ def _nvidia_gpu(tools: dict[str, str]) -> dict[str, Any] | None:
 # --------------------------------------------------------------------------- software
 
 
-def _software(tools: dict[str, str]) -> dict[str, Any]:
+def _software(tools: dict[str, str]) -> dict[str, object]:
     root = _rocm_root(tools)
     return {
         "rocm_version": _rocm_version(tools, root),
@@ -339,14 +338,14 @@ _TORCH_FIELDS = {
 }
 
 
-def _torch() -> dict[str, Any]:
+def _torch() -> dict[str, object]:
     """torch's version and build: read from the ``torch/version.py`` it would import
     (``_torch_version_file``: no import, which takes seconds of a round's start), else
     imported in-process; all ``None`` without torch."""
     return _torch_version_file() or _torch_imported()
 
 
-def _torch_version_file() -> dict[str, Any] | None:
+def _torch_version_file() -> dict[str, object] | None:
     """The fields of ``_TORCH_FIELDS`` as ``torch/version.py`` assigns them (the values
     ``torch.__version__`` and ``torch.version`` hold once imported), without importing
     torch; None when the file is not there or assigns one of them otherwise than as a
@@ -376,9 +375,9 @@ def _torch_version_file() -> dict[str, Any] | None:
     return {key: str(v) if (v := values[name]) else None for key, name in _TORCH_FIELDS.items()}
 
 
-def _torch_imported() -> dict[str, Any]:
+def _torch_imported() -> dict[str, object]:
     """torch's version and build, imported in-process; all ``None`` without torch."""
-    found: dict[str, Any] = dict.fromkeys(_TORCH_FIELDS)
+    found: dict[str, object] = dict.fromkeys(_TORCH_FIELDS)
     try:
         import torch  # optional and slow to import: only when collecting
     except Exception as exc:  # an unimportable torch is "unknown", never a crash
@@ -399,7 +398,7 @@ def _torch_imported() -> dict[str, Any]:
 # --------------------------------------------------------------------------- files
 
 
-def write_fingerprint(path: str | os.PathLike[str], fp: Mapping[str, Any]) -> None:
+def write_fingerprint(path: str | os.PathLike[str], fp: Mapping[str, object]) -> None:
     """Write ``fp`` as YAML, atomically (``runner.core.files.write_atomic``)."""
     p = Path(path)
     try:
@@ -412,7 +411,7 @@ def write_fingerprint(path: str | os.PathLike[str], fp: Mapping[str, Any]) -> No
     write_atomic(p, text)
 
 
-def load_fingerprint(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_fingerprint(path: str | os.PathLike[str]) -> dict[str, object]:
     """Read a fingerprint written by ``write_fingerprint``; a missing file, bad YAML
     or another ``schema_version`` fails with what to do."""
     p = Path(path)
@@ -430,7 +429,7 @@ def load_fingerprint(path: str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
-def _check_version(p: Path, version: Any) -> None:
+def _check_version(p: Path, version: object) -> None:
     require_schema_version(
         version,
         SCHEMA_VERSION,
@@ -455,9 +454,9 @@ def is_perf_relevant(key: str) -> bool:
     return False
 
 
-def flatten(fp: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(fp: Mapping[str, object], prefix: str = "") -> dict[str, object]:
     """``{"gpu": {"model": m}}`` -> ``{"gpu.model": m}``; lists stay values."""
-    flat: dict[str, Any] = {}
+    flat: dict[str, object] = {}
     for k, v in fp.items():
         key = f"{prefix}{k}"
         if isinstance(v, Mapping) and v:
@@ -467,7 +466,7 @@ def flatten(fp: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def compare_fingerprints(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[FingerprintDiff]:
+def compare_fingerprints(a: Mapping[str, object], b: Mapping[str, object]) -> list[FingerprintDiff]:
     """Every field that differs, sorted with the performance-relevant ones first."""
     fa, fb = flatten(a), flatten(b)
     diffs = [
@@ -479,7 +478,7 @@ def compare_fingerprints(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Fin
 
 
 def require_comparable(
-    a: Mapping[str, Any], b: Mapping[str, Any], *, override_reason: str | None = None
+    a: Mapping[str, object], b: Mapping[str, object], *, override_reason: str | None = None
 ) -> list[FingerprintDiff]:
     """The differences between ``a`` and ``b``; raises ``FingerprintMismatch`` when a
     performance-relevant one exists and no ``override_reason`` is given (the caller
@@ -495,5 +494,5 @@ def require_comparable(
     return diffs
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     return "<missing>" if value is None else str(value)

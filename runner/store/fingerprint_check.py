@@ -16,8 +16,8 @@ then kept in the round's artifacts (``fingerprint_override.txt``, appended).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from runner.core.errors import CampaignError
 from runner.core.files import write_atomic
@@ -42,7 +42,7 @@ def fingerprint_path(campaign: Campaign, n: int) -> Path:
     return campaign.artifacts_dir(n) / FINGERPRINT_NAME
 
 
-def measurement_extra(campaign: Campaign, target_commit: str | None) -> dict[str, Any]:
+def measurement_extra(campaign: Campaign, target_commit: str | None) -> dict[str, object]:
     """What the fingerprint says about the measurement besides the machine."""
     m = campaign.manifest
     inside = "host" if m.executor == "local" else f"host (executor {m.executor}, image {m.image})"
@@ -68,7 +68,7 @@ def image_digest_for(m: Manifest) -> str | None:
 
 def fresh_fingerprint(
     campaign: Campaign, *, image_digest: str | None = None, target_commit: str | None = None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """This environment's fingerprint, as ``record_fingerprint`` would write it; for
     the docker executor the image digest is looked up when not given."""
     extra = measurement_extra(campaign, target_commit)
@@ -90,7 +90,7 @@ def record_fingerprint(
     return path
 
 
-def stored_fingerprint(campaign: Campaign, n: int) -> dict[str, Any] | None:
+def stored_fingerprint(campaign: Campaign, n: int) -> dict[str, object] | None:
     """Round ``n``'s fingerprint, or None for a round recorded before fingerprints."""
     path = fingerprint_path(campaign, n)
     return load_fingerprint(path) if path.is_file() else None
@@ -103,7 +103,7 @@ def check_round_comparable(
     *,
     record_in: int | None = None,
     image_digest: str | None = None,
-    fresh: dict[str, Any] | None = None,
+    fresh: Mapping[str, object] | None = None,
 ) -> list[FingerprintDiff]:
     """Refuse to compare against round ``n_best`` when this environment differs from
     the one that measured it in a performance-relevant field.

@@ -15,12 +15,31 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TypedDict
 
 _MISSING = {"", "n/a", "[n/a]", "[not supported]", "not supported", "none", "unknown"}
 
+Record = dict[str, object]
+"""One GPU's fields as a parser found them (a tool's JSON object, or a parsed line)."""
 
-def clean(value: Any) -> Any:
+
+class RocmGpu(TypedDict):
+    """One GPU agent of ``rocminfo``."""
+
+    architecture: str | None
+    model: object
+    compute_units: float | int | None
+
+
+class RocmInfo(TypedDict):
+    """What ``parse_rocminfo`` reads."""
+
+    runtime_version: str | None
+    rock_version: str | None
+    gpus: list[RocmGpu]
+
+
+def clean(value: object) -> object:
     """``None`` for the placeholders the tools print when a value is unavailable."""
     if isinstance(value, str):
         value = value.strip()
@@ -28,7 +47,7 @@ def clean(value: Any) -> Any:
     return value
 
 
-def number(value: Any) -> float | int | None:
+def number(value: object) -> float | int | None:
     """A number from ``{"value": 750, "unit": "W"}``, ``750``, ``"750 W"`` or
     ``"1980 MHz"``; ``None`` for placeholders and text without a number."""
     if isinstance(value, dict):
@@ -45,7 +64,7 @@ def number(value: Any) -> float | int | None:
     return None
 
 
-def load_json_lenient(text: str) -> Any:
+def load_json_lenient(text: str) -> object:
     """Parse JSON that may be preceded by warnings (the runner merges stderr into
     stdout).  Returns ``None`` when no JSON value can be found."""
     try:
@@ -61,7 +80,7 @@ def load_json_lenient(text: str) -> Any:
     return None
 
 
-def amd_smi_records(text: str) -> list[dict[str, Any]]:
+def amd_smi_records(text: str) -> list[Record]:
     """The per-GPU records of an ``amd-smi ... --json`` output, in either shape,
     sorted by GPU index."""
     data = load_json_lenient(text)
@@ -73,25 +92,25 @@ def amd_smi_records(text: str) -> list[dict[str, Any]]:
     return sorted(records, key=_gpu_index)
 
 
-def _gpu_index(rec: dict[str, Any]) -> int:
+def _gpu_index(rec: Record) -> int:
     index = rec.get("gpu")
     return index if isinstance(index, int) else 0
 
 
-def _lower_keys(d: Any) -> dict[str, Any]:
+def _lower_keys(d: object) -> Record:
     return {str(k).lower(): v for k, v in d.items()} if isinstance(d, dict) else {}
 
 
 # --------------------------------------------------------------------------- amd-smi
 
 
-def parse_amd_smi_static(text: str) -> list[dict[str, Any]]:
+def parse_amd_smi_static(text: str) -> list[Record]:
     """``amd-smi static --json``: one dict per GPU with ``gpu``, ``model``,
     ``architecture``, ``driver_version``, ``vbios``, ``power_cap_w``."""
     return [_static_record(r) for r in amd_smi_records(text)]
 
 
-def _static_record(rec: dict[str, Any]) -> dict[str, Any]:
+def _static_record(rec: Record) -> Record:
     asic = _lower_keys(rec.get("asic"))
     board = _lower_keys(rec.get("board"))
     driver = _lower_keys(rec.get("driver"))
@@ -106,7 +125,7 @@ def _static_record(rec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _vbios(rec: dict[str, Any]) -> str | None:
+def _vbios(rec: Record) -> str | None:
     """The VBIOS (``vbios``, amd-smi <= 25) or IFWI (``ifwi``, newer) version, else
     its part number."""
     for key in ("vbios", "ifwi"):
@@ -117,7 +136,7 @@ def _vbios(rec: dict[str, Any]) -> str | None:
     return None
 
 
-def _power_cap(limit: dict[str, Any]) -> float | int | None:
+def _power_cap(limit: Record) -> float | int | None:
     ppt0 = _lower_keys(limit.get("ppt0"))
     for value in (
         ppt0.get("socket_power_limit"),
@@ -130,7 +149,7 @@ def _power_cap(limit: dict[str, Any]) -> float | int | None:
     return None
 
 
-def parse_amd_smi_metric(text: str) -> list[dict[str, Any]]:
+def parse_amd_smi_metric(text: str) -> list[Record]:
     """``amd-smi metric --json``: one dict per GPU with ``gpu``, ``sclk_mhz`` (GFX
     clock of XCD 0), ``mclk_mhz`` and ``perf_level`` (lower case, e.g. ``auto``)."""
     out = []
@@ -147,11 +166,11 @@ def parse_amd_smi_metric(text: str) -> list[dict[str, Any]]:
     return out
 
 
-def _clk(clock: dict[str, Any], domain: str) -> float | int | None:
+def _clk(clock: Record, domain: str) -> float | int | None:
     return number(_lower_keys(clock.get(domain)).get("clk"))
 
 
-def perf_level(value: Any) -> str | None:
+def perf_level(value: object) -> str | None:
     """``AMDSMI_DEV_PERF_LEVEL_STABLE_PEAK`` / ``STABLE_PEAK`` -> ``stable_peak``."""
     value = clean(value)
     if not isinstance(value, str):
@@ -159,7 +178,7 @@ def perf_level(value: Any) -> str | None:
     return value.removeprefix("AMDSMI_DEV_PERF_LEVEL_").lower()
 
 
-def parse_amd_smi_firmware(text: str) -> list[dict[str, Any]]:
+def parse_amd_smi_firmware(text: str) -> list[Record]:
     """``amd-smi firmware --json``: one dict per GPU with ``gpu`` and ``firmware``
     (``{fw_id: fw_version}``)."""
     out = []
@@ -181,7 +200,7 @@ _AGENT = re.compile(r"^\s*Agent\s+\d+\s*$")
 _FIELD = re.compile(r"^\s*([A-Za-z][^:]*?):\s*(.*?)\s*$")
 
 
-def parse_rocminfo(text: str) -> dict[str, Any]:
+def parse_rocminfo(text: str) -> RocmInfo:
     """``rocminfo``: ``runtime_version``, ``rock_version`` (the amdgpu kernel module,
     from "ROCk module version X is loaded") and ``gpus``: a list of dicts with
     ``architecture`` (``gfx942``), ``model`` (Marketing Name) and ``compute_units``."""
@@ -209,7 +228,7 @@ def _agents(text: str) -> list[dict[str, str]]:
     return agents
 
 
-def _rocminfo_gpu(agent: dict[str, str]) -> dict[str, Any]:
+def _rocminfo_gpu(agent: dict[str, str]) -> RocmGpu:
     name = agent.get("name", "")
     cu = number(agent.get("compute unit"))
     return {
@@ -225,7 +244,7 @@ NVIDIA_QUERY = "name,driver_version,vbios_version,clocks.sm,clocks.mem,power.lim
 _NVIDIA_FIELDS = ("model", "driver_version", "vbios", "sclk_mhz", "mclk_mhz", "power_cap_w")
 
 
-def parse_nvidia_smi(text: str) -> list[dict[str, Any]]:
+def parse_nvidia_smi(text: str) -> list[Record]:
     """``nvidia-smi --query-gpu=<NVIDIA_QUERY>[,compute_cap] --format=csv,noheader``:
     one dict per GPU line with ``model``, ``driver_version``, ``vbios``, ``sclk_mhz``,
     ``mclk_mhz``, ``power_cap_w``, ``compute_mode`` and ``architecture`` (``sm_90``
@@ -235,7 +254,7 @@ def parse_nvidia_smi(text: str) -> list[dict[str, Any]]:
         cols = [c.strip() for c in line.split(",")]
         if len(cols) not in (7, 8):
             continue
-        rec: dict[str, Any] = dict(zip(_NVIDIA_FIELDS, (clean(c) for c in cols[:6]), strict=True))
+        rec: Record = dict(zip(_NVIDIA_FIELDS, (clean(c) for c in cols[:6]), strict=True))
         for key in ("sclk_mhz", "mclk_mhz", "power_cap_w"):
             rec[key] = number(rec[key])
         rec["compute_mode"] = clean(cols[6])

@@ -43,8 +43,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from runner.core.errors import AppendOnlyViolation
 from runner.core.outcomes import Status
@@ -55,6 +56,28 @@ from runner.store.campaign import Campaign
 from runner.store.manifest import Manifest, branch_name
 
 LEDGER_NAME = "gate_fields.jsonl"
+
+
+class LedgeredConstants(TypedDict):
+    """The gate constants an entry ledgered: their digest and their values."""
+
+    sha256: str
+    values: dict[str, object]
+
+
+class LedgerEntry(TypedDict, total=False):
+    """One line of the ledger (``record``); ``identity`` and ``constants`` are missing
+    from an entry written before they were ledgered."""
+
+    when: str
+    by: str
+    reason: str
+    sha256: str
+    fields: dict[str, object]
+    identity: dict[str, str | None]
+    constants: LedgeredConstants
+
+
 GATE_FIELDS = (
     "primary_metric",
     "sigma_g",
@@ -99,13 +122,13 @@ def ledger_file(campaign: Campaign) -> Path:
     return campaign.logs_dir / LEDGER_NAME
 
 
-def gate_values(m: Manifest) -> dict[str, Any]:
+def gate_values(m: Manifest) -> dict[str, object]:
     data = m.model_dump(mode="json")
     skip = SEALED_FIELDS if m.heldout_digest is None else ()
     return {k: data[k] for k in GATE_FIELDS if k not in skip}
 
 
-def identity_values(m: Manifest) -> dict[str, Any]:
+def identity_values(m: Manifest) -> dict[str, str | None]:
     """What names the campaign's history: the base commit, the source checkout, the
     lineage ref and the optimisation branch."""
     return {
@@ -119,7 +142,7 @@ def identity_values(m: Manifest) -> dict[str, Any]:
 CHECKED_IDENTITY = ("base_commit", "lineage_ref", "branch")
 
 
-def identity_problems(campaign: Campaign, entry: dict[str, Any]) -> list[str]:
+def identity_problems(campaign: Campaign, entry: LedgerEntry) -> list[str]:
     """One line naming every identity value that differs from the entry's (empty: the
     same, or an entry written before the identity was ledgered)."""
     recorded = entry.get("identity")
@@ -139,7 +162,7 @@ def identity_problems(campaign: Campaign, entry: dict[str, Any]) -> list[str]:
     ]
 
 
-def values_sha(values: dict[str, Any]) -> str:
+def values_sha(values: Mapping[str, object]) -> str:
     text = json.dumps(values, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -149,7 +172,7 @@ def record(campaign: Campaign, by: str, reason: str) -> str:
     values = gate_values(campaign.manifest)
     sha = values_sha(values)
     constants = gate_constants()
-    entry = {
+    entry: LedgerEntry = {
         "when": now_minute(),
         "by": by,
         "reason": reason,
@@ -162,7 +185,7 @@ def record(campaign: Campaign, by: str, reason: str) -> str:
     return sha
 
 
-def last_entry(campaign: Campaign) -> dict[str, Any] | None:
+def last_entry(campaign: Campaign) -> LedgerEntry | None:
     """The last ledgered state; None when there is no ledger.  A line that is not an
     entry is an AppendOnlyViolation (the file's own ledger catches an edit first)."""
     path = ledger_file(campaign)
@@ -170,7 +193,7 @@ def last_entry(campaign: Campaign) -> dict[str, Any] | None:
         return None
     lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
     try:
-        entry = json.loads(lines[-1]) if lines else None
+        entry: LedgerEntry | None = json.loads(lines[-1]) if lines else None
     except json.JSONDecodeError:
         entry = None
     if not isinstance(entry, dict) or not isinstance(entry.get("fields"), dict):
@@ -185,12 +208,12 @@ def _baseline_ledgered(campaign: Campaign) -> bool:
     return base.status is Status.BASELINE and any(LEDGERED_NOTE in r for r in base.reasons)
 
 
-def short_value(value: Any) -> str:
+def short_value(value: object) -> str:
     text = json.dumps(value, sort_keys=True, ensure_ascii=False)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def ledgered_constants(entry: dict[str, Any]) -> dict[str, Any] | None:
+def ledgered_constants(entry: LedgerEntry) -> LedgeredConstants | None:
     """The entry's gate constants (``sha256``, ``values``); None when the entry was
     written before they were ledgered."""
     found = entry.get("constants")
@@ -199,7 +222,7 @@ def ledgered_constants(entry: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def constant_problems(entry: dict[str, Any]) -> list[str]:
+def constant_problems(entry: LedgerEntry) -> list[str]:
     """One line naming every gate constant of the running code that differs from the
     entry's (empty: the same, or not ledgered)."""
     recorded = ledgered_constants(entry)

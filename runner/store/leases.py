@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TypedDict
 
 from runner.core.errors import ConfigError, GpuBusy
 
@@ -107,15 +107,26 @@ def _try_lock(fd: int, mode: int = fcntl.LOCK_EX) -> bool:
     return True
 
 
-def _read_holder(path: Path) -> dict[str, Any]:
+class HolderRecord(TypedDict, total=False):
+    """What a lease's holder writes into its lock file (``acquire``)."""
+
+    pid: int
+    campaign: str
+    round: int | None
+    started: str
+    host: str
+    gpus: list[int]
+
+
+def _read_holder(path: Path) -> HolderRecord:
     try:
-        data = json.loads(path.read_text(encoding="utf-8") or "{}")
+        data: HolderRecord = json.loads(path.read_text(encoding="utf-8") or "{}")
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
-def _info(gpu: int, held: bool, holder: dict[str, Any]) -> LeaseInfo:
+def _info(gpu: int, held: bool, holder: HolderRecord) -> LeaseInfo:
     if not held:
         return LeaseInfo(gpu, False)
     rnd = holder.get("round")
@@ -187,7 +198,7 @@ class Lease:
             os.close(fd)  # closing the only descriptor drops the flock
 
 
-def _write_holder(fd: int, record: dict[str, Any]) -> None:
+def _write_holder(fd: int, record: HolderRecord) -> None:
     data = (json.dumps(record) + "\n").encode()
     os.ftruncate(fd, 0)
     os.pwrite(fd, data, 0)
@@ -237,7 +248,7 @@ def acquire(
             infos = [_probe(gpu, root) for gpu in busy]
             raise GpuBusy(_busy_message(infos, time.monotonic() - start if wait else 0))
         time.sleep(POLL_S)
-    record = {
+    record: HolderRecord = {
         "pid": os.getpid(),
         "campaign": campaign,
         "round": round,

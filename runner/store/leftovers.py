@@ -26,10 +26,10 @@ import re
 import shutil
 import signal
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from runner.core.errors import CommandFailed
 from runner.core.files import write_atomic
@@ -74,16 +74,25 @@ def _ours(name: str, prefix: str) -> bool:
     return name.startswith(prefix) and bool(_RANDOM.fullmatch(name[len(prefix) :]))
 
 
-def _read_owner(folder: Path) -> dict[str, Any]:
+class OwnerRecord(TypedDict, total=False):
+    """``owner.json`` of a folder a command made (``make_owned_dir``)."""
+
+    root: str
+    campaign: str
+    source: str
+    pid: int
+
+
+def _read_owner(folder: Path) -> OwnerRecord:
     try:
-        data = json.loads((folder / OWNER).read_text(encoding="utf-8"))
+        data: OwnerRecord = json.loads((folder / OWNER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
 # ---- the folders a round works in -------------------------------------------------
-def make_owned_dir(prefix: str, owner: dict[str, Any]) -> Path:
+def make_owned_dir(prefix: str, owner: Mapping[str, object]) -> Path:
     """``mkdtemp(prefix)`` with ``owner.json`` (plus this pid) inside."""
     folder = Path(tempfile.mkdtemp(prefix=prefix))
     write_atomic(folder / OWNER, json.dumps({**owner, "pid": os.getpid()}) + "\n")

@@ -26,11 +26,13 @@ import datetime as dt
 import math
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from runner.core.errors import CampaignNotFound, ConfigError, RecordDamaged, ValueRefused
 from runner.core.files import write_atomic
@@ -158,7 +160,7 @@ def split_target_op(op: Any, granularity: Any) -> tuple[Any, Any]:
     return op, granularity
 
 
-def upstream_spellings(data: dict[str, Any]) -> dict[str, Any]:
+def upstream_spellings(data: Mapping[str, object]) -> dict[str, object]:
     """``data`` with upstream's spellings read (module doc): target_op split, ``-mode``
     dropped from execution_mode, a single kernel_source path made a list."""
     out = dict(data)
@@ -273,7 +275,7 @@ class Manifest(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _upstream(cls, data: Any) -> Any:
+    def _upstream(cls, data: object) -> object:
         return upstream_spellings(data) if isinstance(data, dict) else data
 
     @property
@@ -367,7 +369,7 @@ class Manifest(BaseModel):
 
     @field_validator("target_shapes", mode="before")
     @classmethod
-    def _shapes(cls, v: Any) -> Any:
+    def _shapes(cls, v: object) -> object:
         if v == "all":
             return v
         if not isinstance(v, list) or not v or not all(isinstance(s, str) and s for s in v):
@@ -472,7 +474,7 @@ def _check_shapes(m: Manifest) -> None:
             )
 
 
-def check_schema_version(version: Any) -> None:
+def check_schema_version(version: object) -> None:
     """Raise ValueError (with the fix) unless ``version`` is the supported one."""
     require_schema_version(
         version,
@@ -502,7 +504,7 @@ def format_validation_error(exc: ValidationError, where: str) -> str:
     return "\n".join(lines)
 
 
-def _describe(err: Any, where: str) -> str:
+def _describe(err: ErrorDetails, where: str) -> str:
     loc = ".".join(str(p) for p in err["loc"])
     kind = err["type"]
     msg = str(err["msg"]).removeprefix("Value error, ")
@@ -516,7 +518,7 @@ def _describe(err: Any, where: str) -> str:
     return f"{loc} = {excerpt(err['input'])}: {msg}"
 
 
-def validate_manifest(data: Any, where: str) -> Manifest:
+def validate_manifest(data: object, where: str) -> Manifest:
     """Validate a mapping; any problem -> ConfigError naming field, value and fix."""
     if not isinstance(data, dict):
         raise ConfigError(

@@ -17,13 +17,12 @@ the report repeat as a non-AMD run.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from runner.store import cuda_platform_shim
 from runner.store.minimal_stack import Stack
-from runner.store.workspace import RECORD
+from runner.store.workspace import RECORD, PlatformRecord
 
 PLATFORM_MARK = "PLATFORM LAYER written by turbo-campaign's workspace mode"
 SHIM = "primus_turbo/_turbo_campaign_platform.py"
@@ -36,7 +35,7 @@ def is_cuda_gpu(gpu: str) -> bool:
     return gpu.lower().startswith("sm")
 
 
-def platform_record(gpu: str) -> dict[str, Any] | None:
+def platform_record(gpu: str) -> PlatformRecord | None:
     """What UPSTREAM.yaml records for a stack on ``gpu``: None on ROCm and the CPU."""
     if not is_cuda_gpu(gpu):
         return None
@@ -51,7 +50,7 @@ def platform_record(gpu: str) -> dict[str, Any] | None:
     }
 
 
-def apply_layer(stack: Stack, root: Path, gpu: str) -> dict[str, Any] | None:
+def apply_layer(stack: Stack, root: Path, gpu: str) -> PlatformRecord | None:
     """Add the layer for ``gpu`` to ``stack`` (planned from the tree ``root``); returns
     its record, or None (nothing added) where the campaign is not declared for CUDA."""
     record = platform_record(gpu)

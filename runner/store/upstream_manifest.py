@@ -34,7 +34,7 @@ def target_of_skill(skill: str | None) -> str | None:
     return next((t for t, s in PROJECT_SKILLS.items() if s == skill), None)
 
 
-def _load(path: Path) -> dict[str, Any]:
+def _load(path: Path) -> dict[str, object]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -51,7 +51,7 @@ def _load(path: Path) -> dict[str, Any]:
     return data
 
 
-def _placeholder(value: Any) -> bool:
+def _placeholder(value: object) -> bool:
     return isinstance(value, str) and value.strip().startswith("<") and value.strip().endswith(">")
 
 

@@ -21,9 +21,9 @@ import hashlib
 import json
 import pprint
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from runner.core import processes as cmd
 from runner.core.csv_io import read_csv
@@ -56,13 +56,27 @@ def record_path(campaign_root: Path) -> Path:
     return Path(campaign_root) / RECORD
 
 
-def load_record(campaign_root: Path) -> dict[str, Any] | None:
+class QuickRecord(TypedDict, total=False):
+    """The script's record: the template it was copied from (``template``, ``commit``,
+    ``backend``, ``op``, ``granularity``) and what the tool last wrote or ran of it
+    (``sha256``, ``text``)."""
+
+    template: str
+    commit: str
+    backend: str
+    op: str
+    granularity: str | None
+    sha256: str
+    text: str
+
+
+def load_record(campaign_root: Path) -> QuickRecord | None:
     path = record_path(campaign_root)
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-def _save(campaign_root: Path, record: dict[str, Any], text: str) -> None:
-    record.update(sha256=_sha(text), text=text)
+def _save(campaign_root: Path, record: QuickRecord, text: str) -> None:
+    record.update({"sha256": _sha(text), "text": text})
     write_atomic(record_path(campaign_root), json.dumps(record, indent=1) + "\n")
 
 
@@ -123,7 +137,7 @@ def copy_template(
     commit = cmd.run(["git", "-C", str(source), "rev-parse", "HEAD"]).stdout.strip()
     script = Path(campaign_root) / "quick_test_bench.py"
     write_atomic(script, text)
-    record = {"template": TEMPLATE, "commit": commit, "backend": backend}
+    record: QuickRecord = {"template": TEMPLATE, "commit": commit, "backend": backend}
     _save(campaign_root, {**record, "op": op, "granularity": granularity}, text)
     return script
 
@@ -162,14 +176,14 @@ def _shapes_lines(text: str, script: Path) -> tuple[int, int]:
     return spans[0]
 
 
-def shapes_block(shapes: Sequence[dict[str, Any]]) -> str:
+def shapes_block(shapes: Sequence[Mapping[str, object]]) -> str:
     """``SHAPES`` as the template writes its list: one shape a line, the closing bracket
     on a line of its own."""
     rows = [f"    {pprint.pformat(dict(s), sort_dicts=False, width=10_000)},\n" for s in shapes]
     return "SHAPES: List[Dict[str, Any]] = [\n" + "".join(rows) + "]\n"
 
 
-def fill_shapes(campaign_root: Path, script: Path, shapes: Sequence[dict[str, Any]]) -> None:
+def fill_shapes(campaign_root: Path, script: Path, shapes: Sequence[Mapping[str, object]]) -> None:
     """Set the script's ``SHAPES`` list (upstream's keys: label, M, N, K); the rest of
     the script is kept byte for byte, however often it is filled."""
     text = script.read_text(encoding="utf-8")

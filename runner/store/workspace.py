@@ -14,7 +14,7 @@ import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TypedDict
 
 import yaml
 
@@ -46,6 +46,34 @@ def upstream_commit(upstream: Path) -> str:
     return proc.stdout.strip()
 
 
+class PlatformRecord(TypedDict):
+    """The platform layer a stack carries (``runner.store.stack_platform``)."""
+
+    name: str
+    gpu: str
+    amd: bool
+    note: str
+    applied: list[str]
+    files: list[str]
+
+
+class WorkspaceRecord(TypedDict, total=False):
+    """``src/UPSTREAM.yaml``: where the workspace came from, each file copied (its
+    ``path`` and ``sha256``), and what the caller recorded beside (``extra``)."""
+
+    schema_version: int
+    upstream: str
+    commit: str
+    files: list[dict[str, str]]
+    tests: list[dict[str, str]]
+    bench: list[dict[str, str]]
+    support: list[dict[str, str]]
+    commands: dict[str, str]
+    target: str
+    stand_ins: list[str]
+    platform: PlatformRecord
+
+
 def _copy_named(upstream: Path, names: Sequence[str], dest: Path) -> list[dict[str, str]]:
     copied = []
     for name in names:
@@ -68,8 +96,8 @@ def extract_workspace(
     tests: Sequence[str] = (),
     bench: Sequence[str] = (),
     support: Sequence[str] = (),
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    extra: WorkspaceRecord | None = None,
+) -> WorkspaceRecord:
     """Extract ``files`` (kernel sources) plus the focused ``tests`` and ``bench`` files
     from ``upstream`` into ``dest``; returns (and writes) the UPSTREAM.yaml record.
     ``support`` files (the rest of the package, so that it imports) go to ``src/`` too
@@ -80,15 +108,15 @@ def extract_workspace(
     commit = upstream_commit(upstream)
     if (dest / "src" / RECORD).exists():
         raise ConfigError(f"{dest}/src/{RECORD} exists: this workspace was already extracted")
-    record: dict[str, Any] = {
+    record: WorkspaceRecord = {
         "schema_version": SCHEMA_VERSION,
         "upstream": str(upstream),
         "commit": commit,
         "files": _copy_named(upstream, files, dest / "src"),
         "tests": _copy_named(upstream, tests, dest / "tests"),
         "bench": _copy_named(upstream, bench, dest / "bench"),
-        **(extra or {}),
     }
+    record.update(extra or {})
     if support:
         record["support"] = _copy_named(
             upstream, [f for f in support if f not in files], dest / "src"
@@ -97,10 +125,10 @@ def extract_workspace(
     return record
 
 
-def load_record(dest: Path) -> dict[str, Any]:
+def load_record(dest: Path) -> WorkspaceRecord:
     path = dest / "src" / RECORD
     try:
-        record = yaml.safe_load(path.read_text(encoding="utf-8"))
+        record: WorkspaceRecord = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path} not found: {dest} is not an extracted workspace") from None
     version = record.get("schema_version") if isinstance(record, dict) else None
@@ -145,7 +173,7 @@ def sync_back(dest: Path, upstream: Path, only: Sequence[str] | None = None) -> 
     return written
 
 
-def _core_paths(record: dict[str, Any]) -> list[str]:
+def _core_paths(record: WorkspaceRecord) -> list[str]:
     """The recorded kernel paths; a record that lists scaffolding as core is refused."""
     core = [_relative(entry["path"]).as_posix() for entry in record["files"]]
     scaffolding = {

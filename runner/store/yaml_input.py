@@ -68,7 +68,7 @@ def _expanded(node: Node, sizes: dict[int, int], depth: int = 0) -> int:
     return total
 
 
-def load_yaml(text: str, where: str) -> Any:
+def load_yaml(text: str, where: str) -> object:
     """The value of one YAML document ``text`` (``where`` names it in messages), bounded
     in size, expansion and depth, with no duplicate keys; ConfigError otherwise."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_MANIFEST_BYTES:

@@ -166,7 +166,7 @@ class Target:
         """The build's environment (the architectures to compile for, ...)."""
         return {}
 
-    def build_facts(self, env: dict[str, str]) -> dict[str, Any]:
+    def build_facts(self, env: dict[str, str]) -> dict[str, object]:
         """What the build reads from its environment ``env``, as the target's build
         parses it: part of the build key.  Empty for a target whose build reads none."""
         return {}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
 
 from runner.core.errors import ConfigError
 from runner.core.processes import run
@@ -329,7 +328,7 @@ class PrimusTurboTarget(Target):
             env["GPU_ARCHS"] = gpu_archs
         return env
 
-    def build_facts(self, env: dict[str, str]) -> dict[str, Any]:
+    def build_facts(self, env: dict[str, str]) -> dict[str, object]:
         return build_facts(env).to_dict()
 
     def check_build_facts(self, backend: str, gpu: str) -> None:
