@@ -38,6 +38,7 @@ from typing import TypeVar, cast, overload
 
 import torch
 
+from runner.core.samples import SimulationRun
 from runner.ops.base import seeded
 
 KINDS = ("weight", "activation")
@@ -197,7 +198,7 @@ class SimResult:
         mode = "fresh tensors" if self.fresh else "benchmark idiom"
         return "\n".join([*rows, "", f"{mode}, {len(self.steps)} steps: {verdict}"])
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> SimulationRun:
         return {
             "steps": [dataclasses.asdict(s) for s in self.steps],
             "has_weight_cache": self.has_weight_cache,

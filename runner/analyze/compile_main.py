@@ -28,13 +28,17 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, SupportsInt
 
 from runner.core.files import write_atomic, write_json_atomic
-from runner.core.isa_facts import parse_amdgcn, parse_ptx
+from runner.core.isa_facts import Facts, parse_amdgcn, parse_ptx
 from runner.core.processes import run
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from runner.analyze.example_cases import Case
+    from runner.analyze.launch_log import Recorded
     from runner.analyze.launches import CompiledKernel, JitKernel, Launch, Target
 
 
@@ -59,9 +63,10 @@ def _ptxas(ptx: str, arch: int | str) -> str:
 
 
 def _facts(
-    compiled: CompiledKernel, target: Target, config: dict[str, Any]
-) -> tuple[str, str, dict[str, Any]]:
-    warps = int(config.get("num_warps", 4))
+    compiled: CompiledKernel, target: Target, config: Mapping[str, object]
+) -> tuple[str, str, Facts]:
+    num_warps = config.get("num_warps", 4)  # an int: Triton's compile took it
+    warps = int(num_warps) if isinstance(num_warps, SupportsInt) else 4
     if target.backend == "hip":
         text = compiled.asm["amdgcn"]
         shared = int(compiled.metadata.shared)
@@ -71,14 +76,14 @@ def _facts(
     return "ptx", text, facts
 
 
-def _selected(prefix: str, granularity: str | None) -> list[Any]:
+def _selected(prefix: str, granularity: str | None) -> list[Case]:
     """The first case of each kernel of the file, the granularity's where it has one."""
     from runner.analyze.example_cases import CASES
 
     mine = [c for c in CASES if c.id.split("-", 1)[0] == prefix]
     if granularity:
         mine = [c for c in mine if granularity in c.id.split("-")] or mine
-    first: dict[str, Any] = {}
+    first: dict[str, Case] = {}
     for case in mine:
         first.setdefault(case.kernel, case)
     return list(first.values())
@@ -109,7 +114,7 @@ def _example_jobs(prefix: str, granularity: str | None, arch: str) -> list[Job]:
 
 
 def _primus_turbo_jobs(
-    tree: Path, rel: str, op: str, granularity: str | None, arch: str, doc: dict[str, Any]
+    tree: Path, rel: str, op: str, granularity: str | None, arch: str, doc: dict[str, object]
 ) -> list[Job]:
     """The launches of the op's recipe whose kernel is defined in ``rel``, each distinct
     specialisation once (under the first step that made it)."""
@@ -119,7 +124,7 @@ def _primus_turbo_jobs(
     launches, doc["stood_in"] = record(tree, op, granularity, arch)
     doc["shape"] = "M={}, N={}, K={}".format(*SHAPE)
     mine = [r for r in launches if kernel_file(r.fn) == (tree / rel).resolve()]
-    distinct: dict[str, Any] = {}
+    distinct: dict[str, Recorded] = {}
     for r in mine:
         spec = specialise(r.fn, r.args, r.kwargs, TARGETS[arch])
         distinct.setdefault(repr((r.fn.__name__, spec, sorted(r.knobs.items()))), r)
@@ -132,11 +137,11 @@ def _primus_turbo_jobs(
     return jobs
 
 
-def _plain(values: dict[str, Any]) -> dict[str, Any]:
+def _plain(values: Mapping[str, object]) -> dict[str, object]:
     return {k: v for k, v in values.items() if isinstance(v, (int, float, str, bool))}
 
 
-def compile_file(ns: argparse.Namespace, out: Path) -> dict[str, Any]:
+def compile_file(ns: argparse.Namespace, out: Path) -> dict[str, object]:
     """Compile the kernels of one kernel file as the target's launch recipes launch them
     and write their assembly and ``facts.json`` into ``out``."""
     import triton
@@ -145,7 +150,8 @@ def compile_file(ns: argparse.Namespace, out: Path) -> dict[str, Any]:
     from runner.analyze.primus_turbo_cases import NoRecipe, tree_deps
 
     target = TARGETS[ns.arch]
-    doc: dict[str, Any] = {"arch": ns.arch, "triton": triton.__version__, "kernels": {}}
+    kernels: dict[str, dict[str, object]] = {}
+    doc: dict[str, object] = {"arch": ns.arch, "triton": triton.__version__, "kernels": kernels}
     tree = Path.cwd()
     try:
         if ns.target == "primus-turbo":
@@ -165,12 +171,17 @@ def compile_file(ns: argparse.Namespace, out: Path) -> dict[str, Any]:
         ext, text, facts = _facts(compiled, target, config)
         isa = re.sub(r"[^A-Za-z0-9_.]+", "-", job.name).strip("-") + f".{ext}"
         write_atomic(out / isa, text)
-        entry = {"case": job.case, "config": _plain(config), "facts": facts, "isa": isa}
+        entry: dict[str, object] = {
+            "case": job.case,
+            "config": _plain(config),
+            "facts": facts,
+            "isa": isa,
+        }
         if job.autotune:
             entry["autotune"] = job.autotune
         if job.knobs and target.backend == "hip":
             entry["knobs"] = _plain(job.knobs)
-        doc["kernels"][job.name] = entry
+        kernels[job.name] = entry
     doc["deps"] = tree_deps(tree)
     write_json_atomic(out / "facts.json", doc)
     return doc

@@ -68,8 +68,8 @@ def knobs_now() -> dict[str, object]:
 
 
 def _resolve(
-    kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[Any, dict[str, Any], str | None]:
+    kernel: Any, args: tuple[object, ...], kwargs: dict[str, object]
+) -> tuple[JitKernel, dict[str, object], str | None]:
     """The JIT function under autotune / heuristics wrappers and the keywords they add."""
     from triton.runtime.autotuner import Autotuner, Heuristics
 
@@ -99,7 +99,7 @@ def recording() -> Iterator[LaunchLog]:
     saved = KernelInterface.__getitem__
 
     def getitem(self: Any, grid: object) -> Any:
-        def launch(*args: Any, **kwargs: Any) -> None:
+        def launch(*args: object, **kwargs: object) -> None:
             fn, merged, note = _resolve(self, args, kwargs)
             log.launches.append(Recorded(log.step, fn, args, merged, knobs_now(), note))
 

@@ -17,7 +17,7 @@ import os
 import runpy
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runner.core.files import write_atomic
 from runner.core.profile_range import RANGE_ENV
@@ -50,7 +50,7 @@ def _inside(events: list[FunctionEvent], name: str) -> list[FunctionEvent]:
     ]
 
 
-def _rows(profile: Profile, only_range: str = "") -> list[dict[str, Any]]:
+def _rows(profile: Profile, only_range: str = "") -> list[dict[str, str | float]]:
     totals: dict[str, dict[str, float]] = {}
     if only_range:
         events = _inside(list(profile.events()), only_range)
@@ -68,11 +68,11 @@ def _rows(profile: Profile, only_range: str = "") -> list[dict[str, Any]]:
                 "cpu_total_us": a.cpu_time_total,
                 "device_total_us": _device_us(a),
             }
-    rows: list[dict[str, Any]] = [
+    rows: list[dict[str, str | float]] = [
         {"name": name, "calls": int(t["calls"]), **{k: round(float(t[k]), 3) for k in COLUMNS[2:]}}
         for name, t in totals.items()
     ]
-    rows.sort(key=lambda r: (-r["self_cpu_us"], r["name"]))
+    rows.sort(key=lambda r: (-float(r["self_cpu_us"]), str(r["name"])))
     return rows
 
 

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, TypeGuard, TypeVar, cast
 
 from runner.cachesim import CacheProbe, SimResult, simulate_training_steps
+from runner.core.samples import Simulation as SimulationRecord
+from runner.core.samples import SimulationRun, StateProbe
 
 if TYPE_CHECKING:
     import torch
@@ -53,7 +55,7 @@ MODES = (("fresh", True, 1e-2), ("activations", True, 0.0), ("idiom", False, 0.0
 
 Token = tuple[object, ...]
 # What ``stateful_probe`` found (JSON: samples.json's ``state``).
-StateRecord = dict[str, object]
+StateRecord = StateProbe
 _R = TypeVar("_R")
 
 
@@ -216,18 +218,24 @@ def stateful_probe(
             seed=_SECRET.getrandbits(62) + index,
             lr=lr,
         )
-    simulation: dict[str, object] = {
-        mode: {
-            **run.to_dict(),
-            "state_written_steps": run.state_counts()[0],
-            "served_steps": run.state_counts()[1],
-            "mismatched_steps": list(run.mismatched_steps),
-        }
-        for mode, run in runs.items()
+    simulation: SimulationRecord = {
+        "fresh": _run_record(runs["fresh"]),
+        "activations": _run_record(runs["activations"]),
+        "idiom": _run_record(runs["idiom"]),
+        "problems": simulation_problems(runs),
     }
-    simulation["problems"] = simulation_problems(runs)
     result["simulation"] = simulation
     return result
+
+
+def _run_record(run: SimResult) -> SimulationRun:
+    """One mode's run for ``samples.json``, with the kept-state counts."""
+    return {
+        **run.to_dict(),
+        "state_written_steps": run.state_counts()[0],
+        "served_steps": run.state_counts()[1],
+        "mismatched_steps": list(run.mismatched_steps),
+    }
 
 
 def _watching(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from runner.core.samples import TimingRecord
 from runner.core.stats import median, rel_stdev, stdev
 
 
@@ -35,7 +36,7 @@ class Timing:
         n = len(self.samples_ms)
         return 1.2533 * rel_stdev(self.samples_ms) / n**0.5 if n > 1 else float("inf")
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> TimingRecord:
         return {
             "samples_ms": list(self.samples_ms),
             "median_ms": self.median_ms,

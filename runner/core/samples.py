@@ -9,9 +9,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from runner.core.artifact_names import SAMPLES
+
+
+class TimingRecord(TypedDict):
+    """One timed callable (``runner.bench.timing_result.Timing.to_dict``)."""
+
+    samples_ms: list[float]
+    median_ms: float
+    stddev_ms: float
+    method: str
+    stop_reason: str
+    iters_per_sample: int
+    extra: dict[str, object]
 
 
 class CheckRecord(TypedDict):
@@ -67,11 +79,11 @@ class ShapeSamples(TypedDict, total=False):
     """One shape's record; a shape that raised has only ``error`` (and what a serving
     worker measured before it did)."""
 
-    forward: dict[str, object]  # runner.bench.timing_result.Timing.to_dict
-    backward: dict[str, object] | None  # None: the op has no backward pass
-    fresh_step: dict[str, Any] | None  # the real-training step, a Timing
-    fresh_draw: dict[str, Any] | None  # drawing that step's inputs, a Timing
-    state: dict[str, Any] | None  # runner.bench.statecheck: a StateProbe
+    forward: TimingRecord
+    backward: TimingRecord | None  # None: the op has no backward pass
+    fresh_step: TimingRecord | None  # the real-training step
+    fresh_draw: TimingRecord | None  # drawing that step's inputs
+    state: StateProbe | None  # runner.bench.statecheck
     checks: list[CheckRecord]
     integrity_problems: list[str]  # sampled timed outputs, the 8-step simulation
     seconds: float  # wall time the worker spent on the shape

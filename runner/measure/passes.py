@@ -116,9 +116,10 @@ def fresh_step_ms(csv_path: Path) -> dict[str, float]:
     for label, raw in (data or {}).get("shapes", {}).items():
         fresh = raw.get("fresh_step")
         if fresh:
-            draw = raw.get("fresh_draw") or {}
+            draw = raw.get("fresh_draw")
+            draw_ms = float(draw.get("median_ms", 0.0)) if draw else 0.0
             step = float(fresh["median_ms"])
-            out[label] = max(step - float(draw.get("median_ms", 0.0)), 0.1 * step)
+            out[label] = max(step - draw_ms, 0.1 * step)
     return out
 
 
