@@ -6,10 +6,11 @@ Every class has ``to_dict``/``from_dict`` so that results travel as JSON.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TypedDict
+from typing import TypedDict, cast
 
 from runner.core.isa_facts import KernelFacts
 from runner.core.step_times import StepTimes, StepTimesDict, read_step_times
@@ -194,16 +195,8 @@ class ShapeScore:
     snr: float | None = None
 
     def to_dict(self) -> ShapeScoreDict:
-        return {
-            "label": self.label,
-            "check": self.check,
-            "value": self.value,
-            "forward": self.forward,
-            "backward": self.backward,
-            "forward_ms": self.forward_ms,
-            "backward_ms": self.backward_ms,
-            "snr": self.snr,
-        }
+        # every field, as the dataclass holds them: a new field is written too
+        return cast(ShapeScoreDict, dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, d: ShapeScoreDict) -> ShapeScore:
@@ -253,13 +246,8 @@ class ShapeDelta:
     check: str
 
     def to_dict(self) -> ShapeDeltaDict:
-        return {
-            "label": self.label,
-            "best": self.best,
-            "candidate": self.candidate,
-            "delta_pct": self.delta_pct,
-            "check": self.check,
-        }
+        # every field, as the dataclass holds them: a new field is written too
+        return cast(ShapeDeltaDict, dataclasses.asdict(self))
 
 
 @dataclass(frozen=True)
@@ -407,16 +395,8 @@ class TransferCheck:
     decision: str = "ACCEPT-as-real"  # ACCEPT-as-real | ACCEPT-with-asterisk | REJECT-as-overfit
 
     def to_dict(self) -> TransferCheckDict:
-        return {
-            "bucket": self.bucket,
-            "cache_key": self.cache_key,
-            "id_audit": self.id_audit,
-            "hit_rate_trace": self.hit_rate_trace,
-            "skew_robustness": self.skew_robustness,
-            "benchmark_gain_pct": self.benchmark_gain_pct,
-            "estimated_real_gain_pct": self.estimated_real_gain_pct,
-            "decision": self.decision,
-        }
+        # every field, as the dataclass holds them: a new field is written too
+        return cast(TransferCheckDict, dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, d: TransferCheckDict) -> TransferCheck:
@@ -432,13 +412,8 @@ class RollbackAnalysis:
     lesson: str
 
     def to_dict(self) -> RollbackDict:
-        return {
-            "change": self.change,
-            "expected": self.expected,
-            "actual": self.actual,
-            "root_cause": self.root_cause,
-            "lesson": self.lesson,
-        }
+        # every field, as the dataclass holds them: a new field is written too
+        return cast(RollbackDict, dataclasses.asdict(self))
 
 
 @dataclass
@@ -454,13 +429,8 @@ class TournamentNote:
     retry: list[int] = field(default_factory=list)
 
     def to_dict(self) -> TournamentNoteDict:
-        return {
-            "first": self.first,
-            "last": self.last,
-            "winner": self.winner,
-            "line": self.line,
-            "retry": list(self.retry),
-        }
+        # every field, as the dataclass holds them: a new field is written too
+        return cast(TournamentNoteDict, dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, d: TournamentNoteDict) -> TournamentNote:
