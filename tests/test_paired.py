@@ -5,13 +5,15 @@ simulated devices with the split by measured seconds and the merge."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +38,7 @@ from runner.flow.round_result import Request
 from runner.flow.tournament_measure import Entry, EntryTests
 from runner.judge.gate import decide, required_pairs
 from runner.judge.probe import is_probe
+from runner.measure.beside import BesideWork
 from runner.measure.host import PlainHost, run_job
 from runner.measure.host_records import RECORDS_DIR, rewritten
 from runner.measure.paired import (
@@ -173,12 +176,41 @@ def alive(marker: Path) -> list[str]:
     return [line for line in out.stdout.splitlines() if str(marker) in line]
 
 
+class Beside:
+    """Work beside a measurement that notes when the engine called on it: its wait, its
+    ready check, and each stretch it was told to keep quiet."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, float]] = []
+        self.quiet_spans: list[tuple[float, float]] = []
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        start = time.time()
+        yield
+        self.quiet_spans.append((start, time.time()))
+
+    def work(self) -> BesideWork:
+        def wait() -> None:
+            self.calls.append(("wait", time.time()))
+
+        def check() -> None:
+            self.calls.append(("check", time.time()))
+
+        return BesideWork(waits=(wait,), ready_checks=(check,), quiets=(self.quiet,))
+
+    def quiet_at(self, moment: float) -> bool:
+        return any(start <= moment <= end for start, end in self.quiet_spans)
+
+
 @pytest.mark.integration
 def test_serving_workers_take_turns_abba(tmp_path: Path) -> None:
     host, tree = example_host(tmp_path, pool=3)
     shapes = [Shape("s1", 16, 64, 64), Shape("s2", 32, 64, 64)]
     trees = {"incumbent": tree, "candidate": tree}
-    got = measure_paired(host, trees, shapes, ["incumbent", "candidate"], pairs=2, groups=2)
+    beside = Beside()
+    roles = ["incumbent", "candidate"]
+    got = measure_paired(host, trees, shapes, roles, pairs=2, groups=2, beside=beside.work())
     assert [p.parent.name for p in got["incumbent"]] == ["pass-01-incumbent", "pass-03-incumbent"]
     assert [p.parent.name for p in got["candidate"]] == ["pass-02-candidate", "pass-04-candidate"]
     for paths in got.values():
@@ -205,6 +237,11 @@ def test_serving_workers_take_turns_abba(tmp_path: Path) -> None:
     spans = sorted((t["start"], t["end"]) for t in turns)
     for (_, end), (start, _) in itertools.pairwise(spans):
         assert end <= start  # the token: never two workers measuring at once
+    # the work beside: waited for and checked before each wave's first turn, in that
+    # order, and quiet around every turn and every fresh step
+    assert [name for name, _ in beside.calls] == ["wait", "check"]  # the CPU: one wave
+    assert beside.calls[1][1] <= spans[0][0]
+    assert all(beside.quiet_at(start) and beside.quiet_at(end) for start, end in spans)
     # the finish: each worker's fresh step timed alone, then all re-checks at once
     logs = [
         (host.tmp / path.parent.name / "worker.log").read_text()
@@ -216,6 +253,7 @@ def test_serving_workers_take_turns_abba(tmp_path: Path) -> None:
     )
     for (_, end), (start, _) in itertools.pairwise(fresh):
         assert end <= start
+    assert all(beside.quiet_at(start) and beside.quiet_at(end) for start, end in fresh)
     assert min(logged_at(x, "finishing: the re-checks and files") for x in logs) >= fresh[-1][1]
     assert alive(host.tmp) == []
 
@@ -766,7 +804,7 @@ def test_a_focused_test_failing_beside_the_workers_stops_them_before_any_turn(
             with FocusedTest(rnd, "candidate", bad) as test:
                 trees = {"incumbent": tree, "candidate": bad}
                 with pytest.raises(FocusedTestFailed) as info:
-                    measure_roles(rnd, trees, shapes, 1)
+                    measure_roles(rnd, trees, shapes, 1, beside=test.beside_work)
     assert not test.ok and "failed" in info.value.tail
     assert not (rnd.tmp / "turns.jsonl").exists() or not (rnd.tmp / "turns.jsonl").read_text()
     assert (rnd.tmp / "specs" / "pass-02-candidate.json").exists()  # they had started
@@ -790,13 +828,13 @@ def test_a_tournament_s_focused_tests_run_beside_worker_start_up(
         good = Entry(Request(99, "the same code", None), 1, tree=tree)
         wrong = Entry(Request(100, "wrong by a factor 2", None), 2, tree=bad)
         tests = EntryTests(rnd, [good, wrong])
-        assert rnd.before_turns == tests.require
+        assert tests.beside and tests.beside_work.waits == (tests.require,)
         trees = {"incumbent": tree, good.role: tree, wrong.role: bad}
         with pytest.raises(FocusedTestFailed, match="round-100"):
-            measure_roles(rnd, trees, shapes, 1)
+            measure_roles(rnd, trees, shapes, 1, beside=tests.beside_work)
         tests.close()
     assert wrong.vetoes and "focused test failed" in wrong.vetoes[0] and not good.vetoes
-    assert rnd.before_turns is None
+    tests.require()  # the measurement again without the entry is not held a second time
     tested = max((rnd.tmp / f"test-{e.role}" / "test.log").stat().st_mtime for e in (good, wrong))
     for e in (good, wrong):  # side by side, each test's math libraries got half the cores
         ran = json.loads((rnd.tmp / f"test-{e.role}" / "test.json").read_text(encoding="utf-8"))

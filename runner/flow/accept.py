@@ -78,8 +78,8 @@ from runner.flow.round_context import (
 from runner.flow.suite_beside import SuiteBeside
 from runner.flow.tamper_check import proof
 from runner.judge.scoring import score
+from runner.measure.beside import NOTHING_BESIDE, BesideWork
 from runner.measure.host import run_job
-from runner.measure.paired import quiet
 from runner.measure.passes import read_passes
 from runner.measure.progress import Event
 from runner.render.status import unclosed_rounds
@@ -124,13 +124,21 @@ ACCEPT_COMPARISON = Comparison(
 
 
 def full_validation(
-    rnd: Round, trees: dict[str, Path], shapes: list[Shape], blocks: int
+    rnd: Round,
+    trees: dict[str, Path],
+    shapes: list[Shape],
+    blocks: int,
+    beside: BesideWork = NOTHING_BESIDE,
 ) -> tuple[GateResult, Score, Score]:
     """Base ("baseline") against head ("final") through the rounds' measure-and-judge
     path: ``block_pairs(blocks)`` paired samples, more when the gate asks for them; under the
-    rounds' proof that each role ran its own files (``Tampered``: exit 6)."""
-    with proof(rnd, trees):
-        got = measure_and_judge(rnd, trees, shapes, block_pairs(blocks), how=ACCEPT_COMPARISON)
+    rounds' proof that each role ran its own files (``Tampered``: exit 6).  ``beside``:
+    the full suite beside it, where it runs there (``SuiteBeside``)."""
+    with proof(rnd, trees) as proven:
+        samples = block_pairs(blocks)
+        got = measure_and_judge(
+            rnd, trees, shapes, samples, how=ACCEPT_COMPARISON, beside=beside + proven
+        )
     return got.gate, got.reference, got.candidate
 
 
@@ -382,12 +390,13 @@ def _measure(
             if SuiteBeside.possible(rnd):
                 folder = rnd.tmp / "full-suite" / "yield"
                 beside = stack.enter_context(SuiteBeside(rnd, command, folder, suite))
-            result.checks.append(_validate(rnd, trees, shapes, result, art))
+            work = beside.beside_work if beside is not None else NOTHING_BESIDE
+            result.checks.append(_validate(rnd, trees, shapes, result, art, work))
         measured = art / "final.csv" if result.final is not None else None
         with clock.step("full benchmark"):
             dest = art / "full_benchmark.csv"
             # a command's benchmark times: the suite gives the device up
-            with quiet(rnd), rnd.times.step("full benchmark"):
+            with work.quiet(), rnd.times.step("full benchmark"):
                 result.full_benchmark = full_benchmark(rnd, head, shapes, dest, measured)
             result.checks.append(benchmark_check(result.full_benchmark))
         with clock.step("full test suite"):
@@ -421,10 +430,15 @@ def _integration(rnd: Round, head: Path, result: Acceptance, log: Path) -> Check
 
 
 def _validate(
-    rnd: Round, trees: dict[str, Path], shapes: list[Shape], result: Acceptance, art: Path
+    rnd: Round,
+    trees: dict[str, Path],
+    shapes: list[Shape],
+    result: Acceptance,
+    art: Path,
+    beside: BesideWork,
 ) -> Check:
     try:
-        gate, base, final = full_validation(rnd, trees, shapes, result.passes)
+        gate, base, final = full_validation(rnd, trees, shapes, result.passes, beside)
     except DeviceOutOfMemory:
         raise  # infrastructure (exit 6 with the figure), not a verdict on the code
     except MeasurementFailed as exc:

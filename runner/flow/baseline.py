@@ -246,7 +246,9 @@ def _measured(rnd: Round, tree: Path, shapes: list[Shape], passes: int) -> list[
         if test.done and not test.wait():
             raise ConfigError(failed + test.tail)
         try:
-            return measure_roles(rnd, {"baseline": tree}, shapes, passes)["baseline"]
+            trees = {"baseline": tree}
+            got = measure_roles(rnd, trees, shapes, passes, beside=test.beside_work)
+            return got["baseline"]
         except FocusedTestFailed as exc:
             raise ConfigError(failed + exc.tail) from None
 

@@ -42,6 +42,7 @@ from runner.judge.independent import decide_metrics
 from runner.judge.measuring_caps import CAP_PAIRS, MAX_PAIRS, PROMISING_PAIRS, ROUND_CAP_S
 from runner.judge.probe import GUARD, PROBE_PREFIX, is_probe
 from runner.judge.scoring import component_metrics, score
+from runner.measure.beside import NOTHING_BESIDE, BesideWork
 from runner.measure.host import run_job
 from runner.measure.paired import (
     measure_paired,
@@ -88,16 +89,19 @@ def measure_roles(
     samples: int,
     start_index: int = 0,
     watch: PairWatch | None = None,
+    beside: BesideWork = NOTHING_BESIDE,
 ) -> dict[str, list[Path]]:
     """``samples`` independent samples of the roles of ``trees`` (in their order; one
     role: that many passes of it, two roles: that many pairs).  Returns per role the
     pinned CSV of each pass, pass i of one role paired with pass i of the other.
-    ``watch`` (default: a new one) says the pairs planned, each turn and pair done."""
+    ``watch`` (default: a new one) says the pairs planned, each turn and pair done.
+    ``beside``: the work beside serving workers (``runner.measure.beside``); passes of
+    fresh processes take none of it (a focused test ran before them, at once)."""
     roles = list(trees)
     watch = watch or pair_watch(rnd, roles, shapes)
     watch.plan(samples)
     if supports_paired(rnd.executor):
-        return _paired(rnd, trees, shapes, roles, samples, start_index, watch)
+        return _paired(rnd, trees, shapes, roles, samples, start_index, watch, beside)
     return _per_pass(rnd, trees, shapes, roles, samples, start_index, watch)
 
 
@@ -109,6 +113,7 @@ def _paired(
     samples: int,
     start_index: int,
     watch: PairWatch,
+    beside: BesideWork,
 ) -> dict[str, list[Path]]:
     gpus = tuple(rnd.gpus)
     seed = 7919 * rnd.round + start_index
@@ -124,6 +129,7 @@ def _paired(
             env=env,
             seed=seed,
             watch=watch,
+            beside=beside,
         )
     shards = [s for s in shard_shapes(shapes, len(gpus), cost=_cost(rnd)) if s]
     used = gpus[: len(shards)]
@@ -145,6 +151,7 @@ def _paired(
             env=gpu_env(gpu, vendor),
             suffix=f"-gpu{gpu}",
             seed=seed,
+            beside=beside,
         )
         return [got[role][p] for p in range(samples) for role in roles]
 
@@ -340,6 +347,7 @@ def measure_and_judge(
     remeasure: bool = True,
     measured: Mapping[str, list[Path]] | None = None,
     settled: Callable[[GateResult], bool] | None = None,
+    beside: BesideWork = NOTHING_BESIDE,
 ) -> Judged:
     """Measure ``samples`` incumbent/candidate pairs (``core.limits.block_pairs`` of the
     blocks a user asks for), judge, and while the gate asks for more paired samples,
@@ -351,7 +359,8 @@ def measure_and_judge(
     (e.g. in a session with more roles); then only the extra pairs are measured here.
     ``settled``: a judgement still asking for pairs that it holds enough ends the
     measurement too (a tournament's confirmation, ``runner.judge.gate.confirms``); the
-    caller reads what it means."""
+    caller reads what it means.  ``beside``: handed to every measurement here
+    (``measure_roles``)."""
     ordered = {role: trees[role] for role in how.roles}
     started = time.monotonic()
     watch = pair_watch(rnd, how.roles, shapes)  # the pairs measured here
@@ -361,7 +370,7 @@ def measure_and_judge(
         # after the passes of an earlier measurement in this round (a quick acceptance
         # confirmed at the full level): their folders and records stay as the host wrote them
         first = first_samples(rnd, samples, remeasure)
-        paths = measure_roles(rnd, ordered, shapes, first, last_index(rnd.tmp), watch)
+        paths = measure_roles(rnd, ordered, shapes, first, last_index(rnd.tmp), watch, beside)
     judged = judge(rnd, paths, how, vetoes, final=not remeasure)
     cap = measurement_cap(getattr(rnd, "level", "full"))
     while judged.gate.decision is Decision.NEEDS_REMEASURE:
@@ -381,7 +390,7 @@ def measure_and_judge(
         rnd.progress(
             f"round-{rnd.round}: not clear yet ({_evidence_line(judged.gate)}): {more} more pair(s)"
         )
-        got = measure_roles(rnd, ordered, shapes, more, last_index(rnd.tmp), watch)
+        got = measure_roles(rnd, ordered, shapes, more, last_index(rnd.tmp), watch, beside)
         for role in how.roles:
             paths[role] += got[role]
         judged = judge(rnd, paths, how, vetoes)

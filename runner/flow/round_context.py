@@ -7,7 +7,6 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
@@ -36,6 +35,7 @@ from runner.executors.jit_cache import (
 )
 from runner.judge.peaks import device_memory_for
 from runner.judge.probe import probe_shape
+from runner.measure.beside import NOTHING_BESIDE, BesideWork
 from runner.measure.host import job_in, read_memory_log, run_job
 from runner.measure.paired import supports_paired
 from runner.measure.progress import Progress, StepStarted
@@ -71,14 +71,6 @@ class Round:
     level: str
     gpus: tuple[int, ...] = ()
     builds: dict[Path, BuiltRole] = field(default_factory=dict)  # tree -> its build
-    # Called before the first timed turn of serving workers: a focused test that runs
-    # beside their start-up must have passed first (``FocusedTest``).
-    before_turns: Callable[[], None] | None = None
-    # before the first timed turn of a wave, after before_turns (runner.measure.paired._hold)
-    ready_checks: list[Callable[[], None]] = field(default_factory=list)
-    # Held around every timed stretch of serving workers: work beside them that can
-    # give the device up does so inside (runner.flow.suite_beside: acceptance's suite).
-    quiet: Callable[[], AbstractContextManager[None]] | None = None
     # The folders of the round's role trees: a job may not write any but its own.
     role_dirs: tuple[Path, ...] = ()
     jit_folders: dict[tuple[str, Path], Path] = field(default_factory=dict)  # (role, tree)
@@ -426,10 +418,11 @@ class BesideStartUp:
 
     When the round measures a GPU target with serving workers, ``work`` runs in a
     thread beside the workers' start-up (imports, compile/JIT, first calls: nothing is
-    timed then), and ``rnd.before_turns`` makes the first timed turn of every wave wait
-    for it (``require``).  Elsewhere (the CPU, docker and Slurm passes) it runs at once:
-    two CPU cores shared by it and worker start-up would slow both, and a
-    pass-per-worker executor has no start-up to hide it behind.
+    timed then), and ``beside_work`` makes the first timed turn of every wave wait for
+    it (``require``): the caller hands that to the measurement.  Elsewhere (the CPU,
+    docker and Slurm passes) it runs at once: two CPU cores shared by it and worker
+    start-up would slow both, and a pass-per-worker executor has no start-up to hide it
+    behind.
 
     ``done``; ``wait()`` raises what ``work`` raised (in the thread, or at once);
     ``seconds`` it ran; leave through ``close()`` (or use
@@ -445,7 +438,6 @@ class BesideStartUp:
         if self.possible(rnd):
             self._thread = threading.Thread(target=self._run, name=name, daemon=True)
             self._thread.start()
-            rnd.before_turns = self.require
         else:
             self._run()
 
@@ -459,6 +451,13 @@ class BesideStartUp:
     def beside(self) -> bool:
         """Whether it ran beside the workers' start-up (else at once, before them)."""
         return self._thread is not None
+
+    @property
+    def beside_work(self) -> BesideWork:
+        """What a measurement beside it owes it: the first timed turn of every wave
+        waits for it (``require``) where it runs beside the start-up; nothing where it
+        ran at once."""
+        return BesideWork(waits=(self.require,)) if self.beside else NOTHING_BESIDE
 
     def _run(self) -> None:
         t0 = time.monotonic()
@@ -484,14 +483,12 @@ class BesideStartUp:
         return True
 
     def require(self) -> None:
-        """``before_turns``: wait for the work."""
+        """Before the first timed turn: wait for the work."""
         self.wait()
 
     def close(self) -> None:
         if self._thread is not None:
             self._thread.join()
-        if self.rnd.before_turns == self.require:
-            self.rnd.before_turns = None
 
     def __enter__(self: _B) -> _B:
         return self
@@ -519,6 +516,7 @@ class FocusedTest(BesideStartUp):
         return super().wait() and self.ok
 
     def require(self) -> None:
-        """``before_turns``: wait for the test; raise FocusedTestFailed when it failed."""
+        """Before the first timed turn: wait for the test; raise FocusedTestFailed when
+        it failed."""
         if not self.wait():
             raise FocusedTestFailed("the focused test failed", tail=self.tail)

@@ -45,7 +45,7 @@ from runner.flow.candidate import (
 from runner.flow.checkout import kept_note, plan_restore, restore_checkout
 from runner.flow.judge_files import check_scope
 from runner.flow.kernel_facts import FactsJob
-from runner.flow.measure import Comparison, measure_and_judge, measure_roles
+from runner.flow.measure import Comparison, Judged, measure_and_judge, measure_roles
 from runner.flow.round_context import (
     FocusedTest,
     Progress,
@@ -71,6 +71,7 @@ from runner.flow.tamper_check import proof
 from runner.flow.upstream_quick import has_upstream_quick, run_quick
 from runner.judge.confirmation import confirmation_due
 from runner.judge.resubmission import names_in
+from runner.measure.beside import BesideWork
 from runner.render.figures import fmt_gain
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import FingerprintDiff
@@ -287,12 +288,12 @@ def _guarded(
     inc_tree, cand_tree = roles["incumbent"], roles["candidate"]
     try:
         facts.refuse_over_lds()  # AMD: a kernel over the LDS limit may read garbage
-        with built_roles(rnd, roles, touched) as builds, proof(rnd, roles):
+        with built_roles(rnd, roles, touched) as builds, proof(rnd, roles) as proven:
             if has_upstream_quick(rnd):  # upstream's own check beside the gate's evidence
                 with rnd.times.step("upstream quick check"):
                     run_quick(rnd, cand_tree, "candidate", VALIDATION_LOG)
             gate, inc_score, cand_score = _measure_and_judge(
-                rnd, request, inc_tree, cand_tree, shapes, vetoes, risks
+                rnd, request, inc_tree, cand_tree, shapes, vetoes, proven, risks
             )
     except (MeasurementFailed, Tampered):  # a FAILED round: not an interrupt, which is quick
         facts.result()
@@ -309,8 +310,12 @@ def _measure_and_judge(
     cand_tree: Path,
     shapes: list[Shape],
     vetoes: list[str],
+    proven: BesideWork,
     risks: Sequence[str] = (),
 ) -> tuple[GateResult, Score, Score]:
+    """The candidate's focused test (beside the workers' start-up where it can be),
+    then the paired measurement and its judgement, and a full-level confirmation where
+    one is due; ``proven``: the tamper check's proof, before every first timed turn."""
     m = rnd.manifest
     failed = f"focused test failed on the candidate ({m.test_command}):\n"
     samples = block_pairs(request.pairs or m.pairs)
@@ -322,11 +327,31 @@ def _measure_and_judge(
         if vetoes:
             return veto_only(rnd, vetoes, shapes)
         try:
-            got = measure_and_judge(rnd, trees, shapes, samples, vetoes=vetoes, how=how)
+            beside = proven + test.beside_work
+            got = measure_and_judge(
+                rnd, trees, shapes, samples, vetoes=vetoes, how=how, beside=beside
+            )
         except FocusedTestFailed as exc:  # it ran beside the workers' start-up
             return veto_only(rnd, [*vetoes, failed + exc.tail], shapes)
     if not got.gate.decision.accepted or request.targeted:
         return got.gate, got.reference, got.candidate
+    return _confirmed(rnd, request, got, trees, shapes, proven, risks)
+
+
+def _confirmed(
+    rnd: Round,
+    request: Request,
+    got: Judged,
+    trees: dict[str, Path],
+    shapes: list[Shape],
+    proven: BesideWork,
+    risks: Sequence[str],
+) -> tuple[GateResult, Score, Score]:
+    """An ACCEPTED quick reading, confirmed at the full level where that is due
+    (``confirmation_due``) and asked for; else the reading with why not noted."""
+    m = rnd.manifest
+    samples = block_pairs(request.pairs or m.pairs)
+    how = Comparison(targeted=request.targeted)
     full = level_shapes(m, "full")
     due = confirmation_due(
         request.level,
@@ -353,7 +378,8 @@ def _measure_and_judge(
         f"({len(full)} target shapes) for confirmation: {due.summary()}"
     )
     with rnd.times.step("full-level confirmation"):
-        confirmed = measure_and_judge(replace(rnd, level="full"), trees, full, samples, how=how)
+        full_rnd = replace(rnd, level="full")
+        confirmed = measure_and_judge(full_rnd, trees, full, samples, how=how, beside=proven)
     verdict = "confirmed" if confirmed.gate.decision.accepted else "NOT confirmed"
     return _noted(confirmed.gate, f"{quick}: {verdict}"), confirmed.reference, confirmed.candidate
 

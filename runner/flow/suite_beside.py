@@ -4,7 +4,7 @@ Nothing else may use the device while a worker times a turn; the rest of full
 validation (workers starting, preparing their shapes, checking them after timing) times
 nothing.  On a GPU target with serving workers the suite starts with full validation
 (``BesideStartUp``) and, when it is one pytest run, keeps running through every
-untimed stretch: the paired engine holds ``Round.quiet`` around every timed stretch
+untimed stretch: the paired engine holds its ``beside_work.quiet`` around every timed stretch
 (a wave's turns, the fresh steps; ``runner.measure.paired``) and the full benchmark,
 and the suite gives the device up at its next test boundary, its kernels finished and
 its cached memory handed back (``runner.bench.suite_yield``, loaded into its pytest).
@@ -30,6 +30,7 @@ from runner.bench.suite_yield import PAUSE, PAUSED, PLUGIN, POLL_S, RUNNING, SPA
 from runner.core.lifeline import wait_pids_stopped
 from runner.core.processes import pid_alive
 from runner.flow.round_context import BesideStartUp, Round
+from runner.measure.beside import BesideWork
 from runner.store.acceptance import FullSuiteInfo
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -192,8 +193,8 @@ class SuiteYield:
 class SuiteBeside(BesideStartUp):
     """``work(env)`` (the full suite, ``env`` added to its job's) beside full
     validation.  Where ``BesideStartUp`` runs it beside start-up and the suite is one
-    pytest run, it yields (``SuiteYield``): ``rnd.quiet`` pauses it for timed work and
-    no turn waits for its end.  Elsewhere it is a ``BesideStartUp`` (``why_not``)."""
+    pytest run, it yields (``SuiteYield``): ``beside_work.quiet`` pauses it for timed
+    work and no turn waits for its end.  Elsewhere it is a ``BesideStartUp`` (``why_not``)."""
 
     def __init__(
         self, rnd: Round, command: str, folder: Path, work: Callable[[dict[str, str]], None]
@@ -204,14 +205,14 @@ class SuiteBeside(BesideStartUp):
             self.yielder = SuiteYield(folder, lambda: self.done)
         env = self.yielder.env() if self.yielder is not None else {}
         super().__init__(rnd, "full-suite", lambda: work(env))
-        if self.yielder is not None:
-            rnd.before_turns = None  # the turns do not wait for its end: it yields
-            rnd.quiet = self.yielder.quiet
 
-    def close(self) -> None:
-        super().close()
-        if self.yielder is not None and self.rnd.quiet == self.yielder.quiet:
-            self.rnd.quiet = None
+    @property
+    def beside_work(self) -> BesideWork:
+        """Where it yields, the turns do not wait for its end: it is paused around every
+        timed stretch instead.  Elsewhere ``BesideStartUp``'s."""
+        if self.yielder is None:
+            return super().beside_work
+        return BesideWork(quiets=(self.yielder.quiet,))
 
     def record(self) -> FullSuiteInfo:
         """How it ran, for ``acceptance.json`` and the acceptance page: ``ran``, and

@@ -17,7 +17,7 @@ Host-side; runs git through ``runner.core.processes.run``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -35,6 +35,7 @@ from runner.core.startup import (
     startup_files,
 )
 from runner.core.step_times import StepTimes
+from runner.measure.beside import BesideWork
 from runner.measure.host_records import rewritten
 
 SKIPPED_PARTS = frozenset({"__pycache__", ".pytest_cache", ".git"})
@@ -322,7 +323,7 @@ def tampered(
 
 
 def prove_ready(before: Mapping[str, TreeState], guarded: Iterable[str] = ("incumbent",)) -> None:
-    """Before the first timed turn (``Round.ready_checks``): every worker has imported
+    """Before the first timed turn (a ``BesideWork`` ready check): every worker has imported
     its code, so a candidate whose import rewrote a guarded role's tree is caught now,
     before anything is measured, not at the end of the round."""
     early = guarded_changes(before, guarded) + startup_changes(before)
@@ -416,34 +417,29 @@ class BuildWatch:
 # ---- a comparison's measurement --------------------------------------------------------
 class Guarded(Protocol):
     """What ``proof`` needs of a round (or an acceptance run): its scratch folder and
-    the checks run before the first timed turn."""
+    its step clock."""
 
     tmp: Path
-    ready_checks: list[Callable[[], None]]
     times: StepTimes
 
 
 @contextlib.contextmanager
-def proof(host: Guarded, trees: Mapping[str, Path]) -> Iterator[None]:
+def proof(host: Guarded, trees: Mapping[str, Path]) -> Iterator[BesideWork]:
     """Around one comparison's measurement (a round, ``campaign accept``, ``campaign
     reproduce``): the roles' states now, the guarded (reference) roles' trees proven
-    unchanged before the first timed turn (``prove_ready`` as a ready check), a crash
+    unchanged before the first timed turn (``prove_ready`` as the ready check it
+    yields, which the caller hands to the measurement), a crash
     explained as tampering when it was, and every worker's loaded files and the
     guarded trees proven at the end (``prove_untouched``)."""
     guarded = reference_roles(trees)
     with host.times.step("tamper check: trees before"):
         before = snapshot(trees)
-    check = partial(prove_ready, before, guarded)
-    host.ready_checks.append(check)
     try:
-        yield
+        yield BesideWork(ready_checks=(partial(prove_ready, before, guarded),))
     except MeasurementFailed as exc:  # crashed because another role changed its files?
         cause = tampered(before, host.tmp, guarded)
         if cause is None:
             raise
         raise cause from exc
-    finally:
-        with contextlib.suppress(ValueError):
-            host.ready_checks.remove(check)
     with host.times.step("tamper check: trees and loaded files after"):
         prove_untouched(before, host.tmp, guarded)

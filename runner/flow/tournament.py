@@ -57,6 +57,7 @@ from runner.flow.tamper_check import TreeState, prove_ready, tampered
 from runner.flow.tamper_check import snapshot as snapshot_trees
 from runner.flow.tournament_measure import Entry, EntryTests, confirm, measure_entries
 from runner.judge.resubmission import names_in
+from runner.measure.beside import BesideWork
 from runner.render.figures import fmt_gain
 from runner.store.campaign import Campaign
 from runner.store.fingerprint_check import check_round_comparable, record_override
@@ -209,17 +210,15 @@ def _run(rnd: Round, entries: list[Entry], started: str) -> list[RoundResult]:
             builds = _build(rnd, stack, roles, live)
             with rnd.times.step("tamper check: trees before"):
                 before = snapshot_trees(roles)
-            rnd.ready_checks.append(partial(prove_ready, before, guarded))
+            proven = BesideWork(ready_checks=(partial(prove_ready, before, guarded),))
             try:
-                with contextlib.closing(EntryTests(rnd, live)):
-                    measure_entries(rnd, inc_tree, live, shapes)
+                with contextlib.closing(EntryTests(rnd, live)) as tests:
+                    measure_entries(rnd, inc_tree, live, shapes, proven + tests.beside_work)
                 with rnd.times.step("confirmation"):
-                    confirm(rnd, inc_tree, live, shapes)
+                    confirm(rnd, inc_tree, live, shapes, proven)
             except MeasurementFailed as exc:
                 cause = _tampered(rnd, entries, before, guarded)
                 raise (cause or exc) from exc
-            finally:
-                rnd.ready_checks.clear()
             with rnd.times.step("tamper check: trees and loaded files after"):
                 cause = _tampered(rnd, entries, before, guarded)
             if cause is not None:

@@ -45,6 +45,7 @@ from runner.flow.measure import (
 from runner.flow.round_context import BesideStartUp, Round, run_focused_test
 from runner.flow.round_result import Request
 from runner.judge.gate import confirms, outpaced, promising
+from runner.measure.beside import BesideWork
 from runner.measure.paired import supports_paired
 from runner.render.figures import fmt_gain
 
@@ -134,7 +135,7 @@ class EntryTests(BesideStartUp):
     On a GPU target with serving workers they run in a thread beside the first
     measurement's worker start-up (``BesideStartUp``, as a single round's
     ``FocusedTest``: on the H200 the four tests of a tournament took 39 s before any
-    worker started), and ``rnd.before_turns`` holds the first timed turn until all are
+    worker started), and its ``beside_work`` holds the first timed turn until all are
     done.  A test that failed vetoes its entry (one whose judge files its own build
     rewrote fails it: TAMPERED), and ``require`` then raises FocusedTestFailed before
     anything was timed: ``measure_entries`` measures again without that entry.
@@ -145,6 +146,7 @@ class EntryTests(BesideStartUp):
         self.entries = list(entries)
         self._vetoes = {e.role: len(e.vetoes) for e in self.entries}
         self._failures = {e.role: e.failure for e in self.entries}
+        self._required = False  # the first measurement waited for them already
         super().__init__(rnd, "focused-tests", lambda: focused_tests(rnd, self.entries))
         if not self.beside:
             self.wait()  # run at once: what it raised is raised here, as it always was
@@ -159,10 +161,13 @@ class EntryTests(BesideStartUp):
         ]
 
     def require(self) -> None:
-        """``before_turns``: wait for the tests; raise FocusedTestFailed when one failed
-        (once: the measurement that follows, without those entries, is not held)."""
+        """Before the first timed turn: wait for the tests; raise FocusedTestFailed when
+        one failed (once: the measurement that follows, without those entries, is not
+        held)."""
+        if self._required:
+            return
         self.wait()
-        self.rnd.before_turns = None
+        self._required = True
         failed = self.failed()
         if failed:
             names = ", ".join(f"round-{e.n}" for e in failed)
@@ -180,10 +185,15 @@ class EntryTests(BesideStartUp):
 
 
 def measure_entries(
-    rnd: Round, inc_tree: Path, entries: Sequence[Entry], shapes: list[Shape]
+    rnd: Round,
+    inc_tree: Path,
+    entries: Sequence[Entry],
+    shapes: list[Shape],
+    beside: BesideWork,
 ) -> None:
     """The one paired measurement of the incumbent beside every unvetoed entry, and
-    each entry's verdict on it (``Entry.reading`` and ``Entry.judged``)."""
+    each entry's verdict on it (``Entry.reading`` and ``Entry.judged``); ``beside``:
+    the entries' tests and the tamper check's proof (``runner.measure.beside``)."""
     todo = [e for e in entries if e.tree is not None and not e.failure and not e.vetoes]
     if not todo:
         return
@@ -196,7 +206,7 @@ def measure_entries(
     while todo:
         trees = {"incumbent": inc_tree, **{e.role: e.tree for e in todo if e.tree}}
         start = time.monotonic()
-        got = _measure(rnd, trees, shapes, asked, todo)
+        got = _measure(rnd, trees, shapes, asked, todo, beside)
         if got is None:
             continue
         share = (time.monotonic() - start) * 2 / len(trees)  # a two-role round's time
@@ -275,12 +285,17 @@ def _stop_outpaced(
 
 
 def _measure(
-    rnd: Round, trees: dict[str, Path], shapes: list[Shape], asked: int, todo: list[Entry]
+    rnd: Round,
+    trees: dict[str, Path],
+    shapes: list[Shape],
+    asked: int,
+    todo: list[Entry],
+    beside: BesideWork,
 ) -> dict[str, list[Path]] | None:
     """One measurement of ``trees``; None when an entry left ``todo`` (its focused test
     failed beside the workers' start-up, or its worker failed): measure again without."""
     try:
-        return measure_roles(rnd, trees, shapes, asked, last_index(rnd.tmp))
+        return measure_roles(rnd, trees, shapes, asked, last_index(rnd.tmp), beside=beside)
     except FocusedTestFailed:  # the tests beside the start-up (EntryTests)
         todo[:] = [e for e in todo if not e.vetoes and not e.failure]
         return None
@@ -319,14 +334,21 @@ def _keep_passes(rnd: Round, entry: Entry, paths: dict[str, list[Path]]) -> None
             shutil.copy2(extra, entry.dir / extra.name)
 
 
-def confirm(rnd: Round, inc_tree: Path, entries: Sequence[Entry], shapes: list[Shape]) -> None:
+def confirm(
+    rnd: Round,
+    inc_tree: Path,
+    entries: Sequence[Entry],
+    shapes: list[Shape],
+    proven: BesideWork,
+) -> None:
     """The accepted entries, best reading first, each measured afresh against the
     incumbent (a single round's measurement, sequential as always) until one is
     confirmed (``runner.judge.gate.confirms``: the gate accepts the fresh pairs, or
     their gain's whole interval lies above 1% with no shape near a 5% regression; the
     measurement stops there): it wins, recorded with the fresh numbers.  The ones not
     confirmed roll back with both readings.  On the CPU demo the gate wanted 20 fresh
-    pairs for a +10% gain at 6.8% a pair, as many as the tournament had measured."""
+    pairs for a +10% gain at 6.8% a pair, as many as the tournament had measured.
+    ``proven``: the tamper check's proof, before every first timed turn."""
     accepted = sorted((e for e in entries if e.accepted_reading), key=lambda e: -_gain(e))
     for e in accepted:
         assert e.tree is not None and e.reading is not None
@@ -344,13 +366,14 @@ def confirm(rnd: Round, inc_tree: Path, entries: Sequence[Entry], shapes: list[S
             rnd.level,
             rnd.gpus,
             builds=rnd.builds,
-            ready_checks=rnd.ready_checks,
             role_dirs=rnd.role_dirs,
             times=rnd.times,
         )
         samples = block_pairs(e.request.pairs or rnd.manifest.pairs)
         trees = {"incumbent": inc_tree, "candidate": e.tree}
-        got = measure_and_judge(conf, trees, shapes, samples, vetoes=e.vetoes, settled=confirms)
+        got = measure_and_judge(
+            conf, trees, shapes, samples, vetoes=e.vetoes, settled=confirms, beside=proven
+        )
         e.confirmed = got
         said = (
             f"tournament reading {fmt_gain(e.reading.delta_pct, e.reading)}; a fresh paired "

@@ -12,7 +12,6 @@ Host-side and worker-safe: no pydantic, no torch.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -28,14 +27,11 @@ from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
 
 class Host(Protocol):
     """What paired and sharded measurement need from a round: its scratch folder, its
-    executor, whether it measures a GPU, the spec of a worker, a job to start (serving)
-    or to run (a pass), and what must hold before the first timed turn."""
+    executor, whether it measures a GPU, the spec of a worker and a job to start
+    (serving) or to run (a pass).  The work beside the workers is no part of it: the
+    caller hands that over with each measurement (``runner.measure.beside``)."""
 
     tmp: Path
-    before_turns: Callable[[], None] | None  # e.g. a focused test that must pass first
-    ready_checks: list[Callable[[], None]]  # run then too, e.g. the tamper check
-    # held around every timed stretch: work beside the workers gives the device up
-    quiet: Callable[[], AbstractContextManager[None]] | None
     times: StepTimes  # the wall time of each step (worker start-up, turns, ...)
 
     @property
@@ -123,10 +119,6 @@ class PlainHost:
     executor: Executor
     template: RoundSpec
     job_env: Callable[[Path], dict[str, str]] = field(default=lambda tree: {})
-    before_turns: Callable[[], None] | None = None
-    # before the first timed turn of a wave, after before_turns (runner.measure.paired._hold)
-    ready_checks: list[Callable[[], None]] = field(default_factory=list)
-    quiet: Callable[[], AbstractContextManager[None]] | None = None  # around timed stretches
     device_bytes: int | None = None  # the device's memory, when the caller knows it
     times: StepTimes = field(default_factory=StepTimes)  # each step's wall time
 

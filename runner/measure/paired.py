@@ -60,6 +60,7 @@ from runner.core.worker_messages import (
 )
 from runner.executors.base import LiveWorker, ServingExecutor
 from runner.judge.memory_fit import shape_report
+from runner.measure.beside import NOTHING_BESIDE, BesideWork
 from runner.measure.host import Host
 from runner.measure.host_records import (
     RECORDS_DIR,
@@ -195,9 +196,11 @@ def measure_paired(
     suffix: str = "",
     seed: int = 0,
     watch: PairWatch | None = None,
+    beside: BesideWork = NOTHING_BESIDE,
 ) -> dict[str, list[Path]]:
     """``pairs`` process pairs (one worker per role each; with one role, ``pairs``
-    workers), ``groups`` A B B A block groups per pair, turn by turn on one device.
+    workers), ``groups`` A B B A block groups per pair, turn by turn on one device,
+    the work ``beside`` them honoured (``BesideWork``: waited for, checked, quiet).
 
     Pairs run in waves that fit in device memory (``wave_size``): the first pair
     starts alone and takes its turns, and what its workers reserved while preparing and
@@ -215,7 +218,6 @@ def measure_paired(
     here has exited when this returns or raises.  Each turn is logged, with the
     worker's own wall-clock start and end (and on a GPU the most device memory it
     reserved in the turn and what it kept after it), in ``<tmp>/turns<suffix>.jsonl``."""
-    executor = _serving(host, trees, roles)
     template = host.spec(roles[0], 0, [])
     turns = turns_per_worker(roles, groups)
     plan = plan_memory(template, host.gpu_target, host.device_bytes, shapes, len(roles), turns)
@@ -235,9 +237,17 @@ def measure_paired(
         next_index=start_index,
         ready_s=worker_timeout(READY_TIMEOUT_ENV, READY_TIMEOUT_S),
         turn_s=worker_timeout(TURN_TIMEOUT_ENV, TURN_TIMEOUT_S),
-        serving=executor,
+        serving=_serving(host, trees, roles),
+        beside=beside,
     )
-    wave = first_wave(host, template, shapes, len(roles), pairs, plan)
+    return _measured_or_again(
+        session, pairs, first_wave(host, template, shapes, len(roles), pairs, plan)
+    )
+
+
+def _measured_or_again(session: _Session, pairs: int, wave: int | None) -> dict[str, list[Path]]:
+    """``session`` measured; where a worker crashed as a graph replay does, measured
+    again with plain launches (``_without_graphs``)."""
     try:
         return _measured(session, pairs, wave)
     except WorkerCrashed as crash:
@@ -335,6 +345,7 @@ class _Session:
     ready_s: float
     turn_s: float
     serving: ServingExecutor  # host.executor, which keeps workers alive
+    beside: BesideWork  # the work beside the workers (runner.measure.beside)
     started: list[list[_Worker]] = field(default_factory=list)
     memory: dict[str, dict[str, int]] = field(default_factory=dict)  # each worker's last
     # each worker's most over the session: prepare, reserved (a turn's peak) and held
@@ -393,7 +404,7 @@ class _Session:
         ``reserved`` as ``prepare``."""
         with self.host.times.step("worker start-up"):
             self._all_ready(wave)
-        _hold(self.host)
+        _hold(self.host, self.beside)
 
     def _all_ready(self, wave: Sequence[list[_Worker]]) -> None:
         for group in wave:
@@ -409,7 +420,7 @@ class _Session:
 
     def take_turns(self, wave: list[list[_Worker]], first: int) -> None:
         """The wave's turns (``_take_turns``); each worker's last report into ``memory``."""
-        with quiet(self.host), self.host.times.step("turns"):
+        with self.beside.quiet(), self.host.times.step("turns"):
             turned = _take_turns(
                 self.host,
                 wave,
@@ -436,7 +447,7 @@ class _Session:
         together = finish_side_by_side([self.memory.get(w.live.name, {}) for w in workers])
         if together:
             # the fresh steps are timed
-            with quiet(self.host), self.host.times.step("fresh steps"):
+            with self.beside.quiet(), self.host.times.step("fresh steps"):
                 for w in workers:
                     reply, _ = _timed_turn(wave, w, Fresh(), self.turn_s, FreshDone)
                     if reply.memory:  # what it keeps now, its pool handed back
@@ -460,7 +471,7 @@ class _Session:
                 if together:
                     done = _expect(w, self.turn_s, Finished)
                 else:  # its fresh step (timed) and its re-checks, alone
-                    with quiet(self.host), others_stopped(wave, w):
+                    with self.beside.quiet(), others_stopped(wave, w):
                         _send(w, Finish())
                         done = _expect(w, self.turn_s, Finished)
                 _reap(w)
@@ -497,22 +508,17 @@ def _run_waves(session: _Session, pairs: int, size: int | None) -> None:
         session.finish(wave)
 
 
-def _hold(host: Host) -> None:
+def _hold(host: Host, beside: BesideWork) -> None:
     """Before the first timed turn of a wave: whatever ran beside the workers' start-up
-    (``host.before_turns``) must be done and have passed, and every ready check
-    (``host.ready_checks``: the workers have imported their code now) must pass."""
-    if host.before_turns is not None:
+    (``beside.waits``) must be done and have passed, and every ready check
+    (``beside.ready_checks``: the workers have imported their code now) must pass."""
+    if beside.waits:
         with host.times.step("wait for work beside start-up"):
-            host.before_turns()
+            for wait in beside.waits:
+                wait()
     with host.times.step("ready checks"):
-        for check in host.ready_checks:
+        for check in beside.ready_checks:
             check()
-
-
-def quiet(host: Host) -> contextlib.AbstractContextManager[None]:
-    """``host.quiet`` (work beside the workers gives the device up inside), else
-    nothing: held around every timed stretch, a wave's turns and its fresh steps."""
-    return host.quiet() if host.quiet is not None else contextlib.nullcontext()
 
 
 def _keep_memory(session: _Session) -> None:

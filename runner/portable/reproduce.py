@@ -322,9 +322,10 @@ def measure(
         with (
             open_round(campaign, executor, progress, n, level, gpus, workdir=work) as rnd,
             built_roles(rnd, role_trees),
-            proof(rnd, role_trees),
+            proof(rnd, role_trees) as proven,
         ):
-            got = measure_and_judge(rnd, role_trees, shapes, block_pairs(m.pairs))
+            samples = block_pairs(m.pairs)
+            got = measure_and_judge(rnd, role_trees, shapes, samples, beside=proven)
     except MeasurementFailed as exc:
         raise InfrastructureError(f"reproduction measurement failed: {exc}") from None
     inc, cand = got.csvs["incumbent"], got.csvs["candidate"]
