@@ -1,6 +1,6 @@
 """How often the gate accepts an A/A, and a real gain, when a round is noisier than its
 baseline: simulated rounds judged by ``runner.judge.gate.decide`` as
-``runner.flow.measure.measure_and_judge`` runs it on the CPU (a first batch of
+``runner.compare.loop.measure_and_judge`` runs it on the CPU (a first batch of
 ``--first`` pairs, then the fresh pairs the gate asks for, up to the measuring cap's
 pair floor: ``CAP_PAIRS``, ``PROMISING_PAIRS`` while the paired gain's interval lies above
 1%; the judgement at the floor is final).

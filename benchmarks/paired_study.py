@@ -12,10 +12,10 @@ through the product's functions:
   (``runner.flow.tournament.validate_tournament``; no-op statements that differ), each timed:
   none may be ACCEPTED;
 * ``study``: ``--rounds`` study rounds.  Each starts one fresh serving worker per tree
-  and process pair, all taking turns on the GPU (``runner.flow.measure.measure_roles``
+  and process pair, all taking turns on the GPU (``runner.compare.loop.measure_roles``
   with four roles: the head twice, the head with the planted slowdown, the head with
   the planted speed-up's copies) and judges three comparisons through
-  ``runner.flow.measure.measure_and_judge`` (more fresh pairs when the gate asks):
+  ``runner.compare.loop.measure_and_judge`` (more fresh pairs when the gate asks):
   A/A (head vs head), slowdown (head vs head + ``--slow-copies`` extra copies of the
   forward output, about 1% of the step: the candidate must be reported as a
   regression), speed-up (head + ``--fast-copies`` copies, about 2%, vs the head: the
@@ -54,17 +54,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 import runner.cli  # noqa: E402,F401  (import order: newcampaign after the CLI)
-from runner.core.shapes import default_shape_set, shape_set  # noqa: E402
-from runner.executors.local import LocalExecutor  # noqa: E402
-from runner.flow.baseline import run_baseline  # noqa: E402
-from runner.flow.measure import (  # noqa: E402
+from runner.compare.loop import (  # noqa: E402
     Comparison,
     first_samples,
     measure_and_judge,
     measure_roles,
 )
+from runner.compare.shapes import level_shapes  # noqa: E402
+from runner.core.shapes import default_shape_set, shape_set  # noqa: E402
+from runner.executors.local import LocalExecutor  # noqa: E402
+from runner.flow.baseline import run_baseline  # noqa: E402
 from runner.flow.new_campaign import CampaignFields, create_campaign, fresh_example_copy  # noqa: E402
-from runner.flow.round_context import Round, level_shapes  # noqa: E402
+from runner.flow.round_context import Round  # noqa: E402
 from runner.flow.rounds import Request, validate_round  # noqa: E402
 from runner.flow.tournament import validate_tournament  # noqa: E402
 from runner.store.campaign import Campaign  # noqa: E402

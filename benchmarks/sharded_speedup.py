@@ -1,7 +1,7 @@
 """Sharded full validation: wall time on one GPU vs sharded over several, same verdicts?
 
 A full validation (incumbent vs candidate, ``2 * --blocks`` process pairs of paired,
-turn-taking workers: the product's ``runner.flow.measure.measure_roles``) of the
+turn-taking workers: the product's ``runner.compare.loop.measure_roles``) of the
 example package's bf16 GEMM (Triton backend) over eight model shapes (Llama-2-7B and
 Llama-3.1-8B, micro-batch 1: QKV, attention out, MLP gate+up, MLP down), run twice:
 
@@ -34,12 +34,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from runner.compare.loop import measure_roles
 from runner.core.artifact_names import BENCHMARK_CSV, INCUMBENT_CSV
 from runner.core.outcomes import GateResult
 from runner.core.shapes import DENSE_MODELS, Shape, model_gemm_shapes, tiny_gemm_shapes
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.local import LocalExecutor
-from runner.flow.measure import measure_roles
 from runner.judge.gate import decide
 from runner.judge.scoring import score
 from runner.measure.passes import pair_samples, read_passes, shape_seconds, write_merged
@@ -98,7 +98,7 @@ def measure(
     samples: int,
     seconds: dict[str, float],
 ) -> dict[str, list[Path]]:
-    """The product's measure path (``runner.flow.measure.measure_roles``): paired,
+    """The product's measure path (``runner.compare.loop.measure_roles``): paired,
     turn-taking workers per GPU, shards balanced by ``seconds`` when given."""
     rnd = PlainRound(
         tmp,

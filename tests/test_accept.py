@@ -11,6 +11,7 @@ import pytest
 from campaign_helpers import manifest
 
 from runner.cli import main
+from runner.compare.loop import ROUND_CAP_ENV
 from runner.core.errors import ConfigError
 from runner.core.outcomes import Score, ShapeScore, Status
 from runner.core.shapes import shape_set
@@ -24,7 +25,6 @@ from runner.flow.acceptance_record import (
     render_acceptance,
     write_acceptance,
 )
-from runner.flow.measure import ROUND_CAP_ENV
 from runner.store.acceptance import load_acceptance
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage

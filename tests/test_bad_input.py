@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from campaign_helpers import committed_repo, git, manifest, run_cli, tiny_campaign
 
+from runner.compare.shapes import level_shapes
 from runner.core.errors import BundleError, ConfigError, MeasurementFailed, PatchRefused
 from runner.core.outcomes import RoundResult, Score, Status
 from runner.flow.new_campaign import fresh_example_copy
-from runner.flow.round_context import level_shapes
 from runner.judge.vetoes import audit_candidate
 from runner.portable.bundle import CHECKSUMS, extract
 from runner.store.appendlog import render_correction, render_note

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from campaign_helpers import tiny_campaign
 
+from runner.compare.loop import ROUND_CAP_ENV
 from runner.core.csv_io import read_csv
 from runner.core.csv_schema import ATTENTION_SCHEMA, GEMM_SCHEMA, MEMORY_SCHEMA
 from runner.core.outcomes import RoundResult, Status
 from runner.core.shapes import shape_set
 from runner.executors.local import LocalExecutor
-from runner.flow.measure import ROUND_CAP_ENV
 from runner.flow.rounds import Request, validate_round
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage

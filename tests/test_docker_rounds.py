@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 from campaign_helpers import remove_cache_volumes, tiny_campaign
 
+from runner.compare.loop import ROUND_CAP_ENV
 from runner.core.errors import InfrastructureError
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.docker import DockerExecutor
 from runner.executors.factory import make_executor
 from runner.flow.baseline import run_baseline
-from runner.flow.measure import ROUND_CAP_ENV
 from runner.flow.new_campaign import EXAMPLES_DIR
 from runner.flow.rounds import Request, validate_round
 from runner.store.campaign import Campaign

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import pytest
 
+from runner.compare.loop import ROUND_CAP_ENV
 from runner.core.pause_points import PAUSE_ENV, PAUSE_FILE_ENV
 from runner.core.processes import pid_alive
-from runner.flow.measure import ROUND_CAP_ENV
 from runner.flow.settings import set_gate_field
 from runner.judge.measuring_caps import ROUND_CAP_S
 from runner.store.campaign import Campaign

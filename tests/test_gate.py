@@ -467,7 +467,7 @@ def test_shape_order_does_not_matter(sc: dict, seed: int) -> None:
 
 
 def sequential(gain: float, spread: float, cap: int, seed: int):
-    """One simulated round as ``runner.flow.measure`` runs it: the required pairs, then
+    """One simulated round as ``runner.compare.loop`` runs it: the required pairs, then
     as many more as the gate asks for, until it decides or ``cap`` pairs are in (then
     the judgement is final).  Each pair's per-shape readings: the true gain times
     lognormal noise of ``spread`` a pair, and sigma_G calibrated as that of one pass

@@ -85,7 +85,18 @@ def blocked_run(
     )
 
 
-HOST_PACKAGES = ("cli", "flow", "measure", "judge", "store", "render", "portable", "executors")
+HOST_PACKAGES = (
+    "cli",
+    "flow",
+    "round",
+    "compare",
+    "measure",
+    "judge",
+    "store",
+    "render",
+    "portable",
+    "executors",
+)
 WORKER_SIDE = modules(
     "bench", "analyze", "ops", "targets", "core", top=("worker", "fullbench", "cachesim")
 )

@@ -112,6 +112,8 @@ LAYERS = (
     "cli",
     "portable",
     "flow",
+    "round",
+    "compare",
     "render",
     "measure",
     "executors",

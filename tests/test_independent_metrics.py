@@ -1,7 +1,7 @@
 """Independent metrics (docs/protocol.md §5.9, upstream's "Multi-metric handling" in
 optimize-loop.md at Primus-Turbo a6a16cdc): a campaign declares them in
 ``primary_metric`` as upstream writes several metrics, comma-separated, and every
-comparison of its rounds (``runner.flow.measure.judge``) holds them to "no metric
+comparison of its rounds (``runner.compare.loop.judge``) holds them to "no metric
 aggregate may regress and at least one must improve".  The combination rule on recorded
 figures, and the round's judge on real pass CSVs of a real campaign folder."""
 
@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 from campaign_helpers import tiny_campaign
 
+from runner.compare.loop import Comparison, judge
+from runner.compare.shapes import level_shapes
 from runner.core.csv_io import write_csv
 from runner.core.csv_schema import GEMM_SCHEMA
 from runner.core.outcomes import Decision, PairSample, Score, ShapeScore
 from runner.executors.factory import make_executor
-from runner.flow.measure import Comparison, judge
-from runner.flow.round_context import Round, level_shapes
+from runner.flow.round_context import Round
 from runner.flow.round_result import veto_only
 from runner.judge.independent import decide_metrics
 from runner.store.campaign import Campaign

@@ -16,6 +16,7 @@ import pytest
 from campaign_helpers import run_cli, tiny_campaign
 
 from runner.cli.validate_cmd import print_termination
+from runner.compare.shapes import level_shapes
 from runner.core.errors import ConfigError, RepeatedHypothesis, RoundOutOfOrder, ValueRefused
 from runner.core.outcomes import (
     Decision,
@@ -27,7 +28,6 @@ from runner.core.outcomes import (
     Status,
 )
 from runner.flow.report import write_report
-from runner.flow.round_context import level_shapes
 from runner.flow.round_logs import close_round
 from runner.flow.round_result import (
     Request,
@@ -189,7 +189,7 @@ def test_the_shape_table_has_latency_delta_and_snr_per_shape() -> None:
 def test_a_targeted_round_names_measured_shapes(tmp_path: Path) -> None:
     """validate --target-shape LABEL (Rule 3's exception): a label the round's level does
     not measure is refused up front; a measured one is carried to the gate
-    (runner.flow.measure.Comparison.targeted)."""
+    (runner.compare.loop.Comparison.targeted)."""
     campaign = _campaign(tmp_path, [Status.BASELINE])
     shapes = level_shapes(campaign.manifest, "full")
     label = shapes[0].label

@@ -20,11 +20,11 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult
 
 from runner.cli import cli
+from runner.compare.loop import ROUND_CAP_ENV
 from runner.core.csv_io import write_csv
 from runner.core.csv_schema import GEMM_SCHEMA, MEMORY_SCHEMA
 from runner.core.errors import ConfigError
 from runner.flow.demo import PATCHES, SPEEDUP
-from runner.flow.measure import ROUND_CAP_ENV
 
 pytestmark = pytest.mark.integration
 

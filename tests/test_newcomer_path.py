@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from campaign_helpers import manifest, run_cli
 
+from runner.compare.loop import ROUND_CAP_ENV
 from runner.core.outcomes import (
     Decision,
     GateResult,
@@ -25,7 +26,6 @@ from runner.core.outcomes import (
     ShapeScore,
     Status,
 )
-from runner.flow.measure import ROUND_CAP_ENV
 from runner.flow.round_logs import close_round
 from runner.judge.inconclusive import inconclusive
 from runner.store.campaign import Campaign
@@ -217,7 +217,7 @@ def test_the_cap_says_what_it_caps(monkeypatch: pytest.MonkeyPatch) -> None:
     """ "capped at 2 min 30 s" while round 3 measured for 5 min 16 s: the seconds only
     stop more pairs being planned, and the pair floors (12, 24 while promising) are
     measured however long they take.  The line says both."""
-    from runner.flow.measure import measurement_cap
+    from runner.compare.loop import measurement_cap
     from runner.measure.progress import PairWatch
 
     monkeypatch.delenv(ROUND_CAP_ENV, raising=False)  # the product's cap, not the suite's

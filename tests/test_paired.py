@@ -1,5 +1,5 @@
 """Paired, turn-taking workers (runner.measure.paired, runner.bench.serve) and the one
-measure path (runner.flow.measure): the schedule, the pair rule the gate exports,
+measure path (runner.compare.loop): the schedule, the pair rule the gate exports,
 real serving workers on the CPU taking turns, a failing worker, and sharding over 8
 simulated devices with the split by measured seconds and the merge."""
 
@@ -19,6 +19,9 @@ from pathlib import Path
 import pytest
 from campaign_helpers import slow_suite
 
+from runner.compare.entries import Entry
+from runner.compare.loop import ROUND_CAP_ENV, measure_roles
+from runner.compare.shapes import level_shapes
 from runner.core.csv_io import read_csv
 from runner.core.device_memory import MemoryLog, ShapeMemory, WorkerMemory
 from runner.core.errors import (
@@ -32,10 +35,9 @@ from runner.core.outcomes import Decision, Score, ShapeScore
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings, load_spec
 from runner.executors.local import LocalExecutor
-from runner.flow.measure import ROUND_CAP_ENV, measure_roles
-from runner.flow.round_context import FocusedTest, Round, level_shapes
+from runner.flow.round_context import FocusedTest, Round
 from runner.flow.round_result import Request
-from runner.flow.tournament_measure import Entry, EntryTests
+from runner.flow.tournament_tests import EntryTests
 from runner.judge.gate import decide, required_pairs
 from runner.judge.probe import is_probe
 from runner.measure.beside import BesideWork
@@ -108,8 +110,8 @@ def test_block_order_and_pool_walk() -> None:
 def test_quick_gpu_rounds_start_every_pair_the_gate_may_ask_for() -> None:
     from types import SimpleNamespace
 
+    from runner.compare.loop import first_samples
     from runner.executors.slurm import SlurmExecutor
-    from runner.flow.measure import first_samples
 
     def rnd(level: str, gpu: bool, executor: object, sigma: float) -> SimpleNamespace:
         manifest = SimpleNamespace(sigma_g=sigma)
@@ -649,7 +651,7 @@ def test_eight_simulated_devices_split_by_seconds_and_merge(tmp_path: Path) -> N
 def test_fresh_pass_blocks_are_palindromes_with_the_candidates_rotated() -> None:
     """B C C B (C B for an odd sample) for two roles, as always; a tournament's three
     roles: B C D D C B, then B D C C D B, so no candidate keeps a position."""
-    from runner.flow.measure import pass_patterns
+    from runner.compare.loop import pass_patterns
 
     assert pass_patterns(["b", "c"], 3) == [("b", "c", "c", "b"), ("c", "b")]
     assert pass_patterns(["b", "c", "d"], 4) == [
@@ -848,7 +850,7 @@ def test_a_tournament_s_focused_tests_run_beside_worker_start_up(
 
 
 def test_sequential_batches_fit_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    from runner.flow.measure import MAX_PAIRS, Cap, measurement_cap, next_pairs
+    from runner.compare.loop import MAX_PAIRS, Cap, measurement_cap, next_pairs
     from runner.judge.measuring_caps import CAP_PAIRS, PROMISING_PAIRS
 
     # 3 pairs took 60 s (20 s a pair, start-up included): 4 more fit in 150 s, not 6

@@ -89,7 +89,7 @@ def test_tolerance() -> None:
     check_speed_of_light(1000.0, "NVIDIA H200", "bf16", tolerance=0.02)
 
 
-# ---- the veto a round applies (runner.flow.measure.judge) -------------------------------
+# ---- the veto a round applies (runner.compare.loop.judge) -------------------------------
 def a_pass(folder: Path, tflops: float, gpu: str | None) -> BenchCSV:
     """One pass folder as a worker leaves it: its CSV and, on a GPU, meta.json."""
     folder.mkdir(parents=True)
@@ -153,8 +153,8 @@ EMPIRICAL = Path(__file__).parent / "data" / "empirical_peak" / "mi355x.json"
 def test_the_veto_uses_the_recorded_empirical_peak(tmp_path: Path) -> None:
     """FP8 on gfx950 measured about half its datasheet peak: a candidate reading 3000
     TFLOPS passes the datasheet (5000) but not the campaign's measured 2240.7 (+25%)."""
+    from runner.compare.loop import empirical_peak
     from runner.core.artifact_names import EMPIRICAL_PEAK
-    from runner.flow.measure import empirical_peak
 
     (tmp_path / EMPIRICAL_PEAK).write_text(EMPIRICAL.read_text())
     peak = empirical_peak(tmp_path)

@@ -31,11 +31,11 @@ from typing import Any
 import pytest
 from campaign_helpers import remove_cache_volumes
 
+from runner.compare.loop import ROUND_CAP_ENV
 from runner.executors.base import BuildJob
 from runner.executors.build_cache import BuildCache, build_key, native_inputs
 from runner.executors.container import CONTAINER_TARGET
 from runner.executors.docker import DockerExecutor
-from runner.flow.measure import ROUND_CAP_ENV
 from runner.judge.measuring_caps import ROUND_CAP_S
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import image_digest

@@ -26,12 +26,12 @@ from pathlib import Path
 import pytest
 from campaign_helpers import manifest, run_cli
 
+from runner.compare.loop import ROUND_CAP_ENV
 from runner.core.errors import AppendOnlyViolation, ConfigError
 from runner.core.shapes import shape_set
 from runner.executors.isolation import isolated_argv, isolation_works
 from runner.executors.local import LocalExecutor
 from runner.flow.accept import acceptance_shapes
-from runner.flow.measure import ROUND_CAP_ENV
 from runner.flow.rounds import Request, validate_round
 from runner.render.markdown import describe_heldout
 from runner.store.campaign import Campaign

@@ -119,9 +119,10 @@ def test_final_acceptance_proves_each_role_ran_its_own_files(
     """``campaign accept`` (and ``campaign reproduce``) judge through the rounds'
     proof: a final best whose import rewrites the base commit's tree is caught before
     the first timed turn of the full validation, and acceptance stops as TAMPERED."""
+    from runner.compare.shapes import level_shapes
     from runner.flow.accept import full_validation
     from runner.flow.build import built_roles
-    from runner.flow.round_context import Round, level_shapes
+    from runner.flow.round_context import Round
     from runner.store.leftovers import job_dir
 
     monkeypatch.setenv(ISOLATION_ENV, "off")  # the proof alone

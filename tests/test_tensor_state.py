@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from runner.bench.statecheck import stateful_probe
-from runner.flow.round_context import level_shapes
+from runner.compare.shapes import level_shapes
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 

@@ -216,12 +216,13 @@ def test_a_candidate_whose_native_build_fails_fails_alone(tmp_path: Path) -> Non
     docs/protocol.md §1.5: "a failing entry fails alone")."""
     from test_build_cache import FASTER, HOLLOW, pipeline, tree
 
+    from runner.compare.entries import Entry
     from runner.executors.local import LocalExecutor
     from runner.flow.judge_files import judge_digests, restore_judge
     from runner.flow.round_context import Round
     from runner.flow.round_result import Request
     from runner.flow.tournament import _build
-    from runner.flow.tournament_measure import Entry, focused_tests
+    from runner.flow.tournament_tests import focused_tests
 
     campaign = pipeline().new_campaign(tmp_path, "local", None, "cpu")
     repo = Path(campaign.manifest.source)

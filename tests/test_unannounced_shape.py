@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from campaign_helpers import speedup_patch
 
+from runner.compare.loop import ROUND_CAP_ENV
+from runner.compare.shapes import all_shapes, level_shapes, round_probe
 from runner.core.outcomes import Status
 from runner.core.shapes import shape_set
 from runner.executors.local import LocalExecutor
-from runner.flow.measure import ROUND_CAP_ENV
-from runner.flow.round_context import all_shapes, level_shapes, round_probe
 from runner.flow.rounds import Request, validate_round
 from runner.judge.probe import GUARD, PROBE_PREFIX
 from runner.store.campaign import Campaign

@@ -20,12 +20,12 @@ import pytest
 from click.testing import CliRunner
 
 from runner.cli import cli
+from runner.compare.shapes import all_shapes
 from runner.core.csv_io import read_csv
 from runner.core.csv_schema import GEMM_SCHEMA
 from runner.core.errors import ConfigError, MeasurementFailed, TargetsMissing
 from runner.core.shapes import Shape, expand_selectors, shape_set, shapes_by_label
 from runner.core.upstream_shapes import UpstreamRow, upstream_rows
-from runner.flow.round_context import all_shapes
 from runner.judge.memory_fit import unfit_shapes
 from runner.judge.scoring import score
 from runner.measure.upstream_pass import kept_names, score_upstream_pass

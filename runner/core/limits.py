@@ -99,7 +99,7 @@ def block_pairs(blocks: int) -> int:
     """The incumbent/candidate pairs that ``blocks`` paired blocks measure: the one
     conversion from what a user asks for (``--pairs``, the manifest's ``pairs``,
     ``accept --passes``) to what the measuring engine counts (``samples`` of each role
-    in ``runner.flow.measure``)."""
+    in ``runner.compare.loop``)."""
     return PAIRS_PER_BLOCK * blocks
 
 

@@ -161,7 +161,7 @@ class LiveWorker:
 @runtime_checkable
 class SequenceExecutor(Protocol):
     """An executor that runs several sequences of jobs side by side, each sequence in
-    order in one allocation (Slurm: one array task per shard; ``runner.flow.measure``)."""
+    order in one allocation (Slurm: one array task per shard; ``runner.compare.loop``)."""
 
     name: str
 

@@ -37,6 +37,8 @@ import shutil
 from contextlib import ExitStack
 from pathlib import Path
 
+from runner.compare.loop import Comparison, measure_and_judge
+from runner.compare.shapes import all_shapes
 from runner.core.artifact_names import BENCHMARK_CSV
 from runner.core.csv_io import read_csv
 from runner.core.csv_schema import get_schema
@@ -67,14 +69,7 @@ from runner.flow.acceptance_checks import (
 )
 from runner.flow.acceptance_record import Acceptance, Check, write_acceptance
 from runner.flow.build import built_roles
-from runner.flow.measure import Comparison, measure_and_judge
-from runner.flow.round_context import (
-    Progress,
-    Round,
-    all_shapes,
-    open_round,
-    run_command_in,
-)
+from runner.flow.round_context import Progress, Round, open_round, run_command_in
 from runner.flow.suite_beside import SuiteBeside
 from runner.flow.tamper_check import proof
 from runner.judge.scoring import score

@@ -4,13 +4,12 @@ lineage."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 from runner.core.errors import ConfigError, InfrastructureError
 from runner.core.outcomes import GateResult, Score
 from runner.flow.acceptance_record import Check
-from runner.judge.heldout import ShapeGain, judge_heldout, shortfall, unsettled_notes
+from runner.judge.heldout import heldout_verdict
 from runner.render.figures import fmt_gain, scale_for
 from runner.store.acceptance import FullBenchmarkInfo, FullSuiteInfo
 from runner.store.lineage import Lineage
@@ -40,72 +39,10 @@ def heldout_check(
     work: Mapping[str, float],
     gate: GateResult | None = None,
 ) -> Check | None:
-    """The over-fitting guard on the held-out shapes (never measured by a round,
-    docs/protocol.md §5.7, ``runner.judge.heldout``): a held-out shape established 5%
-    or more slower than at the base commit (its whole interval; a reading past -5%
-    inside its noise is named, not refused), or one that gains clearly less than the
-    lesser of its size neighbours among the targets, is over-fitting.  None without
-    any held-out shape.  Every shape is judged on the full validation's paired mean
-    and 95% interval (the gate's ``evidence``, recorded whatever decided); a shape
-    without one fails the check, never judged on a tolerance as wide as sigma_G."""
-    gains, unpaired = shape_gains(base, final, work, gate)
-    if not any(lb in heldout for lb in [*(g.label for g in gains), *unpaired]):
-        return None
-    if unpaired:
-        return Check("held-out shapes", False, _unpaired_note(unpaired, gate))
-    held = [g for g in gains if g.label in heldout]
-    targets = [g for g in gains if g.label not in heldout]
-    ok, reasons = judge_heldout(held, targets)
-    geo = {
-        name: 100.0 * math.expm1(sum(g.gain for g in group) / len(group)) if group else 0.0
-        for name, group in (("held", held), ("targets", targets))
-    }
-    detail = f"held-out gain {geo['held']:+.3f}% vs targets {geo['targets']:+.3f}%"
-    noisy = unsettled_notes(held)
-    if not ok:
-        why = "; ".join([f"over-fitting: {'; '.join(reasons)}", detail, *noisy])
-        return Check("held-out shapes", False, why)
-    near = [s.describe() for h in held if (s := shortfall(h, targets)) is not None]
-    return Check("held-out shapes", True, "; ".join([detail, *near, *noisy]))
-
-
-def shape_gains(
-    base: Score,
-    final: Score,
-    work: Mapping[str, float],
-    gate: GateResult | None,
-) -> tuple[list[ShapeGain], list[str]]:
-    """Each shape's gain from the full validation's paired mean and 95% half-width (the
-    gate's ``evidence``: every verdict given two or more pairs records it for every
-    shape it judged), and the labels of the shapes measured on both sides without
-    one."""
-    evidence = gate.evidence.shapes if gate is not None and gate.evidence else {}
-    b, f = base.by_label(), final.by_label()
-    out: list[ShapeGain] = []
-    unpaired: list[str] = []
-    for label in b:
-        bv, fv = b[label].value, f[label].value if label in f else None
-        if not (bv and fv) or label not in work:
-            continue
-        est = evidence.get(label)
-        if est is None or est.half_width_pct is None:
-            unpaired.append(label)
-            continue
-        gain = math.log1p(est.mean_pct / 100.0)
-        out.append(ShapeGain(label, work[label], gain, est.half_width_pct / 100.0))
-    return out, unpaired
-
-
-def _unpaired_note(unpaired: list[str], gate: GateResult | None) -> str:
-    """Why the held-out rule could not judge: shapes without a paired interval (one pair
-    gives none; no pairs at all; or not among the shapes the gate judged)."""
-    pairs = len(gate.pair_gains_pct) if gate is not None else 0
-    why = {0: "no paired samples", 1: "one pair: no interval"}.get(pairs, "not in the evidence")
-    return (
-        f"no paired interval for {', '.join(unpaired)} ({why}): the held-out rule judges "
-        "each shape on the full validation's paired mean and 95% interval only; run "
-        "`campaign accept` again (each of its --passes blocks measures two pairs)"
-    )
+    """The over-fitting guard on the held-out shapes as acceptance's check
+    (``runner.judge.heldout.heldout_verdict``); None without any held-out shape."""
+    verdict = heldout_verdict(base, final, heldout, work, gate)
+    return None if verdict is None else Check("held-out shapes", *verdict)
 
 
 def extract_csv(log: str) -> tuple[str | None, int]:

@@ -8,6 +8,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from runner.compare.shapes import all_shapes
 from runner.core.artifact_names import BENCHMARK_CSV
 from runner.core.csv_schema import BenchCSV, Row
 from runner.core.errors import (
@@ -27,13 +28,7 @@ from runner.flow.build import built_roles, describe
 from runner.flow.empirical_peak import measure_empirical_peak
 from runner.flow.kernel_facts import FactsJob
 from runner.flow.quickscript import write_quick_script
-from runner.flow.round_context import (
-    FocusedTest,
-    Progress,
-    Round,
-    all_shapes,
-    open_round,
-)
+from runner.flow.round_context import FocusedTest, Progress, Round, open_round
 from runner.flow.round_logs import close_round
 from runner.flow.round_result import attach_facts
 from runner.flow.rounds import MIN_SIGMA, measure_roles, now

@@ -15,10 +15,10 @@ import runner
 from runner.core import interrupts
 from runner.core.artifact_names import FOCUSED_TEST, MEMORY
 from runner.core.device_memory import MemoryLog
-from runner.core.errors import ConfigError, FocusedTestFailed, Tampered
+from runner.core.errors import FocusedTestFailed, Tampered
 from runner.core.files import read_json
 from runner.core.import_cause import explain_failure
-from runner.core.shapes import Shape, shape_set, shapes_by_label
+from runner.core.shapes import Shape
 from runner.core.spec import VISIBILITY, RoundSpec, TimingSettings
 from runner.core.step_times import StepTimes
 from runner.executors.base import BuiltRole, Executor, WorkerJob
@@ -34,7 +34,6 @@ from runner.executors.jit_cache import (
     seed,
 )
 from runner.judge.peaks import device_memory_for
-from runner.judge.probe import probe_shape
 from runner.measure.beside import NOTHING_BESIDE, BesideWork
 from runner.measure.host import job_in, read_memory_log, run_job
 from runner.measure.paired import supports_paired
@@ -313,46 +312,6 @@ def open_round(
             acceptance=acceptance,
             times=times,
         )
-
-
-# ---- shapes --------------------------------------------------------------------------
-def all_shapes(m: Manifest) -> list[Shape]:
-    if m.target_shapes == "all":
-        return shape_set(m.shape_set)
-    return shapes_by_label(m.shape_set, m.target_shapes, "target_shapes")
-
-
-def level_shapes(m: Manifest, level: str, round_n: int | None = None) -> list[Shape]:
-    """The shapes a round measures: never a held-out one (``campaign accept`` does);
-    a quick VALIDATE round (``round_n``) also measures its unannounced shape
-    (``round_probe``)."""
-    held = set(m.heldout_shapes)
-    shapes = [s for s in all_shapes(m) if s.label not in held]
-    if level == "full":
-        return shapes
-    if level != "quick":
-        raise ConfigError(f"--level must be quick or full, not {level!r}")
-    if not m.representative_shapes:
-        raise ConfigError(
-            "the manifest names no representative shapes for a quick round: before the "
-            "baseline, run `campaign baseline` (it picks them); after it, name 3-5 labels "
-            "of its PASS rows with `campaign set representative_shapes [A, B, C] --reason "
-            "TEXT`, or measure every shape with --level full"
-        )
-    chosen = set(m.representative_shapes)
-    probe = round_probe(m, level, round_n) if round_n is not None else None
-    return [s for s in shapes if s.label in chosen] + ([probe] if probe else [])
-
-
-def round_probe(m: Manifest, level: str, round_n: int) -> Shape | None:
-    """Round ``round_n``'s unannounced shape at the quick level (``runner.judge.probe``;
-    none at the full level, which measures every target), drawn from the campaign's name
-    and base commit and the round number; written nowhere before the round."""
-    if level != "quick" or round_n < 2 or not m.representative_shapes:
-        return None
-    rep = shapes_by_label(m.shape_set, m.representative_shapes, "representative_shapes")
-    known = [*shape_set(m.shape_set), *all_shapes(m)]
-    return probe_shape(rep, known, round_n, f"{m.campaign_name}:{m.base_commit}")
 
 
 # ---- passes --------------------------------------------------------------------------

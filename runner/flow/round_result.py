@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
+from runner.compare.loop import pairing_words
 from runner.core.artifact_names import CANDIDATE_PATCH
 from runner.core.errors import ConfigError, RepeatedHypothesis, RoundOutOfOrder, ValueRefused
 from runner.core.isa_facts import KernelFacts
@@ -27,7 +28,6 @@ from runner.core.outcomes import (
 from runner.core.shapes import Shape
 from runner.core.timestamps import now_minute
 from runner.flow.kernel_facts import save_isa
-from runner.flow.measure import pairing_words
 from runner.flow.round_context import Round
 from runner.judge.audit import DECLARABLE
 from runner.judge.gate_constants import current_digest

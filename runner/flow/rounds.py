@@ -5,7 +5,7 @@ Flow: refuse bad requests before writing anything -> fresh worktrees of the incu
 refused unless declared, the focused test files the head's: ``runner.flow.judge_files``)
 -> focused test -> interleaved
 measurement through the executor (A B B A turns of paired local workers, or B C C B
-passes of fresh processes; ``runner.flow.measure``) into a temporary folder -> merged pinned
+passes of fresh processes; ``runner.compare.loop``) into a temporary folder -> merged pinned
 CSVs -> the gate (more paired passes when it asks) -> artifacts copied into the round
 folder -> kernel snapshot -> records (summary, both logs, result.json last) -> on
 ACCEPTED the lineage commit and ref update, after the records; on ROLLED BACK or
@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from runner.compare.loop import Comparison, Judged, measure_and_judge, measure_roles
+from runner.compare.shapes import level_shapes
 from runner.core.errors import ConfigError, FocusedTestFailed, MeasurementFailed, Tampered
 from runner.core.isa_facts import KernelFacts
 from runner.core.limits import block_pairs
@@ -45,14 +47,7 @@ from runner.flow.candidate import (
 from runner.flow.checkout import kept_note, plan_restore, restore_checkout
 from runner.flow.judge_files import check_scope
 from runner.flow.kernel_facts import FactsJob
-from runner.flow.measure import Comparison, Judged, measure_and_judge, measure_roles
-from runner.flow.round_context import (
-    FocusedTest,
-    Progress,
-    Round,
-    level_shapes,
-    open_round,
-)
+from runner.flow.round_context import FocusedTest, Progress, Round, open_round
 from runner.flow.round_logs import close_round
 from runner.flow.round_result import (
     Request,

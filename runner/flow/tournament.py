@@ -7,7 +7,7 @@ and summary, exactly as a single round.  One measurement serves them all: the
 incumbent's workers and one worker per candidate and pair take turns in the palindrome
 order (A B C C B A; ``runner.measure.paired``), every candidate in its own process and
 tree, every tree read-only to every other role.  Each candidate is gated against the
-incumbent as a single round is (``runner.flow.tournament_measure``); of the accepted
+incumbent as a single round is (``runner.compare.entries``); of the accepted
 ones the best is confirmed by a fresh paired measurement against the incumbent before
 it is committed, so that picking the largest of several noisy readings does not
 inflate it; the others roll back as superseded, listed for a retry on the new head.
@@ -23,6 +23,8 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
+from runner.compare.entries import Entry, confirm, measure_entries
+from runner.compare.shapes import level_shapes
 from runner.core.errors import (
     ConfigError,
     MeasurementFailed,
@@ -40,7 +42,7 @@ from runner.flow.build import built_roles, describe
 from runner.flow.candidate import advance, audit, closed_transfer, lineage_commit, open_round_dir
 from runner.flow.judge_files import check_scope
 from runner.flow.kernel_facts import FactsJob
-from runner.flow.round_context import Progress, Round, level_shapes, open_round
+from runner.flow.round_context import Progress, Round, open_round
 from runner.flow.round_logs import close_round
 from runner.flow.round_result import (
     Request,
@@ -55,7 +57,7 @@ from runner.flow.round_result import (
 )
 from runner.flow.tamper_check import TreeState, prove_ready, tampered
 from runner.flow.tamper_check import snapshot as snapshot_trees
-from runner.flow.tournament_measure import Entry, EntryTests, confirm, measure_entries
+from runner.flow.tournament_tests import EntryTests
 from runner.judge.resubmission import names_in
 from runner.measure.beside import BesideWork
 from runner.render.figures import fmt_gain

@@ -1,5 +1,6 @@
 """The held-out over-fitting rule of final acceptance (docs/protocol.md §5.7).  Pure
-functions, no I/O; ``runner.flow.acceptance_checks`` feeds them the full validation.
+functions, no I/O; ``runner.flow.acceptance_checks`` feeds them the full validation
+(``heldout_verdict``), ``runner.compare.loop`` a quick round's unannounced shape.
 
 Each held-out shape is compared with its size neighbours: the nearest target shape
 below it and the nearest above it in the order of work (forward FLOPs), one at an end
@@ -49,9 +50,10 @@ neighbours.  Gains are in log space (ln(final / base)).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from runner.core.outcomes import GateResult, Score
 from runner.judge.evidence import FLOOR_GAIN
 
 HELDOUT_REGRESSION_PCT = 5.0  # a held-out shape this much slower: over-fitting
@@ -170,3 +172,81 @@ def unsettled_notes(held: Sequence[ShapeGain]) -> list[str]:
         for h in sorted(held, key=lambda h: h.label)
         if unsettled(h)
     ]
+
+
+def heldout_verdict(
+    base: Score,
+    final: Score,
+    heldout: list[str],
+    work: Mapping[str, float],
+    gate: GateResult | None = None,
+) -> tuple[bool, str] | None:
+    """The over-fitting guard on the held-out shapes (never measured by a round,
+    docs/protocol.md §5.7, the rule above): a held-out shape established 5% or more
+    slower than at the base commit (its whole interval; a reading past -5% inside its
+    noise is named, not refused), or one that gains clearly less than the lesser of its
+    size neighbours among the targets, is over-fitting.  None without any held-out
+    shape; else whether the shapes pass and the words why.  Every shape is judged on
+    the full validation's paired mean and 95% interval (the gate's ``evidence``,
+    recorded whatever decided); a shape without one fails the check, never judged on a
+    tolerance as wide as sigma_G.  Acceptance's check (``acceptance_checks``) and a
+    quick round's unannounced-shape guard (``runner.compare.loop.probe_veto``) both
+    judge through it."""
+    gains, unpaired = shape_gains(base, final, work, gate)
+    if not any(lb in heldout for lb in [*(g.label for g in gains), *unpaired]):
+        return None
+    if unpaired:
+        return False, _unpaired_note(unpaired, gate)
+    held = [g for g in gains if g.label in heldout]
+    targets = [g for g in gains if g.label not in heldout]
+    ok, reasons = judge_heldout(held, targets)
+    geo = {
+        name: 100.0 * math.expm1(sum(g.gain for g in group) / len(group)) if group else 0.0
+        for name, group in (("held", held), ("targets", targets))
+    }
+    detail = f"held-out gain {geo['held']:+.3f}% vs targets {geo['targets']:+.3f}%"
+    noisy = unsettled_notes(held)
+    if not ok:
+        why = "; ".join([f"over-fitting: {'; '.join(reasons)}", detail, *noisy])
+        return False, why
+    near = [s.describe() for h in held if (s := shortfall(h, targets)) is not None]
+    return True, "; ".join([detail, *near, *noisy])
+
+
+def shape_gains(
+    base: Score,
+    final: Score,
+    work: Mapping[str, float],
+    gate: GateResult | None,
+) -> tuple[list[ShapeGain], list[str]]:
+    """Each shape's gain from the full validation's paired mean and 95% half-width (the
+    gate's ``evidence``: every verdict given two or more pairs records it for every
+    shape it judged), and the labels of the shapes measured on both sides without
+    one."""
+    evidence = gate.evidence.shapes if gate is not None and gate.evidence else {}
+    b, f = base.by_label(), final.by_label()
+    out: list[ShapeGain] = []
+    unpaired: list[str] = []
+    for label in b:
+        bv, fv = b[label].value, f[label].value if label in f else None
+        if not (bv and fv) or label not in work:
+            continue
+        est = evidence.get(label)
+        if est is None or est.half_width_pct is None:
+            unpaired.append(label)
+            continue
+        gain = math.log1p(est.mean_pct / 100.0)
+        out.append(ShapeGain(label, work[label], gain, est.half_width_pct / 100.0))
+    return out, unpaired
+
+
+def _unpaired_note(unpaired: list[str], gate: GateResult | None) -> str:
+    """Why the held-out rule could not judge: shapes without a paired interval (one pair
+    gives none; no pairs at all; or not among the shapes the gate judged)."""
+    pairs = len(gate.pair_gains_pct) if gate is not None else 0
+    why = {0: "no paired samples", 1: "one pair: no interval"}.get(pairs, "not in the evidence")
+    return (
+        f"no paired interval for {', '.join(unpaired)} ({why}): the held-out rule judges "
+        "each shape on the full validation's paired mean and 95% interval only; run "
+        "`campaign accept` again (each of its --passes blocks measures two pairs)"
+    )

@@ -7,7 +7,7 @@ measures one shape that no file lists: a GEMM of a representative shape (rotatin
 round number) with another M (the token count, which a real model's GEMMs see in
 every size), drawn for the round and not equal to any shape of the campaign's set.
 It is written nowhere before the round starts (its spec is written when its workers
-start).  ``runner.flow.measure.judge`` judges it with the held-out rule of final
+start).  ``runner.compare.loop.judge`` judges it with the held-out rule of final
 acceptance (``runner.judge.heldout``) against the listed shapes: a change whose gain
 does not hold there is vetoed by the **unannounced-shape guard**.
 

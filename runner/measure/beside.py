@@ -4,7 +4,7 @@ A flow that measures may have work running while its serving workers start up (a
 focused test, a tournament's tests), checks that must pass once the workers have
 imported their code (the tamper check's proof) and work that must give the device up
 whenever something is timed (acceptance's full suite).  The flow builds one
-``BesideWork`` from them and passes it to the measurement (``runner.flow.measure``,
+``BesideWork`` from them and passes it to the measurement (``runner.compare.loop``,
 ``runner.measure.paired.measure_paired``); the engine never reads them from its host,
 so no flow writes into the round to reach the engine.
 

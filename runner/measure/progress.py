@@ -163,7 +163,7 @@ class _Measuring(Event):
 
 class PairsPlanned(_Measuring):
     """``more`` pairs planned now (``planned`` in all); the measurement cap
-    (``runner.flow.measure.next_pairs``): ``cap_s`` seconds, within which more pairs
+    (``runner.compare.loop.next_pairs``): ``cap_s`` seconds, within which more pairs
     are planned only while they fit, and its pair floors ``cap_pairs`` and
     ``cap_promising`` (pairs that may always be measured, however long they take)."""
 

@@ -52,7 +52,7 @@ class PlainManifest:
 @dataclass
 class PlainRound(PlainHost):
     """A round without a campaign (benchmarks, tests): what
-    ``runner.flow.measure.measure_roles`` reads from ``runner.flow.round_context.Round``."""
+    ``runner.compare.loop.measure_roles`` reads from ``runner.flow.round_context.Round``."""
 
     gpus: tuple[int, ...] = ()
     round: int = 2
@@ -186,8 +186,8 @@ def measure_sharded(
 
     ``trees`` maps each role of ``pattern`` to its source tree.  Pass numbers continue
     from ``start_index`` (the first pass is ``start_index + 1``), as in
-    ``runner.flow.measure.measure_roles``.  Returns, per role, the merged pinned CSV of
-    each of its passes in order: the lists ``runner.flow.measure.judge`` takes.  Raises
+    ``runner.compare.loop.measure_roles``.  Returns, per role, the merged pinned CSV of
+    each of its passes in order: the lists ``runner.compare.loop.judge`` takes.  Raises
     MeasurementFailed when any worker failed (the other GPUs finish their passes first).
     """
     missing = sorted(set(pattern) - set(trees))

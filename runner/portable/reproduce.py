@@ -6,7 +6,7 @@ environment with the recorded one (recipe and fingerprint; reported, never hidde
 a scratch campaign in ``--out`` with the bundle's manifest -> the lineage replayed to
 round N in fresh worktrees (``git am`` of the bundle's format-patch series, plus round
 N's candidate.patch when N was not accepted; the user's checkout is never touched) ->
-baseline and round N measured paired with ``runner.flow.measure.measure_and_judge`` ->
+baseline and round N measured paired with ``runner.compare.loop.measure_and_judge`` ->
 the verdict of ``runner.portable.reproduce_report.judge`` -> ``reproduction.md``.
 """
 
@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.compare.loop import measure_and_judge
+from runner.compare.shapes import all_shapes, round_probe
 from runner.core.artifact_names import CANDIDATE_PATCH
 from runner.core.csv_schema import BenchCSV
 from runner.core.errors import (
@@ -35,9 +37,8 @@ from runner.core.processes import run
 from runner.core.shapes import Shape
 from runner.executors.factory import make_executor
 from runner.flow.build import built_roles
-from runner.flow.measure import measure_and_judge
 from runner.flow.new_campaign import git_toplevel
-from runner.flow.round_context import all_shapes, open_round, round_probe
+from runner.flow.round_context import open_round
 from runner.flow.tamper_check import proof
 from runner.judge.gate import calibrate_sigma
 from runner.measure.passes import pair_samples, per_pass_metric

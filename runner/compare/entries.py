@@ -1,8 +1,10 @@
-"""A tournament's measurement (``runner.flow.tournament``): its entries, their focused
-tests, the one paired measurement of the incumbent beside every candidate, and the
-fresh confirmation of the best accepted one.
+"""The comparison of a reference with several candidates (a tournament,
+``runner.flow.tournament``): its entries, the one paired measurement of the incumbent
+beside every candidate, and the fresh confirmation of the best accepted one.  The
+entries' focused tests, beside the first measurement's start-up, are the tournament's
+(``runner.flow.tournament_tests``).
 
-Sequential, as a single round's (``runner.flow.measure.measure_and_judge``): each
+Sequential, as a single round's (``runner.compare.loop.measure_and_judge``): each
 candidate is judged against the incumbent on the pairs measured so far; the ones the
 gate cannot tell yet get more fresh pairs, measured together beside the incumbent
 (one incumbent worker per pair serves them all), until every one is decided or the cap
@@ -16,22 +18,14 @@ starts again without it (the pairs completed before stay).
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from runner.core.artifact_names import BUILDS
-from runner.core.errors import FocusedTestFailed, MeasurementFailed, Tampered
-from runner.core.files import copy_plain_tree
-from runner.core.isa_facts import KernelFacts
-from runner.core.limits import block_pairs
-from runner.core.outcomes import Decision, GateResult, TransferCheck
-from runner.core.shapes import Shape
-from runner.flow.measure import (
+from runner.compare.loop import (
     Comparison,
     Judged,
     first_samples,
@@ -42,12 +36,20 @@ from runner.flow.measure import (
     measurement_cap,
     next_pairs,
 )
-from runner.flow.round_context import BesideStartUp, Round, run_focused_test
-from runner.flow.round_result import Request
+from runner.core.artifact_names import BUILDS
+from runner.core.errors import FocusedTestFailed, MeasurementFailed
+from runner.core.files import copy_plain_tree
+from runner.core.isa_facts import KernelFacts
+from runner.core.limits import block_pairs
+from runner.core.outcomes import Decision, GateResult, TransferCheck
+from runner.core.shapes import Shape
 from runner.judge.gate import confirms, outpaced, promising
 from runner.measure.beside import BesideWork
-from runner.measure.paired import supports_paired
 from runner.render.figures import fmt_gain
+
+if TYPE_CHECKING:  # compare sits below the round: a Round and a Request are handed in
+    from runner.flow.round_context import Round
+    from runner.flow.round_result import Request
 
 ROLE_PREFIX = "candidate-"
 
@@ -95,93 +97,6 @@ class Entry:
     @property
     def accepted_reading(self) -> bool:
         return self.reading is not None and self.reading.decision.accepted
-
-
-def focused_tests(rnd: Round, entries: Sequence[Entry]) -> None:
-    """Every measurable entry's focused test, before anything is timed (a vetoed entry
-    still records its test, as a single round does); a failure vetoes that entry alone.
-    The tests run side by side, nothing is timed while they run: all at once on a GPU
-    target with serving workers, as many as the host has cores elsewhere (a test is
-    mostly a Python interpreter importing torch).  Side by side, each test's math
-    libraries get its share of the cores (``OMP_NUM_THREADS``): on the H200's 16 cores
-    four example tests (CPU tensors, each with torch's 16 threads) took 45-50 s where
-    one alone took 14 s."""
-    testable = [e for e in entries if e.tree is not None and not e.failure]
-    if rnd.gpu_target and supports_paired(rnd.executor):
-        parallel = len(testable)
-    else:
-        parallel = min(len(testable), os.cpu_count() or 1)
-    failed = f"focused test failed on the candidate ({rnd.manifest.test_command}):\n"
-    threads = max(1, (os.cpu_count() or 1) // parallel) if parallel > 1 else None
-
-    def one(entry: Entry) -> None:
-        assert entry.tree is not None
-        try:
-            ok, tail = run_focused_test(rnd, entry.role, entry.tree, threads)
-        except Tampered as exc:  # its own build rewrote its judge files: it fails alone
-            entry.failure = str(exc)
-            return
-        if not ok:
-            entry.vetoes.append(failed + tail)
-
-    with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="test") as pool:
-        for future in [pool.submit(one, e) for e in testable]:
-            future.result()
-
-
-class EntryTests(BesideStartUp):
-    """The entries' focused tests (``focused_tests``) for one tournament.
-
-    On a GPU target with serving workers they run in a thread beside the first
-    measurement's worker start-up (``BesideStartUp``, as a single round's
-    ``FocusedTest``: on the H200 the four tests of a tournament took 39 s before any
-    worker started), and its ``beside_work`` holds the first timed turn until all are
-    done.  A test that failed vetoes its entry (one whose judge files its own build
-    rewrote fails it: TAMPERED), and ``require`` then raises FocusedTestFailed before
-    anything was timed: ``measure_entries`` measures again without that entry.
-    Elsewhere they run at once, before any worker starts, as they always did.  Leave
-    through ``close()``, which waits for the thread and clears the hook."""
-
-    def __init__(self, rnd: Round, entries: Sequence[Entry]) -> None:
-        self.entries = list(entries)
-        self._vetoes = {e.role: len(e.vetoes) for e in self.entries}
-        self._failures = {e.role: e.failure for e in self.entries}
-        self._required = False  # the first measurement waited for them already
-        super().__init__(rnd, "focused-tests", lambda: focused_tests(rnd, self.entries))
-        if not self.beside:
-            self.wait()  # run at once: what it raised is raised here, as it always was
-
-    def failed(self) -> list[Entry]:
-        """The entries whose focused test failed (a veto added since they started) or
-        that failed at it (tampered judge files)."""
-        return [
-            e
-            for e in self.entries
-            if len(e.vetoes) > self._vetoes[e.role] or e.failure != self._failures[e.role]
-        ]
-
-    def require(self) -> None:
-        """Before the first timed turn: wait for the tests; raise FocusedTestFailed when
-        one failed (once: the measurement that follows, without those entries, is not
-        held)."""
-        if self._required:
-            return
-        self.wait()
-        self._required = True
-        failed = self.failed()
-        if failed:
-            names = ", ".join(f"round-{e.n}" for e in failed)
-            raise FocusedTestFailed(f"the focused test failed for {names}")
-
-    def close(self) -> None:
-        """Wait for the tests, clear the hook, and put each entry's test folder in its
-        round's records as a single round's (``test-candidate``: the log, the exit
-        code and the seconds), a failed test's too."""
-        super().close()
-        for e in self.entries:
-            test = self.rnd.tmp / f"test-{e.role}"
-            if test.is_dir() and self.rnd.tmp in e.dir.parents:  # its records' folder
-                copy_plain_tree(test, e.dir / "test-candidate")
 
 
 def measure_entries(
@@ -357,7 +272,8 @@ def confirm(
             "paired measurement against the incumbent"
         )
         _set_aside(e.dir)
-        conf = Round(
+        # the round's own class: compare imports Round for its annotations only
+        conf = type(rnd)(
             rnd.campaign,
             rnd.executor,
             rnd.progress,

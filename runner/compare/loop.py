@@ -26,8 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
+from runner.compare.shapes import level_shapes, round_probe
 from runner.core.artifact_names import BENCHMARK_CSV, EMPIRICAL_PEAK, INCUMBENT_CSV
 from runner.core.csv_schema import BenchCSV
 from runner.core.empirical_peak import EmpiricalPeak
@@ -36,8 +37,8 @@ from runner.core.files import read_json
 from runner.core.outcomes import Decision, GateResult, Score
 from runner.core.shapes import Shape
 from runner.executors.base import SequenceExecutor
-from runner.flow.round_context import Round, level_shapes, round_probe
 from runner.judge.gate import promising, required_pairs
+from runner.judge.heldout import heldout_verdict
 from runner.judge.independent import decide_metrics
 from runner.judge.measuring_caps import CAP_PAIRS, MAX_PAIRS, PROMISING_PAIRS, ROUND_CAP_S
 from runner.judge.probe import GUARD, PROBE_PREFIX, is_probe
@@ -74,6 +75,9 @@ from runner.measure.sharding import (
 )
 from runner.ops.info import op_info
 from runner.render.figures import fmt_gain
+
+if TYPE_CHECKING:  # compare sits below the round: a Round is only handed in
+    from runner.flow.round_context import Round
 
 # How long one comparison may measure: the caps are gate constants
 # (runner.judge.measuring_caps); a host or a test suite may set the seconds (then
@@ -560,9 +564,7 @@ def name_probe(gate: GateResult) -> GateResult:
 def probe_veto(rnd: Round, ref: Score, cand: Score, gate: GateResult) -> str | None:
     """The unannounced-shape guard (``runner.judge.probe``): a quick round's probe
     shape judged against the listed shapes by the held-out rule of final acceptance
-    (``runner.flow.acceptance_checks.heldout_check``); the veto's words, or None."""
-    from runner.flow.acceptance_checks import heldout_check
-
+    (``runner.judge.heldout.heldout_verdict``); the veto's words, or None."""
     measured = [label for label in ref.by_label() if is_probe(label)]
     if not measured or not gate.decision.accepted:
         return None
@@ -572,13 +574,13 @@ def probe_veto(rnd: Round, ref: Score, cand: Score, gate: GateResult) -> str | N
     if probe is None or probe.label != measured[0]:
         return None
     work = {s.label: s.flops_fwd for s in [*level_shapes(rnd.manifest, rnd.level), probe]}
-    check = heldout_check(ref, cand, [probe.label], work, gate)
-    if check is None or check.ok:
+    verdict = heldout_verdict(ref, cand, [probe.label], work, gate)
+    if verdict is None or verdict[0]:
         return None
     return (
         f"{GUARD}: the gain does not hold on {probe.label}, a shape no file listed before "
         f"the round (its M moved from {probe.params.get('probe_of')}): a change tuned to "
-        f"the listed shapes (docs/protocol.md §5.7): {check.detail}"
+        f"the listed shapes (docs/protocol.md §5.7): {verdict[1]}"
     )
 
 
