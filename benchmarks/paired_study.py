@@ -65,9 +65,9 @@ from runner.core.shapes import default_shape_set, shape_set  # noqa: E402
 from runner.executors.local import LocalExecutor  # noqa: E402
 from runner.flow.baseline import run_baseline  # noqa: E402
 from runner.flow.new_campaign import CampaignFields, create_campaign, fresh_example_copy  # noqa: E402
-from runner.flow.round_context import Round  # noqa: E402
 from runner.flow.rounds import Request, validate_round  # noqa: E402
 from runner.flow.tournament import validate_tournament  # noqa: E402
+from runner.round.context import Round  # noqa: E402
 from runner.store.campaign import Campaign  # noqa: E402
 
 PLANT_FILE = "turbo_kernels/pytorch/ops/gemm_fp8.py"

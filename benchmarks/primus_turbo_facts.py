@@ -7,7 +7,7 @@ quantisation files as its kernel source), and, for each arch, the round facts of
 roles (incumbent = the checkout, candidate = it with every ``OLD`` of the GEMM file
 replaced by ``NEW``, e.g. ``"num_stages=ns," "num_stages=ns + 1,"``: the change, made
 here so that no upstream line is stored in this repository) as a VALIDATE
-round takes them (``runner.flow.kernel_facts.round_facts``).  Prints each arch's seconds
+round takes them (``runner.round.kernel_facts.round_facts``).  Prints each arch's seconds
 (wall and CPU: the machine may be shared) and the summary's facts section; ``--cache``
 keeps the facts cache (a second run is the warm one).
 """
@@ -58,9 +58,9 @@ def main() -> int:
         root = Path(tmp)
         cache = ns.cache or root / "cache"
         os.environ["TURBO_CAMPAIGN_FACTS_CACHE"] = str(cache)
-        from runner.flow.kernel_facts import round_facts
         from runner.flow.new_campaign import CampaignFields, create_campaign
         from runner.render.kernel_facts import facts_markdown
+        from runner.round.kernel_facts import round_facts
 
         inc, cand = root / "incumbent", root / "candidate"
         _repo(ns.source, inc)

@@ -28,10 +28,10 @@ from runner.core.errors import Tampered
 from runner.executors.build_cache import COMPLETE, PRODUCTS, BuildCache
 from runner.executors.isolation import ISOLATION_ENV, isolation_works
 from runner.executors.local import LocalExecutor
-from runner.flow.build import built_roles
-from runner.flow.judge_files import judge_digests, restore_judge
-from runner.flow.round_context import FocusedTest, Round
 from runner.render.status import collect_status
+from runner.round.build import built_roles
+from runner.round.context import FocusedTest, Round
+from runner.round.judge_files import judge_digests, restore_judge
 from runner.store.campaign import Campaign
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,9 +18,9 @@ from runner.core.csv_io import write_csv
 from runner.core.csv_schema import GEMM_SCHEMA
 from runner.core.outcomes import Decision, PairSample, Score, ShapeScore
 from runner.executors.factory import make_executor
-from runner.flow.round_context import Round
-from runner.flow.round_result import veto_only
 from runner.judge.independent import decide_metrics
+from runner.round.context import Round
+from runner.round.result import veto_only
 from runner.store.campaign import Campaign
 
 FWD, BWD = "Forward TFLOPS", "Backward TFLOPS"

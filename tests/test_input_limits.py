@@ -231,7 +231,7 @@ def _closed(
     c: Campaign, n: int, status: Any, hypothesis: str, value: float = 1.0, **over: Any
 ) -> Any:
     from runner.core.outcomes import RoundResult, Score, ShapeScore
-    from runner.flow.round_logs import close_round
+    from runner.round.logs import close_round
 
     shape = ShapeScore("a", "PASS", value, value, value)
     score = Score("Combined Step TFLOPS", value, (shape,), 1, 0)

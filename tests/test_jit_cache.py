@@ -72,7 +72,7 @@ def test_a_round_claims_its_folder_and_prunes_the_others(
 
     from runner.executors.factory import make_executor
     from runner.executors.jit_cache import jit_root
-    from runner.flow.round_context import Round
+    from runner.round.context import Round
 
     camp = tiny_campaign(tmp_path, "jit", baseline=False)
     root = jit_root(camp.root.parent)
@@ -131,7 +131,7 @@ def test_a_round_s_candidate_folder_starts_with_the_incumbent_s_kernels(
 
     from runner.executors.factory import make_executor
     from runner.executors.jit_cache import jit_root
-    from runner.flow.round_context import Round
+    from runner.round.context import Round
 
     camp = tiny_campaign(tmp_path, "jitseed", baseline=False)
     source = Path(camp.manifest.source)

@@ -17,7 +17,7 @@ from campaign_helpers import run_cli
 from runner.bench.focused_test import judge_changes
 from runner.core.errors import ConfigError
 from runner.core.outcomes import Status
-from runner.flow.judge_files import check_scope, judge_paths, restore_judge
+from runner.round.judge_files import check_scope, judge_paths, restore_judge
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage, patch_paths
 from runner.targets.example import EXAMPLE

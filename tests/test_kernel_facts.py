@@ -28,9 +28,9 @@ from runner.core.isa_facts import KernelEntry, KernelFacts, parse_amdgcn, parse_
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.factory import make_executor
 from runner.executors.isolation import isolation_works
-from runner.flow.kernel_facts import facts_arch, triton_version
 from runner.flow.rounds import Request, validate_round
 from runner.render.analysis_status import analysis_lines
+from runner.round.kernel_facts import facts_arch, triton_version
 from runner.store.campaign import Campaign
 
 KERNEL = "turbo_kernels/triton/gemm_fp8_kernel.py"
@@ -282,7 +282,7 @@ def test_each_tournament_entry_keeps_the_incumbent_s_assembly(
     """The entries of a tournament share the incumbent's kernels: saving one entry's
     assembly into its round leaves the next entry's incumbent where the compile put it,
     so every entry's ``profiles/round-N/incumbent/`` gets it."""
-    from runner.flow.kernel_facts import save_isa
+    from runner.round.kernel_facts import save_isa
 
     campaign = Campaign.load(copy_campaign(slow_tiny, tmp_path / "c", "t"))
     compiled = tmp_path / "cache"
@@ -315,8 +315,8 @@ def test_a_round_s_compile_runs_isolated_as_its_jobs_do(
     import shutil
 
     from runner.executors.local import LocalExecutor
-    from runner.flow.kernel_facts import round_facts
-    from runner.flow.round_context import Round
+    from runner.round.context import Round
+    from runner.round.kernel_facts import round_facts
 
     campaign = Campaign.load(copy_campaign(slow_tiny, tmp_path / "c", "t"))
     hostile = tmp_path / "tree"
@@ -334,7 +334,7 @@ def test_a_compile_s_record_names_only_assembly_in_its_own_folder(tmp_path: Path
     """A compile's ``facts.json`` (written by a process that imported the measured tree)
     may name an assembly file only inside its folder: a path out of it is dropped, so
     the round never copies another file of the host into its records."""
-    from runner.flow.kernel_facts import role_facts
+    from runner.round.kernel_facts import role_facts
 
     folder = tmp_path / "compile"
     folder.mkdir()
@@ -359,7 +359,7 @@ def test_a_workspace_tree_s_compile_imports_its_package_from_src(tmp_path: Path)
     there, upstream's kernel file on an H100 read "No module named 'primus_turbo'"."""
     import sys
 
-    from runner.flow.kernel_facts import tree_pythonpath
+    from runner.round.kernel_facts import tree_pythonpath
     from runner.store.workspace import RECORD
 
     tree = tmp_path / "ws"

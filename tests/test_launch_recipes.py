@@ -23,8 +23,8 @@ import pytest
 import test_primus_turbo_facts as ptf
 
 from runner.core.isa_facts import KernelEntry, KernelFacts
-from runner.flow.kernel_facts import round_facts, triton_version
 from runner.flow.new_campaign import CampaignFields, create_campaign
+from runner.round.kernel_facts import round_facts, triton_version
 from runner.store.campaign import Campaign
 
 pytestmark = [

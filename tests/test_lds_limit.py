@@ -1,5 +1,5 @@
 """A candidate kernel over the target's LDS limit is refused before it is measured
-(runner.flow.kernel_facts.refuse_over_lds, called by a round before its builds), from a
+(runner.round.kernel_facts.refuse_over_lds, called by a round before its builds), from a
 recorded round's kernel facts; its message names the kernel and its bytes."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from runner.core.errors import LdsOverLimit, MeasurementFailed
 from runner.core.isa_facts import KernelFacts, parse_amdgcn
-from runner.flow.kernel_facts import refuse_over_lds
+from runner.round.kernel_facts import refuse_over_lds
 
 SAMPLE = Path(__file__).parent / "data" / "kernel_facts" / "lds_over_gfx942.json"
 KERNEL = "_gemm_fp8_tensorwise_kernel"

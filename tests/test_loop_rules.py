@@ -28,17 +28,17 @@ from runner.core.outcomes import (
     Status,
 )
 from runner.flow.report import write_report
-from runner.flow.round_logs import close_round
-from runner.flow.round_result import (
+from runner.render.final_report import render_final_report
+from runner.render.markdown import shape_table
+from runner.render.status import collect_status
+from runner.round.logs import close_round
+from runner.round.result import (
     Request,
     check_diagnosis,
     check_new,
     check_round_number,
     check_targeted,
 )
-from runner.render.final_report import render_final_report
-from runner.render.markdown import shape_table
-from runner.render.status import collect_status
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
 from runner.store.record_writer import append_final_report
@@ -464,8 +464,8 @@ def test_a_rolled_back_change_again_up_to_comments_whitespace_and_new_names_is_r
     # a tournament's entry is held to the same rule: the whole tournament is refused
     # before anything is written, naming the entry
     from runner.executors.local import LocalExecutor
-    from runner.flow.round_result import Request
     from runner.flow.tournament import validate_tournament
+    from runner.round.result import Request
     from runner.store.lineage import Lineage
     from runner.store.manifest import branch_name
 

@@ -26,8 +26,8 @@ from runner.core.outcomes import (
     ShapeScore,
     Status,
 )
-from runner.flow.round_logs import close_round
 from runner.judge.inconclusive import inconclusive
+from runner.round.logs import close_round
 from runner.store.campaign import Campaign
 
 METRIC = "Combined Step TFLOPS"

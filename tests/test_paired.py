@@ -35,8 +35,6 @@ from runner.core.outcomes import Decision, Score, ShapeScore
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings, load_spec
 from runner.executors.local import LocalExecutor
-from runner.flow.round_context import FocusedTest, Round
-from runner.flow.round_result import Request
 from runner.flow.tournament_tests import EntryTests
 from runner.judge.gate import decide, required_pairs
 from runner.judge.probe import is_probe
@@ -64,6 +62,8 @@ from runner.measure.sharding import (
     shard_shapes,
 )
 from runner.measure.waves import pool_members, wave_size
+from runner.round.context import FocusedTest, Round
+from runner.round.result import Request
 from runner.store.campaign import Campaign
 
 TIMING = TimingSettings(warmup_s=0.01, repeats=2, max_repeats=3, budget_s=0.05, batch_s=0.005)

@@ -339,7 +339,7 @@ def test_accept_reads_the_csv_the_benchmark_writes(tmp_path: Path) -> None:
     from runner.executors.local import LocalExecutor
     from runner.flow import accept
     from runner.flow.new_campaign import fresh_example_copy
-    from runner.flow.round_context import Round
+    from runner.round.context import Round
 
     source = fresh_example_copy(tmp_path / "src")
     sample = tmp_path / "sample.csv"

@@ -21,7 +21,6 @@ from runner.core.outcomes import (
     Status,
 )
 from runner.core.stats import geomean
-from runner.flow.round_logs import close_round, correct_logs
 from runner.render.chain import check_chain
 from runner.render.markdown import (
     Ineffective,
@@ -34,6 +33,7 @@ from runner.render.markdown import (
     render_trend_row,
 )
 from runner.render.summary import SECTIONS, render_summary
+from runner.round.logs import close_round, correct_logs
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
 from runner.store.log_format import TREND_HEADER, TREND_SEPARATOR

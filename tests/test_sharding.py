@@ -93,7 +93,7 @@ def test_a_gpu_round_s_worker_jobs_carry_the_allocator_setting(tmp_path: Path) -
 
     from runner.executors.factory import make_executor
     from runner.executors.gpus import ALLOC_CONF_ENV, allocator_env, detect_vendor
-    from runner.flow.round_context import Round
+    from runner.round.context import Round
 
     camp = tiny_campaign(tmp_path, "alloc", baseline=False)
     tree = Path(camp.manifest.source)

@@ -10,7 +10,7 @@ process runs it at interpreter start-up, before the harness's first line:
 
 Guards: the local executor starts every worker isolated (``runner.core.startup``:
 ``python -I -S`` and an explicit ``sys.path``), so neither file runs; the harness
-proof (``runner.flow.tamper_check``) names a start-up file that appeared on the path
+proof (``runner.round.tamper_check``) names a start-up file that appeared on the path
 and a loadable file a role's process created in its tree; the clock guard
 (``runner.bench.timing.check_clocks``) refuses clocks that are not the C builtins.
 Each test runs real worker processes in test mode (no torch, well under a second
@@ -28,7 +28,7 @@ from pathlib import Path
 from runner.core.spec import RoundSpec, TimingSettings, save_spec
 from runner.executors.base import WorkerJob
 from runner.executors.local import LocalExecutor
-from runner.flow.tamper_check import snapshot, tampering
+from runner.round.tamper_check import snapshot, tampering
 
 # The cheat's start-up hook: notes that it ran (the marker) and slows the process clock.
 HOOK = """\

@@ -4,7 +4,7 @@ A candidate whose kernel module, when imported, finds the incumbent's worktree o
 local disk and makes its kernel do four times the work was ACCEPTED (+39%).  Now every
 worker records the blob ids of the files it loaded (after the import and at the end of
 its pass) and the host compares them, and the incumbent's whole tree, with what the
-round started from (``runner.flow.tamper_check``): the round FAILS as tampered, naming
+round started from (``runner.round.tamper_check``): the round FAILS as tampered, naming
 the incumbent's file, before its first timed turn when the change came at import.
 Where mount namespaces work, the local executor also makes every role's tree
 read-only to every worker (``runner.executors.isolation``): the write fails.
@@ -21,7 +21,7 @@ from runner.core.errors import Tampered
 from runner.core.outcomes import Status
 from runner.executors.isolation import ISOLATION_ENV, isolated_argv, isolation_works
 from runner.executors.local import LocalExecutor
-from runner.flow.tamper_check import BuildWatch, snapshot, tampering
+from runner.round.tamper_check import BuildWatch, snapshot, tampering
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 
@@ -121,8 +121,8 @@ def test_final_acceptance_proves_each_role_ran_its_own_files(
     the first timed turn of the full validation, and acceptance stops as TAMPERED."""
     from runner.compare.shapes import level_shapes
     from runner.flow.accept import full_validation
-    from runner.flow.build import built_roles
-    from runner.flow.round_context import Round
+    from runner.round.build import built_roles
+    from runner.round.context import Round
     from runner.store.leftovers import job_dir
 
     monkeypatch.setenv(ISOLATION_ENV, "off")  # the proof alone
@@ -279,7 +279,7 @@ def test_a_local_job_cannot_write_what_the_round_protects(
     import runner
     from runner.executors.base import WorkerJob
     from runner.executors.local import LocalExecutor
-    from runner.flow.round_context import Round
+    from runner.round.context import Round
 
     camp = Campaign.load(demo_copy)
     inc, cand, tmp = tmp_path / "wt-inc" / "src", tmp_path / "wt-cand" / "src", tmp_path / "job"
@@ -320,7 +320,7 @@ def test_each_role_has_its_own_jit_cache_that_no_other_role_can_write(
     incumbent then loads."""
     from dataclasses import replace
 
-    from runner.flow.round_context import Round
+    from runner.round.context import Round
 
     camp = Campaign.load(demo_copy)
     for role in ("inc", "cand"):
@@ -361,7 +361,7 @@ def test_a_module_planted_ahead_of_site_packages_is_named_by_the_proof(tmp_path:
     from dataclasses import replace
 
     from runner.core.startup import importable_files
-    from runner.flow.tamper_check import shadow_changes, startup_state
+    from runner.round.tamper_check import shadow_changes, startup_state
 
     root = tmp_path / "harness-root"
     (root / "runner").mkdir(parents=True)

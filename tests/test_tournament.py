@@ -218,11 +218,11 @@ def test_a_candidate_whose_native_build_fails_fails_alone(tmp_path: Path) -> Non
 
     from runner.compare.entries import Entry
     from runner.executors.local import LocalExecutor
-    from runner.flow.judge_files import judge_digests, restore_judge
-    from runner.flow.round_context import Round
-    from runner.flow.round_result import Request
     from runner.flow.tournament import _build
     from runner.flow.tournament_tests import focused_tests
+    from runner.round.context import Round
+    from runner.round.judge_files import judge_digests, restore_judge
+    from runner.round.result import Request
 
     campaign = pipeline().new_campaign(tmp_path, "local", None, "cpu")
     repo = Path(campaign.manifest.source)

@@ -107,8 +107,8 @@ def test_workspace_mode_end_to_end(tmp_path: Path) -> None:
 
 def test_integration_gate_fails_on_the_upstream_focused_test(tmp_path: Path) -> None:
     """A kernel that breaks the upstream test fails the gate (a real pytest run)."""
-    from runner.flow.round_context import Round
     from runner.flow.workspace_mode import integration_gate
+    from runner.round.context import Round
 
     upstream = fresh_example_copy(tmp_path / "upstream")
     fields = demo_manifest_fields(upstream, "bad", "cpu")

@@ -4,5 +4,5 @@
 ``launches`` records a real wrapper's launch and specialises it as Triton's JIT does;
 ``example_cases`` are the example package's launches; ``compile_main`` is the process
 the host starts (``python -m runner.analyze.compile_main``, one per role and kernel
-file, ``runner.flow.kernel_facts``).  docs/analysis.md.
+file, ``runner.round.kernel_facts``).  docs/analysis.md.
 """

@@ -12,7 +12,7 @@ imported, which the host's cache checks).
   whose kernel is defined in ``F``, each distinct specialisation once.
 
 A target or op without recipes writes ``facts.json`` with a ``note`` and no kernels.
-The measured tree comes first on ``PYTHONPATH``; the host (``runner.flow.kernel_facts``)
+The measured tree comes first on ``PYTHONPATH``; the host (``runner.round.kernel_facts``)
 starts one such process per role and kernel file, with a timeout, and caches what it
 wrote.
 """

@@ -121,7 +121,7 @@ def record_loaded(out_dir: Path, role: str, phase: str) -> None:
     and from the harness (the ``runner`` package) and their blob ids, as of ``phase``
     ("load": right after the target's import, "end": when the pass is done).  The host
     compares them with the role's own files and its own harness
-    (``runner.flow.tamper_check``): a file another role changed fails the round."""
+    (``runner.round.tamper_check``): a file another role changed fails the round."""
     import runner
 
     expected = os.environ.get(SOURCE_ENV)

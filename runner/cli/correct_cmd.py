@@ -23,7 +23,7 @@ def correct_cmd(app: App, name: str | None, text: str, round_n: int | None, tren
     """Append a correction to logs/optimize.md (or, with --trend, a correction row to
     logs/performance_trend.md): the only way to fix a wrong entry; the entry stays.
     Exit 5 while a record does not verify (restore it first)."""
-    from runner.flow.round_logs import correct_logs
+    from runner.round.logs import correct_logs
 
     path = correct_logs(Campaign.find(app.campaigns_root, name), text, round_n=round_n, trend=trend)
     click.echo(f"appended a correction to {path}")

@@ -48,8 +48,8 @@ from runner.measure.beside import BesideWork
 from runner.render.figures import fmt_gain
 
 if TYPE_CHECKING:  # compare sits below the round: a Round and a Request are handed in
-    from runner.flow.round_context import Round
-    from runner.flow.round_result import Request
+    from runner.round.context import Round
+    from runner.round.result import Request
 
 ROLE_PREFIX = "candidate-"
 

@@ -77,7 +77,7 @@ from runner.ops.info import op_info
 from runner.render.figures import fmt_gain
 
 if TYPE_CHECKING:  # compare sits below the round: a Round is only handed in
-    from runner.flow.round_context import Round
+    from runner.round.context import Round
 
 # How long one comparison may measure: the caps are gate constants
 # (runner.judge.measuring_caps); a host or a test suite may set the seconds (then

@@ -2,7 +2,7 @@
 the tree under test and from the harness, each with the git blob id of its bytes, as of
 each phase of its pass ("load": right after the target's import; "end": when the pass is
 done).  The worker writes it (``runner.bench.provenance.record_loaded``); the host
-compares it with each role's own files (``runner.flow.tamper_check``).
+compares it with each role's own files (``runner.round.tamper_check``).
 
 Standard library only (worker-side safe).  The JSON keeps one flat object, as written
 since the record began: ``role``, ``harness_root``, then per phase ``<phase>`` (the tree

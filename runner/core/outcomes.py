@@ -475,7 +475,7 @@ class RoundResult:
     # sha256 of the gate constants that judged it (runner.judge.gate_constants: the
     # digest docs/gate-constants.jsonl names); None in a result written before
     gate_constants: str | None = None
-    # The ISA facts of both roles (runner.flow.kernel_facts.round_facts); None in a
+    # The ISA facts of both roles (runner.round.kernel_facts.round_facts); None in a
     # result written before docs/analysis.md
     kernel_facts: KernelFacts | None = None
     # the stack's platform layer the round ran under (a non-AMD run of an AMD target:

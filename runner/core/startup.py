@@ -15,7 +15,7 @@ before the harness or the standard library.
 
 The host side hashes the start-up files (``startup_files``) of every folder a worker's
 ``sys.path`` holds before a round's processes start and after, and fails the round
-naming a file that appeared or changed (``runner.flow.tamper_check``): the local
+naming a file that appeared or changed (``runner.round.tamper_check``): the local
 executor cannot make the interpreter's prefix read-only without root, so it detects.
 
 Standard library only (both sides).

@@ -10,7 +10,7 @@ folder (the held-out pick, ``runner.store.sealed``) is covered by an empty read-
 file system, so no job of any role reads it.  Nothing outside the
 process changes.  Where namespaces do not work (a container without the privilege, a
 kernel without them) or ``TURBO_CAMPAIGN_ISOLATION=off``, jobs run as before and the
-end-of-round proof (``runner.flow.tamper_check``) still fails a round whose files
+end-of-round proof (``runner.round.tamper_check``) still fails a round whose files
 changed.
 """
 

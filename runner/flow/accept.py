@@ -68,16 +68,16 @@ from runner.flow.acceptance_checks import (
     validation_check,
 )
 from runner.flow.acceptance_record import Acceptance, Check, write_acceptance
-from runner.flow.build import built_roles
-from runner.flow.round_context import Progress, Round, open_round, run_command_in
 from runner.flow.suite_beside import SuiteBeside
-from runner.flow.tamper_check import proof
 from runner.judge.scoring import score
 from runner.measure.beside import NOTHING_BESIDE, BesideWork
 from runner.measure.host import run_job
 from runner.measure.passes import read_passes
 from runner.measure.progress import Event
 from runner.render.status import unclosed_rounds
+from runner.round.build import built_roles
+from runner.round.context import Progress, Round, open_round, run_command_in
+from runner.round.tamper_check import proof
 from runner.store.acceptance import FullBenchmarkInfo, FullSuiteInfo, acceptance_dir
 from runner.store.campaign import Campaign
 from runner.store.guard import locked, require_baseline

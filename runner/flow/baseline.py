@@ -24,15 +24,9 @@ from runner.core.shapes import Shape
 from runner.core.spec import OUT_ENV
 from runner.core.stats import rel_stdev
 from runner.executors.base import Executor
-from runner.flow.build import built_roles, describe
 from runner.flow.empirical_peak import measure_empirical_peak
-from runner.flow.kernel_facts import FactsJob
 from runner.flow.quickscript import write_quick_script
-from runner.flow.round_context import FocusedTest, Progress, Round, open_round
-from runner.flow.round_logs import close_round
-from runner.flow.round_result import attach_facts
 from runner.flow.rounds import MIN_SIGMA, measure_roles, now
-from runner.flow.upstream_quick import has_upstream_quick, run_quick
 from runner.judge.gate import calibrate_sigma
 from runner.judge.gate_constants import current_digest
 from runner.judge.memory_fit import refuse_unfit
@@ -40,6 +34,12 @@ from runner.judge.representative import BaselineRow, choose_heldout, select_repr
 from runner.judge.scoring import score
 from runner.measure.host import run_job
 from runner.measure.passes import per_pass_metric, read_passes, shape_seconds, write_merged
+from runner.round.build import built_roles, describe
+from runner.round.context import FocusedTest, Progress, Round, open_round
+from runner.round.kernel_facts import FactsJob
+from runner.round.logs import close_round
+from runner.round.result import attach_facts
+from runner.round.upstream_quick import has_upstream_quick, run_quick
 from runner.store.campaign import Campaign
 from runner.store.gate_ledger import LEDGERED_NOTE
 from runner.store.gate_ledger import record as record_gate_fields

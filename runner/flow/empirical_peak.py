@@ -17,8 +17,8 @@ from runner.core.artifact_names import EMPIRICAL_PEAK
 from runner.core.empirical_peak import EmpiricalPeak
 from runner.core.files import read_json, write_json_atomic
 from runner.core.spec import OUT_ENV
-from runner.flow.round_context import Round
 from runner.measure.host import run_job
+from runner.round.context import Round
 
 JOB = "empirical-peak"
 COMMAND = f'python -m runner.bench.empirical_peak "${OUT_ENV}/{EMPIRICAL_PEAK}"'

@@ -43,7 +43,6 @@ from runner.core.outcomes import Status
 from runner.core.processes import run
 from runner.core.profile_range import RANGE_ENV, RANGE_NAME
 from runner.flow import rocprof_compute
-from runner.flow.kernel_facts import tree_pythonpath
 from runner.render.profile_table import (
     ProfileRow,
     parse_ncu_raw,
@@ -51,6 +50,7 @@ from runner.render.profile_table import (
     parse_torch,
     table_markdown,
 )
+from runner.round.kernel_facts import tree_pythonpath
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 from runner.store.manifest import Manifest, branch_name

@@ -2,7 +2,7 @@
 
 Flow: refuse bad requests before writing anything -> fresh worktrees of the incumbent
 (the lineage head) and the candidate (head + patch; a change outside the kernel scope
-refused unless declared, the focused test files the head's: ``runner.flow.judge_files``)
+refused unless declared, the focused test files the head's: ``runner.round.judge_files``)
 -> focused test -> interleaved
 measurement through the executor (A B B A turns of paired local workers, or B C C B
 passes of fresh processes; ``runner.compare.loop``) into a temporary folder -> merged pinned
@@ -35,8 +35,13 @@ from runner.core.shapes import Shape
 from runner.core.step_times import StepTime, StepTimes
 from runner.executors.base import BuiltRole, Executor
 from runner.flow.attempts import correctness_only, record_attempt
-from runner.flow.build import built_roles, describe
-from runner.flow.candidate import (
+from runner.flow.checkout import kept_note, plan_restore, restore_checkout
+from runner.judge.confirmation import confirmation_due
+from runner.judge.resubmission import names_in
+from runner.measure.beside import BesideWork
+from runner.render.figures import fmt_gain
+from runner.round.build import built_roles, describe
+from runner.round.candidate import (
     Audited,
     advance,
     audit,
@@ -44,12 +49,11 @@ from runner.flow.candidate import (
     lineage_commit,
     open_round_dir,
 )
-from runner.flow.checkout import kept_note, plan_restore, restore_checkout
-from runner.flow.judge_files import check_scope
-from runner.flow.kernel_facts import FactsJob
-from runner.flow.round_context import FocusedTest, Progress, Round, open_round
-from runner.flow.round_logs import close_round
-from runner.flow.round_result import (
+from runner.round.context import FocusedTest, Progress, Round, open_round
+from runner.round.judge_files import check_scope
+from runner.round.kernel_facts import FactsJob
+from runner.round.logs import close_round
+from runner.round.result import (
     Request,
     attach_facts,
     check_diagnosis,
@@ -62,12 +66,8 @@ from runner.flow.round_result import (
     round_result,
     veto_only,
 )
-from runner.flow.tamper_check import proof
-from runner.flow.upstream_quick import has_upstream_quick, run_quick
-from runner.judge.confirmation import confirmation_due
-from runner.judge.resubmission import names_in
-from runner.measure.beside import BesideWork
-from runner.render.figures import fmt_gain
+from runner.round.tamper_check import proof
+from runner.round.upstream_quick import has_upstream_quick, run_quick
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import FingerprintDiff
 from runner.store.fingerprint_check import check_round_comparable, record_override
@@ -276,8 +276,8 @@ def _guarded(
 ) -> tuple[GateResult, Score, Score, list[BuiltRole]]:
     """Build both roles, each tree read-only to the other's builds and jobs, then
     measure and judge under the proof that each role ran its own files
-    (``runner.flow.build``, ``runner.flow.tamper_check.proof``); the roles' kernel
-    facts compile beside it (``facts``, ``runner.flow.kernel_facts``,
+    (``runner.round.build``, ``runner.round.tamper_check.proof``); the roles' kernel
+    facts compile beside it (``facts``, ``runner.round.kernel_facts``,
     docs/analysis.md), waited for while the trees exist, also when the measurement
     failed: a FAILED round records them too."""
     inc_tree, cand_tree = roles["incumbent"], roles["candidate"]

@@ -29,8 +29,8 @@ from pathlib import Path
 from runner.bench.suite_yield import PAUSE, PAUSED, PLUGIN, POLL_S, RUNNING, SPANS, YIELD_ENV
 from runner.core.lifeline import wait_pids_stopped
 from runner.core.processes import pid_alive
-from runner.flow.round_context import BesideStartUp, Round
 from runner.measure.beside import BesideWork
+from runner.round.context import BesideStartUp, Round
 from runner.store.acceptance import FullSuiteInfo
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")

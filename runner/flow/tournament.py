@@ -38,13 +38,17 @@ from runner.core.outcomes import Decision, GateResult, RoundResult, TournamentNo
 from runner.core.pause_points import pause_point
 from runner.core.step_times import StepTime, StepTimes
 from runner.executors.base import BuiltRole, Executor
-from runner.flow.build import built_roles, describe
-from runner.flow.candidate import advance, audit, closed_transfer, lineage_commit, open_round_dir
-from runner.flow.judge_files import check_scope
-from runner.flow.kernel_facts import FactsJob
-from runner.flow.round_context import Progress, Round, open_round
-from runner.flow.round_logs import close_round
-from runner.flow.round_result import (
+from runner.flow.tournament_tests import EntryTests
+from runner.judge.resubmission import names_in
+from runner.measure.beside import BesideWork
+from runner.render.figures import fmt_gain
+from runner.round.build import built_roles, describe
+from runner.round.candidate import advance, audit, closed_transfer, lineage_commit, open_round_dir
+from runner.round.context import Progress, Round, open_round
+from runner.round.judge_files import check_scope
+from runner.round.kernel_facts import FactsJob
+from runner.round.logs import close_round
+from runner.round.result import (
     Request,
     attach_facts,
     check_new,
@@ -55,12 +59,8 @@ from runner.flow.round_result import (
     round_result,
     veto_only,
 )
-from runner.flow.tamper_check import TreeState, prove_ready, tampered
-from runner.flow.tamper_check import snapshot as snapshot_trees
-from runner.flow.tournament_tests import EntryTests
-from runner.judge.resubmission import names_in
-from runner.measure.beside import BesideWork
-from runner.render.figures import fmt_gain
+from runner.round.tamper_check import TreeState, prove_ready, tampered
+from runner.round.tamper_check import snapshot as snapshot_trees
 from runner.store.campaign import Campaign
 from runner.store.fingerprint_check import check_round_comparable, record_override
 from runner.store.guard import locked

@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from runner.compare.entries import Entry
 from runner.core.errors import FocusedTestFailed, Tampered
 from runner.core.files import copy_plain_tree
-from runner.flow.round_context import BesideStartUp, Round, run_focused_test
 from runner.measure.paired import supports_paired
+from runner.round.context import BesideStartUp, Round, run_focused_test
 
 
 def focused_tests(rnd: Round, entries: Sequence[Entry]) -> None:

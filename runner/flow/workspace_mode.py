@@ -37,7 +37,7 @@ from runner.targets.base import Target
 from runner.targets.registry import get_target
 
 if TYPE_CHECKING:
-    from runner.flow.round_context import Round
+    from runner.round.context import Round
     from runner.store.manifest import Manifest
 
 WORKSPACES = "workspaces"
@@ -115,7 +115,7 @@ def integration_gate(
 ) -> tuple[bool, str, Callable[[], str] | None]:
     """Sync back, build, upstream focused test; returns (ok, detail, a ``commit``
     callable that records the result on the upstream branch)."""
-    from runner.flow.round_context import run_command_in  # the flows' context, loaded late
+    from runner.round.context import run_command_in  # the flows' context, loaded late
 
     record = load_record(head_tree)
     upstream = Path(record["upstream"])

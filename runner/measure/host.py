@@ -1,6 +1,6 @@
 """What a measurement needs from the round it runs in: the ``Host`` protocol.
 
-``runner.flow.round_context.Round`` is the host of every campaign round; ``PlainHost``
+``runner.round.context.Round`` is the host of every campaign round; ``PlainHost``
 is one without a campaign (benchmarks and tests), every spec a template with the role,
 pass index and shapes filled in.  The paired engine (``runner.measure.paired``) and the
 sharded passes (``runner.measure.sharding``) take a ``Host``; ``job_in`` is how both kinds

@@ -52,7 +52,7 @@ class PlainManifest:
 @dataclass
 class PlainRound(PlainHost):
     """A round without a campaign (benchmarks, tests): what
-    ``runner.compare.loop.measure_roles`` reads from ``runner.flow.round_context.Round``."""
+    ``runner.compare.loop.measure_roles`` reads from ``runner.round.context.Round``."""
 
     gpus: tuple[int, ...] = ()
     round: int = 2

@@ -36,10 +36,7 @@ from runner.core.outcomes import Status
 from runner.core.processes import run
 from runner.core.shapes import Shape
 from runner.executors.factory import make_executor
-from runner.flow.build import built_roles
 from runner.flow.new_campaign import git_toplevel
-from runner.flow.round_context import open_round
-from runner.flow.tamper_check import proof
 from runner.judge.gate import calibrate_sigma
 from runner.measure.passes import pair_samples, per_pass_metric
 from runner.portable.bundle import Bundle, host_versions, image_id, open_bundle
@@ -54,6 +51,9 @@ from runner.portable.reproduce_report import (
     render,
     write_report,
 )
+from runner.round.build import built_roles
+from runner.round.context import open_round
+from runner.round.tamper_check import proof
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import collect_fingerprint, compare_fingerprints, load_fingerprint
 from runner.store.fingerprint_check import FINGERPRINT_NAME, measurement_extra

@@ -1,6 +1,6 @@
 """The records of a round (docs/protocol.md §6): closing a round and appending
 corrections (``campaign correct``), under the campaign lock.  The text comes rendered
-(``runner.render.summary``, ``runner.render.markdown``; ``runner.flow.round_logs`` puts the
+(``runner.render.summary``, ``runner.render.markdown``; ``runner.round.logs`` puts the
 two together): this module only writes it.
 
 ``write_round_records`` writes, in this order: ``summary.md`` (rewritten while the round

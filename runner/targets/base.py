@@ -42,7 +42,7 @@ class Target:
     code_map: dict[tuple[str, ...], tuple[str, ...]]
     rebuild_globs: tuple[str, ...] = ()  # changed paths matching these need a rebuild
     # Build files a round's change may touch besides kernel_source (paths or globs;
-    # runner.flow.judge_files.check_scope refuses any other file).
+    # runner.round.judge_files.check_scope refuses any other file).
     build_files: tuple[str, ...] = ()
     editable_install: bool = False
     notes: dict[str, str] = field(default_factory=dict)

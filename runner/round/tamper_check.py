@@ -368,7 +368,7 @@ def reference_roles(roles: Iterable[str]) -> tuple[str, ...]:
 
 @dataclass
 class BuildWatch:
-    """Every role's tree across a round's builds (``runner.flow.build.built_roles``),
+    """Every role's tree across a round's builds (``runner.round.build.built_roles``),
     for any number of roles: before any build, before each role's own build and after
     it.  Between those points only other roles' builds ran, so any change then is
     theirs: a file rewritten before a role's build, or a role's build products (or any

@@ -17,11 +17,11 @@ from runner.core.artifact_names import AUDIT, CANDIDATE_PATCH
 from runner.core.files import write_atomic, write_json_atomic
 from runner.core.outcomes import GateResult, TransferCheck
 from runner.core.pause_points import pause_point
-from runner.flow.judge_files import judge_digests, restore_judge, scope_notes
-from runner.flow.round_context import Round
-from runner.flow.round_result import behaviour_transfer
 from runner.judge.vetoes import audit_candidate
 from runner.render.summary import commit_message
+from runner.round.context import Round
+from runner.round.judge_files import judge_digests, restore_judge, scope_notes
+from runner.round.result import behaviour_transfer
 from runner.store.campaign import Campaign
 from runner.store.lineage import snapshot
 from runner.store.roundfiles import ATTEMPTS
@@ -65,7 +65,7 @@ def audit(
     """Round ``n``'s candidate (``trees``: the incumbent's, the candidate's): every file
     the change touched snapshotted (kernel_source or declared outside it), the change
     audited (``audit.json`` into ``out``), the head's focused-test files put back in
-    the candidate's tree and expected there at the end (``runner.flow.judge_files``)."""
+    the candidate's tree and expected there at the end (``runner.round.judge_files``)."""
     m = rnd.manifest
     inc_tree, cand_tree = trees
     kept = [*m.kernel_source, *(p for p in touched if p not in m.kernel_source)]
@@ -81,7 +81,7 @@ def closed_transfer(
     rnd: Round, transfer: TransferCheck, rejects: bool, gate: GateResult
 ) -> TransferCheck:
     """The transfer check with the verdict's gain (none as real where the audit rejects
-    the change) and what the workers saw (``round_result.behaviour_transfer``)."""
+    the change) and what the workers saw (``result.behaviour_transfer``)."""
     transfer.benchmark_gain_pct = round(gate.delta_pct, 3)
     transfer.estimated_real_gain_pct = 0.0 if rejects else round(gate.delta_pct, 3)
     return behaviour_transfer(rnd, transfer, gate)

@@ -35,8 +35,8 @@ from runner.core.artifact_names import BUILDS
 from runner.core.files import write_atomic
 from runner.executors.base import BuildJob, BuiltRole
 from runner.executors.build_cache import BuildCache, build_key, native_inputs
-from runner.flow.round_context import Round
-from runner.flow.tamper_check import BuildWatch
+from runner.round.context import Round
+from runner.round.tamper_check import BuildWatch
 
 _ORDER = ("baseline", "incumbent", "candidate", "final")
 TREE_OF = {

@@ -27,8 +27,6 @@ from runner.core.outcomes import (
 )
 from runner.core.shapes import Shape
 from runner.core.timestamps import now_minute
-from runner.flow.kernel_facts import save_isa
-from runner.flow.round_context import Round
 from runner.judge.audit import DECLARABLE
 from runner.judge.gate_constants import current_digest
 from runner.judge.inconclusive import advice, inconclusive
@@ -37,6 +35,8 @@ from runner.judge.scoring import component_metrics
 from runner.judge.vetoes import state_transfer
 from runner.measure.paired import launch_notes
 from runner.measure.passes import fresh_gains, state_report
+from runner.round.context import Round
+from runner.round.kernel_facts import save_isa
 from runner.store.campaign import Campaign
 from runner.store.roundfiles import artifact_list, describe_patch, store_artifacts
 from runner.store.stack_platform import platform_line
@@ -314,7 +314,7 @@ def round_result(
 
 def attach_facts(rnd: Round, result: RoundResult, facts: KernelFacts | None) -> None:
     """The round's kernel facts into its record, each role's ISA under profiles/round-N/
-    (``runner.flow.kernel_facts``, docs/analysis.md)."""
+    (``runner.round.kernel_facts``, docs/analysis.md)."""
     if facts is None:
         return
     result.kernel_facts = save_isa(rnd.campaign, rnd.round, facts)

@@ -37,7 +37,7 @@ from runner.core.files import write_atomic
 from runner.core.isa_facts import ARCHS, KernelEntry, KernelFacts, Kernels
 from runner.core.processes import run
 from runner.core.step_times import StepTimes
-from runner.flow.round_context import Round
+from runner.round.context import Round
 from runner.store.campaign import Campaign
 from runner.store.manifest import Manifest
 from runner.store.workspace import code_root

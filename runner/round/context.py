@@ -74,7 +74,7 @@ class Round:
     role_dirs: tuple[Path, ...] = ()
     jit_folders: dict[tuple[str, Path], Path] = field(default_factory=dict)  # (role, tree)
     # tree -> what its judge files must hold when its focused test starts
-    # (runner.flow.judge_files.judge_digests: the lineage head's, restored in it)
+    # (runner.round.judge_files.judge_digests: the lineage head's, restored in it)
     judge_expect: dict[Path, dict[str, str]] = field(default_factory=dict)
     # ``campaign accept``'s full validation (runner.flow.accept), not a round
     acceptance: bool = False

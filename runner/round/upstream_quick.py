@@ -26,7 +26,7 @@ from runner.store.upstream_quick import (
 )
 
 if TYPE_CHECKING:
-    from runner.flow.round_context import Round
+    from runner.round.context import Round
 
 
 def has_upstream_quick(rnd: Round) -> bool:
