@@ -131,17 +131,42 @@ LAYERS = (
 )
 
 
+def upward_imports(packages: dict[str, set[str]]) -> list[str]:
+    """``package -> dependency`` for every import of a package above it in ``LAYERS``."""
+    return sorted(
+        f"{p} -> {d}"
+        for p, deps in packages.items()
+        for d in deps
+        if LAYERS.index(d) < LAYERS.index(p)
+    )
+
+
 def test_no_import_cycle_between_runner_packages() -> None:
     graph = package_graph(import_graph())
     assert set(graph) == set(LAYERS), "give the new package its place in LAYERS and the doc"
     assert cycles(graph) == []
-    upward = sorted(
-        f"{p} -> {d}"
-        for p, deps in graph.items()
-        for d in deps
-        if LAYERS.index(d) < LAYERS.index(p)
+    assert upward_imports(graph) == [], "move what both need into the lower package"
+
+
+def test_an_upward_import_is_found(tmp_path: Path) -> None:
+    """compare sits below round: compare importing round at run time is upward, even
+    inside a function; an annotation's import under ``TYPE_CHECKING`` is not."""
+    typed = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from runner.round.context import Round\n"
     )
-    assert upward == [], "move what both need into the lower package"
+    local = "def confirm():\n    from runner.round.context import Round\n    return Round\n"
+    found = {}
+    for name, loop in (("typed", typed), ("local", local)):
+        pkg = tmp_path / name / "runner"
+        for sub in ("round", "compare"):
+            (pkg / sub).mkdir(parents=True)
+            (pkg / sub / "__init__.py").write_text("")
+        (pkg / "__init__.py").write_text("")
+        (pkg / "round" / "context.py").write_text("from runner.compare.loop import x\nRound = 1\n")
+        (pkg / "compare" / "loop.py").write_text(f"x = 1\n{loop}")
+        found[name] = upward_imports(package_graph(import_graph(tmp_path / name)))
+    assert found == {"typed": [], "local": ["compare -> round"]}
 
 
 def test_no_import_cycle_between_runner_modules() -> None:
