@@ -272,19 +272,9 @@ def confirm(
             "paired measurement against the incumbent"
         )
         _set_aside(e.dir)
-        # the round's own class: compare imports Round for its annotations only
-        conf = type(rnd)(
-            rnd.campaign,
-            rnd.executor,
-            rnd.progress,
-            e.dir,
-            e.n,
-            rnd.level,
-            rnd.gpus,
-            builds=rnd.builds,
-            role_dirs=rnd.role_dirs,
-            times=rnd.times,
-        )
+        # the entry's own round: its folder and number, its own JIT cache claims (in
+        # its folder) and judge digests; the builds, the role folders and the clock shared
+        conf = replace(rnd, tmp=e.dir, round=e.n, jit_folders={}, judge_expect={})
         samples = block_pairs(e.request.pairs or rnd.manifest.pairs)
         trees = {"incumbent": inc_tree, "candidate": e.tree}
         got = measure_and_judge(
