@@ -5,8 +5,8 @@ functions too (a function-local import is how a cycle hides: it works until the
 order of first use changes); only imports under ``if TYPE_CHECKING:`` do not, since
 they never run.  The graph is read from the source with ``ast``: nothing is imported.
 
-A package is a subpackage of ``runner`` (cli, flow, bench, ...) or one of its top-level
-modules (worker, fullbench, cachesim); the imports between them run one way,
+A package is a subpackage of ``runner`` (cli, flow, worker, ...) or one of its top-level
+modules; the imports between them run one way,
 docs/architecture.md §2 draws it.
 """
 
@@ -117,12 +117,7 @@ LAYERS = (
     "executors",
     "store",
     "judge",
-    "fullbench",
     "worker",
-    "bench",
-    "cachesim",
-    "analyze",
-    "ops",
     "targets",
     "core",
     "runner",

@@ -121,14 +121,14 @@ def test_content_keyed_lru_memo_is_caught_by_the_8_step_simulation(campaign: Cam
 def test_frame_walk_that_zeroes_the_weight_gradient_is_caught_by_the_audit(
     campaign: Campaign,
 ) -> None:
-    # backward walks sys._getframe() and returns zeros for grad_b under runner.bench
+    # backward walks sys._getframe() and returns zeros for grad_b under runner.worker.bench
     result, summary = run_round(campaign, "frame_walk_zero_wgrad", "skip work when idle")
     caught(result, summary, "over-fitting audit: HARNESS")
     assert any("sys._getframe" in r for r in result.reasons), result.reasons
 
 
 def test_patched_harness_clock_is_caught_by_the_audit(campaign: Campaign) -> None:
-    # replaces runner.bench.timing.process_time from the package's __init__
+    # replaces runner.worker.bench.timing.process_time from the package's __init__
     result, summary = run_round(campaign, "patched_harness_clock", "warm the timers")
     caught(result, summary, "over-fitting audit: HARNESS")
     assert any("_timing.process_time" in r for r in result.reasons), result.reasons
@@ -151,11 +151,11 @@ def test_clock_rebound_through_importlib_is_caught_by_the_binding_guard(
     campaign: Campaign,
 ) -> None:
     # import_module("run" + "ner...") and setattr with a built name: no audit rule
-    # reads it; the worker sees runner.bench.timing.process_time changed
+    # reads it; the worker sees runner.worker.bench.timing.process_time changed
     result, summary = run_round(campaign, "rebound_harness_clock", "settle the timers")
     assert not any(r.startswith("over-fitting audit") for r in result.reasons), result.reasons
     caught(result, summary, "harness tampering: the measured code replaced")
-    assert any("runner.bench.timing.process_time" in r for r in result.reasons)
+    assert any("runner.worker.bench.timing.process_time" in r for r in result.reasons)
 
 
 def test_closure_held_activation_memo_is_caught_by_the_8_step_simulation(
