@@ -28,9 +28,17 @@ from pathlib import Path
 
 from runner.core.lifeline import wait_pids_stopped
 from runner.core.processes import pid_alive
+from runner.core.suite_yield_names import (
+    PAUSE,
+    PAUSED,
+    PLUGIN,
+    POLL_S,
+    RUNNING,
+    SPANS,
+    YIELD_ENV,
+)
 from runner.flow.round_context import BesideStartUp, Round
 from runner.store.acceptance import FullSuiteInfo
-from runner.worker.bench.suite_yield import PAUSE, PAUSED, PLUGIN, POLL_S, RUNNING, SPANS, YIELD_ENV
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _SHELL_OPERATORS = (";", "&&", "||", "|", "&", "`", "$(", "\n")

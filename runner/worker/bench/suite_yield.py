@@ -20,8 +20,8 @@ their shapes: nothing timed) it may.  The suite's pytest loads this module as a 
 The host (``runner.flow.suite_beside.SuiteYield``) creates ``pause``, then waits until
 every running process has said ``paused-<pid>`` (or ended).  Marking before checking on
 one side and requesting before listing on the other leaves no test started unseen.
-Worker-safe: imports no torch (it reads the one a test imported) and nothing of the
-harness.
+Worker-safe: imports no torch (it reads the one a test imported) and of the harness only
+the names it shares with the host (``runner.core.suite_yield_names``, standard library).
 """
 
 from __future__ import annotations
@@ -34,16 +34,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from runner.core.suite_yield_names import PAUSE, PAUSED, POLL_S, RUNNING, SPANS, YIELD_ENV
+
 if TYPE_CHECKING:
     import pytest
 
-YIELD_ENV = "TURBO_CAMPAIGN_YIELD_DIR"
-PLUGIN = "runner.worker.bench.suite_yield"  # what PYTEST_PLUGINS names
-PAUSE = "pause"
-RUNNING = "running-"
-PAUSED = "paused-"
-SPANS = "tests-"  # tests-<pid>.jsonl
-POLL_S = 0.02
 _started: dict[str, float] = {}  # nodeid -> when it started (after any wait)
 
 
