@@ -96,7 +96,9 @@ def test_every_module_belongs_to_a_side() -> None:
     top = tuple(p.stem for p in RUNNER.glob("*.py") if p.stem not in ("__init__", "__main__"))
     on_disk = set(modules(*folders, top=top))
     assert on_disk - set(WORKER_SIDE) - set(HOST_SIDE) == set(), "give it a side here"
-    assert len(list(RUNNER.glob("*.py"))) <= 15
+    # runner/ itself holds no code: the CLI's entry point and the package marker; the
+    # rest lives in the package of its side and layer
+    assert sorted(p.name for p in RUNNER.glob("*.py")) == ["__init__.py", "__main__.py"]
 
 
 MAX_FUNCTION_LINES = 60
