@@ -89,7 +89,9 @@ def test_binding_guard_names_a_replaced_harness_clock(monkeypatch: pytest.Monkey
     guard.verify()
     monkeypatch.setattr(timing, "process_time", lambda: 0.0)
     assert guard.changed() == ["runner.worker.bench.timing.process_time"]
-    with pytest.raises(HarnessTampered, match=r"replaced runner\.bench\.timing\.process_time"):
+    with pytest.raises(
+        HarnessTampered, match=r"replaced runner\.worker\.bench\.timing\.process_time"
+    ):
         guard.verify()
     monkeypatch.undo()
     guard.verify()
