@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 from runner.core.errors import CampaignError  # noqa: E402
+from runner.core.op_info import worker_bytes  # noqa: E402
 from runner.core.shapes import shape_set  # noqa: E402
 from runner.executors.local import LocalExecutor  # noqa: E402
 from runner.flow.accept import run_acceptance  # noqa: E402
@@ -56,7 +57,6 @@ from runner.flow.new_campaign import (  # noqa: E402
     fresh_example_copy,
 )
 from runner.flow.rounds import Request, validate_round  # noqa: E402
-from runner.ops.info import worker_bytes  # noqa: E402
 from runner.store.campaign import Campaign  # noqa: E402
 from runner.store.sealed import heldout_labels  # noqa: E402
 
@@ -194,7 +194,7 @@ def report(campaign: Campaign, got: Any, record: dict[str, Any]) -> None:
 
 def memory_reports(campaign: Campaign, labels: list[str]) -> list[dict[str, Any]]:
     """Per paired session of the acceptance, what its workers reported (GiB) against the
-    op's figure for one worker at pool 1 and 2 (runner.ops.info.worker_bytes), and per
+    op's figure for one worker at pool 1 and 2 (runner.core.op_info.worker_bytes), and per
     shape the figure for one worker with the session's pool beside the peak a GPU
     worker measured preparing it (``shapes``: estimate vs measured; on the CPU no
     measured figure exists)."""

@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.bench.timing import measure
 from runner.core.spec import TimingSettings
 from runner.core.stats import mean, stdev
+from runner.worker.bench.timing import measure
 
 GPU_GEMM = 4096
 GPU_COPY_BYTES = 1 << 30

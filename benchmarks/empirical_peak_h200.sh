@@ -13,7 +13,7 @@ out="${OUT:-./empirical_peak_out}"
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,temperature.gpu.tlimit --format=csv || true
 peak_json="${EMPIRICAL_PEAK_JSON:-$out/empirical_peak.json}"
-[ -n "${EMPIRICAL_PEAK_JSON:-}" ] || "${PYTHON:-python3}" -m runner.bench.empirical_peak "$peak_json" 8192
+[ -n "${EMPIRICAL_PEAK_JSON:-}" ] || "${PYTHON:-python3}" -m runner.worker.bench.empirical_peak "$peak_json" 8192
 "${PYTHON:-python3}" - "$peak_json" <<'PY' | tee "$out/veto.txt"
 import json, sys
 from runner.core.empirical_peak import EmpiricalPeak

@@ -29,10 +29,10 @@ from typing import Any
 from canary import CanaryBand, canary_drifted, run_canary
 from matmul_timing import SHAPES, label, quick_template_ms, tflops
 
-from runner.bench.timing import TimingSettings, measure
 from runner.core.outcomes import Decision, PairSample, Score, ShapeScore
 from runner.core.stats import geomean, median
 from runner.judge.gate import calibrate_sigma, decide
+from runner.worker.bench.timing import TimingSettings, measure
 
 STUDY_SETTINGS = TimingSettings(warmup_s=0.1, batch_s=0.025, budget_s=1.0, max_repeats=12)
 PINNED_200 = TimingSettings(

@@ -4,7 +4,7 @@ For the bf16 GEMM (``turbo_kernels.triton.gemm_kernel``) and the blockwise FP8 G
 (``turbo_kernels.triton.gemm_fp8_kernel``, 1x128 activation and 128x128 weight scales),
 forward only, ``c = a @ b.T`` with a (M, K) and b (N, K): every candidate configuration is
 checked against a float32 reference (SNR) and timed with our engine
-(``runner.bench.gpu.measure_gpu``), in one process, shape by shape.  In the same run and
+(``runner.worker.bench.gpu.measure_gpu``), in one process, shape by shape.  In the same run and
 with the same engine, the references: ``torch.matmul`` in bf16 and ``torch._scaled_mm``
 with tensorwise FP8 scales (the vendor library's FP8 GEMM), plus our tensorwise Triton FP8
 kernel.  A configuration that does not fit the GPU (shared memory, registers) is recorded
@@ -89,7 +89,7 @@ class Bench:
             t0 = time.perf_counter()
             fn()
             return {"median_ms": (time.perf_counter() - t0) * 1e3, "method": "smoke"}
-        from runner.bench.gpu import measure_gpu
+        from runner.worker.bench.gpu import measure_gpu
 
         t = measure_gpu(fn, self.settings, self.device)
         clocks = t.extra.get("clocks_after") or {}

@@ -2,7 +2,7 @@
 docs/data/history_paired_study_h200.md): buffer placement inside a process, or the process itself?
 
 Each of ``--procs`` fresh processes imports the example package (Triton backend), builds
-the ``gemm_fp8`` blockwise op through the product's adapter (``runner.ops.gemm``) and
+the ``gemm_fp8`` blockwise op through the product's adapter (``runner.worker.ops.gemm``) and
 times its step (forward + backward, one shape) at ``--placements`` placements, in one of
 two conditions:
 
@@ -51,8 +51,8 @@ def blockwise_op(name: str) -> tuple[Any, Any]:
     when TURBO_KERNELS_GEMM_BACKEND says so), and the probe shape ``name``."""
     sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
     from runner.core.shapes import Shape
-    from runner.ops.base import load_adapter
     from runner.targets.registry import get_target
+    from runner.worker.ops.base import load_adapter
 
     api = get_target("example").load_api()
     op = load_adapter("gemm_fp8", api, {"granularity": "blockwise"})

@@ -185,14 +185,14 @@ EOF
 }
 
 phase_statecheck() {  # what one training step of upstream's op writes into the state its
-  # package keeps between calls (runner.bench.statecheck's fingerprint, as the worker takes
+  # package keeps between calls (runner.worker.bench.statecheck's fingerprint, as the worker takes
   # it): three steps with fresh activations and the weight held still, three with it stepped
   local ws="$CAMPAIGN_ROOT/workspaces/$(name)"
   (cd "$ws" && PYTHONPATH="$ws/src" PRIMUS_TURBO_GEMM_BACKEND=TRITON "$PY" - <<'EOF'
 import torch
 import primus_turbo.pytorch as turbo
 from primus_turbo.pytorch.core import low_precision as lp
-from runner.bench.statecheck import changed_paths, state_fingerprint, tensor_attributes
+from runner.worker.bench.statecheck import changed_paths, state_fingerprint, tensor_attributes
 cfg = lp.Float8QuantConfig(format=lp.Format.E4M3, granularity=lp.ScalingGranularity.BLOCKWISE, block_size=128)
 m, n, k = 4096, 12288, 4096
 w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)

@@ -3,7 +3,7 @@
 Part 1, fidelity: bf16 forward GEMM (torch.matmul) on four shapes, five independent
 passes (each a fresh process), each timed by (a) the upstream quick template (perf_counter
 loop: 1 warm-up repeat + 3 repeats of 50 iterations, synchronize at the ends), (b)
-triton.testing.do_bench (mean), (c) our engine (runner.bench.gpu.measure_gpu, default
+triton.testing.do_bench (mean), (c) our engine (runner.worker.bench.gpu.measure_gpu, default
 TimingSettings); per shape the min-max spread over the passes and each method's median
 time over two references measured in the same passes: graph replay and the profiler's
 kernel time.
@@ -43,8 +43,8 @@ def do_bench_ms(fn: Any) -> float:
 
 
 def engine_ms(fn: Any) -> tuple[float, dict[str, Any]]:
-    from runner.bench.gpu import measure_gpu
     from runner.core.spec import TimingSettings
+    from runner.worker.bench.gpu import measure_gpu
 
     t = measure_gpu(fn, TimingSettings(), "cuda")
     info = {
@@ -112,7 +112,7 @@ def one_pass(index: int, rotate_shapes: bool) -> dict[str, Any]:
     passes) unless ``rotate_shapes``."""
     import torch
 
-    from runner.bench.clocks import sample_clocks
+    from runner.worker.bench.clocks import sample_clocks
 
     torch.manual_seed(1234 + index)
     out: dict[str, Any] = {"pass": index, "shapes": {}}

@@ -6,7 +6,7 @@ with PyTorch's expandable segments and the cache emptied after every turn, while
 tensors Python can see (measured on the CPU) are the buffer pool, about 2.5 GiB, and
 one case's float32 references.  So a tournament's wave holds one pair of five
 workers.  This script finds where the rest is: it builds the worker's state
-in-process (``runner.bench.serve.Server``, the same prepare, blocks, fresh step and
+in-process (``runner.worker.bench.serve.Server``, the same prepare, blocks, fresh step and
 finish as ``python -m runner.worker --serve``), and after each stage records the
 allocator's figures, the bytes of the tensors Python can reach (by storage), and on a
 GPU the largest live allocations with the Python frames that made them
@@ -116,12 +116,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from runner.bench.serve import Server
     from runner.core.shapes import Shape
     from runner.core.spec import RoundSpec, TimingSettings
     from runner.measure.paired import block_timing
-    from runner.ops.base import load_adapter
     from runner.targets.registry import get_target
+    from runner.worker.bench.serve import Server
+    from runner.worker.ops.base import load_adapter
 
     gpu = args.device != "cpu"
     if gpu:

@@ -2,8 +2,8 @@
 and append-only records.
 
 The host side (CLI, campaign, gate, records, lineage, executors) needs no torch; the
-worker side (``runner.worker``, ``runner.bench``, ``runner.ops``, ``runner.targets``)
-imports torch and runs inside the isolated environment.  Nothing imported here may pull
+worker side (the ``runner.worker`` package, and ``runner.targets``) imports torch and
+runs inside the isolated environment.  Nothing imported here may pull
 in pydantic or torch: the worker must start on machines that have neither extra.
 """
 

@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 from campaign_helpers import QUIET, speedup_patch, tiny_campaign
 
-from runner.bench import timing
 from runner.compare.shapes import level_shapes
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.local import LocalExecutor
 from runner.flow.rounds import Request, validate_round
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
+from runner.worker.bench import timing
 
 pytestmark = pytest.mark.integration
 

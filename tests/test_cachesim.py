@@ -1,4 +1,4 @@
-"""runner.cachesim: the 8-step cache hit-rate simulation (docs/protocol.md §8.4).
+"""runner.worker.cachesim: the 8-step cache hit-rate simulation (docs/protocol.md §8.4).
 
 Two tiny real ops with caches are written here: a legal W1 weight cache (quantised
 weight keyed on id(w)+w._version+shape) and an illegal W2 activation cache keyed on
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from runner.cachesim import CacheProbe, CountingDict, SimResult, simulate_training_steps
+from runner.worker.cachesim import CacheProbe, CountingDict, SimResult, simulate_training_steps
 
 M, N, K = 16, 8, 32
 

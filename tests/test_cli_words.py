@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.bench.statecheck import STEPS
 from runner.cli import main, validate_cmd
 from runner.core.errors import RolledBack
 from runner.core.outcomes import Status
 from runner.flow.rounds import Request
 from runner.store.campaign import Campaign
+from runner.worker.bench.statecheck import STEPS
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.bench import clocks
-from runner.bench.clocks import decode_throttle_mask, parse_amd_smi_metric, parse_nvidia_smi
+from runner.worker.bench import clocks
+from runner.worker.bench.clocks import decode_throttle_mask, parse_amd_smi_metric, parse_nvidia_smi
 
 DATA = Path(__file__).parent / "data"
 

@@ -15,11 +15,11 @@ import pytest
 import torch
 from torch.utils._pytree import tree_map
 
-from runner.bench.worker_pass import measure_shape
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings
-from runner.ops.base import UnfinishedOutput, finished, read_all
-from runner.ops.gemm import GemmOp
+from runner.worker.bench.worker_pass import measure_shape
+from runner.worker.ops.base import UnfinishedOutput, finished, read_all
+from runner.worker.ops.gemm import GemmOp
 
 SHAPE = Shape("tiny-16x32x64", m=16, n=32, k=64)
 TIMING = TimingSettings(warmup_s=0.01, repeats=2, max_repeats=2, batch_s=0.005, budget_s=0.05)

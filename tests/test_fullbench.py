@@ -1,4 +1,4 @@
-"""``python -m runner.fullbench``: the example target's recorded benchmark command runs.
+"""``python -m runner.worker.fullbench``: the example target's recorded benchmark command runs.
 
 Real subprocesses in a fresh git copy of the example package, on the CPU (TORCH
 backend), with tiny shape sets and a short timing budget.
@@ -17,8 +17,8 @@ import pytest
 from runner.core.csv_schema import get_schema
 from runner.core.shapes import shape_set
 from runner.flow.new_campaign import fresh_example_copy
-from runner.ops.base import load_adapter
 from runner.targets.registry import get_target
+from runner.worker.ops.base import load_adapter
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = ["--device", "cpu", "--budget-s", "0.05"]
@@ -34,7 +34,7 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "PYTHONPATH": f"{source}{os.pathsep}{REPO}", **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "runner.fullbench", *args],
+        [sys.executable, "-m", "runner.worker.fullbench", *args],
         cwd=source,
         env=full_env,
         capture_output=True,
@@ -81,11 +81,11 @@ def test_prints_and_writes_the_pinned_csv(source: Path, tmp_path: Path) -> None:
 def test_the_example_targets_recorded_command_runs(source: Path) -> None:
     """The command written into every summary.md of an example campaign is real."""
     command = get_target("example").benchmark_command("gemm", None, "TORCH")
-    assert "runner.fullbench" in command
+    assert "runner.worker.fullbench" in command
     var, _, rest = command.partition(" ")
     name, _, value = var.partition("=")
     argv = shlex.split(rest)
-    assert argv[:3] == ["python", "-m", "runner.fullbench"]
+    assert argv[:3] == ["python", "-m", "runner.worker.fullbench"]
     proc = run(source, [*argv[3:], "--shape-set", "tiny", *FAST], {name: value})
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.splitlines()) == 1 + len(shape_set("tiny"))

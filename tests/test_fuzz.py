@@ -103,7 +103,7 @@ VALID = {
     "target_shapes": "all",
     "kernel_source": ["turbo_kernels/cpu/gemm_fp8.py"],
     "test_command": "python -m pytest -q",
-    "benchmark_command": "python -m runner.fullbench",
+    "benchmark_command": "python -m runner.worker.fullbench",
     "quick_command": "python q.py",
     "schema_version": 1,
     "campaign_name": "fuzz",

@@ -27,7 +27,7 @@ def _gemm(n: int = 2048):
 
 
 def test_hot_gemm_uses_graph_and_is_sane() -> None:
-    from runner.bench.gpu import measure_gpu
+    from runner.worker.bench.gpu import measure_gpu
 
     t = measure_gpu(_gemm(), _settings(), "cuda")
     assert t.method == "graph_replay"
@@ -40,14 +40,14 @@ def test_hot_gemm_uses_graph_and_is_sane() -> None:
 
 
 def test_measure_dispatches_to_gpu() -> None:
-    from runner.bench.timing import measure
+    from runner.worker.bench.timing import measure
 
     assert measure(_gemm(256), _settings(), "cuda").method in ("graph_replay", "cuda_events")
 
 
 def test_graphs_off_times_plain_launches_and_says_why() -> None:
     """A session that fell back after a crashed replay (``TimingSettings.graphs``)."""
-    from runner.bench.gpu import NO_GRAPHS, measure_gpu
+    from runner.worker.bench.gpu import NO_GRAPHS, measure_gpu
 
     t = measure_gpu(_gemm(), _settings(graphs=False), "cuda")
     assert t.method == "cuda_events" and t.extra.get("graph_error") == NO_GRAPHS
@@ -55,7 +55,7 @@ def test_graphs_off_times_plain_launches_and_says_why() -> None:
 
 
 def test_uncapturable_falls_back_to_events() -> None:
-    from runner.bench.gpu import measure_gpu
+    from runner.worker.bench.gpu import measure_gpu
 
     x = torch.randn(1 << 20, device="cuda")
 
@@ -82,7 +82,7 @@ def test_failed_capture_leaves_empty_cache_working() -> None:
     """A capture invalidated inside ``torch.cuda.graph`` left the allocator allocating to
     the graph's pool and ``empty_cache`` freeing nothing (a serving worker kept 23 GiB
     of which 0.5 GiB were live); ``_capture`` releases it."""
-    from runner.bench.gpu import _capture
+    from runner.worker.bench.gpu import _capture
 
     x = torch.randn(1 << 20, device="cuda")
 
@@ -96,8 +96,8 @@ def test_failed_capture_leaves_empty_cache_working() -> None:
 
 
 def test_failed_capture_is_not_tried_again_for_the_same_callable() -> None:
-    from runner.bench.gpu import _UNCAPTURABLE, measure_gpu
-    from runner.bench.integrity import OutputSampler
+    from runner.worker.bench.gpu import _UNCAPTURABLE, measure_gpu
+    from runner.worker.bench.integrity import OutputSampler
 
     x = torch.randn(1 << 20, device="cuda")
 
@@ -112,7 +112,7 @@ def test_failed_capture_is_not_tried_again_for_the_same_callable() -> None:
 
 
 def test_cold_mode_is_slower_or_equal_for_cache_resident_work() -> None:
-    from runner.bench.gpu import measure_gpu
+    from runner.worker.bench.gpu import measure_gpu
 
     x = torch.randn(4 << 20, device="cuda")  # 16 MiB, fits in L2/LLC
     y = torch.empty_like(x)
@@ -125,7 +125,7 @@ def test_cold_mode_is_slower_or_equal_for_cache_resident_work() -> None:
 
 def test_side_stream_work_is_timed() -> None:
     """Work launched on another stream and never joined must not vanish from the time."""
-    from runner.bench.gpu import measure_gpu
+    from runner.worker.bench.gpu import measure_gpu
 
     side = torch.cuda.Stream()
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
@@ -147,7 +147,7 @@ def test_side_stream_work_is_timed() -> None:
 
 
 def test_bad_cache_mode() -> None:
-    from runner.bench.gpu import measure_gpu
+    from runner.worker.bench.gpu import measure_gpu
 
     with pytest.raises(ValueError, match="cache_mode"):
         measure_gpu(_gemm(64), _settings(cache_mode="lukewarm"), "cuda")

@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
+import runner
 from runner.flow.new_campaign import EXAMPLES_DIR, fresh_example_copy
+
+HARNESS_ROOT = Path(runner.__file__).resolve().parent.parent
 
 PATCH_DIR = EXAMPLES_DIR / "gpu_patches"
 PATCHES = sorted(p.name for p in PATCH_DIR.glob("*.patch"))
@@ -62,7 +65,9 @@ def test_patched_kernel_compiles_for_every_target(tree: Path, applied: list[str]
     try:
         for name in applied:
             assert git(tree, "apply", str(PATCH_DIR / name)).returncode == 0
-        env = {**os.environ, "PYTHONPATH": str(tree)}
+        # this checkout's runner after the tree, not whichever one is installed (a
+        # worktree may share a virtualenv with another checkout's editable install)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(HARNESS_ROOT)])}
         proc = subprocess.run(
             [
                 sys.executable,

@@ -87,11 +87,11 @@ def test_a_record_the_worker_wrote_itself_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_worker_leaves_without_running_exit_hooks(tmp_path: Path) -> None:
-    """``runner.worker.run_and_leave``: the code ``main`` returned (or raised), and an
-    ``atexit`` hook the measured code registered never runs."""
+    """``runner.worker.dispatch.run_and_leave``: the code ``main`` returned (or raised),
+    and an ``atexit`` hook the measured code registered never runs."""
     marker = tmp_path / "hook-ran"
     code = (
-        "import atexit, runner.worker as w\n"
+        "import atexit, runner.worker.dispatch as w\n"
         f"atexit.register(lambda: open({str(marker)!r}, 'w').close())\n"
         "w.main = lambda argv=None: {ret}\n"
         "w.run_and_leave()\n"

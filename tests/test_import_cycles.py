@@ -5,9 +5,10 @@ functions too (a function-local import is how a cycle hides: it works until the
 order of first use changes); only imports under ``if TYPE_CHECKING:`` do not, since
 they never run.  The graph is read from the source with ``ast``: nothing is imported.
 
-A package is a subpackage of ``runner`` (cli, flow, bench, ...) or one of its top-level
-modules (worker, fullbench, cachesim); the imports between them run one way,
-docs/architecture.md §2 draws it.
+A package is a subpackage of ``runner`` (cli, flow, worker, ...) or one of its top-level
+modules; inside the worker package (``NESTED``) each subpackage or module is a package
+of its own (worker.bench, worker.fullbench, ...; its ``__init__`` is ``worker``).  The
+imports between them run one way, docs/architecture.md §2 draws it.
 """
 
 from __future__ import annotations
@@ -92,10 +93,15 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# packages whose parts are layers of their own (the worker side's, in their order)
+NESTED = ("worker",)
+
+
 def package_of(module: str) -> str:
-    """``runner.flow.rounds`` -> ``flow``; ``runner.worker`` -> ``worker``."""
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else parts[0]
+    """``runner.flow.rounds`` -> ``flow``; ``runner.worker.bench.timing`` ->
+    ``worker.bench``; ``runner.worker`` -> ``worker``; ``runner`` -> ``runner``."""
+    parts = module.split(".")[1:] or ["runner"]
+    return ".".join(parts[:2]) if parts[0] in NESTED else parts[0]
 
 
 def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
@@ -106,8 +112,10 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return {p: deps - {p} for p, deps in packages.items()}
 
 
-# docs/architecture.md §2 rule 5, top to bottom: a package imports only those below it
-LAYERS = (
+# docs/architecture.md §2 rule 5, top to bottom: a package imports only those below it.
+# The host's packages, then the worker package's parts (its entry points, the dispatcher
+# and its lazy ``run_spec``, then what a pass runs), then what both sides share.
+HOST = (
     "__main__",
     "cli",
     "portable",
@@ -119,25 +127,27 @@ LAYERS = (
     "executors",
     "store",
     "judge",
-    "fullbench",
-    "worker",
-    "bench",
-    "cachesim",
-    "analyze",
-    "ops",
-    "targets",
-    "core",
-    "runner",
 )
+WORKER = (
+    "worker.fullbench",
+    "worker.__main__",
+    "worker",
+    "worker.dispatch",
+    "worker.bench",
+    "worker.cachesim",
+    "worker.analyze",
+    "worker.ops",
+)
+LAYERS = (*HOST, *WORKER, "targets", "core", "runner")
 
 
-def upward_imports(packages: dict[str, set[str]]) -> list[str]:
-    """``package -> dependency`` for every import of a package above it in ``LAYERS``."""
+def upward(graph: dict[str, set[str]], layers: tuple[str, ...]) -> list[str]:
+    """``package -> dependency`` of every import of a package above it in ``layers``."""
     return sorted(
         f"{p} -> {d}"
-        for p, deps in packages.items()
+        for p, deps in graph.items()
         for d in deps
-        if LAYERS.index(d) < LAYERS.index(p)
+        if layers.index(d) < layers.index(p)
     )
 
 
@@ -145,7 +155,7 @@ def test_no_import_cycle_between_runner_packages() -> None:
     graph = package_graph(import_graph())
     assert set(graph) == set(LAYERS), "give the new package its place in LAYERS and the doc"
     assert cycles(graph) == []
-    assert upward_imports(graph) == [], "move what both need into the lower package"
+    assert upward(graph, LAYERS) == [], "move what both need into the lower package"
 
 
 def test_an_upward_import_is_found(tmp_path: Path) -> None:
@@ -165,8 +175,34 @@ def test_an_upward_import_is_found(tmp_path: Path) -> None:
         (pkg / "__init__.py").write_text("")
         (pkg / "round" / "context.py").write_text("from runner.compare.loop import x\nRound = 1\n")
         (pkg / "compare" / "loop.py").write_text(f"x = 1\n{loop}")
-        found[name] = upward_imports(package_graph(import_graph(tmp_path / name)))
+        found[name] = upward(package_graph(import_graph(tmp_path / name)), LAYERS)
     assert found == {"typed": [], "local": ["compare -> round"]}
+
+
+def test_the_host_imports_nothing_of_the_worker_package() -> None:
+    """The host starts the worker only as a process (docs/architecture.md §2): what
+    both sides need is in ``core`` (or ``targets``), never imported from the worker."""
+    graph = package_graph(import_graph())
+    assert {
+        p: deps & set(WORKER) for p, deps in graph.items() if p in HOST and deps & set(WORKER)
+    } == {}
+
+
+def test_an_upward_import_inside_the_worker_package_is_found(tmp_path: Path) -> None:
+    """The worker's parts are layers too: an op adapter importing the timing engine
+    (``worker.ops`` -> ``worker.bench``) is an import back up, found as such."""
+    pkg = tmp_path / "runner"
+    for sub in ("worker", "worker/bench", "worker/ops"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "worker" / "bench" / "timing.py").write_text("from runner.worker.ops.gemm import x\n")
+    (pkg / "worker" / "ops" / "gemm.py").write_text("x = 1\n")
+    (pkg / "worker" / "ops" / "base.py").write_text("from runner.worker.bench import timing\n")
+    packages = package_graph(import_graph(tmp_path))
+    assert packages["worker.ops"] == {"worker.bench"} and packages["worker"] == set()
+    assert cycles(packages) == [["worker.bench", "worker.ops"]]
+    assert upward(packages, LAYERS) == ["worker.ops -> worker.bench"]
 
 
 def test_no_import_cycle_between_runner_modules() -> None:

@@ -12,16 +12,16 @@ from typing import Any, ClassVar
 import pytest
 import torch
 
-from runner.bench import timing
-from runner.bench.integrity import BindingGuard, HarnessTampered, OutputSampler
-from runner.bench.statecheck import MODES, changed_paths, state_fingerprint, stateful_probe
-from runner.cachesim import CacheProbe, simulate_training_steps
 from runner.core.outcomes import Decision, GateResult, PairedEvidence, Score, ShapeScore
 from runner.core.shapes import shape_set
 from runner.flow.acceptance_checks import heldout_check
 from runner.judge.audit_source import audit_source
 from runner.judge.representative import HELDOUT_SIZE_FACTOR, reserve_heldout
 from runner.judge.vetoes import inflation_veto
+from runner.worker.bench import timing
+from runner.worker.bench.integrity import BindingGuard, HarnessTampered, OutputSampler
+from runner.worker.bench.statecheck import MODES, changed_paths, state_fingerprint, stateful_probe
+from runner.worker.cachesim import CacheProbe, simulate_training_steps
 
 # the paired gain beside the shapes a held-out check reads (it judges the shapes only)
 GAIN = {"mean_pct": 10.0, "half_width_pct": 0.5, "pairs": 4}
@@ -63,7 +63,7 @@ def test_sampler_cannot_be_told_from_a_plain_call() -> None:
     depths = []
 
     def fn() -> int:
-        depths.append(len([f for f in _frames() if f == "runner.bench.integrity"]))
+        depths.append(len([f for f in _frames() if f == "runner.worker.bench.integrity"]))
         return 1
 
     sampler = OutputSampler(fn, keep=1)
@@ -88,8 +88,10 @@ def test_binding_guard_names_a_replaced_harness_clock(monkeypatch: pytest.Monkey
     guard = BindingGuard()
     guard.verify()
     monkeypatch.setattr(timing, "process_time", lambda: 0.0)
-    assert guard.changed() == ["runner.bench.timing.process_time"]
-    with pytest.raises(HarnessTampered, match=r"replaced runner\.bench\.timing\.process_time"):
+    assert guard.changed() == ["runner.worker.bench.timing.process_time"]
+    with pytest.raises(
+        HarnessTampered, match=r"replaced runner\.worker\.bench\.timing\.process_time"
+    ):
         guard.verify()
     monkeypatch.undo()
     guard.verify()
@@ -97,8 +99,8 @@ def test_binding_guard_names_a_replaced_harness_clock(monkeypatch: pytest.Monkey
 
 def test_binding_guard_sees_a_replaced_module(monkeypatch: pytest.MonkeyPatch) -> None:
     guard = BindingGuard()
-    monkeypatch.setitem(sys.modules, "runner.bench.timing", types.ModuleType("fake"))
-    assert "sys.modules['runner.bench.timing']" in guard.changed()
+    monkeypatch.setitem(sys.modules, "runner.worker.bench.timing", types.ModuleType("fake"))
+    assert "sys.modules['runner.worker.bench.timing']" in guard.changed()
 
 
 # ------------------------------------------------------------------ harness-reach audit
@@ -118,11 +120,11 @@ def harness(source: str) -> list[str]:
         ("from inspect import currentframe\nx = currentframe()\n", "currentframe"),
         ("import traceback\nx = traceback.extract_stack()\n", "traceback.extract_stack"),
         ("def f(e):\n    return e.__traceback__.tb_frame\n", "tb_frame"),
-        ("import sys\nm = sys.modules.get('runner.bench.timing')\n", "sys.modules"),
+        ("import sys\nm = sys.modules.get('runner.worker.bench.timing')\n", "sys.modules"),
         ("import gc\nobjs = gc.get_objects()\n", "gc.get_objects"),
         ("import ctypes\n", "imports ctypes"),
-        ("from runner.bench import timing\n", "imports runner.bench"),
-        ("import importlib\nm = importlib.import_module('runner.bench')\n", "at run time"),
+        ("from runner.worker.bench import timing\n", "imports runner.worker.bench"),
+        ("import importlib\nm = importlib.import_module('runner.worker.bench')\n", "at run time"),
         ("import time\ntime.process_time = lambda: 0.0\n", "`time.process_time`"),
         ("import time as t\nsetattr(t, 'perf_counter', None)\n", "`setattr` on `time`"),
         ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n", "does not own"),
@@ -221,7 +223,7 @@ def _runs(op: Any) -> dict[str, Any]:
 
 
 def test_an_activation_memo_writes_state_every_step(pkg: types.ModuleType) -> None:
-    from runner.bench.statecheck import simulation_problems
+    from runner.worker.bench.statecheck import simulation_problems
 
     runs = _runs(_memo_op(pkg))
     assert runs["idiom"].state_counts() == (1, 7)  # the benchmark idiom: 7 of 8 served
@@ -231,7 +233,7 @@ def test_an_activation_memo_writes_state_every_step(pkg: types.ModuleType) -> No
 
 
 def test_a_weight_cache_invalidated_on_update_passes(pkg: types.ModuleType) -> None:
-    from runner.bench.statecheck import simulation_problems
+    from runner.worker.bench.statecheck import simulation_problems
 
     runs = _runs(_weight_cache_op(pkg))
     assert runs["activations"].state_counts() == (1, 7)
@@ -240,7 +242,7 @@ def test_a_weight_cache_invalidated_on_update_passes(pkg: types.ModuleType) -> N
 
 
 def test_a_stale_weight_cache_is_a_simulation_problem(pkg: types.ModuleType) -> None:
-    from runner.bench.statecheck import simulation_problems
+    from runner.worker.bench.statecheck import simulation_problems
 
     def stale(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         if "w" not in pkg.W_CACHE:

@@ -14,7 +14,6 @@ from types import SimpleNamespace
 import pytest
 from campaign_helpers import run_cli
 
-from runner.bench.focused_test import judge_changes
 from runner.core.errors import ConfigError
 from runner.core.outcomes import Status
 from runner.round.judge_files import check_scope, judge_paths, restore_judge
@@ -22,6 +21,7 @@ from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage, patch_paths
 from runner.targets.example import EXAMPLE
 from runner.targets.primus_turbo import PRIMUS_TURBO
+from runner.worker.bench.focused_test import judge_changes
 
 KERNEL = "turbo_kernels/cpu/gemm_fp8.py"
 TEST = "tests/test_example_gemm_fp8.py"

@@ -1,5 +1,5 @@
 """A worker's device memory known before it runs (docs/protocol.md §5.8): each op's per-shape figure
-(``runner.ops.info.shape_memory``), the paired session's plan from it (pool members,
+(``runner.core.op_info.shape_memory``), the paired session's plan from it (pool members,
 first wave), the device's memory from the manifest's GPU (``runner.judge.peaks``), and
 ``campaign init`` / the held-out pick leaving out or refusing what cannot run."""
 
@@ -12,18 +12,18 @@ import pytest
 import torch
 from campaign_helpers import committed_repo
 
-from runner.bench.serve import Server, device_memory
 from runner.cli import main
 from runner.core.device_memory import ShapeMemory
+from runner.core.op_info import shape_memory, worker_bytes
 from runner.core.shapes import Shape, shape_set
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.core.worker_messages import Ready, parse_reply, reply_line
 from runner.judge.memory_fit import shape_report, unfit_shapes, worker_need
 from runner.judge.peaks import device_memory_for
 from runner.measure.waves import plan_memory
-from runner.ops.info import shape_memory, worker_bytes
 from runner.store.manifest import load_manifest
 from runner.store.sealed import heldout_labels
+from runner.worker.bench.serve import Server, device_memory
 
 GIB = 1 << 30
 BIG = "Llama-3.1-70B-gate_up-mb4-32768x57344x8192"  # ran out of memory on an H200
@@ -81,7 +81,7 @@ def _spec(pool: int | None = None) -> RoundSpec:
 def test_paired_sessions_plan_pool_and_waves_from_the_figure() -> None:
     """An accept session like the H200 runs' (four Llama-2-7B mb1 targets and a 32768-row
     held-out shape) on an H200: one pair at a time with two members (the checks in
-    slices, ``runner.ops.sliced_check``); measured by three roles, as a tournament
+    slices, ``runner.worker.ops.sliced_check``); measured by three roles, as a tournament
     would, its pool shrinks to one member; on an MI355X it keeps two; a round of the
     four targets starts several pairs at once."""
     shapes = {s.label: s for s in shape_set("models")}
@@ -255,7 +255,7 @@ def _server(device: str) -> Server:
         pool=2,
     )
     gemm = types.SimpleNamespace(gemm=lambda a, b, trans_b: a @ b.t())
-    from runner.ops.gemm import GemmOp
+    from runner.worker.ops.gemm import GemmOp
 
     server = Server(spec, Path("."), GemmOp(types.SimpleNamespace(ops=gemm), {}), device)
     server.prepare()

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 import torch
 
-from runner.bench.rows import attention_row, gemm_row, memory_row
-from runner.bench.timing import Timing
 from runner.core.csv_io import read_csv, write_csv
 from runner.core.csv_schema import ATTENTION_SCHEMA, MEMORY_SCHEMA
 from runner.core.shapes import Shape, default_shape_set, grouped_shape, shape_set
 from runner.judge.scoring import score
-from runner.ops.base import load_adapter
 from runner.targets.registry import get_target
+from runner.worker.bench.rows import attention_row, gemm_row, memory_row
+from runner.worker.bench.timing import Timing
+from runner.worker.ops.base import load_adapter
 
 API = get_target("example").load_api()
 

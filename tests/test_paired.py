@@ -1,4 +1,4 @@
-"""Paired, turn-taking workers (runner.measure.paired, runner.bench.serve) and the one
+"""Paired, turn-taking workers (runner.measure.paired, runner.worker.bench.serve) and the one
 measure path (runner.compare.loop): the schedule, the pair rule the gate exports,
 real serving workers on the CPU taking turns, a failing worker, and sharding over 8
 simulated devices with the split by measured seconds and the merge."""
@@ -330,8 +330,8 @@ def test_a_quick_round_s_reports_do_not_size_a_session_of_larger_shapes() -> Non
     """An earlier session's reports size the next one's first wave only where its
     workers held as much: a full-level session after quick rounds (every target shape,
     and the held-out ones at acceptance) is planned from the op's figure instead."""
+    from runner.core.op_info import shape_memory
     from runner.measure.waves import PRIOR_SLACK, prior_covers
-    from runner.ops.info import shape_memory
 
     quick = [Shape("q1", 4096, 4096, 4096), Shape("q2", 4096, 12288, 4096)]
     full = [*quick, Shape("f3", 4096, 22016, 4096), Shape("f4", 16384, 12288, 4096)]
@@ -1096,7 +1096,7 @@ def test_the_baseline_s_empirical_peak_on_a_card_torch_cannot_see_is_not_measure
         assert "uses the datasheet's peaks" in line and str(kept) in line
         assert not kept.exists()
         log = (rnd.tmp / JOB / "test.log").read_text(encoding="utf-8")
-        assert "runner.bench.empirical_peak" in log
+        assert "runner.worker.bench.empirical_peak" in log
         kept.write_text('{"gpu": "NVIDIA H200", "tflops": {"bf16": 700.0}}', encoding="utf-8")
         shutil.rmtree(rnd.tmp / JOB)
         assert measure_empirical_peak(rnd, tree) == [

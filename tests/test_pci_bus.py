@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.bench import clocks
 from runner.core import pci_bus
 from runner.executors.container import render_nodes_for
 from runner.executors.gpus import gpu_env
+from runner.worker.bench import clocks
 from tests.amd_smi_fake import BUS_DATA, KFD, install
 
 

@@ -134,8 +134,8 @@ def test_a_pass_s_meta_reads_back_as_its_worker_wrote_it(tmp_path: Path) -> None
     torch imported) reads back field for field; a GPU's name is kept only where there is
     one, and a file that is not an object is no record."""
     pytest.importorskip("torch")
-    from runner.bench.environment import environment_meta
     from runner.core.pass_meta import PassMeta, read_meta
+    from runner.worker.bench.environment import environment_meta
 
     written = environment_meta("cpu")
     (tmp_path / "meta.json").write_text(json.dumps(written.to_dict()), encoding="utf-8")
@@ -173,7 +173,7 @@ def test_the_veto_uses_the_recorded_empirical_peak(tmp_path: Path) -> None:
 def test_the_reference_fp8_gemm_uses_fnuz_on_gfx94x_only() -> None:
     """The card's ``gcnArchName`` as ROCm torch reports it (MI300X, MI325X: gfx942;
     MI355X: gfx950); a CUDA torch has no ``torch.version.hip``."""
-    from runner.bench.empirical_peak import fnuz_arch
+    from runner.worker.bench.empirical_peak import fnuz_arch
 
     assert fnuz_arch("6.4.43483", "gfx942:sramecc+:xnack-")
     assert not fnuz_arch("7.0.51831", "gfx950:sramecc+:xnack-")

@@ -90,7 +90,9 @@ def test_init_names_only_upstream_files_and_variables(
             assert var in SELECTORS, command
     assert m.kernel_source and all((checkout / k).exists() for k in m.kernel_source)
     if op == "quantize":  # upstream has no training benchmark for it
-        assert m.benchmark_command.startswith("python -m runner.fullbench --target primus-turbo")
+        assert m.benchmark_command.startswith(
+            "python -m runner.worker.fullbench --target primus-turbo"
+        )
         assert "PRIMUS_TURBO_" not in m.test_command + m.benchmark_command
     else:
         assert "benchmark/ops/training/bench_" in m.benchmark_command
@@ -275,8 +277,8 @@ def test_mx_blockwise_config_has_block_32_and_e8m0_scales() -> None:
 
     from turbo_kernels.pytorch.core import low_precision as lp
 
-    from runner.ops.gemm import Fp8GemmOp
     from runner.targets.base import TargetAPI
+    from runner.worker.ops.gemm import Fp8GemmOp
 
     class ScaleDtype(enum.Enum):
         FP32 = enum.auto()
@@ -303,7 +305,7 @@ def test_mx_blockwise_config_has_block_32_and_e8m0_scales() -> None:
 def test_fullbench_measures_the_named_target() -> None:
     import argparse
 
-    from runner.fullbench import build_spec
+    from runner.worker.fullbench import build_spec
 
     args = argparse.Namespace(
         op="quantize",

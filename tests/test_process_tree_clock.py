@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 import torch
 
-from runner.bench.proctree import ClockBlind, TreeGuard
-from runner.bench.timing import measure_cpu
-from runner.bench.worker_pass import measure_shape
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings
-from runner.ops.gemm import GemmOp
+from runner.worker.bench.proctree import ClockBlind, TreeGuard
+from runner.worker.bench.timing import measure_cpu
+from runner.worker.bench.worker_pass import measure_shape
+from runner.worker.ops.gemm import GemmOp
 
 SHAPE = Shape("tiny-8x8x16", m=8, n=8, k=16)
 TIMING = TimingSettings(warmup_s=0.01, repeats=3, max_repeats=3, batch_s=0.03, budget_s=0.3)

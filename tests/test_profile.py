@@ -151,10 +151,10 @@ def test_nsight_compute_is_asked_for_the_timed_range_only(
     tool.write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
     tool.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ['PATH']}")
-    argv = wrapped("ncu", ["python3", "-m", "runner.fullbench"], tmp_path, 50)
+    argv = wrapped("ncu", ["python3", "-m", "runner.worker.fullbench"], tmp_path, 50)
     i = argv.index("--nvtx-include")
     assert "--nvtx" in argv[:i] and argv[i + 1] == f"{RANGE_NAME}/"
-    assert argv[-3:] == ["python3", "-m", "runner.fullbench"]
+    assert argv[-3:] == ["python3", "-m", "runner.worker.fullbench"]
 
 
 TIMED_SCRIPT = """
@@ -179,7 +179,7 @@ def test_the_torch_profile_keeps_only_the_timed_range(tmp_path: Path, ranged: bo
         [
             sys.executable,
             "-m",
-            "runner.analyze.torch_profile",
+            "runner.worker.analyze.torch_profile",
             "--out",
             str(tmp_path),
             "--",
@@ -210,7 +210,7 @@ def test_profile_on_the_cpu_runs_the_torch_profiler(
     argv = ["--campaigns-root", root, "profile", "--round", "1", "--campaign", "t"]
     code, out = run_cli(argv, capsys)
     assert code == 0, out
-    assert "profile of round 1 (torch)" in out and "runner.fullbench" in out
+    assert "profile of round 1 (torch)" in out and "runner.worker.fullbench" in out
     folder = campaign / "profiles" / "round-1"
     table = (folder / "profile.md").read_text(encoding="utf-8")
     assert "## incumbent" in table and "inside the timed calls only" in table

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.bench.provenance import loaded_files, loaded_from
 from runner.core.files import blob_hash
+from runner.worker.bench.provenance import loaded_files, loaded_from
 
 
 @pytest.fixture

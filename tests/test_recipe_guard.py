@@ -2,7 +2,7 @@
 tensor (one GEMM) was ACCEPTED: correctness was an SNR against float32 on Gaussian
 inputs (28.6 dB against the honest 28.7), and the focused test's ``-k blockwise``
 deselected the one contract test.  Now the worker's check compares with the requested
-recipe's emulation on inputs with outlier rows and blocks (``runner.ops.recipe``), and
+recipe's emulation on inputs with outlier rows and blocks (``runner.worker.ops.recipe``), and
 the example target's focused test always runs the op's contract tests.  The cheat is
 planted as the target's ``gemm_fp8``."""
 
@@ -19,11 +19,12 @@ import pytest
 import torch
 
 from runner.core.shapes import Shape
-from runner.ops.base import snr_db
-from runner.ops.gemm import Fp8GemmOp
-from runner.ops.grouped_gemm import Fp8GroupedGemmOp
-from runner.ops.quantize import fp8_dtype
-from runner.ops.recipe import (
+from runner.targets.example import EXAMPLE
+from runner.worker.ops.base import snr_db
+from runner.worker.ops.gemm import Fp8GemmOp
+from runner.worker.ops.grouped_gemm import Fp8GroupedGemmOp
+from runner.worker.ops.quantize import fp8_dtype
+from runner.worker.ops.recipe import (
     MX_BLOCK,
     RECIPE_SNR,
     emulate_fp8_gemm,
@@ -32,7 +33,6 @@ from runner.ops.recipe import (
     outlier_operands,
     recipe_snr,
 )
-from runner.targets.example import EXAMPLE
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SHAPE = Shape("recipe-64x256x384", m=64, n=256, k=384)

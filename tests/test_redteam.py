@@ -17,7 +17,9 @@ timed outputs, harness bindings, the 8-step simulation), not a speed comparison.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,6 +38,12 @@ from runner.store.lineage import Lineage
 pytestmark = pytest.mark.integration
 
 PATCHES = Path(__file__).parent / "data" / "redteam"
+# Patches that look the harness up by a name built from pieces (no audit rule reads it)
+# spell its module as it was when they were written, before the worker side moved into
+# runner/worker/.  The patch files are kept as recorded, and each round gets the
+# shortcut aimed at today's module, so it still reaches the code it targets (a
+# rebinding that missed would leave every guard untested and the round would pass).
+HARNESS_MOVED = {'"ner.bench."': '"ner.worker.bench."'}
 TARGETS = ["tiny-16x688x512", "tiny-32x688x512", "tiny-32x1376x512"]
 
 
@@ -62,7 +70,7 @@ def run_round(
     """Validate ``tests/data/redteam/<name>.patch`` (or a demo patch path) as the next
     round; return the result and its summary.md."""
     path = PATCHES / f"{name}.patch"
-    patch = (path if path.exists() else Path(name)).read_text(encoding="utf-8")
+    patch = aimed((path if path.exists() else Path(name)).read_text(encoding="utf-8"))
     lineage = Lineage(Path(campaign.manifest.source), campaign.name, None)
     head = lineage.head()
     n = campaign.next_round()
@@ -76,6 +84,32 @@ def run_round(
     if result.status is not Status.ACCEPTED:
         assert lineage.head() == head, "a rejected round moved the lineage"
     return result, campaign.summary_path(n).read_text(encoding="utf-8")
+
+
+def aimed(patch: str) -> str:
+    """``patch`` with its harness lookups aimed at today's modules (``HARNESS_MOVED``)."""
+    for then, now in HARNESS_MOVED.items():
+        patch = patch.replace(then, now)
+    return patch
+
+
+def test_every_built_harness_name_in_the_patches_is_a_module() -> None:
+    """A shortcut that builds the harness's module name finds that module: a name the
+    harness no longer has would make the patch a no-op and its test pass vacuously."""
+    built = re.compile(r'"run" \+ "(ner\.[a-z_.]+)" \+ "([a-z_]+)"')
+    names = [
+        "run" + a + b
+        for path in sorted(PATCHES.glob("*.patch"))
+        for a, b in built.findall(aimed(path.read_text(encoding="utf-8")))
+    ]
+    assert names, "no patch builds a harness name: drop HARNESS_MOVED"
+    harness = Path(runner.__file__).resolve().parent
+    found = {n: importlib.util.find_spec(n) for n in names}
+    # another checkout's runner, installed editable, may answer for a name this one lacks
+    missing = [
+        n for n, s in found.items() if not (s and s.origin) or harness not in Path(s.origin).parents
+    ]
+    assert missing == []
 
 
 def pass_order(campaign: Campaign, n: int) -> list[str]:
@@ -121,14 +155,14 @@ def test_content_keyed_lru_memo_is_caught_by_the_8_step_simulation(campaign: Cam
 def test_frame_walk_that_zeroes_the_weight_gradient_is_caught_by_the_audit(
     campaign: Campaign,
 ) -> None:
-    # backward walks sys._getframe() and returns zeros for grad_b under runner.bench
+    # backward walks sys._getframe() and returns zeros for grad_b under runner.worker.bench
     result, summary = run_round(campaign, "frame_walk_zero_wgrad", "skip work when idle")
     caught(result, summary, "over-fitting audit: HARNESS")
     assert any("sys._getframe" in r for r in result.reasons), result.reasons
 
 
 def test_patched_harness_clock_is_caught_by_the_audit(campaign: Campaign) -> None:
-    # replaces runner.bench.timing.process_time from the package's __init__
+    # replaces runner.worker.bench.timing.process_time from the package's __init__
     result, summary = run_round(campaign, "patched_harness_clock", "warm the timers")
     caught(result, summary, "over-fitting audit: HARNESS")
     assert any("_timing.process_time" in r for r in result.reasons), result.reasons
@@ -151,11 +185,11 @@ def test_clock_rebound_through_importlib_is_caught_by_the_binding_guard(
     campaign: Campaign,
 ) -> None:
     # import_module("run" + "ner...") and setattr with a built name: no audit rule
-    # reads it; the worker sees runner.bench.timing.process_time changed
+    # reads it; the worker sees runner.worker.bench.timing.process_time changed
     result, summary = run_round(campaign, "rebound_harness_clock", "settle the timers")
     assert not any(r.startswith("over-fitting audit") for r in result.reasons), result.reasons
     caught(result, summary, "harness tampering: the measured code replaced")
-    assert any("runner.bench.timing.process_time" in r for r in result.reasons)
+    assert any("runner.worker.bench.timing.process_time" in r for r in result.reasons)
 
 
 def test_closure_held_activation_memo_is_caught_by_the_8_step_simulation(

@@ -3,7 +3,7 @@ graph is timed by replaying the graph, which repeats only the device work record
 capture.  Host work done then (a result kept from an earlier call, a CPU computation, a
 helper process's device work the call waited for) is replayed as a copy and looks free.
 After the timed batches the engine negates the op's named input, replays once, and
-requires the named outputs to come back negated (``runner.bench.replay_check``).
+requires the named outputs to come back negated (``runner.worker.bench.replay_check``).
 
 On the CPU: every op's flip really negates the outputs it names (the example package's
 kernels, FP8 quantisation included), and the check itself on real tensors.  On a GPU
@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 import torch
 
-from runner.bench.integrity import OutputSampler
-from runner.bench.replay_check import FrozenReplay, check_replay
-from runner.bench.worker_pass import measure_shape, time_case
 from runner.core.shapes import Shape, shape_set
 from runner.core.spec import RoundSpec, TimingSettings
-from runner.ops.base import InputFlip, load_adapter
-from runner.ops.gemm import GemmOp
 from runner.targets.registry import get_target
+from runner.worker.bench.integrity import OutputSampler
+from runner.worker.bench.replay_check import FrozenReplay, check_replay
+from runner.worker.bench.worker_pass import measure_shape, time_case
+from runner.worker.ops.base import InputFlip, load_adapter
+from runner.worker.ops.gemm import GemmOp
 
 API = get_target("example").load_api()
 OPS = [
@@ -118,7 +118,7 @@ def test_a_large_output_half_frozen_is_seen_through_its_drawn_elements(
 ) -> None:
     """An output larger than the sample is compared at positions drawn after the timed
     calls: half its rows kept from an earlier call fail it, the honest one passes."""
-    import runner.bench.replay_check as replay_check
+    import runner.worker.bench.replay_check as replay_check
 
     monkeypatch.setattr(replay_check, "SAMPLES", 1000)
     a, b = torch.randn(100, 64), torch.randn(100, 64)

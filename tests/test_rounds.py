@@ -304,7 +304,10 @@ def test_a_crashing_worker_records_a_failed_round_and_nothing_else(
     source = Path(campaign.manifest.source)
     kernel = source / KERNEL
     original = kernel.read_text()
-    crash = 'import os\nimport sys\n\nif sys.argv[0].endswith("worker.py"):\n    os._exit(3)\n'
+    # a worker runs as ``-m runner.worker``: its argv[0] is the package's __main__.py
+    crash = (
+        'import os\nimport sys\n\nif sys.argv[0].endswith("worker/__main__.py"):\n    os._exit(3)\n'
+    )
     kernel.write_text(original.replace("import torch\n", "import torch\n" + crash, 1))
     patch = Lineage(source, campaign.name, None).working_tree_patch()
     kernel.write_text(original)

@@ -1,6 +1,6 @@
 """docs/protocol.md §5.8, checks in slices: a GEMM's correctness check holds its float32
-reference one tile at a time (``runner.ops.sliced_check``), so its peak memory stays
-within the shape's figure (``runner.ops.info``, which counts a tile, not the whole
+reference one tile at a time (``runner.worker.ops.sliced_check``), so its peak memory stays
+within the shape's figure (``runner.core.op_info``, which counts a tile, not the whole
 reference), and a wrong value in any tile still fails the check.  Real checks of a
 real GEMM on the CPU; the peak is the process's resident high-water mark (Linux
 ``VmHWM``, reset through ``/proc/self/clear_refs``) in a fresh interpreter."""
@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from runner.core import op_info as info
 from runner.core.shapes import Shape
-from runner.ops import info
-from runner.ops.gemm import Fp8GemmOp, GemmOp
-from runner.ops.sliced_check import compare, gemm_operands, tile_rows
 from runner.targets.example import EXAMPLE
+from runner.worker.ops.gemm import Fp8GemmOp, GemmOp
+from runner.worker.ops.sliced_check import compare, gemm_operands, tile_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 BOUND = 4 << 20  # the test's tile bound: the whole float32 output below is 4x it
@@ -38,8 +38,8 @@ PEAK = textwrap.dedent(
     import json, re, sys, types
     import torch
     from runner.core.shapes import Shape
-    from runner.ops import info
-    from runner.ops.gemm import GemmOp
+    from runner.core import op_info as info
+    from runner.worker.ops.gemm import GemmOp
 
     torch.set_num_threads(1)
     info.CHECK_SLICE_BYTES = int(sys.argv[1])

@@ -12,7 +12,7 @@ Guards: the local executor starts every worker isolated (``runner.core.startup``
 ``python -I -S`` and an explicit ``sys.path``), so neither file runs; the harness
 proof (``runner.round.tamper_check``) names a start-up file that appeared on the path
 and a loadable file a role's process created in its tree; the clock guard
-(``runner.bench.timing.check_clocks``) refuses clocks that are not the C builtins.
+(``runner.worker.bench.timing.check_clocks``) refuses clocks that are not the C builtins.
 Each test runs real worker processes in test mode (no torch, well under a second
 each) or the proof on real git trees.
 """
@@ -115,7 +115,7 @@ def test_a_sitecustomize_a_candidate_wrote_never_runs_in_its_later_workers(
 
 
 # The focused test's own interpreter (docs/reliability.md §7 row 20, its last gap): the command's
-# ``python`` and ``pytest`` start isolated too (``runner.bench.focused_test.write_shims``).
+# ``python`` and ``pytest`` start isolated too (``runner.worker.bench.focused_test.write_shims``).
 FOCUSED = "python -c 'import k' && python -m pytest --version && pytest --version"
 
 
@@ -198,7 +198,7 @@ CLOCK_HOOK = """\
 import time
 _real = time.process_time
 time.process_time = lambda: _real() * 0.5  # what a start-up hook did before the harness
-from runner.bench import timing
+from runner.worker.bench import timing
 try:
     timing.check_clocks()
 except timing.ClockTampered as exc:

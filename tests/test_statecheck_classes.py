@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from runner.bench.statecheck import state_fingerprint, stateful_probe
+from runner.worker.bench.statecheck import state_fingerprint, stateful_probe
 
 
 class ScaledTensor(torch.Tensor):

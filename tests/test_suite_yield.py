@@ -1,5 +1,5 @@
 """The full test suite gives the device up while work is timed (docs/protocol.md §1.4):
-``runner.bench.suite_yield`` loaded into a real pytest run, ``SuiteYield`` pausing it."""
+``runner.worker.bench.suite_yield`` loaded into a real pytest run, ``SuiteYield`` pausing it."""
 
 from __future__ import annotations
 

@@ -180,11 +180,14 @@ def test_a_changed_loaded_file_and_a_new_file_are_named(tmp_path: Path) -> None:
     assert "at the end of its pass blob 000000000000" in problems and "at import" not in problems
     assert "build/k.so, sitecustomize.py" in problems
     harness = before["harness"]  # the runner package: a local worker's own harness
-    assert "bench/timing.py" in harness.files
-    record |= {"harness_root": str(harness.tree), "harness_end": {"bench/timing.py": "1" * 40}}
+    assert "worker/bench/timing.py" in harness.files
+    record |= {
+        "harness_root": str(harness.tree),
+        "harness_end": {"worker/bench/timing.py": "1" * 40},
+    }
     (out / "loaded.json").write_text(json.dumps(record))
     problems = "\n".join(tampering(before, tmp_path / "tmp"))
-    assert "loaded harness file bench/timing.py, not the harness's" in problems
+    assert "loaded harness file worker/bench/timing.py, not the harness's" in problems
     record["harness_root"] = "/opt/image/runner"  # a container's harness: its image's own
     (out / "loaded.json").write_text(json.dumps(record))
     assert "harness file" not in "\n".join(tampering(before, tmp_path / "tmp"))
@@ -203,9 +206,9 @@ def test_the_worker_s_record_of_what_it_loaded_reads_back_as_written(
     import json
 
     import runner
-    from runner.bench.provenance import record_loaded
     from runner.core.loaded_record import LoadedRecord, read_loaded
     from runner.core.spec import SOURCE_ENV
+    from runner.worker.bench.provenance import record_loaded
 
     tree = Path(runner.__file__).resolve().parent.parent  # this process loaded from it
     monkeypatch.setenv(SOURCE_ENV, str(tree))

@@ -2,7 +2,7 @@
 between calls (``a._fp8_cache``) was rejected only because its gain was noisy; the
 state check read the package's globals, not the tensors, so nothing named it.  Now the
 fingerprint includes every attribute held on a live tensor
-(``runner.bench.statecheck.tensor_attributes``): the training step writes it, the 8-step
+(``runner.worker.bench.statecheck.tensor_attributes``): the training step writes it, the 8-step
 simulation finds it written at every step with only the activations fresh, and the
 shape FAILs naming it, before any timing decides."""
 
@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import torch
 
-from runner.bench.statecheck import stateful_probe
 from runner.compare.shapes import level_shapes
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
+from runner.worker.bench.statecheck import stateful_probe
 
 OPS = "turbo_kernels/pytorch/ops/gemm_fp8.py"
 FORWARD = "        return _fp8_gemm(a_mk, fwd, b_q, fwd, config, out_dtype)\n"
@@ -69,7 +69,7 @@ def _probe_op(
         def simulation(self, shape: Any, device: str) -> Any:
             return op, {"m": 4, "n": 4, "k": 8}, judge
 
-    kept: list[torch.Tensor] = []  # as runner.ops.base.fresh_training_step keeps them
+    kept: list[torch.Tensor] = []  # as runner.worker.ops.base.fresh_training_step keeps them
 
     def step() -> None:
         kept.append(torch.randn(4, 8))
@@ -155,9 +155,9 @@ def test_a_cached_helper_hit_at_every_call_is_served_not_written(
 
 PROBE = """
 import json, sys
-from runner.bench.statecheck import stateful_probe
+from runner.worker.bench.statecheck import stateful_probe
 from runner.core.shapes import Shape
-from runner.ops.base import load_adapter
+from runner.worker.ops.base import load_adapter
 from runner.targets.registry import get_target
 
 spec = json.loads(sys.argv[1])

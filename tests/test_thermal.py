@@ -1,4 +1,4 @@
-"""Thermal gating (runner.bench.thermal): the worker waits, bounded, for a hot card's
+"""Thermal gating (runner.worker.bench.thermal): the worker waits, bounded, for a hot card's
 headroom before a timed measurement, from recorded amd-smi samples printed by a stand-in
 ``amd-smi`` on PATH (a real subprocess), the card matched by PCI bus id."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.bench import thermal
 from runner.executors.gpus import gpu_env
+from runner.worker.bench import thermal
 from tests.amd_smi_fake import install
 
 HOT = "amd_smi_metric_hot_mi300x.json"  # amd-smi GPU 7 (ROCr GPU 0): hotspot 98 of 100 C

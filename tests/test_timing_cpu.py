@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from runner.bench.gpu import batch_iters, flush_bytes_for, stop_reason
-from runner.bench.timing import Timing, measure, measure_cpu
 from runner.core.spec import TimingSettings
+from runner.worker.bench.gpu import batch_iters, flush_bytes_for, stop_reason
+from runner.worker.bench.timing import Timing, measure, measure_cpu
 
 
 def _work() -> int:

@@ -1,6 +1,6 @@
 """Ahead-of-time compilation of every Triton kernel of the example package, with no GPU.
 
-The cases and the compile are the product's (``runner.analyze``: a campaign's kernel
+The cases and the compile are the product's (``runner.worker.analyze``: a campaign's kernel
 facts compile the same launches).  Each case calls a real wrapper (``gemm_triton``,
 ``quantize_fp8_triton``, ...) on meta tensors, with the kernel replaced by a recorder,
 so the arguments, constexprs and launch options are the ones the wrapper launches with,
@@ -34,8 +34,8 @@ import pytest
 
 triton: Any = pytest.importorskip("triton")
 
-from runner.analyze.example_cases import CASES, DEVICE_FUNCTIONS, MODULES, Case, record  # noqa: E402
-from runner.analyze.launches import TARGETS, compile_launch  # noqa: E402
+from runner.worker.analyze.example_cases import CASES, DEVICE_FUNCTIONS, MODULES, Case, record  # noqa: E402
+from runner.worker.analyze.launches import TARGETS, compile_launch  # noqa: E402
 
 
 def _short(module: ModuleType) -> str:

@@ -34,6 +34,7 @@ from runner.core.csv_schema import BenchCSV
 from runner.core.empirical_peak import EmpiricalPeak
 from runner.core.errors import MeasurementFailed
 from runner.core.files import read_json
+from runner.core.op_info import op_info
 from runner.core.outcomes import Decision, GateResult, Score
 from runner.core.shapes import Shape
 from runner.executors.base import SequenceExecutor
@@ -73,7 +74,6 @@ from runner.measure.sharding import (
     seconds_cost,
     shard_shapes,
 )
-from runner.ops.info import op_info
 from runner.render.figures import fmt_gain
 
 if TYPE_CHECKING:  # compare sits below the round: a Round is only handed in

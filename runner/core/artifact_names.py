@@ -13,7 +13,7 @@ META = "meta.json"  # the device and software the pass ran on
 PROVENANCE = "provenance.json"  # where the op's modules were imported from
 LOADED = "loaded.json"  # every module and extension the worker loaded, with its hash
 WORKER_LOG = "worker.log"
-FOCUSED_TEST = "test.json"  # the focused test's outcome (runner.bench.focused_test)
+FOCUSED_TEST = "test.json"  # the focused test's outcome (runner.worker.bench.focused_test)
 OUT_OF_MEMORY = "out_of_memory.json"  # left when the device ran out of memory
 # what a paired session's workers reported (the host writes it, one file per shard:
 # suffix "" or "-gpuN"); the next round on the same machine sizes its waves by it

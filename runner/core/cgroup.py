@@ -2,7 +2,7 @@
 count the CPU time of everything the worker started, a process it detached included.
 
 A process the worker double-forks into a new session is no longer its descendant and
-leaves its process group: the worker's own ``/proc`` accounting (``runner.bench.proctree``)
+leaves its process group: the worker's own ``/proc`` accounting (``runner.worker.bench.proctree``)
 and the SIGSTOP of the idle partner (``runner.measure.paired.others_stopped``) do not see
 it.  Its cgroup still holds it: a process joins its parent's cgroup at fork and only a
 write into another cgroup's ``cgroup.procs`` moves it.  So around each timed turn the host
@@ -33,7 +33,7 @@ from runner.core.processes import pid_alive
 
 # a turn fails when its worker's cgroup used more CPU time than its process tree by more
 # than FOREIGN_SHARE of the turn's wall time, never below FOREIGN_FLOOR_S (/proc counts
-# in 10 ms clock ticks), as the worker's own tree guard (runner.bench.proctree) judges
+# in 10 ms clock ticks), as the worker's own tree guard (runner.worker.bench.proctree) judges
 FOREIGN_SHARE = 0.1
 FOREIGN_FLOOR_S = 0.05
 # why a turn records no figure where ``WorkerCgroup.create`` made no cgroup

@@ -2,7 +2,7 @@
 campaign's own card, beside the datasheet's.  Measured FP8 on gfx950 reached about half
 its datasheet peak, so a veto against the datasheet lets a number twice too fast pass;
 against the measured peak (times ``MARGIN``: a hand-tuned kernel may beat the library
-by some) it does not.  Written by the worker side (``runner.bench.empirical_peak``),
+by some) it does not.  Written by the worker side (``runner.worker.bench.empirical_peak``),
 read by the judge (``runner.judge.peaks``); stdlib only."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ message text::
     |   NotAccepted (3), NotReproduced (3)
     +-- NothingToDo (7)
 
-The worker side (``runner.bench``, ``runner.ops``) raises its own RuntimeErrors inside
+The worker side (``runner.worker.bench``, ``runner.worker.ops``) raises its own RuntimeErrors inside
 the worker process; the host sees them only as a worker's reply.
 """
 

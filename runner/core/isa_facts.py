@@ -1,6 +1,6 @@
 """Facts about one compiled kernel, read from the text the compiler wrote (docs/analysis.md).
 
-Both sides use this module: the worker-side compile (``runner.analyze``) parses the
+Both sides use this module: the worker-side compile (``runner.worker.analyze``) parses the
 AMDGCN or PTX it got into a flat ``dict`` of numbers (``Facts``), and the host compares
 the incumbent's with the candidate's (``warnings``) and records a round's kernels in a
 ``KernelFacts`` (each role's ``KernelEntry`` per kernel).  Standard library only.

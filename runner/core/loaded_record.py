@@ -1,7 +1,7 @@
 """What a worker loaded (``LOADED`` in its artifacts folder): the files it imported from
 the tree under test and from the harness, each with the git blob id of its bytes, as of
 each phase of its pass ("load": right after the target's import; "end": when the pass is
-done).  The worker writes it (``runner.bench.provenance.record_loaded``); the host
+done).  The worker writes it (``runner.worker.bench.provenance.record_loaded``); the host
 compares it with each role's own files (``runner.round.tamper_check``).
 
 Standard library only (worker-side safe).  The JSON keeps one flat object, as written

@@ -18,7 +18,7 @@ that reach this rank (tokens * top_k); ``experts`` the experts this rank holds.
 The capacity distributions drop tokens, so their sum is below ``total_tokens``; it is
 trimmed further (at most ``experts - 1`` rows, from the largest groups) down to a
 multiple of ``experts``, so that the CSV's per-group mean ``M = sum / B`` is an integer
-and ``6*B*M*N*K`` is exactly the training step's FLOPs (see runner/ops/grouped_gemm.py).
+and ``6*B*M*N*K`` is exactly the training step's FLOPs (see runner/worker/ops/grouped_gemm.py).
 Empty experts are allowed in every skewed distribution.  Pure Python, no torch: the
 host builds shape sets with it.
 """

@@ -1,6 +1,6 @@
 """Where a worker pass ran (``META`` in its artifacts folder): Python, torch and its
 HIP/CUDA versions, the device, the host, the device-visibility variables, and on a GPU
-the device's name.  The worker writes it (``runner.bench.environment``); the host reads
+the device's name.  The worker writes it (``runner.worker.bench.environment``); the host reads
 the GPU's name from it to find the device's peak (``runner.measure.passes``).
 
 Standard library only (worker-side safe).

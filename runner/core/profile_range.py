@@ -3,10 +3,10 @@ times, not the harness around it (the correctness check's float32 reference GEMM
 input draws, the state probe).
 
 When ``TURBO_CAMPAIGN_PROFILE_RANGE`` names a range, every timed forward or backward
-(``runner.bench.worker_pass.time_case``) runs inside a range of that name: an NVTX
+(``runner.worker.bench.worker_pass.time_case``) runs inside a range of that name: an NVTX
 push/pop range on a CUDA or HIP device (Nsight Compute keeps only kernels inside it with
 ``--nvtx --nvtx-include NAME/``) and a ``torch.profiler.record_function`` range, which
-``runner.analyze.torch_profile`` uses to keep only the operators inside it.  Unset (every
+``runner.worker.analyze.torch_profile`` uses to keep only the operators inside it.  Unset (every
 measured round), this costs nothing: no range is opened.
 
 Imports torch only when a range is asked for (inside a worker).

@@ -1,6 +1,6 @@
 """``samples.json``: what a worker recorded per shape besides its CSV row (the raw
 timings, the checks, the fresh step, the state probe, its seconds), written by a pass
-(``runner.bench.worker_pass.run_spec``) or a serving worker (``runner.bench.serve``),
+(``runner.worker.bench.worker_pass.run_spec``) or a serving worker (``runner.worker.bench.serve``),
 merged over a sharded pass's shards (``runner.measure.sharding.merge_shard_samples``) and
 read by the host for the round's reasons, fresh-step times and sharding costs
 (``runner.measure.passes``)."""
@@ -15,7 +15,7 @@ from runner.core.artifact_names import SAMPLES
 
 
 class TimingRecord(TypedDict):
-    """One timed callable (``runner.bench.timing_result.Timing.to_dict``)."""
+    """One timed callable (``runner.worker.bench.timing_result.Timing.to_dict``)."""
 
     samples_ms: list[float]
     median_ms: float
@@ -27,7 +27,7 @@ class TimingRecord(TypedDict):
 
 
 class CheckRecord(TypedDict):
-    """One correctness check of a shape (``runner.ops.base.CheckResult``)."""
+    """One correctness check of a shape (``runner.worker.ops.base.CheckResult``)."""
 
     ok: bool
     figures: dict[str, float]
@@ -35,8 +35,8 @@ class CheckRecord(TypedDict):
 
 
 class SimulationRun(TypedDict, total=False):
-    """One mode of the 8-step simulation (``runner.cachesim`` ``SimResult.to_dict`` and
-    the counts ``runner.bench.statecheck`` adds)."""
+    """One mode of the 8-step simulation (``runner.worker.cachesim`` ``SimResult.to_dict`` and
+    the counts ``runner.worker.bench.statecheck`` adds)."""
 
     steps: list[dict[str, object]]
     has_weight_cache: bool
@@ -58,7 +58,7 @@ class Simulation(TypedDict, total=False):
 
 
 class StateProbe(TypedDict, total=False):
-    """``runner.bench.statecheck``: whether a training step wrote kept state, where,
+    """``runner.worker.bench.statecheck``: whether a training step wrote kept state, where,
     and the simulation where the op allows it."""
 
     stateful: bool
@@ -83,7 +83,7 @@ class ShapeSamples(TypedDict, total=False):
     backward: TimingRecord | None  # None: the op has no backward pass
     fresh_step: TimingRecord | None  # the real-training step
     fresh_draw: TimingRecord | None  # drawing that step's inputs
-    state: StateProbe | None  # runner.bench.statecheck
+    state: StateProbe | None  # runner.worker.bench.statecheck
     checks: list[CheckRecord]
     integrity_problems: list[str]  # sampled timed outputs, the 8-step simulation
     seconds: float  # wall time the worker spent on the shape

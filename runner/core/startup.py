@@ -3,7 +3,7 @@
 
 A worker starts isolated: ``python -I -S -B -c BOOT runner.worker ARGS``, and so does
 the ``python`` (and ``pytest``) of its focused test's command
-(``isolated_command``, ``runner.bench.focused_test``).  ``-I``
+(``isolated_command``, ``runner.worker.bench.focused_test``).  ``-I``
 ignores every ``PYTHON*`` variable and the user's site folder, ``-S`` runs no ``site``
 start-up at all: no ``sitecustomize``/``usercustomize`` and no ``import`` line of a
 ``*.pth`` file, wherever a candidate's earlier process may have written one.  ``BOOT``

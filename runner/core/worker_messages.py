@@ -1,5 +1,5 @@
 """The messages of a paired round's serving worker (``python -m runner.worker --serve``,
-``runner.bench.serve``) and its host (``runner.measure.paired``): one JSON object per line,
+``runner.worker.bench.serve``) and its host (``runner.measure.paired``): one JSON object per line,
 each kind a dataclass here, so both sides build and read them by attribute.
 
 host -> worker (``Request``): ``Block`` (measure every shape once on member ``pick`` of

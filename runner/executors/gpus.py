@@ -37,7 +37,7 @@ def gpu_env(gpu: int, vendor: Vendor) -> dict[str, str]:
 def allocator_env(vendor: Vendor, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """A GPU worker's caching allocator settings: on NVIDIA, expandable segments
     (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``), so that what a serving
-    worker hands back after each turn (``runner.bench.serve.device_memory``) leaves the
+    worker hands back after each turn (``runner.worker.bench.serve.device_memory``) leaves the
     process.  With fixed segments one small live tensor pins its whole segment: on one
     H200 (Llama-2-7B shapes) workers kept 13-17 GiB between turns, and one ran out of
     memory with 6.5 GiB allocated beside 12.0 GiB reserved but unused, so a

@@ -1,4 +1,4 @@
-"""The BASELINE's empirical peak: the reference GEMM (``runner.bench.empirical_peak``) run
+"""The BASELINE's empirical peak: the reference GEMM (``runner.worker.bench.empirical_peak``) run
 on the campaign's own card through the round's executor, as a worker job in test mode,
 after every timed pass.  Its record goes into the campaign root (``EMPIRICAL_PEAK``),
 where the speed-of-light veto of every later round reads it (``runner.judge.peaks``):
@@ -21,7 +21,7 @@ from runner.measure.host import run_job
 from runner.round.context import Round
 
 JOB = "empirical-peak"
-COMMAND = f'python -m runner.bench.empirical_peak "${OUT_ENV}/{EMPIRICAL_PEAK}"'
+COMMAND = f'python -m runner.worker.bench.empirical_peak "${OUT_ENV}/{EMPIRICAL_PEAK}"'
 
 
 def measure_empirical_peak(rnd: Round, tree: Path) -> list[str]:

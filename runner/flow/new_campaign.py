@@ -15,12 +15,12 @@ from typing import Any
 
 from runner.core.csv_schema import COMBINED_STEP, FORWARD_GBPS
 from runner.core.errors import ConfigError, ValueRefused
+from runner.core.op_info import op_info
 from runner.core.processes import GIT_TOOL_COMMIT, run
 from runner.core.shapes import default_shape_set, expand_selectors, shape_set, shapes_by_label
 from runner.core.timestamps import now_minute
 from runner.judge.memory_fit import refuse_unfit, unfit_shapes
 from runner.judge.representative import reserve_heldout
-from runner.ops.info import op_info
 from runner.store.campaign import Campaign, check_campaigns_root
 from runner.store.lineage import Lineage
 from runner.store.manifest import (

@@ -12,7 +12,7 @@ timing budget, under:
   (``runner.render.profile_table.parse_ncu_raw``);
 * ``rocprofv3`` on ROCm: ``rocprofv3 --kernel-trace --stats -d DIR -o profile
   --output-format csv -- CMD``, its kernel stats and trace parsed per kernel;
-* the torch profiler on the CPU (``runner.analyze.torch_profile``).
+* the torch profiler on the CPU (``runner.worker.analyze.torch_profile``).
 
 The worker marks its timed calls with a named range (``runner.core.profile_range``):
 Nsight Compute and the torch profiler keep only what ran inside it, so the tables show
@@ -98,7 +98,7 @@ def bench_argv(m: Manifest, shapes: str | None) -> tuple[dict[str, str], list[st
             "campaign profile runs python benchmarks only; profile it by hand"
         )
     argv = [sys.executable, *words[1:]]
-    if "runner.fullbench" in words:
+    if "runner.worker.fullbench" in words:
         argv += ["--shape-set", m.shape_set, "--budget-s", str(PROFILE_BUDGET_S)]
         chosen = shapes or (m.representative_shapes[0] if m.representative_shapes else None)
         if chosen:
@@ -108,7 +108,15 @@ def bench_argv(m: Manifest, shapes: str | None) -> tuple[dict[str, str], list[st
 
 def wrapped(tool: str, argv: list[str], out: Path, launches: int) -> list[str]:
     if tool == "torch":
-        return [argv[0], "-m", "runner.analyze.torch_profile", "--out", str(out), "--", *argv[1:]]
+        return [
+            argv[0],
+            "-m",
+            "runner.worker.analyze.torch_profile",
+            "--out",
+            str(out),
+            "--",
+            *argv[1:],
+        ]
     if shutil.which(tool) is None:
         raise ConfigError(
             f"{tool} is not on PATH: install it (Nsight Compute for ncu, ROCm's rocprofiler-sdk "

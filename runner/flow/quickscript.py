@@ -48,7 +48,7 @@ def main():
     from runner.core.spec import TimingSettings
     from runner.core.shapes import Shape
     from runner.core.spec import RoundSpec
-    from runner.bench.worker_pass import run_spec
+    from runner.worker import run_spec
     from runner.core.files import write_atomic
 
     shapes = FULL_SHAPES if args.full else SHAPES

@@ -7,7 +7,7 @@ nothing.  On a GPU target with serving workers the suite starts with full valida
 untimed stretch: the paired engine holds its ``beside_work.quiet`` around every timed stretch
 (a wave's turns, the fresh steps; ``runner.measure.paired``) and the full benchmark,
 and the suite gives the device up at its next test boundary, its kernels finished and
-its cached memory handed back (``runner.bench.suite_yield``, loaded into its pytest).
+its cached memory handed back (``runner.worker.bench.suite_yield``, loaded into its pytest).
 A suite command that is not one pytest run (a script, several commands) cannot be
 paused: it runs beside the first wave's start-up and the first timed turn waits for it
 to end, as before; why is recorded.
@@ -26,9 +26,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from runner.bench.suite_yield import PAUSE, PAUSED, PLUGIN, POLL_S, RUNNING, SPANS, YIELD_ENV
 from runner.core.lifeline import wait_pids_stopped
 from runner.core.processes import pid_alive
+from runner.core.suite_yield_names import (
+    PAUSE,
+    PAUSED,
+    PLUGIN,
+    POLL_S,
+    RUNNING,
+    SPANS,
+    YIELD_ENV,
+)
 from runner.measure.beside import BesideWork
 from runner.round.context import BesideStartUp, Round
 from runner.store.acceptance import FullSuiteInfo
@@ -76,7 +84,7 @@ def _spans(paths: list[Path], name: str) -> list[tuple[str, float, float]]:
 
 
 def during_timed_work(suite_folder: Path, tmp: Path) -> tuple[int, list[str]]:
-    """The suite's tests logged in ``suite_folder`` (``runner.bench.suite_yield``) and
+    """The suite's tests logged in ``suite_folder`` (``runner.worker.bench.suite_yield``) and
     those whose span overlaps a timed turn of ``tmp``'s paired sessions
     (``turns*.jsonl``): how many were logged, and the overlapping ones."""
     tests = _spans(sorted(suite_folder.glob(f"{SPANS}*.jsonl")), "test")
@@ -99,7 +107,7 @@ def _signal(pid: int, sig: signal.Signals) -> bool:
 
 
 class SuiteYield:
-    """The host's side of ``runner.bench.suite_yield``: ``quiet()`` asks the suite's
+    """The host's side of ``runner.worker.bench.suite_yield``: ``quiet()`` asks the suite's
     pytest processes to give the device up and returns once each has (or has ended, or
     ``ended()`` says the suite is over), each then stopped whole (SIGSTOP: no thread of
     it runs, not only its tests); leaving it continues them and lets them go on.  Nested and

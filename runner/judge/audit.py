@@ -65,7 +65,7 @@ class AuditReport:
 
     @property
     def adds_cache(self) -> bool:
-        """True when the round needs the 8-step simulation (``runner.cachesim``)."""
+        """True when the round needs the 8-step simulation (``runner.worker.cachesim``)."""
         return bool(self.buckets & CACHE_BUCKETS)
 
     def id_audit(self) -> str:

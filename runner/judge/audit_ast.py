@@ -309,7 +309,8 @@ def key_verdict(
     if "weight" in by_kind:
         return "W1", (
             f"weight cache keyed on id+_version+shape of {by_kind['weight']}: allowed, gain "
-            "bounded by quant_time(weight)/step_time; needs the 8-step simulation (runner.cachesim)"
+            "bounded by quant_time(weight)/step_time; needs the 8-step simulation "
+            "(runner.worker.cachesim)"
         )
     if "unknown" in by_kind:
         return "ID-KEY", f"state keyed on id() of {by_kind['unknown']}: confirm it is not a tensor"

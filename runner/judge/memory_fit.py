@@ -1,6 +1,6 @@
 """Whether a shape can be measured on the campaign's device at all: the device bytes a
 pair of paired workers (the two roles of a round or of final acceptance, each with a
-buffer pool of one member) needs for it (``runner.ops.info.shape_memory``), against
+buffer pool of one member) needs for it (``runner.core.op_info.shape_memory``), against
 the device's memory (``runner.judge.peaks.DEVICE_MEMORY``, from the manifest's GPU;
 a CPU campaign is not limited).  ``campaign init`` and ``campaign baseline`` refuse a
 target shape that does not fit, and the held-out pick takes only shapes that fit.
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from runner.core.device_memory import ShapeMemory, gib
 from runner.core.errors import ConfigError
+from runner.core.op_info import shape_memory, worker_bytes
 from runner.core.shapes import Shape
 from runner.judge.peaks import device_memory_for
-from runner.ops.info import shape_memory, worker_bytes
 
 WORKER_GROWTH = 1.25  # margin on a worker's figure (an estimate) or a turn's peak
 WORKER_CONTEXT_BYTES = 1 << 30  # a worker's device context and allocator slack
@@ -26,7 +26,7 @@ PAIR = 2  # workers alive at once for one shape: base and candidate
 
 def worker_need(op: str, shapes: Sequence[Shape], pool: int) -> int:
     """What one worker measuring ``shapes`` with ``pool`` members is planned at:
-    ``WORKER_GROWTH`` times the op's figure (``runner.ops.info.worker_bytes``) plus
+    ``WORKER_GROWTH`` times the op's figure (``runner.core.op_info.worker_bytes``) plus
     ``WORKER_CONTEXT_BYTES``.  The one rule of init, baseline, the held-out pick and
     the paired sessions' plan (``runner.measure.waves.plan_memory``)."""
     return int(WORKER_GROWTH * worker_bytes(op, shapes, pool)) + WORKER_CONTEXT_BYTES

@@ -46,7 +46,7 @@ PEAKS: dict[str, tuple[float, float, float]] = {
 # (nvidia-smi says 143771 MiB, the driver keeps the rest), H100 80 GB 79.11 GiB,
 # H100 NVL 94 GB 93.1 GiB; AMD's datasheets' HBM in decimal GB: MI300X 192 GB,
 # MI325X 256 GB, MI350X / MI355X 288 GB.  A worker's memory is planned against it
-# (runner.ops.info.shape_memory, runner.flow.memory_plan).
+# (runner.core.op_info.shape_memory, runner.flow.memory_plan).
 DEVICE_MEMORY: dict[str, int] = {
     "H100 SXM": 81008 << 20,
     "H100 PCIe": 81008 << 20,

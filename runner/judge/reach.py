@@ -12,7 +12,7 @@ Flags, in the changed lines of a candidate (bucket ``HARNESS``, a reject):
 * reach-ins: ``gc.get_objects``/``get_referrers``/``get_referents``;
 * assignments to attributes of modules (or objects imported from packages) that the
   patched package does not own: ``time.process_time = ...``,
-  ``timing.process_time = ...`` after ``from runner.bench import timing``,
+  ``timing.process_time = ...`` after ``from runner.worker.bench import timing``,
   ``setattr(time, ...)``, ``vars(mod)[...] = ...``, ``mod.__dict__[...] = ...``.
 """
 

@@ -173,7 +173,7 @@ def fresh_gains(incumbent: Sequence[Path], candidate: Sequence[Path]) -> list[fl
 def state_report(csv_paths: Sequence[Path]) -> StateReport:
     """What the worker's state probe found over the passes of one role: the kept state
     written by a training step (paths), and the 8-step simulation of the first shape
-    that ran it (``runner.bench.statecheck``)."""
+    that ran it (``runner.worker.bench.statecheck``)."""
     written: list[str] = []
     simulation: Simulation | None = None
     label = ""

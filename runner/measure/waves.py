@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from runner.core.device_memory import MemoryLog
+from runner.core.op_info import shape_memory
 from runner.core.shapes import Shape
 from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec
 from runner.judge.memory_fit import (
@@ -24,7 +25,6 @@ from runner.judge.memory_fit import (
     worker_need,
 )
 from runner.measure.host import Host
-from runner.ops.info import shape_memory
 
 # Sizing a wave of live workers by device memory (``wave_size``).
 CPU_WAVE_PAIRS = 8  # a CPU target's pairs alive at once (host memory; turns are serial)
@@ -68,7 +68,7 @@ def pool_members(pool: int | None, gpu_target: bool, turns: int) -> int:
 @dataclass(frozen=True)
 class MemoryPlan:
     """A paired session planned from the device bytes its workers need before any
-    starts (``runner.ops.info.worker_bytes``: every shape's pool, the largest shape's
+    starts (``runner.core.op_info.worker_bytes``: every shape's pool, the largest shape's
     check on top): ``members`` of each worker's buffer pool, shrunk until one pair
     fits the device; ``fits``, how many pairs the device holds at once (None: not
     known, the CPU or an unknown device; the first pair then sizes the waves)."""
@@ -114,7 +114,7 @@ def plan_memory(
 
 def wave_size(memory: Sequence[Mapping[str, int | None]], roles: int, pairs: int) -> int:
     """How many pairs can be alive at once on one device, from the first pair's reports
-    (``runner.bench.serve.device_memory``): per worker ``prepare``, the most device
+    (``runner.worker.bench.serve.device_memory``): per worker ``prepare``, the most device
     memory it reserved while it prepared; ``reserved``, the most during one of its
     turns; ``held``, what it keeps between turns (it hands the rest back after each
     report); ``free``, the device's free memory after its last turn, with that pair

@@ -10,7 +10,7 @@
   ``<name>_kernel_trace.csv`` (one row per dispatch: ``Kernel_Name``, ``Start_Timestamp``,
   ``End_Timestamp``, ``LDS_Block_Size``, ``Scratch_Size``, ``VGPR_Count``,
   ``Accum_VGPR_Count``, ``SGPR_Count``, ...), the columns of rocprofv3's documentation.
-* the torch profiler: ``runner.analyze.torch_profile``'s CSV.
+* the torch profiler: ``runner.worker.analyze.torch_profile``'s CSV.
 
 Every parser returns rows ``{"kernel", "calls", "total_us", "share_pct", ...}``, heaviest
 first; a column a file lacks is left out, never guessed.
@@ -159,7 +159,7 @@ def parse_rocprof(stats_text: str, trace_text: str = "") -> list[ProfileRow]:
 
 
 def parse_torch(text: str) -> list[ProfileRow]:
-    """Rows per operator from ``runner.analyze.torch_profile``'s CSV: device time where
+    """Rows per operator from ``runner.worker.analyze.torch_profile``'s CSV: device time where
     a GPU ran, else self CPU time, is the total."""
     recs = list(csv.DictReader(io.StringIO(text)))
     on_device = any((_num(r.get("device_total_us")) or 0) > 0 for r in recs)

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from runner.core.op_info import op_info
 from runner.core.outcomes import RoundResult, Score, Status
 from runner.core.stats import geomean
 from runner.judge.peaks import peak_for
-from runner.ops.info import op_info
 from runner.render.markdown import termination_checks
 from runner.render.stagnation import jitter_trigger
 from runner.store.campaign import Campaign

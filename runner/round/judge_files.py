@@ -2,7 +2,7 @@
 
 What a verdict is computed with must not come from the candidate:
 
-* The benchmark harness is turbo-campaign's own worker engine (``runner.bench``) and the
+* The benchmark harness is turbo-campaign's own worker engine (``runner.worker.bench``) and the
   quick script is the campaign folder's ``quick_test_bench.py``: neither is read from a
   role's tree.
 * The candidate's change may touch only the target's ``kernel_source`` files (a path
@@ -26,7 +26,7 @@ What a verdict is computed with must not come from the candidate:
   the restored files.  ``judge_digests`` names what each must hold (the head's sha256,
   or "" where the head has none), the focused test's spec carries it, and the worker
   checks the tree it runs the test in right before the command
-  (``runner.bench.focused_test.judge_changes``): a difference fails the round as
+  (``runner.worker.bench.focused_test.judge_changes``): a difference fails the round as
   TAMPERED naming the file, whichever executor ran it.
 
 The lineage commit of an accepted round is made from the patch itself, so a declared

@@ -3,7 +3,7 @@ for the arch the manifest names for facts (``facts_gpu``, gfx942 by default), on
 machine (docs/analysis.md).
 
 The host may lack torch and triton, so every compile runs in a subprocess of its own
-(``python -m runner.analyze.compile_main``, one per role and kernel file) with the role's
+(``python -m runner.worker.analyze.compile_main``, one per role and kernel file) with the role's
 tree first on ``PYTHONPATH`` and a timeout, and what it writes is cached under
 ``cache_dir()/<key>`` (shared by the user's campaigns): the key hashes the kernel file's folder (its
 kernels, config dicts and helpers), the case prefix and granularity, the arch, the
@@ -13,8 +13,8 @@ measurement; a round waits for it only when it closes.
 Which kernels: the Triton files among ``kernel_source``; where there is none (a TORCH
 campaign, such as the CPU demo, whose device launches no Triton kernel), the target's
 Triton files of the same op.  Their launches are the target's launch recipes: the example
-package's wrappers as ``runner.analyze.example_cases`` records them, at the config dicts
-they name; Primus-Turbo's op calls as ``runner.analyze.primus_turbo_cases`` makes them, at
+package's wrappers as ``runner.worker.analyze.example_cases`` records them, at the config dicts
+they name; Primus-Turbo's op calls as ``runner.worker.analyze.primus_turbo_cases`` makes them, at
 the configs upstream's code picks (its autotune lists' first configs, its keyword
 constexprs and knobs).
 """
@@ -160,7 +160,7 @@ def _compile(
         *nice,
         sys.executable,
         "-m",
-        "runner.analyze.compile_main",
+        "runner.worker.analyze.compile_main",
         "--target",
         m.target,
         "--file",

@@ -6,7 +6,7 @@ takes each role's tree state (``tree_state``): HEAD, the index and the blob id o
 file that differs from it or that git does not track (build products included; bytecode
 caches aside).  Each worker records the files it loaded from its tree and their blob
 ids right after the target's import and again at the end of its pass
-(``runner.bench.provenance.record_loaded``, ``loaded.json``).  After the round,
+(``runner.worker.bench.provenance.record_loaded``, ``loaded.json``).  After the round,
 ``prove_untouched`` compares those with the role's state, and the guarded roles' trees
 (the incumbent's) with their state before: a difference is ``Tampered`` naming the role
 and the file, and the round is FAILED, never judged.

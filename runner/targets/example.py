@@ -30,13 +30,13 @@ class ExampleTarget(Target):
     def benchmark_command(self, op: str, granularity: str | None, backend: str) -> str:
         gran = f" --granularity {granularity}" if granularity else ""
         var = next(iter(self.selector_env(op, backend)), "TURBO_KERNELS_GEMM_BACKEND")
-        return f"{var}={backend.upper()} python -m runner.fullbench --op {op}{gran}"
+        return f"{var}={backend.upper()} python -m runner.worker.fullbench --op {op}{gran}"
 
     def workspace_scaffolding(
         self, op: str, granularity: str | None, backend: str
     ) -> dict[str, list[str]]:
         tests = [f"tests/test_example_{op}.py", "tests/conftest.py", "tests/example_helpers.py"]
-        return {"tests": tests, "bench": []}  # the benchmark is runner.fullbench
+        return {"tests": tests, "bench": []}  # the benchmark is runner.worker.fullbench
 
     def full_suite_command(self) -> str:
         return "python -m pytest tests -q"

@@ -151,7 +151,7 @@ _ALL_BACKENDS = ("CK", "HIPBLASLT", "AITER", "TRITON", "TURBO", "FLYDSL", "HIPKI
 # The training benchmarks (benchmark/ops/training/, moved there from benchmark/ops/ in
 # June 2026): script, and its --dtype / --granularity flags.  Each writes its CSV to the
 # file named by --output (it prints only a table).  Quantisation has no upstream
-# training benchmark: its campaigns measure with runner.fullbench.
+# training benchmark: its campaigns measure with runner.worker.fullbench.
 BENCH_DIR = "benchmark/ops/training"
 BENCH_SCRIPTS = {
     "gemm": "bench_gemm_turbo.py",
@@ -236,7 +236,7 @@ class PrimusTurboTarget(Target):
         env = " ".join(f"{k}={v}" for k, v in self.selector_env(op, backend).items())
         if op == "quantize":
             return (
-                f"python -m runner.fullbench --target primus-turbo --op quantize "
+                f"python -m runner.worker.fullbench --target primus-turbo --op quantize "
                 f"--granularity {granularity} --backend {backend.upper()} --out {BENCH_OUTPUT}"
             )
         script = f"{BENCH_DIR}/{BENCH_SCRIPTS[op]}"

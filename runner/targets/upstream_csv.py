@@ -19,7 +19,7 @@ SKIP rows (nothing measured) are left out.  A GEMM row's label carries its MBS
 (``TestID-Case-MBS1-MxNxK``); scored against a campaign's target shapes, the rows are
 those targets' (matched by Case and M, N, K: ``match_targets``) and a target without a
 row is a TargetsMissing naming it.  A file already in the pinned schema (what
-``python -m runner.fullbench --out`` writes, e.g. for quantize, which upstream has no
+``python -m runner.worker.fullbench --out`` writes, e.g. for quantize, which upstream has no
 training benchmark for) passes through unchanged.  Worker-side safe: standard library
 and ``runner.core`` only.
 """
@@ -69,7 +69,7 @@ def to_pinned(text: str, schema: str, targets: Sequence[Shape] | None = None) ->
     under the target's label, in the targets' order; the other rows are left out."""
     pinned = ATTENTION_COLUMNS if schema == "attention" else GEMM_COLUMNS
     if schema == "memory" or text.partition("\n")[0].removesuffix("\r") == ",".join(pinned):
-        return text, 0  # already the pinned CSV (runner.fullbench --out writes it)
+        return text, 0  # already the pinned CSV (runner.worker.fullbench --out writes it)
     reader = csv.DictReader(io.StringIO(text, newline=""))
     header = reader.fieldnames or []
     needed = ATTENTION_KEYS if schema == "attention" else GEMM_KEYS
