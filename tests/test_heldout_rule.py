@@ -30,6 +30,7 @@ from runner.flow.acceptance_checks import heldout_check
 from runner.flow.acceptance_record import Acceptance
 from runner.judge.gate import accept_threshold, decide, required_pairs
 from runner.judge.heldout import ShapeGain, Shortfall, judge_heldout, neighbours, shortfall
+from runner.measure.beside import NOTHING_BESIDE
 
 # The demo's CPU shapes (runner.core.shapes.cpu_gemm_shapes), forward FLOPs.
 WORK = {
@@ -344,7 +345,8 @@ def _accept_path(
     rnd = SimpleNamespace(tmp=tmp_path, manifest=SimpleNamespace(sigma_g=sigma_g))
     result = Acceptance("demo", "t", base_commit="a" * 40, head="b" * 40, passes=2, heldout=[HELD])
     shapes = [CPU[k] for k in pct]
-    result.checks.insert(0, accept_mod._validate(rnd, {}, shapes, result, tmp_path / "art"))
+    check = accept_mod._validate(rnd, {}, shapes, result, tmp_path / "art", NOTHING_BESIDE)
+    result.checks.insert(0, check)
     return result
 
 
