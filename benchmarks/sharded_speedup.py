@@ -42,8 +42,8 @@ from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.local import LocalExecutor
 from runner.judge.gate import decide
 from runner.judge.scoring import score
+from runner.measure.host import PlainHost, PlainManifest
 from runner.measure.passes import pair_samples, read_passes, shape_seconds, write_merged
-from runner.measure.sharding import PlainManifest, PlainRound
 from runner.store.leases import acquire, parse_gpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,7 +100,7 @@ def measure(
 ) -> dict[str, list[Path]]:
     """The product's measure path (``runner.compare.loop.measure_roles``): paired,
     turn-taking workers per GPU, shards balanced by ``seconds`` when given."""
-    rnd = PlainRound(
+    rnd = PlainHost(
         tmp,
         LocalExecutor(),
         template,

@@ -39,7 +39,7 @@ from runner.flow.tournament_tests import EntryTests
 from runner.judge.gate import decide, required_pairs
 from runner.judge.probe import is_probe
 from runner.measure.beside import BesideWork
-from runner.measure.host import PlainHost, run_job
+from runner.measure.host import PlainHost, PlainManifest, run_job
 from runner.measure.host_records import RECORDS_DIR, rewritten
 from runner.measure.paired import (
     QUICK_TURN,
@@ -54,8 +54,6 @@ from runner.measure.paired import (
     supports_paired,
 )
 from runner.measure.sharding import (
-    PlainManifest,
-    PlainRound,
     failed_worker,
     flops_cost,
     seconds_cost,
@@ -621,14 +619,13 @@ def test_eight_simulated_devices_split_by_seconds_and_merge(tmp_path: Path) -> N
     host, tree = example_host(tmp_path)
     shapes = [Shape(f"s{i}", 16 * (1 + i % 3), 64, 64) for i in range(10)]
     seconds = {s.label: 1.0 for s in shapes} | {"s0": 3.0, "s9": 2.5}
-    manifest = PlainManifest(shape_seconds=seconds)
-    rnd = PlainRound(
+    rnd = PlainHost(
         host.tmp,
         host.executor,
         host.template,
         host.job_env,
         gpus=tuple(range(8)),
-        manifest=manifest,
+        manifest=PlainManifest(shape_seconds=seconds),
     )
     assert supports_paired(rnd.executor)
     got = measure_roles(rnd, {"baseline": tree}, shapes, 1)

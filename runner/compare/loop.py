@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from runner.compare.shapes import level_shapes, round_probe
 from runner.core.artifact_names import BENCHMARK_CSV, EMPIRICAL_PEAK, INCUMBENT_CSV
@@ -45,7 +45,7 @@ from runner.judge.measuring_caps import CAP_PAIRS, MAX_PAIRS, PROMISING_PAIRS, R
 from runner.judge.probe import GUARD, PROBE_PREFIX, is_probe
 from runner.judge.scoring import component_metrics, score
 from runner.measure.beside import NOTHING_BESIDE, BesideWork
-from runner.measure.host import run_job
+from runner.measure.host import Host, run_job
 from runner.measure.paired import (
     measure_paired,
     supports_paired,
@@ -85,9 +85,46 @@ if TYPE_CHECKING:  # compare sits below the round: a Round is only handed in
 ROUND_CAP_ENV = "TURBO_CAMPAIGN_ROUND_CAP_S"
 
 
+class MeasuredManifest(Protocol):
+    """The manifest fields the measuring reads: the pinned CSV header, the metric a
+    pair's reading is scored by, the baseline's seconds per shape (shards balanced by
+    them, the first estimate of the time left)."""
+
+    @property
+    def pinned_header(self) -> str | None: ...
+
+    @property
+    def primary_metric(self) -> str: ...
+
+    @property
+    def shape_seconds(self) -> Mapping[str, float]: ...
+
+
+class MeasurePlan(Host, Protocol):
+    """What ``measure_roles`` measures through: the engine's ``Host``, and of the
+    round its number (in its progress lines and the turn order's seed), level (the cap
+    its progress estimates against), GPUs (several: one shard of the shapes each), its
+    progress and manifest.  A campaign's ``runner.round.context.RoundPlan`` is one;
+    benchmarks and tests hand a ``runner.measure.host.PlainHost``."""
+
+    @property
+    def round(self) -> int: ...
+
+    @property
+    def level(self) -> str: ...
+
+    @property
+    def gpus(self) -> tuple[int, ...]: ...
+
+    @property
+    def manifest(self) -> MeasuredManifest: ...
+
+    def progress(self, message: str) -> None: ...
+
+
 # ---- measuring -----------------------------------------------------------------------
 def measure_roles(
-    rnd: Round,
+    rnd: MeasurePlan,
     trees: Mapping[str, Path],
     shapes: list[Shape],
     samples: int,
@@ -110,7 +147,7 @@ def measure_roles(
 
 
 def _paired(
-    rnd: Round,
+    rnd: MeasurePlan,
     trees: Mapping[str, Path],
     shapes: list[Shape],
     roles: list[str],
@@ -169,7 +206,7 @@ def _paired(
 
 
 def _per_pass(
-    rnd: Round,
+    rnd: MeasurePlan,
     trees: Mapping[str, Path],
     shapes: list[Shape],
     roles: list[str],
@@ -231,7 +268,7 @@ def pass_patterns(
 
 
 def _slurm_array(
-    rnd: Round,
+    rnd: MeasurePlan,
     trees: Mapping[str, Path],
     shapes: list[Shape],
     roles: list[str],
@@ -271,7 +308,7 @@ def _slurm_array(
     return merge_passes(rnd.tmp, passes, per_shard, order, rnd.manifest.pinned_header)
 
 
-def _run_pass(rnd: Round, role: str, index: int, tree: Path, shapes: list[Shape]) -> Path:
+def _run_pass(rnd: MeasurePlan, role: str, index: int, tree: Path, shapes: list[Shape]) -> Path:
     name = pass_name(index, role)
     with rnd.times.step("passes"):
         outcome = run_job(rnd, name, rnd.spec(role, index, shapes), tree)
@@ -280,26 +317,25 @@ def _run_pass(rnd: Round, role: str, index: int, tree: Path, shapes: list[Shape]
     return Path(outcome.out_dir) / BENCHMARK_CSV
 
 
-def _cost(rnd: Round) -> Callable[[Shape], float]:
-    return seconds_cost(getattr(rnd.manifest, "shape_seconds", None) or {})
+def _cost(rnd: MeasurePlan) -> Callable[[Shape], float]:
+    return seconds_cost(rnd.manifest.shape_seconds)
 
 
-def pair_watch(rnd: Round, roles: Sequence[str], shapes: Sequence[Shape]) -> PairWatch:
+def pair_watch(rnd: MeasurePlan, roles: Sequence[str], shapes: Sequence[Shape]) -> PairWatch:
     """The progress of one comparison of ``roles`` on ``shapes`` in ``rnd``: the
     baseline's seconds per shape give the first estimate; a pair's reading is its
     gain (two roles)."""
     m = rnd.manifest
-    recorded = getattr(m, "shape_seconds", None) or {}
-    prior = pair_seconds(recorded, [s.label for s in shapes], len(roles))
-    if len(gpus := tuple(getattr(rnd, "gpus", ()))) > 1 and prior is not None:
-        prior /= len(gpus)  # the shards measure side by side
+    prior = pair_seconds(m.shape_seconds, [s.label for s in shapes], len(roles))
+    if len(rnd.gpus) > 1 and prior is not None:
+        prior /= len(rnd.gpus)  # the shards measure side by side
     reading = None
     if len(roles) == 2:
         pinned, metric = m.pinned_header, m.primary_metric
         reading = partial(pair_gain, pinned=pinned, metric=metric)
-    cap = measurement_cap(getattr(rnd, "level", "full")) if len(roles) == 2 else Cap(0.0)
+    cap = measurement_cap(rnd.level) if len(roles) == 2 else Cap(0.0)
     return PairWatch(
-        getattr(rnd, "progress", None) or (lambda _m: None),
+        rnd.progress,
         f"round-{rnd.round}",
         roles=len(roles),
         turns_per_pair=len(roles) * turns_per_worker(roles, 1),

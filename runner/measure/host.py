@@ -1,6 +1,6 @@
 """What a measurement needs from the round it runs in: the ``Host`` protocol.
 
-``runner.round.context.Round`` is the host of every campaign round; ``PlainHost``
+``runner.round.context.RoundPlan`` is the host of every campaign round; ``PlainHost``
 is one without a campaign (benchmarks and tests), every spec a template with the role,
 pass index and shapes filled in.  The paired engine (``runner.measure.paired``) and the
 sharded passes (``runner.measure.sharding``) take a ``Host``; ``job_in`` is how both kinds
@@ -86,7 +86,7 @@ def run_job(
     gpu: int | None = None,
 ) -> JobOutcome:
     """One worker job (a pass, the focused test) of ``host`` run to its end by its
-    executor: a campaign's ``Round`` and a ``PlainHost`` alike."""
+    executor: a campaign's ``RoundPlan`` and a ``PlainHost`` alike."""
     return host.executor.run_job(host.worker_job(name, spec, tree, env, gpu))
 
 
@@ -110,10 +110,24 @@ def job_in(
 
 
 @dataclass
+class PlainManifest:
+    """The manifest fields measuring reads, for measurements without a campaign: the
+    pinned CSV header, the metric a pair's reading is scored by and each shape's
+    recorded seconds (shards balanced by them)."""
+
+    pinned_header: str | None = None
+    primary_metric: str = "auto"
+    shape_seconds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
 class PlainHost:
     """A Host without a campaign (benchmarks, tests): every spec is ``template``
     with the role, pass index and shapes filled in; ``job_env(tree)`` is the target's
-    environment for a tree (e.g. ``PYTHONPATH`` for the example package)."""
+    environment for a tree (e.g. ``PYTHONPATH`` for the example package).  With its
+    GPUs, round number, level and ``manifest`` it is also what the compare loop
+    measures through (``runner.compare.loop.MeasurePlan``, as a campaign's round plan
+    is); what that says is kept in ``said``."""
 
     tmp: Path
     executor: Executor
@@ -121,6 +135,14 @@ class PlainHost:
     job_env: Callable[[Path], dict[str, str]] = field(default=lambda tree: {})
     device_bytes: int | None = None  # the device's memory, when the caller knows it
     times: StepTimes = field(default_factory=StepTimes)  # each step's wall time
+    gpus: tuple[int, ...] = ()  # several: one shard of the shapes per GPU
+    round: int = 2  # names the progress lines, seeds the turn order
+    level: str = "full"  # the measuring cap the progress estimates against
+    manifest: PlainManifest = field(default_factory=PlainManifest)
+    said: list[str] = field(default_factory=list)
+
+    def progress(self, message: str) -> None:
+        self.said.append(message)
 
     @property
     def gpu_target(self) -> bool:

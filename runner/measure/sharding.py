@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -34,33 +33,10 @@ from runner.core.samples import Samples, samples_beside
 from runner.core.shapes import Shape
 from runner.executors.base import JobOutcome
 from runner.executors.gpus import Vendor, detect_vendor, gpu_env
-from runner.measure.host import Host, PlainHost, run_job
+from runner.measure.host import Host, run_job
 
 T = TypeVar("T")
 BCCB: tuple[str, ...] = ("incumbent", "candidate", "candidate", "incumbent")
-
-
-@dataclass
-class PlainManifest:
-    """The manifest fields measuring reads, for rounds without a campaign."""
-
-    pinned_header: str | None = None
-    shape_seconds: dict[str, float] = field(default_factory=dict)
-    sigma_g: float | None = None
-
-
-@dataclass
-class PlainRound(PlainHost):
-    """A round without a campaign (benchmarks, tests): what
-    ``runner.compare.loop.measure_roles`` reads from ``runner.round.context.Round``."""
-
-    gpus: tuple[int, ...] = ()
-    round: int = 2
-    manifest: PlainManifest = field(default_factory=PlainManifest)
-    said: list[str] = field(default_factory=list)
-
-    def progress(self, message: str) -> None:
-        self.said.append(message)
 
 
 # ---- splitting -----------------------------------------------------------------------
