@@ -262,13 +262,13 @@ def test_a_candidates_build_that_rewrites_its_restored_focused_test_fails_as_tam
     rnd = Round(campaign, LocalExecutor(), lambda _m: None, t / "r7", 7, "quick")
     # what a round does (runner.flow.rounds): restore, then build, then the focused test
     assert restore_judge(m, inc, cand, sorted(setup)) == []
-    rnd.judge_expect[cand] = judge_digests(m, inc, sorted(setup))
-    named = [rel for rel, digest in rnd.judge_expect[cand].items() if digest]
-    assert named and all(rel.startswith("tests/") for rel in named), rnd.judge_expect
+    expect = judge_digests(m, inc, sorted(setup))
+    named = [rel for rel, digest in expect.items() if digest]
+    assert named and all(rel.startswith("tests/") for rel in named), expect
     roles = {"incumbent": inc, "candidate": cand}
     with (
         built_roles(rnd, roles, sorted(setup)),
-        FocusedTest(rnd, "candidate", cand) as test,
+        FocusedTest(rnd, "candidate", cand, expect) as test,
         pytest.raises(Tampered) as info,
     ):
         test.wait()

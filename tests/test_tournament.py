@@ -247,7 +247,7 @@ def test_a_candidate_whose_native_build_fails_fails_alone(tmp_path: Path) -> Non
     for entry in entries:  # what the tournament's _audit does before the builds
         assert entry.tree is not None
         restore_judge(m, roles["incumbent"], entry.tree, entry.touched)
-        rnd.judge_expect[entry.tree] = judge_digests(m, roles["incumbent"], entry.touched)
+        entry.expect = judge_digests(m, roles["incumbent"], entry.touched)
     with contextlib.ExitStack() as stack:
         builds = _build(rnd, stack, roles, entries)
         assert sorted(roles) == ["candidate-2", "candidate-3", "incumbent"]

@@ -69,6 +69,8 @@ class Entry:
     transfer: TransferCheck | None = None
     rejects: bool = False  # the audit rejects the change (no real gain to expect)
     notes: list[str] = field(default_factory=list)
+    # what its judge files must hold when its focused test starts (its audit's)
+    expect: dict[str, str] = field(default_factory=dict)
     dir: Path = Path()  # its records' scratch folder (the round's view of the measurement)
     view: Round | None = None
     reading: GateResult | None = None  # its verdict in the tournament
@@ -273,8 +275,8 @@ def confirm(
         )
         _set_aside(e.dir)
         # the entry's own round: its folder and number, its own JIT cache claims (in
-        # its folder) and judge digests; the builds, the role folders and the clock shared
-        conf = replace(rnd, tmp=e.dir, round=e.n, jit_folders={}, judge_expect={})
+        # its folder); the builds, the role folders and the clock shared
+        conf = replace(rnd, tmp=e.dir, round=e.n, jit_folders={})
         samples = block_pairs(e.request.pairs or rnd.manifest.pairs)
         trees = {"incumbent": inc_tree, "candidate": e.tree}
         got = measure_and_judge(

@@ -144,7 +144,7 @@ def _validate_in(
             notes = audited.notes
             facts = FactsJob(rnd, roles)
             gate, inc_score, cand_score, builds = _guarded(
-                rnd, request, roles, touched, shapes, audited.vetoes, facts, audited.risks
+                rnd, request, roles, touched, shapes, audited, facts
             )
     except (MeasurementFailed, Tampered) as exc:
         why = "\n".join([str(exc), *notes])
@@ -270,9 +270,8 @@ def _guarded(
     roles: dict[str, Path],
     touched: list[str],
     shapes: list[Shape],
-    vetoes: list[str],
+    audited: Audited,
     facts: FactsJob,
-    risks: Sequence[str] = (),
 ) -> tuple[GateResult, Score, Score, list[BuiltRole]]:
     """Build both roles, each tree read-only to the other's builds and jobs, then
     measure and judge under the proof that each role ran its own files
@@ -288,7 +287,7 @@ def _guarded(
                 with rnd.times.step("upstream quick check"):
                     run_quick(rnd, cand_tree, "candidate", VALIDATION_LOG)
             gate, inc_score, cand_score = _measure_and_judge(
-                rnd, request, inc_tree, cand_tree, shapes, vetoes, proven, risks
+                rnd, request, inc_tree, cand_tree, shapes, audited, proven
             )
     except (MeasurementFailed, Tampered):  # a FAILED round: not an interrupt, which is quick
         facts.result()
@@ -304,19 +303,21 @@ def _measure_and_judge(
     inc_tree: Path,
     cand_tree: Path,
     shapes: list[Shape],
-    vetoes: list[str],
+    audited: Audited,
     proven: BesideWork,
-    risks: Sequence[str] = (),
 ) -> tuple[GateResult, Score, Score]:
-    """The candidate's focused test (beside the workers' start-up where it can be),
-    then the paired measurement and its judgement, and a full-level confirmation where
-    one is due; ``proven``: the tamper check's proof, before every first timed turn."""
+    """The candidate's focused test (beside the workers' start-up where it can be; its
+    judge files as ``audited`` expects them), then the paired measurement and its
+    judgement with the audit's vetoes, and a full-level confirmation where one is due
+    (the audit's risks may make it due); ``proven``: the tamper check's proof, before
+    every first timed turn."""
     m = rnd.manifest
+    vetoes = audited.vetoes
     failed = f"focused test failed on the candidate ({m.test_command}):\n"
     samples = block_pairs(request.pairs or m.pairs)
     trees = {"incumbent": inc_tree, "candidate": cand_tree}
     how = Comparison(targeted=request.targeted)
-    with FocusedTest(rnd, "candidate", cand_tree) as test:
+    with FocusedTest(rnd, "candidate", cand_tree, audited.expect) as test:
         if (vetoes or test.done) and not test.wait():  # a vetoed round still records it
             vetoes.append(failed + test.tail)
         if vetoes:
@@ -330,7 +331,7 @@ def _measure_and_judge(
             return veto_only(rnd, [*vetoes, failed + exc.tail], shapes)
     if not got.gate.decision.accepted or request.targeted:
         return got.gate, got.reference, got.candidate
-    return _confirmed(rnd, request, got, trees, shapes, proven, risks)
+    return _confirmed(rnd, request, got, trees, shapes, proven, audited.risks)
 
 
 def _confirmed(

@@ -276,7 +276,7 @@ def _audit(rnd: Round, entry: Entry, inc_tree: Path) -> None:
         entry.request.bucket,
     )
     entry.vetoes, entry.transfer, entry.rejects = audited.vetoes, audited.transfer, audited.rejects
-    entry.notes = audited.notes
+    entry.notes, entry.expect = audited.notes, audited.expect
 
 
 def _tampered(

@@ -36,7 +36,7 @@ def focused_tests(rnd: Round, entries: Sequence[Entry]) -> None:
     def one(entry: Entry) -> None:
         assert entry.tree is not None
         try:
-            ok, tail = run_focused_test(rnd, entry.role, entry.tree, threads)
+            ok, tail = run_focused_test(rnd, entry.role, entry.tree, threads, expect=entry.expect)
         except Tampered as exc:  # its own build rewrote its judge files: it fails alone
             entry.failure = str(exc)
             return

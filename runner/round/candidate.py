@@ -43,13 +43,16 @@ def open_round_dir(campaign: Campaign, n: int, patch: str) -> None:
 class Audited:
     """A candidate's audit: its vetoes, the transfer check it opens, whether the audit
     rejects the change (its real gain then counts as none), the change's high-risk
-    kinds, and the scope notes its round records."""
+    kinds, the scope notes its round records, and what its judge files must hold when
+    its focused test starts (``expect``: ``runner.round.judge_files.judge_digests``,
+    the lineage head's files restored in its tree; handed to the focused test)."""
 
     vetoes: list[str]
     transfer: TransferCheck
     rejects: bool
     risks: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    expect: dict[str, str] = field(default_factory=dict)
 
 
 def audit(
@@ -65,16 +68,18 @@ def audit(
     """Round ``n``'s candidate (``trees``: the incumbent's, the candidate's): every file
     the change touched snapshotted (kernel_source or declared outside it), the change
     audited (``audit.json`` into ``out``), the head's focused-test files put back in
-    the candidate's tree and expected there at the end (``runner.round.judge_files``)."""
+    the candidate's tree and expected there when its focused test starts
+    (``Audited.expect``, ``runner.round.judge_files``)."""
     m = rnd.manifest
     inc_tree, cand_tree = trees
     kept = [*m.kernel_source, *(p for p in touched if p not in m.kernel_source)]
     snapshot(cand_tree, kept, rnd.campaign.snapshot_dir(n))
     vetoes, transfer, report = audit_candidate(patch, list(touched), inc_tree, cand_tree, bucket)
     notes = scope_notes(declared, restore_judge(m, inc_tree, cand_tree, list(touched)))
-    rnd.judge_expect[cand_tree] = judge_digests(m, inc_tree, list(touched))
+    expect = judge_digests(m, inc_tree, list(touched))
     write_json_atomic(out / AUDIT, report.to_dict())
-    return Audited(vetoes, transfer, bool(report.rejects), list(report.risks), notes)
+    risks = list(report.risks)
+    return Audited(vetoes, transfer, bool(report.rejects), risks, notes, expect)
 
 
 def closed_transfer(

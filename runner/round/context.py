@@ -73,9 +73,6 @@ class Round:
     # The folders of the round's role trees: a job may not write any but its own.
     role_dirs: tuple[Path, ...] = ()
     jit_folders: dict[tuple[str, Path], Path] = field(default_factory=dict)  # (role, tree)
-    # tree -> what its judge files must hold when its focused test starts
-    # (runner.round.judge_files.judge_digests: the lineage head's, restored in it)
-    judge_expect: dict[Path, dict[str, str]] = field(default_factory=dict)
     # ``campaign accept``'s full validation (runner.flow.accept), not a round
     acceptance: bool = False
     # the wall time of each of its steps (runner.core.step_times), into its record
@@ -340,16 +337,22 @@ def run_command_in(
 
 
 def run_focused_test(
-    rnd: Round, role: str, tree: Path, threads: int | None = None
+    rnd: Round,
+    role: str,
+    tree: Path,
+    threads: int | None = None,
+    *,
+    expect: Mapping[str, str] | None = None,
 ) -> tuple[bool, str]:
     """The focused test of ``role``'s tree: passed, and the tail of its log (``threads``:
-    ``run_command_in``'s).  Raises Tampered when the worker found a judge file not as
-    restored (``judge_expect``)."""
-    expect = rnd.judge_expect.get(tree)
+    ``run_command_in``'s).  ``expect``: what its judge files must hold when the test
+    starts (the candidate's audit, ``runner.round.candidate.Audited.expect``); raises
+    Tampered when the worker found one not as restored."""
+    wanted = dict(expect or {})
     code, text, out = run_command_in(
-        rnd, f"test-{role}", tree, rnd.manifest.test_command, role, expect, threads
+        rnd, f"test-{role}", tree, rnd.manifest.test_command, role, wanted, threads
     )
-    changed = _tampered_files(out) if expect else []
+    changed = _tampered_files(out) if wanted else []
     if changed:
         raise Tampered(
             f"TAMPERED: the {role}'s judge file(s) {', '.join(changed)} no longer held the "
@@ -460,14 +463,17 @@ class FocusedTest(BesideStartUp):
     """The focused test of one tree, run before anything is timed (``BesideStartUp``:
     on a GPU target with serving workers beside their start-up, which saved the test's
     12-26 s of a round on an H200); the first timed turn raises ``FocusedTestFailed``
-    when it failed.  ``ok``/``tail`` after ``wait()``."""
+    when it failed.  ``expect``: ``run_focused_test``'s.  ``ok``/``tail`` after
+    ``wait()``."""
 
-    def __init__(self, rnd: Round, role: str, tree: Path) -> None:
+    def __init__(
+        self, rnd: Round, role: str, tree: Path, expect: Mapping[str, str] | None = None
+    ) -> None:
         self.ok = False
         self.tail = ""
 
         def work() -> None:
-            self.ok, self.tail = run_focused_test(rnd, role, tree)
+            self.ok, self.tail = run_focused_test(rnd, role, tree, expect=expect)
 
         super().__init__(rnd, f"focused-test-{role}", work)
 
