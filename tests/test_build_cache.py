@@ -267,8 +267,8 @@ def test_a_candidates_build_that_rewrites_its_restored_focused_test_fails_as_tam
     assert named and all(rel.startswith("tests/") for rel in named), expect
     roles = {"incumbent": inc, "candidate": cand}
     with (
-        built_roles(rnd, roles, sorted(setup)),
-        FocusedTest(rnd, "candidate", cand, expect) as test,
+        built_roles(rnd, roles, sorted(setup)) as built,
+        FocusedTest(built.plan, "candidate", cand, expect) as test,
         pytest.raises(Tampered) as info,
     ):
         test.wait()

@@ -136,8 +136,8 @@ def test_final_acceptance_proves_each_role_ran_its_own_files(
     ):
         rnd = Round(camp, LocalExecutor(), lambda m: None, tmp, 0, "full")
         trees = {"baseline": base, "final": final}
-        with built_roles(rnd, trees), pytest.raises(Tampered) as info:
-            full_validation(rnd, trees, shapes, 1)
+        with built_roles(rnd, trees) as built, pytest.raises(Tampered) as info:
+            full_validation(built.plan, trees, shapes, 1)
     text = str(info.value)
     assert "the baseline's tree" in text and OPS in text, text
     assert "found before the first timed turn" in text
@@ -289,7 +289,8 @@ def test_a_local_job_cannot_write_what_the_round_protects(
     for d in (inc, cand, tmp):
         d.mkdir(parents=True)
     rnd = Round(camp, LocalExecutor(), lambda m: None, tmp, camp.next_round(), "quick")
-    rnd.role_dirs = (inc.parent, cand.parent)
+    rnd = rnd.guarding({"incumbent": inc, "candidate": cand})
+    assert rnd.role_dirs == (inc.parent, cand.parent)
     readonly = rnd.readonly(cand)
     assert inc.parent in readonly and cand.parent not in readonly and cand not in readonly
     assert {tmp, camp.root, Path(camp.manifest.source)} <= set(readonly)
@@ -333,7 +334,8 @@ def test_each_role_has_its_own_jit_cache_that_no_other_role_can_write(
     tmp = tmp_path / "job"
     tmp.mkdir()
     rnd = Round(camp, LocalExecutor(), lambda m: None, tmp, 0, "quick")
-    rnd.role_dirs = (inc.parent, cand.parent)
+    rnd = rnd.guarding({"incumbent": inc, "candidate": cand})
+    assert rnd.role_dirs == (inc.parent, cand.parent)
     mine, theirs = rnd.jit_folder("candidate", cand), rnd.jit_folder("incumbent", inc)
     assert mine != theirs and mine.parent == theirs.parent == demo_copy.parent / ".jit-cache"
     again = Round(camp, LocalExecutor(), lambda m: None, tmp, 0, "quick")

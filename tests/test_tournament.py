@@ -249,11 +249,12 @@ def test_a_candidate_whose_native_build_fails_fails_alone(tmp_path: Path) -> Non
         restore_judge(m, roles["incumbent"], entry.tree, entry.touched)
         entry.expect = judge_digests(m, roles["incumbent"], entry.touched)
     with contextlib.ExitStack() as stack:
-        builds = _build(rnd, stack, roles, entries)
+        built = _build(rnd, stack, roles, entries)
         assert sorted(roles) == ["candidate-2", "candidate-3", "incumbent"]
-        assert {b.role for b in builds} == {"incumbent", "candidate-2", "candidate-3"}
-        assert all(rnd.builds.get(roles[b.role]) is b for b in builds)
-        focused_tests(rnd, entries)
+        assert {b.role for b in built.roles} == {"incumbent", "candidate-2", "candidate-3"}
+        assert all(built.plan.builds.get(roles[b.role]) is b for b in built.roles)
+        assert not rnd.builds  # the round's own plan is left as it was
+        focused_tests(built.plan, entries)
     assert entries[0].failure is not None and "its native build failed" in entries[0].failure
     assert entries[1].failure is None and entries[1].vetoes == []
     why = entries[2].failure

@@ -372,7 +372,8 @@ def _measure(
                 base = stack.enter_context(lineage.worktree(result.base_commit))
                 head = stack.enter_context(lineage.worktree(result.head))
             trees = {"baseline": base, "final": head}
-            stack.enter_context(built_roles(rnd, trees))
+            built = stack.enter_context(built_roles(rnd, trees))
+        rnd = built.plan  # every job from here on runs on its role's build
 
         # paths moved by the base commit's record: the head cannot narrow its own suite
         command = full_suite_command(rnd, base)

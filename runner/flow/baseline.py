@@ -116,8 +116,9 @@ def _measure_baseline(rnd: Round, passes: int, started: str) -> RoundResult:
 def _measured_base(rnd: Round, tree: Path, passes: int, started: str) -> RoundResult:
     """The baseline's measurement, calibration and artifacts; its record, not yet closed."""
     m, campaign, shapes = rnd.manifest, rnd.campaign, all_shapes(rnd.manifest)
-    with built_roles(rnd, {"baseline": tree}) as builds:
-        paths = _measured(rnd, tree, shapes, passes)
+    with built_roles(rnd, {"baseline": tree}) as built:
+        builds, on_build = built.roles, built.plan  # its jobs run on the base's build
+        paths = _measured(on_build, tree, shapes, passes)
         with rnd.times.step("calibration"):
             csvs = read_passes(paths, None)
             merged = write_merged(rnd.tmp / BENCHMARK_CSV, csvs)
@@ -139,7 +140,7 @@ def _measured_base(rnd: Round, tree: Path, passes: int, started: str) -> RoundRe
             "baseline",
         )
         with rnd.times.step("quick script"):
-            extra = _quick_run(rnd, tree, shapes)
+            extra = _quick_run(on_build, tree, shapes)
         snapshot(tree, m.kernel_source, campaign.snapshot_dir(1))
     with rnd.times.step("store artifacts"):
         store_artifacts(campaign, 1, rnd.tmp, extra=extra)

@@ -272,7 +272,7 @@ def _guarded(
     shapes: list[Shape],
     audited: Audited,
     facts: FactsJob,
-) -> tuple[GateResult, Score, Score, list[BuiltRole]]:
+) -> tuple[GateResult, Score, Score, tuple[BuiltRole, ...]]:
     """Build both roles, each tree read-only to the other's builds and jobs, then
     measure and judge under the proof that each role ran its own files
     (``runner.round.build``, ``runner.round.tamper_check.proof``); the roles' kernel
@@ -282,19 +282,20 @@ def _guarded(
     inc_tree, cand_tree = roles["incumbent"], roles["candidate"]
     try:
         facts.refuse_over_lds()  # AMD: a kernel over the LDS limit may read garbage
-        with built_roles(rnd, roles, touched) as builds, proof(rnd, roles) as proven:
-            if has_upstream_quick(rnd):  # upstream's own check beside the gate's evidence
-                with rnd.times.step("upstream quick check"):
-                    run_quick(rnd, cand_tree, "candidate", VALIDATION_LOG)
+        with built_roles(rnd, roles, touched) as built, proof(rnd, roles) as proven:
+            plan = built.plan  # every job from here on runs on its role's build
+            if has_upstream_quick(plan):  # upstream's own check beside the gate's evidence
+                with plan.times.step("upstream quick check"):
+                    run_quick(plan, cand_tree, "candidate", VALIDATION_LOG)
             gate, inc_score, cand_score = _measure_and_judge(
-                rnd, request, inc_tree, cand_tree, shapes, audited, proven
+                plan, request, inc_tree, cand_tree, shapes, audited, proven
             )
     except (MeasurementFailed, Tampered):  # a FAILED round: not an interrupt, which is quick
         facts.result()
         raise
     with rnd.times.step("wait for the kernel facts"):
         facts.result()
-    return gate, inc_score, cand_score, builds
+    return gate, inc_score, cand_score, built.roles
 
 
 def _measure_and_judge(

@@ -42,7 +42,7 @@ from runner.flow.tournament_tests import EntryTests
 from runner.judge.resubmission import names_in
 from runner.measure.beside import BesideWork
 from runner.render.figures import fmt_gain
-from runner.round.build import built_roles, describe
+from runner.round.build import Built, built_roles, describe
 from runner.round.candidate import advance, audit, closed_transfer, lineage_commit, open_round_dir
 from runner.round.context import Progress, Round, open_round
 from runner.round.judge_files import check_scope
@@ -176,7 +176,7 @@ def _open_round(rnd: Round, entry: Entry) -> None:
     open_round_dir(rnd.campaign, entry.n, entry.patch)
     entry.dir = rnd.tmp / f"round-{entry.n}"
     entry.dir.mkdir()
-    entry.view = Round(
+    entry.view = Round(  # what its records are judged and written from; it runs no job
         rnd.campaign,
         rnd.executor,
         rnd.progress,
@@ -184,7 +184,6 @@ def _open_round(rnd: Round, entry: Entry) -> None:
         entry.n,
         rnd.level,
         rnd.gpus,
-        builds=rnd.builds,
         times=rnd.times,
     )
 
@@ -206,18 +205,19 @@ def _run(rnd: Round, entries: list[Entry], started: str) -> list[RoundResult]:
                 _audit(rnd, entry, inc_tree)
         roles = {"incumbent": inc_tree, **{e.role: e.tree for e in live if e.tree}}
         guarded = tuple(roles)  # no role may write any other's tree
-        builds: list[BuiltRole] = []
+        builds: tuple[BuiltRole, ...] = ()
         facts_job = FactsJob(rnd, roles)  # beside the measurement (docs/analysis.md)
         try:
-            builds = _build(rnd, stack, roles, live)
+            built = _build(rnd, stack, roles, live)
+            builds, plan = built.roles, built.plan  # its jobs run on their roles' builds
             with rnd.times.step("tamper check: trees before"):
                 before = snapshot_trees(roles)
             proven = BesideWork(ready_checks=(partial(prove_ready, before, guarded),))
             try:
-                with contextlib.closing(EntryTests(rnd, live)) as tests:
-                    measure_entries(rnd, inc_tree, live, shapes, proven + tests.beside_work)
+                with contextlib.closing(EntryTests(plan, live)) as tests:
+                    measure_entries(plan, inc_tree, live, shapes, proven + tests.beside_work)
                 with rnd.times.step("confirmation"):
-                    confirm(rnd, inc_tree, live, shapes, proven)
+                    confirm(plan, inc_tree, live, shapes, proven)
             except MeasurementFailed as exc:
                 cause = _tampered(rnd, entries, before, guarded)
                 raise (cause or exc) from exc
@@ -242,7 +242,7 @@ def _build(
     stack: contextlib.ExitStack[bool | None],
     roles: dict[str, Path],
     live: Sequence[Entry],
-) -> list[BuiltRole]:
+) -> Built:
     """Every role's build, held until the tournament ends (``built_roles``); a
     candidate whose build fails fails alone (its role dropped, the rest built again:
     cache hits), the incumbent's fails the tournament."""

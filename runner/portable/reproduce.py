@@ -322,11 +322,11 @@ def measure(
     try:
         with (
             open_round(campaign, executor, progress, n, level, gpus, workdir=work) as rnd,
-            built_roles(rnd, role_trees),
+            built_roles(rnd, role_trees) as built,
             proof(rnd, role_trees) as proven,
         ):
             samples = block_pairs(m.pairs)
-            got = measure_and_judge(rnd, role_trees, shapes, samples, beside=proven)
+            got = measure_and_judge(built.plan, role_trees, shapes, samples, beside=proven)
     except MeasurementFailed as exc:
         raise InfrastructureError(f"reproduction measurement failed: {exc}") from None
     inc, cand = got.csvs["incumbent"], got.csvs["candidate"]

@@ -18,7 +18,8 @@ toolchain, the commands):
 
 So the lineage head is compiled once: a rolled-back round leaves its build cached,
 and an accepted candidate's build is the next round's incumbent's.  Every job of the
-role then runs in a fresh process on that build (``Round.job`` hands it to the job).
+role then runs in a fresh process on that build (the plan ``built_roles`` yields hands
+it to the job: ``Round.worker_job``).
 What each role got, how long it took and why goes into ``builds.json`` and the
 round's reasons.
 """
@@ -28,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from runner.core.artifact_names import BUILDS
@@ -78,19 +79,6 @@ def reason_for(built: BuiltRole, changed: Sequence[str] | None, first: str | Non
     return f"compiled: {what}{why}"
 
 
-def role_folders(roles: Mapping[str, Path]) -> tuple[Path, ...]:
-    """The folder of each role's tree that no other role may write: the worktree's own
-    folder (``lineage.worktree``: ``<owned folder>/src``) when it holds no other role's
-    tree, else the tree itself."""
-    trees = [Path(t).resolve() for t in roles.values()]
-    folders = []
-    for tree in trees:
-        parent = tree.parent
-        alone = not any(o != tree and (o == parent or parent in o.parents) for o in trees)
-        folders.append(parent if alone and tree.name == "src" else tree)
-    return tuple(dict.fromkeys(folders))
-
-
 def describe(built: Sequence[BuiltRole]) -> str:
     """One line for the round's records."""
     parts = [f"{b.role} {b.reason} ({b.seconds:.1f} s)" for b in built]
@@ -118,32 +106,41 @@ def _write_record(
     write_atomic(path, json.dumps(record, indent=2) + "\n")
 
 
+@dataclass(frozen=True)
+class Built:
+    """What ``built_roles`` gives a round while its builds are held: ``plan``, the
+    round's plan with each tree's build (``Round.builds``) and the roles' tree folders
+    read-only to each other (``Round.role_dirs``), from which every job of the round
+    runs; ``roles``: each role's build in build order (none for a target without
+    native code)."""
+
+    plan: Round
+    roles: tuple[BuiltRole, ...] = ()
+
+
 @contextlib.contextmanager
 def built_roles(
     rnd: Round, roles: Mapping[str, Path], changed: Sequence[str] | None = None
-) -> Iterator[list[BuiltRole]]:
-    """Give every role of ``roles`` (role -> tree) its build for this round and
-    register the builds with the round, so each of its jobs runs on its role's build;
-    free the per-round parts when the round is done.  A target without native code
-    builds nothing.  A failed build raises ``MeasurementFailed`` with the build log's tail.
-    ``changed``: the files the candidate's change touches (None: no change).
+) -> Iterator[Built]:
+    """Give every role of ``roles`` (role -> tree) its build for this round: the
+    plan it yields hands each of its jobs its role's build; the per-round parts are
+    freed when the round is done.  A target without native code builds nothing.  A
+    failed build raises ``MeasurementFailed`` with the build log's tail.  ``changed``:
+    the files the candidate's change touches (None: no change).
 
-    Every role's tree is read-only to every other role's processes: the round's
-    ``role_dirs`` (set here when the caller has not) make the other trees read-only to
-    each role's build commands (its setup.py runs arbitrary code) as to its jobs
-    (``Round.readonly``, ``runner.executors.isolation``), and a ``BuildWatch`` fails
-    the round as ``Tampered`` when a role's tree changed while another role built
-    (where namespaces are off or unavailable)."""
-    given_dirs = rnd.role_dirs
-    rnd.role_dirs = given_dirs or role_folders(roles)
-    try:
-        if rnd.target.editable_install:
-            with _builds(rnd, roles, changed) as builds:
-                yield builds
-        else:
-            yield []
-    finally:
-        rnd.role_dirs = given_dirs
+    Every role's tree is read-only to every other role's processes: the plan's
+    ``role_dirs`` (``Round.guarding``: the roles' folders, unless ``rnd`` names them)
+    make the other trees read-only to each role's build commands (its setup.py runs
+    arbitrary code) as to its jobs (``Round.readonly``, ``runner.executors.isolation``),
+    and a ``BuildWatch`` fails the round as ``Tampered`` when a role's tree changed
+    while another role built (where namespaces are off or unavailable)."""
+    guarded = rnd.guarding(roles)
+    if not guarded.target.editable_install:
+        yield Built(guarded)
+        return
+    with _builds(guarded, roles, changed) as done:
+        builds = {roles[role]: built for role, built in done.items()}
+        yield Built(replace(guarded, builds=builds), tuple(done.values()))
 
 
 def _key(
@@ -163,7 +160,8 @@ def _key(
 @contextlib.contextmanager
 def _builds(
     rnd: Round, roles: Mapping[str, Path], changed: Sequence[str] | None
-) -> Iterator[list[BuiltRole]]:
+) -> Iterator[dict[str, BuiltRole]]:
+    """Every role's build (role -> its build, in build order), released afterwards."""
     target = rnd.target
     m = rnd.manifest
     archs = gpu_archs(m.target_gpu)
@@ -208,12 +206,10 @@ def _builds(
             built = replace(built, reason=reason_for(built, changed, first.get(key)))
             first.setdefault(key, role)
             done[role] = built
-            rnd.builds[tree] = built
         with rnd.times.step("build guard"):
             watch.finish()
         _write_record(rnd.tmp / BUILDS, list(done.values()), rnd.executor.name, commands)
-        yield list(done.values())
+        yield done
     finally:
         for built in done.values():
-            rnd.builds.pop(built.source_dir, None)
             rnd.executor.release_role(built)

@@ -140,6 +140,12 @@ class Round:
         fields = self.manifest.timing.model_dump()
         return TimingSettings(cache_mode=self.manifest.cache_mode, **fields)
 
+    def guarding(self, roles: Mapping[str, Path]) -> Round:
+        """This plan with the folders of ``roles``' trees read-only to each other's
+        builds and jobs (``role_dirs``: ``role_folders``), unless it names them
+        already."""
+        return self if self.role_dirs else replace(self, role_dirs=role_folders(roles))
+
     def spec(
         self,
         role: str,
@@ -263,6 +269,19 @@ class Round:
         self.progress(StepStarted(f"round-{self.round}", name=name))
         if self.round >= 1:
             note_step(self.campaign.round_dir(self.round), name)
+
+
+def role_folders(roles: Mapping[str, Path]) -> tuple[Path, ...]:
+    """The folder of each role's tree that no other role may write: the worktree's own
+    folder (``lineage.worktree``: ``<owned folder>/src``) when it holds no other role's
+    tree, else the tree itself."""
+    trees = [Path(t).resolve() for t in roles.values()]
+    folders = []
+    for tree in trees:
+        parent = tree.parent
+        alone = not any(o != tree and (o == parent or parent in o.parents) for o in trees)
+        folders.append(parent if alone and tree.name == "src" else tree)
+    return tuple(dict.fromkeys(folders))
 
 
 def gpu_lease(

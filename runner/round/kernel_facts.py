@@ -285,7 +285,9 @@ def round_facts(
 
 class FactsJob:
     """``round_facts`` of a round's trees in a thread beside its measurement, each
-    compile isolated as the round's jobs are (``Round.isolate``); ``result`` waits."""
+    compile isolated as the round's jobs are (``Round.isolate``, the other trees
+    read-only: ``Round.guarding``), whether or not the builds have begun; ``result``
+    waits."""
 
     def __init__(self, rnd: Round, trees: dict[str, Path]) -> None:
         campaign = rnd.campaign
@@ -294,7 +296,7 @@ class FactsJob:
         self._result: KernelFacts | None = None
         self._thread = threading.Thread(
             target=self._work,
-            args=(campaign, dict(trees), rnd.isolate, rnd.times),
+            args=(campaign, dict(trees), rnd.guarding(trees).isolate, rnd.times),
             name="kernel-facts",
             daemon=True,
         )
