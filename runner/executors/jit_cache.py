@@ -6,7 +6,7 @@ again in the next process: left at their defaults (``~/.triton/cache``,
 shares them, so a candidate's process could plant an entry that the incumbent then
 loads.  A local job instead gets a cache folder of its own role and tree content,
 ``<campaigns root>/.jit-cache/<role>-<content key>/``, which the job may write and
-every other role's job sees read-only (``Round.readonly`` protects the whole
+every other role's job sees read-only (``RoundPlan.readonly`` protects the whole
 ``.jit-cache`` folder, the local executor makes the job's own folder writable again).
 Keyed by content, a tree measured again (the lineage head of the next round) finds
 its kernels compiled; keyed by role, two roles never share a folder.
@@ -50,6 +50,7 @@ import hashlib
 import os
 import re
 import shutil
+import threading
 from pathlib import Path
 
 from runner.core.files import write_atomic
@@ -208,3 +209,29 @@ def prune(root: Path, limit: int | None = None) -> list[str]:
         for name in gone:
             shutil.rmtree(root / name, ignore_errors=True)
     return gone
+
+
+class JitFolders:
+    """The JIT cache folder of each (role, tree) of one round, as its first job of the
+    role found it: taking a folder claims it for the round (``claim``, its claim file
+    naming the round's scratch folder), seeds a new one (``seed``) and prunes the
+    others (``prune``), which must happen once, not at every job; so a round's plan
+    holds one of these and the plans made from it share it, and one with a scratch
+    folder of its own (a tournament entry's confirmation) starts a new one."""
+
+    def __init__(self) -> None:
+        self._folders: dict[tuple[str, Path], Path] = {}
+        self._lock = threading.Lock()  # shards start their workers in threads
+
+    def folder(self, role: str, tree: Path, campaigns_root: Path, holder: Path) -> Path:
+        """``role``'s folder for ``tree``'s content under ``campaigns_root``, claimed for
+        ``holder`` (the round's scratch folder) the first time."""
+        with self._lock:
+            if (role, tree) not in self._folders:
+                root = jit_root(campaigns_root)
+                folder = role_folder(root, role, content_key(tree))
+                claim(root, folder, holder)
+                seed(root, folder)
+                prune(root)
+                self._folders[(role, tree)] = folder
+            return self._folders[(role, tree)]

@@ -31,8 +31,13 @@ class Host(Protocol):
     (serving) or to run (a pass).  The work beside the workers is no part of it: the
     caller hands that over with each measurement (``runner.measure.beside``)."""
 
-    tmp: Path
-    times: StepTimes  # the wall time of each step (worker start-up, turns, ...)
+    @property
+    def tmp(self) -> Path: ...
+
+    @property
+    def times(self) -> StepTimes:
+        """The wall time of each step (worker start-up, turns, ...)."""
+        ...
 
     @property
     def executor(self) -> Executor: ...

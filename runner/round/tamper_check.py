@@ -419,8 +419,11 @@ class Guarded(Protocol):
     """What ``proof`` needs of a round (or an acceptance run): its scratch folder and
     its step clock."""
 
-    tmp: Path
-    times: StepTimes
+    @property
+    def tmp(self) -> Path: ...
+
+    @property
+    def times(self) -> StepTimes: ...
 
 
 @contextlib.contextmanager
