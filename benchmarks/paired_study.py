@@ -67,7 +67,7 @@ from runner.flow.baseline import run_baseline  # noqa: E402
 from runner.flow.new_campaign import CampaignFields, create_campaign, fresh_example_copy  # noqa: E402
 from runner.flow.rounds import Request, validate_round  # noqa: E402
 from runner.flow.tournament import validate_tournament  # noqa: E402
-from runner.round.context import Round  # noqa: E402
+from runner.round.context import RoundPlan  # noqa: E402
 from runner.store.campaign import Campaign  # noqa: E402
 
 PLANT_FILE = "turbo_kernels/pytorch/ops/gemm_fp8.py"
@@ -88,7 +88,7 @@ def stamped(message: str) -> None:
 # ---- patches -----------------------------------------------------------------------------
 def head_text(campaign: Campaign) -> str:
     """The planted file as it is at the lineage head."""
-    lineage = Round(campaign, LocalExecutor(), print, Path(), 0, "quick").lineage
+    lineage = RoundPlan(campaign, LocalExecutor(), print, Path(), 0, "quick").lineage
     return lineage.git("show", f"{lineage.head()}:{PLANT_FILE}") + "\n"
 
 
@@ -299,7 +299,7 @@ def one_study_round(
     m = campaign.manifest
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="paired-study-") as tmp, ExitStack() as stack:
-        rnd = Round(campaign, executor, lambda msg: None, Path(tmp), 1000 + k, "quick")
+        rnd = RoundPlan(campaign, executor, lambda msg: None, Path(tmp), 1000 + k, "quick")
         head = rnd.lineage.head()
         trees = {r: stack.enter_context(rnd.lineage.worktree(head, p)) for r, p in patches.items()}
         shapes = level_shapes(m, "quick")

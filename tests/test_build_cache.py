@@ -30,7 +30,7 @@ from runner.executors.isolation import ISOLATION_ENV, isolation_works
 from runner.executors.local import LocalExecutor
 from runner.render.status import collect_status
 from runner.round.build import built_roles
-from runner.round.context import FocusedTest, Round
+from runner.round.context import FocusedTest, RoundPlan
 from runner.round.judge_files import judge_digests, restore_judge
 from runner.store.campaign import Campaign
 
@@ -65,7 +65,7 @@ def build(
 ) -> dict[str, Any]:
     """One round's builds (role -> its builds.json record); ``changed``: the
     candidate's edits."""
-    rnd = Round(campaign, LocalExecutor(), lambda _m: None, tmp / f"r{n}", n, "quick")
+    rnd = RoundPlan(campaign, LocalExecutor(), lambda _m: None, tmp / f"r{n}", n, "quick")
     with built_roles(rnd, roles, sorted(changed) if changed else None):
         record = json.loads((rnd.tmp / BUILDS).read_text(encoding="utf-8"))
     return {b["role"]: b for b in record}
@@ -259,7 +259,7 @@ def test_a_candidates_build_that_rewrites_its_restored_focused_test_fails_as_tam
     inc = tree(repo, t / "i")
     setup = {"setup.py": ("import sys\n", "import sys\n" + HOLLOW)}
     cand = tree(repo, t / "c", setup)
-    rnd = Round(campaign, LocalExecutor(), lambda _m: None, t / "r7", 7, "quick")
+    rnd = RoundPlan(campaign, LocalExecutor(), lambda _m: None, t / "r7", 7, "quick")
     # what a round does (runner.flow.rounds): restore, then build, then the focused test
     assert restore_judge(m, inc, cand, sorted(setup)) == []
     expect = judge_digests(m, inc, sorted(setup))

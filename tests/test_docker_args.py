@@ -528,7 +528,7 @@ def test_amd_argv_for_two_gpus_of_the_sample_topology(tmp_path: Path) -> None:
     assert "--privileged" not in args and "/dev/dri" not in args
 
 
-# ---- per-job leased GPUs (Round.job / sharding -> WorkerJob.gpus -> the container) ----
+# ---- per-job leased GPUs (RoundPlan.worker_job / sharding -> WorkerJob.gpus -> the container) ----
 AMD_SETTINGS = [
     "--ipc=host",
     "--security-opt",
@@ -571,7 +571,8 @@ def test_amd_each_job_gets_only_its_leased_gpu_numbered_0_inside(
 ) -> None:
     """One job per leased GPU (a sharded round runs one per GPU): each container gets
     /dev/kfd and that GPU's render node only, the video/render groups, and sees it as
-    device 0 (the host's ROCR_VISIBLE_DEVICES=<index> that Round.job sets would hide it)."""
+    device 0 (the host's ROCR_VISIBLE_DEVICES=<index> that RoundPlan.worker_job sets
+    would hide it)."""
     executor = leased_executor("amd")
     for gpu, node in zip(leased, nodes, strict=True):
         host_env = {

@@ -163,9 +163,9 @@ def test_an_upward_import_is_found(tmp_path: Path) -> None:
     inside a function; an annotation's import under ``TYPE_CHECKING`` is not."""
     typed = (
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from runner.round.context import Round\n"
+        "if TYPE_CHECKING:\n    from runner.round.context import RoundPlan\n"
     )
-    local = "def confirm():\n    from runner.round.context import Round\n    return Round\n"
+    local = "def confirm():\n    from runner.round.context import RoundPlan\n    return RoundPlan\n"
     found = {}
     for name, loop in (("typed", typed), ("local", local)):
         pkg = tmp_path / name / "runner"

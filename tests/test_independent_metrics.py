@@ -19,7 +19,7 @@ from runner.core.csv_schema import GEMM_SCHEMA
 from runner.core.outcomes import Decision, PairSample, Score, ShapeScore
 from runner.executors.factory import make_executor
 from runner.judge.independent import decide_metrics
-from runner.round.context import Round
+from runner.round.context import RoundPlan
 from runner.round.result import veto_only
 from runner.store.campaign import Campaign
 
@@ -112,7 +112,7 @@ def _judged(campaign: Campaign, tmp: Path) -> Decision:
     """Four passes a role: the candidate's forward 20% faster, its backward 3% slower in
     every pass (the combined step still gains 2.6%)."""
     labels = [s.label for s in level_shapes(campaign.manifest, "full")]
-    rnd = Round(campaign, make_executor(campaign.manifest), lambda _m: None, tmp, 2, "full")
+    rnd = RoundPlan(campaign, make_executor(campaign.manifest), lambda _m: None, tmp, 2, "full")
     paths = {
         "incumbent": [_pass(tmp / f"i{k}" / "benchmark.csv", labels, 1.0, 1.0) for k in range(4)],
         "candidate": [_pass(tmp / f"c{k}" / "benchmark.csv", labels, 1.2, 0.97) for k in range(4)],
@@ -148,7 +148,9 @@ def test_a_vetoed_round_of_it_records_the_metric_its_other_rounds_show(tmp_path:
     """A round vetoed before measuring records an empty score; it is on the first
     metric, the one every measured round's record shows, not on the declared list."""
     campaign = tiny_campaign(tmp_path, "ind", baseline=False, primary_metric=INDEPENDENT)
-    rnd = Round(campaign, make_executor(campaign.manifest), lambda _m: None, tmp_path, 2, "full")
+    rnd = RoundPlan(
+        campaign, make_executor(campaign.manifest), lambda _m: None, tmp_path, 2, "full"
+    )
     gate, inc, cand = veto_only(
         rnd, ["focused test failed"], level_shapes(campaign.manifest, "full")
     )

@@ -72,7 +72,7 @@ def test_a_round_claims_its_folder_and_prunes_the_others(
 
     from runner.executors.factory import make_executor
     from runner.executors.jit_cache import jit_root
-    from runner.round.context import Round
+    from runner.round.context import RoundPlan
 
     camp = tiny_campaign(tmp_path, "jit", baseline=False)
     root = jit_root(camp.root.parent)
@@ -80,7 +80,7 @@ def test_a_round_claims_its_folder_and_prunes_the_others(
     monkeypatch.setenv(LIMIT_ENV, "0")  # keep nothing a round does not use
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    rnd = Round(camp, make_executor(camp.manifest), lambda _m: None, scratch, 2, "quick", ())
+    rnd = RoundPlan(camp, make_executor(camp.manifest), lambda _m: None, scratch, 2, "quick", ())
     mine = rnd.jit_folder("incumbent", Path(camp.manifest.source))
     mine.mkdir(parents=True)
     (mine / "kernel.bin").write_bytes(b"x" * MIB)
@@ -131,13 +131,13 @@ def test_a_round_s_candidate_folder_starts_with_the_incumbent_s_kernels(
 
     from runner.executors.factory import make_executor
     from runner.executors.jit_cache import jit_root
-    from runner.round.context import Round
+    from runner.round.context import RoundPlan
 
     camp = tiny_campaign(tmp_path, "jitseed", baseline=False)
     source = Path(camp.manifest.source)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    rnd = Round(camp, make_executor(camp.manifest), lambda _m: None, scratch, 2, "quick", ())
+    rnd = RoundPlan(camp, make_executor(camp.manifest), lambda _m: None, scratch, 2, "quick", ())
     inc = rnd.jit_folder("incumbent", source)
     (inc / "triton" / "k").mkdir(parents=True)
     (inc / "triton" / "k" / "gemm.cubin").write_bytes(b"compiled by the head")

@@ -310,12 +310,12 @@ def test_a_round_s_compile_runs_isolated_as_its_jobs_do(
     slow_tiny: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
 ) -> None:
     """The facts' compile imports the measured tree's code on the host: in a round it
-    runs as the round's jobs do (``Round.isolate``), so a kernel module that writes into
+    runs as the round's jobs do (``RoundPlan.isolate``), so a kernel module that writes into
     the campaign folder at import cannot, and its compile fails, named in the note."""
     import shutil
 
     from runner.executors.local import LocalExecutor
-    from runner.round.context import Round
+    from runner.round.context import RoundPlan
     from runner.round.kernel_facts import round_facts
 
     campaign = Campaign.load(copy_campaign(slow_tiny, tmp_path / "c", "t"))
@@ -324,7 +324,7 @@ def test_a_round_s_compile_runs_isolated_as_its_jobs_do(
     planted = campaign.root / "planted-by-the-compile"
     with (hostile / KERNEL).open("a", encoding="utf-8") as fh:
         fh.write(f"\nopen({str(planted)!r}, 'w').write('x')\n")
-    rnd = Round(campaign, LocalExecutor(), lambda _m: None, tmp_path / "r", 2, "quick")
+    rnd = RoundPlan(campaign, LocalExecutor(), lambda _m: None, tmp_path / "r", 2, "quick")
     facts = round_facts(campaign, {"candidate": hostile}, rnd.isolate)
     assert not planted.exists()
     assert facts.note is not None and "did not compile" in facts.note, facts

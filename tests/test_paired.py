@@ -60,7 +60,7 @@ from runner.measure.sharding import (
     shard_shapes,
 )
 from runner.measure.waves import pool_members, wave_size
-from runner.round.context import FocusedTest, Round
+from runner.round.context import FocusedTest, RoundPlan
 from runner.round.result import Request
 from runner.store.campaign import Campaign
 
@@ -775,14 +775,14 @@ def tiny_copy(
     return copy_campaign(slow_tiny, tmp_path / "c", "t")
 
 
-def gpu_round(campaign_dir: Path, tmp: Path) -> tuple[Round, list[Shape]]:
+def gpu_round(campaign_dir: Path, tmp: Path) -> tuple[RoundPlan, list[Shape]]:
     """A quick round of a copy of ``slow_tiny`` as if it measured a GPU (its manifest
     says sm90 in memory only), and its shapes; on this CPU host the workers' device
     "auto" is the CPU."""
     campaign = Campaign.load(campaign_dir)
     campaign.manifest = campaign.manifest.model_copy(update={"target_gpu": "sm90"})
     tmp.mkdir()
-    rnd = Round(campaign, LocalExecutor(), lambda message: None, tmp, 99, "quick")
+    rnd = RoundPlan(campaign, LocalExecutor(), lambda message: None, tmp, 99, "quick")
     assert rnd.gpu_target and rnd.quick_gpu
     return rnd, level_shapes(campaign.manifest, "quick")
 
@@ -876,7 +876,7 @@ def test_sequential_batches_fit_the_cap(monkeypatch: pytest.MonkeyPatch) -> None
 def test_a_round_s_memory_prior_is_the_latest_earlier_round_s_reports(
     tiny_copy: Path, tmp_path: Path
 ) -> None:
-    """``Round.memory_prior``: this round's own last session's reports, else the newest
+    """``RoundPlan.memory_prior``: this round's own last session's reports, else the newest
     ``artifacts/memory.json`` of a round before this one (a later round's, or an
     unreadable one, is not used)."""
     rnd, _ = gpu_round(tiny_copy, tmp_path / "round")

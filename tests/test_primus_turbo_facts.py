@@ -341,7 +341,7 @@ def test_accept_reads_the_csv_the_benchmark_writes(tmp_path: Path) -> None:
     from runner.executors.local import LocalExecutor
     from runner.flow import accept
     from runner.flow.new_campaign import fresh_example_copy
-    from runner.round.context import Round
+    from runner.round.context import RoundPlan
 
     source = fresh_example_copy(tmp_path / "src")
     sample = tmp_path / "sample.csv"
@@ -357,7 +357,7 @@ def test_accept_reads_the_csv_the_benchmark_writes(tmp_path: Path) -> None:
     )
     art = tmp_path / "art"
     art.mkdir()
-    rnd = Round(campaign, LocalExecutor(), print, tmp_path / "tmp", 0, "full")
+    rnd = RoundPlan(campaign, LocalExecutor(), print, tmp_path / "tmp", 0, "full")
     info = accept._command_full_benchmark(rnd, source, command, art / "full_benchmark.csv")
     assert info["returncode"] == 0 and info["csv"] == "full_benchmark.csv"
     assert (art / "upstream_benchmark.csv").read_text() == UPSTREAM_GEMM_FP8

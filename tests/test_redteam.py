@@ -240,7 +240,7 @@ def test_a_module_shadow_in_the_harness_root_cannot_be_planted(campaign: Campaig
     # every process of the candidate (its focused test, its workers) tries to write a
     # torch.py into the folder first on its path, the harness root, and goes on quietly
     # when it cannot: the harness root and the interpreter's prefix are read-only in
-    # every job (Round.readonly), so nothing is planted and the refusal is in its logs.
+    # every job (RoundPlan.readonly), so nothing is planted and the refusal is in its logs.
     # Where a host cannot isolate, the round's proof names the file (harness proof:
     # module shadow; tests/test_tamper.py)
     harness_root = Path(runner.__file__).resolve().parent.parent

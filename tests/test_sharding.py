@@ -93,17 +93,17 @@ def test_a_gpu_round_s_worker_jobs_carry_the_allocator_setting(tmp_path: Path) -
 
     from runner.executors.factory import make_executor
     from runner.executors.gpus import ALLOC_CONF_ENV, allocator_env, detect_vendor
-    from runner.round.context import Round
+    from runner.round.context import RoundPlan
 
     camp = tiny_campaign(tmp_path, "alloc", baseline=False)
     tree = Path(camp.manifest.source)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    rnd = Round(camp, make_executor(camp.manifest), lambda _m: None, scratch, 2, "quick", ())
+    rnd = RoundPlan(camp, make_executor(camp.manifest), lambda _m: None, scratch, 2, "quick", ())
     job = rnd.worker_job("pass-01-incumbent", rnd.spec("incumbent", 1, []), tree)
     assert ALLOC_CONF_ENV not in job.env  # a CPU campaign: nothing to set
     camp.manifest = camp.manifest.model_copy(update={"target_gpu": "gfx942"})
-    gpu = Round(camp, make_executor(camp.manifest), lambda _m: None, scratch, 2, "quick", ())
+    gpu = RoundPlan(camp, make_executor(camp.manifest), lambda _m: None, scratch, 2, "quick", ())
     job = gpu.worker_job("pass-01-incumbent", gpu.spec("incumbent", 1, []), tree)
     wanted = allocator_env(detect_vendor())
     assert {k: job.env[k] for k in wanted} == wanted

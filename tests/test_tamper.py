@@ -122,7 +122,7 @@ def test_final_acceptance_proves_each_role_ran_its_own_files(
     from runner.compare.shapes import level_shapes
     from runner.flow.accept import full_validation
     from runner.round.build import built_roles
-    from runner.round.context import Round
+    from runner.round.context import RoundPlan
     from runner.store.leftovers import job_dir
 
     monkeypatch.setenv(ISOLATION_ENV, "off")  # the proof alone
@@ -134,7 +134,7 @@ def test_final_acceptance_proves_each_role_ran_its_own_files(
         lineage.worktree(str(camp.manifest.base_commit)) as base,
         lineage.worktree(lineage.head(), _attack_patch(camp)) as final,
     ):
-        rnd = Round(camp, LocalExecutor(), lambda m: None, tmp, 0, "full")
+        rnd = RoundPlan(camp, LocalExecutor(), lambda m: None, tmp, 0, "full")
         trees = {"baseline": base, "final": final}
         with built_roles(rnd, trees) as built, pytest.raises(Tampered) as info:
             full_validation(built.plan, trees, shapes, 1)
@@ -282,13 +282,13 @@ def test_a_local_job_cannot_write_what_the_round_protects(
     import runner
     from runner.executors.base import WorkerJob
     from runner.executors.local import LocalExecutor
-    from runner.round.context import Round
+    from runner.round.context import RoundPlan
 
     camp = Campaign.load(demo_copy)
     inc, cand, tmp = tmp_path / "wt-inc" / "src", tmp_path / "wt-cand" / "src", tmp_path / "job"
     for d in (inc, cand, tmp):
         d.mkdir(parents=True)
-    rnd = Round(camp, LocalExecutor(), lambda m: None, tmp, camp.next_round(), "quick")
+    rnd = RoundPlan(camp, LocalExecutor(), lambda m: None, tmp, camp.next_round(), "quick")
     rnd = rnd.guarding({"incumbent": inc, "candidate": cand})
     assert rnd.role_dirs == (inc.parent, cand.parent)
     readonly = rnd.readonly(cand)
@@ -324,7 +324,7 @@ def test_each_role_has_its_own_jit_cache_that_no_other_role_can_write(
     incumbent then loads."""
     from dataclasses import replace
 
-    from runner.round.context import Round
+    from runner.round.context import RoundPlan
 
     camp = Campaign.load(demo_copy)
     for role in ("inc", "cand"):
@@ -333,12 +333,12 @@ def test_each_role_has_its_own_jit_cache_that_no_other_role_can_write(
     (cand / "k2.py").write_text("y = 2\n")  # the candidate's change
     tmp = tmp_path / "job"
     tmp.mkdir()
-    rnd = Round(camp, LocalExecutor(), lambda m: None, tmp, 0, "quick")
+    rnd = RoundPlan(camp, LocalExecutor(), lambda m: None, tmp, 0, "quick")
     rnd = rnd.guarding({"incumbent": inc, "candidate": cand})
     assert rnd.role_dirs == (inc.parent, cand.parent)
     mine, theirs = rnd.jit_folder("candidate", cand), rnd.jit_folder("incumbent", inc)
     assert mine != theirs and mine.parent == theirs.parent == demo_copy.parent / ".jit-cache"
-    again = Round(camp, LocalExecutor(), lambda m: None, tmp, 0, "quick")
+    again = RoundPlan(camp, LocalExecutor(), lambda m: None, tmp, 0, "quick")
     assert again.jit_folder("incumbent", inc) == theirs  # the same tree: its compiled kernels
     assert again.jit_folder("candidate", inc) != theirs  # never another role's folder
     plant = (
@@ -391,7 +391,7 @@ def test_a_module_planted_ahead_of_site_packages_is_named_by_the_proof(tmp_path:
 @pytest.mark.skipif(not isolation_works(), reason="no mount namespaces on this host")
 def test_a_job_cannot_write_the_harness_root_or_the_prefix(tmp_path: Path) -> None:
     """The harness root (first on every worker's ``sys.path``) and the interpreter's
-    prefix are read-only to a local job that carries them (``Round.readonly`` with
+    prefix are read-only to a local job that carries them (``RoundPlan.readonly`` with
     ``interpreter``, every worker job's; the red-team round shows the wiring)."""
     import sys
 

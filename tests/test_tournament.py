@@ -220,7 +220,7 @@ def test_a_candidate_whose_native_build_fails_fails_alone(tmp_path: Path) -> Non
     from runner.executors.local import LocalExecutor
     from runner.flow.tournament import _build
     from runner.flow.tournament_tests import focused_tests
-    from runner.round.context import Round
+    from runner.round.context import RoundPlan
     from runner.round.judge_files import judge_digests, restore_judge
     from runner.round.result import Request
 
@@ -242,7 +242,7 @@ def test_a_candidate_whose_native_build_fails_fails_alone(tmp_path: Path) -> Non
     for entry, touched in zip(entries, (broken, FASTER, hollow), strict=True):
         entry.tree, entry.touched = roles[entry.role], sorted(touched)
     m = campaign.manifest
-    rnd = Round(campaign, LocalExecutor(), lambda _m: None, tmp_path / "r", 2, "quick")
+    rnd = RoundPlan(campaign, LocalExecutor(), lambda _m: None, tmp_path / "r", 2, "quick")
     rnd.tmp.mkdir()
     for entry in entries:  # what the tournament's _audit does before the builds
         assert entry.tree is not None

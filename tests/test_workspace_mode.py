@@ -108,7 +108,7 @@ def test_workspace_mode_end_to_end(tmp_path: Path) -> None:
 def test_integration_gate_fails_on_the_upstream_focused_test(tmp_path: Path) -> None:
     """A kernel that breaks the upstream test fails the gate (a real pytest run)."""
     from runner.flow.workspace_mode import integration_gate
-    from runner.round.context import Round
+    from runner.round.context import RoundPlan
 
     upstream = fresh_example_copy(tmp_path / "upstream")
     fields = demo_manifest_fields(upstream, "bad", "cpu")
@@ -116,7 +116,7 @@ def test_integration_gate_fails_on_the_upstream_focused_test(tmp_path: Path) -> 
     ws = Path(campaign.manifest.source)
     kernel = ws / campaign.manifest.kernel_source[0]
     kernel.write_text(kernel.read_text() + "\nraise ImportError('broken kernel')\n")
-    rnd = Round(campaign, LocalExecutor(), lambda _: None, tmp_path / "tmp", 0, "full")
+    rnd = RoundPlan(campaign, LocalExecutor(), lambda _: None, tmp_path / "tmp", 0, "full")
     ok, detail, commit = integration_gate(rnd, ws, tmp_path / "integration.log")
     assert not ok and commit is None
     assert "upstream focused test failed" in detail and "broken kernel" in detail

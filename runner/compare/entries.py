@@ -43,12 +43,13 @@ from runner.core.isa_facts import KernelFacts
 from runner.core.limits import block_pairs
 from runner.core.outcomes import Decision, GateResult, TransferCheck
 from runner.core.shapes import Shape
+from runner.executors.jit_cache import JitFolders
 from runner.judge.gate import confirms, outpaced, promising
 from runner.measure.beside import BesideWork
 from runner.render.figures import fmt_gain
 
-if TYPE_CHECKING:  # compare sits below the round: a Round and a Request are handed in
-    from runner.round.context import Round
+if TYPE_CHECKING:  # compare sits below the round: a RoundPlan and a Request are handed in
+    from runner.round.context import RoundPlan
     from runner.round.result import Request
 
 ROLE_PREFIX = "candidate-"
@@ -72,7 +73,7 @@ class Entry:
     # what its judge files must hold when its focused test starts (its audit's)
     expect: dict[str, str] = field(default_factory=dict)
     dir: Path = Path()  # its records' scratch folder (the round's view of the measurement)
-    view: Round | None = None
+    view: RoundPlan | None = None
     reading: GateResult | None = None  # its verdict in the tournament
     judged: Judged | None = None  # what its round records (the confirmation's, if one ran)
     confirmed: Judged | None = None
@@ -102,7 +103,7 @@ class Entry:
 
 
 def measure_entries(
-    rnd: Round,
+    rnd: RoundPlan,
     inc_tree: Path,
     entries: Sequence[Entry],
     shapes: list[Shape],
@@ -202,7 +203,7 @@ def _stop_outpaced(
 
 
 def _measure(
-    rnd: Round,
+    rnd: RoundPlan,
     trees: dict[str, Path],
     shapes: list[Shape],
     asked: int,
@@ -236,7 +237,7 @@ def _culprit(exc: MeasurementFailed, todo: Sequence[Entry]) -> Entry | None:
     return None
 
 
-def _keep_passes(rnd: Round, entry: Entry, paths: dict[str, list[Path]]) -> None:
+def _keep_passes(rnd: RoundPlan, entry: Entry, paths: dict[str, list[Path]]) -> None:
     """The entry's view of the measurement, as a single round's scratch folder holds
     it: the incumbent's passes and its own (named ``pass-NN-candidate``), the turn
     log and the builds record."""
@@ -252,7 +253,7 @@ def _keep_passes(rnd: Round, entry: Entry, paths: dict[str, list[Path]]) -> None
 
 
 def confirm(
-    rnd: Round,
+    rnd: RoundPlan,
     inc_tree: Path,
     entries: Sequence[Entry],
     shapes: list[Shape],
@@ -276,7 +277,7 @@ def confirm(
         _set_aside(e.dir)
         # the entry's own round: its folder and number, its own JIT cache claims (in
         # its folder); the builds, the role folders and the clock shared
-        conf = replace(rnd, tmp=e.dir, round=e.n, jit_folders={})
+        conf = replace(rnd, tmp=e.dir, round=e.n, jit_folders=JitFolders())
         samples = block_pairs(e.request.pairs or rnd.manifest.pairs)
         trees = {"incumbent": inc_tree, "candidate": e.tree}
         got = measure_and_judge(

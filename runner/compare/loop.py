@@ -76,8 +76,8 @@ from runner.measure.sharding import (
 )
 from runner.render.figures import fmt_gain
 
-if TYPE_CHECKING:  # compare sits below the round: a Round is only handed in
-    from runner.round.context import Round
+if TYPE_CHECKING:  # compare sits below the round: a RoundPlan is only handed in
+    from runner.round.context import RoundPlan
 
 # How long one comparison may measure: the caps are gate constants
 # (runner.judge.measuring_caps); a host or a test suite may set the seconds (then
@@ -377,7 +377,7 @@ class Comparison:
 
 
 def measure_and_judge(
-    rnd: Round,
+    rnd: RoundPlan,
     trees: Mapping[str, Path],
     shapes: list[Shape],
     samples: int,
@@ -483,7 +483,7 @@ def pairing_words(executor: object) -> str:
     return "paired in B C C B passes of fresh processes (B the incumbent, C the candidate)"
 
 
-def first_samples(rnd: Round, samples: int, remeasure: bool = True) -> int:
+def first_samples(rnd: RoundPlan, samples: int, remeasure: bool = True) -> int:
     """The pairs to start a comparison with.  A quick round on a GPU with paired
     workers starts every pair the near-noise rule may ask for (``required_pairs``) at
     once: its turns are short, so a second set of workers (start-up, compile, first
@@ -507,7 +507,7 @@ def empirical_peak(root: Path) -> EmpiricalPeak | None:
 
 
 def judge(
-    rnd: Round,
+    rnd: RoundPlan,
     paths: Mapping[str, list[Path]],
     how: Comparison,
     vetoes: Sequence[str],
@@ -521,7 +521,7 @@ def judge(
 
 
 def _judge(
-    rnd: Round,
+    rnd: RoundPlan,
     paths: Mapping[str, list[Path]],
     how: Comparison,
     vetoes: Sequence[str],
@@ -597,7 +597,7 @@ def name_probe(gate: GateResult) -> GateResult:
     return replace(gate, reasons=(note, *gate.reasons))
 
 
-def probe_veto(rnd: Round, ref: Score, cand: Score, gate: GateResult) -> str | None:
+def probe_veto(rnd: RoundPlan, ref: Score, cand: Score, gate: GateResult) -> str | None:
     """The unannounced-shape guard (``runner.judge.probe``): a quick round's probe
     shape judged against the listed shapes by the held-out rule of final acceptance
     (``runner.judge.heldout.heldout_verdict``); the veto's words, or None."""

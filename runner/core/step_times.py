@@ -1,6 +1,6 @@
 """The wall time of each step of a round, acceptance or baseline (``StepTimes``).
 
-A flow makes one ``StepTimes`` when it starts and hands it down (``Round.times``, the
+A flow makes one ``StepTimes`` when it starts and hands it down (``RoundPlan.times``, the
 measuring engine's ``Host.times``); each step runs inside ``times.step(name)``.  Every
 step is kept as its start and end, in seconds from the recorder's start, so that steps
 that ran at the same time (a focused test beside the workers' start-up, the kernel

@@ -22,7 +22,7 @@ Four checks, each recorded, none skipped:
    accepted round, the branch (when committing) at the lineage head.
 
 Nothing else uses the device while full validation times: on a GPU target with serving
-workers its turns are short turns (``Round.short_turns``) and the full test suite runs
+workers its turns are short turns (``RoundPlan.short_turns``) and the full test suite runs
 beside full validation, giving the device up at a test boundary whenever work is timed
 (``runner.flow.suite_beside``; a suite that is not one pytest run holds the first
 timed turn until it ends); elsewhere the steps run one after another.  The steps are
@@ -76,7 +76,7 @@ from runner.measure.passes import read_passes
 from runner.measure.progress import Event
 from runner.render.status import unclosed_rounds
 from runner.round.build import built_roles
-from runner.round.context import Progress, Round, open_round, run_command_in
+from runner.round.context import Progress, RoundPlan, open_round, run_command_in
 from runner.round.tamper_check import proof
 from runner.store.acceptance import FullBenchmarkInfo, FullSuiteInfo, acceptance_dir
 from runner.store.campaign import Campaign
@@ -119,7 +119,7 @@ ACCEPT_COMPARISON = Comparison(
 
 
 def full_validation(
-    rnd: Round,
+    rnd: RoundPlan,
     trees: dict[str, Path],
     shapes: list[Shape],
     blocks: int,
@@ -139,7 +139,7 @@ def full_validation(
 
 # ---- 2. the target's full benchmark --------------------------------------------------
 def full_benchmark(
-    rnd: Round, tree: Path, shapes: list[Shape], dest: Path, measured: Path | None = None
+    rnd: RoundPlan, tree: Path, shapes: list[Shape], dest: Path, measured: Path | None = None
 ) -> FullBenchmarkInfo:
     """The target's full benchmark on the head, its CSV stored at ``dest``.  For the
     example target that benchmark is the worker at level full with the campaign's
@@ -156,7 +156,7 @@ def full_benchmark(
     return _command_full_benchmark(rnd, tree, m.benchmark_command, dest, upstream_targets(shapes))
 
 
-def _measured_benchmark(rnd: Round, measured: Path, dest: Path) -> FullBenchmarkInfo:
+def _measured_benchmark(rnd: RoundPlan, measured: Path, dest: Path) -> FullBenchmarkInfo:
     shutil.copy2(measured, dest)
     csv_score = score(read_passes([dest], None)[0], rnd.manifest.primary_metric)
     return {
@@ -172,7 +172,7 @@ def _measured_benchmark(rnd: Round, measured: Path, dest: Path) -> FullBenchmark
     }
 
 
-def _final_role_timing(rnd: Round) -> dict[str, object]:
+def _final_role_timing(rnd: RoundPlan) -> dict[str, object]:
     """The timing the final role's workers ran with (one block's share of the pinned
     timing, a short turn on a GPU target: ``runner.measure.paired.block_timing``), read
     from the first such worker's spec; the pinned timing where none is found."""
@@ -185,7 +185,7 @@ def _final_role_timing(rnd: Round) -> dict[str, object]:
 
 
 def _example_full_benchmark(
-    rnd: Round, tree: Path, shapes: list[Shape], dest: Path
+    rnd: RoundPlan, tree: Path, shapes: list[Shape], dest: Path
 ) -> FullBenchmarkInfo:
     spec = rnd.spec("full-benchmark", 0, shapes)
     outcome = run_job(rnd, "full-benchmark", spec, tree)
@@ -210,7 +210,7 @@ def _example_full_benchmark(
 
 
 def _command_full_benchmark(
-    rnd: Round, tree: Path, command: str, dest: Path, targets: list[Shape] | None = None
+    rnd: RoundPlan, tree: Path, command: str, dest: Path, targets: list[Shape] | None = None
 ) -> FullBenchmarkInfo:
     """``command`` in the head's worktree.  A Primus-Turbo training benchmark writes its
     CSV to ``$TURBO_CAMPAIGN_OUT/upstream_benchmark.csv`` (its ``--output``): that file
@@ -252,7 +252,7 @@ def _command_full_benchmark(
 
 
 # ---- 3. the full test suite ------------------------------------------------------------
-def full_suite_command(rnd: Round, tree: Path) -> str:
+def full_suite_command(rnd: RoundPlan, tree: Path) -> str:
     """The full test suite as it runs in ``tree``: the campaign's own
     (``init --suite-command``), else the target's, its paths moved where the tree
     holds upstream's tests (``runner.store.workspace.suite_command``)."""
@@ -260,7 +260,7 @@ def full_suite_command(rnd: Round, tree: Path) -> str:
 
 
 def full_suite(
-    rnd: Round, tree: Path, command: str, dest: Path, env: dict[str, str] | None = None
+    rnd: RoundPlan, tree: Path, command: str, dest: Path, env: dict[str, str] | None = None
 ) -> FullSuiteInfo:
     code, log, _ = run_command_in(rnd, "full-suite", tree, command, env=env)
     write_atomic(dest, log)
@@ -353,7 +353,7 @@ def _prefixed(progress: Progress) -> Progress:
 
 
 def _measure(
-    rnd: Round,
+    rnd: RoundPlan,
     lineage: Lineage,
     result: Acceptance,
     shapes: list[Shape],
@@ -410,7 +410,7 @@ def _measure(
                 result.checks.append(_integration(rnd, head, result, art / "integration.log"))
 
 
-def _integration(rnd: Round, head: Path, result: Acceptance, log: Path) -> Check:
+def _integration(rnd: RoundPlan, head: Path, result: Acceptance, log: Path) -> Check:
     """Workspace mode: the integration gate in the full repository (sync back, build,
     upstream focused test); its result is committed upstream only when every other
     check passed too."""
@@ -426,7 +426,7 @@ def _integration(rnd: Round, head: Path, result: Acceptance, log: Path) -> Check
 
 
 def _validate(
-    rnd: Round,
+    rnd: RoundPlan,
     trees: dict[str, Path],
     shapes: list[Shape],
     result: Acceptance,

@@ -35,7 +35,7 @@ from runner.judge.scoring import score
 from runner.measure.host import run_job
 from runner.measure.passes import per_pass_metric, read_passes, shape_seconds, write_merged
 from runner.round.build import built_roles, describe
-from runner.round.context import FocusedTest, Progress, Round, open_round
+from runner.round.context import FocusedTest, Progress, RoundPlan, open_round
 from runner.round.kernel_facts import FactsJob
 from runner.round.logs import close_round
 from runner.round.result import attach_facts
@@ -83,7 +83,7 @@ def run_baseline(
             return _baseline_in(rnd, passes, started)
 
 
-def _baseline_in(rnd: Round, passes: int, started: str) -> RoundResult:
+def _baseline_in(rnd: RoundPlan, passes: int, started: str) -> RoundResult:
     """The baseline under its lineage start: if it fails before it is closed, the chain
     head and the branch it created are removed again (nothing left in the source)."""
     with rnd.lineage.starting(rnd.manifest.base_commit or ""):
@@ -99,7 +99,7 @@ def _heldout(m: Manifest, shapes: list[Shape]) -> list[str]:
     return choose_heldout({s.label: s.flops_fwd for s in shapes})
 
 
-def _measure_baseline(rnd: Round, passes: int, started: str) -> RoundResult:
+def _measure_baseline(rnd: RoundPlan, passes: int, started: str) -> RoundResult:
     m, campaign = rnd.manifest, rnd.campaign
     with rnd.lineage.worktree(m.base_commit or "") as tree:
         facts_job = FactsJob(rnd, {"incumbent": tree})  # the base: round 2's incumbent
@@ -113,12 +113,11 @@ def _measure_baseline(rnd: Round, passes: int, started: str) -> RoundResult:
     return result
 
 
-def _measured_base(rnd: Round, tree: Path, passes: int, started: str) -> RoundResult:
+def _measured_base(rnd: RoundPlan, tree: Path, passes: int, started: str) -> RoundResult:
     """The baseline's measurement, calibration and artifacts; its record, not yet closed."""
     m, campaign, shapes = rnd.manifest, rnd.campaign, all_shapes(rnd.manifest)
-    with built_roles(rnd, {"baseline": tree}) as built:
-        builds, on_build = built.roles, built.plan  # its jobs run on the base's build
-        paths = _measured(on_build, tree, shapes, passes)
+    with built_roles(rnd, {"baseline": tree}) as built:  # its jobs: on the base's build
+        paths = _measured(built.plan, tree, shapes, passes)
         with rnd.times.step("calibration"):
             csvs = read_passes(paths, None)
             merged = write_merged(rnd.tmp / BENCHMARK_CSV, csvs)
@@ -140,7 +139,7 @@ def _measured_base(rnd: Round, tree: Path, passes: int, started: str) -> RoundRe
             "baseline",
         )
         with rnd.times.step("quick script"):
-            extra = _quick_run(on_build, tree, shapes)
+            extra = _quick_run(built.plan, tree, shapes)
         snapshot(tree, m.kernel_source, campaign.snapshot_dir(1))
     with rnd.times.step("store artifacts"):
         store_artifacts(campaign, 1, rnd.tmp, extra=extra)
@@ -162,7 +161,7 @@ def _measured_base(rnd: Round, tree: Path, passes: int, started: str) -> RoundRe
         best=None,
         reasons=[
             f"noise calibration over {passes} passes: sigma_G = {100 * sigma_g:.3f}%",
-            *([describe(builds)] if builds else []),
+            *([describe(built.roles)] if built.roles else []),
             f"{LEDGERED_NOTE} (sha256 {ledgered[:12]}): a change goes through `campaign set`",
         ],
         artifacts=artifact_list(campaign, 1),
@@ -191,7 +190,7 @@ def _clear_interrupted(round_dir: Path) -> None:
 
 
 def _refuse_unmeasured(
-    rnd: Round,
+    rnd: RoundPlan,
     shapes: Sequence[Shape],
     paths: Sequence[Path],
     csvs: Sequence[BenchCSV],
@@ -234,7 +233,7 @@ def _keep_passes(round_dir: Path, paths: Sequence[Path]) -> Path:
     return dest
 
 
-def _measured(rnd: Round, tree: Path, shapes: list[Shape], passes: int) -> list[Path]:
+def _measured(rnd: RoundPlan, tree: Path, shapes: list[Shape], passes: int) -> list[Path]:
     """The focused test (beside the workers' start-up on a GPU target), then the
     baseline's passes; a failing test stops the command."""
     failed = "the focused test fails on the base commit:\n"
@@ -271,7 +270,7 @@ def _representative(
     return select_representative(rows, grouped=grouped)
 
 
-def _quick_run(rnd: Round, tree: Path, shapes: list[Shape]) -> dict[str, str]:
+def _quick_run(rnd: RoundPlan, tree: Path, shapes: list[Shape]) -> dict[str, str]:
     """The campaign's quick script on the baseline tree.  Upstream's template (copied at
     init): SHAPES filled with every target shape and run (a FAIL row stops the
     baseline), then narrowed to the representative shapes for the VALIDATE rounds.
@@ -292,7 +291,7 @@ def _upstream_shape(shape: Shape) -> dict[str, object]:
     return {"label": shape.label, "M": shape.m, "N": shape.n, "K": shape.k}
 
 
-def _quick_baseline(rnd: Round, tree: Path) -> str:
+def _quick_baseline(rnd: RoundPlan, tree: Path) -> str:
     """Run the generated quick script on the baseline tree; its output is the log."""
     m = rnd.manifest
     script = rnd.campaign.quick_script

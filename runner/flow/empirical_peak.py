@@ -18,13 +18,13 @@ from runner.core.empirical_peak import EmpiricalPeak
 from runner.core.files import read_json, write_json_atomic
 from runner.core.spec import OUT_ENV
 from runner.measure.host import run_job
-from runner.round.context import Round
+from runner.round.context import RoundPlan
 
 JOB = "empirical-peak"
 COMMAND = f'python -m runner.worker.bench.empirical_peak "${OUT_ENV}/{EMPIRICAL_PEAK}"'
 
 
-def measure_empirical_peak(rnd: Round, tree: Path) -> list[str]:
+def measure_empirical_peak(rnd: RoundPlan, tree: Path) -> list[str]:
     """Measure the empirical peak on ``rnd``'s card (a GPU target only) with ``tree``'s
     environment and keep it in the campaign root; the lines the BASELINE's record gets
     (none on a CPU target)."""

@@ -49,7 +49,7 @@ from runner.round.candidate import (
     lineage_commit,
     open_round_dir,
 )
-from runner.round.context import FocusedTest, Progress, Round, open_round
+from runner.round.context import FocusedTest, Progress, RoundPlan, open_round
 from runner.round.judge_files import check_scope
 from runner.round.kernel_facts import FactsJob
 from runner.round.logs import close_round
@@ -122,7 +122,7 @@ def validate_round(
 
 
 def _validate_in(
-    rnd: Round,
+    rnd: RoundPlan,
     request: Request,
     patch: str,
     touched: list[str],
@@ -175,7 +175,7 @@ def _validate_in(
 
 
 def _audited_trees(
-    rnd: Round,
+    rnd: RoundPlan,
     trees: contextlib.ExitStack,
     head: str,
     request: Request,
@@ -204,7 +204,7 @@ def _audited_trees(
 
 
 def _closed_failure(
-    rnd: Round,
+    rnd: RoundPlan,
     request: Request,
     patch: str,
     touched: list[str],
@@ -224,7 +224,7 @@ def _closed_failure(
 
 
 def _refuse_incorrect(
-    rnd: Round,
+    rnd: RoundPlan,
     request: Request,
     patch: str,
     gate: GateResult,
@@ -240,7 +240,7 @@ def _refuse_incorrect(
 
 
 def _checkout_after(
-    rnd: Round, request: Request, patch: str, touched: list[str], restores: bool
+    rnd: RoundPlan, request: Request, patch: str, touched: list[str], restores: bool
 ) -> list[str]:
     """After a rollback or failure: the checkout back to the lineage head, the edit
     kept (``runner.flow.checkout``); the lines for the round's reasons."""
@@ -250,7 +250,7 @@ def _checkout_after(
 
 
 def _open_round(
-    rnd: Round, request: Request, patch: str, diffs: Sequence[FingerprintDiff]
+    rnd: RoundPlan, request: Request, patch: str, diffs: Sequence[FingerprintDiff]
 ) -> RoundResult:
     """The round's folder with its patch (``candidate.open_round_dir``), and a recorded
     override of a blocking environment difference; returns the current best."""
@@ -265,7 +265,7 @@ def _open_round(
 
 
 def _guarded(
-    rnd: Round,
+    rnd: RoundPlan,
     request: Request,
     roles: dict[str, Path],
     touched: list[str],
@@ -299,7 +299,7 @@ def _guarded(
 
 
 def _measure_and_judge(
-    rnd: Round,
+    rnd: RoundPlan,
     request: Request,
     inc_tree: Path,
     cand_tree: Path,
@@ -336,7 +336,7 @@ def _measure_and_judge(
 
 
 def _confirmed(
-    rnd: Round,
+    rnd: RoundPlan,
     request: Request,
     got: Judged,
     trees: dict[str, Path],

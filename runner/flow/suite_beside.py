@@ -38,7 +38,7 @@ from runner.core.suite_yield_names import (
     YIELD_ENV,
 )
 from runner.measure.beside import BesideWork
-from runner.round.context import BesideStartUp, Round
+from runner.round.context import BesideStartUp, RoundPlan
 from runner.store.acceptance import FullSuiteInfo
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -205,7 +205,7 @@ class SuiteBeside(BesideStartUp):
     work and no turn waits for its end.  Elsewhere it is a ``BesideStartUp`` (``why_not``)."""
 
     def __init__(
-        self, rnd: Round, command: str, folder: Path, work: Callable[[dict[str, str]], None]
+        self, rnd: RoundPlan, command: str, folder: Path, work: Callable[[dict[str, str]], None]
     ) -> None:
         self.why_not = unpausable(command) if self.possible(rnd) else None
         self.yielder: SuiteYield | None = None

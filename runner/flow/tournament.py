@@ -44,7 +44,7 @@ from runner.measure.beside import BesideWork
 from runner.render.figures import fmt_gain
 from runner.round.build import Built, built_roles, describe
 from runner.round.candidate import advance, audit, closed_transfer, lineage_commit, open_round_dir
-from runner.round.context import Progress, Round, open_round
+from runner.round.context import Progress, RoundPlan, open_round
 from runner.round.judge_files import check_scope
 from runner.round.kernel_facts import FactsJob
 from runner.round.logs import close_round
@@ -172,11 +172,11 @@ def _check_distinct(requests: Sequence[Request]) -> None:
         first[body] = request.round
 
 
-def _open_round(rnd: Round, entry: Entry) -> None:
+def _open_round(rnd: RoundPlan, entry: Entry) -> None:
     open_round_dir(rnd.campaign, entry.n, entry.patch)
     entry.dir = rnd.tmp / f"round-{entry.n}"
     entry.dir.mkdir()
-    entry.view = Round(  # what its records are judged and written from; it runs no job
+    entry.view = RoundPlan(  # what its records are judged and written from; it runs no job
         rnd.campaign,
         rnd.executor,
         rnd.progress,
@@ -188,7 +188,7 @@ def _open_round(rnd: Round, entry: Entry) -> None:
     )
 
 
-def _run(rnd: Round, entries: list[Entry], started: str) -> list[RoundResult]:
+def _run(rnd: RoundPlan, entries: list[Entry], started: str) -> list[RoundResult]:
     m = rnd.manifest
     lineage = rnd.lineage
     head = lineage.head()
@@ -238,7 +238,7 @@ def _run(rnd: Round, entries: list[Entry], started: str) -> list[RoundResult]:
 
 
 def _build(
-    rnd: Round,
+    rnd: RoundPlan,
     stack: contextlib.ExitStack[bool | None],
     roles: dict[str, Path],
     live: Sequence[Entry],
@@ -258,7 +258,7 @@ def _build(
             del roles[culprit.role]
 
 
-def _audit(rnd: Round, entry: Entry, inc_tree: Path) -> None:
+def _audit(rnd: RoundPlan, entry: Entry, inc_tree: Path) -> None:
     """Snapshot the entry's kernel, audit its change (vetoes), restore the head's
     focused test files in its tree; an entry refused before measuring snapshots the
     head's kernel (every round is snapshotted, measured or not)."""
@@ -280,7 +280,7 @@ def _audit(rnd: Round, entry: Entry, inc_tree: Path) -> None:
 
 
 def _tampered(
-    rnd: Round,
+    rnd: RoundPlan,
     entries: Sequence[Entry],
     before: Mapping[str, TreeState],
     guarded: tuple[str, ...],
@@ -296,7 +296,7 @@ def _tampered(
 
 # ---- closing -------------------------------------------------------------------------
 def _close(
-    rnd: Round, entries: list[Entry], started: str, head: str, failed_all: str | None
+    rnd: RoundPlan, entries: list[Entry], started: str, head: str, failed_all: str | None
 ) -> list[RoundResult]:
     """Every entry's records in round order, then, for the winner, the lineage commit
     (made before the records, the ref moved after them, as a single round does)."""
@@ -337,7 +337,7 @@ def _close(
 
 
 def _judged_result(
-    view: Round,
+    view: RoundPlan,
     entry: Entry,
     started: str,
     best: RoundResult,

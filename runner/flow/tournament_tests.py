@@ -13,10 +13,10 @@ from runner.compare.entries import Entry
 from runner.core.errors import FocusedTestFailed, Tampered
 from runner.core.files import copy_plain_tree
 from runner.measure.paired import supports_paired
-from runner.round.context import BesideStartUp, Round, run_focused_test
+from runner.round.context import BesideStartUp, RoundPlan, run_focused_test
 
 
-def focused_tests(rnd: Round, entries: Sequence[Entry]) -> None:
+def focused_tests(rnd: RoundPlan, entries: Sequence[Entry]) -> None:
     """Every measurable entry's focused test, before anything is timed (a vetoed entry
     still records its test, as a single round does); a failure vetoes that entry alone.
     The tests run side by side, nothing is timed while they run: all at once on a GPU
@@ -61,7 +61,7 @@ class EntryTests(BesideStartUp):
     Elsewhere they run at once, before any worker starts, as they always did.  Leave
     through ``close()``, which waits for the thread and clears the hook."""
 
-    def __init__(self, rnd: Round, entries: Sequence[Entry]) -> None:
+    def __init__(self, rnd: RoundPlan, entries: Sequence[Entry]) -> None:
         self.entries = list(entries)
         self._vetoes = {e.role: len(e.vetoes) for e in self.entries}
         self._failures = {e.role: e.failure for e in self.entries}

@@ -37,7 +37,7 @@ from runner.targets.base import Target
 from runner.targets.registry import get_target
 
 if TYPE_CHECKING:
-    from runner.round.context import Round
+    from runner.round.context import RoundPlan
     from runner.store.manifest import Manifest
 
 WORKSPACES = "workspaces"
@@ -111,7 +111,7 @@ def create_workspace(
 
 
 def integration_gate(
-    rnd: Round, head_tree: Path, log_path: Path
+    rnd: RoundPlan, head_tree: Path, log_path: Path
 ) -> tuple[bool, str, Callable[[], str] | None]:
     """Sync back, build, upstream focused test; returns (ok, detail, a ``commit``
     callable that records the result on the upstream branch)."""

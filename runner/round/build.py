@@ -19,7 +19,7 @@ toolchain, the commands):
 So the lineage head is compiled once: a rolled-back round leaves its build cached,
 and an accepted candidate's build is the next round's incumbent's.  Every job of the
 role then runs in a fresh process on that build (the plan ``built_roles`` yields hands
-it to the job: ``Round.worker_job``).
+it to the job: ``RoundPlan.worker_job``).
 What each role got, how long it took and why goes into ``builds.json`` and the
 round's reasons.
 """
@@ -36,7 +36,7 @@ from runner.core.artifact_names import BUILDS
 from runner.core.files import write_atomic
 from runner.executors.base import BuildJob, BuiltRole
 from runner.executors.build_cache import BuildCache, build_key, native_inputs
-from runner.round.context import Round
+from runner.round.context import RoundPlan
 from runner.round.tamper_check import BuildWatch
 
 _ORDER = ("baseline", "incumbent", "candidate", "final")
@@ -109,18 +109,18 @@ def _write_record(
 @dataclass(frozen=True)
 class Built:
     """What ``built_roles`` gives a round while its builds are held: ``plan``, the
-    round's plan with each tree's build (``Round.builds``) and the roles' tree folders
-    read-only to each other (``Round.role_dirs``), from which every job of the round
+    round's plan with each tree's build (``RoundPlan.builds``) and the roles' tree folders
+    read-only to each other (``RoundPlan.role_dirs``), from which every job of the round
     runs; ``roles``: each role's build in build order (none for a target without
     native code)."""
 
-    plan: Round
+    plan: RoundPlan
     roles: tuple[BuiltRole, ...] = ()
 
 
 @contextlib.contextmanager
 def built_roles(
-    rnd: Round, roles: Mapping[str, Path], changed: Sequence[str] | None = None
+    rnd: RoundPlan, roles: Mapping[str, Path], changed: Sequence[str] | None = None
 ) -> Iterator[Built]:
     """Give every role of ``roles`` (role -> tree) its build for this round: the
     plan it yields hands each of its jobs its role's build; the per-round parts are
@@ -129,9 +129,9 @@ def built_roles(
     the files the candidate's change touches (None: no change).
 
     Every role's tree is read-only to every other role's processes: the plan's
-    ``role_dirs`` (``Round.guarding``: the roles' folders, unless ``rnd`` names them)
+    ``role_dirs`` (``RoundPlan.guarding``: the roles' folders, unless ``rnd`` names them)
     make the other trees read-only to each role's build commands (its setup.py runs
-    arbitrary code) as to its jobs (``Round.readonly``, ``runner.executors.isolation``),
+    arbitrary code) as to its jobs (``RoundPlan.readonly``, ``runner.executors.isolation``),
     and a ``BuildWatch`` fails the round as ``Tampered`` when a role's tree changed
     while another role built (where namespaces are off or unavailable)."""
     guarded = rnd.guarding(roles)
@@ -144,7 +144,7 @@ def built_roles(
 
 
 def _key(
-    rnd: Round,
+    rnd: RoundPlan,
     tree: Path,
     archs: str | None,
     commands: tuple[tuple[str, ...], ...],
@@ -159,7 +159,7 @@ def _key(
 
 @contextlib.contextmanager
 def _builds(
-    rnd: Round, roles: Mapping[str, Path], changed: Sequence[str] | None
+    rnd: RoundPlan, roles: Mapping[str, Path], changed: Sequence[str] | None
 ) -> Iterator[dict[str, BuiltRole]]:
     """Every role's build (role -> its build, in build order), released afterwards."""
     target = rnd.target

@@ -19,7 +19,7 @@ from runner.core.outcomes import GateResult, TransferCheck
 from runner.core.pause_points import pause_point
 from runner.judge.vetoes import audit_candidate
 from runner.render.summary import commit_message
-from runner.round.context import Round
+from runner.round.context import RoundPlan
 from runner.round.judge_files import judge_digests, restore_judge, scope_notes
 from runner.round.result import behaviour_transfer
 from runner.store.campaign import Campaign
@@ -56,7 +56,7 @@ class Audited:
 
 
 def audit(
-    rnd: Round,
+    rnd: RoundPlan,
     n: int,
     out: Path,
     trees: tuple[Path, Path],
@@ -83,7 +83,7 @@ def audit(
 
 
 def closed_transfer(
-    rnd: Round, transfer: TransferCheck, rejects: bool, gate: GateResult
+    rnd: RoundPlan, transfer: TransferCheck, rejects: bool, gate: GateResult
 ) -> TransferCheck:
     """The transfer check with the verdict's gain (none as real where the audit rejects
     the change) and what the workers saw (``result.behaviour_transfer``)."""
@@ -93,7 +93,7 @@ def closed_transfer(
 
 
 def lineage_commit(
-    rnd: Round, n: int, hypothesis: str, gate: GateResult, head: str, patch: str
+    rnd: RoundPlan, n: int, hypothesis: str, gate: GateResult, head: str, patch: str
 ) -> str:
     """The accepted round ``n``'s commit on ``head`` (no ref moves: ``advance`` does,
     once the records are written)."""
@@ -102,7 +102,7 @@ def lineage_commit(
     return rnd.lineage.make_commit(head, patch, message)
 
 
-def advance(rnd: Round, commit: str, head: str) -> None:
+def advance(rnd: RoundPlan, commit: str, head: str) -> None:
     """The lineage ref (and the user's branch where the manifest asks) moved to the
     accepted ``commit``: the last step of a round, after its records."""
     pause_point("advance")

@@ -25,14 +25,7 @@ from runner.executors.base import BuiltRole, Executor, WorkerJob
 from runner.executors.build_cache import BuildCache
 from runner.executors.gpus import allocator_env, detect_vendor, gpu_env
 from runner.executors.isolation import interpreter_roots, protect
-from runner.executors.jit_cache import (
-    claim,
-    content_key,
-    jit_root,
-    prune,
-    role_folder,
-    seed,
-)
+from runner.executors.jit_cache import JitFolders, jit_root
 from runner.judge.peaks import device_memory_for
 from runner.measure.beside import NOTHING_BESIDE, BesideWork
 from runner.measure.host import job_in, read_memory_log, run_job
@@ -58,9 +51,14 @@ STEADY_MALLOC = {
 }
 
 
-@dataclass
-class Round:
-    """What one round needs while it runs."""
+@dataclass(frozen=True)
+class RoundPlan:
+    """What one round (or acceptance run) is, set once when it opens (``open_round``):
+    its campaign, executor, progress, scratch folder, number, level, GPUs, whether it
+    is the acceptance, and its step clock.  What its steps make is handed on as values
+    or as a new plan (``dataclasses.replace``): the builds and the roles' folders by
+    ``runner.round.build.built_roles``, the judge files' expectations by the
+    candidate's audit (``runner.round.candidate.Audited.expect``)."""
 
     campaign: Campaign
     executor: Executor
@@ -69,10 +67,12 @@ class Round:
     round: int
     level: str
     gpus: tuple[int, ...] = ()
-    builds: dict[Path, BuiltRole] = field(default_factory=dict)  # tree -> its build
+    builds: Mapping[Path, BuiltRole] = field(default_factory=dict)  # tree -> its build
     # The folders of the round's role trees: a job may not write any but its own.
     role_dirs: tuple[Path, ...] = ()
-    jit_folders: dict[tuple[str, Path], Path] = field(default_factory=dict)  # (role, tree)
+    # each (role, tree)'s JIT cache folder, claimed once for the round (shared by the
+    # plans made from this one)
+    jit_folders: JitFolders = field(default_factory=JitFolders, compare=False, repr=False)
     # ``campaign accept``'s full validation (runner.flow.accept), not a round
     acceptance: bool = False
     # the wall time of each of its steps (runner.core.step_times), into its record
@@ -140,7 +140,7 @@ class Round:
         fields = self.manifest.timing.model_dump()
         return TimingSettings(cache_mode=self.manifest.cache_mode, **fields)
 
-    def guarding(self, roles: Mapping[str, Path]) -> Round:
+    def guarding(self, roles: Mapping[str, Path]) -> RoundPlan:
         """This plan with the folders of ``roles``' trees read-only to each other's
         builds and jobs (``role_dirs``: ``role_folders``), unless it names them
         already."""
@@ -210,15 +210,8 @@ class Round:
         job of the role found it; ``runner.executors.jit_cache``), claimed for the
         round (never pruned while it runs), a new one seeded with copies of the
         lineage's folders; then the folders beyond the size limit that no running
-        round claimed are pruned."""
-        if (role, tree) not in self.jit_folders:
-            root = jit_root(self.campaign.root.parent)
-            folder = role_folder(root, role, content_key(tree))
-            claim(root, folder, self.tmp)
-            seed(root, folder)
-            prune(root)
-            self.jit_folders[(role, tree)] = folder
-        return self.jit_folders[(role, tree)]
+        round claimed are pruned (``runner.executors.jit_cache.JitFolders``)."""
+        return self.jit_folders.folder(role, tree, self.campaign.root.parent, self.tmp)
 
     def readonly(self, tree: Path, *, interpreter: bool = False) -> tuple[Path, ...]:
         """What a job on ``tree`` may not write: the other roles' tree folders, the
@@ -306,18 +299,18 @@ def open_round(
     acceptance: bool = False,
     workdir: Path | None = None,
     times: StepTimes | None = None,
-) -> Iterator[Round]:
+) -> Iterator[RoundPlan]:
     """The one way a flow opens round ``n`` that measures (baseline, VALIDATE, a
     tournament, acceptance, a reproduction), under ``locked``: exclusive leases on its
     GPUs, then its scratch folder (a job folder removed afterwards, or ``workdir``), then
-    its ``Round``; ``times``: the flow's step recorder when it started before (a new one
+    its ``RoundPlan``; ``times``: the flow's step recorder when it started before (a new one
     otherwise)."""
     times = times if times is not None else StepTimes()
     with contextlib.ExitStack() as stack:
         with times.step("lease and scratch folder"):
             stack.enter_context(gpu_lease(gpus, campaign, n))
             tmp = workdir or stack.enter_context(job_dir(campaign.root, campaign.name))
-        yield Round(
+        yield RoundPlan(
             campaign,
             executor,
             progress,
@@ -332,7 +325,7 @@ def open_round(
 
 # ---- passes --------------------------------------------------------------------------
 def run_command_in(
-    rnd: Round,
+    rnd: RoundPlan,
     name: str,
     tree: Path,
     command: str,
@@ -356,7 +349,7 @@ def run_command_in(
 
 
 def run_focused_test(
-    rnd: Round,
+    rnd: RoundPlan,
     role: str,
     tree: Path,
     threads: int | None = None,
@@ -409,7 +402,7 @@ class BesideStartUp:
     ``seconds`` it ran; leave through ``close()`` (or use
     it as a context manager), which waits for the thread and clears the hook."""
 
-    def __init__(self, rnd: Round, name: str, work: Callable[[], None]) -> None:
+    def __init__(self, rnd: RoundPlan, name: str, work: Callable[[], None]) -> None:
         self.rnd = rnd
         self.seconds = 0.0  # how long ``work`` ran
         self._work = work
@@ -423,7 +416,7 @@ class BesideStartUp:
             self._run()
 
     @staticmethod
-    def possible(rnd: Round) -> bool:
+    def possible(rnd: RoundPlan) -> bool:
         """Whether ``rnd`` has a start-up to run work beside: a GPU target measured by
         serving workers."""
         return rnd.gpu_target and supports_paired(rnd.executor)
@@ -486,7 +479,7 @@ class FocusedTest(BesideStartUp):
     ``wait()``."""
 
     def __init__(
-        self, rnd: Round, role: str, tree: Path, expect: Mapping[str, str] | None = None
+        self, rnd: RoundPlan, role: str, tree: Path, expect: Mapping[str, str] | None = None
     ) -> None:
         self.ok = False
         self.tail = ""

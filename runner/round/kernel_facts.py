@@ -37,7 +37,7 @@ from runner.core.files import write_atomic
 from runner.core.isa_facts import ARCHS, KernelEntry, KernelFacts, Kernels
 from runner.core.processes import run
 from runner.core.step_times import StepTimes
-from runner.round.context import Round
+from runner.round.context import RoundPlan
 from runner.store.campaign import Campaign
 from runner.store.manifest import Manifest
 from runner.store.workspace import code_root
@@ -138,7 +138,7 @@ def cache_dir() -> Path:
 
 
 # What runs a compile process (it imports the measured tree's code): a round's
-# ``Round.isolate``, which protects everything but the compile's output; None: as it is.
+# ``RoundPlan.isolate``, which protects everything but the compile's output; None: as it is.
 Guard = Callable[[Sequence[str], Path, Sequence[Path]], list[str]]
 
 
@@ -262,7 +262,7 @@ def round_facts(
 ) -> KernelFacts:
     """The record of a round's facts: arch, Triton version, each role's kernels and the
     warnings of the candidate against the incumbent; ``note`` says why there are none.
-    ``guard``: how each compile process is run (a round's: isolated, ``Round.isolate``)."""
+    ``guard``: how each compile process is run (a round's: isolated, ``RoundPlan.isolate``)."""
     arch = facts_arch(campaign.manifest)
     triton = triton_version()
     if triton is None:
@@ -285,11 +285,11 @@ def round_facts(
 
 class FactsJob:
     """``round_facts`` of a round's trees in a thread beside its measurement, each
-    compile isolated as the round's jobs are (``Round.isolate``, the other trees
-    read-only: ``Round.guarding``), whether or not the builds have begun; ``result``
+    compile isolated as the round's jobs are (``RoundPlan.isolate``, the other trees
+    read-only: ``RoundPlan.guarding``), whether or not the builds have begun; ``result``
     waits."""
 
-    def __init__(self, rnd: Round, trees: dict[str, Path]) -> None:
+    def __init__(self, rnd: RoundPlan, trees: dict[str, Path]) -> None:
         campaign = rnd.campaign
         self._arch = facts_arch(campaign.manifest)
         self._out = KernelFacts.none(self._arch, None, "the compile did not finish")

@@ -35,7 +35,7 @@ from runner.judge.scoring import component_metrics
 from runner.judge.vetoes import state_transfer
 from runner.measure.paired import launch_notes
 from runner.measure.passes import fresh_gains, state_report
-from runner.round.context import Round
+from runner.round.context import RoundPlan
 from runner.round.kernel_facts import save_isa
 from runner.store.campaign import Campaign
 from runner.store.roundfiles import artifact_list, describe_patch, store_artifacts
@@ -88,7 +88,7 @@ class Request:
         )
 
 
-def behaviour_transfer(rnd: Round, transfer: TransferCheck, gate: GateResult) -> TransferCheck:
+def behaviour_transfer(rnd: RoundPlan, transfer: TransferCheck, gate: GateResult) -> TransferCheck:
     """The transfer check updated from what the workers saw: state kept between calls
     (the 8-step simulation's hit rate) and the paired real-training-step gain."""
     passes = {
@@ -108,7 +108,7 @@ def behaviour_transfer(rnd: Round, transfer: TransferCheck, gate: GateResult) ->
 
 
 def veto_only(
-    rnd: Round, vetoes: list[str], shapes: list[Shape]
+    rnd: RoundPlan, vetoes: list[str], shapes: list[Shape]
 ) -> tuple[GateResult, Score, Score]:
     metric = component_metrics(rnd.manifest.primary_metric)[0]  # the one the records show
     empty = Score(
@@ -242,7 +242,7 @@ class _Shared(TypedDict):
     platform: str | None
 
 
-def _shared_fields(rnd: Round, request: Request, change: str, started: str) -> _Shared:
+def _shared_fields(rnd: RoundPlan, request: Request, change: str, started: str) -> _Shared:
     """What every round's result holds whatever its verdict: the round, its request,
     the change, its times, the commands, the baseline and the artifacts (stored
     first)."""
@@ -265,7 +265,7 @@ def _shared_fields(rnd: Round, request: Request, change: str, started: str) -> _
 
 
 def round_result(
-    rnd: Round,
+    rnd: RoundPlan,
     request: Request,
     patch: str,
     touched: list[str],
@@ -312,7 +312,7 @@ def round_result(
     )
 
 
-def attach_facts(rnd: Round, result: RoundResult, facts: KernelFacts | None) -> None:
+def attach_facts(rnd: RoundPlan, result: RoundResult, facts: KernelFacts | None) -> None:
     """The round's kernel facts into its record, each role's ISA under profiles/round-N/
     (``runner.round.kernel_facts``, docs/analysis.md)."""
     if facts is None:
@@ -321,7 +321,7 @@ def attach_facts(rnd: Round, result: RoundResult, facts: KernelFacts | None) -> 
 
 
 def failed_result(
-    rnd: Round,
+    rnd: RoundPlan,
     request: Request,
     patch: str,
     touched: list[str],

@@ -26,14 +26,14 @@ from runner.store.upstream_quick import (
 )
 
 if TYPE_CHECKING:
-    from runner.round.context import Round
+    from runner.round.context import RoundPlan
 
 
-def has_upstream_quick(rnd: Round) -> bool:
+def has_upstream_quick(rnd: RoundPlan) -> bool:
     return load_record(rnd.campaign.root) is not None
 
 
-def run_quick(rnd: Round, tree: Path, role: str, log_name: str) -> str:
+def run_quick(rnd: RoundPlan, tree: Path, role: str, log_name: str) -> str:
     """Run the campaign's quick_test_bench.py on ``tree`` through the executor; the log
     and the CSV go into the round's artifacts.  Returns the log text."""
     campaign = rnd.campaign
