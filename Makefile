@@ -40,12 +40,17 @@ PYTEST_PARALLEL := -n $(PYTEST_WORKERS)
 # file, the Triton compiles, first; tests/ has its own order (tests/conftest.py)
 EXAMPLES_ORDER := --dist loadfile --loadscope-reorder
 
+# The lint and type checks run first (`make check`).  CHECK= leaves them out where they
+# have just run: .ci/run runs `make check` beside its service set-up, then `make test
+# CHECK=`, so they run once there.
+CHECK ?= check
+
 # Each file runs in one worker, in its order (pyproject's addopts: --dist loadfile, the
 # longest files first: tests/conftest.py FILE_SECONDS).  The example package's
 # own tests run first, in processes of their own: its ahead-of-time Triton compiles for
 # gfx942 failed (v.size() == 2 in the FNUZ conversion) in workers that ran the file
 # split over two workers, as `--dist load` (xdist's default) did at 9f4b54a (2 of 142).
-test: install check
+test: install $(CHECK)
 	rc=0; \
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) $(EXAMPLES_ORDER) examples/tests || rc=$$?; \
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) tests || rc=$$?; \

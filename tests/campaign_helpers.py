@@ -17,6 +17,10 @@ far above any threshold.
 The demo's own speed-up (+13-20% on these shapes alone, less with other work
 beside it) is not large enough for that.
 
+``speedup_round(campaign)``: round 2 of a copy of that slow-base campaign, the
+speed-up validated (any verdict), each round's fingerprint recorded as the CLI's round
+hook records it.
+
 ``build_once(tmp_path_factory, name, build)``: ``build(folder)`` run once per test
 session into ``<session tmp>/shared-<name>``, even when pytest-xdist runs the suite in
 several workers (they share the session's temporary root; a file lock makes the
@@ -140,6 +144,21 @@ def tiny_campaign(
 def speedup_patch(root: Path) -> str:
     """The patch that removes the slow base's waste (``tiny_campaign(slow_base=True)``)."""
     return (root / "speedup.patch").read_text(encoding="utf-8")
+
+
+def speedup_round(campaign: Campaign) -> None:
+    """See the module docstring; ``campaign`` lies in ``<root>/campaigns`` beside its
+    ``speedup.patch``."""
+    from runner.executors.local import LocalExecutor
+    from runner.flow.rounds import Request, validate_round
+    from runner.store.fingerprint_check import record_fingerprint
+
+    record_fingerprint(campaign, 1, target_commit=campaign.manifest.base_commit)
+    campaign = Campaign.load(campaign.root)
+    fast = speedup_patch(campaign.root.parent.parent)
+    request = Request(2, "quantise the FP8 weight once", fast)
+    validate_round(campaign, LocalExecutor(), request, progress=lambda _m: None)
+    record_fingerprint(Campaign.load(campaign.root), 2)
 
 
 def build_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:

@@ -16,6 +16,12 @@ To reuse a demo built earlier (the sources it names must still exist), set
 (the campaign ``t`` with its baseline, its source, ``speedup.patch``) built once per
 session, for the tests that need a verdict that noise cannot turn; take copies.
 
+``slow_tiny_speedup``: the folder of a copy of ``slow_tiny`` with its round 2, the
+speed-up (``campaign_helpers.speedup_round``), built once per session: the suite's
+one real round of that change on that campaign, which the tests that read a closed
+round of it share (tests/test_adversarial.py asserts it ACCEPTED and unflagged,
+tests/test_bundle.py exports and reproduces it); take copies to write.
+
 ``copy_campaign(base, dest, name)``: a copy of a campaign built once per module (its
 folder ``base`` holds the source repository and the campaigns root), repointed at the
 copied source, so every test gets its own lineage without paying for a baseline.
@@ -161,6 +167,18 @@ def slow_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_once(
         tmp_path_factory, "slow-tiny", lambda root: tiny_campaign(root, "t", slow_base=True)
     )
+
+
+@pytest.fixture(scope="session")
+def slow_tiny_speedup(slow_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from campaign_helpers import speedup_round
+
+    from runner.store.campaign import Campaign
+
+    def build(folder: Path) -> None:
+        speedup_round(Campaign.load(_copy_campaign(slow_tiny, folder / "copy", "t")))
+
+    return build_once(tmp_path_factory, "slow-tiny-speedup", build) / "copy"
 
 
 @pytest.fixture

@@ -319,12 +319,16 @@ def test_a_uniform_only_grouped_gemm_is_vetoed(grouped: Campaign) -> None:
 # ---------------------------------------------------------------- honest patches
 
 
-def test_an_honest_speedup_is_not_flagged(fp8: Campaign) -> None:
+def test_an_honest_speedup_is_not_flagged(slow_tiny_speedup: Path) -> None:
     """The honest speed-up on the slow base (about 1.6x; no noise of a busy 2-core
     machine turns it) is ACCEPTED, measured paired and interleaved, and no guard flags
-    it.  It is also the red-team suite's honest counterpart (tests/test_redteam.py)."""
-    patch = speedup_patch(fp8.root.parent.parent)
-    result, summary = validate(fp8, "quantise the FP8 weight once", patch)
+    it.  It is also the red-team suite's honest counterpart (tests/test_redteam.py).
+    The round is the session's (conftest ``slow_tiny_speedup``), read here."""
+    fp8 = Campaign.load(slow_tiny_speedup / "campaigns" / "t")
+    result = fp8.load_result(2)
+    summary = fp8.summary_path(2).read_text(encoding="utf-8")
+    patch = (fp8.round_dir(2) / "candidate.patch").read_text(encoding="utf-8")
+    assert result.round == 2 and patch == speedup_patch(slow_tiny_speedup)
     assert result.status is Status.ACCEPTED, result.reasons
     # paired and interleaved: B C C B (a B B C C order would pair drift with the change)
     turns = fp8.artifacts_dir(result.round) / "turns.jsonl"

@@ -2,11 +2,11 @@
 source, the way a user does on another host; tampered bundles are refused and a
 different environment is reported.
 
-One campaign for the module: a copy of the session's ``slow_tiny`` (tiny shapes, its
-baseline; conftest) and one round, the patch that removes the slow base's waste; its
-fingerprints are written with ``record_fingerprint`` the way the round hook does.
-Whatever that round's verdict on this machine (accepted or rolled back), reproduce
-compares against what was recorded.
+One campaign for the module: a copy of the session's ``slow_tiny_speedup`` (conftest:
+``slow_tiny``, tiny shapes and its baseline, and one round, the patch that removes the
+slow base's waste; its fingerprints written with ``record_fingerprint`` the way the
+round hook does).  Whatever that round's verdict on this machine (accepted or rolled
+back), reproduce compares against what was recorded.
 """
 
 from __future__ import annotations
@@ -19,13 +19,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from campaign_helpers import plant_slow_base, speedup_patch
+from campaign_helpers import plant_slow_base
 
 from runner.cli import main
 from runner.core.errors import ConfigError, FingerprintMismatch
-from runner.executors.local import LocalExecutor
 from runner.flow.new_campaign import fresh_example_copy
-from runner.flow.rounds import Request, validate_round
 from runner.portable.bundle import BUNDLE_YAML, CHECKSUMS, open_bundle, write_checksums
 from runner.portable.reproduce import find_base
 from runner.store.campaign import Campaign
@@ -33,31 +31,20 @@ from runner.store.fingerprint_check import (
     OVERRIDE_NAME,
     check_round_comparable,
     fingerprint_path,
-    record_fingerprint,
 )
 
 pytestmark = pytest.mark.integration
 
 
-def quiet(_message: str) -> None:
-    pass
-
-
 @pytest.fixture(scope="module")
 def campaign(
-    slow_tiny: Path,
+    slow_tiny_speedup: Path,
     tmp_path_factory: pytest.TempPathFactory,
     copy_campaign: Callable[[Path, Path, str], Path],
 ) -> Campaign:
-    """A private copy of ``slow_tiny`` (no baseline of its own) and its round 2."""
+    """A private copy of ``slow_tiny_speedup`` (no baseline or round of its own)."""
     root = tmp_path_factory.mktemp("bundle") / "copy"
-    c = Campaign.load(copy_campaign(slow_tiny, root, "t"))
-    record_fingerprint(c, 1, target_commit=c.manifest.base_commit)
-    c = Campaign.load(c.root)
-    fast = speedup_patch(root)
-    validate_round(c, LocalExecutor(), Request(2, "quantise the weight once", fast), progress=quiet)
-    record_fingerprint(c, 2)
-    return Campaign.load(c.root)
+    return Campaign.load(copy_campaign(slow_tiny_speedup, root, "t"))
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,12 @@ ran in both files.
 
 Keep it growing: every shortcut that once got through stays here.
 
-One baseline campaign is built per module and copied for every test (source repo and
-campaign folder together), so each round starts from the same lineage head.  The
-verdicts do not depend on timing noise: every catch below is a check (audit, sampled
-timed outputs, harness bindings, the 8-step simulation), not a speed comparison.
+Every test takes a copy of one module campaign (source repo and campaign folder
+together), so each round starts from the same lineage head: the session's ``slow_tiny``
+(conftest; every patch here applies on its slow base too) on three target shapes, so
+no baseline of its own is measured.  The verdicts do not depend on timing noise: every
+catch below is a check (audit, sampled timed outputs, harness bindings, the 8-step
+simulation), not a speed comparison.
 """
 
 from __future__ import annotations
@@ -24,14 +26,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from campaign_helpers import tiny_campaign
 
 import runner
+from runner.compare.loop import ROUND_CAP_ENV
 from runner.core.cgroup import WorkerCgroup
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.isolation import isolation_works
 from runner.executors.local import LocalExecutor
 from runner.flow.rounds import Request, validate_round
+from runner.flow.settings import set_gate_field
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 
@@ -44,15 +47,22 @@ PATCHES = Path(__file__).parent / "data" / "redteam"
 # shortcut aimed at today's module, so it still reaches the code it targets (a
 # rebinding that missed would leave every guard untested and the round would pass).
 HARNESS_MOVED = {'"ner.bench."': '"ner.worker.bench."'}
-TARGETS = ["tiny-16x688x512", "tiny-32x688x512", "tiny-32x1376x512"]
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A CPU demo campaign (gemm_fp8 blockwise, two small target shapes) with its
-    baseline: built once, copied by ``campaign``."""
-    root = tmp_path_factory.mktemp("redteam-base")
-    tiny_campaign(root, "redteam", target_shapes=TARGETS, heldout=False)
+def base(
+    slow_tiny: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    copy_campaign: Callable[[Path, Path, str], Path],
+) -> Path:
+    """A copy of ``slow_tiny`` (gemm_fp8 blockwise, its baseline) on its three smallest
+    target shapes, all of them representative: the folder ``campaign`` copies."""
+    root = tmp_path_factory.mktemp("redteam-base") / "base"
+    campaign = Campaign.load(copy_campaign(slow_tiny, root, "t"))
+    three = json.dumps(list(campaign.manifest.target_shapes)[:3])
+    why = "test_redteam: the guards are under test, not the shapes"
+    set_gate_field(campaign, "representative_shapes", three, why)
+    set_gate_field(campaign, "target_shapes", three, why)
     return root
 
 
@@ -60,8 +70,8 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def campaign(
     base: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
 ) -> Campaign:
-    """A private copy of the baseline campaign and its source repository."""
-    return Campaign.load(copy_campaign(base, tmp_path / "rt", "redteam"))
+    """A private copy of the module's campaign and its source repository."""
+    return Campaign.load(copy_campaign(base, tmp_path / "rt", "t"))
 
 
 def run_round(
@@ -178,7 +188,8 @@ def test_obfuscated_frame_walk_is_caught_by_the_timed_output_check(campaign: Cam
     assert not any(r.startswith("over-fitting audit") for r in result.reasons), result.reasons
     caught(result, summary, "(sampled after the fact) differs from the reference")
     assert any("timed backward call" in r and "db_snr" in r for r in result.reasons)
-    assert any(r.startswith(f"candidate check: {TARGETS[0]}") for r in result.reasons)
+    first = campaign.manifest.target_shapes[0]
+    assert any(r.startswith(f"candidate check: {first}") for r in result.reasons)
 
 
 def test_clock_rebound_through_importlib_is_caught_by_the_binding_guard(
@@ -262,7 +273,12 @@ def test_a_module_shadow_in_the_harness_root_cannot_be_planted(campaign: Campaig
 # ------------------------------------------------------------------------- honest patches
 
 
-def test_a_legitimate_fp8_weight_cache_passes_the_simulation(campaign: Campaign) -> None:
+def test_a_legitimate_fp8_weight_cache_passes_the_simulation(
+    campaign: Campaign, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the verdict is not asserted (what the workers' simulation saw is): the first pairs
+    # are final, not pairs of a real speed-up measured up to the suite's cap
+    monkeypatch.setenv(ROUND_CAP_ENV, "1")
     result, summary = run_round(campaign, "legit_fp8_weight_cache", "keep the FP8 weight", "W1")
     assert "fresh activations, weight held still" in summary
     assert not any("8-step simulation" in r for r in result.reasons), result.reasons
