@@ -183,6 +183,7 @@ class Server:
             seeds = [self.spec.seed + 1000 * i for i in range(self.spec.check_seeds)]
             st.checks = [self.adapter.check(st.shape, self.device, s) for s in seeds]
             release_cached(self.device)  # the checks' float32 references, dropped
+            checked = time.perf_counter()
             for k in range(self.pool):
                 spacer_bytes = SPACER_UNIT * (1 + k) * (1 + len(st.cases) % 7)
                 st.spacers.append(torch.empty(spacer_bytes, dtype=torch.uint8, device=self.device))
@@ -193,6 +194,13 @@ class Server:
                 st.cases.append(case)
             if self.device != "cpu":
                 torch.cuda.synchronize()
+            log.info(
+                "shape %s: checks %.1f s, %d first calls %.1f s",
+                st.shape.label,
+                checked - t0,
+                self.pool,
+                time.perf_counter() - checked,
+            )
         except Exception as exc:  # a shape that raises still gets a FAIL row
             out_of_memory(exc, st.shape.label, self.out_dir)
             log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())
