@@ -19,7 +19,7 @@ from runner.judge.audit_source import audit_source
 from runner.judge.representative import HELDOUT_SIZE_FACTOR, reserve_heldout
 from runner.judge.vetoes import inflation_veto
 from runner.worker.bench import timing
-from runner.worker.bench.integrity import BindingGuard, HarnessTampered, OutputSampler
+from runner.worker.bench.integrity import GUARDED, BindingGuard, HarnessTampered, OutputSampler
 from runner.worker.bench.statecheck import MODES, changed_paths, state_fingerprint, stateful_probe
 from runner.worker.cachesim import CacheProbe, simulate_training_steps
 
@@ -95,6 +95,23 @@ def test_binding_guard_names_a_replaced_harness_clock(monkeypatch: pytest.Monkey
         guard.verify()
     monkeypatch.undo()
     guard.verify()
+
+
+def test_binding_guard_holds_every_name_it_lists() -> None:
+    """Each guarded name resolves: a name the harness moved away would go unguarded."""
+    guard = BindingGuard()
+    assert len(guard._seen) == len(set(GUARDED))
+    with pytest.raises(LookupError, match=r"runner\.worker\.bench\.timing\.no_such_loop"):
+        BindingGuard([("runner.worker.bench.timing", "no_such_loop")])
+
+
+def test_binding_guard_names_a_replaced_timing_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The serving worker looks its per-turn loop up at each turn: a replaced one is named."""
+    from runner.worker.bench import worker_pass
+
+    guard = BindingGuard()
+    monkeypatch.setattr(worker_pass, "time_case", lambda *_a: None)
+    assert guard.changed() == ["runner.worker.bench.worker_pass.time_case"]
 
 
 def test_binding_guard_sees_a_replaced_module(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,7 @@ simulated devices with the split by measured seconds and the merge."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,7 @@ from runner.core.errors import (
     WorkerCrashed,
 )
 from runner.core.outcomes import Decision, Score, ShapeScore
+from runner.core.prepare_lock import DeviceLock, lock_path
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings, load_spec
 from runner.executors.local import LocalExecutor
@@ -60,7 +63,7 @@ from runner.measure.sharding import (
     shard_shapes,
 )
 from runner.measure.waves import pool_members, wave_size
-from runner.round.context import FocusedTest, RoundPlan
+from runner.round.context import BesideStartUp, FocusedTest, RoundPlan
 from runner.round.result import Request
 from runner.store.campaign import Campaign
 
@@ -785,6 +788,35 @@ def gpu_round(campaign_dir: Path, tmp: Path) -> tuple[RoundPlan, list[Shape]]:
     rnd = RoundPlan(campaign, LocalExecutor(), lambda message: None, tmp, 99, "quick")
     assert rnd.gpu_target and rnd.quick_gpu
     return rnd, level_shapes(campaign.manifest, "quick")
+
+
+def test_work_beside_the_start_up_keeps_workers_from_autotuning(
+    tiny_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Work run beside the workers' start-up on a GPU target (a focused test) runs
+    kernels on their device: while it runs, the host holds the device's preparation lock
+    shared, so a worker's exclusive hold (its autotune) cannot be taken."""
+    monkeypatch.setenv("CAMPAIGN_LEASE_DIR", str(tmp_path / "leases"))
+    rnd, _shapes = gpu_round(tiny_copy, tmp_path / "round")
+    rnd = replace(rnd, gpus=(3,))
+    path = lock_path(tmp_path / "leases", "3")
+    seen: list[str] = []
+
+    def work() -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # another preparing worker
+            seen.append("shared")
+        finally:
+            os.close(fd)
+
+    with BesideStartUp(rnd, "focused-test-candidate", work) as beside:
+        assert beside.beside and beside.wait()
+    assert seen == ["shared"]
+    with DeviceLock(path) as lock, lock.exclusive() as waited:  # free again after it
+        assert waited < 5.0
 
 
 @pytest.mark.integration

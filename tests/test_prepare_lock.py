@@ -1,6 +1,7 @@
-"""The device's preparation lock (runner.core.prepare_lock): real processes that take
-it never overlap, a holder killed with the lock frees it, the host names one file per
-physical device, and a serving worker on the CPU takes no lock."""
+"""The device's preparation lock (runner.core.prepare_lock): real processes that hold
+it alone never overlap, shared holders do while no one holds it alone, a holder killed
+with the lock frees it, the host names one file per physical device, and a serving
+worker on the CPU takes no lock."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import runner
-from runner.core.prepare_lock import PREPARE_LOCK_ENV, alone_on_device, device_key, lock_path
+from runner.core.prepare_lock import PREPARE_LOCK_ENV, DeviceLock, device_key, lock_path
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings
 from runner.executors.base import WorkerJob
@@ -28,23 +29,48 @@ ROOT = str(Path(runner.__file__).resolve().parent.parent)
 # Appends "start <pid> <time>" and "end <pid> <time>" around a held section, 5 times.
 SECTIONS = """
 import os, sys, time
-from runner.core.prepare_lock import alone_on_device
-lock, record = sys.argv[1], sys.argv[2]
+from runner.core.prepare_lock import DeviceLock
+lock, record = DeviceLock(sys.argv[1]), sys.argv[2]
 def note(what):
     with open(record, "a") as out:
         out.write(f"{what} {os.getpid()} {time.time():.6f}\\n")
 for _ in range(5):
-    with alone_on_device(lock):
+    with lock.exclusive():
         note("start")
         time.sleep(0.05)
         note("end")
     time.sleep(0.01)
 """
+# A preparing worker: shared sections of 0.2 s, each with one exclusive 0.05 s inside
+# (its autotune).  Records with pid and time the spans of its shared work ("shared" to
+# "asks", "done" to "unshared": asking to be alone drops the shared hold) and of its
+# exclusive work ("alone" to "done").
+PREPARING = """
+import os, sys, time
+from runner.core.prepare_lock import DeviceLock
+lock, record = DeviceLock(sys.argv[1]), sys.argv[2]
+def note(what):
+    with open(record, "a") as out:
+        out.write(f"{what} {os.getpid()} {time.time():.6f}\\n")
+for _ in range(3):
+    with lock.shared():
+        note("shared")
+        time.sleep(0.1)
+        note("asks")
+        with lock.exclusive():
+            note("alone")
+            with lock.exclusive():  # re-entrant: no second wait, no release
+                time.sleep(0.05)
+            note("done")
+        time.sleep(0.1)
+        note("unshared")
+print(lock.alone, flush=True)
+"""
 # Takes the lock, says so, and sleeps until killed.
 HOLDER = """
 import sys, time
-from runner.core.prepare_lock import alone_on_device
-with alone_on_device(sys.argv[1]):
+from runner.core.prepare_lock import DeviceLock
+with DeviceLock(sys.argv[1]) as lock, lock.exclusive():
     print("held", flush=True)
     time.sleep(600)
 """
@@ -69,6 +95,38 @@ def test_two_processes_holding_the_lock_never_overlap(tmp_path: Path) -> None:
         assert end <= start
 
 
+def _spans(record: Path, opened: str, closed: str) -> list[tuple[str, float, float]]:
+    """(pid, start, end) of every section a process opened and closed in ``record``."""
+    open_at: dict[str, float] = {}
+    spans = []
+    for what, pid, at in (line.split() for line in record.read_text().splitlines()):
+        if what == opened:
+            open_at[pid] = float(at)
+        elif what == closed:
+            spans.append((pid, open_at.pop(pid), float(at)))
+    return spans
+
+
+def test_shared_holders_overlap_and_an_exclusive_hold_overlaps_none(tmp_path: Path) -> None:
+    lock, record = tmp_path / "gpu-0.lock", tmp_path / "sections.txt"
+    procs = [_python(PREPARING, str(lock), str(record), stdout=subprocess.PIPE) for _ in range(3)]
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0]
+    assert [int(o) for o in outs] == [3, 3, 3]  # the nested hold was not counted
+    shared = _spans(record, "shared", "asks") + _spans(record, "done", "unshared")
+    alone = _spans(record, "alone", "done")
+    assert len(shared) == 18 and len(alone) == 9
+    for pid, start, end in alone:
+        for other, s0, s1 in shared:  # no other process inside a shared hold meanwhile
+            assert other == pid or s1 <= start or end <= s0, (pid, other)
+    overlapping = [
+        (a, b)
+        for a, b in itertools.combinations(shared, 2)
+        if a[0] != b[0] and a[1] < b[2] and b[1] < a[2]
+    ]
+    assert overlapping, "shared holds never overlapped: the lock serialised them"
+
+
 def test_a_holder_killed_with_the_lock_frees_it(tmp_path: Path) -> None:
     lock = tmp_path / "gpu-0.lock"
     with _python(HOLDER, str(lock), stdout=subprocess.PIPE) as holder:
@@ -78,7 +136,7 @@ def test_a_holder_killed_with_the_lock_frees_it(tmp_path: Path) -> None:
             holder.send_signal(signal.SIGKILL)  # dies holding it
             holder.wait(timeout=30)
     t0 = time.monotonic()
-    with alone_on_device(str(lock)) as waited:
+    with DeviceLock(lock) as held, held.exclusive() as waited:
         assert waited < 5.0
     assert time.monotonic() - t0 < 5.0
 
@@ -116,7 +174,8 @@ def test_a_serving_worker_on_the_cpu_takes_no_lock(
     host = PlainHost(tmp_path / "round", LocalExecutor(), template, lambda t: env)
     shapes = [Shape("s1", 16, 64, 64)]
     held = lock_path(tmp_path / "leases", "7")
-    with alone_on_device(str(held)):  # a worker that took it would wait out its ready limit
+    # a worker that took it would wait out its ready limit
+    with DeviceLock(held) as lock, lock.exclusive():
         got = measure_paired(
             host,
             {"incumbent": tree},

@@ -1,4 +1,4 @@
-"""One serving worker at a time makes a shape's first calls on a device.
+"""No serving worker autotunes while another runs kernels on the same device.
 
 A shape's first calls compile and autotune its kernels: Triton's ``triton.autotune``
 times every config (64-96 per kernel) and keeps the fastest.  Workers of a paired round
@@ -7,7 +7,14 @@ the same GPU, and picked its config on contaminated timings: on an H100 the four
 workers of one BASELINE measured the same backward at 100.2-108.0 TFLOPS in some and
 118.6-131.1 in others (docs/measurement.md).  So the host names one lock file per
 physical device (``PREPARE_LOCK_ENV``, ``lock_path``), and a serving worker on a GPU
-holds an exclusive ``fcntl.flock`` on it while it prepares a shape (``alone_on_device``).
+holds an ``fcntl.flock`` on it while it prepares a shape (``DeviceLock``): shared, so
+the workers' imports, checks, compiles and first calls, which time nothing, run side
+by side, and exclusive while it times configs to choose one (Triton's autotuner,
+hooked by ``runner.worker.bench.autotune_alone``), which waits until no other worker
+is inside a shared hold and keeps every other one out until it is done.  A worker that
+cannot hook its autotuner prepares each shape under the exclusive hold, as all did
+before (each one's first shape, 3.1-3.6 s of process start-up on an H100 at 38024bf,
+then paid one worker after another: docs/benchmarks.md).
 
 The kernel drops a flock when the last descriptor of its open file closes, so a worker
 killed while it holds the lock (SIGKILL, a crash) frees it at once and the others go
@@ -78,17 +85,60 @@ def _open(path: str | Path) -> int:
     return fd
 
 
-@contextlib.contextmanager
-def alone_on_device(path: str | None) -> Iterator[float]:
-    """Hold the exclusive lock ``path`` (blocking until the holder before is done);
-    yields the seconds waited for it.  ``path`` None or empty: no lock, 0.0."""
-    if not path:
-        yield 0.0
-        return
-    fd = _open(path)
-    try:
+class DeviceLock:
+    """One worker's hold on its device's lock file, through one descriptor (what the
+    kernel drops when the process dies).  ``shared``: other workers may hold it shared
+    too.  ``exclusive``: no other holder at all; re-entrant, and inside ``shared`` it
+    goes back to shared when it ends (flock converts the hold: the shared one is
+    dropped first, so two workers converting at once never deadlock)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._fd = _open(path)
+        self._shared = False
+        self._depth = 0  # nested exclusive holds
+        self.alone = 0  # exclusive holds taken
+        self.waited_alone = 0.0  # seconds waited for them
+
+    def close(self) -> None:
+        """Closing the only descriptor releases whatever it holds."""
+        os.close(self._fd)
+
+    def __enter__(self) -> DeviceLock:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[float]:
+        """Hold it shared; yields the seconds waited for that."""
         start = time.monotonic()
-        fcntl.flock(fd, fcntl.LOCK_EX)  # dropped by the kernel if this process dies
-        yield time.monotonic() - start
-    finally:
-        os.close(fd)  # closing the only descriptor releases the lock
+        fcntl.flock(self._fd, fcntl.LOCK_SH)
+        self._shared = True
+        try:
+            yield time.monotonic() - start
+        finally:
+            self._shared = False
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[float]:
+        """Hold it alone; yields the seconds waited for that (0.0 when already held)."""
+        if self._depth:
+            self._depth += 1
+            try:
+                yield 0.0
+            finally:
+                self._depth -= 1
+            return
+        start = time.monotonic()
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        waited = time.monotonic() - start
+        self.alone += 1
+        self.waited_alone += waited
+        self._depth = 1
+        try:
+            yield waited
+        finally:
+            self._depth = 0
+            fcntl.flock(self._fd, fcntl.LOCK_SH if self._shared else fcntl.LOCK_UN)

@@ -4,6 +4,7 @@ folder, its GPUs and builds; the worker jobs and focused tests it starts."""
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -18,6 +19,7 @@ from runner.core.device_memory import MemoryLog
 from runner.core.errors import FocusedTestFailed, Tampered
 from runner.core.files import read_json
 from runner.core.import_cause import explain_failure
+from runner.core.prepare_lock import DeviceLock, device_key, lock_path
 from runner.core.shapes import Shape
 from runner.core.spec import VISIBILITY, RoundSpec, TimingSettings
 from runner.core.step_times import StepTimes
@@ -32,7 +34,7 @@ from runner.measure.host import job_in, read_memory_log, run_job
 from runner.measure.paired import supports_paired
 from runner.measure.progress import Progress, StepStarted
 from runner.store.campaign import Campaign
-from runner.store.leases import acquire
+from runner.store.leases import acquire, lease_dir
 from runner.store.leftovers import job_dir, note_step
 from runner.store.lineage import Lineage
 from runner.store.manifest import Manifest, branch_name
@@ -437,12 +439,24 @@ class BesideStartUp:
         t0 = time.monotonic()
         beside = "worker start-up" if self._thread is not None else ""
         try:
-            with self.rnd.times.step(self._name, beside):
+            with self.rnd.times.step(self._name, beside), self._device_shared():
                 self._work()
         except BaseException as exc:  # raised again by wait(), in the round's thread
             self._error = exc
         finally:
             self.seconds = round(time.monotonic() - t0, 1)
+
+    @contextlib.contextmanager
+    def _device_shared(self) -> Iterator[None]:
+        """Beside the workers' start-up the work runs kernels on their device: the host
+        holds the device's preparation lock shared for it, so no worker autotunes while
+        it runs (``runner.core.prepare_lock``).  Run at once, nothing is beside it."""
+        if self._thread is None:
+            yield
+            return
+        path = lock_path(lease_dir(), device_key(self.rnd.gpus, os.environ))
+        with DeviceLock(path) as lock, lock.shared():
+            yield
 
     @property
     def done(self) -> bool:

@@ -23,6 +23,7 @@ Self-contained and loop-agnostic, so that any timing loop can use it:
 
 from __future__ import annotations
 
+import importlib
 import random
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -53,8 +54,9 @@ GUARDED: tuple[tuple[str, str], ...] = (
     ("runner.worker.bench.gpu", "_Region"),
     ("runner.worker.bench.integrity", "OutputSampler"),
     ("runner.worker.bench.integrity", "BindingGuard"),
-    ("runner.worker", "measure"),
-    ("runner.worker", "measure_shape"),
+    ("runner.worker.bench.worker_pass", "measure_shape"),
+    ("runner.worker.bench.worker_pass", "time_case"),
+    ("runner.worker.bench.worker_pass", "fresh_timing"),
 )
 
 
@@ -152,11 +154,18 @@ class BindingGuard:
     """The objects bound to ``GUARDED`` names when the guard was made."""
 
     def __init__(self, names: Iterable[tuple[str, str]] = GUARDED) -> None:
+        """Every name must resolve: one the harness no longer has (a function moved or
+        renamed) would otherwise go unguarded without a word.  The harness's own
+        modules are imported here, before the code under test is."""
         self._seen: dict[tuple[str, str], object] = {}
         for module, attr in names:
-            mod = sys.modules.get(module)
-            if mod is not None and hasattr(mod, attr):
-                self._seen[(module, attr)] = getattr(mod, attr)
+            mod = importlib.import_module(module)
+            if not hasattr(mod, attr):
+                raise LookupError(
+                    f"the binding guard names {module}.{attr}, which the harness does "
+                    "not have: update GUARDED in runner/worker/bench/integrity.py"
+                )
+            self._seen[(module, attr)] = getattr(mod, attr)
         self._modules = {m: sys.modules.get(m) for m, _ in self._seen}
 
     def changed(self) -> list[str]:

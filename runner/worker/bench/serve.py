@@ -45,7 +45,7 @@ from typing import IO, TYPE_CHECKING
 
 from runner.core.artifact_names import META
 from runner.core.files import write_json_atomic
-from runner.core.prepare_lock import PREPARE_LOCK_ENV, alone_on_device
+from runner.core.prepare_lock import PREPARE_LOCK_ENV, DeviceLock
 from runner.core.samples import Samples, ShapeSamples
 from runner.core.shapes import Shape
 from runner.core.spec import POOL_CPU, POOL_GPU, RoundSpec
@@ -63,6 +63,7 @@ from runner.core.worker_messages import (
     parse_request,
     reply_line,
 )
+from runner.worker.bench import autotune_alone
 from runner.worker.bench.oom import out_of_memory, release_cached
 from runner.worker.bench.timing import Timing
 
@@ -154,24 +155,49 @@ class Server:
     def prepare(self) -> None:
         """Checks, the buffer pool and the first calls (JIT, autotune) of every shape;
         on a GPU each shape's measured peak (``ShapePeaks``).  On a GPU each shape is
-        prepared alone on the device (``runner.core.prepare_lock``): its autotune times
-        its configs while no other worker of the round runs kernels there; the wait is
-        logged and kept in the shape's samples, not counted in its seconds."""
+        prepared under the device's preparation lock (``runner.core.prepare_lock``):
+        shared with the other workers of the round, and alone while Triton autotunes
+        (``runner.worker.bench.autotune_alone``), so that an autotune times its configs
+        while no other worker runs kernels there; a worker whose autotuner cannot be
+        hooked prepares each shape alone.  The waits are logged and kept in the shape's
+        samples, not counted in its seconds."""
         if self.lock is None:
             why = "on the cpu" if self.device == "cpu" else f"(no {PREPARE_LOCK_ENV})"
             log.info("preparing without the device's preparation lock %s", why)
-        else:
-            log.info("preparing each shape alone on the device: lock %s", self.lock)
-        for st in self.states:
-            with alone_on_device(self.lock) as waited:
+            for st in self.states:
                 self._prepare_shape(st)
-            st.waited = waited
-            log.info(
-                "shape %s prepared in %.1f s after %.1f s waiting for the device",
-                st.shape.label,
-                st.seconds,
-                waited,
-            )
+                self._prepared(st)
+            return
+        unhooked = autotune_alone.install()
+        with DeviceLock(self.lock) as lock, autotune_alone.holding(lock):
+            if unhooked:
+                log.info(
+                    "preparing each shape alone on the device (%s): lock %s", unhooked, self.lock
+                )
+            else:
+                log.info("preparing beside the other workers, autotuning alone: lock %s", self.lock)
+            for st in self.states:
+                before = lock.waited_alone
+                with lock.exclusive() if unhooked else lock.shared() as waited:
+                    self._prepare_shape(st)
+                autotuned = lock.waited_alone - before if not unhooked else 0.0
+                st.seconds -= autotuned  # its seconds are its own work, not the waits
+                st.waited = waited + autotuned
+                self._prepared(st)
+            if not unhooked:
+                log.info(
+                    "autotuned alone %d times, %.1f s waiting for the device",
+                    lock.alone,
+                    lock.waited_alone,
+                )
+
+    def _prepared(self, st: _ShapeState) -> None:
+        log.info(
+            "shape %s prepared in %.1f s after %.1f s waiting for the device",
+            st.shape.label,
+            st.seconds,
+            st.waited,
+        )
 
     def _prepare_shape(self, st: _ShapeState) -> None:
         """One shape's checks, buffer pool and first calls (``prepare``)."""
@@ -183,6 +209,7 @@ class Server:
             seeds = [self.spec.seed + 1000 * i for i in range(self.spec.check_seeds)]
             st.checks = [self.adapter.check(st.shape, self.device, s) for s in seeds]
             release_cached(self.device)  # the checks' float32 references, dropped
+            checked = time.perf_counter()
             for k in range(self.pool):
                 spacer_bytes = SPACER_UNIT * (1 + k) * (1 + len(st.cases) % 7)
                 st.spacers.append(torch.empty(spacer_bytes, dtype=torch.uint8, device=self.device))
@@ -193,6 +220,13 @@ class Server:
                 st.cases.append(case)
             if self.device != "cpu":
                 torch.cuda.synchronize()
+            log.info(
+                "shape %s: checks %.1f s, %d first calls %.1f s",
+                st.shape.label,
+                checked - t0,
+                self.pool,
+                time.perf_counter() - checked,
+            )
         except Exception as exc:  # a shape that raises still gets a FAIL row
             out_of_memory(exc, st.shape.label, self.out_dir)
             log.error("shape %s raised: %s\n%s", st.shape.label, exc, traceback.format_exc())

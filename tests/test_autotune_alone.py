@@ -1,0 +1,72 @@
+"""Triton's autotune alone on the device (runner.worker.bench.autotune_alone), in two
+real worker-like processes on a real GPU that share one role's autotune results: each
+takes the exclusive hold once for its autotune, and only one of them times the configs,
+the other reads the first one's result.  Skipped where torch sees no GPU or Triton is
+missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import runner
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU visible to torch"),
+]
+
+ROOT = str(Path(runner.__file__).resolve().parent.parent)
+# One shape's preparation: an autotuned Triton kernel's first call under a shared hold.
+PREPARE = """
+import json, sys
+import torch, triton, triton.language as tl
+from runner.core.prepare_lock import DeviceLock
+from runner.worker.bench import autotune_alone
+
+configs = [triton.Config({"BLOCK": b}, num_warps=w) for b in (256, 1024) for w in (2, 4)]
+
+@triton.autotune(configs=configs, key=["n"])
+@triton.jit
+def scale(x, out, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + i, tl.load(x + i, mask=i < n) * 2.0, mask=i < n)
+
+unhooked = autotune_alone.install()
+x = torch.randn(1 << 20, device="cuda")
+out = torch.empty_like(x)
+with DeviceLock(sys.argv[1]) as lock, autotune_alone.holding(lock), lock.shared():
+    scale[lambda m: (triton.cdiv(x.numel(), m["BLOCK"]),)](x, out, x.numel())
+    torch.cuda.synchronize()
+timed = hasattr(scale, "bench_time")  # set only when this process timed the configs
+print(json.dumps({"unhooked": unhooked, "alone": lock.alone, "timed": timed}))
+"""
+
+
+def test_two_workers_of_a_role_autotune_once_each_alone(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": ROOT,
+        "TRITON_CACHE_AUTOTUNING": "1",
+        "TRITON_CACHE_DIR": str(tmp_path / "triton"),  # one role's folder, shared
+    }
+    lock = str(tmp_path / "gpu-0.lock")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PREPARE, lock], env=env, text=True, stdout=subprocess.PIPE
+        )
+        for _ in range(2)
+    ]
+    results = [json.loads(p.communicate(timeout=300)[0].strip().splitlines()[-1]) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    assert [r["unhooked"] for r in results] == [None, None]
+    assert [r["alone"] for r in results] == [1, 1]  # the nested per-config holds not counted
+    assert sorted(r["timed"] for r in results) == [False, True]
