@@ -59,9 +59,11 @@ def test_two_workers_of_a_role_autotune_once_each_alone(tmp_path: Path) -> None:
         "TRITON_CACHE_DIR": str(tmp_path / "triton"),  # one role's folder, shared
     }
     lock = str(tmp_path / "gpu-0.lock")
+    script = tmp_path / "prepare.py"  # Triton reads a jitted function's source file
+    script.write_text(PREPARE, encoding="utf-8")
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", PREPARE, lock], env=env, text=True, stdout=subprocess.PIPE
+            [sys.executable, str(script), lock], env=env, text=True, stdout=subprocess.PIPE
         )
         for _ in range(2)
     ]
