@@ -38,6 +38,7 @@ from runner.core.prepare_lock import DeviceLock, lock_path
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings, load_spec
 from runner.executors.local import LocalExecutor
+from runner.flow.suite_beside import SuiteBeside
 from runner.flow.tournament_tests import EntryTests
 from runner.judge.gate import decide, required_pairs
 from runner.judge.probe import is_probe
@@ -817,6 +818,31 @@ def test_work_beside_the_start_up_keeps_workers_from_autotuning(
     assert seen == ["shared"]
     with DeviceLock(path) as lock, lock.exclusive() as waited:  # free again after it
         assert waited < 5.0
+
+
+def test_the_full_suite_beside_the_start_up_holds_no_device_lock(
+    tiny_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Acceptance's full suite runs for minutes beside the start-up: it holds no lock, so
+    a worker's autotune never waits for the whole suite."""
+    monkeypatch.setenv("CAMPAIGN_LEASE_DIR", str(tmp_path / "leases"))
+    rnd, _shapes = gpu_round(tiny_copy, tmp_path / "round")
+    rnd = replace(rnd, gpus=(3,))
+    path = lock_path(tmp_path / "leases", "3")
+    taken: list[str] = []
+
+    def work(_env: dict[str, str]) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while anyone holds it
+            taken.append("alone")
+        finally:
+            os.close(fd)
+
+    suite = SuiteBeside(rnd, "python -m pytest tests", tmp_path / "yield", work)
+    with suite:
+        assert suite.beside and suite.wait()
+    assert taken == ["alone"]
 
 
 @pytest.mark.integration

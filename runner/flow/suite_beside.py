@@ -204,6 +204,11 @@ class SuiteBeside(BesideStartUp):
     pytest run, it yields (``SuiteYield``): ``beside_work.quiet`` pauses it for timed
     work and no turn waits for its end.  Elsewhere it is a ``BesideStartUp`` (``why_not``)."""
 
+    # The suite runs for minutes beside the start-up: held for all of it, the preparation
+    # lock would keep every worker's autotune waiting until the suite ends.  So it holds
+    # none, and a worker may autotune while a test of the suite runs kernels on its GPU.
+    holds_device = False
+
     def __init__(
         self, rnd: RoundPlan, command: str, folder: Path, work: Callable[[dict[str, str]], None]
     ) -> None:

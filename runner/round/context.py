@@ -404,6 +404,10 @@ class BesideStartUp:
     ``seconds`` it ran; leave through ``close()`` (or use
     it as a context manager), which waits for the thread and clears the hook."""
 
+    # whether the host holds the device's preparation lock shared while the work runs
+    # beside the start-up (``_device_shared``)
+    holds_device = True
+
     def __init__(self, rnd: RoundPlan, name: str, work: Callable[[], None]) -> None:
         self.rnd = rnd
         self.seconds = 0.0  # how long ``work`` ran
@@ -451,7 +455,7 @@ class BesideStartUp:
         """Beside the workers' start-up the work runs kernels on their device: the host
         holds the device's preparation lock shared for it, so no worker autotunes while
         it runs (``runner.core.prepare_lock``).  Run at once, nothing is beside it."""
-        if self._thread is None:
+        if self._thread is None or not self.holds_device:
             yield
             return
         path = lock_path(lease_dir(), device_key(self.rnd.gpus, os.environ))
