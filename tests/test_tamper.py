@@ -12,6 +12,7 @@ read-only to every worker (``runner.executors.isolation``): the write fails.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -197,27 +198,34 @@ def test_a_changed_loaded_file_and_a_new_file_are_named(tmp_path: Path) -> None:
     )
 
 
-def test_the_worker_s_record_of_what_it_loaded_reads_back_as_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``record_loaded`` (the worker's, run here for both phases) writes one flat JSON
-    object; the host reads it as a ``LoadedRecord`` with the same files, and what it
-    writes back is the same object."""
+def test_the_worker_s_record_of_what_it_loaded_reads_back_as_written(tmp_path: Path) -> None:
+    """``record_loaded`` (the worker's, run for both phases in a fresh interpreter, as a
+    worker runs it: this test process holds every module the suite imported, the
+    checkout's .venv among them) writes one flat JSON object; the host reads it as a
+    ``LoadedRecord`` with the same files, and what it writes back is the same object."""
     import json
+    import sys
 
     import runner
     from runner.core.loaded_record import LoadedRecord, read_loaded
     from runner.core.spec import SOURCE_ENV
-    from runner.worker.bench.provenance import record_loaded
 
-    tree = Path(runner.__file__).resolve().parent.parent  # this process loaded from it
-    monkeypatch.setenv(SOURCE_ENV, str(tree))
-    record_loaded(tmp_path, "candidate", "load")
-    record_loaded(tmp_path, "incumbent", "end")  # the first phase's role stays
+    tree = Path(runner.__file__).resolve().parent.parent  # the worker loads from it
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from runner.worker.bench.provenance import record_loaded\n"
+        "out = Path(sys.argv[1])\n"
+        "record_loaded(out, 'candidate', 'load')\n"
+        "record_loaded(out, 'incumbent', 'end')  # the first phase's role stays\n"
+    )
+    env = {**os.environ, SOURCE_ENV: str(tree), "PYTHONPATH": str(tree)}
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, check=True)
     doc = json.loads((tmp_path / "loaded.json").read_text(encoding="utf-8"))
     assert set(doc) == {"role", "harness_root", "load", "end", "harness_load", "harness_end"}
     got = read_loaded(tmp_path)
     assert got is not None and got.role == "candidate" and got.to_dict() == doc
+    assert "runner/worker/bench/provenance.py" in got.loaded("end")
     assert "runner/core/loaded_record.py" in got.loaded("end")
     assert "core/loaded_record.py" in got.loaded("end", harness=True)
     assert LoadedRecord.from_dict({"load": {}}) is None  # no role: not a record
