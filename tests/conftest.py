@@ -85,39 +85,37 @@ WORKER_LIMITS = {
 # included: the order files start in.  The end of every run prints them
 # (tests/file_seconds.py: each file over 20 s, and each worker's seconds); copy a
 # file's figure from a .ci/run log here when it is new or has moved by more than a
-# few percent.  The figures: `--durations` of .ci/run at 9d73f9a (2026-12-03) where
-# its 25 slowest tests name the file (a lower bound: the sum of those), else of
-# 2026-12-01; the files marked * less what later changes saved, estimated from the
-# work they no longer do.  The first demo user (test_accept) carries the session
-# demo's build (~190 s).  A file not named here is short and runs after these, in
-# name order; a wrong figure costs balance, never a test.
+# few percent.  The figures: that table of a 2-worker run of the whole suite at 33cb709
+# (2026-12-07) on a 2-core machine of CI's kind; the files marked * less what 8ce628c
+# saves (the work they no longer do).  The first demo user (test_accept) carries the
+# session demo's build (~150 s).  A file not named here is short and runs after these,
+# in name order; a wrong figure costs balance, never a test.
 FILE_SECONDS = {
-    "test_rebuild.py": 500,  # * 546 s of pipeline at 9d73f9a; its fixture kernel in AVX2
-    "test_adversarial.py": 280,
-    "test_baseline_more_ops.py": 235,  # * its rounds' first pairs are final
-    "test_bundle.py": 210,  # a copy of slow_tiny, no baseline of its own (CI: 194+)
-    "test_redteam.py": 230,  # * its honest speed-up is test_adversarial's round
-    "test_faults.py": 185,  # * eight attempts on three shapes (270 on four); 3 first-pairs-final
-    "test_accept.py": 280,  # builds demo_campaign (the wheel's demo: 192 s) (CI: 270+)
-    "test_docker_rounds.py": 175,  # a docker baseline and three rounds (CI: 131+)
-    "test_rounds.py": 200,  # (CI: 181+)
-    "test_workspace_mode.py": 175,  # (CI: 167+)
-    "test_paired.py": 140,  # * its GPU-target rounds on slow_tiny copies, not the demo
-    "test_tournament.py": 150,  # five entries on a slow_tiny copy (CI: 140+)
-    "test_mcp_server.py": 100,  # a baseline and a round through the server (CI: 85+)
-    "test_tamper.py": 90,  # a round and a full validation on demo copies, failed before a turn
-    "test_build_cache.py": 60,  # real C builds through the local executor
-    "test_unannounced_shape.py": 50,  # one quick round on a slow_tiny copy (first pairs final)
-    "test_newcomer_path.py": 55,  # one quick round on a slow_tiny copy (first pairs final)
-    "test_sealed_heldout.py": 60,  # one quick round on a slow_tiny copy (first pairs final)
-    "test_progress.py": 60,  # (CI: 57+)
-    "test_kernel_facts.py": 60,  # * one round, its two gfx942 compiles beside the measurement
-    "test_profile.py": 25,  # * the torch profiler over one shape of the fullbench
-    "test_launch_recipes.py": 60,  # ~14 small compiles in ~10 processes (loaded machine: 130)
-    "test_gpu_patches.py": 45,
-    "test_docker_executor.py": 40,
-    "test_slurm_executor.py": 60,
-    "test_fullbench.py": 25,
+    "test_redteam.py": 305,  # * the module-shadow round's first pairs are final
+    "test_paired.py": 250,
+    "test_rebuild.py": 240,  # * the native speed-up decided at 4 pairs, not 6
+    "test_rounds.py": 225,
+    "test_accept.py": 215,  # builds demo_campaign (the wheel's demo: ~150 s)
+    "test_adversarial.py": 190,
+    "test_baseline_more_ops.py": 150,
+    "test_workspace_mode.py": 150,
+    "test_faults.py": 145,  # eight attempts on three shapes
+    "test_tournament.py": 135,  # five entries on a slow_tiny copy
+    "test_docker_rounds.py": 110,  # a docker baseline and three rounds
+    "test_bundle.py": 105,  # a copy of slow_tiny_speedup, no baseline of its own
+    "test_mcp_server.py": 72,  # a baseline and a round through the server
+    "test_slurm_executor.py": 66,
+    "test_tamper.py": 50,  # * the loaded-files record written in a fresh interpreter
+    "test_gpu_patches.py": 41,
+    "test_sealed_heldout.py": 33,  # one quick round on a slow_tiny copy (first pairs final)
+    "test_build_cache.py": 32,  # real C builds through the local executor
+    "test_docker_executor.py": 28,
+    "test_progress.py": 26,
+    "test_newcomer_path.py": 25,  # one quick round on a slow_tiny copy (first pairs final)
+    "test_unannounced_shape.py": 25,  # one quick round on a slow_tiny copy (first pairs final)
+    "test_fullbench.py": 22,
+    "test_profile.py": 22,  # the torch profiler over one shape of the fullbench
+    "test_launch_recipes.py": 21,  # ~14 small compiles in ~10 processes
 }
 
 
