@@ -24,6 +24,7 @@ from runner.compare.shapes import level_shapes
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.local import LocalExecutor
 from runner.flow.rounds import Request, validate_round
+from runner.render.status import collect_status, render_status
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 from runner.worker.bench import timing
@@ -340,3 +341,11 @@ def test_an_honest_speedup_is_not_flagged(slow_tiny_speedup: Path) -> None:
     assert not any("over-fit" in r for r in result.reasons), result.reasons
     assert result.transfer is not None and result.transfer.decision == "ACCEPT-as-real"
     assert "over-fit" not in summary  # no audit finding, no over-fit transfer note
+    # the pair counts the gate looked at, the last the pairs it judged on; and what the
+    # round spent of the campaign's false-accept budget (runner.judge.false_accept)
+    assert result.gate is not None and result.gate.looks
+    assert result.gate.looks[-1] == result.gate.pairs_used
+    assert list(result.gate.looks) == sorted(set(result.gate.looks))
+    status = collect_status(fp8)
+    assert [n for n, _ in status.false_accept.attempts] == [2]
+    assert "false-accept budget: " in render_status(status)

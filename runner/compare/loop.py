@@ -412,6 +412,7 @@ def measure_and_judge(
         first = first_samples(rnd, samples, remeasure)
         paths = measure_roles(rnd, ordered, shapes, first, last_index(rnd.tmp), watch, beside)
     judged = judge(rnd, paths, how, vetoes, final=not remeasure)
+    looks = [judged.gate.pairs_used]
     cap = measurement_cap(getattr(rnd, "level", "full"))
     while judged.gate.decision is Decision.NEEDS_REMEASURE:
         if settled is not None and settled(judged.gate):
@@ -430,11 +431,33 @@ def measure_and_judge(
         rnd.progress(
             f"round-{rnd.round}: not clear yet ({_evidence_line(judged.gate)}): {more} more pair(s)"
         )
-        got = measure_roles(rnd, ordered, shapes, more, last_index(rnd.tmp), watch, beside)
-        for role in how.roles:
-            paths[role] += got[role]
+        _measure_more(rnd, ordered, shapes, more, paths, watch, beside)
         judged = judge(rnd, paths, how, vetoes)
-    return judged
+        looks.append(judged.gate.pairs_used)
+    return with_looks(judged, looks)
+
+
+def _measure_more(
+    rnd: RoundPlan,
+    ordered: Mapping[str, Path],
+    shapes: list[Shape],
+    more: int,
+    paths: dict[str, list[Path]],
+    watch: PairWatch,
+    beside: BesideWork,
+) -> None:
+    """Measure ``more`` fresh pairs after the passes in ``paths`` and add them there."""
+    got = measure_roles(rnd, ordered, shapes, more, last_index(rnd.tmp), watch, beside)
+    for role in ordered:
+        paths[role] += got[role]
+
+
+def with_looks(judged: Judged, looks: list[int]) -> Judged:
+    """``judged`` with the pair counts its gate looked at (each once, in order; the
+    final judgement at the cap reads the pairs of the look before it), for the
+    false-accept bound (``runner.judge.false_accept``)."""
+    seen = tuple(n for i, n in enumerate(looks) if n > 0 and n not in looks[:i])
+    return replace(judged, gate=replace(judged.gate, looks=seen))
 
 
 class Cap(NamedTuple):

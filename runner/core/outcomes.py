@@ -91,9 +91,7 @@ class PairedEvidenceDict(TypedDict):
     remeasure_size: int
 
 
-class GateResultDict(TypedDict):
-    """``GateResult.to_dict``: the ``campaign gate --json`` contract."""
-
+class _GateResultKeys(TypedDict):
     decision: str
     metric: str
     best_aggregate: float
@@ -107,6 +105,13 @@ class GateResultDict(TypedDict):
     evidence: PairedEvidenceDict | None
     more_pairs: int
     pair_gains_pct: list[float]
+
+
+class GateResultDict(_GateResultKeys, total=False):
+    """``GateResult.to_dict``: the ``campaign gate --json`` contract (``looks`` where
+    the measurement recorded them)."""
+
+    looks: list[int]
 
 
 class PairSampleDict(TypedDict):
@@ -328,9 +333,12 @@ class GateResult:
     # G_i - 1 in percent for every interleaved pair the gate was given (on the shapes
     # the verdict was judged on), whichever rule decided: the spread behind the gain
     pair_gains_pct: tuple[float, ...] = ()
+    # the pair counts the measurement judged at, in order (the sequential looks that
+    # ended in this verdict: ``runner.judge.false_accept``); () where not recorded
+    looks: tuple[int, ...] = ()
 
     def to_dict(self) -> GateResultDict:
-        return {
+        out: GateResultDict = {
             "decision": self.decision.value,
             "metric": self.metric,
             "best_aggregate": self.best_aggregate,
@@ -345,6 +353,9 @@ class GateResult:
             "more_pairs": self.more_pairs,
             "pair_gains_pct": list(self.pair_gains_pct),
         }
+        if self.looks:  # a record without looks reads as it was
+            out["looks"] = list(self.looks)
+        return out
 
     @classmethod
     def from_dict(cls, d: GateResultDict) -> GateResult:
@@ -362,6 +373,7 @@ class GateResult:
             evidence=PairedEvidence.from_dict(d.get("evidence")),
             more_pairs=int(d.get("more_pairs", 0)),
             pair_gains_pct=tuple(float(x) for x in d.get("pair_gains_pct", ())),
+            looks=tuple(int(n) for n in d.get("looks", ())),
         )
 
 

@@ -37,6 +37,7 @@ from runner.core.errors import CampaignError
 from runner.core.outcomes import GateResult, RoundResult, Status
 from runner.core.step_times import StepTimes, read_step_times
 from runner.executors.build_cache import BuildCache
+from runner.judge.false_accept import Spent, spent
 from runner.judge.gate import accept_threshold
 from runner.judge.inconclusive import advice, inconclusive
 from runner.render.analysis_status import analysis_lines
@@ -82,6 +83,10 @@ def escalation_step(rollbacks: int) -> tuple[int, str] | None:
         return None
     step = min(rollbacks, 4)
     return step, ESCALATION[step]
+
+
+# the verdicts a gate reached on a measurement (a FAILED round was never judged on pairs)
+JUDGED = (Status.ACCEPTED, Status.ROLLED_BACK)
 
 
 def best_round(results: Sequence[RoundResult]) -> RoundResult | None:
@@ -176,6 +181,8 @@ class CampaignStatus:
     # the wall time of each step (runner.core.step_times) of the BASELINE, of the last
     # round and of the last acceptance, where they recorded it
     step_times: dict[str, StepTimes] = field(default_factory=dict)
+    # what the judged attempts spent of the false-accept budget (runner.judge.false_accept)
+    false_accept: Spent = field(default_factory=lambda: Spent(()))
 
     def to_dict(self) -> dict[str, object]:
         step = self.escalation
@@ -213,6 +220,7 @@ class CampaignStatus:
             "termination": {"lines": list(self.termination), "may_end": self.may_end},
             "undiagnosed": list(self.undiagnosed),
             "step_times": {k: v.to_dict() for k, v in self.step_times.items()},
+            "false_accept": self.false_accept.to_dict(),
             "extra": {k: v for k, v in self.extra},
         }
 
@@ -246,6 +254,7 @@ def summarise(
         chain_problems=check_chain(results),
         round_table=round_rows(results),
         step_times=_step_times(base, max(results, key=lambda r: r.round, default=None)),
+        false_accept=spent([(r.round, r.gate) for r in results if r.status in JUDGED]),
     )
 
 
@@ -535,6 +544,7 @@ def render_status(s: CampaignStatus) -> str:
         f"rounds: {s.accepted} accepted, {s.rolled_back} rolled back, {s.failed} failed",
         *_table(s),
         f"noise: {_noise_line(s)}",
+        s.false_accept.line(),
         f"running: {_running_line(s)}",
         f"last acceptance: {_acceptance_line(s)}",
         *([f"checkout: {s.checkout['note']}"] if s.checkout else []),
