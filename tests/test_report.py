@@ -220,6 +220,8 @@ def test_final_report_sections_without_acceptance(tmp_path: Path) -> None:
     assert "[rounds/round-2/summary.md](../rounds/round-2/summary.md)" in text
     assert "S_real (K1-K4, counted 1:1): +10.000%" in text
     assert not re.search(r"^### round-", text, flags=re.M)  # never a history marker
+    # its gate was judged on no pairs: nothing spent of the false-accept budget
+    assert "false-accept budget: nothing spent" in text
 
 
 # ---- integration ---------------------------------------------------------------------------

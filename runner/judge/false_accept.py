@@ -1,6 +1,6 @@
 """The campaign's false-accept budget: for each attempt the gate judged, how likely it
 was to be ACCEPTED had its change no gain at all, and how much of one budget the
-campaign has spent (docs/measurement.md §4.5).
+campaign has spent (docs/measurement.md §4.6).
 
 A gate that accepts a no-gain change at some small rate per attempt accepts one on
 some attempt of a long enough campaign: every new hypothesis is a new draw (a
@@ -37,7 +37,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from runner.core.outcomes import GateResult
+from runner.core.outcomes import GateResult, RoundResult, Status
 from runner.core.stats import stdev
 from runner.judge.evidence import FLOOR_GAIN, MIN_REMEASUREMENTS
 from runner.judge.gate import required_pairs
@@ -177,10 +177,20 @@ class Spent:
         }
 
 
+# the verdicts a gate reached on a measurement (a FAILED round was never judged on pairs)
+JUDGED = (Status.ACCEPTED, Status.ROLLED_BACK)
+
+
 def spent(judged: Sequence[tuple[int, GateResult | None]]) -> Spent:
     """The campaign's spending over its (round, gate) judgements, in round order."""
     attempts = [(n, bound) for n, gate in judged if (bound := attempt_bound(gate)) is not None]
     return Spent(tuple(attempts))
+
+
+def campaign_spent(results: Sequence[RoundResult]) -> Spent:
+    """What a campaign's closed rounds spent: its ACCEPTED and ROLLED BACK rounds."""
+    ordered = sorted(results, key=lambda r: r.round)
+    return spent([(r.round, r.gate) for r in ordered if r.status in JUDGED])
 
 
 def _pct(fraction: float) -> str:

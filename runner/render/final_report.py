@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from runner.core.outcomes import GateResult, RoundResult, Score, Status
 from runner.core.stats import geomean
+from runner.judge.false_accept import campaign_spent
 from runner.judge.inconclusive import inconclusive as find_inconclusive
 from runner.render.figures import fmt_gain, fmt_pct, score_scale, short_text
 from runner.render.headline import compound, headline_gain, round_gain
@@ -349,6 +350,7 @@ def render_final_report(
         f"\n## Final Report ({when})\n\n"
         f"### Baseline vs final best\n\nSource: {source}.\n\n{_vs_table(baseline, final)}\n\n"
         f"{_acceptance_line(acceptance)}\n\n"
+        f"{campaign_spent(results).line()} (docs/measurement.md §4.6)\n\n"
         f"### Cumulative gain\n\n{_cumulative(results, acceptance, baseline.metric, best)}\n\n"
         f"### Effective directions\n\n{_items(effective_directions(results))}\n\n"
         f"### Ineffective directions\n\n{_items(ineffective_directions(results))}\n\n"

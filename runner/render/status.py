@@ -37,7 +37,7 @@ from runner.core.errors import CampaignError
 from runner.core.outcomes import GateResult, RoundResult, Status
 from runner.core.step_times import StepTimes, read_step_times
 from runner.executors.build_cache import BuildCache
-from runner.judge.false_accept import Spent, spent
+from runner.judge.false_accept import Spent, campaign_spent
 from runner.judge.gate import accept_threshold
 from runner.judge.inconclusive import advice, inconclusive
 from runner.render.analysis_status import analysis_lines
@@ -83,10 +83,6 @@ def escalation_step(rollbacks: int) -> tuple[int, str] | None:
         return None
     step = min(rollbacks, 4)
     return step, ESCALATION[step]
-
-
-# the verdicts a gate reached on a measurement (a FAILED round was never judged on pairs)
-JUDGED = (Status.ACCEPTED, Status.ROLLED_BACK)
 
 
 def best_round(results: Sequence[RoundResult]) -> RoundResult | None:
@@ -254,7 +250,7 @@ def summarise(
         chain_problems=check_chain(results),
         round_table=round_rows(results),
         step_times=_step_times(base, max(results, key=lambda r: r.round, default=None)),
-        false_accept=spent([(r.round, r.gate) for r in results if r.status in JUDGED]),
+        false_accept=campaign_spent(results),
     )
 
 
