@@ -257,10 +257,12 @@ def run_pipeline(
         patch = make_patch(source, step)
         t0 = time.perf_counter()
         # the tampered-package step changes the package's __init__ (outside
-        # kernel_source): declared, so that the worker's provenance check judges it.  A
-        # speed-up is judged on 2 blocks (4 pairs): on one, a loaded 2-core CI machine read
-        # the Python-only one as +32% +- 199% on 2 pairs (a pair's stdev 22%) at 317fe16
-        blocks = 2 if step.expected == "ACCEPTED" else None
+        # kernel_source): declared, so that the worker's provenance check judges it.  The
+        # Python-only speed-up is judged on 2 blocks (4 pairs): on one, a loaded 2-core CI
+        # machine read it as +32% +- 199% on 2 pairs (a pair's stdev 22%) at 317fe16.  The
+        # native one (a third of the work: +79% to +170% a pair at 8ce628c) is decided by
+        # its first pairs, each far beyond the threshold
+        blocks = 2 if step.name == "python-only" else None
         request = Request(n, step.hypothesis, patch, allow_outside=(INIT_PY,), pairs=blocks)
         result = validate_round(campaign, make_executor(campaign.manifest), request, progress=say)
         campaign = Campaign.load(campaign.root)

@@ -28,7 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from runner.compare.shapes import level_shapes, round_probe
+from runner.compare.shapes import level_shapes
 from runner.core.artifact_names import BENCHMARK_CSV, EMPIRICAL_PEAK, INCUMBENT_CSV
 from runner.core.csv_schema import BenchCSV
 from runner.core.empirical_peak import EmpiricalPeak
@@ -42,7 +42,7 @@ from runner.judge.gate import promising, required_pairs
 from runner.judge.heldout import heldout_verdict
 from runner.judge.independent import decide_metrics
 from runner.judge.measuring_caps import CAP_PAIRS, MAX_PAIRS, PROMISING_PAIRS, ROUND_CAP_S
-from runner.judge.probe import GUARD, PROBE_PREFIX, is_probe
+from runner.judge.probe import GUARD, is_probe
 from runner.judge.scoring import component_metrics, score
 from runner.measure.beside import NOTHING_BESIDE, BesideWork
 from runner.measure.host import Host, run_job
@@ -624,13 +624,8 @@ def probe_veto(rnd: RoundPlan, ref: Score, cand: Score, gate: GateResult) -> str
     """The unannounced-shape guard (``runner.judge.probe``): a quick round's probe
     shape judged against the listed shapes by the held-out rule of final acceptance
     (``runner.judge.heldout.heldout_verdict``); the veto's words, or None."""
-    measured = [label for label in ref.by_label() if is_probe(label)]
-    if not measured or not gate.decision.accepted:
-        return None
-    # the round whose number drew it (a tournament's entries share its first round's)
-    drawn = measured[0].removeprefix(PROBE_PREFIX + "r").split("-", 1)[0]
-    probe = round_probe(rnd.manifest, rnd.level, int(drawn)) if drawn.isdigit() else None
-    if probe is None or probe.label != measured[0]:
+    probe = rnd.probe
+    if probe is None or probe.label not in ref.by_label() or not gate.decision.accepted:
         return None
     work = {s.label: s.flops_fwd for s in [*level_shapes(rnd.manifest, rnd.level), probe]}
     verdict = heldout_verdict(ref, cand, [probe.label], work, gate)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import runner
+from runner.compare.shapes import round_probe
 from runner.core import interrupts
 from runner.core.artifact_names import FOCUSED_TEST, MEMORY
 from runner.core.device_memory import MemoryLog
@@ -88,6 +89,13 @@ class RoundPlan:
     def gpu_target(self) -> bool:
         """Whether the campaign measures on a GPU (its ``target_gpu`` is not "cpu")."""
         return self.manifest.target_gpu != "cpu"
+
+    @property
+    def probe(self) -> Shape | None:
+        """The round's unannounced shape (``runner.compare.shapes.round_probe``; a
+        tournament's entries share its first round's), None at the full level: what the
+        comparison measures and the unannounced-shape guard judges."""
+        return round_probe(self.manifest, self.level, self.round)
 
     @property
     def device_bytes(self) -> int | None:
