@@ -85,37 +85,37 @@ WORKER_LIMITS = {
 # included: the order files start in.  The end of every run prints them
 # (tests/file_seconds.py: each file over 20 s, and each worker's seconds); copy a
 # file's figure from a .ci/run log here when it is new or has moved by more than a
-# few percent.  The figures: that table of a 2-worker run of the whole suite at 33cb709
-# (2026-12-07) on a 2-core machine of CI's kind; the files marked * less what 8ce628c
-# saves (the work they no longer do).  The first demo user (test_accept) carries the
+# few percent.  The figures: that table of `.ci/run` at 86f44ef (2026-12-07) on a 2-core
+# machine of CI's kind; the files marked * less what e1f98f3 saves (the work they no
+# longer do).  The first demo user (test_accept) carries the
 # session demo's build (~150 s).  A file not named here is short and runs after these,
 # in name order; a wrong figure costs balance, never a test.
 FILE_SECONDS = {
-    "test_redteam.py": 305,  # * the module-shadow round's first pairs are final
-    "test_paired.py": 250,
-    "test_rebuild.py": 240,  # * the native speed-up decided at 4 pairs, not 6
-    "test_rounds.py": 225,
-    "test_accept.py": 215,  # builds demo_campaign (the wheel's demo: ~150 s)
-    "test_adversarial.py": 190,
-    "test_baseline_more_ops.py": 150,
-    "test_workspace_mode.py": 150,
-    "test_faults.py": 145,  # eight attempts on three shapes
-    "test_tournament.py": 135,  # five entries on a slow_tiny copy
-    "test_docker_rounds.py": 110,  # a docker baseline and three rounds
+    "test_redteam.py": 320,
+    "test_paired.py": 270,
+    "test_rebuild.py": 240,  # * the native speed-up on its first two docker pairs
+    "test_accept.py": 230,  # builds demo_campaign (the wheel's demo: ~150 s)
+    "test_adversarial.py": 205,
+    "test_rounds.py": 195,  # * the planted slow-down on its first pairs
+    "test_faults.py": 155,  # eight attempts on three shapes
+    "test_baseline_more_ops.py": 155,
+    "test_docker_rounds.py": 120,  # a docker baseline and three rounds
+    "test_workspace_mode.py": 120,
     "test_bundle.py": 105,  # a copy of slow_tiny_speedup, no baseline of its own
-    "test_mcp_server.py": 72,  # a baseline and a round through the server
-    "test_slurm_executor.py": 66,
-    "test_tamper.py": 50,  # * the loaded-files record written in a fresh interpreter
-    "test_gpu_patches.py": 41,
+    "test_tournament.py": 100,  # five entries on a slow_tiny copy
+    "test_slurm_executor.py": 72,
+    "test_mcp_server.py": 71,  # a baseline and a round through the server
+    "test_gpu_patches.py": 55,
+    "test_progress.py": 35,
+    "test_docker_executor.py": 33,
+    "test_unannounced_shape.py": 33,  # one quick round on a slow_tiny copy (first pairs final)
     "test_sealed_heldout.py": 33,  # one quick round on a slow_tiny copy (first pairs final)
-    "test_build_cache.py": 32,  # real C builds through the local executor
-    "test_docker_executor.py": 28,
-    "test_progress.py": 26,
-    "test_newcomer_path.py": 25,  # one quick round on a slow_tiny copy (first pairs final)
-    "test_unannounced_shape.py": 25,  # one quick round on a slow_tiny copy (first pairs final)
-    "test_fullbench.py": 22,
-    "test_profile.py": 22,  # the torch profiler over one shape of the fullbench
-    "test_launch_recipes.py": 21,  # ~14 small compiles in ~10 processes
+    "test_newcomer_path.py": 30,  # one quick round on a slow_tiny copy (first pairs final)
+    "test_tamper.py": 30,  # the loaded-files record is written in a fresh interpreter
+    "test_fullbench.py": 28,
+    "test_profile.py": 28,  # the torch profiler over one shape of the fullbench
+    "test_launch_recipes.py": 26,  # ~14 small compiles in ~10 processes
+    "test_build_cache.py": 25,  # real C builds through the local executor
 }
 
 
