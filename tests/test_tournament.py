@@ -163,6 +163,8 @@ def test_a_tournament_judges_its_entries_and_failing_ones_fail_alone(
     assert git(source, "rev-parse", f"{won.commit}^").strip() == head  # one commit on the head
     assert any("a fresh paired measurement against the incumbent read" in r for r in won.reasons)
     assert aa.commit is None and aa.gate is not None and aa.gate.pairs_used >= 2
+    # the pair counts its reading was judged at, for the false-accept bound
+    assert aa.gate.looks and aa.gate.looks[-1] == aa.gate.pairs_used
     # on a loaded machine the A/A may end before round-2's reading is out of its reach:
     # a tiny shape read 5% down (CI at edebb31: -5.96% +- 52.08% on 2 pairs), or its
     # share of the cap spent while its interval still held that reading (CI at 9fa2298:

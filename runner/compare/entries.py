@@ -35,6 +35,7 @@ from runner.compare.loop import (
     measure_roles,
     measurement_cap,
     next_pairs,
+    with_looks,
 )
 from runner.core.artifact_names import BUILDS
 from runner.core.errors import FocusedTestFailed, MeasurementFailed
@@ -79,6 +80,8 @@ class Entry:
     confirmed: Judged | None = None
     won: bool = False
     outpaced_by: int | None = None  # measured no longer: this round's reading was higher
+    # the pair counts its tournament reading was judged at (``GateResult.looks``)
+    looks: list[int] = field(default_factory=list)
     facts: KernelFacts | None = None  # its kernel facts against the incumbent's
 
     @property
@@ -137,6 +140,7 @@ def measure_entries(
             assert e.view is not None
             how = Comparison(roles=("incumbent", e.role))
             e.judged = judge(e.view, paths[e.role], how, e.vetoes)
+            e.looks.append(e.judged.gate.pairs_used)
             if e.judged.gate.decision is Decision.NEEDS_REMEASURE:
                 undecided.append(e)
         undecided = _stop_outpaced(entries, undecided, paths)
@@ -149,18 +153,24 @@ def measure_entries(
         todo = undecided
         if asked < 1:  # the cap: judge what is still unclear as final
             rnd.progress(f"round-{rnd.round}: tournament measurement cap reached at {have} pair(s)")
-            for e in todo:
-                assert e.view is not None
-                how = Comparison(roles=("incumbent", e.role))
-                e.judged = judge(e.view, paths[e.role], how, e.vetoes, final=True)
+            _judge_final(todo, paths)
             break
         rnd.progress(
             f"round-{rnd.round}: {len(todo)} entr(ies) not clear yet: {asked} more pair(s)"
         )
     for e in entries:
         if e.judged is not None and e.role in paths:
+            e.judged = with_looks(e.judged, e.looks)
             e.reading = e.judged.gate
             _keep_passes(rnd, e, paths[e.role])
+
+
+def _judge_final(todo: Sequence[Entry], paths: dict[str, dict[str, list[Path]]]) -> None:
+    """At the cap: each entry still unclear judged on its pairs as final."""
+    for e in todo:
+        assert e.view is not None
+        how = Comparison(roles=("incumbent", e.role))
+        e.judged = judge(e.view, paths[e.role], how, e.vetoes, final=True)
 
 
 def _stop_outpaced(

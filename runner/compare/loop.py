@@ -646,4 +646,5 @@ __all__ = [
     "measure_and_judge",
     "measure_roles",
     "pairing_words",
+    "with_looks",
 ]
