@@ -154,15 +154,27 @@ def test_after():
 """
 
 
+SLOW_COLLECTION = """
+import time
+
+def pytest_collection_finish(session):
+    time.sleep(1.0)
+"""
+
+
 def test_a_thread_a_test_left_running_runs_nothing_while_the_device_is_asked_for(
     tmp_path: Path,
 ) -> None:
-    """A candidate's test is the candidate's code: a thread it starts goes on between
-    tests.  Paused, the whole pytest process is stopped, so the thread's ticks stop for
-    the window and go on after it."""
+    """A candidate's test is the candidate's code: a thread its module starts when it is
+    imported goes on between tests.  Paused, the whole pytest process is stopped (marked
+    running from its first collection on, so a window asked for before its first test
+    waits for it too), so the thread's ticks stop for the window and go on after it."""
     ticks = tmp_path / "ticks"
     tests = tmp_path / "test_background.py"
     tests.write_text(BACKGROUND.format(ticks=str(ticks)))
+    # the thread starts when the module is imported, in collection; collection then
+    # goes on for a second before the first test: the window is asked for in that second
+    (tmp_path / "conftest.py").write_text(SLOW_COLLECTION)
     proc: subprocess.Popen[str] | None = None
     yielder = SuiteYield(tmp_path / "yield", lambda: proc is not None and proc.poll() is not None)
     proc = start_suite(tests, yielder.env())

@@ -7,7 +7,8 @@ their shapes: nothing timed) it may.  The suite's pytest loads this module as a 
 (``PYTEST_PLUGINS``, pytest's own variable for plugins named by module) when
 ``YIELD_ENV`` names a folder the host and the suite share:
 
-* before each test the plugin marks its process as running (``running-<pid>``), then,
+* from the session's first collection on, and before each test module is imported
+  and each test runs, the plugin marks its process as running (``running-<pid>``), then,
   while ``pause`` exists in the folder, waits: first every kernel it queued is
   finished and its cached device memory handed back (``torch.cuda.synchronize``,
   ``torch.cuda.empty_cache``, only where its torch has a CUDA context), then
@@ -75,8 +76,8 @@ def yield_point(folder: Path) -> None:
         mark.unlink(missing_ok=True)
 
 
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """Before each test: mark this process running, then yield while asked to."""
+def _boundary() -> None:
+    """Mark this process running, then yield while asked to."""
     folder = _folder()
     if folder is None:
         return
@@ -84,7 +85,21 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if not running.exists():
         running.touch()
     yield_point(folder)
-    _started[item.nodeid] = time.time()
+
+
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    """Before each collector collects (a test module is imported: the candidate's code,
+    which may start work there): a boundary as between tests.  The first one, the
+    session's, marks the process before any test module is imported.  An xdist
+    controller collects nothing, so it is never marked; its workers are."""
+    _boundary()
+
+
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Before each test: a boundary (mark, then yield while asked to)."""
+    _boundary()
+    if _folder() is not None:
+        _started[item.nodeid] = time.time()
 
 
 def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
