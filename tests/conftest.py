@@ -134,6 +134,12 @@ def pytest_configure(config: pytest.Config) -> None:
     for key, value in WORKER_LIMITS.items():
         os.environ.setdefault(key, value)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker or not getattr(config.option, "numprocesses", None):
+        # The pytest runs the campaigns start (focused tests, suites) load no plugin of
+        # this suite's environment (hypothesis, anyio, xdist, timeout: about 1.6 s of CPU
+        # each on 2 cores); the plugin a suite must load it names (PYTEST_PLUGINS).  Not
+        # set before xdist starts its workers: they need its plugin.
+        os.environ.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     if worker:  # simulated GPUs of two workers must not wait on each other's leases
         leases = Path(tempfile.gettempdir()) / f"turbo-campaign-test-leases-{os.getpid()}"
         os.environ.setdefault("CAMPAIGN_LEASE_DIR", str(leases))
