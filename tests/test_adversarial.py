@@ -24,6 +24,7 @@ from runner.compare.shapes import level_shapes
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.local import LocalExecutor
 from runner.flow.rounds import Request, validate_round
+from runner.flow.settings import set_gate_field
 from runner.render.status import collect_status, render_status
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
@@ -36,14 +37,31 @@ CPU_GROUPED = "turbo_kernels/cpu/grouped_gemm.py"
 PACKAGE_INIT = "turbo_kernels/__init__.py"
 
 
+@pytest.fixture(scope="module")
+def fp8_base(
+    slow_tiny: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    copy_campaign: Callable[[Path, Path, str], Path],
+) -> Path:
+    """A copy of the session's tiny gemm_fp8 campaign (conftest ``slow_tiny``: its base
+    quantises the FP8 weight three times; every cheat below is caught by a check, not by
+    its speed, and the honest speed-up removes that waste) on its three smallest target
+    shapes, all of them representative: the folder ``fp8`` copies."""
+    root = tmp_path_factory.mktemp("adv-base") / "base"
+    campaign = Campaign.load(copy_campaign(slow_tiny, root, "t"))
+    three = json.dumps(list(campaign.manifest.target_shapes)[:3])
+    why = "test_adversarial: the guards are under test, not the shapes"
+    set_gate_field(campaign, "representative_shapes", three, why)
+    set_gate_field(campaign, "target_shapes", three, why)
+    return root
+
+
 @pytest.fixture
 def fp8(
-    slow_tiny: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
+    fp8_base: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
 ) -> Campaign:
-    """A private copy of the session's tiny gemm_fp8 campaign (conftest ``slow_tiny``:
-    its base quantises the FP8 weight three times; every cheat below is caught by a
-    check, not by its speed, and the honest speed-up removes that waste)."""
-    return Campaign.load(copy_campaign(slow_tiny, tmp_path / "fp8", "t"))
+    """A private copy of ``fp8_base`` and its source repository."""
+    return Campaign.load(copy_campaign(fp8_base, tmp_path / "fp8", "t"))
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ def test_a_run_prints_each_long_file_and_each_workers_seconds(tmp_path: Path) ->
     (tmp_path / "test_short.py").write_text("def test_quick():\n    pass\n", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(HERE)}
     env.pop("PYTEST_XDIST_WORKER", None)
+    env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)  # this run is the suite's kind: xdist's
     proc = subprocess.run(
         [
             sys.executable,
