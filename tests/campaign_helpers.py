@@ -43,6 +43,7 @@ each, for a full test suite that is still running while workers time their turns
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -56,6 +57,7 @@ from filelock import FileLock
 from runner.executors.factory import make_executor
 from runner.flow.baseline import run_baseline
 from runner.flow.new_campaign import CampaignFields, create_campaign, fresh_example_copy
+from runner.flow.settings import set_gate_field
 from runner.store.campaign import Campaign
 from runner.store.manifest import Manifest, validate_manifest
 
@@ -138,6 +140,17 @@ def tiny_campaign(
     if baseline:
         executor = make_executor(campaign.manifest)
         run_baseline(campaign, executor, passes=2, progress=lambda _m: None)
+    return Campaign.load(campaign.root)
+
+
+def on_three_shapes(campaign: Campaign, why: str) -> Campaign:
+    """``campaign`` on its first (smallest) three target shapes, all of them
+    representative, set by two recorded ``campaign set`` changes giving ``why``: a test
+    of what a round does, not of its shapes, prepares, times and re-checks a quarter
+    fewer, and the quick level measures every target.  Returns it loaded again."""
+    three = json.dumps(list(campaign.manifest.target_shapes)[:3])
+    set_gate_field(campaign, "representative_shapes", three, why)
+    set_gate_field(campaign, "target_shapes", three, why)
     return Campaign.load(campaign.root)
 
 

@@ -18,13 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from campaign_helpers import QUIET, speedup_patch, tiny_campaign
+from campaign_helpers import QUIET, on_three_shapes, speedup_patch, tiny_campaign
 
 from runner.compare.shapes import level_shapes
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.local import LocalExecutor
 from runner.flow.rounds import Request, validate_round
-from runner.flow.settings import set_gate_field
 from runner.render.status import collect_status, render_status
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
@@ -49,10 +48,7 @@ def fp8_base(
     shapes, all of them representative: the folder ``fp8`` copies."""
     root = tmp_path_factory.mktemp("adv-base") / "base"
     campaign = Campaign.load(copy_campaign(slow_tiny, root, "t"))
-    three = json.dumps(list(campaign.manifest.target_shapes)[:3])
-    why = "test_adversarial: the guards are under test, not the shapes"
-    set_gate_field(campaign, "representative_shapes", three, why)
-    set_gate_field(campaign, "target_shapes", three, why)
+    on_three_shapes(campaign, "test_adversarial: the guards are under test, not the shapes")
     return root
 
 

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from campaign_helpers import on_three_shapes
 
 from runner.compare.loop import ROUND_CAP_ENV
 from runner.core.pause_points import PAUSE_ENV, PAUSE_FILE_ENV
@@ -88,12 +89,9 @@ def slow_campaign(
     # smallest three the slow base's waste is a larger part of a step (about +85% a
     # pair, not +50%).  The targets are the representative shapes: no quick acceptance
     # is confirmed at the full level.
-    three = json.dumps(list(campaign.manifest.target_shapes)[:3])
-    why = "test_faults: the kills are under test, not the shapes"
-    set_gate_field(campaign, "representative_shapes", three, why)
-    set_gate_field(campaign, "target_shapes", three, why)
+    campaign = on_three_shapes(campaign, "test_faults: the kills are under test, not the shapes")
     _temp_root(campaign).mkdir()  # the campaign commands' TMPDIR (module docstring)
-    yield Campaign.load(campaign.root), root / "copy" / "speedup.patch"
+    yield campaign, root / "copy" / "speedup.patch"
 
 
 def _temp_root(campaign: Campaign) -> Path:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from campaign_helpers import on_three_shapes
 
 import runner
 from runner.compare.loop import ROUND_CAP_ENV
@@ -34,7 +35,6 @@ from runner.core.outcomes import RoundResult, Status
 from runner.executors.isolation import isolation_works
 from runner.executors.local import LocalExecutor
 from runner.flow.rounds import Request, validate_round
-from runner.flow.settings import set_gate_field
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 
@@ -59,10 +59,7 @@ def base(
     target shapes, all of them representative: the folder ``campaign`` copies."""
     root = tmp_path_factory.mktemp("redteam-base") / "base"
     campaign = Campaign.load(copy_campaign(slow_tiny, root, "t"))
-    three = json.dumps(list(campaign.manifest.target_shapes)[:3])
-    why = "test_redteam: the guards are under test, not the shapes"
-    set_gate_field(campaign, "representative_shapes", three, why)
-    set_gate_field(campaign, "target_shapes", three, why)
+    on_three_shapes(campaign, "test_redteam: the guards are under test, not the shapes")
     return root
 
 

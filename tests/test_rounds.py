@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from campaign_helpers import SLOW_KERNEL, run_cli, speedup_patch
+from campaign_helpers import SLOW_KERNEL, on_three_shapes, run_cli, speedup_patch
 
 from runner.compare.loop import ROUND_CAP_ENV
 from runner.core.csv_io import read_csv
@@ -56,10 +56,7 @@ def three_shapes(campaign: Campaign) -> None:
     for a test of what a round does around its measurement: each run of a round
     prepares, times and re-checks a quarter fewer shapes, and the quick level still
     measures every target (no full-level confirmation is added)."""
-    three = json.dumps(list(campaign.manifest.target_shapes)[:3])
-    why = "a test of a round's interruption, not of its shapes"
-    set_gate_field(campaign, "representative_shapes", three, why)
-    set_gate_field(campaign, "target_shapes", three, why)
+    on_three_shapes(campaign, "a test of a round's interruption, not of its shapes")
 
 
 def snapshot_records(c: Campaign) -> dict[str, bytes]:

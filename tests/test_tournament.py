@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from campaign_helpers import git, run_cli
+from campaign_helpers import git, on_three_shapes, run_cli
 
 from runner.cli.validate_cmd import entry_pairs
 from runner.core.errors import ConfigError
@@ -114,13 +114,9 @@ def test_a_tournament_judges_its_entries_and_failing_ones_fail_alone(
     # Three shapes, not four (as tests/test_faults.py): every measurement of the
     # tournament and its confirmation prepares, times and re-checks a quarter fewer, and
     # on the smallest three the slow base's waste is a larger part of a step.
-    from runner.flow.settings import set_gate_field
-
-    three = json.dumps(list(campaign.manifest.target_shapes)[:3])
-    why = "test_tournament: the tournament is under test, not the shapes"
-    set_gate_field(campaign, "representative_shapes", three, why)
-    set_gate_field(campaign, "target_shapes", three, why)
-    campaign = Campaign.load(root)
+    campaign = on_three_shapes(
+        campaign, "test_tournament: the tournament is under test, not the shapes"
+    )
     source = Path(campaign.manifest.source)
     head = _head(campaign)
     wrong_scale = ("    return x_fp8, scale_inv\n", "    return x_fp8, scale_inv * 2\n")
