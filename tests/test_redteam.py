@@ -244,18 +244,15 @@ def test_a_detached_helper_working_beside_the_timing_is_refused_by_the_cgroup_gu
     assert any("outside its process tree" in r and "-candidate" in r for r in result.reasons)
 
 
-def test_a_module_shadow_in_the_harness_root_cannot_be_planted(
-    campaign: Campaign, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_module_shadow_in_the_harness_root_cannot_be_planted(campaign: Campaign) -> None:
     # every process of the candidate (its focused test, its workers) tries to write a
     # torch.py into the folder first on its path, the harness root, and goes on quietly
     # when it cannot: the harness root and the interpreter's prefix are read-only in
     # every job (RoundPlan.readonly), so nothing is planted and the refusal is in its logs.
     # Where a host cannot isolate, the round's proof names the file (harness proof:
     # module shadow; tests/test_tamper.py).  Nothing planted, the kernel is the
-    # incumbent's: the first pairs are final (an A/A round measured up to the suite's cap
-    # proves nothing more here)
-    monkeypatch.setenv(ROUND_CAP_ENV, "1")
+    # incumbent's: an A/A round, measured up to the suite's cap (its first pairs alone
+    # read +4.47% against a 2% threshold on a busy machine and were ACCEPTED at 5a0e87d)
     harness_root = Path(runner.__file__).resolve().parent.parent
     shadow = harness_root / "torch.py"
     assert not shadow.exists()
