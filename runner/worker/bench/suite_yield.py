@@ -76,15 +76,17 @@ def yield_point(folder: Path) -> None:
         mark.unlink(missing_ok=True)
 
 
-def _boundary() -> None:
-    """Mark this process running, then yield while asked to."""
+def _boundary() -> bool:
+    """Mark this process running, then yield while asked to; False where no folder is
+    shared (the plugin is loaded but off)."""
     folder = _folder()
     if folder is None:
-        return
+        return False
     running = folder / f"{RUNNING}{os.getpid()}"
     if not running.exists():
         running.touch()
     yield_point(folder)
+    return True
 
 
 def pytest_collectstart(collector: pytest.Collector) -> None:
@@ -97,8 +99,7 @@ def pytest_collectstart(collector: pytest.Collector) -> None:
 
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """Before each test: a boundary (mark, then yield while asked to)."""
-    _boundary()
-    if _folder() is not None:
+    if _boundary():
         _started[item.nodeid] = time.time()
 
 
