@@ -47,13 +47,18 @@ CHECK ?= check
 
 # Each file runs in one worker, in its order (pyproject's addopts: --dist loadfile, the
 # longest files first: tests/conftest.py FILE_SECONDS).  The example package's
-# own tests run first, in processes of their own: its ahead-of-time Triton compiles for
-# gfx942 failed (v.size() == 2 in the FNUZ conversion) in workers that ran the file
-# split over two workers, as `--dist load` (xdist's default) did at 9f4b54a (2 of 142).
+# own tests run in a pytest of their own, each file in one worker: its ahead-of-time
+# Triton compiles for gfx942 failed (v.size() == 2 in the FNUZ conversion) in workers
+# that ran the file split over two workers, as `--dist load` (xdist's default) did at
+# 9f4b54a (2 of 142).  That pytest runs beside tests/'s, its output printed after it:
+# one of its files (the Triton compiles, ~50 s on 2 cores) is nearly all of its time,
+# and run before tests/ it left one core idle for most of that (.ci/run at c2d2eae).
 test: install $(CHECK)
-	rc=0; \
-	$(BIN)/python -m pytest $(PYTEST_PARALLEL) $(EXAMPLES_ORDER) examples/tests || rc=$$?; \
+	rc=0; log=$$(mktemp); \
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) $(EXAMPLES_ORDER) examples/tests >$$log 2>&1 & ex=$$!; \
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) tests || rc=$$?; \
+	wait $$ex || rc=$$?; \
+	echo "== examples/tests (run beside tests/)"; cat $$log; rm -f $$log; \
 	exit $$rc
 
 # What needs no campaign, no container and no cluster: seconds to a few minutes.
