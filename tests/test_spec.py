@@ -49,6 +49,33 @@ def test_a_spec_written_with_the_extra_dict_reads_the_same(tmp_path: Path) -> No
     assert load_spec(tmp_path / "old.json") == new
 
 
+def test_a_pass_is_its_template_filled_in() -> None:
+    """A campaign's round plan and a plain host both fill a template (``for_pass``):
+    role, pass, shapes, mode, command, files and expectations replaced, the rest kept;
+    a test pass filled in later starts from none of an earlier pass's files."""
+    template = spec(pool=2)
+    shapes = [Shape("s2", 32, 64, 64)]
+    test = template.for_pass(
+        "incumbent", 3, shapes, mode="test", command="pytest -q", files={"a": "1"}, expect={"k": ""}
+    )
+    assert (test.role, test.pass_index, test.shapes) == ("incumbent", 3, tuple(shapes))
+    assert (test.mode, test.command, test.files, test.expect) == (
+        "test",
+        "pytest -q",
+        {"a": "1"},
+        {"k": ""},
+    )
+    assert (test.campaign, test.round, test.timing, test.pool) == ("c", 2, TimingSettings(), 2)
+    plain = test.for_pass("candidate", 4, [])
+    assert (plain.mode, plain.command, plain.files, plain.expect, plain.shapes) == (
+        "measure",
+        "",
+        {},
+        {},
+        (),
+    )
+
+
 def test_an_unknown_mode_is_refused() -> None:
     with pytest.raises(ConfigError, match="mode is one of measure, test, not 'serve'"):
         spec(mode="serve")

@@ -8,7 +8,8 @@ older runner is refused with the fix.  Worker-side safe (no pydantic, no torch).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,31 @@ class RoundSpec:
         if self.mode not in MODES:
             modes = ", ".join(MODES)
             raise ConfigError(f"a round spec's mode is one of {modes}, not {self.mode!r}")
+
+    def for_pass(
+        self,
+        role: str,
+        index: int,
+        shapes: Sequence[Shape],
+        *,
+        mode: str = "measure",
+        command: str = "",
+        files: Mapping[str, str] | None = None,
+        expect: Mapping[str, str] | None = None,
+    ) -> RoundSpec:
+        """This spec as a template: the one of pass ``index`` of ``role`` on ``shapes``
+        (``mode="test"``: ``command`` with ``files``, once ``expect`` holds).  A
+        campaign's round plan and a plain host (no campaign) fill theirs the same way."""
+        return replace(
+            self,
+            role=role,
+            pass_index=index,
+            shapes=tuple(shapes),
+            mode=mode,
+            command=command,
+            files=dict(files or {}),
+            expect=dict(expect or {}),
+        )
 
     def to_dict(self) -> dict[str, object]:
         return {

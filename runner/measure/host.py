@@ -12,7 +12,7 @@ Host-side and worker-safe: no pydantic, no torch.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -172,15 +172,10 @@ class PlainHost:
         mode: str = "measure",
         command: str = "",
         files: dict[str, str] | None = None,
+        expect: dict[str, str] | None = None,
     ) -> RoundSpec:
-        return replace(
-            self.template,
-            role=role,
-            pass_index=index,
-            shapes=tuple(shapes),
-            mode=mode,
-            command=command,
-            files=dict(files or {}),
+        return self.template.for_pass(
+            role, index, shapes, mode=mode, command=command, files=files, expect=expect
         )
 
     def worker_job(

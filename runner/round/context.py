@@ -156,6 +156,24 @@ class RoundPlan:
         already."""
         return self if self.role_dirs else replace(self, role_dirs=role_folders(roles))
 
+    @property
+    def template(self) -> RoundSpec:
+        """The spec every pass of this round fills in (``RoundSpec.for_pass``): the
+        manifest's campaign, target, op and options, the round, its level and timing."""
+        m = self.manifest
+        return RoundSpec(
+            campaign=m.campaign_name,
+            round=self.round,
+            role="",
+            pass_index=0,
+            level=self.level,
+            target=m.target,
+            op=m.target_op,
+            options={"granularity": m.granularity, "backend": m.target_backend},
+            shapes=(),
+            timing=self.timing(),
+        )
+
     def spec(
         self,
         role: str,
@@ -168,23 +186,8 @@ class RoundPlan:
         expect: dict[str, str] | None = None,
     ) -> RoundSpec:
         """The spec of one pass of ``role`` (``mode="test"``: ``command`` with ``files``)."""
-        m = self.manifest
-        options = {"granularity": m.granularity, "backend": m.target_backend}
-        return RoundSpec(
-            campaign=m.campaign_name,
-            round=self.round,
-            role=role,
-            pass_index=index,
-            level=self.level,
-            target=m.target,
-            op=m.target_op,
-            options=options,
-            shapes=tuple(shapes),
-            timing=self.timing(),
-            mode=mode,
-            command=command,
-            files=dict(files or {}),
-            expect=dict(expect or {}),
+        return self.template.for_pass(
+            role, index, shapes, mode=mode, command=command, files=files, expect=expect
         )
 
     def worker_job(
