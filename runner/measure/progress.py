@@ -38,7 +38,7 @@ E = TypeVar("E", bound="Event")
 # spent preparing and timing it (``shape_seconds``): its turns take about that (the
 # same budget, split over them), its finish (the fresh step, the re-check) 0.55 more.
 # And the start-up of a batch's workers (imports, first calls, side by side).  Both
-# measured on the CPU demo (docs/benchmarks.md, "Progress estimate"); after the
+# measured on the CPU demo (docs/data/progress_estimate_cpu_2026-12-01.md); after the
 # first pair the rate measured so far replaces them.
 PAIR_SECONDS_FACTOR = 1.55
 START_UP_S = 15.0
