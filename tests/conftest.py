@@ -106,11 +106,11 @@ FILE_SECONDS = {
     "test_slurm_executor.py": 72,
     "test_mcp_server.py": 71,  # a baseline and a round through the server
     "test_gpu_patches.py": 55,
+    "test_newcomer_path.py": 50,  # two quick rounds on a slow_tiny copy (first pairs final)
     "test_progress.py": 35,
     "test_docker_executor.py": 33,
     "test_unannounced_shape.py": 33,  # one quick round on a slow_tiny copy (first pairs final)
     "test_sealed_heldout.py": 33,  # one quick round on a slow_tiny copy (first pairs final)
-    "test_newcomer_path.py": 30,  # one quick round on a slow_tiny copy (first pairs final)
     "test_tamper.py": 30,  # the loaded-files record is written in a fresh interpreter
     "test_fullbench.py": 28,
     "test_profile.py": 28,  # the torch profiler over one shape of the fullbench

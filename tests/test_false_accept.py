@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
+from test_campaign import result
 from test_gate import BEST, make_score
 
-from runner.core.outcomes import Decision, GateResult, PairSample
+from runner.core.outcomes import Decision, GateResult, PairSample, RoundResult, Status
 from runner.judge.false_accept import (
     CAMPAIGN_BUDGET,
+    against_what_is_left,
     attempt_bound,
     look_bound,
     looks_of,
@@ -129,3 +132,39 @@ def test_the_campaign_s_spending_sums_its_attempts_and_says_when_it_is_spent() -
     assert "`campaign accept`" in loud.line()
     assert loud.to_dict()["over"] is True
     assert spent([]).line().endswith("(no attempt judged on pairs yet)")
+
+
+def test_a_resubmission_is_judged_against_what_is_left_of_the_budget() -> None:
+    """``validate --resubmit``: an accepting reading of code a rolled-back round ran
+    stands only where its own bound fits in what the campaign's earlier judged rounds
+    left of the budget; a verdict that does not accept is left as it is."""
+    clear = replace(_gate((9.0, 9.5, 10.0, 9.2), (3, 4)), decision=Decision.ACCEPTED)
+    close = replace(_gate((3.0, 1.5, 3.5), (2, 3)), decision=Decision.ACCEPTED)
+    small, large = attempt_bound(clear), attempt_bound(close)
+    assert small is not None and large is not None and small < 1e-4 < 0.01 < large < 0.05
+
+    def judged(n: int, gate: GateResult) -> RoundResult:
+        return replace(result(n, Status.ROLLED_BACK), gate=gate)
+
+    fresh = [result(1, Status.BASELINE)]
+    for gate in (clear, close):  # a campaign that spent nothing: both fit
+        kept = against_what_is_left(gate, 2, fresh)
+        assert kept.decision is Decision.ACCEPTED and kept.reasons[:-1] == gate.reasons
+        assert "resubmission of round-2's code" in kept.reasons[-1]
+        assert "fits in the 5.00%" in kept.reasons[-1]
+    # an earlier judged round that spent most of it leaves less than the close one needs
+    before = _gate((3.0, 1.5, 3.5), (2, 3))  # the close reading, rolled back once before
+    spending = [*fresh, judged(2, before)]
+    left = CAMPAIGN_BUDGET - spent([(2, before)]).total
+    assert 0 < left < large
+    refused = against_what_is_left(close, 2, spending)
+    assert refused.decision is Decision.ROLLED_BACK and refused.reasons[1:] == close.reasons
+    assert refused.reasons[0].startswith("ROLLED BACK as a resubmission of round-2's code")
+    assert (
+        "more than the 1.19% left of the campaign's 5.00% false-accept budget"
+        in (refused.reasons[0])
+    )
+    # a reading that rolled back, and one with no bound (one pair), are not accepted by it
+    assert against_what_is_left(before, 2, spending) is before
+    one = replace(_gate((20.0,)), decision=Decision.ACCEPTED)
+    assert against_what_is_left(one, 2, fresh).decision is Decision.ROLLED_BACK

@@ -414,7 +414,7 @@ def _diff(*added: str, removed: str = "    x = tl.load(x_ptr + offs)") -> str:
 
 
 def test_a_rolled_back_change_again_up_to_comments_whitespace_and_new_names_is_refused(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Rule 7 past the bytes: a change that runs a rolled-back round's code again, only
     its comments, blank lines, line breaks and the names it introduces differing, is a
@@ -441,6 +441,12 @@ def test_a_rolled_back_change_again_up_to_comments_whitespace_and_new_names_is_r
     )
     with pytest.raises(RepeatedHypothesis, match=r"round-2's rolled-back code again"):
         check_new(campaign, "a new idea", again, known)
+    # --resubmit measures it again, naming the round whose code it runs (its verdict is
+    # judged against the false-accept budget's rest: tests/test_false_accept.py); the
+    # same bytes stay refused, and a new change is no resubmission
+    assert check_new(campaign, "a new idea", again, known, resubmit=True) == 2
+    with pytest.raises(RepeatedHypothesis, match="byte for byte"):
+        check_new(campaign, "a new idea", rolled_back, known, resubmit=True)
     new_changes = {
         "another call of the file's": _diff(
             "    y = tl.store(x_ptr + offs, cache_modifier='.cg')", "    x = y * 2"
@@ -453,7 +459,7 @@ def test_a_rolled_back_change_again_up_to_comments_whitespace_and_new_names_is_r
         ),
     }
     for what, patch in new_changes.items():
-        check_new(campaign, f"a new idea: {what}", patch, known)
+        assert check_new(campaign, f"a new idea: {what}", patch, known, resubmit=True) is None
     # the same shape with every name unknown (no head file) is still refused
     with pytest.raises(RepeatedHypothesis, match=r"round-2's rolled-back"):
         check_new(campaign, "a new idea", again)
@@ -479,4 +485,14 @@ def test_a_rolled_back_change_again_up_to_comments_whitespace_and_new_names_is_r
     ]
     with pytest.raises(RepeatedHypothesis, match=r"tournament entry round-4: .*round-2's rolled"):
         validate_tournament(campaign, LocalExecutor(), entries, progress=lambda _m: None)
+    assert not campaign.round_dir(3).exists() and not campaign.round_dir(4).exists()
+    # --resubmit measures one change again: a tournament given it is refused, unmeasured
+    files = [tmp_path / "entry-3.patch", tmp_path / "entry-4.patch"]
+    for path, entry in zip(files, entries, strict=True):
+        path.write_text(entry.patch or "", encoding="utf-8")
+    argv = ["--campaigns-root", str(campaign.root.parent), "validate", "--round", "3"]
+    for path, entry in zip(files, entries, strict=True):
+        argv += ["--hypothesis", entry.hypothesis, "--patch", str(path)]
+    code, out = run_cli([*argv, "--resubmit"], capsys)
+    assert code == 2 and "a tournament takes new changes only" in out, out
     assert not campaign.round_dir(3).exists() and not campaign.round_dir(4).exists()

@@ -164,6 +164,13 @@ def print_round_json(campaign: Campaign, n: int) -> None:
     help="Do not confirm a borderline (<5%) or high-risk quick acceptance at the full level "
     "(upstream's VALIDATE rule; the round records that it was skipped).",
 )
+@click.option(
+    "--resubmit",
+    is_flag=True,
+    help="Measure a change that runs a rolled-back round's code again (only its comments, "
+    "whitespace or new names differ; refused without this flag, Rule 7): an accepting "
+    "reading stands only within what is left of the campaign's false-accept budget.",
+)
 @json_option("the closed round (as `campaign show N --json`; a tournament: a list)")
 @quiet_option
 @click.pass_obj
@@ -184,6 +191,7 @@ def validate_cmd(
     allow_outside: tuple[str, ...],
     targeted: tuple[str, ...],
     no_confirm: bool,
+    resubmit: bool,
     as_json: bool,
     quiet: bool,
     **diagnosis: str,  # --attribution, --root-cause, --lesson
@@ -207,6 +215,7 @@ def validate_cmd(
         diagnosis=tuple(diagnosis.items()),
         targeted=targeted,
         confirm=not no_confirm,
+        resubmit=resubmit,
     )
     requests = [
         replace(shared, round=round_n + k, hypothesis=hypothesis, patch=text, bucket=bucket_of[k])
@@ -230,6 +239,12 @@ def _run_requests(
 ) -> list[RoundResult]:
     """One round, or with several requests a tournament of them, under a progress view."""
     if len(requests) > 1:
+        if requests[0].resubmit:
+            raise ConfigError(
+                "--resubmit measures one change again, judged against the campaign's "
+                "false-accept budget; a tournament takes new changes only: run it as a "
+                "round of its own"
+            )
         if restore:
             raise ConfigError(
                 "--restore resets a single round's working-tree change; a tournament's "

@@ -37,6 +37,7 @@ from runner.executors.base import BuiltRole, Executor
 from runner.flow.attempts import correctness_only, record_attempt
 from runner.flow.checkout import kept_note, plan_restore, restore_checkout
 from runner.judge.confirmation import confirmation_due
+from runner.judge.false_accept import against_what_is_left
 from runner.judge.resubmission import names_in
 from runner.measure.beside import BesideWork
 from runner.render.figures import fmt_gain
@@ -96,7 +97,13 @@ def validate_round(
         )
         patch = request.patch if request.patch is not None else lineage.working_tree_patch()
         touched = lineage.check_patch(patch)
-        check_new(campaign, request.hypothesis, patch, lambda p: names_in(lineage.text_at_head(p)))
+        again = check_new(
+            campaign,
+            request.hypothesis,
+            patch,
+            lambda p: names_in(lineage.text_at_head(p)),
+            resubmit=request.resubmit,
+        )
         check_targeted(request, level_shapes(campaign.manifest, request.level))
         target = manifest_target(campaign.manifest)
         declared = check_scope(campaign.manifest, target, touched, request.allow_outside)
@@ -118,7 +125,9 @@ def validate_round(
             request.gpus,
             times=times,
         ) as rnd:
-            return _validate_in(rnd, request, patch, touched, started, diffs, declared, restores)
+            return _validate_in(
+                rnd, request, patch, touched, started, diffs, declared, restores, again=again
+            )
 
 
 def _validate_in(
@@ -130,7 +139,12 @@ def _validate_in(
     diffs: Sequence[FingerprintDiff],
     declared: Sequence[str] = (),
     restores: bool = False,
+    *,
+    again: int | None = None,
 ) -> RoundResult:
+    """The opened round measured, judged and closed; ``again``: the rolled-back round
+    whose code a ``--resubmit`` patch runs again (``check_new``), its verdict judged
+    against what is left of the campaign's false-accept budget."""
     campaign, m = rnd.campaign, rnd.manifest
     best = _open_round(rnd, request, patch, diffs)
     lineage = rnd.lineage
@@ -151,6 +165,8 @@ def _validate_in(
         recorded = facts.result() if facts is not None else None
         return _closed_failure(rnd, request, patch, touched, started, best, why, recorded, restores)
     _refuse_incorrect(rnd, request, patch, gate, notes, facts.result())
+    if again is not None:
+        gate = against_what_is_left(gate, again, campaign.results())
     commit = None
     if gate.decision.accepted:
         with rnd.times.step("lineage commit"):

@@ -4,7 +4,8 @@ campaign has spent (docs/measurement.md §4.6).
 
 A gate that accepts a no-gain change at some small rate per attempt accepts one on
 some attempt of a long enough campaign: every new hypothesis is a new draw (a
-resubmission of a rolled-back change is refused, ``runner.judge.resubmission``).  The
+resubmission of a rolled-back change is refused, ``runner.judge.resubmission``, or with
+``validate --resubmit`` judged against what the budget has left: ``against_what_is_left``).  The
 bound here needs nothing but what a round records: its pairs' readings
 (``pair_gains_pct``), the threshold, and the pair counts the gate looked at (``looks``;
 a record without them is taken to have looked at every pair count from the rules'
@@ -35,9 +36,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from runner.core.outcomes import GateResult, RoundResult, Status
+from runner.core.outcomes import Decision, GateResult, RoundResult, Status
 from runner.core.stats import stdev
 from runner.judge.evidence import FLOOR_GAIN, MIN_REMEASUREMENTS
 from runner.judge.gate import required_pairs
@@ -191,6 +192,36 @@ def campaign_spent(results: Sequence[RoundResult]) -> Spent:
     """What a campaign's closed rounds spent: its ACCEPTED and ROLLED BACK rounds."""
     ordered = sorted(results, key=lambda r: r.round)
     return spent([(r.round, r.gate) for r in ordered if r.status in JUDGED])
+
+
+def against_what_is_left(
+    gate: GateResult, again: int, earlier: Sequence[RoundResult]
+) -> GateResult:
+    """A resubmission's verdict (``validate --resubmit``: the patch runs rolled-back
+    round ``again``'s code once more, ``runner.judge.resubmission``): an accepting one
+    stands only when this attempt's own bound fits in what the campaign's budget has
+    left after its ``earlier`` rounds; else it is ROLLED BACK saying both figures.  A
+    second draw of one experiment must not spend a budget the first already used."""
+    if not gate.decision.accepted:
+        return gate
+    left = max(0.0, CAMPAIGN_BUDGET - campaign_spent(earlier).total)
+    bound = attempt_bound(gate)
+    if bound is not None and bound <= left:
+        why = (
+            f"resubmission of round-{again}'s code: this attempt's false-accept bound "
+            f"{_pct(bound)} fits in the {_pct(left)} the campaign's budget has left"
+        )
+        return replace(gate, reasons=(*gate.reasons, why))
+    figure = (
+        "no bound (too few pairs)" if bound is None else f"a false-accept bound of {_pct(bound)}"
+    )
+    why = (
+        f"ROLLED BACK as a resubmission of round-{again}'s code: its reading would accept "
+        f"with {figure}, more than the {_pct(left)} left of the campaign's "
+        f"{_pct(CAMPAIGN_BUDGET)} false-accept budget; a second draw of the same code is "
+        "judged against what is left (docs/measurement.md §4.6)"
+    )
+    return replace(gate, decision=Decision.ROLLED_BACK, reasons=(why, *gate.reasons))
 
 
 def _pct(fraction: float) -> str:

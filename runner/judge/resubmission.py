@@ -5,7 +5,9 @@ patch that differs from a rolled-back round's only in its comments, its whitespa
 the names it introduces runs the same code: measured again, it is a second draw of the
 same experiment, and a gate that accepts at some false-accept rate per draw accepts a
 no-gain change on one of enough draws.  So such a patch is refused like a byte-identical
-one (``runner.round.result.check_new``).
+one (``runner.round.result.check_new``), unless ``validate --resubmit`` asks for the second
+draw: then its verdict is judged against what is left of the campaign's false-accept
+budget (``runner.judge.false_accept.against_what_is_left``).
 
 A change's *shape* is what survives that: per touched file, the removed and the added
 lines as tokens, with comments and blank lines dropped, a statement broken over several

@@ -69,6 +69,10 @@ class Request:
     # A quick round's acceptance confirmed at the full level when upstream's rule asks
     # (runner.judge.confirmation); False: --no-confirm, recorded in the round's reasons.
     confirm: bool = True
+    # Measure a change that runs a rolled-back round's code again (only its comments,
+    # whitespace or new names differ), judged against what is left of the campaign's
+    # false-accept budget (``check_new``); False: such a change is refused (Rule 7).
+    resubmit: bool = False
 
     def __post_init__(self) -> None:
         """Refuse a pair count or a hypothesis out of bounds (``runner.core.limits``)
@@ -144,17 +148,23 @@ def check_new(
     hypothesis: str,
     patch: str,
     known: Callable[[str], set[str]] = lambda path: set(),
-) -> None:
+    *,
+    resubmit: bool = False,
+) -> int | None:
     """Rule 7 (upstream's iteration rules): after a rollback the next hypothesis is new.
     Refuse a hypothesis or a patch identical to a judged round's (ACCEPTED or ROLLED
     BACK; a FAILED round may be measured again), naming the round; and a patch that runs
     a rolled-back round's code again, differing only in comments, whitespace or the
     names it introduces (``runner.judge.resubmission``; ``known(path)``: the names the
-    file holds at the lineage head).  A change of comments alone (an A/A round, the
-    gate's own calibration) may be measured again."""
+    file holds at the lineage head), unless ``resubmit`` (``validate --resubmit``): then
+    the last such round's number is returned, and the verdict is judged against what
+    is left of the campaign's false-accept budget
+    (``runner.judge.false_accept.against_what_is_left``).  A change of comments alone
+    (an A/A round, the gate's own calibration) may be measured again."""
     words = " ".join(hypothesis.split()).casefold()
     shape = change_shape(patch, known)
     code = holds_code(shape)
+    again: int | None = None
     for r in reversed(campaign.results()):
         if r.status not in (Status.ACCEPTED, Status.ROLLED_BACK):
             continue
@@ -173,12 +183,18 @@ def check_new(
                 "is judged once; change the candidate (Rule 7)"
             )
         if r.status is Status.ROLLED_BACK and code and change_shape(text, known) == shape:
+            if resubmit:
+                again = r.round if again is None else again
+                continue
             raise RepeatedHypothesis(
                 f"this patch runs round-{r.round}'s rolled-back code again: it differs from "
                 "that round's only in comments, whitespace or the names it introduces, and "
                 "a second measurement of the same code is a second draw at the gate, not a "
-                "new hypothesis; change what the code does (Rule 7)"
+                "new hypothesis; change what the code does (Rule 7), or measure it again "
+                "with --resubmit, judged against what is left of the campaign's "
+                "false-accept budget"
             )
+    return again
 
 
 def check_diagnosis(campaign: Campaign, request: Request) -> int | None:
