@@ -5,11 +5,11 @@ campaign has spent (docs/measurement.md §4.6).
 A gate that accepts a no-gain change at some small rate per attempt accepts one on
 some attempt of a long enough campaign: every new hypothesis is a new draw (a
 resubmission of a rolled-back change is refused, ``runner.judge.resubmission``, or with
-``validate --resubmit`` judged against what the budget has left: ``against_what_is_left``).  The
-bound here needs nothing but what a round records: its pairs' readings
-(``pair_gains_pct``), the threshold, and the pair counts the gate looked at (``looks``;
-a record without them is taken to have looked at every pair count from the rules'
-first one up, which over-states).
+``validate --resubmit`` judged against what the budget has left,
+``against_what_is_left``).  The bound here needs nothing but what a round records: its
+pairs' readings (``pair_gains_pct``), the threshold, and the pair counts the gate
+looked at (``looks``; a record without them is taken to have looked at every pair
+count from the rules' first one up, which over-states).
 
 At a look with n pairs, the pair gains of a change with no gain are taken as
 N(0, s^2), s the spread of one pair's log gain the round measured, and each rule that
