@@ -111,11 +111,38 @@ def test_launch_drops_only_the_amd_only_options_once() -> None:
     assert got == {"grid": (1,), "BLOCK_M": 128}
 
 
+class _Tuner:
+    def __init__(self, configs: list[Any]) -> None:
+        self.configs = configs
+
+    def prune_configs(self, kwargs: dict[str, Any]) -> list[Any]:
+        return list(self.configs)
+
+
+def test_autotune_times_each_config_that_launches_the_same_once() -> None:
+    from triton import Config
+
+    def cfg(bm: int, **amd: int) -> Config:
+        return Config({"BLOCK_M": bm, "BLOCK_N": 128, **amd}, num_warps=4, num_stages=2)
+
+    # upstream's NN list (a6a16cdc): every config again with matrix_instr_nonkdim=16
+    listed = [cfg(128), cfg(256), cfg(128, matrix_instr_nonkdim=16), cfg(256, kpack=2)]
+    listed.append(Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=2))
+    shim.patch_prune(_Tuner)
+    first = _Tuner.prune_configs
+    shim.patch_prune(_Tuner)
+    assert _Tuner.prune_configs is first
+    timed = _Tuner(listed).prune_configs({})
+    assert timed == [listed[0], listed[1], listed[4]]  # the first of each kept, in order
+
+
 def test_runner_import_installs_nothing() -> None:
     assert not any(isinstance(f, shim.OcpFinder) for f in sys.meta_path)
+    from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import JITFunction
 
     assert not getattr(JITFunction.run, "turbo_campaign_layer", False)
+    assert not getattr(Autotuner.prune_configs, "turbo_campaign_layer", False)
 
 
 def test_round_record_and_report_say_non_amd_run() -> None:

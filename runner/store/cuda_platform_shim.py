@@ -16,11 +16,14 @@ layer makes both take gfx950's (MI355X's) path on CUDA:
   ``waves_per_eu`` and ``kpack`` (at launch, and inside ``triton.Config`` kwargs of
   the blockwise autotune lists), which CUDA Triton refuses (``KeyError: Keyword
   argument matrix_instr_nonkdim was specified but unrecognised``): here Triton's
-  launch drops them, so each such config runs as the one without the option.
+  launch drops them, so each such config runs as the one without the option, and an
+  autotune list times each config that is left the same only once (the NN list's
+  ``matrix_instr_nonkdim=16`` copies, distinct on gfx950, would be timed twice).
 
-The kernel files are untouched: the layer wraps the import of ``low_precision`` and
-Triton's ``JITFunction.run``.  The stack's ``primus_turbo/__init__.py`` imports this
-module first, so it is in place before any upstream module runs.
+The kernel files are untouched: the layer wraps the import of ``low_precision``,
+Triton's ``JITFunction.run`` and ``Autotuner.prune_configs``.  The stack's
+``primus_turbo/__init__.py`` imports this module first, so it is in place before any
+upstream module runs.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ AMD_ONLY_OPTIONS = ("matrix_instr_nonkdim", "waves_per_eu", "kpack")
 # what the layer changes, as UPSTREAM.yaml, every round and the report name it
 APPLIED = (
     "ocp_fp8: low_precision.py takes gfx950's OCP FP8 branch",
-    "no_amd_launch_options: Triton launches drop " + "/".join(AMD_ONLY_OPTIONS),
+    "no_amd_launch_options: Triton launches drop "
+    + "/".join(AMD_ONLY_OPTIONS)
+    + ", and an autotune list times each config left the same once",
 )
 
 
@@ -104,6 +109,37 @@ def patch_launch(jit_class: Any) -> None:
     jit_class.run = launch
 
 
+def _launched_as(config: Any) -> str:
+    """What a ``triton.Config`` launches as here: its options without the AMD-only ones."""
+    return repr((sorted(drop_amd_options(config.all_kwargs()).items()), config.pre_hook))
+
+
+def distinct_configs(configs: Sequence[Any]) -> list[Any]:
+    """``configs`` with each one that launches as an earlier one left out, in order."""
+    seen: set[str] = set()
+    kept = []
+    for config in configs:
+        launched = _launched_as(config)
+        if launched not in seen:
+            seen.add(launched)
+            kept.append(config)
+    return kept
+
+
+def patch_prune(autotuner_class: Any) -> None:
+    """``autotuner_class.prune_configs`` (the configs an autotune times) keeping one of
+    each config that launches the same here; patching twice is a no-op."""
+    prune = autotuner_class.prune_configs
+    if getattr(prune, "turbo_campaign_layer", False):
+        return
+
+    def pruned(self: Any, *args: Any, **kwargs: Any) -> list[Any]:
+        return distinct_configs(prune(self, *args, **kwargs))
+
+    pruned.turbo_campaign_layer = True  # type: ignore[attr-defined]
+    autotuner_class.prune_configs = pruned
+
+
 def install() -> None:
     """Both halves; refused when low_precision was imported before (it would keep FNUZ)."""
     if LOW_PRECISION in sys.modules:
@@ -113,9 +149,11 @@ def install() -> None:
         )
     if not any(isinstance(f, OcpFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, OcpFinder())
+    from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import JITFunction
 
     patch_launch(JITFunction)
+    patch_prune(Autotuner)
 
 
 if __name__ != "__main__" and __name__.startswith("primus_turbo") and on_cuda():
