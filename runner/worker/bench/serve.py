@@ -63,7 +63,7 @@ from runner.core.worker_messages import (
     parse_request,
     reply_line,
 )
-from runner.worker.bench import autotune_alone
+from runner.worker.bench import autotune_alone, autotune_compile
 from runner.worker.bench.oom import out_of_memory, release_cached
 from runner.worker.bench.timing import Timing
 
@@ -158,9 +158,10 @@ class Server:
         prepared under the device's preparation lock (``runner.core.prepare_lock``):
         shared with the other workers of the round, and alone while Triton autotunes
         (``runner.worker.bench.autotune_alone``), so that an autotune times its configs
-        while no other worker runs kernels there; a worker whose autotuner cannot be
-        hooked prepares each shape alone.  The waits are logged and kept in the shape's
-        samples, not counted in its seconds."""
+        while no other worker runs kernels there, each sweep's configs compiled side by
+        side before the first is timed (``runner.worker.bench.autotune_compile``); a
+        worker whose autotuner cannot be hooked prepares each shape alone.  The waits are
+        logged and kept in the shape's samples, not counted in its seconds."""
         if self.lock is None:
             why = "on the cpu" if self.device == "cpu" else f"(no {PREPARE_LOCK_ENV})"
             log.info("preparing without the device's preparation lock %s", why)
@@ -169,6 +170,9 @@ class Server:
                 self._prepared(st)
             return
         unhooked = autotune_alone.install()
+        one_by_one = autotune_compile.install()
+        if one_by_one:
+            log.info("autotune sweeps compile their configs one by one: %s", one_by_one)
         with DeviceLock(self.lock) as lock, autotune_alone.holding(lock):
             if unhooked:
                 log.info(

@@ -1,0 +1,102 @@
+"""Every config of a Triton autotune sweep compiled at once, in threads, before the
+first one is timed.
+
+Triton's autotuner compiles each config on its first call inside the sweep's timing
+loop (``Autotuner._bench`` of ``triton.runtime.autotuner``, triton-lang/triton 3.6.0),
+one after the other, while the worker holds the device alone
+(``runner.worker.bench.autotune_alone``): a kernel source new to the role's JIT cache (a
+candidate's) compiles 32-64 configs per kernel serially while every other worker waits
+for the device.  ``install`` wraps ``_bench`` so that the first config of a sweep first
+hands every config of the sweep to Triton's own asynchronous compile
+(``triton.runtime._async_compile.AsyncCompileMode``, which ``JITFunction._do_compile``
+submits to an executor) on a pool of threads, by Triton's ``warmup`` call (compile,
+no launch); Triton's compiler gives up the GIL while it runs its passes and ``ptxas``,
+so the threads compile side by side.  The timing loop then finds each config compiled.
+
+What runs is unchanged: the same calls compile the same kernels under the same cache
+keys (a config the platform layer launches without its AMD-only options compiles as
+that launch does, since ``warmup`` goes through the same ``JITFunction.run``).  A
+config whose compile fails is left to the timing loop, which compiles it again and
+reports the failure as Triton does (an infinite time).
+
+Worker-side: imports Triton only when it is installed; no pydantic.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_MARK = "__turbo_campaign_compile_all__"
+_SWEEP = "__turbo_campaign_sweep__"  # the id of the sweep whose configs were compiled
+
+
+def threads() -> int:
+    """The compile threads: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def install() -> str | None:
+    """Wrap ``Autotuner._bench``; returns None when sweeps compile their configs at once
+    (or there is no Triton), else why they compile one by one."""
+    if importlib.util.find_spec("triton") is None:
+        return None
+    try:
+        from triton.runtime import _async_compile  # noqa: F401
+        from triton.runtime.autotuner import Autotuner
+    except ImportError as exc:
+        return f"this Triton has no asynchronous compile ({exc})"
+    bench = getattr(Autotuner, "_bench", None)
+    if not callable(bench) or not callable(getattr(Autotuner, "prune_configs", None)):
+        return "this Triton's Autotuner has no _bench or prune_configs"
+    if not getattr(bench, _MARK, False):
+        Autotuner._bench = _compiling_first(bench)
+    return None
+
+
+def _compiling_first(bench: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(bench)
+    def wrapper(self: Any, *args: Any, config: Any, **meta: Any) -> Any:
+        # ``run`` sets ``nargs`` anew for each call, so its identity names the sweep
+        sweep = id(getattr(self, "nargs", None))
+        if getattr(self, _SWEEP, None) != sweep:
+            setattr(self, _SWEEP, sweep)
+            compile_all(self, args, meta, list(self.prune_configs(meta)))
+        return bench(self, *args, config=config, **meta)
+
+    setattr(wrapper, _MARK, True)
+    return wrapper
+
+
+def compile_all(
+    autotuner: Any, args: tuple[Any, ...], meta: dict[str, Any], configs: list[Any]
+) -> int:
+    """Compile ``configs`` of ``autotuner`` for ``args``/``meta`` side by side; returns
+    how many were handed to the compiler (failures are left to the timing loop)."""
+    from triton.runtime._async_compile import AsyncCompileMode, active_mode
+
+    if len(configs) < 2 or active_mode.get() is not None:
+        return 0
+    handed = 0
+    with (
+        ThreadPoolExecutor(min(threads(), len(configs)), thread_name_prefix="compile") as pool,
+        AsyncCompileMode(pool, ignore_errors=True),
+    ):
+        for config in configs:
+            try:
+                autotuner.fn.warmup(*args, grid=(1,), **meta, **config.all_kwargs())
+            except Exception as exc:  # the timing loop compiles it again and reports it
+                log.debug("config %s not compiled ahead: %s", config, exc)
+                continue
+            handed += 1
+    return handed
