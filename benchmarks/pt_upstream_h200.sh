@@ -23,6 +23,8 @@
 #   accept    campaign accept (the integration gate in upstream's tree: the kernel synced
 #             back, upstream's focused test)
 #   finish    report (its "Platform: non-AMD run" note shown), export
+#   autotunecost (on demand only, after setup) one training step's autotunes split into
+#             compile and timing, compiled one by one and side by side
 #   statecheck (on demand only) what a training step of upstream's op writes into the
 #             state its package keeps: the 8-step simulation's evidence, path by path
 #   reproduce the bundle replayed and re-measured on a second, fresh campaigns root
@@ -215,6 +217,52 @@ for step in range(6):
         print("   ", path, str(before.get(path))[:90], "->", str(after.get(path))[:90])
 EOF
   )
+}
+
+phase_autotunecost() {  # one training step's autotunes of upstream's op (Llama-2-7B qkv,
+  # MBS 1) in fresh processes: "serial" compiles each config inside the timing loop as
+  # Triton does, "timing" finds every kernel compiled on disk and only times the
+  # configs, "threads" compiles each sweep's configs side by side first
+  # (runner.worker.bench.autotune_compile); the platform layer times one of each config
+  local ws="$CAMPAIGN_ROOT/workspaces/$(name)" mode dir
+  for mode in serial timing threads; do
+    dir="$W/atc-$mode"
+    if [ "$mode" = timing ]; then
+      dir="$W/atc-serial"; find "$dir" -name '*.autotune.json' -delete
+    else
+      rm -rf "$dir"
+    fi
+    (cd "$ws" && TRITON_CACHE_DIR="$dir" TRITON_CACHE_AUTOTUNING=1 PYTHONPATH="$ws/src" \
+      PRIMUS_TURBO_GEMM_BACKEND=TRITON "$PY" - "$mode" <<'EOF'
+import json, sys, time
+import torch
+import primus_turbo.pytorch as turbo
+from primus_turbo.pytorch.core import low_precision as lp
+from primus_turbo.triton.gemm import gemm_fp8_kernel as kernels
+from runner.worker.bench import autotune_compile
+mode = sys.argv[1]
+if mode == "threads":
+    assert autotune_compile.install() is None
+cfg = lp.Float8QuantConfig(format=lp.Format.E4M3, granularity=lp.ScalingGranularity.BLOCKWISE, block_size=128)
+a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+b = torch.randn(12288, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+out = turbo.ops.gemm_fp8(a, b, trans_b=True, config=cfg); torch.cuda.synchronize()
+t1 = time.perf_counter()
+out.backward(torch.randn_like(out)); torch.cuda.synchronize()
+t2 = time.perf_counter()
+sweeps = {}
+for name in ("nt", "nn", "tn"):
+    tuner = getattr(kernels, f"_blockwise_fp8_{name}_kernel")
+    timed = getattr(tuner, "configs_timings", None) or {}
+    sweeps[name] = {"listed": len(tuner.configs), "timed": len(timed),
+                    "bench_s": round(getattr(tuner, "bench_time", float("nan")), 2)}
+print(json.dumps({"mode": mode, "threads": autotune_compile.threads(), "forward_s": round(t1 - t0, 2),
+                  "backward_s": round(t2 - t1, 2), "sweeps": sweeps}))
+EOF
+    ) | tail -1 | tee -a "$STATE/timings.log"
+  done
 }
 
 phase_baseline() {
