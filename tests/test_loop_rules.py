@@ -443,7 +443,7 @@ def test_a_rolled_back_change_again_up_to_comments_whitespace_and_new_names_is_r
         check_new(campaign, "a new idea", again, known)
     # --resubmit measures it again, naming the round whose code it runs (its verdict is
     # judged against the false-accept budget's rest: tests/test_false_accept.py); the
-    # same bytes stay refused, and a new change is no resubmission
+    # same bytes stay refused, and a new change is refused as no resubmission
     assert check_new(campaign, "a new idea", again, known, resubmit=True) == 2
     with pytest.raises(RepeatedHypothesis, match="byte for byte"):
         check_new(campaign, "a new idea", rolled_back, known, resubmit=True)
@@ -459,7 +459,9 @@ def test_a_rolled_back_change_again_up_to_comments_whitespace_and_new_names_is_r
         ),
     }
     for what, patch in new_changes.items():
-        assert check_new(campaign, f"a new idea: {what}", patch, known, resubmit=True) is None
+        assert check_new(campaign, f"a new idea: {what}", patch, known) is None
+        with pytest.raises(ConfigError, match="runs no rolled-back round's code: it is a new"):
+            check_new(campaign, f"a new idea: {what}", patch, known, resubmit=True)
     # the same shape with every name unknown (no head file) is still refused
     with pytest.raises(RepeatedHypothesis, match=r"round-2's rolled-back"):
         check_new(campaign, "a new idea", again)

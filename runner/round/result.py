@@ -159,7 +159,8 @@ def check_new(
     file holds at the lineage head), unless ``resubmit`` (``validate --resubmit``): then
     the last such round's number is returned, and the verdict is judged against what
     is left of the campaign's false-accept budget
-    (``runner.judge.false_accept.against_what_is_left``).  A change of comments alone
+    (``runner.judge.false_accept.against_what_is_left``), and a patch that runs no
+    rolled-back round's code again is refused with it.  A change of comments alone
     (an A/A round, the gate's own calibration) may be measured again."""
     words = " ".join(hypothesis.split()).casefold()
     shape = change_shape(patch, known)
@@ -194,6 +195,12 @@ def check_new(
                 "with --resubmit, judged against what is left of the campaign's "
                 "false-accept budget"
             )
+    if resubmit and again is None:
+        raise ConfigError(
+            "--resubmit measures a rolled-back round's code again, but this patch runs no "
+            "rolled-back round's code: it is a new change; leave --resubmit out, so that "
+            "its verdict is judged at the gate's own level"
+        )
     return again
 
 
