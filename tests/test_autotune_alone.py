@@ -1,8 +1,14 @@
-"""Triton's autotune alone on the device (runner.worker.bench.autotune_alone), in two
-real worker-like processes on a real GPU that share one role's autotune results: each
-takes the exclusive hold once for its autotune, and only one of them times the configs,
-the other reads the first one's result.  Skipped where torch sees no GPU or Triton is
-missing."""
+"""A worker's Triton autotunes, on a real GPU:
+
+* alone on the device (runner.worker.bench.autotune_alone), in two real worker-like
+  processes that share one role's autotune results: each takes the exclusive hold once
+  for its autotune, and only one of them times the configs, the other reads the first
+  one's result;
+* each sweep's configs compiled side by side before the first is timed
+  (runner.worker.bench.autotune_compile): each config's kernel compiled once, on the
+  pool's threads, and the sweep still runs a config that computes the right result.
+
+Skipped where torch sees no GPU or Triton is missing."""
 
 from __future__ import annotations
 
@@ -25,12 +31,10 @@ pytestmark = [
 ]
 
 ROOT = str(Path(runner.__file__).resolve().parent.parent)
-# One shape's preparation: an autotuned Triton kernel's first call under a shared hold.
-PREPARE = """
-import json, sys
-import torch, triton, triton.language as tl
-from runner.core.prepare_lock import DeviceLock
-from runner.worker.bench import autotune_alone
+# An autotuned Triton kernel of four configs.
+KERNEL = """
+import json, sys, threading
+import torch, triton, triton.compiler, triton.language as tl
 
 configs = [triton.Config({"BLOCK": b}, num_warps=w) for b in (256, 1024) for w in (2, 4)]
 
@@ -39,6 +43,13 @@ configs = [triton.Config({"BLOCK": b}, num_warps=w) for b in (256, 1024) for w i
 def scale(x, out, n, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(out + i, tl.load(x + i, mask=i < n) * 2.0, mask=i < n)
+"""
+# One shape's preparation: the kernel's first call under a shared hold.
+PREPARE = (
+    KERNEL
+    + """
+from runner.core.prepare_lock import DeviceLock
+from runner.worker.bench import autotune_alone
 
 unhooked = autotune_alone.install()
 x = torch.randn(1 << 20, device="cuda")
@@ -49,6 +60,30 @@ with DeviceLock(sys.argv[1]) as lock, autotune_alone.holding(lock), lock.shared(
 timed = hasattr(scale, "bench_time")  # set only when this process timed the configs
 print(json.dumps({"unhooked": unhooked, "alone": lock.alone, "timed": timed}))
 """
+)
+# Two sweeps, each config's compile recorded with the thread it ran on.
+SWEEP = (
+    KERNEL
+    + """
+from runner.worker.bench import autotune_compile
+
+threads = []
+compile = triton.compiler.compile
+def recorded(*args, **kwargs):
+    threads.append(threading.current_thread().name)
+    return compile(*args, **kwargs)
+triton.compiler.compile = recorded  # where a JITFunction takes it on its first launch
+
+unhooked = autotune_compile.install()
+for n in (1 << 20, 1 << 19):  # a second sweep: the same kernels, nothing compiled again
+    x = torch.randn(n, device="cuda")
+    out = torch.empty_like(x)
+    scale[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, out, n)
+    torch.cuda.synchronize()
+    assert torch.equal(out, x * 2.0)
+print(json.dumps({"unhooked": unhooked, "threads": threads}))
+"""
+)
 
 
 def test_two_workers_of_a_role_autotune_once_each_alone(tmp_path: Path) -> None:
@@ -72,3 +107,17 @@ def test_two_workers_of_a_role_autotune_once_each_alone(tmp_path: Path) -> None:
     assert [r["unhooked"] for r in results] == [None, None]
     assert [r["alone"] for r in results] == [1, 1]  # the nested per-config holds not counted
     assert sorted(r["timed"] for r in results) == [False, True]
+
+
+def test_a_sweep_compiles_every_config_once_on_the_pool(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": ROOT, "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    script = tmp_path / "sweep.py"  # Triton reads a jitted function's source file
+    script.write_text(SWEEP, encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, str(script)], env=env, text=True, capture_output=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["unhooked"] is None
+    assert len(result["threads"]) == 4  # one compile per config, none in the timing loop
+    assert all(name.startswith("compile") for name in result["threads"]), result
