@@ -225,7 +225,7 @@ phase_autotunecost() {  # one training step's autotunes of upstream's op (Llama-
   # configs, "threads" compiles each sweep's configs side by side first
   # (runner.worker.bench.autotune_compile); the platform layer times one of each config
   local ws="$CAMPAIGN_ROOT/workspaces/$(name)" mode dir
-  for mode in serial timing threads; do
+  for mode in ${ATC_MODES:-serial timing threads}; do
     dir="$W/atc-$mode"
     if [ "$mode" = timing ]; then
       dir="$W/atc-serial"; find "$dir" -name '*.autotune.json' -delete
@@ -242,6 +242,7 @@ from primus_turbo.triton.gemm import gemm_fp8_kernel as kernels
 from runner.worker.bench import autotune_compile
 mode = sys.argv[1]
 if mode == "threads":
+    import logging; logging.basicConfig(level=logging.INFO)
     assert autotune_compile.install() is None
 cfg = lp.Float8QuantConfig(format=lp.Format.E4M3, granularity=lp.ScalingGranularity.BLOCKWISE, block_size=128)
 a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)

@@ -87,16 +87,25 @@ def compile_all(
 
     if len(configs) < 2 or active_mode.get() is not None:
         return 0
-    handed = 0
+    handed, refused = 0, ""
     with (
         ThreadPoolExecutor(min(threads(), len(configs)), thread_name_prefix="compile") as pool,
         AsyncCompileMode(pool, ignore_errors=True),
     ):
         for config in configs:
+            # the launch's own keywords (its grid among them), compiled and not launched
+            call = {"grid": (1,), **meta, **config.all_kwargs(), "warmup": True}
             try:
-                autotuner.fn.warmup(*args, grid=(1,), **meta, **config.all_kwargs())
+                autotuner.fn.run(*args, **call)
             except Exception as exc:  # the timing loop compiles it again and reports it
-                log.debug("config %s not compiled ahead: %s", config, exc)
+                refused = refused or f"{type(exc).__name__}: {exc}"
                 continue
             handed += 1
+    log.info(
+        "%d of %d configs compiled ahead on %d threads%s",
+        handed,
+        len(configs),
+        min(threads(), len(configs)),
+        f" (first refusal: {refused})" if refused else "",
+    )
     return handed
