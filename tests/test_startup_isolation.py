@@ -234,3 +234,23 @@ def test_a_script_run_by_the_isolated_python_imports_its_neighbours_after_the_st
     log = done.log_path.read_text() + (done.out_dir / "test.log").read_text()
     assert json.loads((done.out_dir / "test.json").read_text())["returncode"] == 0, log
     assert 'models ["Llama-2-7B"]' in log
+
+
+def test_the_isolated_python_compiles_autotune_sweeps_ahead_once_triton_is_imported(
+    tmp_path: Path,
+) -> None:
+    """A test command's ``python`` sets Triton's autotune sweeps to compile their
+    configs side by side (``runner.worker.bench.autotune_compile``) when the command
+    imports the autotuner, and imports no Triton for a command that does not."""
+    tree = _tree(tmp_path / "cand", "x = 1\n")
+    code = (
+        "import sys; print('triton before', 'triton' in sys.modules); "
+        "from triton.runtime.autotuner import Autotuner; "
+        "print('compile ahead', getattr(Autotuner._bench, '__turbo_campaign_compile_all__', 0))"
+    )
+    marker = tmp_path / "marker"
+    job = _test_job(tmp_path / "r", "job-1", tree, f'python -c "{code}"', marker)
+    done = LocalExecutor().run_job(job)
+    log = done.log_path.read_text() + (done.out_dir / "test.log").read_text()
+    assert json.loads((done.out_dir / "test.json").read_text())["returncode"] == 0, log
+    assert "triton before False" in log and "compile ahead True" in log, log

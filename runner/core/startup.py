@@ -92,7 +92,9 @@ def _run():
 # ``python`` does, the script's folder (or, for -m and -c, the working folder) is
 # importable: upstream's benchmark scripts import their neighbours (``from config
 # import ...``); it goes after the standard library, with the job's own paths, so no
-# writable folder comes before the harness or the standard library.
+# writable folder comes before the harness or the standard library.  Before the command
+# runs, Triton's autotune sweeps are set to compile their configs side by side once the
+# command imports the autotuner (``runner.worker.bench.autotune_compile``).
 _RUN_COMMAND = r"""
 def _own(folder):
     folder = os.path.abspath(folder)
@@ -100,6 +102,12 @@ def _own(folder):
         sys.path.insert(_OWN_AT, folder)
 def _run():
     import runpy
+    try:  # autotune sweeps compile their configs side by side (the harness is first)
+        from runner.worker.bench.autotune_compile import install_on_import
+    except ImportError:
+        pass
+    else:
+        install_on_import()
     args = sys.argv[1:]
     while args and args[0] in ("-I", "-S", "-B", "-s", "-E", "-P", "-u"):
         args.pop(0)

@@ -19,17 +19,27 @@ that launch does, since ``warmup`` goes through the same ``JITFunction.run``).  
 config whose compile fails is left to the timing loop, which compiles it again and
 reports the failure as Triton does (an infinite time).
 
+The serving worker installs it for its preparation (``runner.worker.bench.serve``); the
+isolated ``python`` of a test command (the focused test, upstream's quick script, the
+suite: ``runner.core.startup.COMMAND_BOOT``) installs it when the command first imports
+Triton's autotuner (``install_on_import``), so a command that never imports Triton pays
+nothing.
+
 Worker-side: imports Triton only when it is installed; no pydantic.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import logging
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -62,6 +72,43 @@ def install() -> str | None:
     if not getattr(bench, _MARK, False):
         Autotuner._bench = _compiling_first(bench)
     return None
+
+
+AUTOTUNER = "triton.runtime.autotuner"
+
+
+class _Then(importlib.abc.Loader):
+    """The autotuner module's own loader, then ``install``."""
+
+    def __init__(self, inner: importlib.abc.Loader) -> None:
+        self._inner = inner
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._inner.exec_module(module)
+        install()
+
+
+class _OnImport(importlib.abc.MetaPathFinder):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != AUTOTUNER:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Then(spec.loader)
+        return spec
+
+
+def install_on_import() -> None:
+    """``install`` now if Triton's autotuner is imported, else as soon as it is."""
+    if AUTOTUNER in sys.modules:
+        install()
+    elif not any(isinstance(f, _OnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _OnImport())
 
 
 def _compiling_first(bench: Callable[..., Any]) -> Callable[..., Any]:
