@@ -34,7 +34,7 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 LOW_PRECISION = "primus_turbo.pytorch.core.low_precision"
 AMD_ONLY_OPTIONS = ("matrix_instr_nonkdim", "waves_per_eu", "kpack")
@@ -109,15 +109,24 @@ def patch_launch(jit_class: Any) -> None:
     jit_class.run = launch
 
 
-def _launched_as(config: Any) -> str:
+class _Config(Protocol):  # triton.Config
+    pre_hook: object
+
+    def all_kwargs(self) -> dict[str, object]: ...
+
+
+C = TypeVar("C", bound=_Config)
+
+
+def _launched_as(config: _Config) -> str:
     """What a ``triton.Config`` launches as here: its options without the AMD-only ones."""
     return repr((sorted(drop_amd_options(config.all_kwargs()).items()), config.pre_hook))
 
 
-def distinct_configs(configs: Sequence[Any]) -> list[Any]:
+def distinct_configs(configs: Sequence[C]) -> list[C]:
     """``configs`` with each one that launches as an earlier one left out, in order."""
     seen: set[str] = set()
-    kept = []
+    kept: list[C] = []
     for config in configs:
         launched = _launched_as(config)
         if launched not in seen:

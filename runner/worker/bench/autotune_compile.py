@@ -40,12 +40,26 @@ import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
-from typing import Any
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
 _MARK = "__turbo_campaign_compile_all__"
 _SWEEP = "__turbo_campaign_sweep__"  # the id of the sweep whose configs were compiled
+
+
+class _Config(Protocol):  # triton.Config
+    def all_kwargs(self) -> dict[str, object]: ...
+
+
+class _Launcher(Protocol):  # a JITFunction, or a heuristics wrapper around one
+    def run(self, *args: object, **kwargs: object) -> object: ...
+
+
+class _Autotuner(Protocol):  # triton.runtime.autotuner.Autotuner
+    fn: _Launcher
+
+    def prune_configs(self, kwargs: dict[str, object]) -> Sequence[_Config]: ...
 
 
 def threads() -> int:
@@ -111,9 +125,9 @@ def install_on_import() -> None:
         sys.meta_path.insert(0, _OnImport())
 
 
-def _compiling_first(bench: Callable[..., Any]) -> Callable[..., Any]:
+def _compiling_first(bench: Callable[..., object]) -> Callable[..., object]:
     @functools.wraps(bench)
-    def wrapper(self: Any, *args: Any, config: Any, **meta: Any) -> Any:
+    def wrapper(self: _Autotuner, *args: object, config: object, **meta: object) -> object:
         # ``run`` sets ``nargs`` anew for each call, so its identity names the sweep
         sweep = id(getattr(self, "nargs", None))
         if getattr(self, _SWEEP, None) != sweep:
@@ -126,7 +140,10 @@ def _compiling_first(bench: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def compile_all(
-    autotuner: Any, args: tuple[Any, ...], meta: dict[str, Any], configs: list[Any]
+    autotuner: _Autotuner,
+    args: tuple[object, ...],
+    meta: dict[str, object],
+    configs: Sequence[_Config],
 ) -> int:
     """Compile ``configs`` of ``autotuner`` for ``args``/``meta`` side by side; returns
     how many were handed to the compiler (failures are left to the timing loop)."""
