@@ -665,7 +665,7 @@ def test_sharded_jobs_reach_docker_each_with_its_own_device(
     tree = tmp_path / "wt"
     tree.mkdir()
     for gpu in (0, 1):
-        spec = host.spec("incumbent", 1, [])
+        spec = host.template.for_pass("incumbent", 1, [])
         run_job(host, f"pass-01-incumbent-gpu{gpu}", spec, tree, env=gpu_env(gpu, "amd"), gpu=gpu)
     creates = [c for c in fake.calls if c[1] == "create"]
     assert len(creates) == 2

@@ -551,7 +551,7 @@ def test_a_pass_out_of_device_memory_writes_no_fail_row_and_names_the_figure(
     )
     starved = plant_oom(tree, tmp_path / "starved", said)
     shapes = [Shape("big", 32, 64, 64), Shape("s1", 16, 64, 64)]
-    outcome = run_job(host, "pass-01-final", host.spec("final", 1, shapes), starved)
+    outcome = run_job(host, "pass-01-final", host.template.for_pass("final", 1, shapes), starved)
     assert not outcome.ok and outcome.returncode == 6
     assert not (outcome.out_dir / "benchmark.csv").exists()
     error = failed_worker("pass-01-final", outcome)

@@ -100,11 +100,11 @@ def test_a_gpu_round_s_worker_jobs_carry_the_allocator_setting(tmp_path: Path) -
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     rnd = RoundPlan(camp, make_executor(camp.manifest), lambda _m: None, scratch, 2, "quick", ())
-    job = rnd.worker_job("pass-01-incumbent", rnd.spec("incumbent", 1, []), tree)
+    job = rnd.worker_job("pass-01-incumbent", rnd.template.for_pass("incumbent", 1, []), tree)
     assert ALLOC_CONF_ENV not in job.env  # a CPU campaign: nothing to set
     camp.manifest = camp.manifest.model_copy(update={"target_gpu": "gfx942"})
     gpu = RoundPlan(camp, make_executor(camp.manifest), lambda _m: None, scratch, 2, "quick", ())
-    job = gpu.worker_job("pass-01-incumbent", gpu.spec("incumbent", 1, []), tree)
+    job = gpu.worker_job("pass-01-incumbent", gpu.template.for_pass("incumbent", 1, []), tree)
     wanted = allocator_env(detect_vendor())
     assert {k: job.env[k] for k in wanted} == wanted
 

@@ -354,7 +354,7 @@ def test_each_role_has_its_own_jit_cache_that_no_other_role_can_write(
         f'mkdir -p "$TRITON_CACHE_DIR" && echo k > "$TRITON_CACHE_DIR/mine" && '
         f"mkdir -p {theirs}/triton && echo planted > {theirs}/triton/k"
     )
-    job = rnd.worker_job("pass-02-candidate", rnd.spec("candidate", 2, []), cand)
+    job = rnd.worker_job("pass-02-candidate", rnd.template.for_pass("candidate", 2, []), cand)
     outcome = LocalExecutor().run_job(replace(job, prepare=(("sh", "-c", plant),)))
     assert outcome.returncode != 0
     assert "Read-only file system" in outcome.log_path.read_text()

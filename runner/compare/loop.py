@@ -289,7 +289,7 @@ def _slurm_array(
         [
             rnd.worker_job(
                 f"{pass_name(i, role)}-shard{k}",
-                rnd.spec(role, i, shard),
+                rnd.template.for_pass(role, i, shard),
                 trees[role],
                 {"TURBO_CAMPAIGN_SHARD": str(k)},
             )
@@ -311,7 +311,7 @@ def _slurm_array(
 def _run_pass(rnd: MeasurePlan, role: str, index: int, tree: Path, shapes: list[Shape]) -> Path:
     name = pass_name(index, role)
     with rnd.times.step("passes"):
-        outcome = run_job(rnd, name, rnd.spec(role, index, shapes), tree)
+        outcome = run_job(rnd, name, rnd.template.for_pass(role, index, shapes), tree)
     if not outcome.ok:
         raise failed_worker(name, outcome)
     return Path(outcome.out_dir) / BENCHMARK_CSV

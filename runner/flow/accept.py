@@ -181,13 +181,13 @@ def _final_role_timing(rnd: RoundPlan) -> dict[str, object]:
             return load_spec(path).timing.to_dict()
         except (OSError, ValueError, KeyError, TypeError):
             continue
-    return rnd.spec("full-benchmark", 0, []).timing.to_dict()
+    return rnd.template.for_pass("full-benchmark", 0, []).timing.to_dict()
 
 
 def _example_full_benchmark(
     rnd: RoundPlan, tree: Path, shapes: list[Shape], dest: Path
 ) -> FullBenchmarkInfo:
-    spec = rnd.spec("full-benchmark", 0, shapes)
+    spec = rnd.template.for_pass("full-benchmark", 0, shapes)
     outcome = run_job(rnd, "full-benchmark", spec, tree)
     info: FullBenchmarkInfo = {
         "command": "python -m runner.worker artifacts/passes/specs/full-benchmark.json "

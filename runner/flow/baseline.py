@@ -297,7 +297,7 @@ def _quick_baseline(rnd: RoundPlan, tree: Path) -> str:
     script = rnd.campaign.quick_script
     # The script travels in the spec: a container sees neither the campaign folder nor
     # a writable source tree, so it runs from (and writes into) the job's out dir.
-    spec = rnd.spec(
+    spec = rnd.template.for_pass(
         "baseline",
         0,
         [],

@@ -33,7 +33,7 @@ def measure_empirical_peak(rnd: RoundPlan, tree: Path) -> list[str]:
     kept = rnd.campaign.root / EMPIRICAL_PEAK
     if kept.is_file():
         return [f"empirical peak kept from {kept.name} (measured before on this campaign)"]
-    spec = rnd.spec("baseline", 0, [], mode="test", command=COMMAND)
+    spec = rnd.template.for_pass("baseline", 0, [], mode="test", command=COMMAND)
     outcome = run_job(rnd, JOB, spec, tree)
     doc = read_json(outcome.out_dir / EMPIRICAL_PEAK)
     peak = EmpiricalPeak.from_dict(doc) if isinstance(doc, dict) else None

@@ -19,7 +19,6 @@ from typing import Protocol
 from runner.core.artifact_names import MEMORY
 from runner.core.device_memory import MemoryLog
 from runner.core.files import read_json
-from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, save_spec
 from runner.core.step_times import StepTimes
 from runner.executors.base import BuiltRole, Executor, JobOutcome, WorkerJob
@@ -63,7 +62,10 @@ class Host(Protocol):
         or not known), which paired sessions plan their pools and waves against."""
         ...
 
-    def spec(self, role: str, index: int, shapes: list[Shape]) -> RoundSpec: ...
+    @property
+    def template(self) -> RoundSpec:
+        """The spec every pass fills in (``RoundSpec.for_pass``)."""
+        ...
 
     def worker_job(
         self,
@@ -162,21 +164,6 @@ class PlainHost:
     def memory_prior(self) -> MemoryLog | None:
         """What an earlier measurement in the same scratch folder left (``memory.json``)."""
         return read_memory_log(self.tmp / MEMORY)
-
-    def spec(
-        self,
-        role: str,
-        index: int,
-        shapes: list[Shape],
-        *,
-        mode: str = "measure",
-        command: str = "",
-        files: dict[str, str] | None = None,
-        expect: dict[str, str] | None = None,
-    ) -> RoundSpec:
-        return self.template.for_pass(
-            role, index, shapes, mode=mode, command=command, files=files, expect=expect
-        )
 
     def worker_job(
         self,

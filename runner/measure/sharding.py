@@ -118,7 +118,9 @@ def _run_shard(
     paths = []
     for index, role in passes:
         name = f"{pass_name(index, role)}-gpu{gpu}"
-        outcome = run_job(host, name, host.spec(role, index, shapes), trees[role], env=env, gpu=gpu)
+        outcome = run_job(
+            host, name, host.template.for_pass(role, index, shapes), trees[role], env=env, gpu=gpu
+        )
         if not outcome.ok:
             raise failed_worker(name, outcome, f" on GPU {gpu}")
         paths.append(outcome.out_dir / BENCHMARK_CSV)

@@ -174,22 +174,6 @@ class RoundPlan:
             timing=self.timing(),
         )
 
-    def spec(
-        self,
-        role: str,
-        index: int,
-        shapes: list[Shape],
-        *,
-        mode: str = "measure",
-        command: str = "",
-        files: dict[str, str] | None = None,
-        expect: dict[str, str] | None = None,
-    ) -> RoundSpec:
-        """The spec of one pass of ``role`` (``mode="test"``: ``command`` with ``files``)."""
-        return self.template.for_pass(
-            role, index, shapes, mode=mode, command=command, files=files, expect=expect
-        )
-
     def worker_job(
         self,
         name: str,
@@ -351,7 +335,7 @@ def run_command_in(
     code, its log and the job's output folder ($TURBO_CAMPAIGN_OUT there).  ``threads``:
     the CPU threads its math libraries may use (``OMP_NUM_THREADS``), for commands run
     side by side; ``env``: more of the job's environment."""
-    spec = rnd.spec(role, 0, [], mode="test", command=command, expect=expect)
+    spec = rnd.template.for_pass(role, 0, [], mode="test", command=command, expect=expect)
     job_env = dict(env or {}) | ({"OMP_NUM_THREADS": str(threads)} if threads else {})
     outcome = run_job(rnd, name, spec, tree, job_env or None)
     log = outcome.out_dir / "test.log"

@@ -40,7 +40,7 @@ def run_quick(rnd: RoundPlan, tree: Path, role: str, log_name: str) -> str:
     script = campaign.quick_script
     note = take_edit(campaign.root, script)
     command = f'python "${OUT_ENV}/{script.name}" --summary-csv "${OUT_ENV}/{QUICK_CSV}"'
-    spec = rnd.spec(
+    spec = rnd.template.for_pass(
         role,
         0,
         [],
