@@ -1,9 +1,8 @@
 """A worker's Triton autotunes, on a real GPU:
 
 * alone on the device (runner.worker.bench.autotune_alone), in two real worker-like
-  processes that share one role's autotune results: each takes the exclusive hold once
-  for its autotune, and only one of them times the configs, the other reads the first
-  one's result;
+  processes that share one role's autotune results: only one of them times the configs,
+  under the exclusive hold, the other reads the first one's result;
 * each sweep's configs compiled side by side before the first is timed
   (runner.worker.bench.autotune_compile): each config's kernel compiled once, on the
   pool's threads, and the sweep still runs a config that computes the right result.
@@ -105,7 +104,9 @@ def test_two_workers_of_a_role_autotune_once_each_alone(tmp_path: Path) -> None:
     results = [json.loads(p.communicate(timeout=300)[0].strip().splitlines()[-1]) for p in procs]
     assert [p.returncode for p in procs] == [0, 0]
     assert [r["unhooked"] for r in results] == [None, None]
-    assert [r["alone"] for r in results] == [1, 1]  # the nested per-config holds not counted
+    # the nested per-config holds not counted; a worker that finds the other's result
+    # already kept reads it without the hold
+    assert sorted(r["alone"] for r in results) in ([0, 1], [1, 1])
     assert sorted(r["timed"] for r in results) == [False, True]
 
 

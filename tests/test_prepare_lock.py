@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from runner.executors.base import WorkerJob
 from runner.executors.local import LocalExecutor, prepare_lock_env
 from runner.measure.host import PlainHost
 from runner.measure.paired import READY_TIMEOUT_ENV, measure_paired
+from runner.worker.bench import autotune_alone
 
 ROOT = str(Path(runner.__file__).resolve().parent.parent)
 # Appends "start <pid> <time>" and "end <pid> <time>" around a held section, 5 times.
@@ -139,6 +141,55 @@ def test_a_holder_killed_with_the_lock_frees_it(tmp_path: Path) -> None:
     with DeviceLock(lock) as held, held.exclusive() as waited:
         assert waited < 5.0
     assert time.monotonic() - t0 < 5.0
+
+
+SHARED_HOLDER = """
+import sys, time
+from runner.core.prepare_lock import DeviceLock
+with DeviceLock(sys.argv[1]) as lock, lock.shared():
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+class _Tuner:
+    """Triton's ``Autotuner.check_disk_cache`` contract (triton 3.6.0): a result kept
+    for the key is read and True returned, else ``bench_fn`` times the configs and the
+    result is kept."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, str] = {}
+        self.timed = 0
+
+    def check_disk_cache(self, key: str, configs: list[str], bench_fn: Callable[[], None]) -> bool:
+        if key in self.kept:
+            return True
+        bench_fn()
+        self.kept[key] = configs[0]
+        return False
+
+
+def test_a_kept_autotune_result_is_read_without_waiting_to_be_alone(tmp_path: Path) -> None:
+    """Another worker prepares under a shared hold for 3 s: a result already kept is
+    read at once, outside the exclusive hold; a missing one waits to be alone and is
+    timed once."""
+    lock = tmp_path / "gpu-0.lock"
+    tuner = _Tuner()
+    tuner.kept["k1"] = "c1"
+    read = autotune_alone.alone_on_device(_Tuner.check_disk_cache)
+
+    def time_configs() -> None:
+        tuner.timed += 1
+
+    with _python(SHARED_HOLDER, str(lock), "3", stdout=subprocess.PIPE) as other:
+        assert other.stdout is not None and other.stdout.readline().strip() == "held"
+        with DeviceLock(lock) as held, autotune_alone.holding(held):
+            t0 = time.monotonic()
+            assert read(tuner, "k1", ["c1"], time_configs) is True
+            assert time.monotonic() - t0 < 1.0 and held.alone == 0 and tuner.timed == 0
+            assert read(tuner, "k2", ["c2"], time_configs) is False
+            assert held.alone == 1 and held.waited_alone > 1.0 and tuner.timed == 1
+        assert other.wait(timeout=30) == 0
 
 
 def test_one_lock_file_per_physical_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,10 +9,13 @@ the configs and writes one, and ``_bench(*args, config, **meta)``, which times o
 config (called by ``bench_fn``, and directly when results are not kept).  ``install``
 wraps both, once per process, so that while ``holding(lock)`` is active each call runs
 inside ``lock.exclusive()``: no other worker runs a kernel on the device meanwhile.
-Inside ``check_disk_cache`` the whole read-or-time-and-write is one exclusive hold, so
-the second worker of a role waits for the first one's result and reads it instead of
-timing the configs again.  Outside ``holding`` (the timed turns, the CPU) the wrappers
-call straight through.
+A result already kept on disk is read first without the hold (``check_disk_cache``
+called with a timing function that stops it at a miss, before anything is written:
+reading times nothing, and Triton's cache writes each result whole, by rename); only a
+miss takes the exclusive hold, inside which the whole read-or-time-and-write runs
+again, so the second worker of a role waits for the first one's result and reads it
+instead of timing the configs again.  Outside ``holding`` (the timed turns, the CPU)
+the wrappers call straight through.
 
 Worker-side: imports Triton only when it is installed; no pydantic.
 """
@@ -48,15 +51,30 @@ def install() -> str | None:
     for name in HOOKED:
         method = getattr(Autotuner, name, None)
         if callable(method) and not getattr(method, _MARK, False):
-            setattr(Autotuner, name, _alone(method))
+            setattr(Autotuner, name, alone_on_device(method))
     return None
 
 
-def _alone(method: Callable[..., Any]) -> Callable[..., Any]:
+class _Miss(Exception):
+    """Raised by the timing function of a read without the hold: nothing is kept yet."""
+
+
+def _miss() -> None:
+    raise _Miss
+
+
+def alone_on_device(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` (one of ``HOOKED``) run alone on the held lock's device; a kept
+    result read first without the hold (``check_disk_cache``)."""
+    reads_first = method.__name__ == "check_disk_cache"
+
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not _held:
             return method(*args, **kwargs)
+        if reads_first and len(args) == 4 and not kwargs:  # (self, key, configs, bench_fn)
+            with contextlib.suppress(_Miss):
+                return method(*args[:3], _miss)
         with _held[-1].exclusive():
             return method(*args, **kwargs)
 
