@@ -275,6 +275,7 @@ def test_a_candidates_build_that_rewrites_its_restored_focused_test_fails_as_tam
     assert (cand / named[0]).read_text(encoding="utf-8").startswith("def test_nothing")
     text = str(info.value)
     assert text.startswith("TAMPERED") and named[0] in text and "candidate" in text, text
+    assert info.value.guard == "judge files" and named[0] in info.value.problems
     log = (rnd.tmp / "test-candidate").rglob("test.log")
     assert any("not run" in p.read_text(encoding="utf-8") for p in log)
 

@@ -82,8 +82,9 @@ def test_a_record_the_worker_wrote_itself_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "pass-04-candidate"
     out.mkdir()
     (out / BENCHMARK_CSV).write_text("label\n", encoding="utf-8")
-    with pytest.raises(Tampered, match=f"(?s){GUARD}.*wrote {BENCHMARK_CSV} itself"):
+    with pytest.raises(Tampered, match=f"(?s){GUARD}.*wrote {BENCHMARK_CSV} itself") as info:
         write_records(tmp_path, out.name, out, _finished())
+    assert info.value.guard == GUARD and len(info.value.problems) == 1
 
 
 def test_a_worker_leaves_without_running_exit_hooks(tmp_path: Path) -> None:

@@ -131,10 +131,12 @@ def test_report_appends_the_termination_check_and_final_report_once_at_the_end(
 def test_a_hypothesis_or_patch_already_judged_is_refused_naming_the_round(tmp_path: Path) -> None:
     campaign = _campaign(tmp_path, [Status.BASELINE, Status.ROLLED_BACK, Status.FAILED])
     (campaign.round_dir(2) / "candidate.patch").write_text("diff --git a/k b/k\n+x\n")
-    with pytest.raises(RepeatedHypothesis, match=r"round-2 \(ROLLED BACK\)"):
+    with pytest.raises(RepeatedHypothesis, match=r"round-2 \(ROLLED BACK\)") as words:
         check_new(campaign, "  Idea   2 ", "other")
-    with pytest.raises(RepeatedHypothesis, match=r"round-2's \(ROLLED BACK\)"):
+    with pytest.raises(RepeatedHypothesis, match=r"round-2's \(ROLLED BACK\)") as patch:
         check_new(campaign, "a new idea", "diff --git a/k b/k\n+x\n")
+    assert (words.value.earlier, words.value.same) == (2, "hypothesis")
+    assert (patch.value.earlier, patch.value.same) == (2, "bytes")
     check_new(campaign, "idea 3", "other")  # round-3 FAILED: it may be measured again
 
 
@@ -439,8 +441,9 @@ def test_a_rolled_back_change_again_up_to_comments_whitespace_and_new_names_is_r
         "",
         "    x = loaded*2",
     )
-    with pytest.raises(RepeatedHypothesis, match=r"round-2's rolled-back code again"):
+    with pytest.raises(RepeatedHypothesis, match=r"round-2's rolled-back code again") as info:
         check_new(campaign, "a new idea", again, known)
+    assert (info.value.earlier, info.value.same) == (2, "code")
     # --resubmit measures it again, naming the round whose code it runs (its verdict is
     # judged against the false-accept budget's rest: tests/test_false_accept.py); the
     # same bytes stay refused, and a new change is refused as no resubmission
@@ -485,8 +488,9 @@ def test_a_rolled_back_change_again_up_to_comments_whitespace_and_new_names_is_r
         Request(3, "a new idea: another literal", new_changes["another literal"]),
         Request(4, "a new idea", again),
     ]
-    with pytest.raises(RepeatedHypothesis, match=r"tournament entry round-4: .*round-2's rolled"):
+    with pytest.raises(RepeatedHypothesis, match=r"tournament entry round-4: .*round-2's") as info:
         validate_tournament(campaign, LocalExecutor(), entries, progress=lambda _m: None)
+    assert (info.value.earlier, info.value.same) == (2, "code")
     assert not campaign.round_dir(3).exists() and not campaign.round_dir(4).exists()
     # --resubmit measures one change again: a tournament given it is refused, unmeasured
     files = [tmp_path / "entry-3.patch", tmp_path / "entry-4.patch"]

@@ -141,6 +141,7 @@ def test_final_acceptance_proves_each_role_ran_its_own_files(
             full_validation(built.plan, trees, shapes, 1)
     text = str(info.value)
     assert "the baseline's tree" in text and OPS in text, text
+    assert info.value.guard == "tamper check" and info.value.problems, info.value.problems
     assert "found before the first timed turn" in text
 
 

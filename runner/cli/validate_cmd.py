@@ -333,7 +333,8 @@ def _exit_for(results: Sequence[RoundResult]) -> None:
         raise Tampered(
             f"{what} FAILED as TAMPERED (the lineage is unchanged): a role's files "
             "changed while the round ran; its summary names them; review the candidate patch "
-            "before validating the next round"
+            "before validating the next round",
+            guard="round record",
         )
     raise InfrastructureError(
         f"{what} failed to measure (recorded as FAILED; the lineage is "

@@ -70,7 +70,18 @@ class PatchRefused(ConfigError):
 
 class RepeatedHypothesis(ConfigError):
     """Rule 7 of upstream's iteration rules: a hypothesis or a patch that an earlier
-    round (or another tournament entry) already judged."""
+    round (or another tournament entry) already judged.  ``earlier``: that round's
+    number (None: another entry of the same tournament); ``same``: what repeats it
+    (``REPEATS``)."""
+
+    REPEATS = ("hypothesis", "bytes", "code")  # its words, its patch, its rolled-back code
+
+    def __init__(self, message: str, *, earlier: int | None, same: str) -> None:
+        if same not in self.REPEATS:
+            raise ValueError(f"RepeatedHypothesis(same={same!r}): one of {self.REPEATS}")
+        super().__init__(message)
+        self.earlier = earlier
+        self.same = same
 
 
 class CheckoutOffLineage(ConfigError):
@@ -178,7 +189,14 @@ class NothingToDo(CampaignError):
 
 class Tampered(InfrastructureError):
     """A role's files changed while the round ran (another role's process wrote to
-    them): the round is FAILED as tampered, never judged (docs/reliability.md §7)."""
+    them), or the records the gate reads are not the ones the host was told: the round
+    is FAILED as tampered, never judged (docs/reliability.md §7).  ``guard``: the guard
+    that found it; ``problems``: what it found, one line each."""
+
+    def __init__(self, message: str, *, guard: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.guard = guard
+        self.problems = list(problems)
 
 
 class MeasurementFailed(InfrastructureError):

@@ -151,7 +151,11 @@ def _check_new(campaign: Campaign, lineage: Lineage, requests: Sequence[Request]
                 lambda p: names_in(lineage.text_at_head(p)),
             )
         except RepeatedHypothesis as exc:
-            raise RepeatedHypothesis(f"tournament entry round-{request.round}: {exc}") from None
+            raise RepeatedHypothesis(
+                f"tournament entry round-{request.round}: {exc}",
+                earlier=exc.earlier,
+                same=exc.same,
+            ) from None
 
 
 def _check_distinct(requests: Sequence[Request]) -> None:
@@ -167,7 +171,9 @@ def _check_distinct(requests: Sequence[Request]) -> None:
         if body in first:
             raise RepeatedHypothesis(
                 f"rounds {first[body]} and {request.round} are the same patch: a tournament "
-                "judges different changes; give each --patch once"
+                "judges different changes; give each --patch once",
+                earlier=None,
+                same="bytes",
             )
         first[body] = request.round
 

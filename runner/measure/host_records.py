@@ -54,7 +54,9 @@ def refused(problems: list[str]) -> Tampered:
         "round is FAILED and nothing was judged:\n  "
         + "\n  ".join(problems)
         + "\nthe measured code changed the records the gate reads; review the candidate "
-        "patch before measuring it again (docs/reliability.md §7)"
+        "patch before measuring it again (docs/reliability.md §7)",
+        guard=GUARD,
+        problems=problems,
     )
 
 

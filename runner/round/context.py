@@ -368,7 +368,9 @@ def run_focused_test(
             "lineage head's bytes restored in its tree when its focused test was to start "
             "(its own build rewrote them: its setup.py runs arbitrary code); the test did "
             "not run, the round is FAILED and nothing was judged; review the candidate "
-            "patch before measuring it again"
+            "patch before measuring it again",
+            guard="judge files",
+            problems=changed,
         )
     return code == 0, explain_failure(text[-1500:], text)
 

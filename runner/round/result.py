@@ -172,7 +172,9 @@ def check_new(
         if " ".join(r.hypothesis.split()).casefold() == words:
             raise RepeatedHypothesis(
                 f"round-{r.round} ({r.status.value}) already tested this hypothesis: state a "
-                "new one, informed by that round's result (Rule 7)"
+                "new one, informed by that round's result (Rule 7)",
+                earlier=r.round,
+                same="hypothesis",
             )
         earlier = campaign.round_dir(r.round) / CANDIDATE_PATCH
         if not earlier.is_file() or (r.tournament is not None and r.round in r.tournament.retry):
@@ -181,7 +183,9 @@ def check_new(
         if text.strip() == patch.strip():
             raise RepeatedHypothesis(
                 f"this patch is round-{r.round}'s ({r.status.value}), byte for byte: a round "
-                "is judged once; change the candidate (Rule 7)"
+                "is judged once; change the candidate (Rule 7)",
+                earlier=r.round,
+                same="bytes",
             )
         if r.status is Status.ROLLED_BACK and code and change_shape(text, known) == shape:
             if resubmit:
@@ -193,7 +197,9 @@ def check_new(
                 "a second measurement of the same code is a second draw at the gate, not a "
                 "new hypothesis; change what the code does (Rule 7), or measure it again "
                 "with --resubmit, judged against what is left of the campaign's "
-                "false-accept budget"
+                "false-accept budget",
+                earlier=r.round,
+                same="code",
             )
     if resubmit and again is None:
         raise ConfigError(

@@ -38,6 +38,7 @@ from runner.core.step_times import StepTimes
 from runner.measure.beside import BesideWork
 from runner.measure.host_records import rewritten
 
+GUARD = "tamper check"  # the guard a Tampered of this module names
 SKIPPED_PARTS = frozenset({"__pycache__", ".pytest_cache", ".git"})
 GONE = "(deleted)"
 
@@ -342,7 +343,9 @@ def _tampered(problems: list[str]) -> Tampered | None:
         + "\n  ".join(problems)
         + "\nanother role's process wrote to them (the candidate's code can reach every "
         "tree the round's processes can write: docs/reliability.md §7); review the "
-        "candidate patch before measuring it again"
+        "candidate patch before measuring it again",
+        guard=GUARD,
+        problems=problems,
     )
 
 
