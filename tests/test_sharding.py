@@ -224,10 +224,9 @@ class FakeHost:
         self.lock = threading.Lock()
         self.executor = self
 
-    def spec(self, role: str, index: int, shapes: list[Shape]) -> RoundSpec:
-        return RoundSpec(
-            "c", 2, role, index, "full", "example", "gemm", {}, tuple(shapes), TimingSettings()
-        )
+    @property
+    def template(self) -> RoundSpec:
+        return RoundSpec("c", 2, "", 0, "full", "example", "gemm", {}, (), TimingSettings())
 
     def worker_job(
         self,
