@@ -364,7 +364,7 @@ def test_the_memory_log_reads_back_as_written_and_a_malformed_one_assumes_nothin
 
     gib = 1 << 30
     shapes = [Shape("q1", 4096, 4096, 4096), Shape("q2", 4096, 12288, 4096)]
-    host = SimpleNamespace(tmp=tmp_path, spec=lambda *_: SimpleNamespace(op="gemm_fp8"))
+    host = SimpleNamespace(tmp=tmp_path, template=SimpleNamespace(op="gemm_fp8"))
     first = {"held": 7 * gib, "free": 106 * gib, "total": 139 * gib, "prepare": 9 * gib}
     most = {
         "pass-01-baseline": {**first, "reserved": 25 * gib},

@@ -218,7 +218,7 @@ def measure_paired(
     here has exited when this returns or raises.  Each turn is logged, with the
     worker's own wall-clock start and end (and on a GPU the most device memory it
     reserved in the turn and what it kept after it), in ``<tmp>/turns<suffix>.jsonl``."""
-    template = host.template.for_pass(roles[0], 0, [])
+    template = host.template
     turns = turns_per_worker(roles, groups)
     plan = plan_memory(template, host.gpu_target, host.device_bytes, shapes, len(roles), turns)
     session = _Session(
@@ -281,7 +281,7 @@ def _without_graphs(session: _Session, crash: WorkerCrashed) -> _Session:
     worker folders go under ``<tmp>/GRAPH_CRASH`` (none is read as this measurement's),
     and the fallback is noted in ``<tmp>/LAUNCH_NOTES`` for the round's record.  Raises
     ``crash`` where no graph was replayed: a CPU target, cold-cache timing, graphs off."""
-    timing = session.host.template.for_pass(session.roles[0], 0, []).timing
+    timing = session.host.template.timing
     if not (session.graphs and session.host.gpu_target and timing.cache_mode == "hot"):
         raise crash
     tmp = session.host.tmp
@@ -527,7 +527,7 @@ def _keep_memory(session: _Session) -> None:
     (``estimate``) beside the most a worker measured preparing it (``measured``,
     only where measured)."""
     if session.most:
-        op = session.host.template.for_pass(session.roles[0], 0, []).op
+        op = session.host.template.op
         log = MemoryLog(
             host=socket.gethostname(),
             roles=len(session.roles),
