@@ -30,6 +30,7 @@ from runner.core.timestamps import now_minute
 from runner.judge.audit import DECLARABLE
 from runner.judge.gate_constants import current_digest
 from runner.judge.inconclusive import advice, inconclusive
+from runner.judge.resubmission import Shape as ChangeShape
 from runner.judge.resubmission import change_shape, holds_code
 from runner.judge.scoring import component_metrics
 from runner.judge.vetoes import state_transfer
@@ -164,33 +165,14 @@ def check_new(
     (an A/A round, the gate's own calibration) may be measured again."""
     words = " ".join(hypothesis.split()).casefold()
     shape = change_shape(patch, known)
-    code = holds_code(shape)
+    code = shape if holds_code(shape) else None
     again: int | None = None
     for r in reversed(campaign.results()):
         if r.status not in (Status.ACCEPTED, Status.ROLLED_BACK):
             continue
-        if " ".join(r.hypothesis.split()).casefold() == words:
-            raise RepeatedHypothesis(
-                f"round-{r.round} ({r.status.value}) already tested this hypothesis: state a "
-                "new one, informed by that round's result (Rule 7)",
-                earlier=r.round,
-                same="hypothesis",
-            )
-        earlier = campaign.round_dir(r.round) / CANDIDATE_PATCH
-        if not earlier.is_file() or (r.tournament is not None and r.round in r.tournament.retry):
-            continue  # a tournament's loser listed for a retry is measured on a new head
-        text = earlier.read_text("utf-8")
-        if text.strip() == patch.strip():
-            raise RepeatedHypothesis(
-                f"this patch is round-{r.round}'s ({r.status.value}), byte for byte: a round "
-                "is judged once; change the candidate (Rule 7)",
-                earlier=r.round,
-                same="bytes",
-            )
-        if r.status is Status.ROLLED_BACK and code and change_shape(text, known) == shape:
-            if resubmit:
-                again = r.round if again is None else again
-                continue
+        if not _runs_again(campaign, r, words, patch, code, known):
+            continue
+        if not resubmit:
             raise RepeatedHypothesis(
                 f"this patch runs round-{r.round}'s rolled-back code again: it differs from "
                 "that round's only in comments, whitespace or the names it introduces, and "
@@ -201,6 +183,7 @@ def check_new(
                 earlier=r.round,
                 same="code",
             )
+        again = r.round if again is None else again
     if resubmit and again is None:
         raise ConfigError(
             "--resubmit measures a rolled-back round's code again, but this patch runs no "
@@ -208,6 +191,38 @@ def check_new(
             "its verdict is judged at the gate's own level"
         )
     return again
+
+
+def _runs_again(
+    campaign: Campaign,
+    r: RoundResult,
+    words: str,
+    patch: str,
+    code: ChangeShape | None,
+    known: Callable[[str], set[str]],
+) -> bool:
+    """Whether the judged round ``r`` was rolled back running this patch's code
+    (``code``: the patch's change shape, None when it changes no code); refused
+    outright when ``r`` tested the same hypothesis (``words``) or this very patch."""
+    if " ".join(r.hypothesis.split()).casefold() == words:
+        raise RepeatedHypothesis(
+            f"round-{r.round} ({r.status.value}) already tested this hypothesis: state a "
+            "new one, informed by that round's result (Rule 7)",
+            earlier=r.round,
+            same="hypothesis",
+        )
+    earlier = campaign.round_dir(r.round) / CANDIDATE_PATCH
+    if not earlier.is_file() or (r.tournament is not None and r.round in r.tournament.retry):
+        return False  # a tournament's loser listed for a retry is measured on a new head
+    text = earlier.read_text("utf-8")
+    if text.strip() == patch.strip():
+        raise RepeatedHypothesis(
+            f"this patch is round-{r.round}'s ({r.status.value}), byte for byte: a round "
+            "is judged once; change the candidate (Rule 7)",
+            earlier=r.round,
+            same="bytes",
+        )
+    return r.status is Status.ROLLED_BACK and code is not None and change_shape(text, known) == code
 
 
 def check_diagnosis(campaign: Campaign, request: Request) -> int | None:
