@@ -5,6 +5,7 @@ worker on the CPU takes no lock."""
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import os
@@ -18,9 +19,16 @@ from pathlib import Path
 import pytest
 
 import runner
-from runner.core.prepare_lock import PREPARE_LOCK_ENV, DeviceLock, device_key, lock_path
+from runner.core.prepare_lock import (
+    COMMAND_LOCK_ENV,
+    PREPARE_LOCK_ENV,
+    DeviceLock,
+    device_key,
+    lock_path,
+)
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings
+from runner.core.startup import SYSPATH_ENV, isolated_command
 from runner.executors.base import WorkerJob
 from runner.executors.local import LocalExecutor, prepare_lock_env
 from runner.measure.host import PlainHost
@@ -190,6 +198,120 @@ def test_a_kept_autotune_result_is_read_without_waiting_to_be_alone(tmp_path: Pa
             assert read(tuner, "k2", ["c2"], time_configs) is False
             assert held.alone == 1 and held.waited_alone > 1.0 and tuner.timed == 1
         assert other.wait(timeout=30) == 0
+
+
+class _Sweep(_Tuner):
+    """``_Tuner`` with Triton's sweep: the timing function calls ``_bench`` once per
+    config (``Autotuner.run``'s ``benchmark``), ``_bench`` hooked as ``install`` hooks
+    it, under a stand-in of ``autotune_compile``'s wrapper that records the first
+    config's compile of the sweep and whether the device was held alone then."""
+
+    def __init__(self, lock: DeviceLock) -> None:
+        super().__init__()
+        self.lock = lock
+        self.events: list[tuple[str, int]] = []  # (what, exclusive holds so far)
+        bench = autotune_alone.alone_on_device(self.time_one)
+        self.bench = self.compiling_first(bench)
+
+    def compiling_first(self, bench: Callable[[str], None]) -> Callable[[str], None]:
+        def wrapper(config: str) -> None:
+            if not self.events:  # once a sweep, as its ``run`` call names it
+                self.events.append(("compiled", self.lock.alone))
+            bench(config)
+
+        return wrapper
+
+    def time_one(self, config: str) -> None:
+        self.events.append((f"timed {config}", self.lock.alone))
+
+    def sweep(self, key: str, configs: list[str]) -> bool:
+        read = autotune_alone.alone_on_device(_Tuner.check_disk_cache)
+
+        def benchmark() -> None:
+            for config in configs:
+                self.bench(config)
+
+        # Triton's own, which times through ``_bench`` (another is run only in the hold)
+        benchmark.__module__, benchmark.__qualname__ = autotune_alone.BENCHMARK
+        return bool(read(self, key, configs, benchmark))
+
+
+def test_a_missing_result_is_compiled_before_waiting_to_be_alone(tmp_path: Path) -> None:
+    """A miss compiles its sweep's configs while another worker holds the device shared
+    (no exclusive hold yet), then waits, and times each config once, alone."""
+    lock = tmp_path / "gpu-0.lock"
+    with _python(SHARED_HOLDER, str(lock), "2", stdout=subprocess.PIPE) as other:
+        assert other.stdout is not None and other.stdout.readline().strip() == "held"
+        with DeviceLock(lock) as held, autotune_alone.holding(held):
+            tuner = _Sweep(held)
+            t0 = time.monotonic()
+            assert tuner.sweep("k1", ["c1", "c2"]) is False
+            compiled_at = tuner.events[0]
+            assert compiled_at == ("compiled", 0) and time.monotonic() - t0 > 1.0
+            assert tuner.events[1:] == [("timed c1", 1), ("timed c2", 1)]
+            assert held.alone == 1 and held.waited_alone > 1.0
+        assert other.wait(timeout=30) == 0
+
+
+# A test command's own code under the isolated ``python`` (``COMMAND_BOOT``): it says
+# whether the lock's variable is left to it and to a child, then, at each line the test
+# writes, runs one "autotune" (the hook that wraps Triton's) and finally exits.
+COMMAND = """
+import os, subprocess, sys
+from runner.worker.bench import autotune_alone
+name = sys.argv[1]
+child = subprocess.run([sys.executable, "-c", "import os, sys; print(os.environ.get(sys.argv[1]))",
+                        name], capture_output=True, text=True).stdout.strip()
+print(os.environ.get(name), child, flush=True)
+tune = autotune_alone.alone_on_device(lambda: None)
+for _ in range(2):
+    sys.stdin.readline()
+    tune()
+    print("tuned", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _free(path: Path, how: int) -> bool:
+    """Whether another process could take ``path``'s lock ``how`` (shared or alone) now."""
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, how | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def test_a_command_beside_the_workers_holds_the_lock_as_a_worker_and_alone_after_its_first_autotune(
+    tmp_path: Path,
+) -> None:
+    """The isolated ``python`` of a command the host runs beside the workers' start-up
+    (upstream's quick script): shared from its start, alone from its first autotune to
+    its exit; the variable is its own, not its children's."""
+    lock = lock_path(tmp_path / "leases", "0")
+    env = {**os.environ, SYSPATH_ENV: ROOT, COMMAND_LOCK_ENV: str(lock)}
+    argv = [*isolated_command(sys.executable), "-c", COMMAND, COMMAND_LOCK_ENV]
+    with subprocess.Popen(
+        argv, env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as command:
+        assert command.stdin is not None and command.stdout is not None
+        assert command.stdout.readline().split() == ["None", "None"]
+        assert _free(lock, fcntl.LOCK_SH) and not _free(lock, fcntl.LOCK_EX)
+        for _ in range(2):  # the second autotune is inside the first one's hold
+            command.stdin.write("\n")
+            command.stdin.flush()
+            assert command.stdout.readline().strip() == "tuned"
+            assert not _free(lock, fcntl.LOCK_SH)
+        command.stdin.write("\n")
+        command.stdin.flush()
+        assert command.wait(timeout=30) == 0
+    assert _free(lock, fcntl.LOCK_EX)
+    # without the variable it holds nothing, and its autotunes call straight through
+    del env[COMMAND_LOCK_ENV]
+    done = subprocess.run(argv, env=env, text=True, input="\n\n\n", capture_output=True)
+    assert done.returncode == 0 and done.stdout.split() == ["None", "None", "tuned", "tuned"]
 
 
 def test_one_lock_file_per_physical_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

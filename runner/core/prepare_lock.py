@@ -38,6 +38,9 @@ from pathlib import Path
 # The lock file of the device a serving worker prepares on (set by the executor; a
 # worker without it, or on the CPU, takes no lock).
 PREPARE_LOCK_ENV = "TURBO_CAMPAIGN_PREPARE_LOCK"
+# The same lock file, for a test command the host runs beside the workers' start-up (its
+# ``python`` holds it itself: ``runner.worker.bench.autotune_alone.join_as_command``).
+COMMAND_LOCK_ENV = "TURBO_CAMPAIGN_COMMAND_LOCK"
 # The physical-device selectors in the order that names the physical device first: on
 # AMD ``ROCR_VISIBLE_DEVICES`` picks it and HIP's filters renumber it 0
 # (``runner.executors.gpus.gpu_env``).

@@ -94,7 +94,9 @@ def _run():
 # import ...``); it goes after the standard library, with the job's own paths, so no
 # writable folder comes before the harness or the standard library.  Before the command
 # runs, Triton's autotune sweeps are set to compile their configs side by side once the
-# command imports the autotuner (``runner.worker.bench.autotune_compile``).
+# command imports the autotuner (``runner.worker.bench.autotune_compile``), and a
+# command run beside the workers' start-up holds the device's lock as they do
+# (``runner.worker.bench.autotune_alone.join_as_command``).
 _RUN_COMMAND = r"""
 def _own(folder):
     folder = os.path.abspath(folder)
@@ -102,12 +104,13 @@ def _own(folder):
         sys.path.insert(_OWN_AT, folder)
 def _run():
     import runpy
-    try:  # autotune sweeps compile their configs side by side (the harness is first)
-        from runner.worker.bench.autotune_compile import install_on_import
+    try:  # the harness is first on the path
+        from runner.worker.bench import autotune_alone, autotune_compile
     except ImportError:
         pass
     else:
-        install_on_import()
+        joined = autotune_alone.join_as_command()
+        autotune_compile.install_on_import(*([autotune_alone.install] if joined else []))
     args = sys.argv[1:]
     while args and args[0] in ("-I", "-S", "-B", "-s", "-E", "-P", "-u"):
         args.pop(0)

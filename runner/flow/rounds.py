@@ -16,7 +16,7 @@ FAILED the user's checkout back to the lineage head, the edit kept
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -39,7 +39,7 @@ from runner.flow.checkout import kept_note, plan_restore, restore_checkout
 from runner.judge.confirmation import confirmation_due
 from runner.judge.false_accept import against_what_is_left
 from runner.judge.resubmission import names_in
-from runner.measure.beside import BesideWork
+from runner.measure.beside import NOTHING_BESIDE, BesideWork
 from runner.render.figures import fmt_gain
 from runner.round.build import built_roles, describe
 from runner.round.candidate import (
@@ -68,7 +68,7 @@ from runner.round.result import (
     veto_only,
 )
 from runner.round.tamper_check import proof
-from runner.round.upstream_quick import has_upstream_quick, run_quick
+from runner.round.upstream_quick import QuickCheck, has_upstream_quick
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import FingerprintDiff
 from runner.store.fingerprint_check import check_round_comparable, record_override
@@ -76,7 +76,6 @@ from runner.store.guard import locked
 from runner.store.lineage import Lineage
 from runner.store.manifest import branch_name
 from runner.store.roundfiles import write_diagnosis
-from runner.store.upstream_quick import VALIDATION_LOG
 from runner.targets.registry import manifest_target
 
 MIN_SIGMA = 1e-6
@@ -291,20 +290,23 @@ def _guarded(
 ) -> tuple[GateResult, Score, Score, tuple[BuiltRole, ...]]:
     """Build both roles, each tree read-only to the other's builds and jobs, then
     measure and judge under the proof that each role ran its own files
-    (``runner.round.build``, ``runner.round.tamper_check.proof``); the roles' kernel
+    (``runner.round.build``, ``runner.round.tamper_check.proof``), upstream's quick
+    script on the candidate beside the workers' start-up where the campaign has one
+    (``runner.round.upstream_quick``: its failure fails the round); the roles' kernel
     facts compile beside it (``facts``, ``runner.round.kernel_facts``,
     docs/analysis.md), waited for while the trees exist, also when the measurement
     failed: a FAILED round records them too."""
     inc_tree, cand_tree = roles["incumbent"], roles["candidate"]
     try:
         facts.refuse_over_lds()  # AMD: a kernel over the LDS limit may read garbage
-        with built_roles(rnd, roles, touched) as built, proof(rnd, roles) as proven:
+        with (
+            built_roles(rnd, roles, touched) as built,
+            proof(rnd, roles) as proven,
+            _quick_check(built.plan, cand_tree) as quick,
+        ):
             plan = built.plan  # every job from here on runs on its role's build
-            if has_upstream_quick(plan):  # upstream's own check beside the gate's evidence
-                with plan.times.step("upstream quick check"):
-                    run_quick(plan, cand_tree, "candidate", VALIDATION_LOG)
             gate, inc_score, cand_score = _measure_and_judge(
-                plan, request, inc_tree, cand_tree, shapes, audited, proven
+                plan, request, inc_tree, cand_tree, shapes, audited, proven + quick
             )
     except (MeasurementFailed, Tampered):  # a FAILED round: not an interrupt, which is quick
         facts.result()
@@ -312,6 +314,22 @@ def _guarded(
     with rnd.times.step("wait for the kernel facts"):
         facts.result()
     return gate, inc_score, cand_score, built.roles
+
+
+@contextlib.contextmanager
+def _quick_check(rnd: RoundPlan, tree: Path) -> Iterator[BesideWork]:
+    """Upstream's quick script on the candidate ``tree`` (``QuickCheck``), where the
+    campaign has one: yields what the measurement owes it; its failure is raised
+    before anything is measured where it ran at once, else by the first timed turn,
+    and at the end where nothing was measured (a vetoed round)."""
+    if not has_upstream_quick(rnd):  # upstream's own check beside the gate's evidence
+        yield NOTHING_BESIDE
+        return
+    with QuickCheck(rnd, tree) as quick:
+        if not quick.beside:
+            quick.wait()
+        yield quick.beside_work
+        quick.wait()
 
 
 def _measure_and_judge(

@@ -1,6 +1,16 @@
 """Running upstream's quick script (``runner.store.upstream_quick``) in BASELINE and
 every VALIDATE, beside the paired measurement.
 
+In a VALIDATE that measures a GPU target with serving workers, the candidate's script
+runs beside the workers' start-up (``QuickCheck``, a ``BesideStartUp``), and the first
+timed turn waits for it and fails the round when it failed.  Its own ``python`` holds
+the device's preparation lock (``COMMAND_LOCK_ENV``,
+``runner.worker.bench.autotune_alone.join_as_command``): its autotune sweeps time their
+configs alone, as a worker's do, and keep the choice in the candidate's JIT cache,
+where the candidate's workers read it instead of timing the configs again; from its
+first sweep to its end no worker prepares, so its own timings see no other work.
+Elsewhere (the CPU, docker, Slurm) it runs first, as before.
+
 The paired measurement stays the gate's evidence; the quick script is upstream's own
 check, with its own timing engine (a ``time.perf_counter`` loop): its numbers are kept
 (``artifacts/quick_benchmark.csv``, the log as upstream names it) and never compared
@@ -9,33 +19,56 @@ a non-zero exit or a CSV the pinned reader refuses stops the round."""
 
 from __future__ import annotations
 
+import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from runner.core.errors import CampaignError, MeasurementFailed
 from runner.core.files import write_atomic
+from runner.core.prepare_lock import COMMAND_LOCK_ENV, device_key, lock_path
 from runner.core.spec import OUT_ENV
 from runner.measure.host import run_job
+from runner.round.context import BesideStartUp, RoundPlan
+from runner.store.leases import lease_dir
 from runner.store.upstream_quick import (
     QUICK_CSV,
+    VALIDATION_LOG,
     failed_rows,
     load_record,
     read_quick_csv,
     take_edit,
 )
 
-if TYPE_CHECKING:
-    from runner.round.context import RoundPlan
-
 
 def has_upstream_quick(rnd: RoundPlan) -> bool:
     return load_record(rnd.campaign.root) is not None
 
 
-def run_quick(rnd: RoundPlan, tree: Path, role: str, log_name: str) -> str:
-    """Run the campaign's quick_test_bench.py on ``tree`` through the executor; the log
-    and the CSV go into the round's artifacts.  Returns the log text."""
+class QuickCheck(BesideStartUp):
+    """The candidate's quick script of a VALIDATE round (the module's docstring); the
+    first timed turn raises its ``MeasurementFailed`` when it failed."""
+
+    holds_device = False  # the script's own process holds the lock
+
+    def __init__(self, rnd: RoundPlan, tree: Path) -> None:
+        env: dict[str, str] = {}
+        if self.possible(rnd):
+            key = device_key(rnd.gpus, os.environ)
+            env[COMMAND_LOCK_ENV] = str(lock_path(lease_dir(), key))
+
+        def work() -> None:
+            run_quick(rnd, tree, "candidate", VALIDATION_LOG, env)
+
+        super().__init__(rnd, "upstream quick check", work)
+
+
+def run_quick(
+    rnd: RoundPlan, tree: Path, role: str, log_name: str, env: Mapping[str, str] | None = None
+) -> str:
+    """Run the campaign's quick_test_bench.py on ``tree`` through the executor (``env``
+    added to its job's); the log and the CSV go into the round's artifacts.  Returns the
+    log text."""
     campaign = rnd.campaign
     script = campaign.quick_script
     note = take_edit(campaign.root, script)
@@ -48,7 +81,7 @@ def run_quick(rnd: RoundPlan, tree: Path, role: str, log_name: str) -> str:
         command=command,
         files={script.name: script.read_text(encoding="utf-8")},
     )
-    outcome = run_job(rnd, f"quick-{role}", spec, tree)
+    outcome = run_job(rnd, f"quick-{role}", spec, tree, env)
     log = outcome.out_dir / "test.log"
     text = (note + "\n" if note else "") + (log.read_text(encoding="utf-8") if log.exists() else "")
     artifacts = campaign.artifacts_dir(rnd.round)

@@ -91,21 +91,29 @@ def install() -> str | None:
 AUTOTUNER = "triton.runtime.autotuner"
 
 
-class _Then(importlib.abc.Loader):
-    """The autotuner module's own loader, then ``install``."""
+Hook = Callable[[], object]
 
-    def __init__(self, inner: importlib.abc.Loader) -> None:
+
+class _Then(importlib.abc.Loader):
+    """The autotuner module's own loader, then the hooks."""
+
+    def __init__(self, inner: importlib.abc.Loader, hooks: Sequence[Hook]) -> None:
         self._inner = inner
+        self._hooks = hooks
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self._inner.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         self._inner.exec_module(module)
-        install()
+        for hook in self._hooks:
+            hook()
 
 
 class _OnImport(importlib.abc.MetaPathFinder):
+    def __init__(self, hooks: Sequence[Hook]) -> None:
+        self._hooks = hooks
+
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
@@ -113,16 +121,20 @@ class _OnImport(importlib.abc.MetaPathFinder):
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is not None and spec.loader is not None:
-            spec.loader = _Then(spec.loader)
+            spec.loader = _Then(spec.loader, self._hooks)
         return spec
 
 
-def install_on_import() -> None:
-    """``install`` now if Triton's autotuner is imported, else as soon as it is."""
+def install_on_import(*first: Hook) -> None:
+    """``install`` (after ``first``: other wrappers of the autotuner, such as
+    ``autotune_alone.install``) now if Triton's autotuner is imported, else as soon as
+    it is."""
+    hooks = (*first, install)
     if AUTOTUNER in sys.modules:
-        install()
+        for hook in hooks:
+            hook()
     elif not any(isinstance(f, _OnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _OnImport())
+        sys.meta_path.insert(0, _OnImport(hooks))
 
 
 def _compiling_first(bench: Callable[..., object]) -> Callable[..., object]:
