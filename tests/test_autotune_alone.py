@@ -2,7 +2,8 @@
 
 * alone on the device (runner.worker.bench.autotune_alone), in two real worker-like
   processes that share one role's autotune results: only one of them times the configs,
-  under the exclusive hold, the other reads the first one's result;
+  under the exclusive hold, having compiled them before it took the hold, the other
+  reads the first one's result;
 * each sweep's configs compiled side by side before the first is timed
   (runner.worker.bench.autotune_compile): each config's kernel compiled once, on the
   pool's threads, and the sweep still runs a config that computes the right result.
@@ -43,21 +44,30 @@ def scale(x, out, n, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(out + i, tl.load(x + i, mask=i < n) * 2.0, mask=i < n)
 """
-# One shape's preparation: the kernel's first call under a shared hold.
+# One shape's preparation: the kernel's first call under a shared hold, hooked as a
+# serving worker hooks it; each compile recorded with the exclusive holds taken so far.
 PREPARE = (
     KERNEL
     + """
 from runner.core.prepare_lock import DeviceLock
-from runner.worker.bench import autotune_alone
+from runner.worker.bench import autotune_alone, autotune_compile
 
-unhooked = autotune_alone.install()
+unhooked = autotune_alone.install() or autotune_compile.install()
+lock = DeviceLock(sys.argv[1])
+holds_at_compile = []
+compile = triton.compiler.compile
+def recorded(*args, **kwargs):
+    holds_at_compile.append(lock.alone)
+    return compile(*args, **kwargs)
+triton.compiler.compile = recorded
 x = torch.randn(1 << 20, device="cuda")
 out = torch.empty_like(x)
-with DeviceLock(sys.argv[1]) as lock, autotune_alone.holding(lock), lock.shared():
+with lock, autotune_alone.holding(lock), lock.shared():
     scale[lambda m: (triton.cdiv(x.numel(), m["BLOCK"]),)](x, out, x.numel())
     torch.cuda.synchronize()
 timed = hasattr(scale, "bench_time")  # set only when this process timed the configs
-print(json.dumps({"unhooked": unhooked, "alone": lock.alone, "timed": timed}))
+print(json.dumps({"unhooked": unhooked, "alone": lock.alone, "timed": timed,
+                  "holds_at_compile": holds_at_compile}))
 """
 )
 # Two sweeps, each config's compile recorded with the thread it ran on.
@@ -108,6 +118,9 @@ def test_two_workers_of_a_role_autotune_once_each_alone(tmp_path: Path) -> None:
     # already kept reads it without the hold
     assert sorted(r["alone"] for r in results) in ([0, 1], [1, 1])
     assert sorted(r["timed"] for r in results) == [False, True]
+    # the one that timed compiled every config before it held the device alone
+    timer = next(r for r in results if r["timed"])
+    assert timer["holds_at_compile"] == [0, 0, 0, 0], timer
 
 
 def test_a_sweep_compiles_every_config_once_on_the_pool(tmp_path: Path) -> None:
