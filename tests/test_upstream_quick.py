@@ -186,3 +186,66 @@ def test_a_template_without_the_config_block_is_refused(tmp_path: Path) -> None:
     template.write_text(template.read_text().replace("CONFIG = Float8QuantConfig(", "C = ("))
     with pytest.raises(ConfigError, match="no `CONFIG = Float8QuantConfig"):
         copy_template(repo, tmp_path, "triton", "gemm_fp8", "rowwise")
+
+
+def test_a_tournament_runs_the_quick_script_on_each_entry_and_a_fail_fails_that_entry_alone(
+    slow_tiny: Path, tmp_path: Path, copy_campaign: Callable[[Path, Path, str], Path]
+) -> None:
+    """Each entry of a tournament passes upstream's hard gate on its own tree, as a single
+    round does: the one whose script reports FAIL fails alone, its log and CSV kept in its
+    own round's artifacts (``quick_checks``); through ``validate_tournament``, entries
+    that all fail it are FAILED rounds naming the check, nothing measured."""
+    from runner.compare.entries import Entry
+    from runner.flow.tournament import validate_tournament
+    from runner.flow.tournament_tests import quick_checks
+    from runner.round.context import RoundPlan
+
+    campaign = Campaign.load(copy_campaign(slow_tiny, tmp_path / "c", "t"))
+    script = copy_template(checkout_with_template(tmp_path), campaign.root, "TRITON")
+    assert script is not None
+    rep = campaign.manifest.representative_shapes
+    fill_shapes(campaign.root, script, [{"label": s, "M": 16, "N": 128, "K": 128} for s in rep])
+    # the script fails its first shape in a tree whose kernel defines QUICK_FAIL
+    kernel = "turbo_kernels/pytorch/kernels/quantization.py"
+    failing = f"[{rep[0]!r}] if 'QUICK_FAIL' in open({kernel!r}).read() else []"
+    script.write_text(
+        script.read_text().replace("FAIL_LABELS: List[str] = []", f"FAIL_LABELS = {failing}")
+    )
+    source = Path(campaign.manifest.source)
+    entries = [Entry(Request(2, "passes", "x"), 1), Entry(Request(3, "fails its check", "x"), 2)]
+    for entry, marked in zip(entries, (False, True), strict=True):
+        entry.tree = tmp_path / entry.role
+        subprocess.run(["git", "clone", "-q", str(source), str(entry.tree)], check=True)
+        if marked:
+            with (entry.tree / kernel).open("a", encoding="utf-8") as out:
+                out.write("QUICK_FAIL = 1\n")
+    rnd = RoundPlan(campaign, LocalExecutor(), lambda _m: None, tmp_path / "r", 2, "quick")
+    rnd.tmp.mkdir()
+    quick_checks(rnd, entries)
+    passed, failed = entries
+    assert passed.failure is None
+    assert failed.failure is not None
+    assert f"Check FAIL on the {failed.role} for {rep[0]}" in failed.failure
+    for entry in entries:
+        artifacts = campaign.artifacts_dir(entry.n)
+        assert (artifacts / "quick_validation.log").is_file()
+        assert (artifacts / QUICK_CSV).is_file()
+        shutil.rmtree(campaign.round_dir(entry.n))
+
+    def defines(value: int) -> str:  # the kernel file with one more constant
+        text = (source / kernel).read_text(encoding="utf-8")
+        (source / kernel).write_text(text + f"QUICK_FAIL = {value}\n", encoding="utf-8")
+        try:
+            return subprocess.run(
+                ["git", "-C", str(source), "diff"], check=True, capture_output=True, text=True
+            ).stdout
+        finally:
+            (source / kernel).write_text(text, encoding="utf-8")
+
+    requests = [Request(2, "one constant", defines(1)), Request(3, "another", defines(2))]
+    results = validate_tournament(campaign, LocalExecutor(), requests, progress=lambda _m: None)
+    assert [r.status for r in results] == [Status.FAILED, Status.FAILED]
+    for r in results:
+        assert f"Check FAIL on the candidate-{r.round - 1} for {rep[0]}" in r.reasons[0], r
+        passes = campaign.artifacts_dir(r.round) / "passes"
+        assert not any(p.name.startswith("pass-") for p in passes.glob("*"))  # none measured

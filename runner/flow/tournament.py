@@ -38,7 +38,7 @@ from runner.core.outcomes import Decision, GateResult, RoundResult, TournamentNo
 from runner.core.pause_points import pause_point
 from runner.core.step_times import StepTime, StepTimes
 from runner.executors.base import BuiltRole, Executor
-from runner.flow.tournament_tests import EntryTests
+from runner.flow.tournament_tests import EntryTests, quick_checks
 from runner.judge.resubmission import names_in
 from runner.measure.beside import BesideWork
 from runner.render.figures import fmt_gain
@@ -220,6 +220,7 @@ def _run(rnd: RoundPlan, entries: list[Entry], started: str) -> list[RoundResult
                 before = snapshot_trees(roles)
             proven = BesideWork(ready_checks=(partial(prove_ready, before, guarded),))
             try:
+                quick_checks(plan, live)
                 with contextlib.closing(EntryTests(plan, live)) as tests:
                     measure_entries(plan, inc_tree, live, shapes, proven + tests.beside_work)
                 with rnd.times.step("confirmation"):

@@ -1,7 +1,9 @@
-"""A tournament's focused tests (``runner.flow.tournament``): every measurable entry's
-test before anything is timed, beside the first measurement's worker start-up where
-the executor keeps workers alive; a failure vetoes that entry alone
-(``runner.compare.entries.measure_entries`` measures again without it)."""
+"""A tournament's checks before anything is timed (``runner.flow.tournament``):
+upstream's quick script on every measurable entry, where the campaign has one (a
+failure fails that entry alone), then every entry's focused test, beside the first
+measurement's worker start-up where the executor keeps workers alive (a failure vetoes
+that entry alone: ``runner.compare.entries.measure_entries`` measures again without
+it)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,41 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from runner.compare.entries import Entry
-from runner.core.errors import FocusedTestFailed, Tampered
+from runner.core.errors import FocusedTestFailed, MeasurementFailed, Tampered
 from runner.core.files import copy_plain_tree
 from runner.measure.paired import supports_paired
 from runner.round.context import BesideStartUp, RoundPlan, run_focused_test
+from runner.round.upstream_quick import device_lock_env, has_upstream_quick, run_quick
+from runner.store.upstream_quick import VALIDATION_LOG
+
+
+def quick_checks(rnd: RoundPlan, entries: Sequence[Entry]) -> None:
+    """Upstream's quick script on every measurable entry before any worker starts (a
+    single round runs it beside its workers' start-up: ``QuickCheck``); one that fails
+    fails its entry alone, as it fails a single round, its log and CSV kept in its
+    round's artifacts.  On a GPU target the scripts run side by side, each ``python``
+    holding the device's lock itself (``device_lock_env``: alone from its first
+    autotune to its end), so they take turns on the device and each entry's autotune
+    choices, read later by its workers, are timed alone; elsewhere one at a time."""
+    checked = [e for e in entries if e.tree is not None and not e.failure]
+    if not checked or not has_upstream_quick(rnd):
+        return
+    env = device_lock_env(rnd)
+
+    def one(entry: Entry) -> None:
+        assert entry.tree is not None
+        try:
+            run_quick(rnd, entry.tree, entry.role, VALIDATION_LOG, env, n=entry.n)
+        except MeasurementFailed as exc:
+            entry.failure = str(exc)
+
+    parallel = len(checked) if env else 1
+    with (
+        rnd.times.step("upstream quick checks"),
+        ThreadPoolExecutor(parallel, thread_name_prefix="quick") as pool,
+    ):
+        for future in [pool.submit(one, e) for e in checked]:
+            future.result()
 
 
 def focused_tests(rnd: RoundPlan, entries: Sequence[Entry]) -> None:

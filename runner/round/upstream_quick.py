@@ -45,6 +45,15 @@ def has_upstream_quick(rnd: RoundPlan) -> bool:
     return load_record(rnd.campaign.root) is not None
 
 
+def device_lock_env(rnd: RoundPlan) -> dict[str, str]:
+    """What tells the script's ``python`` to hold the device's preparation lock itself
+    (``COMMAND_LOCK_ENV``): only where serving workers prepare on the device (a GPU
+    target), else nothing."""
+    if not BesideStartUp.possible(rnd):
+        return {}
+    return {COMMAND_LOCK_ENV: str(lock_path(lease_dir(), device_key(rnd.gpus, os.environ)))}
+
+
 class QuickCheck(BesideStartUp):
     """The candidate's quick script of a VALIDATE round (the module's docstring); the
     first timed turn raises its ``MeasurementFailed`` when it failed."""
@@ -52,10 +61,7 @@ class QuickCheck(BesideStartUp):
     holds_device = False  # the script's own process holds the lock
 
     def __init__(self, rnd: RoundPlan, tree: Path) -> None:
-        env: dict[str, str] = {}
-        if self.possible(rnd):
-            key = device_key(rnd.gpus, os.environ)
-            env[COMMAND_LOCK_ENV] = str(lock_path(lease_dir(), key))
+        env = device_lock_env(rnd)
 
         def work() -> None:
             run_quick(rnd, tree, "candidate", VALIDATION_LOG, env)
@@ -64,11 +70,16 @@ class QuickCheck(BesideStartUp):
 
 
 def run_quick(
-    rnd: RoundPlan, tree: Path, role: str, log_name: str, env: Mapping[str, str] | None = None
+    rnd: RoundPlan,
+    tree: Path,
+    role: str,
+    log_name: str,
+    env: Mapping[str, str] | None = None,
+    n: int | None = None,
 ) -> str:
     """Run the campaign's quick_test_bench.py on ``tree`` through the executor (``env``
-    added to its job's); the log and the CSV go into the round's artifacts.  Returns the
-    log text."""
+    added to its job's); the log and the CSV go into the artifacts of round ``n`` (by
+    default ``rnd``'s: a tournament names each entry's).  Returns the log text."""
     campaign = rnd.campaign
     script = campaign.quick_script
     note = take_edit(campaign.root, script)
@@ -84,7 +95,7 @@ def run_quick(
     outcome = run_job(rnd, f"quick-{role}", spec, tree, env)
     log = outcome.out_dir / "test.log"
     text = (note + "\n" if note else "") + (log.read_text(encoding="utf-8") if log.exists() else "")
-    artifacts = campaign.artifacts_dir(rnd.round)
+    artifacts = campaign.artifacts_dir(rnd.round if n is None else n)
     artifacts.mkdir(parents=True, exist_ok=True)
     write_atomic(artifacts / log_name, text)
     produced = outcome.out_dir / QUICK_CSV
