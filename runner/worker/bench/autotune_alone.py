@@ -24,7 +24,9 @@ takes part too: its ``python`` is told the lock file (``COMMAND_LOCK_ENV``) and
 from its first autotune to its exit, so its sweeps time their configs alone and its own
 timing loops, which come after, run while no worker prepares; the workers read the
 choices it kept instead of timing them again.  Its children do not take part (the
-variable is removed): only the command's own process holds the lock.
+variable is removed; a child that asked to be alone would wait for its parent's shared
+hold, and the parent for the child): while the command's process lives, its hold keeps
+every other process's autotune out, so a child's kernels never meet one.
 
 Worker-side: imports Triton only when it is installed; no pydantic.
 """
