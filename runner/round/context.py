@@ -382,6 +382,12 @@ def _tampered_files(out: Path) -> list[str]:
     return [str(p) for p in found] if isinstance(found, list) else []
 
 
+def device_lock_file(rnd: RoundPlan) -> Path:
+    """The preparation lock of the device ``rnd``'s workers prepare on
+    (``runner.core.prepare_lock``), as the local executor names it to them."""
+    return lock_path(lease_dir(), device_key(rnd.gpus, os.environ))
+
+
 _B = TypeVar("_B", bound="BesideStartUp")
 
 
@@ -455,8 +461,7 @@ class BesideStartUp:
         if self._thread is None or not self.holds_device:
             yield
             return
-        path = lock_path(lease_dir(), device_key(self.rnd.gpus, os.environ))
-        with DeviceLock(path) as lock, lock.shared():
+        with DeviceLock(device_lock_file(self.rnd)) as lock, lock.shared():
             yield
 
     @property

@@ -19,18 +19,16 @@ a non-zero exit or a CSV the pinned reader refuses stops the round."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
 from runner.core.errors import CampaignError, MeasurementFailed
 from runner.core.files import write_atomic
-from runner.core.prepare_lock import COMMAND_LOCK_ENV, device_key, lock_path
+from runner.core.prepare_lock import COMMAND_LOCK_ENV
 from runner.core.spec import OUT_ENV
 from runner.measure.host import run_job
-from runner.round.context import BesideStartUp, RoundPlan
-from runner.store.leases import lease_dir
+from runner.round.context import BesideStartUp, RoundPlan, device_lock_file
 from runner.store.upstream_quick import (
     QUICK_CSV,
     VALIDATION_LOG,
@@ -51,7 +49,7 @@ def device_lock_env(rnd: RoundPlan) -> dict[str, str]:
     target), else nothing."""
     if not BesideStartUp.possible(rnd):
         return {}
-    return {COMMAND_LOCK_ENV: str(lock_path(lease_dir(), device_key(rnd.gpus, os.environ)))}
+    return {COMMAND_LOCK_ENV: str(device_lock_file(rnd))}
 
 
 class QuickCheck(BesideStartUp):
