@@ -314,6 +314,43 @@ def test_a_command_beside_the_workers_holds_the_lock_as_a_worker_and_alone_after
     assert done.returncode == 0 and done.stdout.split() == ["None", "None", "tuned", "tuned"]
 
 
+# A command that imports an autotuner this harness cannot hook (a Triton without
+# ``Autotuner._bench``: a stand-in package written by the test), then waits for a line.
+UNHOOKABLE = """
+import sys
+import triton.runtime.autotuner
+print("imported", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_command_whose_autotuner_cannot_be_hooked_is_alone_from_its_import(
+    tmp_path: Path,
+) -> None:
+    """As a worker that cannot hook its autotuner prepares each shape alone, a command
+    run beside the workers whose autotuner cannot be hooked holds the device alone from
+    its import of Triton's autotuner to its exit."""
+    lock = lock_path(tmp_path / "leases", "0")
+    runtime = tmp_path / "site" / "triton" / "runtime"
+    runtime.mkdir(parents=True)
+    (runtime.parent / "__init__.py").write_text("", encoding="utf-8")
+    (runtime / "__init__.py").write_text("", encoding="utf-8")
+    (runtime / "autotuner.py").write_text("class Autotuner:\n    pass\n", encoding="utf-8")
+    paths = os.pathsep.join([ROOT, str(tmp_path / "site")])
+    env = {**os.environ, SYSPATH_ENV: paths, COMMAND_LOCK_ENV: str(lock)}
+    argv = [*isolated_command(sys.executable), "-c", UNHOOKABLE]
+    with subprocess.Popen(
+        argv, env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as command:
+        assert command.stdin is not None and command.stdout is not None
+        assert command.stdout.readline().strip() == "imported"
+        assert not _free(lock, fcntl.LOCK_SH)
+        command.stdin.write("\n")
+        command.stdin.flush()
+        assert command.wait(timeout=30) == 0
+    assert _free(lock, fcntl.LOCK_EX)
+
+
 def test_one_lock_file_per_physical_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert device_key((3,), {"CUDA_VISIBLE_DEVICES": "5"}) == "3"  # the leased GPU first
     amd = {"ROCR_VISIBLE_DEVICES": "2", "HIP_VISIBLE_DEVICES": "0", "CUDA_VISIBLE_DEVICES": "0"}

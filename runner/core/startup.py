@@ -110,7 +110,7 @@ def _run():
         pass
     else:
         joined = autotune_alone.join_as_command()
-        autotune_compile.install_on_import(*([autotune_alone.install] if joined else []))
+        autotune_compile.install_on_import(*([autotune_alone.install_in_command] if joined else []))
     args = sys.argv[1:]
     while args and args[0] in ("-I", "-S", "-B", "-s", "-E", "-P", "-u"):
         args.pop(0)

@@ -149,12 +149,22 @@ def holding(lock: DeviceLock) -> Iterator[None]:
         _held.remove(lock)
 
 
+def install_in_command() -> None:
+    """``install`` in a process that joined as a command (``join_as_command``), once it
+    imports Triton's autotuner; where the autotuner cannot be hooked the process is
+    alone on the device from here to its exit, as an unhooked worker prepares each
+    shape alone (its sweeps would otherwise time their configs beside the workers)."""
+    if install() is not None and _held and _to_the_end:
+        _to_the_end.clear()
+        _kept.enter_context(_held[-1].exclusive())
+
+
 def join_as_command() -> bool:
     """In a test command's process: when the host named the device's lock
     (``COMMAND_LOCK_ENV``), hold it shared until the process exits and alone from the
     first autotune on (the module's docstring); the variable is removed, so no child
-    takes part.  Returns whether it joined; the caller installs the hooks (``install``)
-    once Triton's autotuner is imported."""
+    takes part.  Returns whether it joined; the caller installs the hooks
+    (``install_in_command``) once Triton's autotuner is imported."""
     path = os.environ.pop(COMMAND_LOCK_ENV, "").strip()
     if not path:
         return False
