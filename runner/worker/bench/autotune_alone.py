@@ -129,9 +129,7 @@ def alone_on_device(method: Callable[..., Any]) -> Callable[..., Any]:
             if _times_through_bench(args[3]):
                 _compile_first(args[3])
         lock = _held[-1]
-        if _to_the_end:  # a command's first autotune: alone from here to its exit
-            _to_the_end.clear()
-            _kept.enter_context(lock.exclusive())
+        _alone_to_the_end(lock)  # a joined command's first autotune
         with lock.exclusive():
             return method(*args, **kwargs)
 
@@ -154,9 +152,16 @@ def install_in_command() -> None:
     imports Triton's autotuner; where the autotuner cannot be hooked the process is
     alone on the device from here to its exit, as an unhooked worker prepares each
     shape alone (its sweeps would otherwise time their configs beside the workers)."""
-    if install() is not None and _held and _to_the_end:
+    if install() is not None and _held:
+        _alone_to_the_end(_held[-1])
+
+
+def _alone_to_the_end(lock: DeviceLock) -> None:
+    """In a process that joined as a command, the first time: hold ``lock`` alone until
+    the process exits; else nothing."""
+    if _to_the_end:
         _to_the_end.clear()
-        _kept.enter_context(_held[-1].exclusive())
+        _kept.enter_context(lock.exclusive())
 
 
 def join_as_command() -> bool:
