@@ -5,6 +5,7 @@ worker on the CPU takes no lock."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import itertools
 import json
@@ -13,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -284,6 +285,26 @@ def _free(path: Path, how: int) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _command(
+    argv: list[str], env: dict[str, str]
+) -> Iterator[tuple[Callable[[], None], Callable[[], str]]]:
+    """A command's process, talked to by lines: yields ``say`` (one empty line to it)
+    and ``heard`` (its next line); on leaving, it must have exited 0."""
+    with subprocess.Popen(
+        argv, env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as command:
+        stdin, stdout = command.stdin, command.stdout
+        assert stdin is not None and stdout is not None
+
+        def say() -> None:
+            stdin.write("\n")
+            stdin.flush()
+
+        yield say, stdout.readline
+        assert command.wait(timeout=30) == 0
+
+
 def test_a_command_beside_the_workers_holds_the_lock_as_a_worker_and_alone_after_its_first_autotune(
     tmp_path: Path,
 ) -> None:
@@ -293,20 +314,14 @@ def test_a_command_beside_the_workers_holds_the_lock_as_a_worker_and_alone_after
     lock = lock_path(tmp_path / "leases", "0")
     env = {**os.environ, SYSPATH_ENV: ROOT, COMMAND_LOCK_ENV: str(lock)}
     argv = [*isolated_command(sys.executable), "-c", COMMAND, COMMAND_LOCK_ENV]
-    with subprocess.Popen(
-        argv, env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    ) as command:
-        assert command.stdin is not None and command.stdout is not None
-        assert command.stdout.readline().split() == ["None", "None"]
+    with _command(argv, env) as (say, heard):
+        assert heard().split() == ["None", "None"]
         assert _free(lock, fcntl.LOCK_SH) and not _free(lock, fcntl.LOCK_EX)
         for _ in range(2):  # the second autotune is inside the first one's hold
-            command.stdin.write("\n")
-            command.stdin.flush()
-            assert command.stdout.readline().strip() == "tuned"
+            say()
+            assert heard().strip() == "tuned"
             assert not _free(lock, fcntl.LOCK_SH)
-        command.stdin.write("\n")
-        command.stdin.flush()
-        assert command.wait(timeout=30) == 0
+        say()
     assert _free(lock, fcntl.LOCK_EX)
     # without the variable it holds nothing, and its autotunes call straight through
     del env[COMMAND_LOCK_ENV]
@@ -339,15 +354,10 @@ def test_a_command_whose_autotuner_cannot_be_hooked_is_alone_from_its_import(
     paths = os.pathsep.join([ROOT, str(tmp_path / "site")])
     env = {**os.environ, SYSPATH_ENV: paths, COMMAND_LOCK_ENV: str(lock)}
     argv = [*isolated_command(sys.executable), "-c", UNHOOKABLE]
-    with subprocess.Popen(
-        argv, env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    ) as command:
-        assert command.stdin is not None and command.stdout is not None
-        assert command.stdout.readline().strip() == "imported"
+    with _command(argv, env) as (say, heard):
+        assert heard().strip() == "imported"
         assert not _free(lock, fcntl.LOCK_SH)
-        command.stdin.write("\n")
-        command.stdin.flush()
-        assert command.wait(timeout=30) == 0
+        say()
     assert _free(lock, fcntl.LOCK_EX)
 
 
