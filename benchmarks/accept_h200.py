@@ -56,7 +56,7 @@ from runner.flow.new_campaign import (  # noqa: E402
     create_campaign,
     fresh_example_copy,
 )
-from runner.flow.rounds import Request, validate_round  # noqa: E402
+from runner.flow.validate import Request, validate_round  # noqa: E402
 from runner.store.campaign import Campaign  # noqa: E402
 from runner.store.sealed import heldout_labels  # noqa: E402
 

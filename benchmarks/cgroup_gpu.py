@@ -45,7 +45,7 @@ from paired_study import head_text, plant_patch  # noqa: E402
 from runner.core.cgroup import WorkerCgroup  # noqa: E402
 from runner.executors.base import LiveWorker, WorkerJob  # noqa: E402
 from runner.executors.local import LocalExecutor  # noqa: E402
-from runner.flow.rounds import Request, validate_round  # noqa: E402
+from runner.flow.validate import Request, validate_round  # noqa: E402
 from runner.store.campaign import Campaign  # noqa: E402
 
 ARMS = ("candidate", "incumbent", "both", "neither")

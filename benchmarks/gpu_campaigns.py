@@ -6,7 +6,7 @@ the shapes below to fit a device session), a baseline in ``--passes`` fresh work
 processes, and for ``gemm_fp8`` with ``--variants`` one VALIDATE round per patch in
 ``examples/gpu_patches/`` (``PATCHES`` below: the hypothesis each tests).  Everything runs
 through the same code as the CLI (``runner.flow.baseline.run_baseline``,
-``runner.flow.rounds.validate_round``, the local executor).  Writes a JSON summary and a
+``runner.flow.validate.validate_round``, the local executor).  Writes a JSON summary and a
 tar.gz of the campaign folders (records, pinned CSVs, logs).
 
     PYTHONPATH=.:examples PYTHONUNBUFFERED=1 python benchmarks/gpu_campaigns.py \
@@ -41,7 +41,7 @@ from runner.flow.new_campaign import (  # noqa: E402
     create_campaign,
     fresh_example_copy,
 )
-from runner.flow.rounds import Request, validate_round  # noqa: E402
+from runner.flow.validate import Request, validate_round  # noqa: E402
 from runner.store.campaign import Campaign  # noqa: E402
 
 PATCH_DIR = EXAMPLES_DIR / "gpu_patches"

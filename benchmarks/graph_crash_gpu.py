@@ -36,7 +36,7 @@ from gpu_campaigns import OPS, PATCH_DIR, PATCHES, run_op, stamped, summarise  #
 
 from runner.executors.local import LocalExecutor  # noqa: E402
 from runner.flow.new_campaign import EXAMPLES_DIR  # noqa: E402
-from runner.flow.rounds import Request, validate_round  # noqa: E402
+from runner.flow.validate import Request, validate_round  # noqa: E402
 from runner.store.campaign import Campaign  # noqa: E402
 
 OP_FILE = "turbo_kernels/pytorch/ops/gemm_fp8.py"

@@ -6,10 +6,10 @@ backend, the four Llama-2-7B micro-batch-1 shapes, the manifest's default timing
 through the product's functions:
 
 * ``setup``: the campaign and ``runner.flow.baseline.run_baseline`` (timed; 3 passes);
-* ``quick``: ``--rounds`` real quick VALIDATE rounds (``runner.flow.rounds.validate_round``, a
+* ``quick``: ``--rounds`` real quick VALIDATE rounds (``runner.flow.validate.validate_round``, a
   no-op candidate: A/A), each timed end to end as a user sees it;
 * ``tournament``: ``--rounds`` real tournaments of ``--entries`` A/A entries
-  (``runner.flow.tournament.validate_tournament``; no-op statements that differ), each timed:
+  (``runner.flow.validate.validate``; no-op statements that differ), each timed:
   none may be ACCEPTED;
 * ``study``: ``--rounds`` study rounds.  Each starts one fresh serving worker per tree
   and process pair, all taking turns on the GPU (``runner.compare.loop.measure_roles``
@@ -65,8 +65,11 @@ from runner.core.shapes import default_shape_set, shape_set  # noqa: E402
 from runner.executors.local import LocalExecutor  # noqa: E402
 from runner.flow.baseline import run_baseline  # noqa: E402
 from runner.flow.new_campaign import CampaignFields, create_campaign, fresh_example_copy  # noqa: E402
-from runner.flow.rounds import Request, validate_round  # noqa: E402
-from runner.flow.tournament import validate_tournament  # noqa: E402
+from runner.flow.validate import (  # noqa: E402
+    Request,
+    validate,
+    validate_round,
+)
 from runner.round.context import RoundPlan  # noqa: E402
 from runner.store.campaign import Campaign  # noqa: E402
 
@@ -239,7 +242,7 @@ def tournaments(args: argparse.Namespace, campaign: Campaign, state: dict[str, A
             for k in range(args.entries)
         ]
         t0 = time.perf_counter()
-        results = validate_tournament(campaign, executor, requests, progress=stamped)
+        results = validate(campaign, executor, requests, progress=stamped)
         done.append(
             {
                 "rounds": [n, n + args.entries - 1],

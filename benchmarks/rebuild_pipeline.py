@@ -4,7 +4,7 @@ A fresh git copy of ``tests/data/fake_primus_turbo`` (package ``primus_turbo``, 
 compiled ``primus_turbo.pytorch._C``), a ``primus-turbo`` campaign on it, a baseline,
 then four VALIDATE rounds through the product's own functions
 (``runner.flow.new_campaign.create_campaign``, ``runner.flow.baseline.run_baseline``,
-``runner.flow.rounds.validate_round``):
+``runner.flow.validate.validate_round``):
 
 1. native slow-down (the kernel sweeps its output 6 times instead of 3): the candidate
    compiled, the incumbent (the base commit, built at the baseline) a cache hit,
@@ -53,7 +53,7 @@ from runner.core.artifact_names import BUILDS  # noqa: E402
 from runner.executors.factory import make_executor  # noqa: E402
 from runner.flow.baseline import run_baseline  # noqa: E402
 from runner.flow.new_campaign import CampaignFields, create_campaign  # noqa: E402
-from runner.flow.rounds import Request, validate_round  # noqa: E402
+from runner.flow.validate import Request, validate_round  # noqa: E402
 from runner.store.campaign import Campaign  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "data" / "fake_primus_turbo"

@@ -163,7 +163,7 @@ def speedup_round(campaign: Campaign) -> None:
     """See the module docstring; ``campaign`` lies in ``<root>/campaigns`` beside its
     ``speedup.patch``."""
     from runner.executors.local import LocalExecutor
-    from runner.flow.rounds import Request, validate_round
+    from runner.flow.validate import Request, validate_round
     from runner.store.fingerprint_check import record_fingerprint
 
     record_fingerprint(campaign, 1, target_commit=campaign.manifest.base_commit)

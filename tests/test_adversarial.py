@@ -23,7 +23,7 @@ from campaign_helpers import QUIET, on_three_shapes, speedup_patch, tiny_campaig
 from runner.compare.shapes import level_shapes
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.local import LocalExecutor
-from runner.flow.rounds import Request, validate_round
+from runner.flow.validate import Request, validate_round
 from runner.render.status import collect_status, render_status
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage

@@ -23,7 +23,7 @@ from runner.core.csv_schema import ATTENTION_SCHEMA, GEMM_SCHEMA, MEMORY_SCHEMA
 from runner.core.outcomes import RoundResult, Status
 from runner.core.shapes import shape_set
 from runner.executors.local import LocalExecutor
-from runner.flow.rounds import Request, validate_round
+from runner.flow.validate import Request, validate_round
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 from runner.store.sealed import heldout_labels

@@ -260,7 +260,7 @@ def test_a_candidates_build_that_rewrites_its_restored_focused_test_fails_as_tam
     setup = {"setup.py": ("import sys\n", "import sys\n" + HOLLOW)}
     cand = tree(repo, t / "c", setup)
     rnd = RoundPlan(campaign, LocalExecutor(), lambda _m: None, t / "r7", 7, "quick")
-    # what a round does (runner.flow.rounds): restore, then build, then the focused test
+    # what a round does (runner.flow.validate): restore, then build, then the focused test
     assert restore_judge(m, inc, cand, sorted(setup)) == []
     expect = judge_digests(m, inc, sorted(setup))
     named = [rel for rel, digest in expect.items() if digest]

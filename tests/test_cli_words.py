@@ -14,7 +14,7 @@ import pytest
 from runner.cli import main, validate_cmd
 from runner.core.errors import RolledBack
 from runner.core.outcomes import Status
-from runner.flow.rounds import Request
+from runner.flow.validate import Request
 from runner.store.campaign import Campaign
 from runner.worker.bench.statecheck import STEPS
 

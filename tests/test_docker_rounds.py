@@ -25,7 +25,7 @@ from runner.executors.docker import DockerExecutor
 from runner.executors.factory import make_executor
 from runner.flow.baseline import run_baseline
 from runner.flow.new_campaign import EXAMPLES_DIR
-from runner.flow.rounds import Request, validate_round
+from runner.flow.validate import Request, validate_round
 from runner.store.campaign import Campaign
 from runner.store.fingerprint import image_digest
 from runner.store.lineage import Lineage

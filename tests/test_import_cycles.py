@@ -98,7 +98,7 @@ NESTED = ("worker",)
 
 
 def package_of(module: str) -> str:
-    """``runner.flow.rounds`` -> ``flow``; ``runner.worker.bench.timing`` ->
+    """``runner.flow.validate`` -> ``flow``; ``runner.worker.bench.timing`` ->
     ``worker.bench``; ``runner.worker`` -> ``worker``; ``runner`` -> ``runner``."""
     parts = module.split(".")[1:] or ["runner"]
     return ".".join(parts[:2]) if parts[0] in NESTED else parts[0]

@@ -28,7 +28,7 @@ from runner.core.isa_facts import KernelEntry, KernelFacts, parse_amdgcn, parse_
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.factory import make_executor
 from runner.executors.isolation import isolation_works
-from runner.flow.rounds import Request, validate_round
+from runner.flow.validate import Request, validate_round
 from runner.render.analysis_status import analysis_lines
 from runner.round.kernel_facts import facts_arch, triton_version
 from runner.store.campaign import Campaign

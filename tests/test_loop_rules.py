@@ -475,7 +475,7 @@ def test_a_rolled_back_change_again_up_to_comments_whitespace_and_new_names_is_r
     # a tournament's entry is held to the same rule: the whole tournament is refused
     # before anything is written, naming the entry
     from runner.executors.local import LocalExecutor
-    from runner.flow.tournament import validate_tournament
+    from runner.flow.validate import validate
     from runner.round.result import Request
     from runner.store.lineage import Lineage
     from runner.store.manifest import branch_name
@@ -489,7 +489,7 @@ def test_a_rolled_back_change_again_up_to_comments_whitespace_and_new_names_is_r
         Request(4, "a new idea", again),
     ]
     with pytest.raises(RepeatedHypothesis, match=r"tournament entry round-4: .*round-2's") as info:
-        validate_tournament(campaign, LocalExecutor(), entries, progress=lambda _m: None)
+        validate(campaign, LocalExecutor(), entries, progress=lambda _m: None)
     assert (info.value.earlier, info.value.same) == (2, "code")
     assert not campaign.round_dir(3).exists() and not campaign.round_dir(4).exists()
     # --resubmit measures one change again: a tournament given it is refused, unmeasured

@@ -38,8 +38,8 @@ from runner.core.prepare_lock import DeviceLock, lock_path
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings, load_spec
 from runner.executors.local import LocalExecutor
+from runner.flow.entry_tests import EntryTests
 from runner.flow.suite_beside import SuiteBeside
-from runner.flow.tournament_tests import EntryTests
 from runner.judge.gate import decide, required_pairs
 from runner.judge.probe import is_probe
 from runner.measure.beside import BesideWork
@@ -738,7 +738,7 @@ def test_slurm_round_shards_as_one_job_array(
     cluster: the shards go as one job array, one task per shard, then merge."""
     from runner.executors.slurm import SlurmExecutor
     from runner.flow.new_campaign import EXAMPLES_DIR
-    from runner.flow.rounds import Request, validate_round
+    from runner.flow.validate import Request, validate_round
     from runner.store.campaign import Campaign
 
     out = subprocess.run(["sinfo", "-h"], capture_output=True, text=True, check=False)

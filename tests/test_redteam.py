@@ -34,7 +34,7 @@ from runner.core.cgroup import WorkerCgroup
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.isolation import isolation_works
 from runner.executors.local import LocalExecutor
-from runner.flow.rounds import Request, validate_round
+from runner.flow.validate import Request, validate_round
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 

@@ -27,8 +27,8 @@ from runner.core.errors import CheckoutOffLineage, ConfigError, NothingToDo
 from runner.core.outcomes import Status
 from runner.executors.local import LocalExecutor
 from runner.flow.new_campaign import EXAMPLES_DIR
-from runner.flow.rounds import Request, validate_round
 from runner.flow.settings import set_gate_field
+from runner.flow.validate import Request, validate_round
 from runner.store.appendlog import verify
 from runner.store.campaign import Campaign
 from runner.store.lineage import MAX_PATCH_LINE, Lineage, patch_paths

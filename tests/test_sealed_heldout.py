@@ -32,7 +32,7 @@ from runner.core.shapes import shape_set
 from runner.executors.isolation import isolated_argv, isolation_works
 from runner.executors.local import LocalExecutor
 from runner.flow.accept import acceptance_shapes
-from runner.flow.rounds import Request, validate_round
+from runner.flow.validate import Request, validate_round
 from runner.render.markdown import describe_heldout
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage

@@ -226,8 +226,8 @@ def test_a_candidate_whose_native_build_fails_fails_alone(tmp_path: Path) -> Non
 
     from runner.compare.entries import Entry
     from runner.executors.local import LocalExecutor
-    from runner.flow.tournament import _build
-    from runner.flow.tournament_tests import focused_tests
+    from runner.flow.entry_tests import focused_tests
+    from runner.flow.validate import _build
     from runner.round.context import RoundPlan
     from runner.round.judge_files import judge_digests, restore_judge
     from runner.round.result import Request

@@ -24,7 +24,7 @@ from runner.compare.shapes import all_shapes, level_shapes, round_probe
 from runner.core.outcomes import Status
 from runner.core.shapes import shape_set
 from runner.executors.local import LocalExecutor
-from runner.flow.rounds import Request, validate_round
+from runner.flow.validate import Request, validate_round
 from runner.judge.probe import GUARD, PROBE_PREFIX
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage

@@ -22,7 +22,7 @@ from runner.core.csv_schema import GEMM_SCHEMA
 from runner.core.errors import ConfigError
 from runner.core.outcomes import Status
 from runner.executors.local import LocalExecutor
-from runner.flow.rounds import Request, validate_round
+from runner.flow.validate import Request, validate_round
 from runner.store.campaign import Campaign
 from runner.store.upstream_quick import (
     QUICK_CSV,
@@ -193,11 +193,11 @@ def test_a_tournament_runs_the_quick_script_on_each_entry_and_a_fail_fails_that_
 ) -> None:
     """Each entry of a tournament passes upstream's hard gate on its own tree, as a single
     round does: the one whose script reports FAIL fails alone, its log and CSV kept in its
-    own round's artifacts (``quick_checks``); through ``validate_tournament``, entries
+    own round's artifacts (``quick_checks``); through ``validate``, entries
     that all fail it are FAILED rounds naming the check, nothing measured."""
     from runner.compare.entries import Entry
-    from runner.flow.tournament import validate_tournament
-    from runner.flow.tournament_tests import quick_checks
+    from runner.flow.entry_tests import quick_checks
+    from runner.flow.validate import validate
     from runner.round.context import RoundPlan
 
     campaign = Campaign.load(copy_campaign(slow_tiny, tmp_path / "c", "t"))
@@ -243,7 +243,7 @@ def test_a_tournament_runs_the_quick_script_on_each_entry_and_a_fail_fails_that_
             (source / kernel).write_text(text, encoding="utf-8")
 
     requests = [Request(2, "one constant", defines(1)), Request(3, "another", defines(2))]
-    results = validate_tournament(campaign, LocalExecutor(), requests, progress=lambda _m: None)
+    results = validate(campaign, LocalExecutor(), requests, progress=lambda _m: None)
     assert [r.status for r in results] == [Status.FAILED, Status.FAILED]
     for r in results:
         assert f"Check FAIL on the candidate-{r.round - 1} for {rep[0]}" in r.reasons[0], r

@@ -18,7 +18,7 @@ from runner.flow.accept import run_acceptance
 from runner.flow.baseline import run_baseline
 from runner.flow.demo import demo_manifest_fields
 from runner.flow.new_campaign import CampaignFields, create_campaign, fresh_example_copy
-from runner.flow.rounds import Request, validate_round
+from runner.flow.validate import Request, validate_round
 from runner.store.campaign import Campaign
 
 pytestmark = pytest.mark.integration  # real git, real worker subprocesses

@@ -3,7 +3,7 @@ coding agent, over stdio.  Agents see the tools as ``mcp__turbo__<name>``.
 
 Every tool calls the same functions as the ``campaign`` command line, so it refuses
 exactly what the CLI refuses: ``runner.judge.json_contract`` for score/gate (the same JSON as
-``--json``), ``runner.flow.rounds`` for the rounds, ``runner.core.csv_schema`` for the CSV checks.
+``--json``), ``runner.flow.validate`` for the rounds, ``runner.core.csv_schema`` for the CSV checks.
 A ``CampaignError`` (and a round's ``MeasurementFailed``) becomes an MCP tool error
 (``isError`` result carrying the message); the server keeps serving.
 
@@ -50,8 +50,8 @@ from runner.cli.options import PAIRS_HELP
 from runner.core.csv_io import read_csv
 from runner.core.errors import CampaignError, ConfigError
 from runner.executors.factory import make_executor
-from runner.flow import baseline, rounds
-from runner.flow.tournament import validate_tournament
+from runner.flow import baseline
+from runner.flow.validate import Request, validate, validate_round
 from runner.judge.json_contract import (
     GateJSON,
     ScoreJSON,
@@ -315,7 +315,7 @@ class TurboTools:
         non-applying patch, a change outside kernel_source not in allow_outside, the
         campaign busy."""
         with tool_errors():  # a refused request (pairs, bucket, sizes) says why
-            request = rounds.Request(
+            request = Request(
                 n,
                 hypothesis,
                 patch,
@@ -333,7 +333,7 @@ class TurboTools:
             found = self._campaign(campaign)
             executor = make_executor(found.manifest)
             result = await run_in_worker(
-                ctx, lambda p: rounds.validate_round(found, executor, request, progress=p)
+                ctx, lambda p: validate_round(found, executor, request, progress=p)
             )
             return round_report(found, result.round)
 
@@ -366,7 +366,7 @@ class TurboTools:
         hypothesis, no entry that can be measured, the campaign busy."""
         with tool_errors():  # a refused request (pairs, bucket, sizes) says why
             requests = [
-                rounds.Request(
+                Request(
                     n + k,
                     e.hypothesis,
                     e.patch,
@@ -382,7 +382,7 @@ class TurboTools:
             executor = make_executor(found.manifest)
             results = await run_in_worker(
                 ctx,
-                lambda p: validate_tournament(found, executor, requests, progress=p),
+                lambda p: validate(found, executor, requests, progress=p),
             )
             return [round_report(found, r.round) for r in results]
 

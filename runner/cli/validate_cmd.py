@@ -22,8 +22,7 @@ from runner.core.errors import ConfigError, InfrastructureError, RolledBack, Tam
 from runner.core.outcomes import RoundResult, Status
 from runner.executors.base import Executor
 from runner.executors.factory import make_executor
-from runner.flow.rounds import Request, validate_round
-from runner.flow.tournament import validate_tournament
+from runner.flow.validate import Request, validate, validate_round
 from runner.judge.inconclusive import advice, inconclusive
 from runner.render.figures import fmt_gain, scale_for
 from runner.render.markdown import vetoed_unmeasured
@@ -251,7 +250,7 @@ def _run_requests(
                 "changes come from --patch files: leave --restore out"
             )
         with ProgressView(quiet=quiet) as view:
-            return validate_tournament(campaign, run, requests, progress=view)
+            return validate(campaign, run, requests, progress=view)
     with ProgressView(quiet=quiet) as view:
         return [validate_round(campaign, run, requests[0], progress=view)]
 

@@ -1,20 +1,20 @@
-"""The comparison of a reference with several candidates (a tournament,
-``runner.flow.tournament``): its entries, the one paired measurement of the incumbent
-beside every candidate, and the fresh confirmation of the best accepted one.  The
-entries' focused tests, beside the first measurement's start-up, are the tournament's
-(``runner.flow.tournament_tests``).
+"""The comparison of a reference with one or more candidates (``runner.flow.validate``):
+its entries, the one paired measurement of the incumbent beside every candidate, and,
+with two or more, the fresh confirmation of the best accepted one. The entries' focused
+tests, beside the first measurement's start-up, are the flow's
+(``runner.flow.entry_tests``).
 
-Sequential, as a single round's (``runner.compare.loop.measure_and_judge``): each
-candidate is judged against the incumbent on the pairs measured so far; the ones the
-gate cannot tell yet get more fresh pairs, measured together beside the incumbent
-(one incumbent worker per pair serves them all), until every one is decided or the cap
-is reached.  The cap is the level's, on each comparison's share of the time: a
-measurement of r roles that took t seconds counts t * 2 / r for each candidate in it
-(a two-role round's time for the same pairs), so each comparison gets about the pairs
-a single round would, and one still unclear after the others are decided goes on at a
-single round's pace.  A candidate whose worker crashes fails alone: the measurement
-starts again without it (the pairs completed before stay).
-"""
+One entry alone is a single round: its comparison is ``runner.compare.loop``'s
+``measure_and_judge`` (A B B A turns, more pairs while the gate asks). With several,
+sequential as that loop: each candidate is judged against the incumbent on the pairs
+measured so far; the ones the gate cannot tell yet get more fresh pairs, measured
+together beside the incumbent (one incumbent worker per pair serves them all), until
+every one is decided or the cap is reached. The cap is the level's, on each comparison's
+share of the time: a measurement of r roles that took t seconds counts t * 2 / r for
+each candidate in it (a two-role round's time for the same pairs), so each comparison
+gets about the pairs a single round would, and one still unclear after the others are
+decided goes on at a single round's pace. A candidate whose worker crashes fails alone:
+the measurement starts again without it (the pairs completed before stay)."""
 
 from __future__ import annotations
 
@@ -37,14 +37,16 @@ from runner.compare.loop import (
     next_pairs,
     with_looks,
 )
+from runner.compare.shapes import level_shapes
 from runner.core.artifact_names import BUILDS
 from runner.core.errors import FocusedTestFailed, MeasurementFailed
 from runner.core.files import copy_plain_tree
 from runner.core.isa_facts import KernelFacts
 from runner.core.limits import block_pairs
-from runner.core.outcomes import Decision, GateResult, TransferCheck
+from runner.core.outcomes import Decision, GateResult, Score, TransferCheck
 from runner.core.shapes import Shape
 from runner.executors.jit_cache import JitFolders
+from runner.judge.confirmation import confirmation_due
 from runner.judge.gate import confirms, outpaced, promising
 from runner.measure.beside import BesideWork
 from runner.render.figures import fmt_gain
@@ -58,11 +60,15 @@ ROLE_PREFIX = "candidate-"
 
 @dataclass
 class Entry:
-    """One hypothesis of a tournament: round ``request.round``, candidate role
-    ``candidate-<position>``, and what happened to it."""
+    """One hypothesis of a validation: round ``request.round``, candidate role
+    ``candidate-<position>`` (``candidate`` when it is ``alone``: a single round), and
+    what happened to it."""
 
     request: Request
     position: int  # 1-based, the order given
+    alone: bool = False  # the only entry: a single round, its records the round's own
+    # its change came from the user's checkout (a single round without --patch)
+    from_checkout: bool = False
     touched: list[str] = field(default_factory=list)
     declared: Sequence[str] = ()
     failure: str | None = None  # refused, or its worker crashed: the round is FAILED
@@ -70,6 +76,7 @@ class Entry:
     vetoes: list[str] = field(default_factory=list)
     transfer: TransferCheck | None = None
     rejects: bool = False  # the audit rejects the change (no real gain to expect)
+    risks: list[str] = field(default_factory=list)  # its audit's high-risk kinds
     notes: list[str] = field(default_factory=list)
     # what its judge files must hold when its focused test starts (its audit's)
     expect: dict[str, str] = field(default_factory=dict)
@@ -83,6 +90,10 @@ class Entry:
     # the pair counts its tournament reading was judged at (``GateResult.looks``)
     looks: list[int] = field(default_factory=list)
     facts: KernelFacts | None = None  # its kernel facts against the incumbent's
+    # the rolled-back round whose code it runs again (``--resubmit``), or None
+    again: int | None = None
+    # its verdict when it was never measured (vetoed): ``runner.round.result.veto_only``'s
+    unmeasured: tuple[GateResult, Score, Score] | None = None
 
     @property
     def n(self) -> int:
@@ -94,11 +105,19 @@ class Entry:
 
     @property
     def role(self) -> str:
-        return f"{ROLE_PREFIX}{self.position}"
+        return "candidate" if self.alone else f"{ROLE_PREFIX}{self.position}"
 
     @property
     def gate(self) -> GateResult | None:
         return self.judged.gate if self.judged is not None else None
+
+    @property
+    def verdict(self) -> tuple[GateResult, Score, Score]:
+        """What its round records: the gate, the incumbent's and its own score."""
+        if self.judged is not None:
+            return self.judged.gate, self.judged.reference, self.judged.candidate
+        assert self.unmeasured is not None, "an entry's verdict before it was judged"
+        return self.unmeasured
 
     @property
     def accepted_reading(self) -> bool:
@@ -116,8 +135,21 @@ def measure_entries(
     each entry's verdict on it (``Entry.reading`` and ``Entry.judged``); ``beside``:
     the entries' tests and the tamper check's proof (``runner.measure.beside``)."""
     todo = [e for e in entries if e.tree is not None and not e.failure and not e.vetoes]
-    if not todo:
-        return
+    if todo and todo[0].alone:
+        _measure_alone(rnd, inc_tree, todo[0], shapes, beside)
+    elif todo:
+        _measure_several(rnd, inc_tree, entries, todo, shapes, beside)
+
+
+def _measure_several(
+    rnd: RoundPlan,
+    inc_tree: Path,
+    entries: Sequence[Entry],
+    todo: list[Entry],
+    shapes: list[Shape],
+    beside: BesideWork,
+) -> None:
+    """The measurement of several entries (the module's), ``todo`` those measured."""
     request = todo[0].request
     samples = block_pairs(request.pairs or rnd.manifest.pairs)
     asked = first_samples(rnd, samples)
@@ -163,6 +195,24 @@ def measure_entries(
             e.judged = with_looks(e.judged, e.looks)
             e.reading = e.judged.gate
             _keep_passes(rnd, e, paths[e.role])
+
+
+def _measure_alone(
+    rnd: RoundPlan, inc_tree: Path, entry: Entry, shapes: list[Shape], beside: BesideWork
+) -> None:
+    """A single round's comparison (``measure_and_judge``, judged on its targeted shapes
+    where it names them); a focused test that failed beside the workers' start-up leaves
+    the entry unmeasured, its veto on the entry (``runner.flow.entry_tests``)."""
+    assert entry.tree is not None
+    samples = block_pairs(entry.request.pairs or rnd.manifest.pairs)
+    trees = {"incumbent": inc_tree, "candidate": entry.tree}
+    how = Comparison(targeted=entry.request.targeted)
+    try:
+        entry.judged = measure_and_judge(
+            rnd, trees, shapes, samples, vetoes=entry.vetoes, how=how, beside=beside
+        )
+    except FocusedTestFailed:
+        return
 
 
 def _judge_final(todo: Sequence[Entry], paths: dict[str, dict[str, list[Path]]]) -> None:
@@ -260,6 +310,60 @@ def _keep_passes(rnd: RoundPlan, entry: Entry, paths: dict[str, list[Path]]) -> 
     for extra in [*rnd.tmp.glob("turns*.jsonl"), *rnd.tmp.glob("memory*.json"), rnd.tmp / BUILDS]:
         if extra.is_file():
             shutil.copy2(extra, entry.dir / extra.name)
+
+
+def confirm_alone(
+    rnd: RoundPlan, inc_tree: Path, entry: Entry, shapes: list[Shape], proven: BesideWork
+) -> None:
+    """A single round's ACCEPTED quick reading confirmed at the full level where that is
+    due (``confirmation_due``: the level, the gain, the audit's risks) and asked for;
+    else the reading with why not noted.  ``proven``: the tamper check's proof."""
+    got, request = entry.judged, entry.request
+    if got is None or not got.gate.decision.accepted or request.targeted:
+        return
+    full = level_shapes(rnd.manifest, "full")
+    due = confirmation_due(
+        request.level,
+        got.gate.delta_pct,
+        entry.risks,
+        [s.label for s in shapes],
+        [s.label for s in full],
+    )
+    if not due.why:
+        return
+    if not due.adds_shapes:
+        why = (
+            f"full-level confirmation not needed ({due.summary()}): the quick level "
+            "measured every target shape"
+        )
+        entry.judged = _noted(got, why, last=True)
+        return
+    if not request.confirm:
+        why = f"full-level confirmation skipped (--no-confirm) although due: {due.summary()}"
+        entry.judged = _noted(got, why, last=True)
+        return
+    rnd.step("full-level confirmation")
+    quick = (
+        f"quick level {fmt_gain(got.gate.delta_pct, got.gate)} on "
+        f"{len(shapes)} shape(s), ACCEPTED; upgraded to the full level "
+        f"({len(full)} target shapes) for confirmation: {due.summary()}"
+    )
+    assert entry.tree is not None
+    trees = {"incumbent": inc_tree, "candidate": entry.tree}
+    samples = block_pairs(request.pairs or rnd.manifest.pairs)
+    with rnd.times.step("full-level confirmation"):
+        full_rnd = replace(rnd, level="full")
+        confirmed = measure_and_judge(full_rnd, trees, full, samples, beside=proven)
+    verdict = "confirmed" if confirmed.gate.decision.accepted else "NOT confirmed"
+    entry.judged = _noted(confirmed, f"{quick}: {verdict}")
+
+
+def _noted(judged: Judged, reason: str, *, last: bool = False) -> Judged:
+    """``judged`` with ``reason`` first among its gate's reasons (the verdict's own
+    first where ``last``: a note that changes nothing)."""
+    gate = judged.gate
+    reasons = (*gate.reasons, reason) if last else (reason, *gate.reasons)
+    return replace(judged, gate=replace(gate, reasons=reasons))
 
 
 def confirm(

@@ -8,6 +8,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from runner.compare.loop import measure_roles
 from runner.compare.shapes import all_shapes
 from runner.core.artifact_names import BENCHMARK_CSV
 from runner.core.csv_schema import BenchCSV, Row
@@ -26,7 +27,6 @@ from runner.core.stats import rel_stdev
 from runner.executors.base import Executor
 from runner.flow.empirical_peak import measure_empirical_peak
 from runner.flow.quickscript import write_quick_script
-from runner.flow.rounds import MIN_SIGMA, measure_roles, now
 from runner.judge.gate import calibrate_sigma
 from runner.judge.gate_constants import current_digest
 from runner.judge.memory_fit import refuse_unfit
@@ -38,7 +38,7 @@ from runner.round.build import built_roles, describe
 from runner.round.context import FocusedTest, Progress, RoundPlan, open_round
 from runner.round.kernel_facts import FactsJob
 from runner.round.logs import close_round
-from runner.round.result import attach_facts
+from runner.round.result import attach_facts, now
 from runner.round.upstream_quick import has_upstream_quick, run_quick
 from runner.store.campaign import Campaign
 from runner.store.gate_ledger import LEDGERED_NOTE
@@ -50,6 +50,8 @@ from runner.store.roundfiles import ATTEMPTS, artifact_list, list_attempts, stor
 from runner.store.sealed import is_sealed
 from runner.store.stack_platform import platform_line
 from runner.store.upstream_quick import BASELINE_LOG, fill_shapes
+
+MIN_SIGMA = 1e-6  # a calibrated sigma_G never below this: the gate divides by it
 
 
 def run_baseline(

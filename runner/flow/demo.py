@@ -24,7 +24,7 @@ from runner.flow.new_campaign import (
     create_campaign,
     fresh_example_copy,
 )
-from runner.flow.rounds import Request, validate_round
+from runner.flow.validate import Request, validate_round
 from runner.store.campaign import Campaign
 from runner.store.lineage import Lineage
 from runner.store.manifest import branch_name

@@ -267,7 +267,7 @@ def render_optimize_header(manifest: Manifest, baseline: RoundResult) -> str:
     )
 
 
-# How a veto of a failed focused test starts (``runner.flow.rounds``, the tournament's).
+# How a veto of a failed focused test starts (``runner.flow.validate``, the tournament's).
 TEST_FAILED = "focused test failed"
 
 

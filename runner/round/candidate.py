@@ -1,6 +1,6 @@
 """What a VALIDATE round does with its candidate around the measurement, the same for a
-single round (``runner.flow.rounds``) and for each entry of a tournament
-(``runner.flow.tournament``): its round folder opened with the change (its failed
+single round (``runner.flow.validate``) and for each entry of a tournament
+(``runner.flow.validate``): its round folder opened with the change (its failed
 attempts kept), its kernel snapshot, the static audit, the head's focused-test files put
 back in its tree, the transfer check closed from the verdict, and the winner's lineage
 commit (made before the records, the ref moved after them).

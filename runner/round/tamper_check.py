@@ -17,7 +17,7 @@ Host-side; runs git through ``runner.core.processes.run``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -369,6 +369,16 @@ def reference_roles(roles: Iterable[str]) -> tuple[str, ...]:
     return tuple(r for r in roles if r in REFERENCE_ROLES)
 
 
+def guarded_roles(roles: Iterable[str]) -> tuple[str, ...]:
+    """The roles whose whole tree no process may write while a comparison measures:
+    the reference's (``reference_roles``); with two candidates or more every role's,
+    since one candidate's processes could write another's tree, and that cannot be
+    told from the other's own writes."""
+    listed = tuple(roles)
+    reference = reference_roles(listed)
+    return listed if len(listed) - len(reference) > 1 else reference
+
+
 @dataclass
 class BuildWatch:
     """Every role's tree across a round's builds (``runner.round.build.built_roles``),
@@ -430,22 +440,38 @@ class Guarded(Protocol):
 
 
 @contextlib.contextmanager
-def proof(host: Guarded, trees: Mapping[str, Path]) -> Iterator[BesideWork]:
+def proof(
+    host: Guarded,
+    trees: Mapping[str, Path],
+    confirmations: Callable[[], Iterable[tuple[Path, str]]] = tuple,
+) -> Iterator[BesideWork]:
     """Around one comparison's measurement (a round, ``campaign accept``, ``campaign
-    reproduce``): the roles' states now, the guarded (reference) roles' trees proven
-    unchanged before the first timed turn (``prove_ready`` as the ready check it
-    yields, which the caller hands to the measurement), a crash
-    explained as tampering when it was, and every worker's loaded files and the
-    guarded trees proven at the end (``prove_untouched``)."""
-    guarded = reference_roles(trees)
+    reproduce``): the roles' states now, the guarded roles' trees (``guarded_roles``)
+    proven unchanged before the first timed turn (``prove_ready`` as the ready check it
+    yields, which the caller hands to the measurement), a crash explained as tampering
+    when it was, and every worker's loaded files and the guarded trees proven at the
+    end.  ``confirmations``: the folders of measurements made outside ``host.tmp`` (a
+    tournament winner's fresh confirmation), each with the role whose tree its
+    ``candidate`` workers ran, asked for when the checks run."""
+    guarded = guarded_roles(trees)
     with host.times.step("tamper check: trees before"):
         before = snapshot(trees)
+
+    def found() -> Tampered | None:
+        error = tampered(before, host.tmp, guarded)
+        for folder, role in confirmations():
+            if error is None:
+                error = tampered({**before, "candidate": before[role]}, folder, guarded)
+        return error
+
     try:
         yield BesideWork(ready_checks=(partial(prove_ready, before, guarded),))
     except MeasurementFailed as exc:  # crashed because another role changed its files?
-        cause = tampered(before, host.tmp, guarded)
+        cause = found()
         if cause is None:
             raise
         raise cause from exc
     with host.times.step("tamper check: trees and loaded files after"):
-        prove_untouched(before, host.tmp, guarded)
+        cause = found()
+    if cause is not None:
+        raise cause

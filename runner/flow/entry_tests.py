@@ -1,28 +1,68 @@
-"""A tournament's checks before anything is timed (``runner.flow.tournament``):
-upstream's quick script on every measurable entry, where the campaign has one (a
-failure fails that entry alone), then every entry's focused test, beside the first
-measurement's worker start-up where the executor keeps workers alive (a failure vetoes
-that entry alone: ``runner.compare.entries.measure_entries`` measures again without
-it)."""
+"""The entries' checks before anything is timed (``runner.flow.validate``): upstream's
+quick script on every measurable entry, where the campaign has one (a failure fails
+that entry alone), then every entry's focused test, beside the first measurement's
+worker start-up where the executor keeps workers alive (a failure vetoes that entry
+alone: ``runner.compare.entries.measure_entries`` measures again without it)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from runner.compare.entries import Entry
 from runner.core.errors import FocusedTestFailed, MeasurementFailed, Tampered
 from runner.core.files import copy_plain_tree
+from runner.measure.beside import NOTHING_BESIDE, BesideWork
 from runner.measure.paired import supports_paired
 from runner.round.context import BesideStartUp, RoundPlan, run_focused_test
-from runner.round.upstream_quick import device_lock_env, has_upstream_quick, run_quick
+from runner.round.upstream_quick import (
+    QuickCheck,
+    device_lock_env,
+    has_upstream_quick,
+    run_quick,
+)
 from runner.store.upstream_quick import VALIDATION_LOG
 
 
+@contextlib.contextmanager
+def upstream_checks(rnd: RoundPlan, entries: Sequence[Entry]) -> Iterator[BesideWork]:
+    """Upstream's quick script on the measurable entries, where the campaign has one:
+    an entry alone beside its workers' start-up (``quick_beside``), several before any
+    worker starts (``quick_checks``: each failure fails its entry alone, and the
+    measurement must know its entries when its workers start); yields what the
+    measurement owes it."""
+    live = [e for e in entries if e.tree is not None and not e.failure]
+    if len(live) == 1 and live[0].alone:
+        assert live[0].tree is not None
+        with quick_beside(rnd, live[0].tree) as quick:
+            yield quick
+        return
+    quick_checks(rnd, live)
+    yield NOTHING_BESIDE
+
+
+@contextlib.contextmanager
+def quick_beside(rnd: RoundPlan, tree: Path) -> Iterator[BesideWork]:
+    """Upstream's quick script on the candidate ``tree`` (``QuickCheck``), where the
+    campaign has one: yields what the measurement owes it; its failure is raised
+    before anything is measured where it ran at once, else by the first timed turn,
+    and at the end where nothing was measured (a vetoed round)."""
+    if not has_upstream_quick(rnd):  # upstream's own check beside the gate's evidence
+        yield NOTHING_BESIDE
+        return
+    with QuickCheck(rnd, tree) as quick:
+        if not quick.beside:
+            quick.wait()
+        yield quick.beside_work
+        quick.wait()
+
+
 def quick_checks(rnd: RoundPlan, entries: Sequence[Entry]) -> None:
-    """Upstream's quick script on every measurable entry before any worker starts (a
-    single round runs it beside its workers' start-up: ``QuickCheck``); one that fails
+    """Upstream's quick script on every measurable entry before any worker starts (an
+    entry alone runs it beside its workers' start-up: ``quick_beside``); one that fails
     fails its entry alone, as it fails a single round, its log and CSV kept in its
     round's artifacts.  On a GPU target the scripts run side by side, each ``python``
     holding the device's lock itself (``device_lock_env``: alone from its first
@@ -82,13 +122,13 @@ def focused_tests(rnd: RoundPlan, entries: Sequence[Entry]) -> None:
 
 
 class EntryTests(BesideStartUp):
-    """The entries' focused tests (``focused_tests``) for one tournament.
+    """The entries' focused tests (``focused_tests``) for one validation.
 
     On a GPU target with serving workers they run in a thread beside the first
-    measurement's worker start-up (``BesideStartUp``, as a single round's
-    ``FocusedTest``: on the H200 the four tests of a tournament took 39 s before any
-    worker started), and its ``beside_work`` holds the first timed turn until all are
-    done.  A test that failed vetoes its entry (one whose judge files its own build
+    measurement's worker start-up (``BesideStartUp``: on the H200 a single round's test
+    took 12-26 s and the four tests of a tournament 39 s before any worker started),
+    and its ``beside_work`` holds the first timed turn until all are done.  A test
+    that failed vetoes its entry (one whose judge files its own build
     rewrote fails it: TAMPERED), and ``require`` then raises FocusedTestFailed before
     anything was timed: ``measure_entries`` measures again without that entry.
     Elsewhere they run at once, before any worker starts, as they always did.  Leave
