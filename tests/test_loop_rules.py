@@ -191,13 +191,25 @@ def test_the_shape_table_has_latency_delta_and_snr_per_shape() -> None:
 def test_a_targeted_round_names_measured_shapes(tmp_path: Path) -> None:
     """validate --target-shape LABEL (Rule 3's exception): a label the round's level does
     not measure is refused up front; a measured one is carried to the gate
-    (runner.compare.loop.Comparison.targeted)."""
+    (runner.compare.loop.Comparison.targeted); a tournament refuses it."""
     campaign = _campaign(tmp_path, [Status.BASELINE])
     shapes = level_shapes(campaign.manifest, "full")
     label = shapes[0].label
     check_targeted(Request(2, "h", None, level="full", targeted=(label,)), shapes)
     with pytest.raises(ValueRefused, match=r"--target-shape nope"):
         check_targeted(Request(2, "h", None, level="full", targeted=(label, "nope")), shapes)
+    # a tournament judges every entry on its level's shapes: it refuses the flag before
+    # anything is written (it measured the entries untargeted without saying so)
+    from runner.executors.local import LocalExecutor
+    from runner.flow.validate import validate
+
+    two = [
+        Request(2, "h1", "diff --git a/a b/a\n", level="full", targeted=(label,)),
+        Request(3, "h2", "diff --git a/b b/b\n", level="full", targeted=(label,)),
+    ]
+    with pytest.raises(ConfigError, match=r"--target-shape judges a single round"):
+        validate(campaign, LocalExecutor(), two, progress=lambda _m: None)
+    assert not campaign.round_dir(2).exists()
 
 
 def test_the_final_report_has_latency_and_snr_per_shape(tmp_path: Path) -> None:
