@@ -139,7 +139,9 @@ class EntryTests(BesideStartUp):
         self._vetoes = {e.role: len(e.vetoes) for e in self.entries}
         self._failures = {e.role: e.failure for e in self.entries}
         self._required = False  # the first measurement waited for them already
-        super().__init__(rnd, "focused-tests", lambda: focused_tests(rnd, self.entries))
+        # its step as the round's records name it: one entry's test, or the entries'
+        name = f"focused-test-{entries[0].role}" if len(entries) == 1 else "focused-tests"
+        super().__init__(rnd, name, lambda: focused_tests(rnd, self.entries))
         if not self.beside:
             self.wait()  # run at once: what it raised is raised here, as it always was
 
