@@ -120,7 +120,8 @@ class RoundReport(BaseModel):
 
 
 class TournamentEntry(BaseModel):
-    """One hypothesis of a tournament (the MCP tool ``validate_tournament``, ``runner.flow.validate``) with its change."""
+    """One hypothesis of a tournament (the MCP tool ``validate_tournament``, through
+    ``runner.flow.validate``) with its change."""
 
     hypothesis: str = Field(description="The one hypothesis this change tests.")
     patch: str = Field(description="Unified diff of the candidate against the lineage head.")
