@@ -124,6 +124,13 @@ class Entry:
         return self.reading is not None and self.reading.decision.accepted
 
 
+def entry_alone(entries: Sequence[Entry]) -> Entry | None:
+    """The measurable entry of a single round (``Entry.alone``), or None: several
+    entries, or the one refused before measuring."""
+    live = [e for e in entries if not e.failure]
+    return live[0] if len(live) == 1 and live[0].alone else None
+
+
 def measure_entries(
     rnd: RoundPlan,
     inc_tree: Path,

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from runner.compare.entries import Entry
+from runner.compare.entries import Entry, entry_alone
 from runner.core.errors import FocusedTestFailed, MeasurementFailed, Tampered
 from runner.core.files import copy_plain_tree
 from runner.measure.beside import NOTHING_BESIDE, BesideWork
@@ -34,13 +34,12 @@ def upstream_checks(rnd: RoundPlan, entries: Sequence[Entry]) -> Iterator[Beside
     worker starts (``quick_checks``: each failure fails its entry alone, and the
     measurement must know its entries when its workers start); yields what the
     measurement owes it."""
-    live = [e for e in entries if e.tree is not None and not e.failure]
-    if len(live) == 1 and live[0].alone:
-        assert live[0].tree is not None
-        with quick_beside(rnd, live[0].tree) as quick:
+    alone = entry_alone(entries)
+    if alone is not None and alone.tree is not None:
+        with quick_beside(rnd, alone.tree) as quick:
             yield quick
         return
-    quick_checks(rnd, live)
+    quick_checks(rnd, entries)
     yield NOTHING_BESIDE
 
 

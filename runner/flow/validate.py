@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from runner.compare.entries import Entry, confirm, confirm_alone, measure_entries
+from runner.compare.entries import Entry, confirm, confirm_alone, entry_alone, measure_entries
 from runner.compare.shapes import level_shapes
 from runner.core.errors import MeasurementFailed, Tampered
 from runner.core.outcomes import Decision, GateResult, RoundResult, TournamentNote
@@ -183,7 +183,7 @@ def _build(
     """Every role's build, held until the round ends (``built_roles``); of several
     candidates one whose build fails fails alone (its role dropped, the rest built
     again: cache hits); the incumbent's, or an entry's alone, fails the round."""
-    alone = live[0] if len(live) == 1 and live[0].alone else None
+    alone = entry_alone(live)
     changed = alone.touched if alone is not None else None  # named in the build reason
     while True:
         try:
@@ -206,13 +206,17 @@ def _measure(
     confirmation: an entry alone at the full level where that is due, of several the
     best accepted one afresh."""
     inc_tree = roles["incumbent"]
-    confirmed = lambda: [(e.dir, e.role) for e in live if e.confirmed is not None]  # noqa: E731
+
+    def confirmed() -> list[tuple[Path, str]]:
+        return [(e.dir, e.role) for e in live if e.confirmed is not None]
+
     with proof(rnd, roles, confirmed) as proven, upstream_checks(rnd, live) as quick:
         with contextlib.closing(EntryTests(rnd, live)) as tests:
             beside = proven + quick + tests.beside_work
             measure_entries(rnd, inc_tree, live, shapes, beside)
-        if len(live) == 1 and live[0].alone:
-            confirm_alone(rnd, inc_tree, live[0], shapes, proven + quick)
+        alone = entry_alone(live)
+        if alone is not None:
+            confirm_alone(rnd, inc_tree, alone, shapes, proven + quick)
         else:
             with rnd.times.step("confirmation"):
                 confirm(rnd, inc_tree, live, shapes, proven)

@@ -7,7 +7,7 @@ file that differs from it or that git does not track (build products included; b
 caches aside).  Each worker records the files it loaded from its tree and their blob
 ids right after the target's import and again at the end of its pass
 (``runner.worker.bench.provenance.record_loaded``, ``loaded.json``).  After the round,
-``prove_untouched`` compares those with the role's state, and the guarded roles' trees
+``proof`` (through ``tampered``) compares those with the role's state, and the guarded roles' trees
 (the incumbent's) with their state before: a difference is ``Tampered`` naming the role
 and the file, and the round is FAILED, never judged.
 
@@ -347,15 +347,6 @@ def _tampered(problems: list[str]) -> Tampered | None:
         guard=GUARD,
         problems=problems,
     )
-
-
-def prove_untouched(
-    before: Mapping[str, TreeState], tmp: Path, guarded: Iterable[str] = ("incumbent",)
-) -> None:
-    """Raise ``tampered``'s error when a role's files changed."""
-    error = tampered(before, tmp, guarded)
-    if error is not None:
-        raise error
 
 
 # ---- the round's builds ----------------------------------------------------------------
