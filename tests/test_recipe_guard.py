@@ -11,12 +11,15 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
+import subprocess
+import sys
 import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from _pytest.mark.expression import Expression
 
 from runner.core.shapes import Shape
 from runner.targets.example import EXAMPLE
@@ -203,6 +206,42 @@ def test_the_focused_test_selects_the_contract_tests_whatever_k_selects(granular
     for name in [*contract, "test_config_defaults"]:  # its own name only, no parameter
         selected = expression.evaluate(lambda term, _n=name, **_: term.lower() in _n)
         assert selected == name.startswith("test_contract_"), name
+
+
+QUIET = ("-p", "no:cacheprovider")
+GEMM_FP8_TESTS = "tests/test_example_gemm_fp8.py"
+
+
+@pytest.fixture(scope="module")
+def gemm_fp8_test_ids() -> list[str]:
+    """Every test id of the example's FP8 GEMM test file, as pytest collects it."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", *QUIET, GEMM_FP8_TESTS],
+        cwd=EXAMPLES,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [line.split("::", 1)[1] for line in out.splitlines() if "::" in line]
+
+
+@pytest.mark.parametrize("granularity", ["tensorwise", "rowwise", "blockwise", "mx_blockwise"])
+def test_the_focused_test_runs_its_granularity_s_tests_and_no_other_s(
+    granularity: str, gemm_fp8_test_ids: list[str]
+) -> None:
+    """ "blockwise" is a substring of "mx_blockwise": a BLOCKWISE campaign's focused test
+    ran every MX_BLOCKWISE test too."""
+    args = shlex.split(EXAMPLE.test_command("gemm_fp8", granularity, "TORCH"))
+    expression = Expression.compile(args[args.index("-k") + 1])
+    chosen = [
+        t
+        for t in gemm_fp8_test_ids
+        if expression.evaluate(lambda term, _t=t, **_: term.lower() in _t.lower())
+    ]
+    contract = [t for t in chosen if t.startswith("test_contract_")]
+    rest = [re.findall(r"[a-z_]+", t.split("[", 1)[1]) for t in chosen if t not in contract]
+    assert {w for words in rest for w in words if w.endswith("wise")} == {granularity}, chosen
+    assert contract  # every granularity's contract tests run too
 
 
 def test_the_contract_test_fails_the_planted_cheat(monkeypatch: pytest.MonkeyPatch) -> None:
