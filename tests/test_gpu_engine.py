@@ -111,6 +111,82 @@ def test_failed_capture_is_not_tried_again_for_the_same_callable() -> None:
     assert second.extra["graph_error"] == first.extra["graph_error"]
 
 
+def test_a_capture_failure_learned_before_the_turns_serves_every_pool_member(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A serving worker tries one pool member's capture while it prepares; the timed
+    measurements of every member of that shape and kind then go straight to plain
+    launches: no capture on a side stream, no side-stream check."""
+    from runner.worker.bench import gpu
+    from runner.worker.bench.integrity import OutputSampler
+
+    def member() -> tuple[object, list[bool]]:
+        x = torch.randn(1 << 20, device="cuda")
+        seen: list[bool] = []
+
+        def host_sync() -> float:
+            seen.append(torch.cuda.current_stream() != torch.cuda.default_stream())
+            return float(x.sum().item())  # .item() cannot be captured
+
+        return host_sync, seen
+
+    slot = gpu.CaptureSlot("one shape's backward")
+    first, _ = member()
+    learned = gpu.learn_capture(first, slot)
+    assert learned and slot in gpu._UNCAPTURABLE
+    checks: list[object] = []
+    real_check = gpu._leaves_work_behind
+
+    def counted(fn: object, region: object) -> bool:
+        checks.append(fn)
+        return real_check(fn, region)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gpu, "_leaves_work_behind", counted)
+    other, seen = member()
+    t = gpu.measure_gpu(OutputSampler(other, slot=slot), _settings(), "cuda")
+    assert t.method == "cuda_events" and t.extra["graph_error"] == learned
+    assert checks == [] and seen and not any(seen)  # never on the capture's side stream
+    fresh, _ = member()
+    gpu.measure_gpu(OutputSampler(fresh), _settings(), "cuda")  # no slot: checked as before
+    assert len(checks) == 1
+
+
+def test_a_capturable_member_learns_nothing() -> None:
+    from runner.worker.bench import gpu
+    from runner.worker.bench.integrity import OutputSampler
+
+    slot = gpu.CaptureSlot("one shape's forward")
+    assert gpu.learn_capture(_gemm(256), slot) == ""
+    assert slot not in gpu._UNCAPTURABLE
+    t = gpu.measure_gpu(OutputSampler(_gemm(256), slot=slot), _settings(), "cuda")
+    assert t.method == "graph_replay"
+
+
+def test_the_real_training_step_is_timed_with_plain_launches() -> None:
+    """A step that draws new values on new buffers every call is never captured."""
+    from runner.worker.bench.gpu import measure_gpu
+    from runner.worker.bench.worker_pass import unreplayed
+    from runner.worker.ops.base import FreshStep
+
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    draws: list[int] = []
+
+    def draw() -> list[torch.Tensor]:
+        made = [torch.randn(512, 512, device="cuda", generator=gen)]
+        draws.append(made[0].data_ptr())
+        return made
+
+    def step() -> torch.Tensor:
+        (x,) = draw()
+        return x @ x
+
+    fresh = FreshStep(step, draw)
+    unreplayed(fresh)
+    t = measure_gpu(fresh.step, _settings(), "cuda")
+    assert t.method == "cuda_events" and "plain launches" in t.extra["graph_error"]
+    assert len(draws) > 3
+
+
 def test_cold_mode_is_slower_or_equal_for_cache_resident_work() -> None:
     from runner.worker.bench.gpu import measure_gpu
 

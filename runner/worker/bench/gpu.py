@@ -54,7 +54,9 @@ SIDE_STREAM_ABS_MS = 0.005
 MIB = 1 << 20
 # Callables whose capture failed in this process (the failure's text): later
 # measurements of the same callable go straight to plain launches.  Keyed by
-# ``capture_key(fn)``, weakly, so a case that is dropped takes its entry with it.
+# ``capture_key(fn)`` (the callable, or the ``CaptureSlot`` it shares with its shape's
+# other pool members), weakly, so a case or a shape that is dropped takes its entry
+# with it.
 _UNCAPTURABLE: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
 # Last-level cache -> flush buffer (written before each cold call).  Sizes from the vendors'
 # datasheets: H100/H200 50-60 MB L2; MI300X/MI325X 256 MB Infinity Cache; MI350X/MI355X
@@ -165,8 +167,8 @@ class _Unit:
 
 def capture_key(fn: Callable[[], object]) -> object:
     """What identifies ``fn`` across measurements: a wrapper that is made anew for each
-    measurement (``runner.worker.bench.integrity.OutputSampler``) names the callable it wraps
-    as its ``capture_key``."""
+    measurement (``runner.worker.bench.integrity.OutputSampler``) names the callable it wraps,
+    or the ``CaptureSlot`` it was given, as its ``capture_key``."""
     return getattr(fn, "capture_key", fn)
 
 
@@ -192,6 +194,47 @@ def _hot_unit(fn: Callable[[], object], settings: TimingSettings, region: _Regio
         return _Unit(graph.replay, chunk, "graph_replay")
     _remember_failure(key, error)
     return _Unit(functools.partial(_repeat, fn, chunk), chunk, "cuda_events", error)
+
+
+class CaptureSlot:
+    """What the engine remembers a failed graph capture by for callables that share
+    their code and their shape: the pool members of one shape's forward, or of its
+    backward, in one serving worker (``runner.worker.bench.serve``).  A capture fails
+    for what the code does (autograd's engine runs a backward on its own thread; a
+    value is read on the host), not for which buffers it was given, so one member's
+    failure sends every member straight to plain launches."""
+
+    __slots__ = ("__weakref__", "label")
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def __repr__(self) -> str:
+        return f"CaptureSlot({self.label!r})"
+
+
+def learn_capture(fn: Callable[[], object], key: object) -> str:
+    """Try a graph capture of one call of ``fn`` now, outside any timed turn, and keep a
+    failure under ``key`` (a ``CaptureSlot``): the timed measurements of that key then
+    neither try the capture again nor run the side-stream check, which decides only
+    between a graph and plain launches (plain launches end device-wide whatever
+    streams the work ran on).  A capture that works is dropped and nothing is kept:
+    each measurement captures its own graph, as before.  Returns the failure's text,
+    or "" when the capture worked.  On a GPU only."""
+    import torch
+
+    graph, error = _capture(fn, 1, torch)
+    del graph
+    if error:
+        _remember_failure(key, error)
+    return error
+
+
+def plain_launches(fn: Callable[[], object], why: str) -> None:
+    """Time ``fn`` with plain launches from its first measurement on, for ``why``: a
+    callable that must draw new values on new buffers at every call (the real-training
+    step) is not what a graph replays, and its capture fails anyway."""
+    _remember_failure(fn, why)
 
 
 def _remembered_failure(key: object) -> str:

@@ -69,8 +69,10 @@ class OutputSampler:
         keep: int = KEEP,
         finish: Callable[[Outputs], object] | None = None,
         flip: InputFlip | None = None,
+        slot: object | None = None,
     ) -> None:
         self._fn = fn
+        self._slot = slot  # runner.worker.bench.gpu.CaptureSlot shared with the pool, or None
         self._finish = finish  # inside the timed call: raises on an unfinished output
         self._flip = flip  # runner.worker.ops.base.InputFlip of this closure, or None
         self._keep = keep
@@ -87,10 +89,12 @@ class OutputSampler:
         return None if self._flip is None else _Probe(self)
 
     @property
-    def capture_key(self) -> Callable[[], Outputs]:
-        """The wrapped callable: what the GPU engine remembers a failed graph capture by
-        (``runner.worker.bench.gpu.capture_key``), the same in every block."""
-        return self._fn
+    def capture_key(self) -> object:
+        """What the GPU engine remembers a failed graph capture by
+        (``runner.worker.bench.gpu.capture_key``), the same in every block: the slot
+        the sampler was given (one per shape and kind in a serving worker), else the
+        wrapped callable."""
+        return self._fn if self._slot is None else self._slot
 
     def __call__(self) -> Outputs:
         out = self._fn()

@@ -64,6 +64,7 @@ from runner.core.worker_messages import (
     reply_line,
 )
 from runner.worker.bench import autotune_alone, autotune_compile
+from runner.worker.bench.gpu import CaptureSlot, learn_capture
 from runner.worker.bench.oom import out_of_memory, release_cached
 from runner.worker.bench.timing import Timing
 
@@ -119,6 +120,8 @@ class _ShapeState:
         self.moved: dict[str, float] = {}  # bytes a forward / backward moves (the CSV's)
         self.seconds = 0.0  # wall time this process spent on the shape (cost for sharding)
         self.waited = 0.0  # seconds it waited for the device alone before preparing it
+        # what its pool members' failed graph captures are remembered by, per kind
+        self.slots = {k: CaptureSlot(f"{shape.label} {k}") for k in ("forward", "backward")}
 
     def free_pool(self) -> None:
         """Keep the bytes a case moves (the CSV's), then free the pool before the
@@ -224,6 +227,7 @@ class Server:
                 st.cases.append(case)
             if self.device != "cpu":
                 torch.cuda.synchronize()
+                self._learn_captures(st)
             log.info(
                 "shape %s: checks %.1f s, %d first calls %.1f s",
                 st.shape.label,
@@ -238,6 +242,21 @@ class Server:
             st.cases = []
         self.peaks.close(st.shape.label, start)
         st.seconds += time.perf_counter() - t0
+
+    def _learn_captures(self, st: _ShapeState) -> None:
+        """Whether the shape's forward and backward can be captured in a graph, tried on
+        its first pool member while preparing (nothing is timed then): a kind that
+        cannot goes straight to plain launches in every timed turn, without the capture
+        attempt and the side-stream check each turn would spend on it
+        (``runner.worker.bench.gpu.learn_capture``)."""
+        first = st.cases[0]
+        for kind, fn in (("forward", first.forward), ("backward", first.backward)):
+            if fn is not None:
+                error = learn_capture(fn, st.slots[kind])
+                if error:
+                    log.info(
+                        "shape %s: %s is timed with plain launches: %s", st.shape.label, kind, error
+                    )
 
     def block(self, pick: int) -> tuple[float, dict[str, tuple[float | None, float | None]]]:
         """One turn: every shape forward and backward on pool member ``pick``.  Returns
@@ -255,7 +274,7 @@ class Server:
             try:
                 if self.guard is not None:
                     self.guard.verify()
-                fwd, bwd, problems = time_case(case, self.spec, self.device)
+                fwd, bwd, problems = time_case(case, self.spec, self.device, st.slots)
                 if self.guard is not None:
                     self.guard.verify()  # a binding replaced while timing voids the block
                 st.fwd.append(fwd)

@@ -25,6 +25,7 @@ from runner.core.samples import Samples, ShapeSamples
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec
 from runner.worker.bench.environment import environment_meta
+from runner.worker.bench.gpu import plain_launches
 from runner.worker.bench.integrity import BindingGuard, OutputSampler
 from runner.worker.bench.oom import DeviceMemoryExhausted, out_of_memory, release_cached
 from runner.worker.bench.provenance import check_provenance, record_loaded
@@ -33,7 +34,9 @@ from runner.worker.bench.statecheck import StateRecord, stateful_probe
 from runner.worker.bench.timing import Timing, measure
 
 if TYPE_CHECKING:
-    from runner.worker.ops.base import Case, CheckResult, OpAdapter
+    from collections.abc import Mapping
+
+    from runner.worker.ops.base import Case, CheckResult, FreshStep, OpAdapter
 
 log = logging.getLogger("runner.worker")
 
@@ -81,20 +84,25 @@ def measure_shape(adapter: OpAdapter, shape: Shape, spec: RoundSpec, device: str
     return {"row": row, "raw": raw, "problems": problems}
 
 
-def time_case(case: Case, spec: RoundSpec, device: str) -> tuple[Timing, Timing | None, list[str]]:
+def time_case(
+    case: Case, spec: RoundSpec, device: str, slots: Mapping[str, object] | None = None
+) -> tuple[Timing, Timing | None, list[str]]:
     """Forward and backward timed through ``OutputSampler``s: every timed call's outputs
     must be plain finished tensors (``finished``: the finished-output guard), and a few
     timed calls, chosen at random after they returned, are judged against the reference
     (a shortcut taken only while timed FAILs the shape); on a GPU a graph replay must
-    follow a negated input (``runner.worker.bench.replay_check``).  Returns (forward, backward or
-    None, problems)."""
+    follow a negated input (``runner.worker.bench.replay_check``).  ``slots``: per kind
+    ("forward", "backward") the ``CaptureSlot`` the case shares with its shape's other
+    pool members.  Returns (forward, backward or None, problems)."""
     from runner.worker.ops.base import finished
 
+    slots = slots or {}
     problems: list[str] = []
     fwd_calls = OutputSampler(
         case.forward,
         finish=lambda out: finished(out, "timed forward"),
         flip=case.flips.get("forward"),
+        slot=slots.get("forward"),
     )
     with profiled_region(device):
         fwd = measure(fwd_calls, spec.timing, device)
@@ -105,6 +113,7 @@ def time_case(case: Case, spec: RoundSpec, device: str) -> tuple[Timing, Timing 
             case.backward,
             finish=lambda out: finished(out, "timed backward"),
             flip=case.flips.get("backward"),
+            slot=slots.get("backward"),
         )
         with profiled_region(device):
             bwd = measure(bwd_calls, spec.timing, device)
@@ -126,8 +135,19 @@ def fresh_timing(adapter: OpAdapter, shape: Shape, spec: RoundSpec, device: str)
     if not hasattr(adapter, "fresh_step"):
         return FreshTimes(None, None)
     step = adapter.fresh_step(shape, device, spec.seed)
+    unreplayed(step)
     timed = measure(step.step, spec.timing, device)
     return FreshTimes(timed, measure(step.draw, spec.timing, device))
+
+
+def unreplayed(step: FreshStep) -> None:
+    """The real-training step and its draw timed with plain launches: every call draws
+    new values on new buffers, which a graph replay would fix (and their capture fails
+    on the draw's generator): no capture is tried and no side-stream check is run
+    (``runner.worker.bench.gpu.plain_launches``)."""
+    why = "the real-training step draws new values on new buffers every call: plain launches"
+    plain_launches(step.step, why)
+    plain_launches(step.draw, why)
 
 
 def after_timing(
@@ -151,6 +171,7 @@ def after_timing(
         step = adapter.fresh_step(shape, device, spec.seed)
         state = stateful_probe(adapter, shape, device, spec, step.step)
         if timed is None:
+            unreplayed(step)
             fresh = measure(step.step, spec.timing, device)
             draw = measure(step.draw, spec.timing, device)
         del step
