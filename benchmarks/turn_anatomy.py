@@ -9,7 +9,10 @@ warm-up windows), its timed samples (``samples_ms`` x ``iters_per_sample``) and 
 for thermal headroom (``extra.thermal.waited_s``).  The turns' wall time comes from the
 round's ``artifacts/turns.jsonl`` (``start``/``end`` of each reply).  What is left of a
 turn is neither: the sampled outputs judged against the reference, the replay check on a
-negated input, the clock readings and the worker's own bookkeeping.
+negated input, the clock readings and the worker's own bookkeeping.  Each kind's warm-up
+is also given in calls of the callable it warms (its seconds over the measured per-call
+time, the median over its measurements): a figure of the engine's steps that compares
+across machines, where seconds do not.
 
 Needs only the standard library::
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +43,7 @@ class Anatomy:
     thermal_s: float = 0.0
     measurements: int = 0
     stops: dict[str, int] = field(default_factory=dict)
+    warm_calls: dict[str, list[float]] = field(default_factory=dict)  # per kind
 
     @property
     def rest_s(self) -> float:
@@ -57,8 +62,8 @@ def turn_walls(path: Path) -> tuple[int, float]:
     return count, wall
 
 
-def block_records(samples: dict[str, object]) -> Iterable[dict[str, object]]:
-    """Every per-block measurement of a worker's ``samples.json``."""
+def block_records(samples: dict[str, object]) -> Iterable[tuple[str, dict[str, object]]]:
+    """Every per-block measurement of a worker's ``samples.json``, with its kind."""
     shapes = samples.get("shapes")
     if not isinstance(shapes, dict):
         return
@@ -70,11 +75,11 @@ def block_records(samples: dict[str, object]) -> Iterable[dict[str, object]]:
             extra = timing.get("extra") if isinstance(timing, dict) else None
             blocks = extra.get("blocks") if isinstance(extra, dict) else None
             if isinstance(blocks, list):
-                yield from (b for b in blocks if isinstance(b, dict))
+                yield from ((kind, b) for b in blocks if isinstance(b, dict))
 
 
-def add_block(out: Anatomy, block: dict[str, object]) -> None:
-    """``block``'s own figures into ``out``."""
+def add_block(out: Anatomy, kind: str, block: dict[str, object]) -> None:
+    """``block``'s own figures (a ``kind`` measurement) into ``out``."""
     extra = block.get("extra")
     extra = extra if isinstance(extra, dict) else {}
     warm = extra.get("warmup")
@@ -84,6 +89,9 @@ def add_block(out: Anatomy, block: dict[str, object]) -> None:
     out.measurements += 1
     if isinstance(warm, dict) and isinstance(warm.get("seconds"), (int, float)):
         out.warmup_s += float(warm["seconds"])
+        per_call = block.get("median_ms")
+        if isinstance(per_call, (int, float)) and per_call > 0:
+            out.warm_calls.setdefault(kind, []).append(float(warm["seconds"]) * 1e3 / per_call)
     if isinstance(thermal, dict) and isinstance(thermal.get("waited_s"), (int, float)):
         out.thermal_s += float(thermal["waited_s"])
     if isinstance(samples, list) and isinstance(calls, int):
@@ -105,22 +113,25 @@ def round_anatomy(artifacts: Path) -> Anatomy | None:
         out.wall_s += wall
     for path in sorted(artifacts.rglob("samples.json")):
         doc = json.loads(path.read_text(encoding="utf-8"))
-        for block in block_records(doc):
-            add_block(out, block)
+        for kind, block in block_records(doc):
+            add_block(out, kind, block)
     return out
 
 
 def markdown(rows: Sequence[tuple[str, Anatomy]]) -> str:
     lines = [
         "| round | turns | turn wall s | warm-up s | timed samples s | thermal wait s | "
-        "the rest s | measurements | stop reasons |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "the rest s | measurements | warm-up in calls (median) | stop reasons |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, a in rows:
         stops = ", ".join(f"{k} {v}" for k, v in sorted(a.stops.items()))
+        calls = ", ".join(
+            f"{k} {statistics.median(v):.1f}" for k, v in sorted(a.warm_calls.items()) if v
+        )
         lines.append(
             f"| {name} | {a.turns} | {a.wall_s:.1f} | {a.warmup_s:.1f} | {a.sampled_s:.1f} | "
-            f"{a.thermal_s:.1f} | {a.rest_s:.1f} | {a.measurements} | {stops} |"
+            f"{a.thermal_s:.1f} | {a.rest_s:.1f} | {a.measurements} | {calls} | {stops} |"
         )
     return "\n".join(lines) + "\n"
 
