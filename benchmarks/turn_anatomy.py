@@ -14,9 +14,9 @@ is also given in calls of the callable it warms (its seconds over the measured p
 time, the median over its measurements): a figure of the engine's steps that compares
 across machines, where seconds do not.
 
-Needs only the standard library::
+Needs only the standard library and ``runner.core`` (no pydantic)::
 
-    python3 benchmarks/turn_anatomy.py CAMPAIGN_DIR [CAMPAIGN_DIR ...] > anatomy.md
+    PYTHONPATH=. python3 benchmarks/turn_anatomy.py CAMPAIGN_DIR [CAMPAIGN_DIR ...] > anatomy.md
 
 Not a test.
 """
@@ -30,6 +30,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from runner.core.artifact_names import SAMPLES
 
 
 @dataclass
@@ -111,7 +113,7 @@ def round_anatomy(artifacts: Path) -> Anatomy | None:
         count, wall = turn_walls(path)
         out.turns += count
         out.wall_s += wall
-    for path in sorted(artifacts.rglob("samples.json")):
+    for path in sorted(artifacts.rglob(SAMPLES)):
         doc = json.loads(path.read_text(encoding="utf-8"))
         for kind, block in block_records(doc):
             add_block(out, kind, block)
