@@ -251,12 +251,17 @@ class Server:
         (``runner.worker.bench.gpu.learn_capture``)."""
         first = st.cases[0]
         for kind, fn in (("forward", first.forward), ("backward", first.backward)):
-            if fn is not None:
+            if fn is None:
+                continue
+            try:
                 error = learn_capture(fn, st.slots[kind])
-                if error:
-                    log.info(
-                        "shape %s: %s is timed with plain launches: %s", st.shape.label, kind, error
-                    )
+            except Exception as exc:  # nothing learned: its turns try the capture, as before
+                log.warning("shape %s: %s capture not tried ahead: %s", st.shape.label, kind, exc)
+                continue
+            if error:
+                log.info(
+                    "shape %s: %s is timed with plain launches: %s", st.shape.label, kind, error
+                )
 
     def block(self, pick: int) -> tuple[float, dict[str, tuple[float | None, float | None]]]:
         """One turn: every shape forward and backward on pool member ``pick``.  Returns
