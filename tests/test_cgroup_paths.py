@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner.core.cgroup import unified_folder
+from runner.core.cgroup import unified_folder, v1_folder
 
 # a hybrid host (v1 controllers, a controller-less cgroup2 at /sys/fs/cgroup/unified),
 # the host process's own lines, as read on the CI machine (2026-12)
@@ -82,3 +82,29 @@ def test_a_mount_point_with_a_space_is_unescaped() -> None:
 
 def test_a_host_without_any_cgroup_mount_finds_nothing() -> None:
     assert unified_folder(V2_CGROUP, "27 1 254:0 / / rw - ext4 /dev/vda rw\n") is None
+
+
+# a container's first process on the hybrid CI host (docker 26, cgroupfs driver,
+# cgroup version 1), as read from /proc/<pid>/cgroup on the CI machine (2026-12)
+CONTAINER = "c0b0cd8fa7ae"
+HYBRID_CONTAINER_CGROUP = (
+    f"9:name=systemd:/docker/{CONTAINER}\n4:memory:/docker/{CONTAINER}\n"
+    f"2:cpuacct:/docker/{CONTAINER}\n1:cpu:/docker/{CONTAINER}\n0::/docker/{CONTAINER}\n"
+)
+
+
+def test_a_container_s_cpuacct_folder_is_found_in_the_v1_hierarchy_naming_it() -> None:
+    assert v1_folder(HYBRID_CONTAINER_CGROUP, HYBRID_MOUNTS) == Path(
+        f"/sys/fs/cgroup/cpuacct/docker/{CONTAINER}"
+    )
+    # the unified folder, tried first by ContainerCgroup, lies under the cgroup2 mount
+    assert unified_folder(HYBRID_CONTAINER_CGROUP, HYBRID_MOUNTS) == Path(
+        f"/sys/fs/cgroup/unified/docker/{CONTAINER}"
+    )
+
+
+def test_a_joint_cpu_cpuacct_hierarchy_is_found_and_a_v2_only_host_has_none() -> None:
+    assert v1_folder(V1_CGROUP, V1_MOUNTS) == Path("/sys/fs/cgroup/cpu,cpuacct/user.slice")
+    assert v1_folder(V2_CGROUP, V2_MOUNTS) is None
+    # a hierarchy whose mount does not name the controller is not taken for it
+    assert v1_folder(V1_CGROUP, V1_MOUNTS, controller="pids") is None

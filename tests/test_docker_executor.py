@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -263,3 +264,57 @@ def test_rocm_dockerfile_on_a_fake_rocm_base(cpu_image: str, tmp_path: Path) -> 
         _docker("rmi", "-f", tag, f"{tag}-base")
         for kind in ("turbo", "workspace"):  # the classic builder's dangling stage images
             _docker("image", "prune", "-f", "--filter", f"label=turbo-campaign.kind={kind}")
+
+
+# a serving worker's stand-in: on "detach" it double-forks a busy helper into a new
+# session (no longer its descendant) and answers "ok"; it exits when its stdin closes
+DETACHING_WORKER = """
+import os, sys
+for line in sys.stdin:
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            while True:
+                pass
+        os._exit(0)
+    os.wait()
+    print("ok", flush=True)
+"""
+
+
+def test_a_serving_container_is_paused_whole_and_its_detached_helper_is_counted(
+    cpu_image: str, campaign: str, tmp_path: Path
+) -> None:
+    """``DockerExecutor.start_worker``: the worker talks over the attached client's
+    stdin/stdout; the container's cgroup counts the CPU time of a helper the worker
+    detached (``cpu_clock``, outside the worker's process tree), ``pause`` freezes the
+    helper with the worker, and ``release`` removes the container."""
+    job = make_job(tmp_path, "serve-detach")
+    executor = DockerExecutor(
+        cpu_image, gpu=None, campaign=campaign, serve_command=py(DETACHING_WORKER)
+    )
+    live = executor.start_worker(job)
+    assert live.proc is not None and live.proc.stdin is not None and live.proc.stdout
+    try:
+        live.proc.stdin.write(b"detach\n")
+        live.proc.stdin.flush()
+        assert live.proc.stdout.readline() == b"ok\n"
+        clock, off = live.cpu_clock()
+        assert clock is not None, off
+        clock.start()
+        time.sleep(1.0)
+        assert clock.foreign_seconds() > 0.5  # the helper spun beside the idle worker
+        assert live.pause()
+        frozen = clock.group.cpu_seconds() or 0.0
+        time.sleep(0.5)
+        assert (clock.group.cpu_seconds() or 0.0) - frozen < 0.05
+        live.resume()
+        time.sleep(0.3)
+        assert (clock.group.cpu_seconds() or 0.0) - frozen > 0.1
+        live.proc.stdin.close()
+        assert live.proc.wait(timeout=60) == 0
+    finally:
+        live.proc.stdout.close()
+        live.release()
+    assert leftover("serve-detach") == []
+    assert "--interactive" in (job.out_dir / "docker_run.txt").read_text()

@@ -146,6 +146,11 @@ def test_baseline_a_killed_container_rollback_and_accept_in_containers(
     assert r3.gate is not None and r3.gate.delta_pct < 0
     assert lin.head() == base
     assert c.result_path(3).is_file()
+    # its pairs were serving workers in containers, each turn read by the container's
+    # cgroup (``ContainerWorker.cpu_clock``), the other role's container paused
+    logs = sorted(c.artifacts_dir(3).glob("turns*.jsonl"))
+    turns = [json.loads(t) for log in logs for t in log.read_text().splitlines()]
+    assert turns and all(isinstance(t.get("foreign_cpu_s"), float) for t in turns), turns
 
     # CPU timing in a container is noisy: ACCEPTED is expected (the demo patch removes a
     # re-quantisation per call), but any clean verdict with its records is correct; so

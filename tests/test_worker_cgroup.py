@@ -134,7 +134,7 @@ def _ended(live: LiveWorker) -> None:
     for stream in (live.proc.stdin, live.proc.stdout):
         if stream is not None:
             stream.close()
-    live.end_cgroup()
+    live.release()
 
 
 def test_a_worker_on_a_gpu_starts_in_a_cgroup_of_its_own(

@@ -27,6 +27,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from runner.core.files import write_control
 from runner.core.processes import pid_alive
@@ -62,6 +63,31 @@ def unified_folder(cgroups: str, mountinfo: str) -> Path | None:
         fields, _, tail = line.partition(" - ")
         head = fields.split()
         if len(head) < 5 or tail.split(" ", 1)[0] != "cgroup2":
+            continue
+        root = _unescape(head[3]).rstrip("/")
+        if path == root or path.startswith(root + "/"):
+            return Path(_unescape(head[4])) / path[len(root) :].lstrip("/")
+    return None
+
+
+def v1_folder(cgroups: str, mountinfo: str, controller: str = "cpuacct") -> Path | None:
+    """A process's folder in the cgroup v1 hierarchy of ``controller``, from its
+    ``/proc/<pid>/cgroup`` text (the ``N:CONTROLLERS:PATH`` line naming it) and this
+    host's ``mountinfo`` (a ``cgroup`` mount whose super options name it, at its mount
+    point, under the part of the hierarchy it shows).  None where no such line or mount."""
+    path = None
+    for line in cgroups.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and controller in parts[1].split(","):
+            path = parts[2]
+    if path is None:
+        return None
+    for line in mountinfo.splitlines():
+        fields, _, tail = line.partition(" - ")
+        head, parts = fields.split(), tail.split()
+        if len(head) < 5 or len(parts) < 3 or parts[0] != "cgroup":
+            continue
+        if controller not in parts[2].split(","):
             continue
         root = _unescape(head[3]).rstrip("/")
         if path == root or path.startswith(root + "/"):
@@ -182,7 +208,7 @@ def _stat_fields(pid: int) -> list[str]:
     return text.rsplit(")", 1)[1].split()
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
     found: list[int] = []
     for task in Path(f"/proc/{pid}/task").glob("*/children"):
         with contextlib.suppress(OSError, ValueError):
@@ -190,13 +216,22 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def first_child(pid: int) -> int | None:
+    """The child of ``pid`` that started first (``/proc`` ``starttime``); None if none."""
+    started: list[tuple[int, int]] = []
+    for child in children(pid):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            started.append((int(_stat_fields(child)[19]), child))
+    return min(started)[1] if started else None
+
+
 def tree_cpu_seconds(pid: int, depth: int = 0) -> float:
     """CPU time of ``pid`` (its threads, and its children it reaped) and of its live
     descendants, from ``/proc`` (``utime``, ``stime``, ``cutime``, ``cstime``).  The
     children are read before their parent: one reaped in between is counted twice,
     never missed (an honest worker's reaped child never reads as foreign time)."""
-    children = _children(pid) if depth < 64 else []
-    total = sum(tree_cpu_seconds(c, depth + 1) for c in children)
+    kids = children(pid) if depth < 64 else []
+    total = sum(tree_cpu_seconds(c, depth + 1) for c in kids)
     try:
         fields = _stat_fields(pid)
     except OSError:
@@ -204,11 +239,57 @@ def tree_cpu_seconds(pid: int, depth: int = 0) -> float:
     return total + sum(int(x) for x in fields[11:15]) * CLOCK_TICK_S
 
 
+class CpuAccount(Protocol):
+    """A cgroup the host reads the CPU time of."""
+
+    def cpu_seconds(self) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class ContainerCgroup:
+    """A container's cgroup: made, killed and removed by its runtime, only read by the
+    host.  Its CPU time is the unified hierarchy's ``cpu.stat`` (``usage_usec``) where the
+    container has a folder there, else cgroup v1's ``cpuacct.usage`` (nanoseconds)."""
+
+    path: Path
+    v1: bool = False
+
+    @classmethod
+    def of_pid(cls, pid: int) -> ContainerCgroup | None:
+        """The cgroup of the host process ``pid`` (the container's first process); None
+        where neither hierarchy gives one whose CPU time the host can read."""
+        try:
+            cgroups = Path(f"/proc/{pid}/cgroup").read_text(encoding="utf-8")
+            mountinfo = Path("/proc/self/mountinfo").read_text(encoding="utf-8")
+        except OSError:
+            return None
+        return cls.from_texts(cgroups, mountinfo)
+
+    @classmethod
+    def from_texts(cls, cgroups: str, mountinfo: str) -> ContainerCgroup | None:
+        """``of_pid`` from a process's ``/proc/<pid>/cgroup`` and the host's mountinfo."""
+        unified = unified_folder(cgroups, mountinfo)
+        if unified is not None and cls(unified).cpu_seconds() is not None:
+            return cls(unified)
+        legacy = v1_folder(cgroups, mountinfo)
+        if legacy is not None and cls(legacy, v1=True).cpu_seconds() is not None:
+            return cls(legacy, v1=True)
+        return None
+
+    def cpu_seconds(self) -> float | None:
+        if not self.v1:
+            return WorkerCgroup(self.path).cpu_seconds()
+        try:
+            return int((self.path / "cpuacct.usage").read_text().strip()) / 1e9
+        except (OSError, ValueError):
+            return None
+
+
 @dataclass
 class ForeignClock:
     """What a worker's cgroup used beyond the worker's process tree over one span."""
 
-    group: WorkerCgroup
+    group: CpuAccount
     pid: int
     cgroup_s: float = 0.0
     tree_s: float = 0.0

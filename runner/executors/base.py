@@ -7,6 +7,7 @@ artifacts into a folder the host owns.  Local, docker and slurm executors implem
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from runner.core.artifact_names import BENCHMARK_CSV
 from runner.core.cgroup import NO_CGROUP, ForeignClock, WorkerCgroup
+from runner.core.lifeline import kill_group
 
 if TYPE_CHECKING:
     from runner.executors.build_cache import BuildCache
@@ -150,9 +152,24 @@ class LiveWorker:
             return ForeignClock(self.cgroup, self.proc.pid), ""
         return None, self.guard_off
 
-    def end_cgroup(self) -> None:
-        """Kill what is left in the worker's cgroup (a helper it detached) and remove
-        it; called once the worker itself has ended."""
+    def pause(self) -> bool:
+        """Stop the worker whole while another worker takes a timed turn: SIGSTOP to its
+        process group where ``stoppable``.  False where nothing was stopped (not
+        stoppable, or ended); the caller waits for the group's threads
+        (``runner.core.lifeline.wait_stopped``)."""
+        if not self.stoppable or self.proc is None or self.proc.poll() is not None:
+            return False
+        kill_group(self.proc.pid, signal.SIGSTOP)
+        return True
+
+    def resume(self) -> None:
+        """Continue a worker ``pause`` stopped."""
+        if self.proc is not None:
+            kill_group(self.proc.pid, signal.SIGCONT)
+
+    def release(self) -> None:
+        """What the worker leaves once it has ended: what is left in its cgroup (a
+        helper it detached) killed and the cgroup removed."""
         if self.cgroup is not None:
             self.cgroup.kill()
             self.cgroup.remove()

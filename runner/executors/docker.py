@@ -71,7 +71,7 @@ import runner
 from runner.core import processes as cmd
 from runner.core.errors import CommandFailed, InfrastructureError, MeasurementFailed
 from runner.core.files import write_atomic, write_json_atomic
-from runner.executors.base import BuildJob, BuiltRole, JobOutcome, WorkerJob
+from runner.executors.base import BuildJob, BuiltRole, JobOutcome, LiveWorker, WorkerJob
 from runner.executors.build_cache import EntryInfo
 from runner.executors.container import (
     CONTAINER_TARGET,
@@ -80,10 +80,12 @@ from runner.executors.container import (
     SourceMode,
     resolve_source_mode,
 )
+from runner.executors.container_worker import ContainerWorker
 from runner.executors.docker_args import (
     CONTAINER_INCOMING,
     CORRUPT_EXIT,
     DEFAULT_COMMAND,
+    SERVE_COMMAND,
     build_create_args,
     build_tag,
     cache_tag,
@@ -215,6 +217,7 @@ class DockerExecutor:
         keep: bool = False,
         caches: bool = True,
         command: Sequence[str] = DEFAULT_COMMAND,
+        serve_command: Sequence[str] = SERVE_COMMAND,
         source_mode: SourceMode = "auto",
         vendor: Literal["amd", "nvidia"] | None = None,
         topology_root: str | Path = KFD_TOPOLOGY,
@@ -227,6 +230,7 @@ class DockerExecutor:
         self.caches = caches
         self._caches_open: set[str] = set()  # roles whose cache volumes are writable
         self.command = tuple(command)
+        self.serve_command = tuple(serve_command)
         self.source_mode: SourceMode = source_mode
         self.vendor = vendor
         self.topology_root = topology_root
@@ -241,7 +245,7 @@ class DockerExecutor:
             job.gpus, vendor, topology_root=self.topology_root, group_file=self.group_file
         )
 
-    def create_args(self, job: WorkerJob, name: str) -> list[str]:
+    def create_args(self, job: WorkerJob, name: str, *, serving: bool = False) -> list[str]:
         return docker_create_args(
             job,
             self.image,
@@ -249,15 +253,17 @@ class DockerExecutor:
             name=name,
             campaign=self.campaign,
             caches=self.caches,
-            command=self.command,
+            command=self.serve_command if serving else self.command,
             source_mode=self.source_mode,
+            interactive=serving,
         )
 
-    def run_job(self, job: WorkerJob) -> JobOutcome:
-        name = container_name(job.name)
+    def _made_ready(self, job: WorkerJob, name: str, *, serving: bool) -> tuple[list[str], bool]:
+        """The job's create argv recorded and its folders opened to the container user;
+        its cache volumes writable where its tree is mounted.  Returns the argv and
+        whether the tree is mounted (its out folder then open to every user)."""
         job.out_dir.mkdir(parents=True, exist_ok=True)
-        log_path = job.out_dir / LOG_NAME
-        create_args = self.create_args(job, name)
+        create_args = self.create_args(job, name, serving=serving)
         mounted = resolve_source_mode(job, self.source_mode) == "mount"
         if mounted and self.caches:
             self._open_caches(job.role)
@@ -266,6 +272,35 @@ class DockerExecutor:
         # (bind mounts); both lie in the round's private 0700 temporary folder
         os.chmod(job.spec_path, 0o644)
         os.chmod(job.out_dir, 0o777 if mounted else 0o755)
+        return create_args, mounted
+
+    def start_worker(self, job: WorkerJob) -> LiveWorker:
+        """A serving worker (``--serve``) in a fresh container of the job's image, made
+        as ``run_job``'s is but with its stdin open: ``docker start --attach
+        --interactive`` carries the worker protocol, its stderr goes to the job's log.
+        The container and its reaper last until ``ContainerWorker.release``."""
+        name = container_name(job.name)
+        log_path = job.out_dir / LOG_NAME
+        create_args, _ = self._made_ready(job, name, serving=True)
+        with contextlib.ExitStack() as stack:
+            stack.callback(os.chmod, job.out_dir, 0o755)
+            stack.enter_context(_Container(create_args, name, self.keep))
+            stack.enter_context(_Reaper(name, self.keep))
+            self._copy_in(job, name)
+            proc = cmd.start(
+                ["docker", "start", "--attach", "--interactive", name],
+                stderr_path=log_path,
+                pass_fds=held_fds(),
+            )
+            ends = stack.pop_all()
+        return ContainerWorker(
+            job.name, job.out_dir, log_path, proc, container=name, on_end=ends.close
+        )
+
+    def run_job(self, job: WorkerJob) -> JobOutcome:
+        name = container_name(job.name)
+        log_path = job.out_dir / LOG_NAME
+        create_args, _ = self._made_ready(job, name, serving=False)
         try:
             with _Container(create_args, name, self.keep), _Reaper(name, self.keep):
                 self._copy_in(job, name)

@@ -45,6 +45,15 @@ CCACHE = "/cache/ccache"
 
 
 DEFAULT_COMMAND: tuple[str, ...] = ("python3", "-m", "runner.worker", CONTAINER_SPEC, CONTAINER_OUT)
+# a serving worker's (``DockerExecutor.start_worker``): it answers the host over stdin/stdout
+SERVE_COMMAND: tuple[str, ...] = (
+    "python3",
+    "-m",
+    "runner.worker",
+    "--serve",
+    CONTAINER_SPEC,
+    CONTAINER_OUT,
+)
 
 
 def container_name(job_name: str) -> str:
@@ -72,8 +81,10 @@ def docker_create_args(
     caches: bool = True,
     command: Sequence[str] = DEFAULT_COMMAND,
     source_mode: SourceMode = "auto",
+    interactive: bool = False,
 ) -> list[str]:
-    """The exact ``docker create`` argv for one job (pure)."""
+    """The exact ``docker create`` argv for one job (pure); ``interactive``: its stdin
+    kept open (a serving worker's requests come that way)."""
     args = ["docker", "create", "--name", name, "--init", "--pull", "never"]
     args += ["--network", "none", "--workdir", CONTAINER_TARGET]
     args += ["--label", f"turbo-campaign.campaign={campaign}"]
@@ -99,6 +110,8 @@ def docker_create_args(
         env |= gpu.inside_env()
     for key, value in env.items():
         args += ["-e", f"{key}={value}"]
+    if interactive:
+        args.append("--interactive")
     return [*args, image, *job_script(job, command)]
 
 

@@ -40,7 +40,7 @@ from runner.core.cgroup import FOREIGN_FLOOR_S, FOREIGN_SHARE
 from runner.core.device_memory import MemoryLog, WorkerMemory, oom_error
 from runner.core.errors import ConfigError, MeasurementFailed, WorkerCrashed
 from runner.core.files import write_json_atomic
-from runner.core.lifeline import kill_group, wait_stopped
+from runner.core.lifeline import wait_stopped
 from runner.core.shapes import Shape
 from runner.core.spec import TimingSettings
 from runner.core.worker_messages import (
@@ -625,24 +625,22 @@ def _timed_turn(
 
 @contextlib.contextmanager
 def others_stopped(wave: Sequence[Sequence[_Worker]], active: _Worker) -> Iterator[None]:
-    """Every other live, stoppable worker of ``wave`` stopped whole (SIGSTOP to its
-    process group) while ``active`` takes a timed turn, and continued after: no thread
-    or helper process of one role runs during the other role's turn (docs/measurement.md
-    §3).  A worker that is not ``stoppable`` (in a container) is left running."""
-    stopped: list[int] = []
+    """Every other live worker of ``wave`` stopped whole while ``active`` takes a timed
+    turn, and continued after (``LiveWorker.pause``: SIGSTOP to a local worker's process
+    group, ``docker pause`` of a worker's container): no thread or helper process of one
+    role runs during the other role's turn (docs/measurement.md §3)."""
+    stopped: list[LiveWorker] = []
     try:
         for group in wave:
             for w in group:
-                proc = w.live.proc
-                if w is active or not w.live.stoppable or proc is None or proc.poll() is not None:
-                    continue
-                kill_group(proc.pid, signal.SIGSTOP)
-                stopped.append(proc.pid)
-        wait_stopped(set(stopped))  # each thread stops as it next enters the kernel
+                if w is not active and w.live.pause():
+                    stopped.append(w.live)
+        # each thread of a stopped process group stops as it next enters the kernel
+        wait_stopped({live.proc.pid for live in stopped if live.stoppable and live.proc})
         yield
     finally:
-        for pid in stopped:
-            kill_group(pid, signal.SIGCONT)
+        for live in stopped:
+            live.resume()
 
 
 def _picks(pairs: int, per_pair: int, pool: int, seed: int) -> list[list[int]]:
@@ -735,7 +733,7 @@ def _reap(w: _Worker) -> None:
         code = proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         raise _fail(w, "did not exit after finishing") from None
-    w.live.end_cgroup()
+    w.live.release()
     if code != 0:
         raise _fail(w, "did not exit cleanly after finishing")
 
@@ -748,7 +746,7 @@ def _stop(w: _Worker) -> None:
     if proc.poll() is None:
         proc.kill()
         proc.wait()
-    w.live.end_cgroup()
+    w.live.release()
     for stream in (proc.stdin, proc.stdout):
         if stream is not None:
             with contextlib.suppress(OSError):
