@@ -13,11 +13,13 @@ from click.testing import CliRunner
 
 from runner.cli import cli
 from runner.core.errors import CommandFailed, ConfigError, InfrastructureError
+from runner.core.prepare_lock import lock_path
 from runner.executors import container as cx
 from runner.executors import docker as dx
 from runner.executors import docker_args as da
 from runner.executors.base import WorkerJob
 from runner.executors.images import ImageRequest, rocm_build_args
+from runner.store.leases import lease_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = "set -e\nmkdir -p /out\nexec python3 -m runner.worker /workspace/spec.json /out"
@@ -804,3 +806,28 @@ def test_a_job_on_a_built_role_runs_its_image_with_nothing_over_the_tree(tmp_pat
         SCRIPT,
     ]
     assert not any(a.endswith("target=/workspace/target,readonly") for a in args)
+
+
+def test_a_serving_worker_on_a_gpu_gets_its_host_device_s_preparation_lock(
+    tmp_path: Path,
+) -> None:
+    """A serving job's container differs from a pass's by its open stdin, the serve
+    command and, on a GPU, its physical device's preparation lock: the file of the host
+    GPU it was leased (a local worker on that GPU locks the same file), mounted
+    read-only and named to the worker, though inside the GPU is device 0."""
+    executor = leased_executor("nvidia")
+    job = make_job(tmp_path, env={"CUDA_VISIBLE_DEVICES": "3"}, gpus=(3,))
+    passes = executor.create_args(job, "ctr")
+    serving = executor.create_args(job, "ctr", serving=True)
+    lock = lock_path(lease_dir(), "3")
+    assert lock.name == "gpu-3.lock"
+    mount = serving.index(f"type=bind,source={lock},target=/workspace/prepare.lock,readonly")
+    named = serving.index("TURBO_CAMPAIGN_PREPARE_LOCK=/workspace/prepare.lock")
+    assert serving[mount - 1] == "--mount" and serving[named - 1] == "-e"
+    added = {mount - 1, mount, named - 1, named, serving.index("--interactive")}
+    assert [a for k, a in enumerate(serving) if k not in added][:-1] == passes[:-1]
+    assert serving[-1] == SCRIPT.replace("runner.worker", "runner.worker --serve")
+    # no lock on the CPU: the worker takes none there
+    cpu = make_job(tmp_path)
+    cpu_args = dx.DockerExecutor("img", gpu=None, campaign="c1").create_args(cpu, "c", serving=True)
+    assert not any("prepare.lock" in a for a in cpu_args)

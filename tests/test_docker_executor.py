@@ -6,6 +6,7 @@ CI is not set.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -18,11 +19,13 @@ import pytest
 from campaign_helpers import remove_cache_volumes
 
 from runner.core.errors import InfrastructureError
+from runner.core.prepare_lock import lock_path
 from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings, save_spec
 from runner.executors.base import WorkerJob
 from runner.executors.container import CONTAINER_OUT
 from runner.executors.docker import DockerExecutor
+from runner.executors.docker_args import container_name, docker_create_args
 from runner.store.fingerprint import image_digest
 
 pytestmark = pytest.mark.docker
@@ -318,3 +321,54 @@ def test_a_serving_container_is_paused_whole_and_its_detached_helper_is_counted(
         live.release()
     assert leftover("serve-detach") == []
     assert "--interactive" in (job.out_dir / "docker_run.txt").read_text()
+
+
+# takes the preparation lock the container was given, without waiting: exit 0 if it got
+# it, 75 if another process holds it
+TRY_LOCK = """
+import errno, fcntl, os, sys
+fd = os.open(os.environ["TURBO_CAMPAIGN_PREPARE_LOCK"], os.O_RDONLY)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except OSError as exc:
+    sys.exit(75 if exc.errno in (errno.EAGAIN, errno.EACCES) else 1)
+"""
+
+
+def test_a_container_s_preparation_lock_is_the_host_device_s(
+    cpu_image: str, campaign: str, tmp_path: Path
+) -> None:
+    """The lock file mounted into a serving worker's container (``prepare_lock``) is the
+    host's: a container cannot take it while a host process holds it, and can once it
+    is free, so workers in containers prepare alone on a device as local ones do."""
+    lock = lock_path(tmp_path / "leases", "0")
+    job = make_job(tmp_path, "lock-try")
+
+    def try_lock() -> int:
+        name = container_name(job.name)
+        args = docker_create_args(
+            job,
+            cpu_image,
+            None,
+            name=name,
+            campaign=campaign,
+            caches=False,
+            command=py(TRY_LOCK),
+            prepare_lock=lock,
+        )
+        os.chmod(job.out_dir, 0o777)
+        subprocess.run(args, check=True, capture_output=True)
+        try:
+            return subprocess.run(["docker", "start", "--attach", name], check=False).returncode
+        finally:
+            _docker("rm", "--force", name)
+
+    job.out_dir.mkdir()
+    held = os.open(lock, os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert try_lock() == 75
+        fcntl.flock(held, fcntl.LOCK_UN)
+        assert try_lock() == 0
+    finally:
+        os.close(held)

@@ -3,9 +3,9 @@ and reproduction all measure, shard, re-measure and judge through here.
 
 ``measure_roles`` takes independent samples of one or two roles:
 
-* an executor that keeps workers alive (local): paired, turn-taking workers
+* an executor that keeps workers alive (local, docker): paired, turn-taking workers
   (``runner.measure.paired``), one process pair per sample;
-* otherwise (docker, slurm): one fresh worker per pass in B C C B order, two samples
+* otherwise (slurm): one fresh worker per pass in B C C B order, two samples
   per block; on Slurm with several GPUs the shards go as one job array (one task per
   shard running its passes in order, ``SlurmExecutor.submit_sequences``);
 * with several GPUs either way: the shapes split into one shard per GPU, balanced by

@@ -138,7 +138,8 @@ class LiveWorker:
     returncode: int | None = None
     # whether ``proc`` leads the worker's own process group, so the host can stop it
     # whole (SIGSTOP: the worker and what it started in its group) while another worker
-    # takes a timed turn; a container's or an allocation's client process is not that
+    # takes a timed turn; a container's client process is not that (a container worker
+    # stops its container instead: ``runner.executors.container_worker``)
     stoppable: bool = False
     # the worker's own cgroup (``runner.core.cgroup``), where the host could make one
     cgroup: WorkerCgroup | None = None

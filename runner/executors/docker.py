@@ -71,6 +71,7 @@ import runner
 from runner.core import processes as cmd
 from runner.core.errors import CommandFailed, InfrastructureError, MeasurementFailed
 from runner.core.files import write_atomic, write_json_atomic
+from runner.core.prepare_lock import device_key, lock_path
 from runner.executors.base import BuildJob, BuiltRole, JobOutcome, LiveWorker, WorkerJob
 from runner.executors.build_cache import EntryInfo
 from runner.executors.container import (
@@ -96,7 +97,7 @@ from runner.executors.docker_args import (
 )
 from runner.executors.gpus import detect_vendor
 from runner.store.fingerprint import image_digest
-from runner.store.leases import held_fds
+from runner.store.leases import held_fds, lease_dir
 
 log = logging.getLogger("runner.executors.docker")
 
@@ -246,16 +247,23 @@ class DockerExecutor:
         )
 
     def create_args(self, job: WorkerJob, name: str, *, serving: bool = False) -> list[str]:
+        """The job's ``docker create`` argv; a serving worker on a GPU also gets its
+        device's preparation lock (``docker_create_args``)."""
+        gpu = self.gpu_request(job)
+        lock = None
+        if serving and gpu is not None:
+            lock = lock_path(lease_dir(), device_key(job.gpus, job.env))
         return docker_create_args(
             job,
             self.image,
-            self.gpu_request(job),
+            gpu,
             name=name,
             campaign=self.campaign,
             caches=self.caches,
             command=self.serve_command if serving else self.command,
             source_mode=self.source_mode,
             interactive=serving,
+            prepare_lock=lock,
         )
 
     def _made_ready(self, job: WorkerJob, name: str, *, serving: bool) -> tuple[list[str], bool]:

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from runner.core.prepare_lock import PREPARE_LOCK_ENV
 from runner.core.spec import SOURCE_ENV
 from runner.executors.base import BuildJob, WorkerJob
 from runner.executors.container import (
@@ -45,6 +46,8 @@ CCACHE = "/cache/ccache"
 
 
 DEFAULT_COMMAND: tuple[str, ...] = ("python3", "-m", "runner.worker", CONTAINER_SPEC, CONTAINER_OUT)
+# where a serving worker on a GPU finds its device's preparation lock
+CONTAINER_PREPARE_LOCK = "/workspace/prepare.lock"
 # a serving worker's (``DockerExecutor.start_worker``): it answers the host over stdin/stdout
 SERVE_COMMAND: tuple[str, ...] = (
     "python3",
@@ -82,9 +85,13 @@ def docker_create_args(
     command: Sequence[str] = DEFAULT_COMMAND,
     source_mode: SourceMode = "auto",
     interactive: bool = False,
+    prepare_lock: Path | None = None,
 ) -> list[str]:
     """The exact ``docker create`` argv for one job (pure); ``interactive``: its stdin
-    kept open (a serving worker's requests come that way)."""
+    kept open (a serving worker's requests come that way); ``prepare_lock``: the host's
+    preparation lock of the job's device (``runner.core.prepare_lock``), mounted
+    read-only and named to the worker (a flock needs no write access), so workers in
+    containers autotune one at a time on a device as local ones do."""
     args = ["docker", "create", "--name", name, "--init", "--pull", "never"]
     args += ["--network", "none", "--workdir", CONTAINER_TARGET]
     args += ["--label", f"turbo-campaign.campaign={campaign}"]
@@ -104,6 +111,9 @@ def docker_create_args(
     elif mode == "mount":
         args += ["--mount", bind_mount(job.source_dir, CONTAINER_TARGET)]
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if prepare_lock is not None:
+        args += ["--mount", bind_mount(prepare_lock, CONTAINER_PREPARE_LOCK)]
+        env[PREPARE_LOCK_ENV] = CONTAINER_PREPARE_LOCK
     env[SOURCE_ENV] = CONTAINER_TARGET  # the worker checks it measures this tree
     env |= translate_env(job)
     if job.gpus and gpu is not None:

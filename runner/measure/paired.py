@@ -116,8 +116,8 @@ def worker_timeout(env: str, default: float) -> float:
 
 
 def supports_paired(executor: object) -> bool:
-    """True when ``executor`` can keep workers alive for a round (local today; docker
-    and slurm run one fresh worker per pass)."""
+    """True when ``executor`` can keep workers alive for a round (local and docker;
+    slurm runs one fresh worker per pass)."""
     return isinstance(executor, ServingExecutor)
 
 

@@ -399,7 +399,7 @@ class BesideStartUp:
     thread beside the workers' start-up (imports, compile/JIT, first calls: nothing is
     timed then), and ``beside_work`` makes the first timed turn of every wave wait for
     it (``require``): the caller hands that to the measurement.  Elsewhere (the CPU,
-    docker and Slurm passes) it runs at once: two CPU cores shared by it and worker
+    the Slurm passes) it runs at once: two CPU cores shared by it and worker
     start-up would slow both, and a pass-per-worker executor has no start-up to hide it
     behind.
 
