@@ -24,6 +24,7 @@ from runner.core.shapes import Shape
 from runner.core.spec import RoundSpec, TimingSettings, save_spec
 from runner.executors.base import WorkerJob
 from runner.executors.container import CONTAINER_OUT
+from runner.executors.container_worker import ContainerWorker
 from runner.executors.docker import DockerExecutor
 from runner.executors.docker_args import container_name, docker_create_args
 from runner.store.fingerprint import image_digest
@@ -372,3 +373,21 @@ def test_a_container_s_preparation_lock_is_the_host_device_s(
         assert try_lock() == 0
     finally:
         os.close(held)
+
+
+def test_a_container_that_cannot_be_paused_stops_the_round_saying_why(
+    cpu_image: str, tmp_path: Path
+) -> None:
+    """Turn-taking needs the idle partner stopped: a ``docker pause`` that fails for
+    another reason than a container that ended is an infrastructure error, never a
+    turn timed beside a running partner."""
+    client = subprocess.Popen(["sleep", "30"])
+    try:
+        live = ContainerWorker(
+            "w", tmp_path, tmp_path / "log", client, container="turbo-campaign-no-such-one"
+        )
+        with pytest.raises(InfrastructureError, match="docker pause turbo-campaign-no-such-one"):
+            live.pause()
+    finally:
+        client.kill()
+        client.wait()

@@ -17,15 +17,13 @@ that client's process group as it stops a local worker.  Instead:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runner.core import processes as cmd
 from runner.core.cgroup import ContainerCgroup, ForeignClock, first_child
+from runner.core.errors import InfrastructureError
 from runner.executors.base import LiveWorker
-
-log = logging.getLogger("runner.executors.container_worker")
 
 # why the cgroup CPU guard reads nothing for a container worker
 NO_CONTAINER_CGROUP = "the host reads no CPU time of the container's cgroup"
@@ -72,10 +70,16 @@ class ContainerWorker(LiveWorker):
         if self.proc is None or self.proc.poll() is not None:
             return False
         done = cmd.run(["docker", "pause", self.container], check=False)
-        if done.returncode != 0:
-            log.warning("could not pause %s: %s", self.container, (done.stdout or "").strip())
+        said = (done.stdout or "").strip()
+        if done.returncode == 0:
+            return True
+        if "is not running" in said:  # it ended: the host finds out from its pipe
             return False
-        return True
+        raise InfrastructureError(
+            f"docker pause {self.container} failed: {said}\nThe other role's worker must "
+            "be stopped while one takes a timed turn; docker pauses a container through "
+            "its cgroup's freezer (check `docker info` for the cgroup driver and version)."
+        )
 
     def resume(self) -> None:
         cmd.run(["docker", "unpause", self.container], check=False)
