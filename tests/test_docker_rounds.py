@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from campaign_helpers import remove_cache_volumes, tiny_campaign
+from test_redteam import aimed
 
 from runner.compare.loop import ROUND_CAP_ENV
 from runner.core.errors import InfrastructureError
@@ -33,6 +34,7 @@ from runner.store.lineage import Lineage
 pytestmark = [pytest.mark.docker, pytest.mark.integration]
 
 PATCHES = EXAMPLES_DIR / "demo_patches"
+REDTEAM = Path(__file__).parent / "data" / "redteam"
 LABEL = "turbo-campaign.campaign"
 
 
@@ -177,3 +179,30 @@ def test_a_daemon_that_is_not_running_is_a_clear_error(
         run_baseline(c, make_executor(c.manifest), passes=2, progress=lambda _m: None)
     assert c.closed_rounds() == []
     assert not c.result_path(1).exists()
+
+
+def test_a_detached_helper_and_records_rescaled_are_refused_in_containers(
+    campaign: Campaign,
+) -> None:
+    """Two of the red team's shortcuts (tests/data/redteam/) in docker rounds.  The
+    detached engine, a helper double-forked into a session of its own that spins while
+    its worker lives, stays in the container's cgroup, which the host reads around each
+    timed turn: FAILED by the cgroup CPU guard.  Records rescaled at the hand-over (and
+    by an exit hook that never runs: the worker leaves with ``os._exit``): FAILED by the
+    host, which writes the records and checks them against the turns."""
+    c = campaign
+    head = lineage(c).head()
+    engine = (REDTEAM / "detached_helper_engine.patch").read_text(encoding="utf-8")
+    result = run(c, 2, "an engine beside the op", engine)
+    assert result.status is Status.FAILED, result.reasons
+    assert any("cgroup CPU guard" in r and "-candidate" in r for r in result.reasons)
+    records = (REDTEAM / "records_rewritten_at_exit.patch").read_text(encoding="utf-8")
+    outside = ("turbo_kernels/__init__.py",)  # where the patch plants its hook: declared
+    request = Request(3, "trim the records", aimed(records), allow_outside=outside)
+    result = validate_round(c, make_executor(c.manifest), request, progress=lambda _m: None)
+    assert result.status is Status.FAILED, result.reasons
+    assert any("is not the median" in r and "turns it reported" in r for r in result.reasons)
+    passes = c.artifacts_dir(3) / "passes"
+    assert not list(passes.glob("*/rescaled-at-exit")), "an exit hook of a worker ran"
+    assert lineage(c).head() == head
+    assert containers(c.name) == []
