@@ -111,6 +111,11 @@ def test_failed_capture_is_not_tried_again_for_the_same_callable() -> None:
     assert second.extra["graph_error"] == first.extra["graph_error"]
 
 
+# On one H100 at 5b6721b the callable ran on a side stream after the learned failure:
+# a capture that raises inside torch.cuda.graph leaves its capture stream current
+# (docs/benchmarks.md, "5b6721b on one H100").  Strict: it must start passing with the
+# stream restored (branch capture-stream-restore, measured on a GPU before it lands).
+@pytest.mark.xfail(strict=True, reason="a failed capture leaves its capture stream current")
 def test_a_capture_failure_learned_before_the_turns_serves_every_pool_member(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
