@@ -266,10 +266,10 @@ class DockerExecutor:
             prepare_lock=lock,
         )
 
-    def _made_ready(self, job: WorkerJob, name: str, *, serving: bool) -> tuple[list[str], bool]:
-        """The job's create argv recorded and its folders opened to the container user;
-        its cache volumes writable where its tree is mounted.  Returns the argv and
-        whether the tree is mounted (its out folder then open to every user)."""
+    def _made_ready(self, job: WorkerJob, name: str, *, serving: bool) -> list[str]:
+        """The job's create argv, recorded; its folders opened to the container user (its
+        out folder to every user where its tree is mounted) and its cache volumes made
+        writable there."""
         job.out_dir.mkdir(parents=True, exist_ok=True)
         create_args = self.create_args(job, name, serving=serving)
         mounted = resolve_source_mode(job, self.source_mode) == "mount"
@@ -280,7 +280,7 @@ class DockerExecutor:
         # (bind mounts); both lie in the round's private 0700 temporary folder
         os.chmod(job.spec_path, 0o644)
         os.chmod(job.out_dir, 0o777 if mounted else 0o755)
-        return create_args, mounted
+        return create_args
 
     def start_worker(self, job: WorkerJob) -> LiveWorker:
         """A serving worker (``--serve``) in a fresh container of the job's image, made
@@ -289,7 +289,7 @@ class DockerExecutor:
         The container and its reaper last until ``ContainerWorker.release``."""
         name = container_name(job.name)
         log_path = job.out_dir / LOG_NAME
-        create_args, _ = self._made_ready(job, name, serving=True)
+        create_args = self._made_ready(job, name, serving=True)
         with contextlib.ExitStack() as stack:
             stack.callback(os.chmod, job.out_dir, 0o755)
             stack.enter_context(_Container(create_args, name, self.keep))
@@ -308,7 +308,7 @@ class DockerExecutor:
     def run_job(self, job: WorkerJob) -> JobOutcome:
         name = container_name(job.name)
         log_path = job.out_dir / LOG_NAME
-        create_args, _ = self._made_ready(job, name, serving=False)
+        create_args = self._made_ready(job, name, serving=False)
         try:
             with _Container(create_args, name, self.keep), _Reaper(name, self.keep):
                 self._copy_in(job, name)
