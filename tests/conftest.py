@@ -99,7 +99,7 @@ FILE_SECONDS = {
     "test_rounds.py": 195,  # * the planted slow-down on its first pairs
     "test_faults.py": 155,  # eight attempts on three shapes
     "test_baseline_more_ops.py": 155,
-    "test_docker_rounds.py": 175,  # a docker baseline and five rounds (serving workers)
+    "test_docker_rounds.py": 150,  # a docker baseline and four rounds (serving workers)
     "test_workspace_mode.py": 120,
     "test_bundle.py": 105,  # a copy of slow_tiny_speedup, no baseline of its own
     "test_tournament.py": 100,  # five entries on a slow_tiny copy

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 from campaign_helpers import remove_cache_volumes, tiny_campaign
-from test_redteam import aimed
 
 from runner.compare.loop import ROUND_CAP_ENV
 from runner.core.errors import InfrastructureError
@@ -181,28 +180,20 @@ def test_a_daemon_that_is_not_running_is_a_clear_error(
     assert not c.result_path(1).exists()
 
 
-def test_a_detached_helper_and_records_rescaled_are_refused_in_containers(
+def test_a_helper_detached_in_a_container_is_refused_by_the_cgroup_guard(
     campaign: Campaign,
 ) -> None:
-    """Two of the red team's shortcuts (tests/data/redteam/) in docker rounds.  The
-    detached engine, a helper double-forked into a session of its own that spins while
-    its worker lives, stays in the container's cgroup, which the host reads around each
-    timed turn: FAILED by the cgroup CPU guard.  Records rescaled at the hand-over (and
-    by an exit hook that never runs: the worker leaves with ``os._exit``): FAILED by the
-    host, which writes the records and checks them against the turns."""
+    """The red team's detached engine (tests/data/redteam/detached_helper_engine.patch: a
+    helper double-forked into a session of its own that spins while its worker lives)
+    in a docker round: it stays in the container's cgroup, which the host reads around
+    each timed turn, so the round is FAILED by the cgroup CPU guard naming the worker.
+    (The host-owned records are checked the same way under every executor: every docker
+    round above goes through them; tests/test_redteam.py plants rescaled records.)"""
     c = campaign
     head = lineage(c).head()
     engine = (REDTEAM / "detached_helper_engine.patch").read_text(encoding="utf-8")
     result = run(c, 2, "an engine beside the op", engine)
     assert result.status is Status.FAILED, result.reasons
     assert any("cgroup CPU guard" in r and "-candidate" in r for r in result.reasons)
-    records = (REDTEAM / "records_rewritten_at_exit.patch").read_text(encoding="utf-8")
-    outside = ("turbo_kernels/__init__.py",)  # where the patch plants its hook: declared
-    request = Request(3, "trim the records", aimed(records), allow_outside=outside)
-    result = validate_round(c, make_executor(c.manifest), request, progress=lambda _m: None)
-    assert result.status is Status.FAILED, result.reasons
-    assert any("is not the median" in r and "turns it reported" in r for r in result.reasons)
-    passes = c.artifacts_dir(3) / "passes"
-    assert not list(passes.glob("*/rescaled-at-exit")), "an exit hook of a worker ran"
     assert lineage(c).head() == head
     assert containers(c.name) == []
