@@ -70,7 +70,7 @@ from runner.measure.host_records import (
     write_records,
 )
 from runner.measure.progress import PairWatch
-from runner.measure.sharding import pass_name, provenance_error
+from runner.measure.sharding import pass_name, refusal
 from runner.measure.waves import (
     finish_side_by_side,
     first_wave,
@@ -678,11 +678,9 @@ def _fail(w: _Worker, why: str, *, unanswered: bool = False) -> MeasurementFaile
     oom = oom_error(w.live.out_dir, w.live.name, w.live.log_path)
     if oom is not None:
         return oom
-    refused = provenance_error(w.live.out_dir)
+    refused = refusal(w.live.name, w.live.out_dir)
     if refused:  # it checked where its target came from, and stopped
-        return MeasurementFailed(
-            f"worker {w.live.name} refused to measure: {refused}", w.live.log_path
-        )
+        return MeasurementFailed(refused, w.live.log_path)
     exit_note = f" (exit {code})" if code is not None else ""
     message = f"worker {w.live.name} failed{exit_note}: {why}"
     crashed = crash_signal(code) if unanswered else None

@@ -136,22 +136,20 @@ def failed_worker(name: str, outcome: JobOutcome, where: str = "") -> Measuremen
     return MeasurementFailed(worker_failure(name, outcome) + where, outcome.log_path)
 
 
-def provenance_error(out_dir: Path) -> str | None:
-    """Why a worker refused to measure, from its provenance record in ``out_dir`` (the
-    target came from outside the tree under test); None where it did not."""
+def refusal(name: str, out_dir: Path) -> str | None:
+    """Why worker ``name`` refused to measure, from its provenance record in ``out_dir``
+    (the target came from outside the tree under test); None where it did not."""
     record = out_dir / PROVENANCE
     if not record.is_file():
         return None
     error = json.loads(record.read_text(encoding="utf-8")).get("error")
-    return str(error) if error else None
+    return f"worker {name} refused to measure: {error}" if error else None
 
 
 def worker_failure(name: str, outcome: JobOutcome) -> str:
-    """The worker's provenance error, else its exit status."""
-    error = provenance_error(Path(outcome.out_dir))
-    if error:
-        return f"worker {name} refused to measure: {error}"
-    return f"worker {name} failed (exit {outcome.returncode})"
+    """The worker's refusal to measure, else its exit status."""
+    refused = refusal(name, Path(outcome.out_dir))
+    return refused or f"worker {name} failed (exit {outcome.returncode})"
 
 
 def measure_sharded(
